@@ -1,0 +1,1 @@
+//! Streaming reader of IgProf-format profiles.

@@ -1,0 +1,1 @@
+//! Allocation-free writer of IgProf-format profiles, used by libigprof.so.

@@ -1,0 +1,1 @@
+//! Stack traces: cached per-PC frame descriptors, framehop on a miss.
