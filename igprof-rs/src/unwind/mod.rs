@@ -1,1 +1,124 @@
-//! Stack traces: cached per-PC frame descriptors, framehop on a miss.
+//! Stack traces for the injected profiler: cached per-PC frame descriptors,
+//! framehop on a miss, signal frames walked through their saved context.
+//!
+//! This module owns: the module table (which code is mapped where, and where
+//! its `.eh_frame_hdr` / `.eh_frame` live), the per-thread descriptor cache,
+//! and the stack walk itself. It must never, from a signal handler or a hook:
+//! allocate (through the program's malloc or anything else), take a lock,
+//! call `dl_iterate_phdr`/`dladdr`, do file IO, or read memory outside the
+//! thread's stack bounds / the signal frame / mapped unwind data.
+//!
+//! # API (what the runtime calls)
+//!
+//! Outside signal context (constructor, thread start, after dlopen/dlclose):
+//!
+//! * [`refresh()`] builds the module table with `dl_iterate_phdr` and swaps it
+//!   in atomically. Call it once from the library constructor before the first
+//!   trace, and again after every successful `dlopen` / `dlclose` (from the
+//!   hook, after the real call returns). Until the first `refresh()` every
+//!   trace ends with [`TraceEnd::NoModuleTable`].
+//! * [`StackBounds::for_current_thread()`] reads the calling thread's stack
+//!   range (`pthread_getattr_np`) and its alternate signal stack, if any.
+//!   Call at thread start (it may allocate inside glibc). Call
+//!   [`StackBounds::update_altstack`] again if the program installs a
+//!   `sigaltstack` later (the runtime's sigaltstack hook, if any).
+//! * [`ThreadUnwinder::new()`] creates the per-thread unwinder (descriptor
+//!   cache and framehop scratch space). One per thread; it is `!Sync`/`!Send`
+//!   and must only be used by the thread that owns it.
+//!
+//! In signal context or in a hook (async-signal-safe, no allocation, no lock):
+//!
+//! * [`ThreadUnwinder::trace_from_ucontext`]`(uc, &bounds, &mut out)` — for a
+//!   timer sample: `uc` is the third argument of an `SA_SIGINFO` handler.
+//!   `out[0]` is the interrupted PC, then the return addresses outward.
+//! * [`ThreadUnwinder::trace_here`]`(&bounds, &mut out)` — inside a hook
+//!   (malloc, open, ...): every leading frame whose PC lies in the profiler's
+//!   own shared object (libigprof.so) is skipped, so `out[0]` is the return
+//!   address into the code that called the hooked function (for a trampoline
+//!   hook: into the application function that called `malloc`).
+//!
+//! Both write at most `out.len()` addresses (the caller's depth limit; the
+//! default is [`DEFAULT_MAX_DEPTH`]) and return a [`Trace`]: `depth` entries of
+//! `out` are valid, and `end` says why the walk stopped. `trace.truncated()`
+//! is true when the buffer filled before the outermost frame (mark it in the
+//! profile). A broken frame (a read outside the stack, a stack pointer that
+//! does not move outward) ends the trace with [`TraceEnd::Broken`]; the
+//! frames found so far are kept. Addresses are as found on the stack: entry 0
+//! of a ucontext trace is an instruction address, every later entry is a
+//! return address (the instruction after the call), except the entry after a
+//! signal frame (`__restore_rt`), which is again an interrupted PC.
+//!
+//! A `ThreadUnwinder` is re-entrancy safe: if a signal interrupts a trace on
+//! the same thread and the handler traces with the same `ThreadUnwinder`, the
+//! inner call returns at once with [`TraceEnd::Reentered`] (count it as a
+//! dropped sample) and the outer trace continues unharmed.
+//!
+//! # How it works
+//!
+//! A trace reads the registers (x86-64: rip, rsp, rbp) from the ucontext or
+//! the current frame, then per frame looks up the PC in a fixed-size,
+//! direct-mapped per-thread cache of compact frame descriptors (CFA = rsp or
+//! rbp + offset, return address and saved rbp at fixed offsets from the CFA,
+//! or "signal frame", or "end of stack"). A hit costs a lookup and two or
+//! three bounded loads. A miss asks framehop (`MustNotAllocateDuringUnwind`)
+//! for the rule of that PC from the mapped `.eh_frame_hdr`/`.eh_frame`,
+//! stores it as a descriptor, and if the rule cannot be expressed compactly
+//! (a DWARF expression, say) unwinds that one frame with framehop directly.
+//! The cache is tagged with the module table generation, so a
+//! dlopen/dlclose invalidates it.
+//!
+//! Module tables are built outside signal context and published with an
+//! `AtomicPtr`; the table's own arrays live in mmap'ed memory. Old tables are
+//! never freed (a handler on another thread may still be reading one): a
+//! refresh leaks one table, a few hundred bytes per loaded object. dlopen is
+//! rare, so this is bounded in practice. framehop's own per-module objects
+//! are built with the crate's global allocator at refresh time (outside
+//! signal context) and are leaked with their table.
+
+pub const DEFAULT_MAX_DEPTH: usize = 512;
+
+/// The result of one stack walk: how many entries of the output buffer are
+/// valid and why the walk stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Trace {
+    /// Number of valid addresses at the start of the output buffer.
+    pub depth: usize,
+    /// Why the walk stopped.
+    pub end: TraceEnd,
+}
+
+impl Trace {
+    /// True when the output buffer filled before the outermost frame was
+    /// reached: the profile should mark this stack as truncated.
+    pub fn truncated(&self) -> bool {
+        self.end == TraceEnd::Truncated
+    }
+}
+
+/// Why a stack walk stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TraceEnd {
+    /// The outermost frame was reached (return address 0, or no return
+    /// address according to the unwind info, e.g. `_start`, `clone3`).
+    Outermost,
+    /// The output buffer (the depth limit) filled while frames remained.
+    Truncated,
+    /// A frame could not be unwound; the frames before it are valid.
+    Broken(BrokenFrame),
+    /// The same `ThreadUnwinder` was already walking on this thread (a signal
+    /// interrupted a trace); nothing was written.
+    Reentered,
+    /// [`refresh()`] was never called, so no module table exists.
+    NoModuleTable,
+}
+
+/// What was wrong with the frame that ended a trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BrokenFrame {
+    /// A stack read at `addr` fell outside the thread's stack bounds.
+    ReadOutsideStack { addr: usize },
+    /// The caller's stack pointer `new_sp` was not above the callee's `sp`.
+    NoProgress { sp: usize, new_sp: usize },
+    /// framehop could not unwind the frame at `pc`.
+    Unwinder { pc: usize },
+}
