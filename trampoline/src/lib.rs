@@ -1,3 +1,68 @@
 //! Install a hook on a function by patching its first instructions.
 //!
 //! See DESIGN.md ("Trampolines"). This crate knows nothing about profiling.
+//!
+//! # Using it
+//!
+//! ```no_run
+//! let malloc = trampoline::find_function("malloc", Some("libc.so.6")).unwrap();
+//! # extern "C" fn my_malloc(_: usize) -> *mut u8 { std::ptr::null_mut() }
+//! let hook = trampoline::install(&malloc, my_malloc as *const ()).unwrap();
+//! let original: extern "C" fn(usize) -> *mut u8 = unsafe { std::mem::transmute(hook.chain()) };
+//! # let _ = original;
+//! hook.uninstall().unwrap();
+//! ```
+//!
+//! - [`install`] / [`Hook::chain`] / [`Hook::uninstall`]; [`probe`] answers
+//!   "can this be hooked, how many bytes would be taken" changing nothing.
+//! - [`find_function`] / [`find_function_versioned`]: address and size.
+//! - Errors are typed: [`HookError`] = function name + address + [`Reason`].
+//!
+//! # Structure (for the architecture ports)
+//!
+//! - [`arch`]: the [`arch::Arch`] trait. Each architecture is a unit struct
+//!   implementing it with PURE functions only (bytes and addresses in, bytes
+//!   or [`Reason`] out): `plan`, `relocate`, `verify`, `near_patch`,
+//!   `far_patch`, `stub`, `filler`, plus constants (reach, patch lengths,
+//!   max trampoline length) and `flush_icache` (no-op unless the host is that
+//!   architecture). `x86_64::X86_64` and `aarch64::Aarch64` both compile on
+//!   every host; `arch::Host` picks the host one (the only
+//!   `cfg(target_arch)` choice). The survey example and the byte-exact tests
+//!   call the pure functions directly.
+//! - Process-state modules, shared by both architectures and generic over
+//!   `A: Arch`: `maps` (/proc/self/maps parsing, free ranges within a reach),
+//!   `nearmem` (trampoline pages within `A::NEAR_REACH`, many per page, RX
+//!   after writing), `patch` (protection changes, atomic store, icache
+//!   flush), `hook` (install/uninstall sequence), `symbols` (dlsym/dlvsym,
+//!   ELF symbol tables).
+//! - Install sequence: read bytes -> `A::plan` -> `nearmem::place` with
+//!   `A::relocate` -> `A::near_patch` (or an `A::stub` entry when the
+//!   replacement is out of reach) + `A::filler` -> `patch::write_code`.
+
+pub mod aarch64;
+pub mod arch;
+mod error;
+mod hook;
+pub mod maps;
+mod nearmem;
+mod patch;
+mod symbols;
+pub mod x86_64;
+
+pub use arch::Plan;
+pub use error::{HookError, LookupError, Reason};
+pub use hook::{Hook, Probe};
+pub use symbols::{find_function, find_function_versioned, loaded_objects, Symbol};
+
+/// Hook `target` so that every call goes to `replacement` (a function with
+/// the same signature and ABI). The returned [`Hook::chain`] runs the
+/// original behaviour. Not for use from a signal handler or a hook.
+pub fn install(target: &Symbol, replacement: *const ()) -> Result<Hook, HookError> {
+    hook::install_with::<arch::Host>(target, replacement)
+}
+
+/// Whether `target` can be hooked and how (bytes kept, taken, instructions),
+/// changing nothing in the process.
+pub fn probe(target: &Symbol) -> Result<Probe, HookError> {
+    hook::probe_with::<arch::Host>(target)
+}

@@ -1,0 +1,125 @@
+//! Installing and removing a hook in the running process, for any
+//! architecture implementing [`Arch`].
+//!
+//! Owns: the install sequence (read the function's bytes, plan, place the
+//! trampoline near the target, place an entry stub when the replacement is
+//! out of near reach, write the patch) and its reverse. Holds a process-wide
+//! lock so installs and uninstalls never interleave.
+//!
+//! Must never: be used from a signal handler or from inside a hook (it
+//! allocates, reads /proc/self/maps, takes a lock).
+
+use crate::arch::{Arch, Plan};
+use crate::error::{HookError, Reason};
+use crate::symbols::Symbol;
+use crate::{maps, nearmem, patch};
+use std::sync::Mutex;
+
+static INSTALL_LOCK: Mutex<()> = Mutex::new(());
+
+/// An installed hook. Dropping it leaves the hook installed (a profiler keeps
+/// its hooks for the process lifetime); call [`Hook::uninstall`] to remove it.
+#[derive(Debug)]
+pub struct Hook {
+    name: String,
+    target: u64,
+    patch_at: u64,
+    original: Vec<u8>,
+    patch: Vec<u8>,
+    chain: u64,
+    plan: Plan,
+}
+
+/// What [`crate::probe`] found: the plan install would use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probe {
+    pub plan: Plan,
+    /// Length of the trampoline it would build (at a representative address).
+    pub trampoline_len: usize,
+}
+
+impl Hook {
+    /// Address that runs the original function (the trampoline). Cast it to
+    /// the function's type with `std::mem::transmute`.
+    pub fn chain(&self) -> *const () {
+        self.chain as *const ()
+    }
+
+    /// The hooked function's address.
+    pub fn target(&self) -> u64 {
+        self.target
+    }
+
+    /// The plan used: bytes kept, taken and patched.
+    pub fn plan(&self) -> Plan {
+        self.plan
+    }
+
+    /// Restore the original bytes. The trampoline stays mapped (threads may
+    /// still be running in it), so `chain` stays callable.
+    pub fn uninstall(self) -> Result<(), HookError> {
+        uninstall_with::<crate::arch::Host>(self)
+    }
+}
+
+fn err(sym: &Symbol, reason: Reason) -> HookError {
+    HookError { function: sym.name.clone(), addr: sym.addr, reason }
+}
+
+/// Copy the function's bytes out of live memory: the whole function when its
+/// size is known, else up to `A::MAX_READ` bytes, never past its mapping.
+fn read_code<A: Arch>(sym: &Symbol) -> Result<Vec<u8>, Reason> {
+    let map = maps::read_self().map_err(|e| Reason::Protect(e.raw_os_error().unwrap_or(0)))?;
+    let m = maps::find(&map, sym.addr).filter(|m| m.read && m.exec).ok_or(Reason::NotMapped { addr: sym.addr })?;
+    let want = sym.size.unwrap_or(A::MAX_READ as u64).max(1);
+    let len = want.min(m.end - sym.addr) as usize;
+    // SAFETY: [addr, addr+len) lies in a readable mapping (checked above).
+    Ok(unsafe { std::slice::from_raw_parts(sym.addr as *const u8, len) }.to_vec())
+}
+
+pub(crate) fn probe_with<A: Arch>(sym: &Symbol) -> Result<Probe, HookError> {
+    let code = read_code::<A>(sym).map_err(|r| err(sym, r))?;
+    let plan = A::plan(&code, sym.addr, sym.size, A::NEAR_PATCH_LEN).map_err(|r| err(sym, r))?;
+    let patch_at = sym.addr + plan.keep as u64;
+    let tramp = nearmem::would_place(patch_at, A::NEAR_REACH, A::MAX_TRAMPOLINE_LEN as u64, A::CODE_ALIGN as u64)
+        .ok_or_else(|| err(sym, Reason::NoMemoryInReach { near: patch_at, reach: A::NEAR_REACH }))?;
+    let out = A::relocate(&code, sym.addr, &plan, tramp).map_err(|r| err(sym, r))?;
+    Ok(Probe { plan, trampoline_len: out.len() })
+}
+
+pub(crate) fn install_with<A: Arch>(sym: &Symbol, replacement: *const ()) -> Result<Hook, HookError> {
+    let _guard = INSTALL_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let code = read_code::<A>(sym).map_err(|r| err(sym, r))?;
+    let plan = A::plan(&code, sym.addr, sym.size, A::NEAR_PATCH_LEN).map_err(|r| err(sym, r))?;
+    let patch_at = sym.addr + plan.keep as u64;
+    let chain = nearmem::place::<A>(patch_at, A::MAX_TRAMPOLINE_LEN, |tramp| {
+        A::relocate(&code, sym.addr, &plan, tramp)
+    })
+    .map_err(|r| err(sym, r))?;
+    let replacement = replacement as u64;
+    let mut patch = match A::near_patch(patch_at, replacement) {
+        Some(p) => p,
+        None => {
+            let stub = nearmem::place::<A>(patch_at, A::STUB_LEN, |at| Ok(A::stub(at, replacement)))
+                .map_err(|r| err(sym, r))?;
+            A::near_patch(patch_at, stub).expect("stub placed within near reach")
+        }
+    };
+    patch.extend(A::filler(plan.taken - plan.patch_len));
+    let start = plan.keep;
+    let original = code[start..start + plan.taken].to_vec();
+    patch::write_code(patch_at, &patch, A::flush_icache).map_err(|r| err(sym, r))?;
+    Ok(Hook { name: sym.name.clone(), target: sym.addr, patch_at, original, patch, chain, plan })
+}
+
+fn uninstall_with<A: Arch>(hook: Hook) -> Result<(), HookError> {
+    let _guard = INSTALL_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let e = |reason| HookError { function: hook.name.clone(), addr: hook.target, reason };
+    // SAFETY: the patch bytes were written by install and the page is still
+    // mapped executable (code is never unmapped while hooked).
+    let now = unsafe { std::slice::from_raw_parts(hook.patch_at as *const u8, hook.patch.len()) };
+    if now != hook.patch.as_slice() {
+        return Err(e(Reason::PatchChanged { at: hook.patch_at }));
+    }
+    patch::write_code(hook.patch_at, &hook.original, A::flush_icache).map_err(e)
+}

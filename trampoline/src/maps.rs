@@ -1,0 +1,156 @@
+//! The process memory map: parsing `/proc/self/maps` and answering "which
+//! mapping holds this address" and "where is a free range within reach".
+//!
+//! Owns: the parser (pure, tested on recorded text) and the free-gap search
+//! (pure). Must never: map or protect memory (that is `nearmem`/`patch`).
+
+/// One line of `/proc/self/maps`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    pub read: bool,
+    pub write: bool,
+    pub exec: bool,
+    pub path: String,
+}
+
+/// Parse the text of `/proc/<pid>/maps`. Lines that do not parse are skipped.
+pub fn parse(text: &str) -> Vec<Mapping> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else { continue };
+        let Some((a, b)) = range.split_once('-') else { continue };
+        let (Ok(start), Ok(end)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else {
+            continue;
+        };
+        let p = perms.as_bytes();
+        if p.len() < 3 {
+            continue;
+        }
+        // Fields 3..5 are offset, dev, inode; the rest of the line (which may
+        // contain spaces) is the path.
+        let path = rest_after_fields(line, 5).trim().to_string();
+        out.push(Mapping {
+            start,
+            end,
+            read: p[0] == b'r',
+            write: p[1] == b'w',
+            exec: p[2] == b'x',
+            path,
+        });
+    }
+    out.sort_by_key(|m| m.start);
+    out
+}
+
+/// The text of `line` after its first `n` whitespace-separated fields.
+fn rest_after_fields(line: &str, n: usize) -> &str {
+    let mut rest = line;
+    for _ in 0..n {
+        rest = rest.trim_start();
+        let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+        rest = &rest[end..];
+    }
+    rest
+}
+
+/// Read and parse `/proc/self/maps`.
+pub fn read_self() -> std::io::Result<Vec<Mapping>> {
+    Ok(parse(&std::fs::read_to_string("/proc/self/maps")?))
+}
+
+/// The mapping containing `addr`.
+pub fn find(maps: &[Mapping], addr: u64) -> Option<&Mapping> {
+    maps.iter().find(|m| m.start <= addr && addr < m.end)
+}
+
+/// A free, page-aligned range of `len` bytes whose every byte lies within
+/// `reach` of `near` (signed distance in `[-reach, reach)`), as close to
+/// `near` as possible. `low` is the lowest address to consider (e.g.
+/// `vm.mmap_min_addr`). `maps` must be sorted (as [`parse`] returns it).
+pub fn free_near(maps: &[Mapping], near: u64, reach: u64, len: u64, page: u64, low: u64) -> Option<u64> {
+    let lo_bound = near.saturating_sub(reach).max(low);
+    let lo_bound = (lo_bound + page - 1) & !(page - 1);
+    // Highest usable end: the last byte must satisfy addr - near < reach.
+    let hi_bound = near.saturating_add(reach - 1).min(0x7fff_ffff_f000);
+    let mut best: Option<u64> = None;
+    let mut consider = |gap_start: u64, gap_end: u64| {
+        let s = gap_start.max(lo_bound);
+        let e = gap_end.min(hi_bound & !(page - 1));
+        if e <= s || e - s < len {
+            return;
+        }
+        // Closest candidate in [s, e - len] to `near`.
+        let cand = if near <= s {
+            s
+        } else if near >= e - len {
+            (e - len) & !(page - 1)
+        } else {
+            near & !(page - 1)
+        };
+        let dist = |x: u64| x.abs_diff(near);
+        if best.map_or(true, |b| dist(cand) < dist(b)) {
+            best = Some(cand);
+        }
+    };
+    let mut prev_end = 0u64;
+    for m in maps {
+        if m.start > prev_end {
+            consider(prev_end, m.start);
+        }
+        prev_end = prev_end.max(m.end);
+    }
+    consider(prev_end, u64::MAX);
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = "\
+555555554000-555555556000 r--p 00000000 08:01 131 /usr/bin/cat
+555555556000-55555555a000 r-xp 00002000 08:01 131 /usr/bin/cat
+7ffff7dd3000-7ffff7df9000 r--p 00000000 08:01 200 /usr/lib/x86_64-linux-gnu/libc.so.6
+7ffff7df9000-7ffff7f4e000 r-xp 00026000 08:01 200 /usr/lib/x86_64-linux-gnu/libc.so.6
+7ffff7ffd000-7ffff7fff000 rw-p 00000000 00:00 0 
+7ffffffde000-7ffffffff000 rw-p 00000000 00:00 0                          [stack]
+";
+
+    #[test]
+    fn parses_lines() {
+        let m = parse(SAMPLE);
+        assert_eq!(m.len(), 6);
+        assert_eq!(m[1].start, 0x555555556000);
+        assert!(m[1].exec && !m[1].write && m[1].read);
+        assert_eq!(m[2].path, "/usr/lib/x86_64-linux-gnu/libc.so.6");
+        assert_eq!(m[4].path, "");
+        assert_eq!(m[5].path, "[stack]");
+        assert_eq!(find(&m, 0x7ffff7e00000).unwrap().start, 0x7ffff7df9000);
+        assert!(find(&m, 0x1000).is_none());
+    }
+
+    #[test]
+    fn free_gap_within_reach() {
+        let m = parse(SAMPLE);
+        let page = 0x1000;
+        // Right below libc's first page is free.
+        let near = 0x7ffff7df9000;
+        let got = free_near(&m, near, 1 << 31, page, page, 0x10000).unwrap();
+        assert_eq!(got, 0x7ffff7dd2000);
+        // Tiny reach: only the 0x2000 bytes between libc and the rw mapping qualify.
+        let near = 0x7ffff7f4e000;
+        let got = free_near(&m, near, 0x10000, page, page, 0x10000).unwrap();
+        assert_eq!(got, 0x7ffff7f4e000);
+        // Reach too small to leave the mapped block at all.
+        let near = 0x7ffff7e80000;
+        assert_eq!(free_near(&m, near, 0x1000, page, page, 0x10000), None);
+        // Every byte of the result is within reach.
+        let near = 0x555555558000;
+        let reach = 0x100000;
+        let got = free_near(&m, near, reach, page, page, 0x10000).unwrap();
+        assert!(got.abs_diff(near) <= reach && (got + page - 1).abs_diff(near) <= reach);
+    }
+}

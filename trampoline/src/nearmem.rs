@@ -1,0 +1,180 @@
+//! Executable pages for trampolines and entry stubs, allocated within a
+//! given reach of a target address (x86-64: +-2 GiB; AArch64: +-128 MiB).
+//!
+//! Owns: the list of trampoline pages of this process and their fill level.
+//! Many pieces of code share one page (bump allocation, aligned to the
+//! architecture's code alignment). Pages are read+execute once written: a
+//! write makes the page read+write+execute for the duration of the copy
+//! (so threads running earlier trampolines in it never fault), then
+//! read+execute again. If the system refuses writable+executable mappings,
+//! the page is made read+write only for the copy (then a thread running an
+//! older trampoline of that page during the copy would fault; documented).
+//! Memory is never freed: a thread may still be inside a trampoline after
+//! its hook is uninstalled.
+//!
+//! Must never: be called from a signal handler or a hook (it allocates and
+//! takes a lock); write outside the pages it mapped.
+
+use crate::arch::{within, Arch};
+use crate::error::Reason;
+use crate::maps;
+use std::sync::Mutex;
+
+struct Page {
+    base: u64,
+    len: u64,
+    used: u64,
+}
+
+static PAGES: Mutex<Vec<Page>> = Mutex::new(Vec::new());
+
+/// Page size of the host.
+pub fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as u64
+    } else {
+        4096
+    }
+}
+
+/// Lowest address worth mapping (`vm.mmap_min_addr`, at least 64 KiB).
+fn mmap_min_addr() -> u64 {
+    std::fs::read_to_string("/proc/sys/vm/mmap_min_addr")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or(0)
+        .max(0x10000)
+}
+
+/// Place code within `A::NEAR_REACH` of `near`: reserve `max_len` bytes
+/// (every byte in reach), call `gen` with the address the code will live at,
+/// copy the bytes it returns (at most `max_len`) there, flush the
+/// instruction cache, and return the address.
+pub fn place<A: Arch>(
+    near: u64,
+    max_len: usize,
+    gen: impl FnOnce(u64) -> Result<Vec<u8>, Reason>,
+) -> Result<u64, Reason> {
+    place_within::<A>(near, A::NEAR_REACH, max_len, gen)
+}
+
+/// As [`place`] with an explicit reach (e.g. `u64::MAX / 4` for "anywhere").
+pub fn place_within<A: Arch>(
+    near: u64,
+    reach: u64,
+    max_len: usize,
+    gen: impl FnOnce(u64) -> Result<Vec<u8>, Reason>,
+) -> Result<u64, Reason> {
+    let align = A::CODE_ALIGN as u64;
+    let max_len = max_len as u64;
+    let mut pages = PAGES.lock().unwrap_or_else(|e| e.into_inner());
+    let fits = |p: &Page| fit(p, near, reach, max_len, align);
+    let found = pages.iter().enumerate().find_map(|(i, p)| fits(p).map(|at| (i, at)));
+    let (idx, at) = match found {
+        Some(x) => x,
+        None => {
+            let page = new_page_near(near, reach, max_len)?;
+            pages.push(page);
+            let i = pages.len() - 1;
+            let at = fits(&pages[i]).ok_or(Reason::NoMemoryInReach { near, reach })?;
+            (i, at)
+        }
+    };
+    let code = gen(at)?;
+    assert!(code.len() as u64 <= max_len, "{} emitted {} > {} bytes", A::NAME, code.len(), max_len);
+    let p = &mut pages[idx];
+    write_into_page(p.base, p.len, at, &code)?;
+    A::flush_icache(at, code.len());
+    p.used = at + code.len() as u64 - p.base;
+    Ok(at)
+}
+
+/// First aligned address in `p` where `len` bytes fit, all within `reach` of `near`.
+fn fit(p: &Page, near: u64, reach: u64, len: u64, align: u64) -> Option<u64> {
+    let at = (p.base + p.used + align - 1) & !(align - 1);
+    let end = at + len;
+    (end <= p.base + p.len && within(near, at, reach) && within(near, end, reach)).then_some(at)
+}
+
+/// Map a fresh page (or several, for `len` > one page) within reach of `near`.
+fn new_page_near(near: u64, reach: u64, len: u64) -> Result<Page, Reason> {
+    let page = page_size();
+    let size = (len + page - 1) / page * page;
+    let low = mmap_min_addr();
+    for _attempt in 0..8 {
+        let map = maps::read_self().map_err(|e| Reason::Protect(e.raw_os_error().unwrap_or(0)))?;
+        let Some(addr) = maps::free_near(&map, near, reach, size, page, low) else {
+            return Err(Reason::NoMemoryInReach { near, reach });
+        };
+        // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping; a
+        // fresh anonymous private mapping has no aliasing.
+        let p = unsafe {
+            libc::mmap(
+                addr as *mut libc::c_void,
+                size as usize,
+                libc::PROT_READ | libc::PROT_EXEC,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+            if errno == libc::EEXIST {
+                continue; // raced with another mapping; re-read the map
+            }
+            return Err(Reason::Protect(errno));
+        }
+        if p as u64 != addr {
+            // Old kernels ignore MAP_FIXED_NOREPLACE and treat it as a hint.
+            // SAFETY: unmapping the mapping we just created.
+            unsafe { libc::munmap(p, size as usize) };
+            continue;
+        }
+        return Ok(Page { base: addr, len: size, used: 0 });
+    }
+    Err(Reason::NoMemoryInReach { near, reach })
+}
+
+/// Copy `code` to `at` inside the page block `[base, base+len)` we mapped.
+fn write_into_page(base: u64, len: u64, at: u64, code: &[u8]) -> Result<(), Reason> {
+    let rwx = libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC;
+    // SAFETY: [base, base+len) is a mapping this module created and never unmaps.
+    let mut r = unsafe { libc::mprotect(base as *mut libc::c_void, len as usize, rwx) };
+    if r != 0 {
+        // SAFETY: as above.
+        r = unsafe {
+            libc::mprotect(base as *mut libc::c_void, len as usize, libc::PROT_READ | libc::PROT_WRITE)
+        };
+    }
+    if r != 0 {
+        return Err(Reason::Protect(std::io::Error::last_os_error().raw_os_error().unwrap_or(0)));
+    }
+    debug_assert!(at >= base && at + code.len() as u64 <= base + len);
+    // SAFETY: the destination lies inside our writable mapping (checked by
+    // the caller's fit computation), and does not overlap `code`.
+    unsafe { std::ptr::copy_nonoverlapping(code.as_ptr(), at as *mut u8, code.len()) };
+    // SAFETY: as above.
+    let r = unsafe {
+        libc::mprotect(base as *mut libc::c_void, len as usize, libc::PROT_READ | libc::PROT_EXEC)
+    };
+    if r != 0 {
+        return Err(Reason::Protect(std::io::Error::last_os_error().raw_os_error().unwrap_or(0)));
+    }
+    Ok(())
+}
+
+/// Where [`place`] would put `len` bytes near `near` right now, without
+/// mapping or writing anything (used by [`crate::probe`]).
+pub fn would_place(near: u64, reach: u64, len: u64, align: u64) -> Option<u64> {
+    let pages = PAGES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(at) = pages.iter().find_map(|p| fit(p, near, reach, len, align)) {
+        return Some(at);
+    }
+    drop(pages);
+    let map = maps::read_self().ok()?;
+    let page = page_size();
+    maps::free_near(&map, near, reach, (len + page - 1) / page * page, page, mmap_min_addr())
+}

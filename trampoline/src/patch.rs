@@ -1,0 +1,209 @@
+//! Writing a patch into live code: protection changes and the store itself.
+//!
+//! Owns: making the target's pages writable (read+write+execute, because
+//! other threads keep running code in the same pages), the store, restoring
+//! the original protection, and the instruction-cache flush.
+//!
+//! Guarantees about a thread that concurrently *enters* the function at its
+//! first patched byte (what a caller does):
+//! - patch within one aligned 8-byte word (always the case on AArch64, where
+//!   the patch is one aligned 4-byte instruction): one atomic 8-byte store;
+//!   the thread sees either the old or the new bytes.
+//! - x86-64, patch within one aligned 16-byte block: one `lock cmpxchg16b`;
+//!   same guarantee.
+//! - x86-64 otherwise: first the 2-byte `jmp .` (spins in place) is stored
+//!   atomically over the first two bytes, then the tail bytes are written,
+//!   then the first two bytes of the new jump are stored atomically; a thread
+//!   entering meanwhile spins until the patch is complete. If even the two
+//!   bytes straddle a 16-byte boundary, bytes are written tail first, head
+//!   last, and a thread entering during the write may execute a mix.
+//! A thread that is *already inside* the taken bytes (between their first
+//! and last instruction) when the patch lands is not protected by any of
+//! these; install hooks before such threads exist or accept that window.
+//!
+//! Must never: write outside `[at, at+len)` (neighbouring bytes in a merged
+//! word are written back with the values just read, under the install lock).
+
+use crate::error::Reason;
+use crate::maps;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Write `bytes` at `at` in live code with the guarantees in the module docs,
+/// then call `flush(at, len)`.
+pub fn write_code(at: u64, bytes: &[u8], flush: fn(u64, usize)) -> Result<(), Reason> {
+    let map = maps::read_self().map_err(|e| Reason::Protect(e.raw_os_error().unwrap_or(0)))?;
+    let page = crate::nearmem::page_size();
+    let first = at & !(page - 1);
+    let last = (at + bytes.len() as u64 - 1) & !(page - 1);
+    // Remember each page's protection to restore it afterwards.
+    let mut pages = Vec::new();
+    let mut p = first;
+    while p <= last {
+        let m = maps::find(&map, p).ok_or(Reason::NotMapped { addr: p })?;
+        let prot = (if m.read { libc::PROT_READ } else { 0 })
+            | (if m.write { libc::PROT_WRITE } else { 0 })
+            | (if m.exec { libc::PROT_EXEC } else { 0 });
+        pages.push((p, prot));
+        p += page;
+    }
+    for &(p, _) in &pages {
+        protect(p, page, libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC)?;
+    }
+    // SAFETY: every byte of [at, at+len) is in a page made writable above;
+    // the caller holds the install lock, so no one else patches these words.
+    unsafe { store(at, bytes) };
+    flush(at, bytes.len());
+    for &(p, prot) in &pages {
+        protect(p, page, prot)?;
+    }
+    Ok(())
+}
+
+fn protect(p: u64, len: u64, prot: i32) -> Result<(), Reason> {
+    // SAFETY: p is page-aligned and part of an existing mapping (checked via maps).
+    if unsafe { libc::mprotect(p as *mut libc::c_void, len as usize, prot) } != 0 {
+        return Err(Reason::Protect(std::io::Error::last_os_error().raw_os_error().unwrap_or(0)));
+    }
+    Ok(())
+}
+
+/// Merge `bytes` into the aligned 8-byte word containing them and store it atomically.
+///
+/// # Safety
+/// `[at, at+len)` must lie in one aligned 8-byte word of writable memory.
+unsafe fn store8(at: u64, bytes: &[u8]) {
+    let base = at & !7;
+    let off = (at - base) as usize;
+    // SAFETY: base is 8-aligned and the word is writable (caller).
+    let word = unsafe { &*(base as *const AtomicU64) };
+    let mut b = word.load(Ordering::Relaxed).to_le_bytes();
+    b[off..off + bytes.len()].copy_from_slice(bytes);
+    word.store(u64::from_le_bytes(b), Ordering::SeqCst);
+}
+
+/// Merge `bytes` into the aligned 16-byte block containing them and store it
+/// atomically with `lock cmpxchg16b`.
+///
+/// # Safety
+/// `[at, at+len)` must lie in one aligned 16-byte block of writable memory.
+#[cfg(target_arch = "x86_64")]
+unsafe fn store16(at: u64, bytes: &[u8]) {
+    let base = at & !15;
+    let off = (at - base) as usize;
+    loop {
+        // SAFETY: 16 readable bytes at a 16-aligned address (caller).
+        let old: [u8; 16] = unsafe { std::ptr::read_volatile(base as *const [u8; 16]) };
+        let mut new = old;
+        new[off..off + bytes.len()].copy_from_slice(bytes);
+        let (old_lo, old_hi) = (
+            u64::from_le_bytes(old[..8].try_into().unwrap()),
+            u64::from_le_bytes(old[8..].try_into().unwrap()),
+        );
+        let (new_lo, new_hi) = (
+            u64::from_le_bytes(new[..8].try_into().unwrap()),
+            u64::from_le_bytes(new[8..].try_into().unwrap()),
+        );
+        let ok: u8;
+        // SAFETY: cmpxchg16b on a 16-aligned writable address; rbx is
+        // saved/restored around the instruction because LLVM reserves it.
+        unsafe {
+            std::arch::asm!(
+                "xchg {tmp}, rbx",
+                "lock cmpxchg16b xmmword ptr [{p}]",
+                "sete {ok}",
+                "xchg {tmp}, rbx",
+                p = in(reg) base,
+                tmp = inout(reg) new_lo => _,
+                ok = out(reg_byte) ok,
+                inout("rax") old_lo => _,
+                inout("rdx") old_hi => _,
+                in("rcx") new_hi,
+                options(nostack),
+            );
+        }
+        if ok != 0 {
+            return;
+        }
+    }
+}
+
+/// Store `bytes` at `at` as atomically as the layout allows (module docs).
+///
+/// # Safety
+/// `[at, at+len)` must be writable and not concurrently written by others.
+unsafe fn store(at: u64, bytes: &[u8]) {
+    let len = bytes.len() as u64;
+    if (at & 7) + len <= 8 {
+        // SAFETY: fits in one aligned word (checked).
+        return unsafe { store8(at, bytes) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        if (at & 15) + len <= 16 {
+            // SAFETY: fits in one aligned 16-byte block (checked).
+            return unsafe { store16(at, bytes) };
+        }
+        const SPIN: [u8; 2] = [0xeb, 0xfe]; // jmp . (to itself)
+        let head_atomic = |b: &[u8]| {
+            if (at & 7) + 2 <= 8 {
+                // SAFETY: 2 bytes within one aligned word (checked).
+                unsafe { store8(at, b) };
+                true
+            } else if (at & 15) + 2 <= 16 {
+                // SAFETY: 2 bytes within one aligned 16-byte block (checked).
+                unsafe { store16(at, b) };
+                true
+            } else {
+                false
+            }
+        };
+        if len >= 2 && head_atomic(&SPIN) {
+            // SAFETY: writable (caller); entering threads spin on the head.
+            unsafe { write_plain(at + 2, &bytes[2..]) };
+            head_atomic(&bytes[..2]);
+            return;
+        }
+    }
+    // Last resort: tail first, head last.
+    // SAFETY: writable (caller).
+    unsafe {
+        write_plain(at + 1, &bytes[1..]);
+        write_plain(at, &bytes[..1]);
+    }
+}
+
+/// # Safety
+/// `[at, at+len)` must be writable.
+unsafe fn write_plain(at: u64, bytes: &[u8]) {
+    for (i, b) in bytes.iter().enumerate() {
+        // SAFETY: in range (caller); volatile so the order is kept.
+        unsafe { std::ptr::write_volatile((at + i as u64) as *mut u8, *b) };
+    }
+    std::sync::atomic::fence(Ordering::SeqCst);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every layout path writes exactly the requested bytes and nothing else.
+    #[test]
+    fn store_writes_exactly_the_bytes() {
+        #[repr(align(64))]
+        struct Buf([u8; 64]);
+        for off in 0..40u64 {
+            for len in 1..=14usize {
+                let mut b = Buf([0xcc; 64]);
+                let base = b.0.as_mut_ptr() as u64;
+                let new: Vec<u8> = (0..len as u8).map(|i| i + 1).collect();
+                // SAFETY: writing inside our own buffer.
+                unsafe { store(base + off, &new) };
+                for (i, &x) in b.0.iter().enumerate() {
+                    let i = i as u64;
+                    let want = if i >= off && i < off + len as u64 { new[(i - off) as usize] } else { 0xcc };
+                    assert_eq!(x, want, "off {off} len {len} byte {i}");
+                }
+            }
+        }
+    }
+}

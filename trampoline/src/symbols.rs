@@ -1,0 +1,205 @@
+//! Finding a function in the running process: its address and size.
+//!
+//! Owns: `dlsym`/`dlvsym` lookups (first definition in the process, or in a
+//! named library that is already loaded), the symbol size via `dladdr1`
+//! (`RTLD_DL_SYMENT`), and the fallback to the ELF `.symtab`/`.dynsym` of
+//! the loaded objects' files (object crate) for names `dlsym` cannot see
+//! and for sizes of implementations chosen by IFUNC resolvers.
+//!
+//! Must never: load a library (lookups use `RTLD_NOLOAD`), or be called from
+//! a signal handler or a hook (it allocates, reads files, takes loader locks).
+
+use crate::error::LookupError;
+use object::{Object, ObjectSymbol};
+use std::ffi::{c_void, CStr, CString};
+
+/// A function in the process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Symbol {
+    /// Name as looked up (may be empty for a bare address).
+    pub name: String,
+    /// Run-time address of the first instruction.
+    pub addr: u64,
+    /// Size from the symbol table, when known.
+    pub size: Option<u64>,
+}
+
+impl Symbol {
+    /// A function known only by its address (no name, size unknown).
+    pub fn at(addr: u64) -> Symbol {
+        Symbol { name: String::new(), addr, size: None }
+    }
+}
+
+const RTLD_DL_SYMENT: libc::c_int = 1;
+
+/// Find function `name` in library `lib` (a soname or path of a loaded
+/// object, e.g. "libc.so.6"), or the first definition in the process when
+/// `lib` is `None`.
+pub fn find_function(name: &str, lib: Option<&str>) -> Result<Symbol, LookupError> {
+    lookup(name, None, lib)
+}
+
+/// As [`find_function`] for a versioned symbol, e.g.
+/// `find_function_versioned("pthread_create", "GLIBC_2.2.5", None)`.
+pub fn find_function_versioned(name: &str, version: &str, lib: Option<&str>) -> Result<Symbol, LookupError> {
+    lookup(name, Some(version), lib)
+}
+
+fn lookup(name: &str, version: Option<&str>, lib: Option<&str>) -> Result<Symbol, LookupError> {
+    let not_found = || LookupError::NotFound {
+        name: name.to_string(),
+        version: version.map(str::to_string),
+        lib: lib.map(str::to_string),
+    };
+    let cname = CString::new(name).map_err(|_| LookupError::BadName { name: name.into() })?;
+    let cver = match version {
+        Some(v) => Some(CString::new(v).map_err(|_| LookupError::BadName { name: v.into() })?),
+        None => None,
+    };
+    let handle = match lib {
+        None => libc::RTLD_DEFAULT,
+        Some(l) => {
+            let cl = CString::new(l).map_err(|_| LookupError::BadName { name: l.into() })?;
+            // SAFETY: RTLD_NOLOAD never loads; it only returns a handle to an
+            // object already present (and takes a reference, released below).
+            let h = unsafe { libc::dlopen(cl.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+            if h.is_null() {
+                // Perhaps the object is loaded under a path whose tail is `l`.
+                return elf_fallback(name, version, lib).ok_or(LookupError::LibraryNotLoaded { lib: l.into() });
+            }
+            h
+        }
+    };
+    // SAFETY: handle is RTLD_DEFAULT or a live handle; names are NUL-terminated.
+    let p = unsafe {
+        match &cver {
+            Some(v) => libc::dlvsym(handle, cname.as_ptr(), v.as_ptr()),
+            None => libc::dlsym(handle, cname.as_ptr()),
+        }
+    };
+    if handle != libc::RTLD_DEFAULT {
+        // SAFETY: balances the RTLD_NOLOAD dlopen above.
+        unsafe { libc::dlclose(handle) };
+    }
+    if p.is_null() {
+        return elf_fallback(name, version, lib).ok_or_else(not_found);
+    }
+    let addr = p as u64;
+    Ok(Symbol { name: name.to_string(), addr, size: size_of_function_at(addr) })
+}
+
+/// Size of the function starting exactly at `addr`: from the dynamic symbol
+/// `dladdr1` finds, else from the object's file symbol tables.
+pub fn size_of_function_at(addr: u64) -> Option<u64> {
+    // SAFETY: Dl_info is plain data; dladdr1 fills it (and `sym`) or returns 0.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    let mut sym: *mut c_void = std::ptr::null_mut();
+    // SAFETY: valid out-pointers; RTLD_DL_SYMENT makes `sym` an ElfW(Sym)*.
+    let ok = unsafe { libc::dladdr1(addr as *const c_void, &mut info, &mut sym, RTLD_DL_SYMENT) };
+    if ok == 0 {
+        return None;
+    }
+    if !sym.is_null() && info.dli_saddr as u64 == addr {
+        // SAFETY: glibc returns a pointer into the object's mapped .dynsym.
+        let s = unsafe { &*(sym as *const libc::Elf64_Sym) };
+        if s.st_size > 0 {
+            return Some(s.st_size);
+        }
+    }
+    if info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dli_fname is a NUL-terminated string owned by the loader.
+    let path = unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned();
+    let bias = info.dli_fbase as u64;
+    let path = if path.is_empty() { "/proc/self/exe".to_string() } else { path };
+    file_symbol_size(&path, bias, addr)
+}
+
+/// Sizes from the ELF file's symbol tables: the function symbol whose
+/// run-time address (`bias` + value, `bias` = 0 for ET_EXEC) is `addr`.
+fn file_symbol_size(path: &str, base: u64, addr: u64) -> Option<u64> {
+    let data = std::fs::read(path).ok()?;
+    let file = object::File::parse(&*data).ok()?;
+    let bias = load_bias(&file, base);
+    file.symbols()
+        .chain(file.dynamic_symbols())
+        .find(|s| s.kind() == object::SymbolKind::Text && s.address().wrapping_add(bias) == addr && s.size() > 0)
+        .map(|s| s.size())
+}
+
+/// `dli_fbase`/`dlpi_addr` is the load address of the first segment for
+/// shared objects; convert it into the bias added to symbol values.
+fn load_bias(file: &object::File, base: u64) -> u64 {
+    if file.kind() == object::ObjectKind::Executable {
+        0
+    } else {
+        // For ET_DYN the lowest segment has vaddr 0 in practice; subtract it anyway.
+        use object::ObjectSegment;
+        let min = file.segments().map(|s| s.address()).min().unwrap_or(0);
+        base.wrapping_sub(min & !0xfff)
+    }
+}
+
+/// Search the symbol tables of every loaded object (in load order) for
+/// `name`; with `version`, only the dynamic symbol table of objects whose
+/// version matches is not checked (object does not expose versions), so a
+/// versioned lookup only succeeds here for unversioned definitions.
+fn elf_fallback(name: &str, version: Option<&str>, lib: Option<&str>) -> Option<Symbol> {
+    if version.is_some() {
+        return None;
+    }
+    for (path, base) in loaded_objects() {
+        if let Some(l) = lib {
+            let tail_matches = path == l || path.ends_with(&format!("/{l}"));
+            if !tail_matches {
+                continue;
+            }
+        }
+        let file_path = if path.is_empty() { "/proc/self/exe".to_string() } else { path.clone() };
+        let Ok(data) = std::fs::read(&file_path) else { continue };
+        let Ok(file) = object::File::parse(&*data) else { continue };
+        let bias = load_bias(&file, base);
+        let hit = file
+            .symbols()
+            .chain(file.dynamic_symbols())
+            .find(|s| s.kind() == object::SymbolKind::Text && s.is_definition() && s.name() == Ok(name));
+        if let Some(s) = hit {
+            let size = (s.size() > 0).then_some(s.size());
+            return Some(Symbol { name: name.to_string(), addr: s.address().wrapping_add(bias), size });
+        }
+    }
+    None
+}
+
+/// (path, load address) of every object in the process, main program first
+/// (its path is empty).
+pub fn loaded_objects() -> Vec<(String, u64)> {
+    unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> libc::c_int {
+        // SAFETY: dl_iterate_phdr passes a valid info and our Vec pointer.
+        let (info, out) = unsafe { (&*info, &mut *(data as *mut Vec<(String, u64)>)) };
+        let name = if info.dlpi_name.is_null() {
+            String::new()
+        } else {
+            // SAFETY: NUL-terminated string owned by the loader.
+            unsafe { CStr::from_ptr(info.dlpi_name) }.to_string_lossy().into_owned()
+        };
+        // dlpi_addr is the bias; report the load address of the lowest PT_LOAD.
+        let mut min_vaddr = u64::MAX;
+        for i in 0..info.dlpi_phnum as usize {
+            // SAFETY: dlpi_phdr points to dlpi_phnum program headers.
+            let ph = unsafe { &*info.dlpi_phdr.add(i) };
+            if ph.p_type == libc::PT_LOAD {
+                min_vaddr = min_vaddr.min(ph.p_vaddr);
+            }
+        }
+        let base = if min_vaddr == u64::MAX { info.dlpi_addr } else { info.dlpi_addr + (min_vaddr & !0xfff) };
+        out.push((name, base));
+        0
+    }
+    let mut out: Vec<(String, u64)> = Vec::new();
+    // SAFETY: the callback only writes into `out`, which outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(cb), &mut out as *mut _ as *mut c_void) };
+    out
+}

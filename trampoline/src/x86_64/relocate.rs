@@ -1,0 +1,138 @@
+//! The trampoline bytes: taken instructions moved to another address.
+//!
+//! Owns: one rewrite per class (see [`Class`]):
+//!
+//! | original           | target in rel32 reach   | out of reach                                        |
+//! |--------------------|-------------------------|-----------------------------------------------------|
+//! | plain              | copied                  | copied                                              |
+//! | RIP-relative op    | disp32 recomputed       | refused (`OutOfReach`)                              |
+//! | `jmp rel8/rel32`   | `jmp rel32`             | `jmp [rip+0]; .quad T`                              |
+//! | `jcc rel8/rel32`   | `jcc rel32`             | `j!cc +14; jmp [rip+0]; .quad T`                    |
+//! | `call rel32`       | `call rel32`            | `call [rip+2]; jmp +8; .quad T`                     |
+//! | `loop`/`jrcxz`...  | only to a taken insn    | refused (`Unrelocatable`)                           |
+//!
+//! Branches to a taken instruction go to its copy (always rel32). The
+//! trampoline starts with the kept `endbr64` (if any) and ends with a jump
+//! back to the first byte after the taken ones.
+//!
+//! Must never: touch process memory.
+
+use super::class::Class;
+use super::plan::taken;
+use super::{abs_jmp, rel32};
+use crate::arch::Plan;
+use crate::error::Reason;
+
+/// Append a jump from `out`'s end (at `tramp + out.len()`) to `to`.
+pub(crate) fn emit_jmp(out: &mut Vec<u8>, tramp: u64, to: u64) {
+    let here = tramp.wrapping_add(out.len() as u64);
+    match rel32(here.wrapping_add(5), to) {
+        Some(r) => {
+            out.push(0xe9);
+            out.extend(r.to_le_bytes());
+        }
+        None => out.extend(abs_jmp(to)),
+    }
+}
+
+/// A rel32/rel8 field to fill once every copy's position is known.
+struct Fixup {
+    /// Position of the field in `out`.
+    at: usize,
+    /// Width of the field (1 or 4).
+    width: usize,
+    /// End of the instruction in `out` (the base of the displacement).
+    next: usize,
+    /// Original address of the taken instruction branched to.
+    target: u64,
+    /// Original address of the branch (for errors).
+    from: u64,
+}
+
+pub(crate) fn relocate(code: &[u8], addr: u64, plan: &Plan, tramp: u64) -> Result<Vec<u8>, Reason> {
+    let insns = taken(code, addr, plan)?;
+    let start = addr.wrapping_add(plan.keep as u64);
+    let inside = |t: u64| t.wrapping_sub(start) < plan.taken as u64;
+    let mut out = Vec::with_capacity(64);
+    out.extend_from_slice(&code[..plan.keep]);
+    let mut copies: Vec<(u64, usize)> = Vec::with_capacity(insns.len());
+    let mut fixups: Vec<Fixup> = Vec::new();
+    for insn in &insns {
+        let class = insn.class.clone()?;
+        let bytes = &code[insn.off..insn.off + insn.len()];
+        let here = tramp.wrapping_add(out.len() as u64);
+        copies.push((insn.ip(), out.len()));
+        let from = insn.ip();
+        match class {
+            Class::Plain => out.extend_from_slice(bytes),
+            Class::RipRel { disp_off, target } => {
+                let next = here.wrapping_add(bytes.len() as u64);
+                let disp = rel32(next, target).ok_or(Reason::OutOfReach { at: from, target })?;
+                let at = out.len() + disp_off;
+                out.extend_from_slice(bytes);
+                out[at..at + 4].copy_from_slice(&disp.to_le_bytes());
+            }
+            Class::Jmp { target } if inside(target) => {
+                out.push(0xe9);
+                fixups.push(Fixup { at: out.len(), width: 4, next: out.len() + 4, target, from });
+                out.extend([0; 4]);
+            }
+            Class::Jmp { target } => emit_jmp(&mut out, tramp, target),
+            Class::Jcc { cc, target } => {
+                if inside(target) {
+                    out.extend([0x0f, 0x80 | cc]);
+                    fixups.push(Fixup { at: out.len(), width: 4, next: out.len() + 4, target, from });
+                    out.extend([0; 4]);
+                } else if let Some(r) = rel32(here.wrapping_add(6), target) {
+                    out.extend([0x0f, 0x80 | cc]);
+                    out.extend(r.to_le_bytes());
+                } else {
+                    // Inverted condition skips the 14-byte absolute jump.
+                    out.extend([0x70 | (cc ^ 1), 14]);
+                    out.extend(abs_jmp(target));
+                }
+            }
+            Class::Call { target } => {
+                if inside(target) {
+                    out.push(0xe8);
+                    fixups.push(Fixup { at: out.len(), width: 4, next: out.len() + 4, target, from });
+                    out.extend([0; 4]);
+                } else if let Some(r) = rel32(here.wrapping_add(5), target) {
+                    out.push(0xe8);
+                    out.extend(r.to_le_bytes());
+                } else {
+                    // call [rip+2]; jmp +8; .quad target
+                    out.extend([0xff, 0x15, 2, 0, 0, 0, 0xeb, 8]);
+                    out.extend(target.to_le_bytes());
+                }
+            }
+            Class::Rel8Only { target } => {
+                if !inside(target) {
+                    let m = format!("{:?}", insn.ins.mnemonic()).to_lowercase();
+                    return Err(Reason::Unrelocatable { at: from, what: format!("{m} to outside the taken bytes") });
+                }
+                out.extend_from_slice(bytes);
+                let at = out.len() - 1;
+                fixups.push(Fixup { at, width: 1, next: out.len(), target, from });
+            }
+        }
+    }
+    emit_jmp(&mut out, tramp, start.wrapping_add(plan.taken as u64));
+    for f in fixups {
+        let to = copies.iter().find(|c| c.0 == f.target).map(|c| c.1).ok_or(Reason::Unrelocatable {
+            at: f.from,
+            what: "branch into the middle of a taken instruction".into(),
+        })?;
+        let rel = to as i64 - f.next as i64;
+        if f.width == 4 {
+            out[f.at..f.at + 4].copy_from_slice(&(rel as i32).to_le_bytes());
+        } else {
+            let r = i8::try_from(rel).map_err(|_| Reason::Unrelocatable {
+                at: f.from,
+                what: "rel8 branch between taken instructions out of reach after widening".into(),
+            })?;
+            out[f.at] = r as u8;
+        }
+    }
+    Ok(out)
+}
