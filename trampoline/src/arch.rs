@@ -41,11 +41,16 @@ pub struct Plan {
     pub patch_len: usize,
 }
 
+/// Bytes after a function of known size that callers pass along in `code`.
+pub const PADDING_READ: usize = 16;
+
 /// One architecture: decode, plan, relocate, verify and emit. All pure.
 ///
 /// `code` always starts at the function's first byte (`addr`) and holds the
-/// whole function when its size is known (`func_size`), otherwise as many
-/// bytes as are mapped, up to [`Arch::MAX_READ`].
+/// whole function when its size is known (`func_size`) plus up to
+/// [`PADDING_READ`] following bytes when they exist (alignment padding an
+/// architecture may use for very short functions), otherwise as many bytes
+/// as are mapped, up to [`Arch::MAX_READ`].
 pub trait Arch {
     /// Human name, e.g. "x86-64".
     const NAME: &'static str;

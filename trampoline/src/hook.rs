@@ -71,7 +71,10 @@ fn err(sym: &Symbol, reason: Reason) -> HookError {
 fn read_code<A: Arch>(sym: &Symbol) -> Result<Vec<u8>, Reason> {
     let map = maps::read_self().map_err(|e| Reason::Protect(e.raw_os_error().unwrap_or(0)))?;
     let m = maps::find(&map, sym.addr).filter(|m| m.read && m.exec).ok_or(Reason::NotMapped { addr: sym.addr })?;
-    let want = sym.size.unwrap_or(A::MAX_READ as u64).max(1);
+    let want = match sym.size {
+        Some(s) => s + crate::arch::PADDING_READ as u64,
+        None => A::MAX_READ as u64,
+    };
     let len = want.min(m.end - sym.addr) as usize;
     // SAFETY: [addr, addr+len) lies in a readable mapping (checked above).
     Ok(unsafe { std::slice::from_raw_parts(sym.addr as *const u8, len) }.to_vec())

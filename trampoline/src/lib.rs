@@ -46,6 +46,7 @@ mod hook;
 pub mod maps;
 mod nearmem;
 mod patch;
+pub mod survey;
 mod symbols;
 pub mod x86_64;
 

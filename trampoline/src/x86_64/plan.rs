@@ -22,12 +22,24 @@ pub(crate) fn taken(code: &[u8], addr: u64, plan: &Plan) -> Result<Vec<Insn>, Re
     Ok(out)
 }
 
-pub(crate) fn plan(code: &[u8], addr: u64, func_size: Option<u64>, patch_len: usize) -> Result<Plan, Reason> {
+pub(crate) fn plan(full: &[u8], addr: u64, func_size: Option<u64>, patch_len: usize) -> Result<Plan, Reason> {
     let limit = match func_size {
-        Some(s) => code.len().min(usize::try_from(s).unwrap_or(usize::MAX)),
-        None => code.len(),
+        Some(s) => full.len().min(usize::try_from(s).unwrap_or(usize::MAX)),
+        None => full.len(),
     };
-    let code = &code[..limit];
+    // Alignment padding after a function of known size (nops or int3 up to
+    // the next 16-byte boundary) may be taken when the function itself is
+    // too short, provided its last instruction ends the flow: those bytes
+    // are never executed and belong to no function.
+    let pad_end = match func_size {
+        Some(_) => {
+            let end = addr.wrapping_add(limit as u64);
+            let boundary = (end.wrapping_add(15) & !15).wrapping_sub(addr) as usize;
+            boundary.min(full.len())
+        }
+        None => limit,
+    };
+    let code = &full[..limit];
     let keep = if code.starts_with(&ENDBR64) { ENDBR64.len() } else { 0 };
     let start = addr.wrapping_add(keep as u64);
     let mut insns: Vec<Insn> = Vec::new();
@@ -35,7 +47,15 @@ pub(crate) fn plan(code: &[u8], addr: u64, func_size: Option<u64>, patch_len: us
     while off - keep < patch_len {
         let have = off - keep;
         if off >= code.len() {
-            return Err(Reason::TooShort { need: patch_len, have });
+            let flow_ended = insns.last().is_some_and(|i| ends_flow(&i.ins));
+            match decode_at(&full[..pad_end], addr, off) {
+                Some(pad) if flow_ended && is_padding(&pad.ins) => {
+                    off += pad.len();
+                    insns.push(pad);
+                    continue;
+                }
+                _ => return Err(Reason::TooShort { need: patch_len, have }),
+            }
         }
         let Some(insn) = decode_at(code, addr, off) else {
             // Cut short by the end of the function/readable bytes, or garbage.
@@ -91,6 +111,11 @@ pub(crate) fn plan(code: &[u8], addr: u64, func_size: Option<u64>, patch_len: us
         back_jump_scan(code, addr, off, start, end)?;
     }
     Ok(Plan { keep, taken, instructions: insns.len(), patch_len })
+}
+
+/// A filler instruction compilers put between functions.
+fn is_padding(ins: &iced_x86::Instruction) -> bool {
+    ins.mnemonic() == iced_x86::Mnemonic::Nop || ins.code() == iced_x86::Code::Int3
 }
 
 /// True when the bytes at `off` are a valid instruction prefix that was only
