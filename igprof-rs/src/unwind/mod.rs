@@ -26,6 +26,11 @@
 //!   cache and framehop scratch space). One per thread; it is `!Sync`/`!Send`
 //!   and must only be used by the thread that owns it.
 //!
+//! Anywhere (async-signal-safe): [`module_of`]`(pc)` gives the object that
+//! contains `pc` in the current table (path, load bias, text range), e.g.
+//! to write `F=(object)+offset` in a dump. Tables are never freed, so the
+//! path of an object that was unloaded since stays valid in older tables.
+//!
 //! In signal context or in a hook (async-signal-safe, no allocation, no lock):
 //!
 //! * [`ThreadUnwinder::trace_from_ucontext`]`(uc, &bounds, &mut out)` — for a
@@ -74,7 +79,38 @@
 //! rare, so this is bounded in practice. framehop's own per-module objects
 //! are built with the crate's global allocator at refresh time (outside
 //! signal context) and are leaked with their table.
+//!
+//! dlclose: the table lists an object until the `refresh()` after its
+//! `dlclose`. A walk on another thread that meets an address of that object
+//! in this window (only a corrupt stack or a program that unloads code
+//! another thread still runs can) would read its unmapped unwind data.
+//! Calling `refresh()` right after the real `dlclose` returns keeps the
+//! window to that refresh.
+//!
+//! Architectures: x86-64 (`x86_64.rs`). The walk loop, cache, module table
+//! and stack bounds are architecture-neutral; an architecture supplies the
+//! registers, the signal frame layout and the descriptor derivation.
 
+mod descriptor;
+mod mem;
+mod modules;
+mod stack;
+mod walk;
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests;
+
+#[cfg(target_arch = "x86_64")]
+#[path = "x86_64.rs"]
+mod arch;
+
+pub use mem::MapError;
+pub use modules::{module_of, refresh, ModuleInfo, RefreshError};
+pub use stack::{StackBounds, StackBoundsError};
+pub use walk::{CacheStats, ThreadUnwinder};
+
+/// Default depth limit: the output buffer size the runtime should use when
+/// the user does not choose one.
 pub const DEFAULT_MAX_DEPTH: usize = 512;
 
 /// The result of one stack walk: how many entries of the output buffer are
@@ -121,4 +157,7 @@ pub enum BrokenFrame {
     NoProgress { sp: usize, new_sp: usize },
     /// framehop could not unwind the frame at `pc`.
     Unwinder { pc: usize },
+    /// `pc` lies in no loaded object (JIT code or a corrupt return
+    /// address): it is the last entry of the trace.
+    NotInAnyObject { pc: usize },
 }

@@ -1,0 +1,157 @@
+//! Memory for the unwinder that is not the program's heap: anonymous,
+//! zero-filled `mmap` regions.
+//!
+//! Owns: mapping and unmapping such regions. Never calls malloc. Mapping is
+//! done outside signal context (module table refresh, thread start); the
+//! regions are read from signal context.
+
+use core::ptr::NonNull;
+
+/// Types that are valid when every byte is zero (what `mmap` hands out).
+///
+/// # Safety
+/// Implementors must be plain data for which the all-zero bit pattern is a
+/// valid value, with no drop glue that matters.
+pub(crate) unsafe trait Zeroable {}
+
+unsafe impl Zeroable for u8 {}
+
+/// Why an anonymous mapping failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MapError {
+    /// `mmap` of `bytes` bytes failed with `errno`.
+    Mmap { bytes: usize, errno: i32 },
+}
+
+impl core::fmt::Display for MapError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            MapError::Mmap { bytes, errno } => write!(
+                f,
+                "unwinder: mmap of {bytes} bytes failed (errno {errno}); the process is out of address space or memory"
+            ),
+        }
+    }
+}
+
+/// An owned, zero-initialised array of `len` values of `T` in its own mapping.
+pub(crate) struct MmapSlice<T: Zeroable> {
+    ptr: NonNull<T>,
+    len: usize,
+}
+
+impl<T: Zeroable> MmapSlice<T> {
+    /// Map a zeroed array of `len` elements (`len` may be 0: nothing mapped).
+    pub(crate) fn zeroed(len: usize) -> Result<Self, MapError> {
+        let bytes = len
+            .checked_mul(core::mem::size_of::<T>())
+            .ok_or(MapError::Mmap {
+                bytes: usize::MAX,
+                errno: libc::ENOMEM,
+            })?;
+        if bytes == 0 {
+            return Ok(Self {
+                ptr: NonNull::dangling(),
+                len: 0,
+            });
+        }
+        // SAFETY: anonymous private mapping with no address hint; the kernel
+        // returns fresh zeroed pages or MAP_FAILED, which is checked.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(MapError::Mmap {
+                bytes,
+                errno: errno(),
+            });
+        }
+        debug_assert!(p as usize % core::mem::align_of::<T>() == 0);
+        // mmap never returns null on success with a null hint.
+        Ok(Self {
+            ptr: NonNull::new(p.cast()).expect("mmap returned null"),
+            len,
+        })
+    }
+
+    pub(crate) fn as_slice(&self) -> &[T] {
+        // SAFETY: ptr points to `len` zero-initialised (hence valid, by
+        // `Zeroable`) elements owned by self, or len is 0.
+        unsafe { core::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [T] {
+        // SAFETY: as in as_slice, and &mut self gives exclusive access.
+        unsafe { core::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// Give up ownership: the mapping stays for the life of the process.
+    pub(crate) fn leak(self) -> &'static mut [T] {
+        let s = core::mem::ManuallyDrop::new(self);
+        // SAFETY: the mapping is never unmapped after this (no Drop runs),
+        // so the slice is valid for 'static.
+        unsafe { core::slice::from_raw_parts_mut(s.ptr.as_ptr(), s.len) }
+    }
+}
+
+impl<T: Zeroable> Drop for MmapSlice<T> {
+    fn drop(&mut self) {
+        if self.len != 0 {
+            // SAFETY: the region was mapped by `zeroed` with this size and is
+            // owned exclusively by self.
+            unsafe {
+                libc::munmap(
+                    self.ptr.as_ptr().cast(),
+                    self.len * core::mem::size_of::<T>(),
+                );
+            }
+        }
+    }
+}
+
+pub(crate) fn errno() -> i32 {
+    // SAFETY: __errno_location always returns the calling thread's errno slot.
+    unsafe { *libc::__errno_location() }
+}
+
+/// Move `value` into its own mapping and never unmap it: for module tables,
+/// which a signal handler on another thread may read at any time after they
+/// are published, so they can never be safely freed.
+pub(crate) fn leak_in_mmap<T>(value: T) -> Result<&'static T, MapError> {
+    let bytes = core::mem::size_of::<T>().max(1);
+    assert!(
+        core::mem::align_of::<T>() <= 4096,
+        "page alignment suffices"
+    );
+    // SAFETY: fresh anonymous mapping, checked for failure below.
+    let p = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(MapError::Mmap {
+            bytes,
+            errno: errno(),
+        });
+    }
+    let p = p.cast::<T>();
+    // SAFETY: p is page aligned (>= align_of::<T>()), writable and large
+    // enough for a T; it is never unmapped, so the reference is 'static.
+    unsafe {
+        p.write(value);
+        Ok(&*p)
+    }
+}

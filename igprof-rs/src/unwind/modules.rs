@@ -1,0 +1,399 @@
+//! The module table: which objects are mapped where, and where their unwind
+//! information (`.eh_frame_hdr`, `.eh_frame`) lives in memory.
+//!
+//! Owns: building the table with `dl_iterate_phdr` (outside signal context
+//! only: `refresh` takes a mutex and lets glibc take its loader lock), and
+//! publishing it through an `AtomicPtr` that signal handlers load.
+//! Tables are never freed once published (a handler on another thread may be
+//! reading one); see the leak policy in `unwind/mod.rs`. The table's arrays
+//! live in `mmap`ed memory; framehop's per-module objects are made by the
+//! crate's global allocator here, at refresh time, never during a walk.
+
+use core::ops::Deref;
+use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use std::sync::Mutex;
+
+use framehop::{ExplicitModuleSectionInfo, MustNotAllocateDuringUnwind, Unwinder};
+
+use super::mem::{leak_in_mmap, MapError, MmapSlice, Zeroable};
+
+/// framehop's unwinder for the host architecture, reading unwind sections in
+/// place from the mapped images.
+pub(crate) type Framehop = framehop::UnwinderNative<SectionBytes, MustNotAllocateDuringUnwind>;
+
+/// A byte range of a mapped image (`.eh_frame`, `.eh_frame_hdr`), read in
+/// place by framehop.
+#[derive(Clone, Copy)]
+pub(crate) struct SectionBytes {
+    ptr: *const u8,
+    len: usize,
+}
+
+impl Default for SectionBytes {
+    fn default() -> Self {
+        SectionBytes {
+            ptr: core::ptr::NonNull::<u8>::dangling().as_ptr(),
+            len: 0,
+        }
+    }
+}
+
+impl Deref for SectionBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: ptr..ptr+len lies in a PT_LOAD segment of a loaded object
+        // (checked when the table was built); it stays mapped while the
+        // object is loaded. See "dlclose" in unwind/mod.rs for the window
+        // after an unload.
+        unsafe { core::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+/// One loaded object.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub(crate) struct ModuleEntry {
+    /// Lowest..highest address of the executable PT_LOAD segments.
+    pub text: (usize, usize),
+    /// Load bias (`dlpi_addr`): runtime address minus file address.
+    pub base: usize,
+    /// `.eh_frame_hdr` (from PT_GNU_EH_FRAME), or (0, 0).
+    pub eh_frame_hdr: (usize, usize),
+    /// `.eh_frame`: its start (from the header) to the end of its segment.
+    pub eh_frame: (usize, usize),
+    /// Offset and length of the path in the table's name bytes.
+    name: (usize, usize),
+}
+
+// SAFETY: plain integers; all-zero is a valid (empty) entry.
+unsafe impl Zeroable for ModuleEntry {}
+
+/// A published snapshot of the loaded objects.
+pub(crate) struct ModuleTable {
+    /// Increases with every refresh; descriptor caches are tagged with it.
+    pub(crate) generation: u32,
+    /// Sorted by `text.0`.
+    modules: &'static [ModuleEntry],
+    names: &'static [u8],
+    /// Text range of the object that contains this unwinder (libigprof.so,
+    /// or the test binary): frames there are the profiler's own.
+    pub(crate) self_text: (usize, usize),
+    pub(crate) framehop: Framehop,
+}
+
+/// What is known about the object containing an address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModuleInfo {
+    /// Path as the dynamic loader knows it (the executable's is read from
+    /// /proc/self/exe; the vDSO's is `linux-vdso.so.1`).
+    pub path: &'static [u8],
+    /// Load bias: subtract from an address to get the file's address.
+    pub base: usize,
+    /// The executable address range.
+    pub text: (usize, usize),
+}
+
+/// Why the module table could not be rebuilt. The previous table (if any)
+/// stays in use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RefreshError {
+    /// Memory for the table could not be mapped.
+    Map(MapError),
+    /// Objects kept being loaded or unloaded while the table was built.
+    KeptChanging { attempts: u32 },
+}
+
+impl core::fmt::Display for RefreshError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            RefreshError::Map(e) => e.fmt(f),
+            RefreshError::KeptChanging { attempts } => write!(
+                f,
+                "unwinder: the set of loaded objects changed during {attempts} attempts to list them; the old module table stays in use"
+            ),
+        }
+    }
+}
+
+static TABLE: AtomicPtr<ModuleTable> = AtomicPtr::new(core::ptr::null_mut());
+static GENERATION: AtomicU32 = AtomicU32::new(0);
+static REFRESH: Mutex<()> = Mutex::new(());
+
+/// The current table, if `refresh` has run. Async-signal-safe.
+#[inline]
+pub(crate) fn current() -> Option<&'static ModuleTable> {
+    let p = TABLE.load(Ordering::Acquire);
+    // SAFETY: published tables are fully initialised before the Release
+    // store in `refresh` and are never freed.
+    unsafe { p.as_ref() }
+}
+
+/// Rebuild the module table from `dl_iterate_phdr` and publish it.
+/// Outside signal context only. See `unwind/mod.rs`.
+pub fn refresh() -> Result<(), RefreshError> {
+    let _guard = REFRESH.lock().unwrap_or_else(|e| e.into_inner());
+    const ATTEMPTS: u32 = 4;
+    for _ in 0..ATTEMPTS {
+        let (count, name_bytes) = count_objects();
+        // Room for the executable's path from /proc/self/exe.
+        let mut entries = MmapSlice::<ModuleEntry>::zeroed(count).map_err(RefreshError::Map)?;
+        let mut names = MmapSlice::<u8>::zeroed(name_bytes + libc::PATH_MAX as usize)
+            .map_err(RefreshError::Map)?;
+        let mut fill = Fill {
+            entries: entries.as_mut_slice(),
+            names: names.as_mut_slice(),
+            n: 0,
+            name_used: 0,
+            overflow: false,
+        };
+        // SAFETY: the callback only touches `fill` through the data pointer,
+        // which outlives the call.
+        unsafe { libc::dl_iterate_phdr(Some(fill_one), (&mut fill as *mut Fill).cast()) };
+        if fill.overflow || fill.n != count {
+            continue;
+        }
+        let modules = entries.leak();
+        modules.sort_unstable_by_key(|m| m.text.0);
+        let names = names.leak();
+        let generation = GENERATION.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        let mut framehop = Framehop::new();
+        for m in modules.iter() {
+            if let Some(fm) = framehop_module(m) {
+                framehop.add_module(fm);
+            }
+        }
+        let self_addr = refresh as *const () as usize;
+        let self_text = modules
+            .iter()
+            .find(|m| m.text.0 <= self_addr && self_addr < m.text.1)
+            .map_or((0, 0), |m| m.text);
+        let table = leak_in_mmap(ModuleTable {
+            generation,
+            modules,
+            names,
+            self_text,
+            framehop,
+        })
+        .map_err(RefreshError::Map)?;
+        TABLE.store(
+            table as *const ModuleTable as *mut ModuleTable,
+            Ordering::Release,
+        );
+        return Ok(());
+    }
+    Err(RefreshError::KeptChanging { attempts: ATTEMPTS })
+}
+
+impl ModuleTable {
+    /// The object whose executable range contains `pc`. Async-signal-safe.
+    pub(crate) fn find(&self, pc: usize) -> Option<&ModuleEntry> {
+        let i = self.modules.partition_point(|m| m.text.0 <= pc);
+        let m = self.modules.get(i.checked_sub(1)?)?;
+        (pc < m.text.1).then_some(m)
+    }
+
+    pub(crate) fn info(&self, m: &ModuleEntry) -> ModuleInfo {
+        ModuleInfo {
+            path: &self.names[m.name.0..m.name.0 + m.name.1],
+            base: m.base,
+            text: m.text,
+        }
+    }
+}
+
+/// The object containing `pc` in the current table. Async-signal-safe.
+pub fn module_of(pc: usize) -> Option<ModuleInfo> {
+    let t = current()?;
+    t.find(pc).map(|m| t.info(m))
+}
+
+fn framehop_module(m: &ModuleEntry) -> Option<framehop::Module<SectionBytes>> {
+    if m.text.0 >= m.text.1 {
+        return None;
+    }
+    let svma = |r: (usize, usize)| (r.0 - m.base) as u64..(r.0 - m.base + r.1) as u64;
+    let bytes = |r: (usize, usize)| SectionBytes {
+        ptr: r.0 as *const u8,
+        len: r.1,
+    };
+    let mut info = ExplicitModuleSectionInfo::<SectionBytes> {
+        base_svma: 0,
+        ..Default::default()
+    };
+    if m.eh_frame_hdr.1 != 0 && m.eh_frame.1 != 0 {
+        info.eh_frame_hdr_svma = Some(svma(m.eh_frame_hdr));
+        info.eh_frame_hdr = Some(bytes(m.eh_frame_hdr));
+        info.eh_frame_svma = Some(svma(m.eh_frame));
+        info.eh_frame = Some(bytes(m.eh_frame));
+    }
+    // An empty name does not allocate.
+    Some(framehop::Module::new(
+        String::new(),
+        m.text.0 as u64..m.text.1 as u64,
+        m.base as u64,
+        info,
+    ))
+}
+
+struct Fill<'a> {
+    entries: &'a mut [ModuleEntry],
+    names: &'a mut [u8],
+    n: usize,
+    name_used: usize,
+    overflow: bool,
+}
+
+fn count_objects() -> (usize, usize) {
+    unsafe extern "C" fn count(
+        info: *mut libc::dl_phdr_info,
+        _: usize,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: data is the (usize, usize) passed below; info is valid
+        // for the duration of the callback.
+        let (n, bytes) = unsafe { &mut *data.cast::<(usize, usize)>() };
+        *n += 1;
+        // SAFETY: dlpi_name is a NUL-terminated string (possibly empty).
+        *bytes += unsafe { libc::strlen((*info).dlpi_name) };
+        0
+    }
+    let mut acc = (0usize, 0usize);
+    // SAFETY: the callback only writes to acc through data.
+    unsafe { libc::dl_iterate_phdr(Some(count), (&mut acc as *mut (usize, usize)).cast()) };
+    acc
+}
+
+unsafe extern "C" fn fill_one(
+    info: *mut libc::dl_phdr_info,
+    _: usize,
+    data: *mut libc::c_void,
+) -> libc::c_int {
+    // SAFETY: data is the Fill passed by refresh; info is valid for the call.
+    let (fill, info) = unsafe { (&mut *data.cast::<Fill>(), &*info) };
+    if fill.n >= fill.entries.len() {
+        fill.overflow = true;
+        return 1;
+    }
+    // SAFETY: dlpi_phdr points to dlpi_phnum program headers.
+    let phdrs = unsafe { core::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
+    let base = info.dlpi_addr as usize;
+    let mut entry = ModuleEntry {
+        base,
+        ..Default::default()
+    };
+    let mut text = (usize::MAX, 0usize);
+    for ph in phdrs {
+        if ph.p_type == libc::PT_LOAD && ph.p_flags & libc::PF_X != 0 {
+            text.0 = text.0.min(base + ph.p_vaddr as usize);
+            text.1 = text.1.max(base + (ph.p_vaddr + ph.p_memsz) as usize);
+        } else if ph.p_type == libc::PT_GNU_EH_FRAME {
+            entry.eh_frame_hdr = (base + ph.p_vaddr as usize, ph.p_memsz as usize);
+        }
+    }
+    if text.0 < text.1 {
+        entry.text = text;
+    }
+    if entry.eh_frame_hdr.1 != 0 {
+        // SAFETY: PT_GNU_EH_FRAME lies inside a loaded segment.
+        let hdr = unsafe {
+            core::slice::from_raw_parts(entry.eh_frame_hdr.0 as *const u8, entry.eh_frame_hdr.1)
+        };
+        if let Some(start) = eh_frame_start(hdr, entry.eh_frame_hdr.0) {
+            // .eh_frame has no program header of its own: it runs at most to
+            // the end of the PT_LOAD segment that holds it.
+            let seg = phdrs.iter().find(|ph| {
+                let lo = base + ph.p_vaddr as usize;
+                ph.p_type == libc::PT_LOAD && lo <= start && start < lo + ph.p_memsz as usize
+            });
+            if let Some(ph) = seg {
+                entry.eh_frame = (start, base + (ph.p_vaddr + ph.p_memsz) as usize - start);
+            }
+        }
+    }
+    // SAFETY: NUL-terminated (possibly empty) string.
+    let name = unsafe { core::ffi::CStr::from_ptr(info.dlpi_name) }.to_bytes();
+    let mut exe = [0u8; libc::PATH_MAX as usize];
+    let name = if name.is_empty() && fill.n == 0 {
+        // The first object is the executable, listed without a name.
+        // SAFETY: readlink writes at most exe.len() bytes into exe.
+        let n = unsafe {
+            libc::readlink(
+                c"/proc/self/exe".as_ptr(),
+                exe.as_mut_ptr().cast(),
+                exe.len(),
+            )
+        };
+        if n > 0 {
+            &exe[..n as usize]
+        } else {
+            name
+        }
+    } else {
+        name
+    };
+    let Some(dst) = fill
+        .names
+        .get_mut(fill.name_used..fill.name_used + name.len())
+    else {
+        fill.overflow = true;
+        return 1;
+    };
+    dst.copy_from_slice(name);
+    entry.name = (fill.name_used, name.len());
+    fill.name_used += name.len();
+    fill.entries[fill.n] = entry;
+    fill.n += 1;
+    0
+}
+
+/// Decode `eh_frame_ptr` from an `.eh_frame_hdr` at address `hdr_addr`.
+pub(crate) fn eh_frame_start(hdr: &[u8], hdr_addr: usize) -> Option<usize> {
+    const OMIT: u8 = 0xff;
+    if hdr.len() < 4 || hdr[0] != 1 || hdr[1] == OMIT {
+        return None;
+    }
+    let enc = hdr[1];
+    let field = &hdr[4..];
+    let (value, _) = read_encoded(field, enc & 0x0f)?;
+    let applied = match enc & 0x70 {
+        0x00 => value,
+        0x10 => (hdr_addr as u64 + 4).wrapping_add(value), // pcrel: from the field
+        0x30 => (hdr_addr as u64).wrapping_add(value),     // datarel: from the header
+        _ => return None,
+    };
+    Some(applied as usize)
+}
+
+fn read_encoded(b: &[u8], format: u8) -> Option<(u64, usize)> {
+    let le = |n: usize| -> Option<u64> {
+        let s = b.get(..n)?;
+        Some(s.iter().rev().fold(0u64, |acc, &x| acc << 8 | x as u64))
+    };
+    Some(match format {
+        0x00 | 0x04 => (le(8)?, 8),
+        0x02 => (le(2)?, 2),
+        0x03 => (le(4)?, 4),
+        0x0a => (le(2)? as u16 as i16 as i64 as u64, 2),
+        0x0b => (le(4)? as u32 as i32 as i64 as u64, 4),
+        0x0c => (le(8)?, 8),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eh_frame_ptr_encodings() {
+        // version 1, pcrel|sdata4, udata4 count, datarel|sdata4 table; eh_frame_ptr = -0x100
+        let hdr = [1u8, 0x1b, 0x03, 0x3b, 0x00, 0xff, 0xff, 0xff];
+        assert_eq!(eh_frame_start(&hdr, 0x10000), Some(0x10004 - 0x100));
+        let hdr = [1u8, 0x03, 0x03, 0x3b, 0x78, 0x56, 0x34, 0x12];
+        assert_eq!(eh_frame_start(&hdr, 0x10000), Some(0x12345678));
+        let hdr = [1u8, 0xff, 0x03, 0x3b, 0, 0, 0, 0];
+        assert_eq!(eh_frame_start(&hdr, 0x10000), None, "omitted pointer");
+        let hdr = [2u8, 0x1b, 0x03, 0x3b, 0, 0, 0, 0];
+        assert_eq!(eh_frame_start(&hdr, 0x10000), None, "unknown version");
+    }
+}

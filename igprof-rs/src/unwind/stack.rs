@@ -1,0 +1,186 @@
+//! Where a thread's stack may be read: its stack range and its alternate
+//! signal stack, and the bounded reader every stack load goes through.
+//!
+//! Owns: computing the bounds (outside signal context, at thread start) and
+//! checking every read against them. A read outside the bounds is refused
+//! (the trace ends); this module never dereferences an unchecked address.
+
+use super::BrokenFrame;
+
+/// Bytes below the stack pointer that the x86-64 and AArch64 ABIs let a
+/// function use without moving the stack pointer (the red zone); CFI of an
+/// epilogue may point there.
+const RED_ZONE: usize = 128;
+
+/// The stack ranges of one thread in which the unwinder may read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StackBounds {
+    /// The thread's stack, `lo..hi` (`hi` is the highest address + 1).
+    pub stack: (usize, usize),
+    /// The alternate signal stack, or `(0, 0)` when none is installed.
+    pub altstack: (usize, usize),
+}
+
+/// Why the current thread's stack bounds could not be read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StackBoundsError {
+    /// `pthread_getattr_np` failed with this error number.
+    GetAttr { err: i32 },
+    /// `pthread_attr_getstack` failed with this error number.
+    GetStack { err: i32 },
+}
+
+impl core::fmt::Display for StackBoundsError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            StackBoundsError::GetAttr { err } => {
+                write!(f, "unwinder: pthread_getattr_np failed (error {err}); this thread cannot be traced")
+            }
+            StackBoundsError::GetStack { err } => {
+                write!(f, "unwinder: pthread_attr_getstack failed (error {err}); this thread cannot be traced")
+            }
+        }
+    }
+}
+
+impl StackBounds {
+    /// Bounds for the calling thread. Not async-signal-safe (glibc may
+    /// allocate and read /proc/self/maps for the main thread): call at
+    /// thread start.
+    pub fn for_current_thread() -> Result<Self, StackBoundsError> {
+        let mut attr = core::mem::MaybeUninit::<libc::pthread_attr_t>::uninit();
+        // SAFETY: attr is written by pthread_getattr_np before any use and
+        // destroyed exactly once below.
+        let err = unsafe { libc::pthread_getattr_np(libc::pthread_self(), attr.as_mut_ptr()) };
+        if err != 0 {
+            return Err(StackBoundsError::GetAttr { err });
+        }
+        let mut addr: *mut libc::c_void = core::ptr::null_mut();
+        let mut size: libc::size_t = 0;
+        // SAFETY: attr was initialised by the successful call above.
+        let err = unsafe { libc::pthread_attr_getstack(attr.as_ptr(), &mut addr, &mut size) };
+        // SAFETY: as above; destroyed once.
+        unsafe { libc::pthread_attr_destroy(attr.as_mut_ptr()) };
+        if err != 0 {
+            return Err(StackBoundsError::GetStack { err });
+        }
+        let mut bounds = StackBounds {
+            stack: (addr as usize, addr as usize + size),
+            altstack: (0, 0),
+        };
+        bounds.update_altstack();
+        Ok(bounds)
+    }
+
+    /// Re-read the calling thread's alternate signal stack (`sigaltstack`).
+    pub fn update_altstack(&mut self) {
+        let mut ss = core::mem::MaybeUninit::<libc::stack_t>::zeroed();
+        // SAFETY: a null new stack only queries; ss is a valid out pointer.
+        let rc = unsafe { libc::sigaltstack(core::ptr::null(), ss.as_mut_ptr()) };
+        // SAFETY: zero-initialised and possibly filled by the kernel.
+        let ss = unsafe { ss.assume_init() };
+        self.altstack = if rc == 0 && ss.ss_flags & libc::SS_DISABLE == 0 && ss.ss_size > 0 {
+            (ss.ss_sp as usize, ss.ss_sp as usize + ss.ss_size)
+        } else {
+            (0, 0)
+        };
+    }
+}
+
+/// Reads 8-byte words from the stack, refusing anything outside the bounds.
+///
+/// The stack region in which the trace starts is further limited from below
+/// to the starting stack pointer minus the red zone: the main thread's stack
+/// range reaches down to the rlimit, which need not be mapped yet.
+pub(crate) struct StackReader {
+    regions: [(usize, usize); 2],
+}
+
+impl StackReader {
+    /// A reader for a walk whose first frame has stack pointer `sp`.
+    pub(crate) fn new(bounds: &StackBounds, sp: usize) -> Self {
+        let mut regions = [bounds.stack, bounds.altstack];
+        for r in regions.iter_mut() {
+            if r.0 <= sp && sp < r.1 {
+                r.0 = r.0.max(sp.saturating_sub(RED_ZONE));
+            }
+        }
+        StackReader { regions }
+    }
+
+    /// True if the `len` bytes at `addr` lie inside one region.
+    pub(crate) fn contains(&self, addr: usize, len: usize) -> bool {
+        match addr.checked_add(len) {
+            Some(end) => self.regions.iter().any(|&(lo, hi)| lo <= addr && end <= hi),
+            None => false,
+        }
+    }
+
+    /// Load the word at `addr`, or end the trace.
+    #[inline]
+    pub(crate) fn read(&self, addr: usize) -> Result<usize, BrokenFrame> {
+        if !self.contains(addr, 8) {
+            return Err(BrokenFrame::ReadOutsideStack { addr });
+        }
+        // SAFETY: addr..addr+8 lies inside the thread's stack or alternate
+        // signal stack, which are mapped and readable while the thread runs;
+        // the read may be unaligned.
+        Ok(unsafe { core::ptr::read_unaligned(addr as *const usize) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn current_thread_bounds_contain_a_local() {
+        let b = StackBounds::for_current_thread().unwrap();
+        let local = 0u64;
+        let a = &local as *const u64 as usize;
+        assert!(
+            b.stack.0 < a && a < b.stack.1,
+            "{b:?} does not contain {a:#x}"
+        );
+        // Rust's test threads run with an alternate signal stack of their own.
+        assert!(b.altstack == (0, 0) || b.altstack.0 < b.altstack.1, "{b:?}");
+    }
+
+    #[test]
+    fn reader_refuses_outside_and_below_start() {
+        let words = [11usize, 22, 33, 44];
+        let lo = words.as_ptr() as usize;
+        let bounds = StackBounds {
+            stack: (lo, lo + 32),
+            altstack: (0, 0),
+        };
+        let r = StackReader::new(&bounds, lo + 8);
+        assert_eq!(r.read(lo + 8), Ok(22));
+        assert_eq!(r.read(lo + 24), Ok(44));
+        assert_eq!(
+            r.read(lo),
+            Ok(11),
+            "red zone below the start sp is readable"
+        );
+        assert_eq!(
+            r.read(lo + 25),
+            Err(BrokenFrame::ReadOutsideStack { addr: lo + 25 })
+        );
+        assert_eq!(
+            r.read(usize::MAX - 3),
+            Err(BrokenFrame::ReadOutsideStack {
+                addr: usize::MAX - 3
+            })
+        );
+        let high = StackBounds {
+            stack: (lo - 4096, lo + 32),
+            altstack: (0, 0),
+        };
+        let r = StackReader::new(&high, lo + 24);
+        assert!(r.contains(lo + 24 - 128, 8));
+        assert!(
+            !r.contains(lo + 24 - 136, 8),
+            "below the red zone of the start sp"
+        );
+    }
+}

@@ -1,0 +1,813 @@
+//! Tests of the stack walk against real code: C and assembly built at test
+//! time with the system compiler into shared objects that are dlopen'ed
+//! into the test process, real signal frames, deep recursion, broken stacks.
+
+use std::ffi::{CStr, CString};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use super::*;
+
+/// Serialises module table refreshes of the tests, so that a test can
+/// observe the table before and after a refresh of its own.
+static TABLE_LOCK: Mutex<()> = Mutex::new(());
+
+fn refresh_locked() {
+    let _l = TABLE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    refresh().unwrap();
+}
+
+/// Build `sources` (written into a fresh directory) into a shared object
+/// with `cc` and `flags`.
+fn build_so(name: &str, sources: &[(&str, &str)], flags: &[&str]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("igprof-unwind-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut cmd = Command::new("cc");
+    cmd.args(["-shared", "-fPIC", "-g0"]).args(flags);
+    for (file, text) in sources {
+        let path = dir.join(format!("{name}-{file}"));
+        std::fs::write(&path, text).unwrap();
+        cmd.arg(path);
+    }
+    let out = dir.join(format!("lib{name}.so"));
+    cmd.arg("-o").arg(&out);
+    let res = cmd
+        .output()
+        .expect("running `cc` (the C compiler the unwinder tests need)");
+    assert!(
+        res.status.success(),
+        "cc failed for {name}: {}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    out
+}
+
+struct Lib(*mut libc::c_void);
+// SAFETY: a dlopen handle may be used from any thread.
+unsafe impl Send for Lib {}
+unsafe impl Sync for Lib {}
+
+impl Lib {
+    fn open(path: &Path) -> Lib {
+        let c = CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: valid C string; RTLD_NOW resolves everything up front.
+        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        assert!(!h.is_null(), "dlopen {}", path.display());
+        Lib(h)
+    }
+    fn sym(&self, name: &str) -> usize {
+        let c = CString::new(name).unwrap();
+        // SAFETY: valid handle and C string.
+        let p = unsafe { libc::dlsym(self.0, c.as_ptr()) };
+        assert!(!p.is_null(), "dlsym {name}");
+        p as usize
+    }
+}
+
+/// Name of the function containing `addr` (dladdr: exported symbols only).
+fn sym_name(addr: usize) -> String {
+    let mut info = unsafe { std::mem::zeroed::<libc::Dl_info>() };
+    // SAFETY: info is a valid out pointer.
+    if unsafe { libc::dladdr(addr as *const libc::c_void, &mut info) } == 0
+        || info.dli_sname.is_null()
+    {
+        return format!("?{addr:#x}");
+    }
+    // SAFETY: dladdr returned a NUL-terminated name.
+    unsafe { CStr::from_ptr(info.dli_sname) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Names of a trace's frames. Entry 0 (an interrupted PC when `from_pc`)
+/// is looked up as is, return addresses at the call instruction.
+fn names(trace: &[usize], from_pc: bool) -> Vec<String> {
+    trace
+        .iter()
+        .enumerate()
+        .map(|(i, &a)| sym_name(if i == 0 && from_pc { a } else { a - 1 }))
+        .collect()
+}
+
+const CHAIN_C: &str = r#"
+typedef long (*cb_t)(void *);
+#define KEEP __attribute__((noipa))
+/* Garbage in rbp while the callee runs, in the build without frame
+   pointers: the unwinder must not rely on rbp there. */
+#ifdef CLOBBER_RBP
+#define SCRAMBLE() __asm__ volatile("mov $0x5a5a5a5a5a5a5a5a, %%rbp" ::: "rbp")
+#else
+#define SCRAMBLE() do {} while (0)
+#endif
+KEEP long chain_c(cb_t cb, void *arg, volatile long *sink) { long r = cb(arg); *sink += r; return r + 1; }
+KEEP long chain_b(cb_t cb, void *arg, volatile long *sink) { SCRAMBLE(); long r = chain_c(cb, arg, sink); *sink += r; return r + 2; }
+KEEP long chain_a(cb_t cb, void *arg, volatile long *sink) { volatile char buf[200]; buf[0] = 1; buf[199] = (char)*sink; *sink += buf[0] + buf[199]; long r = chain_b(cb, arg, sink); *sink += r; return r + 3; }
+KEEP long rec(int n, cb_t cb, void *arg, volatile long *sink) { if (n == 0) { long r = cb(arg); *sink += r; return r; } long r = rec(n - 1, cb, arg, sink); *sink += r; return r + 1; }
+KEEP unsigned long mix(unsigned long x) { x ^= x >> 13; x *= 0x9E3779B97F4A7C15ul; return x ^ (x >> 29); }
+KEEP unsigned long spin_c(volatile int *stop) { unsigned long x = 1; SCRAMBLE(); while (!*stop) x = mix(x) + x; return x; }
+KEEP unsigned long spin_b(volatile int *stop) { SCRAMBLE(); unsigned long r = spin_c(stop); return r * 3 + mix(r); }
+KEEP unsigned long spin_a(volatile int *stop) { unsigned long r = spin_b(stop); return r * 5 + mix(r); }
+"#;
+
+type Cb = extern "C" fn(*mut libc::c_void) -> libc::c_long;
+type ChainFn = extern "C" fn(Cb, *mut libc::c_void, *mut libc::c_long) -> libc::c_long;
+type RecFn = extern "C" fn(libc::c_int, Cb, *mut libc::c_void, *mut libc::c_long) -> libc::c_long;
+type SpinFn = extern "C" fn(*const libc::c_int) -> libc::c_ulong;
+
+/// The chain library in both builds, loaded once per test process.
+fn chain_libs() -> &'static [(&'static str, Lib); 2] {
+    static LIBS: OnceLock<[(&'static str, Lib); 2]> = OnceLock::new();
+    LIBS.get_or_init(|| {
+        let nofp = build_so(
+            "chain-nofp",
+            &[("chain.c", CHAIN_C)],
+            &["-O2", "-fomit-frame-pointer", "-DCLOBBER_RBP"],
+        );
+        let fp = build_so(
+            "chain-fp",
+            &[("chain.c", CHAIN_C)],
+            &["-O2", "-fno-omit-frame-pointer"],
+        );
+        let libs = [
+            ("-fomit-frame-pointer", Lib::open(&nofp)),
+            ("-fno-omit-frame-pointer", Lib::open(&fp)),
+        ];
+        refresh_locked();
+        libs
+    })
+}
+
+/// What a callback does inside the chain: trace from here into `out`.
+struct HereCtx {
+    unwinder: ThreadUnwinder,
+    bounds: StackBounds,
+    out: Vec<usize>,
+    trace: Option<Trace>,
+}
+
+extern "C" fn trace_cb(arg: *mut libc::c_void) -> libc::c_long {
+    // SAFETY: arg is the &mut HereCtx the test passed down the chain.
+    let ctx = unsafe { &mut *arg.cast::<HereCtx>() };
+    ctx.trace = Some(ctx.unwinder.trace_here(&ctx.bounds, &mut ctx.out));
+    7
+}
+
+fn here_ctx(depth: usize) -> HereCtx {
+    HereCtx {
+        unwinder: ThreadUnwinder::new().unwrap(),
+        bounds: StackBounds::for_current_thread().unwrap(),
+        out: vec![0; depth],
+        trace: None,
+    }
+}
+
+#[test]
+fn chain_from_here_with_and_without_frame_pointers() {
+    for (build, lib) in chain_libs() {
+        // SAFETY: chain_a has the ChainFn signature (CHAIN_C).
+        let chain_a: ChainFn = unsafe { std::mem::transmute(lib.sym("chain_a")) };
+        let mut ctx = here_ctx(DEFAULT_MAX_DEPTH);
+        let mut sink = 0;
+        for round in 0..2 {
+            // Round 0 fills the cache, round 1 must give the same from it.
+            chain_a(trace_cb, (&mut ctx as *mut HereCtx).cast(), &mut sink);
+            let t = ctx.trace.take().unwrap();
+            let n = names(&ctx.out[..t.depth], false);
+            assert_eq!(
+                &n[..3],
+                ["chain_c", "chain_b", "chain_a"],
+                "{build} round {round}: {n:?}"
+            );
+            assert_eq!(
+                t.end,
+                TraceEnd::Outermost,
+                "{build}: the walk reaches the thread's first frame: {n:?}"
+            );
+            assert!(!t.truncated());
+            // The test function itself (in this binary) follows the chain.
+            let me =
+                module_of(chain_from_here_with_and_without_frame_pointers as *const () as usize)
+                    .unwrap();
+            assert!(
+                ctx.out[3..t.depth]
+                    .iter()
+                    .any(|&a| me.text.0 <= a && a < me.text.1),
+                "{build}: {n:?}"
+            );
+        }
+        let s = ctx.unwinder.stats();
+        assert!(
+            s.hits >= s.misses,
+            "second round was served from the cache: {s:?}"
+        );
+    }
+}
+
+#[test]
+fn deep_recursion_truncates_at_the_limit() {
+    for (build, lib) in chain_libs() {
+        // SAFETY: rec has the RecFn signature (CHAIN_C).
+        let rec: RecFn = unsafe { std::mem::transmute(lib.sym("rec")) };
+        let mut sink = 0;
+        // 10,000 frames need more than the test thread's default stack.
+        let out = std::thread::scope(|s| {
+            std::thread::Builder::new()
+                .stack_size(64 << 20)
+                .spawn_scoped(s, || {
+                    let mut small = here_ctx(DEFAULT_MAX_DEPTH);
+                    rec(
+                        10_000,
+                        trace_cb,
+                        (&mut small as *mut HereCtx).cast(),
+                        &mut sink,
+                    );
+                    let mut full = here_ctx(20_000);
+                    rec(
+                        10_000,
+                        trace_cb,
+                        (&mut full as *mut HereCtx).cast(),
+                        &mut sink,
+                    );
+                    (
+                        small.trace.unwrap(),
+                        small.out,
+                        full.trace.unwrap(),
+                        full.out,
+                    )
+                })
+                .unwrap()
+                .join()
+                .unwrap()
+        });
+        let (t, small, tf, full) = out;
+        assert_eq!(
+            t,
+            Trace {
+                depth: DEFAULT_MAX_DEPTH,
+                end: TraceEnd::Truncated
+            },
+            "{build}"
+        );
+        assert!(t.truncated());
+        assert!(names(&small, false).iter().all(|n| n == "rec"), "{build}");
+        assert_eq!(tf.end, TraceEnd::Outermost, "{build}");
+        let n = names(&full[..tf.depth], false);
+        // rec(10000) .. rec(0): 10,001 frames, the callback's caller first.
+        assert_eq!(
+            n.iter().take_while(|n| *n == "rec").count(),
+            10_001,
+            "{build}"
+        );
+        assert_eq!(
+            &full[..DEFAULT_MAX_DEPTH],
+            &small[..],
+            "{build}: the truncated trace is a prefix"
+        );
+    }
+}
+
+/// A signal handler that traces both ways into preallocated buffers.
+struct SignalCtx {
+    unwinder: ThreadUnwinder,
+    bounds: StackBounds,
+    from_uc: [usize; 256],
+    from_uc_trace: Option<Trace>,
+    here: [usize; 256],
+    here_trace: Option<Trace>,
+}
+
+static SIGNAL_CTX: AtomicPtr<SignalCtx> = AtomicPtr::new(std::ptr::null_mut());
+/// One signal test at a time: the handler and its context are process-wide.
+static SIGNAL_TESTS: Mutex<()> = Mutex::new(());
+
+extern "C" fn tracing_handler(
+    _sig: libc::c_int,
+    _info: *mut libc::siginfo_t,
+    uc: *mut libc::c_void,
+) {
+    let p = SIGNAL_CTX.load(Ordering::Acquire);
+    // SAFETY: set by the test on this thread before the signal is raised.
+    let Some(ctx) = (unsafe { p.as_mut() }) else {
+        return;
+    };
+    // SAFETY: uc is this handler's ucontext.
+    ctx.from_uc_trace = Some(unsafe {
+        ctx.unwinder
+            .trace_from_ucontext(uc, &ctx.bounds, &mut ctx.from_uc)
+    });
+    ctx.here_trace = Some(ctx.unwinder.trace_here(&ctx.bounds, &mut ctx.here));
+}
+
+/// A real-time signal rather than SIGPROF, so that these tests cannot meet
+/// a profiling timer that another test of this crate may run in parallel;
+/// the frames the kernel builds are the same for every signal.
+fn test_signal() -> libc::c_int {
+    libc::SIGRTMIN() + 3
+}
+
+fn install(handler: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void)) {
+    // SAFETY: a zeroed sigaction with a valid SA_SIGINFO handler.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = handler as usize;
+        sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+        assert_eq!(libc::sigaction(test_signal(), &sa, std::ptr::null_mut()), 0);
+    }
+}
+
+extern "C" fn raise_cb(_arg: *mut libc::c_void) -> libc::c_long {
+    // SAFETY: signal to the calling thread; the handler is installed.
+    unsafe { libc::pthread_kill(libc::pthread_self(), test_signal()) as libc::c_long }
+}
+
+#[test]
+fn trace_through_a_signal_frame() {
+    let _one = SIGNAL_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+    for (build, lib) in chain_libs() {
+        // SAFETY: chain_a has the ChainFn signature.
+        let chain_a: ChainFn = unsafe { std::mem::transmute(lib.sym("chain_a")) };
+        let mut ctx = Box::new(SignalCtx {
+            unwinder: ThreadUnwinder::new().unwrap(),
+            bounds: StackBounds::for_current_thread().unwrap(),
+            from_uc: [0; 256],
+            from_uc_trace: None,
+            here: [0; 256],
+            here_trace: None,
+        });
+        SIGNAL_CTX.store(&mut *ctx, Ordering::Release);
+        install(tracing_handler);
+        let mut sink = 0;
+        chain_a(raise_cb, std::ptr::null_mut(), &mut sink);
+        SIGNAL_CTX.store(std::ptr::null_mut(), Ordering::Release);
+
+        // From the ucontext: the interrupted PC is in libc (pthread_kill),
+        // then raise_cb, then the chain.
+        let t = ctx.from_uc_trace.unwrap();
+        let n = names(&ctx.from_uc[..t.depth], true);
+        assert_eq!(t.end, TraceEnd::Outermost, "{build}: {n:?}");
+        let c = n
+            .iter()
+            .position(|s| s == "chain_c")
+            .unwrap_or_else(|| panic!("{build}: {n:?}"));
+        assert_eq!(
+            &n[c..c + 3],
+            ["chain_c", "chain_b", "chain_a"],
+            "{build}: {n:?}"
+        );
+        let me = module_of(raise_cb as *const () as usize).unwrap();
+        assert!(
+            c >= 2 && (me.text.0..me.text.1).contains(&ctx.from_uc[c - 1]),
+            "{build}: raise_cb calls libc: {n:?}"
+        );
+        assert!(
+            module_of(ctx.from_uc[0]).unwrap().path.ends_with(b".so.6"),
+            "{build}: interrupted in libc: {n:?}"
+        );
+
+        // From inside the handler: the handler's frames are skipped, the
+        // signal trampoline is recorded, then exactly the ucontext trace.
+        let h = ctx.here_trace.unwrap();
+        let hn = names(&ctx.here[..h.depth], false);
+        assert_eq!(h.end, TraceEnd::Outermost, "{build}: {hn:?}");
+        // glibc's __restore_rt is a local symbol that dladdr cannot name.
+        assert!(
+            super::arch::is_sigreturn(modules::current().unwrap(), ctx.here[0]),
+            "{build}: {hn:?}"
+        );
+        assert_eq!(
+            &ctx.here[1..h.depth],
+            &ctx.from_uc[..t.depth],
+            "{build}: {hn:?}"
+        );
+    }
+}
+
+/// Samples taken by a thread CPU-time timer at arbitrary instructions
+/// (prologues, epilogues, loop bodies of code with and without frame
+/// pointers): every one must unwind through the whole chain.
+#[test]
+fn timer_samples_at_arbitrary_instructions() {
+    let _one = SIGNAL_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+    const SAMPLES: usize = 150;
+    struct Samples {
+        unwinder: ThreadUnwinder,
+        bounds: StackBounds,
+        traces: Vec<[usize; 64]>,
+        ends: Vec<Trace>,
+    }
+    static STOP: AtomicI32 = AtomicI32::new(0);
+    static SAMPLES_CTX: AtomicPtr<Samples> = AtomicPtr::new(std::ptr::null_mut());
+    static TAKEN: AtomicUsize = AtomicUsize::new(0);
+    extern "C" fn sampler(_sig: libc::c_int, _info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+        // SAFETY: set before the timer starts; only this thread is signalled.
+        let Some(s) = (unsafe { SAMPLES_CTX.load(Ordering::Acquire).as_mut() }) else {
+            return;
+        };
+        let i = TAKEN.load(Ordering::Relaxed);
+        if i >= SAMPLES {
+            STOP.store(1, Ordering::Relaxed);
+            return;
+        }
+        // SAFETY: uc is this handler's ucontext; buffers are preallocated.
+        s.ends[i] = unsafe {
+            s.unwinder
+                .trace_from_ucontext(uc, &s.bounds, &mut s.traces[i])
+        };
+        TAKEN.store(i + 1, Ordering::Relaxed);
+    }
+
+    for (build, lib) in chain_libs() {
+        // SAFETY: spin_a has the SpinFn signature.
+        let spin_a: SpinFn = unsafe { std::mem::transmute(lib.sym("spin_a")) };
+        let mut s = Box::new(Samples {
+            unwinder: ThreadUnwinder::new().unwrap(),
+            bounds: StackBounds::for_current_thread().unwrap(),
+            traces: vec![[0; 64]; SAMPLES],
+            ends: vec![
+                Trace {
+                    depth: 0,
+                    end: TraceEnd::NoModuleTable
+                };
+                SAMPLES
+            ],
+        });
+        STOP.store(0, Ordering::Relaxed);
+        TAKEN.store(0, Ordering::Relaxed);
+        SAMPLES_CTX.store(&mut *s, Ordering::Release);
+        install(sampler);
+        // SAFETY: a per-thread CPU-time timer that signals this thread;
+        // deleted below.
+        let timer = unsafe {
+            let mut sev: libc::sigevent = std::mem::zeroed();
+            sev.sigev_notify = libc::SIGEV_THREAD_ID;
+            sev.sigev_signo = test_signal();
+            sev.sigev_notify_thread_id = libc::gettid();
+            let mut timer: libc::timer_t = std::mem::zeroed();
+            assert_eq!(
+                libc::timer_create(libc::CLOCK_THREAD_CPUTIME_ID, &mut sev, &mut timer),
+                0
+            );
+            let its = libc::itimerspec {
+                it_interval: libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 500_000,
+                },
+                it_value: libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 500_000,
+                },
+            };
+            assert_eq!(libc::timer_settime(timer, 0, &its, std::ptr::null_mut()), 0);
+            timer
+        };
+        spin_a(STOP.as_ptr());
+        // SAFETY: the timer created above.
+        unsafe { libc::timer_delete(timer) };
+        SAMPLES_CTX.store(std::ptr::null_mut(), Ordering::Release);
+
+        let me = module_of(timer_samples_at_arbitrary_instructions as *const () as usize).unwrap();
+        let chain = ["spin_c", "spin_b", "spin_a"];
+        for (trace, t) in s.traces.iter().zip(&s.ends) {
+            let n = names(&trace[..t.depth], true);
+            assert_eq!(t.end, TraceEnd::Outermost, "{build}: {n:?}");
+            // The leaf is spin_c, or mix or the PLT stub spin_c calls it
+            // through; spin_c, spin_b, spin_a follow in order.
+            let start = n
+                .iter()
+                .position(|f| f == "spin_c")
+                .unwrap_or_else(|| panic!("{build}: {n:?}"));
+            assert!(start <= 2, "{build}: {n:?}");
+            assert_eq!(&n[start..start + 3], chain, "{build}: {n:?}");
+            let after = trace[start + 3];
+            assert!(
+                me.text.0 <= after && after < me.text.1,
+                "{build}: spin_a returns into the test: {n:?}"
+            );
+        }
+    }
+}
+
+/// Unwind rules of hand-written functions with exact CFI.
+const DESC_S: &str = r#"
+    .text
+    .macro fn name
+    .globl \name
+    .type \name, @function
+\name:
+    .endm
+
+fn fsp
+    .cfi_startproc
+    push %rbx
+    .cfi_adjust_cfa_offset 8
+    .cfi_offset %rbx, -16
+    sub $32, %rsp
+    .cfi_adjust_cfa_offset 32
+fn fsp_body
+    nop
+    add $32, %rsp
+    .cfi_adjust_cfa_offset -32
+    pop %rbx
+    .cfi_adjust_cfa_offset -8
+fn fsp_ret
+    ret
+    .cfi_endproc
+
+fn ffp
+    .cfi_startproc
+    push %rbp
+    .cfi_def_cfa_offset 16
+    .cfi_offset %rbp, -16
+    mov %rsp, %rbp
+    .cfi_def_cfa_register %rbp
+    sub $64, %rsp
+fn ffp_body
+    nop
+    leave
+    .cfi_def_cfa %rsp, 8
+    ret
+    .cfi_endproc
+
+fn fsaved
+    .cfi_startproc
+    push %rbp
+    .cfi_adjust_cfa_offset 8
+    .cfi_offset %rbp, -16
+    push %rbx
+    .cfi_adjust_cfa_offset 8
+    .cfi_offset %rbx, -24
+fn fsaved_body
+    nop
+    pop %rbx
+    .cfi_adjust_cfa_offset -8
+    pop %rbp
+    .cfi_adjust_cfa_offset -8
+    ret
+    .cfi_endproc
+
+fn fbig
+    .cfi_startproc
+    sub $0x20000, %rsp
+    .cfi_adjust_cfa_offset 0x20000
+fn fbig_body
+    nop
+    add $0x20000, %rsp
+    .cfi_adjust_cfa_offset -0x20000
+    ret
+    .cfi_endproc
+
+fn fexpr
+    .cfi_startproc
+    /* DW_CFA_def_cfa_expression { DW_OP_breg7 (rsp) 0; DW_OP_lit2; DW_OP_mul } */
+    .cfi_escape 0x0f, 0x04, 0x77, 0x00, 0x32, 0x1e
+fn fexpr_body
+    nop
+    ret
+    .cfi_endproc
+
+    /* The CFA expression of a lazy-binding PLT entry: rsp + 8, plus 8
+       from the 11th byte of each 16-byte entry on (after its push). */
+    .p2align 4
+fn fplt
+    .cfi_startproc
+    .cfi_escape 0x0f, 0x0b, 0x77, 0x08, 0x80, 0x00, 0x3f, 0x1a, 0x3b, 0x2a, 0x33, 0x24, 0x22
+    .fill 16, 1, 0x90
+    ret
+    .cfi_endproc
+
+fn fundef
+    .cfi_startproc
+    .cfi_undefined %rip
+fn fundef_body
+    nop
+    ret
+    .cfi_endproc
+
+    nop
+fn fsigret
+    .byte 0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05
+    .section .note.GNU-stack,"",@progbits
+"#;
+
+#[test]
+fn descriptors_from_real_eh_frame() {
+    use super::arch::{self, FramehopCache};
+    use super::descriptor::{Descriptor, Kind};
+    let lib = Lib::open(&build_so("desc", &[("desc.S", DESC_S)], &[]));
+    refresh_locked();
+    let table = modules::current().unwrap();
+    let mut fh = FramehopCache::new_in();
+    let d = |kind, cfa_offset, ra_slot_by_8, fp_slot_by_8, first| Descriptor {
+        cfa_offset,
+        ra_slot_by_8,
+        fp_slot_by_8,
+        kind,
+        first,
+    };
+    let mut describe_at = |sym: &str, offset: usize, first: bool| {
+        // As a return address, the frame's lookup address is pc - 1.
+        let pc = lib.sym(sym) + offset + usize::from(!first);
+        arch::describe(table, &mut fh, pc, first)
+    };
+    assert_eq!(
+        describe_at("fsp", 0, true),
+        d(Kind::CfaSp, 8, -1, 0, true),
+        "function entry"
+    );
+    assert_eq!(
+        describe_at("fsp_body", 0, true),
+        d(Kind::CfaSp, 48, -1, 0, true)
+    );
+    assert_eq!(
+        describe_at("fsp_body", 0, false),
+        d(Kind::CfaSp, 48, -1, 0, false)
+    );
+    assert_eq!(
+        describe_at("fsp_ret", 0, true),
+        d(Kind::CfaSp, 8, -1, 0, true),
+        "epilogue"
+    );
+    assert_eq!(
+        describe_at("ffp_body", 0, true),
+        d(Kind::CfaFp, 16, -1, -2, true)
+    );
+    assert_eq!(
+        describe_at("fsaved_body", 0, true),
+        d(Kind::CfaSp, 24, -1, -2, true)
+    );
+    assert_eq!(
+        describe_at("fbig_body", 0, true),
+        d(Kind::CfaSp, 0x20008, -1, 0, true)
+    );
+    assert_eq!(
+        describe_at("fexpr_body", 0, true).kind,
+        Kind::Framehop,
+        "a CFA that is no offset from rsp or rbp"
+    );
+    assert_eq!(
+        describe_at("fplt", 2, true),
+        d(Kind::CfaSp, 8, -1, 0, true),
+        "expression, before the push"
+    );
+    assert_eq!(
+        describe_at("fplt", 12, true),
+        d(Kind::CfaSp, 16, -1, 0, true),
+        "expression, after the push"
+    );
+    assert_eq!(describe_at("fundef_body", 0, true).kind, Kind::Outermost);
+    // A handler returns to the trampoline's first byte.
+    let fsigret = lib.sym("fsigret");
+    drop(describe_at);
+    assert_eq!(
+        arch::describe(table, &mut fh, fsigret, false).kind,
+        Kind::SignalFrame
+    );
+    assert_eq!(
+        arch::describe(table, &mut fh, fsigret + 1, false).kind,
+        Kind::CfaFp,
+        "no FDE: framehop's frame-pointer rule"
+    );
+    // libc's own functions have ordinary rules.
+    let getpid = libc::getpid as *const () as usize;
+    let k = arch::describe(table, &mut fh, getpid, true);
+    assert_eq!(k, d(Kind::CfaSp, 8, -1, 0, true), "getpid at entry");
+}
+
+#[test]
+fn broken_stacks_end_the_trace_without_crashing() {
+    let (_, lib) = &chain_libs()[0];
+    let unwinder = ThreadUnwinder::new().unwrap();
+    let bounds = StackBounds::for_current_thread().unwrap();
+    let pc = lib.sym("chain_b") + 4;
+    let mut out = [0usize; 64];
+    let mut uc: libc::ucontext_t = unsafe { std::mem::zeroed() };
+    let set = |uc: &mut libc::ucontext_t, pc: usize, sp: usize, fp: usize| {
+        uc.uc_mcontext.gregs[libc::REG_RIP as usize] = pc as i64;
+        uc.uc_mcontext.gregs[libc::REG_RSP as usize] = sp as i64;
+        uc.uc_mcontext.gregs[libc::REG_RBP as usize] = fp as i64;
+    };
+    let trace = |uc: &libc::ucontext_t, out: &mut [usize]| {
+        // SAFETY: a complete ucontext_t with the registers set.
+        unsafe {
+            unwinder.trace_from_ucontext((uc as *const libc::ucontext_t).cast(), &bounds, out)
+        }
+    };
+    // A stack pointer outside the stack: the PC is kept, nothing is read.
+    set(&mut uc, pc, 0xdead_0000, 0);
+    let t = trace(&uc, &mut out);
+    assert_eq!(t.depth, 1);
+    assert!(
+        matches!(
+            t.end,
+            TraceEnd::Broken(BrokenFrame::ReadOutsideStack { .. })
+        ),
+        "{t:?}"
+    );
+    // A PC in no object.
+    set(&mut uc, 0x10, bounds.stack.1 - 4096, 0);
+    assert_eq!(
+        trace(&uc, &mut out),
+        Trace {
+            depth: 1,
+            end: TraceEnd::Broken(BrokenFrame::NotInAnyObject { pc: 0x10 })
+        }
+    );
+    // A stack of garbage, inside the bounds: many seeds, no crash, and every
+    // trace ends (broken or at a zero return address) within the limit.
+    const GARBAGE_WORDS: usize = 4096;
+    let mut garbage = vec![0usize; GARBAGE_WORDS];
+    let mut x = 0x1234_5678_9abc_def0u64;
+    for seed in 0..200 {
+        let words = garbage.as_ptr() as usize;
+        for (i, w) in garbage.iter_mut().enumerate() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Mix plausible stack addresses and code addresses into the noise.
+            *w = match x % 4 {
+                0 => words + (x as usize >> 8) % (GARBAGE_WORDS * 8),
+                1 => pc + (x as usize >> 8) % 4096,
+                _ => x as usize,
+            } ^ (i & seed & 1);
+        }
+        let gb = StackBounds {
+            stack: (words, words + garbage.len() * 8),
+            altstack: (0, 0),
+        };
+        set(&mut uc, pc, words + 64, words + 512);
+        // SAFETY: a complete ucontext_t.
+        let t = unsafe {
+            unwinder.trace_from_ucontext((&uc as *const libc::ucontext_t).cast(), &gb, &mut out)
+        };
+        assert!(t.depth >= 1 && t.depth <= out.len(), "{t:?}");
+        assert_ne!(t.end, TraceEnd::Reentered);
+    }
+}
+
+#[test]
+fn reentered_walk_returns_at_once() {
+    refresh_locked();
+    let unwinder = ThreadUnwinder::new().unwrap();
+    let bounds = StackBounds::for_current_thread().unwrap();
+    let mut out = [0usize; 8];
+    // Simulate a signal arriving while this unwinder walks.
+    unwinder.busy_for_test(true);
+    assert_eq!(
+        unwinder.trace_here(&bounds, &mut out),
+        Trace {
+            depth: 0,
+            end: TraceEnd::Reentered
+        }
+    );
+    unwinder.busy_for_test(false);
+    let t = unwinder.trace_here(&bounds, &mut out);
+    assert!(t.depth > 0, "{t:?}");
+}
+
+#[test]
+fn objects_are_known_from_the_refresh_after_they_load() {
+    let path = build_so("late", &[("late.c", CHAIN_C)], &["-O2"]);
+    let _l = TABLE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    refresh().unwrap();
+    let generation = modules::current().unwrap().generation;
+    let lib = Lib::open(&path);
+    let pc = lib.sym("chain_c");
+    assert_eq!(module_of(pc), None, "not in the table before a refresh");
+    let unwinder = ThreadUnwinder::new().unwrap();
+    let bounds = StackBounds::for_current_thread().unwrap();
+    let mut uc: libc::ucontext_t = unsafe { std::mem::zeroed() };
+    uc.uc_mcontext.gregs[libc::REG_RIP as usize] = pc as i64;
+    uc.uc_mcontext.gregs[libc::REG_RSP as usize] = (bounds.stack.1 - 4096) as i64;
+    let mut out = [0usize; 4];
+    // SAFETY: a complete ucontext_t.
+    let t = unsafe {
+        unwinder.trace_from_ucontext((&uc as *const libc::ucontext_t).cast(), &bounds, &mut out)
+    };
+    assert_eq!(t.end, TraceEnd::Broken(BrokenFrame::NotInAnyObject { pc }));
+    refresh().unwrap();
+    let table = modules::current().unwrap();
+    assert!(table.generation != generation);
+    let m = module_of(pc).expect("known after the refresh");
+    assert!(
+        m.path.ends_with(b"liblate.so"),
+        "{:?}",
+        String::from_utf8_lossy(m.path)
+    );
+    assert!(m.text.0 <= pc && pc < m.text.1);
+    // The executable is listed under its path, libc under its own, and the
+    // table knows which object is the profiler's (here: the test binary).
+    let exe = module_of(objects_are_known_from_the_refresh_after_they_load as *const () as usize)
+        .unwrap();
+    let own = std::fs::read_link("/proc/self/exe").unwrap();
+    assert_eq!(exe.path, own.as_os_str().as_encoded_bytes());
+    assert_eq!(table.self_text, exe.text);
+    let libc_path = module_of(libc::getpid as *const () as usize).unwrap().path;
+    assert!(
+        libc_path.ends_with(b"libc.so.6"),
+        "{:?}",
+        String::from_utf8_lossy(libc_path)
+    );
+    assert_eq!(module_of(0), None);
+}

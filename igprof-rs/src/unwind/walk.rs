@@ -1,0 +1,209 @@
+//! The per-thread unwinder and the walk loop: cache lookup, descriptor on a
+//! miss, framehop for the rest, depth limit, skipping the profiler's own
+//! frames, re-entrancy guard.
+//!
+//! Owns: `ThreadUnwinder`. Everything reachable from `trace_*` is
+//! async-signal-safe: no allocation, no lock, no syscall; the only memory
+//! read is through `StackReader` (stack), the module table and the mapped
+//! unwind sections of loaded objects.
+
+use core::cell::{Cell, UnsafeCell};
+use core::marker::PhantomData;
+use core::sync::atomic::{compiler_fence, Ordering};
+
+use super::arch::{self, FramehopCache, Regs, Step};
+use super::descriptor::{DescriptorCache, Kind};
+use super::mem::{MapError, MmapSlice};
+use super::modules::{self, ModuleTable};
+use super::stack::{StackBounds, StackReader};
+use super::{BrokenFrame, Trace, TraceEnd};
+
+/// One thread's unwinder: its descriptor cache (64 KiB, mmap'ed) and
+/// framehop's scratch space. Create it at thread start, use it only on that
+/// thread (it is neither `Send` nor `Sync`).
+pub struct ThreadUnwinder {
+    cache: UnsafeCell<MmapSlice<DescriptorCache>>,
+    framehop: UnsafeCell<FramehopCache>,
+    busy: Cell<bool>,
+    _one_thread: PhantomData<*mut ()>,
+}
+
+/// Descriptor cache statistics of one thread.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    pub hits: u64,
+    pub misses: u64,
+}
+
+impl ThreadUnwinder {
+    /// Outside signal context (maps memory; framehop preallocates its
+    /// scratch space with the global allocator).
+    pub fn new() -> Result<Self, MapError> {
+        Ok(ThreadUnwinder {
+            cache: UnsafeCell::new(MmapSlice::zeroed(1)?),
+            framehop: UnsafeCell::new(FramehopCache::new_in()),
+            busy: Cell::new(false),
+            _one_thread: PhantomData,
+        })
+    }
+
+    /// Trace the code a signal interrupted. See `unwind/mod.rs`.
+    ///
+    /// # Safety
+    /// `uc` must be the `ucontext_t` pointer an `SA_SIGINFO` handler received
+    /// on this thread.
+    pub unsafe fn trace_from_ucontext(
+        &self,
+        uc: *const libc::c_void,
+        bounds: &StackBounds,
+        out: &mut [usize],
+    ) -> Trace {
+        // SAFETY: guaranteed by the caller.
+        let regs = unsafe { arch::regs_from_ucontext(uc) };
+        self.guarded(|this, table| this.walk(table, regs, bounds, out, None))
+    }
+
+    /// Trace the caller of the profiler: the frames of the object that
+    /// contains this unwinder are skipped. See `unwind/mod.rs`.
+    #[inline(never)]
+    pub fn trace_here(&self, bounds: &StackBounds, out: &mut [usize]) -> Trace {
+        let regs = arch::capture();
+        let t =
+            self.guarded(|this, table| this.walk(table, regs, bounds, out, Some(table.self_text)));
+        // Keep this frame (whose registers were captured) alive until the
+        // walk is done: no tail call into `guarded`.
+        core::hint::black_box(&regs);
+        t
+    }
+
+    /// Descriptor cache hits and misses on this thread so far.
+    pub fn stats(&self) -> CacheStats {
+        self.guarded_stats()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn busy_for_test(&self, busy: bool) {
+        self.busy.set(busy);
+    }
+
+    fn guarded_stats(&self) -> CacheStats {
+        if self.busy.get() {
+            return CacheStats::default();
+        }
+        // SAFETY: not busy, so no walk holds a reference into the cache.
+        let c = unsafe { &(*self.cache.get()).as_slice()[0] };
+        CacheStats {
+            hits: c.hits,
+            misses: c.misses,
+        }
+    }
+
+    /// Run `f` unless this unwinder is already walking on this thread (a
+    /// signal interrupted a walk).
+    #[inline(always)]
+    fn guarded(&self, f: impl FnOnce(&Self, &'static ModuleTable) -> Trace) -> Trace {
+        if self.busy.get() {
+            return Trace {
+                depth: 0,
+                end: TraceEnd::Reentered,
+            };
+        }
+        let Some(table) = modules::current() else {
+            return Trace {
+                depth: 0,
+                end: TraceEnd::NoModuleTable,
+            };
+        };
+        // A signal arriving between the check and the set runs a complete
+        // walk of its own and leaves `busy` false again before we resume.
+        self.busy.set(true);
+        compiler_fence(Ordering::SeqCst);
+        let t = f(self, table);
+        compiler_fence(Ordering::SeqCst);
+        self.busy.set(false);
+        t
+    }
+
+    fn walk(
+        &self,
+        table: &ModuleTable,
+        mut regs: Regs,
+        bounds: &StackBounds,
+        out: &mut [usize],
+        skip: Option<(usize, usize)>,
+    ) -> Trace {
+        // SAFETY: `busy` is set, so this is the only live reference to the
+        // cache and the framehop scratch space on this thread, and they are
+        // never shared with other threads.
+        let (cache, fh) = unsafe {
+            (
+                &mut (*self.cache.get()).as_mut_slice()[0],
+                &mut *self.framehop.get(),
+            )
+        };
+        cache.sync_generation(table.generation);
+        let reader = StackReader::new(bounds, regs.sp);
+        let mut skipping = skip;
+        let mut first = true;
+        let mut depth = 0;
+        loop {
+            if regs.pc == 0 {
+                return Trace {
+                    depth,
+                    end: TraceEnd::Outermost,
+                };
+            }
+            match skipping {
+                Some((lo, hi)) if lo <= regs.pc && regs.pc < hi => {}
+                _ => {
+                    skipping = None;
+                    if depth == out.len() {
+                        return Trace {
+                            depth,
+                            end: TraceEnd::Truncated,
+                        };
+                    }
+                    out[depth] = regs.pc;
+                    depth += 1;
+                }
+            }
+            if table.find(regs.pc).is_none() {
+                // No unwind information and no code known here: a JIT or a
+                // corrupt return address. The address is kept, the walk ends.
+                return Trace {
+                    depth,
+                    end: TraceEnd::Broken(BrokenFrame::NotInAnyObject { pc: regs.pc }),
+                };
+            }
+            let key = if first { regs.pc } else { regs.pc - 1 };
+            let d = match cache.get(key, first) {
+                Some(d) => d,
+                None => {
+                    let d = arch::describe(table, fh, regs.pc, first);
+                    cache.put(key, d);
+                    d
+                }
+            };
+            let step = if d.kind == Kind::Framehop {
+                arch::framehop_step(table, fh, &mut regs, first, &reader)
+            } else {
+                arch::apply(d, &mut regs, &reader)
+            };
+            match step {
+                Ok(Step::Caller { first: f }) => first = f,
+                Ok(Step::Outermost) => {
+                    return Trace {
+                        depth,
+                        end: TraceEnd::Outermost,
+                    }
+                }
+                Err(b) => {
+                    return Trace {
+                        depth,
+                        end: TraceEnd::Broken(b),
+                    }
+                }
+            }
+        }
+    }
+}
