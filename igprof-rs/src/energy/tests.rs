@@ -1,0 +1,518 @@
+//! Detection and reading through fake power PMU, powercap and msr trees
+//! built under a temporary root, with scripted counter progressions.
+
+use super::pmu::FilePerf;
+use super::*;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// A fake root directory, removed on drop.
+struct Tree {
+    dir: PathBuf,
+}
+
+impl Tree {
+    fn new(name: &str) -> Tree {
+        let dir = std::env::temp_dir().join(format!("igprof-energy-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Tree { dir }
+    }
+    fn root(&self) -> Root {
+        Root::at(&self.dir)
+    }
+    fn path(&self, kernel_path: &str) -> PathBuf {
+        self.root().join(kernel_path)
+    }
+    fn write(&self, kernel_path: &str, content: &str) {
+        let p = self.path(kernel_path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, content).unwrap();
+    }
+    /// 8 native-endian bytes at `offset` (a fake perf count at 0).
+    fn write_u64_at(&self, kernel_path: &str, offset: u64, v: u64) {
+        let p = self.path(kernel_path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(false)
+            .open(p)
+            .unwrap();
+        f.write_all_at(&v.to_ne_bytes(), offset).unwrap();
+    }
+    /// MSR `reg` of a fake msr device (a regular file: register R at 8 x R).
+    fn msr(&self, cpu: u32, reg: u64, v: u64) {
+        self.write_u64_at(&format!("/dev/cpu/{cpu}/msr"), reg * 8, v);
+    }
+    fn perf_count(&self, event: &str, cpu: u32, v: u64) {
+        let p = FilePerf::path(&self.root(), event, cpu);
+        let rel = p
+            .strip_prefix(&self.dir)
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string();
+        self.write_u64_at(&format!("/{rel}"), 0, v);
+    }
+
+    fn power_pmu(&self, cpumask: &str, events: &[(&str, &str, &str)]) {
+        let d = "/sys/bus/event_source/devices/power";
+        self.write(&format!("{d}/type"), "23\n");
+        self.write(&format!("{d}/cpumask"), &format!("{cpumask}\n"));
+        for (name, config, scale) in events {
+            self.write(&format!("{d}/events/{name}"), &format!("{config}\n"));
+            self.write(&format!("{d}/events/{name}.scale"), &format!("{scale}\n"));
+            self.write(&format!("{d}/events/{name}.unit"), "Joules\n");
+        }
+    }
+
+    fn zone(&self, zone: &str, name: &str, energy_uj: u64, max: u64) {
+        let d = format!("/sys/class/powercap/{zone}");
+        self.write(&format!("{d}/name"), &format!("{name}\n"));
+        self.write(&format!("{d}/energy_uj"), &format!("{energy_uj}\n"));
+        self.write(&format!("{d}/max_energy_range_uj"), &format!("{max}\n"));
+    }
+    fn energy_uj(&self, zone: &str, v: u64) {
+        self.write(
+            &format!("/sys/class/powercap/{zone}/energy_uj"),
+            &format!("{v}\n"),
+        );
+    }
+
+    fn cpus(&self, topology: &[(u32, u32, u32)]) {
+        let online: Vec<String> = topology.iter().map(|t| t.0.to_string()).collect();
+        self.write("/sys/devices/system/cpu/online", &online.join(","));
+        for &(cpu, pkg, core) in topology {
+            let d = format!("/sys/devices/system/cpu/cpu{cpu}/topology");
+            self.write(&format!("{d}/physical_package_id"), &pkg.to_string());
+            self.write(&format!("{d}/core_id"), &core.to_string());
+        }
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Real opens, except paths containing one of `deny` fail with `errno`
+/// (tests run as root, where chmod 000 does not stop anything).
+struct DenyFs {
+    deny: &'static [&'static str],
+    errno: i32,
+}
+
+impl Fs for DenyFs {
+    fn open(&self, path: &Path) -> io::Result<OwnedFd> {
+        if self.deny.iter().any(|d| path.to_str().unwrap().contains(d)) {
+            return Err(io::Error::from_raw_os_error(self.errno));
+        }
+        RealFs.open(path)
+    }
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1e-6)
+}
+
+const SCALE_2_32: &str = "2.3283064365386962890625e-10";
+
+#[test]
+fn power_pmu_wins_and_scales_counts_to_joules() {
+    let t = Tree::new("pmu");
+    t.power_pmu(
+        "0,2",
+        &[
+            ("energy-pkg", "event=0x02", SCALE_2_32),
+            ("energy-ram", "event=0x03", SCALE_2_32),
+        ],
+    );
+    // energy-psys exists but feeds no counter.
+    t.write(
+        "/sys/bus/event_source/devices/power/events/energy-psys",
+        "event=0x05",
+    );
+    // powercap also present: the PMU must still be chosen.
+    t.zone("intel-rapl:0", "package-0", 0, 1 << 40);
+    for cpu in [0, 2] {
+        t.perf_count("energy-pkg", cpu, 1000);
+        t.perf_count("energy-ram", cpu, 0);
+    }
+    let mut m = detect(&t.root()).unwrap();
+    assert_eq!(m.source(), SourceKind::PowerPmu);
+    assert_eq!(
+        m.domains().collect::<Vec<_>>(),
+        vec![Domain::Pkg, Domain::Dram]
+    );
+    assert_eq!(m.counter_count(), 4);
+    // Package 0 advances 2^32 counts (1 J), package 1 (cpu 2) 3 x 2^32.
+    t.perf_count("energy-pkg", 0, 1000 + (1 << 32));
+    t.perf_count("energy-pkg", 2, 1000 + 3 * (1 << 32));
+    t.perf_count("energy-ram", 0, 1 << 31);
+    let mut e = [0.0; DOMAINS];
+    m.read_deltas(&mut e).unwrap();
+    assert_eq!(e, [4.0, 0.0, 0.0, 0.5]);
+    m.read_deltas(&mut e).unwrap();
+    assert_eq!(e, [0.0; DOMAINS]);
+}
+
+#[test]
+fn power_pmu_units_and_bad_files() {
+    let t = Tree::new("pmu-units");
+    t.power_pmu("0", &[("energy-cores", "event=0x01", "6.103515625e-5")]);
+    let info = pmu::parse(&t.root(), &RealFs).unwrap();
+    assert_eq!(info.pmu_type, 23);
+    assert_eq!(info.cpus, vec![0]);
+    assert_eq!(info.events.len(), 1);
+    assert_eq!(info.events[0].domain, Domain::Pp0);
+    assert_eq!(info.events[0].config, 1);
+    assert_eq!(info.events[0].scale, 1.0 / 16384.0);
+    // Wrong unit, bad scale, no events: typed errors naming the file.
+    t.write(
+        "/sys/bus/event_source/devices/power/events/energy-cores.unit",
+        "Watts",
+    );
+    let e = pmu::parse(&t.root(), &RealFs).unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            SourceError::Malformed {
+                expected: "Joules",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("energy-cores.unit"));
+    t.write(
+        "/sys/bus/event_source/devices/power/events/energy-cores.unit",
+        "Joules",
+    );
+    t.write(
+        "/sys/bus/event_source/devices/power/events/energy-cores.scale",
+        "-1",
+    );
+    assert!(matches!(
+        pmu::parse(&t.root(), &RealFs),
+        Err(SourceError::Malformed { .. })
+    ));
+    std::fs::remove_dir_all(t.path("/sys/bus/event_source/devices/power/events")).unwrap();
+    std::fs::create_dir_all(t.path("/sys/bus/event_source/devices/power/events")).unwrap();
+    assert!(matches!(
+        pmu::parse(&t.root(), &RealFs),
+        Err(SourceError::NoDomains { .. })
+    ));
+}
+
+#[test]
+fn perf_refusal_names_the_paranoid_level_and_falls_through_to_powercap() {
+    let t = Tree::new("paranoid");
+    t.power_pmu("0", &[("energy-pkg", "event=0x02", SCALE_2_32)]);
+    t.perf_count("energy-pkg", 0, 0);
+    t.write("/proc/sys/kernel/perf_event_paranoid", "2\n");
+    t.zone("intel-rapl:0", "package-0", 5_000_000, 262_143_328_850);
+    let root = t.root();
+    let fs = DenyFs {
+        deny: &["perf-fake"],
+        errno: libc::EACCES,
+    };
+    let m = detect_with(
+        &root,
+        &fs,
+        &FilePerf {
+            root: &root,
+            fs: &fs,
+        },
+    )
+    .unwrap();
+    assert_eq!(m.source(), SourceKind::Powercap);
+    // With powercap gone too, the whole message shows the refusal.
+    std::fs::remove_dir_all(t.path("/sys/class/powercap")).unwrap();
+    let err = detect_with(
+        &root,
+        &fs,
+        &FilePerf {
+            root: &root,
+            fs: &fs,
+        },
+    )
+    .unwrap_err();
+    assert!(matches!(
+        err.tried[0],
+        (
+            SourceKind::PowerPmu,
+            SourceError::PerfRefused {
+                paranoid: Some(2),
+                ..
+            }
+        )
+    ));
+    let line = err.to_string();
+    assert!(
+        line.contains("power PMU: perf_event_open(power/energy-pkg/) refused"),
+        "{line}"
+    );
+    assert!(line.contains("perf_event_paranoid=2"), "{line}");
+    assert!(
+        line.contains("sysctl kernel.perf_event_paranoid=0"),
+        "{line}"
+    );
+    assert!(!line.contains('\n'));
+}
+
+#[test]
+fn powercap_zones_domains_and_wrap_around() {
+    let t = Tree::new("powercap");
+    let max = 262_143_328_850;
+    t.zone("intel-rapl:0", "package-0", max - 1_000_000, max);
+    t.zone("intel-rapl:0:0", "core", 100, max);
+    t.zone("intel-rapl:0:1", "uncore", 100, max);
+    t.zone("intel-rapl:0:2", "dram", 100, max);
+    t.zone("intel-rapl:1", "package-1", 0, max);
+    t.zone("intel-rapl:2", "psys", 0, max); // platform: skipped
+    t.write("/sys/class/powercap/intel-rapl/enabled", "1"); // control type: skipped
+    let mut m = detect(&t.root()).unwrap();
+    assert_eq!(m.source(), SourceKind::Powercap);
+    assert_eq!(m.counter_count(), 5);
+    assert!(Domain::ALL.iter().all(|&d| m.has(d)));
+    // Package 0 wraps: max-1 J -> max -> 2 J: 3 J. Package 1: 1.5 J.
+    t.energy_uj("intel-rapl:0", 2_000_000);
+    t.energy_uj("intel-rapl:1", 1_500_000);
+    t.energy_uj("intel-rapl:0:0", 600_100);
+    t.energy_uj("intel-rapl:0:2", 250_100);
+    let mut e = [0.0; DOMAINS];
+    m.read_deltas(&mut e).unwrap();
+    assert!(close(e[0], 4.5), "{e:?}");
+    assert!(close(e[1], 0.6));
+    assert_eq!(e[2], 0.0);
+    assert!(close(e[3], 0.25));
+}
+
+#[test]
+fn powercap_amd_package_only_and_bad_read_keeps_energy() {
+    let t = Tree::new("powercap-amd");
+    t.zone("intel-rapl:0", "package-0", 1000, 65_532_610_987);
+    let mut m = detect(&t.root()).unwrap();
+    assert_eq!(m.domains().collect::<Vec<_>>(), vec![Domain::Pkg]);
+    t.write("/sys/class/powercap/intel-rapl:0/energy_uj", "garbage\n");
+    let mut e = [0.0; DOMAINS];
+    assert_eq!(m.read_deltas(&mut e), Err(ReadError::NotANumber));
+    assert_eq!(e, [0.0; DOMAINS]);
+    t.energy_uj("intel-rapl:0", 3000);
+    m.read_deltas(&mut e).unwrap();
+    assert!(
+        close(e[0], 2000e-6),
+        "energy across the failed read must not be lost: {e:?}"
+    );
+}
+
+#[test]
+fn powercap_permission_denied_is_reported_with_advice() {
+    let t = Tree::new("powercap-perm");
+    t.zone("intel-rapl:0", "package-0", 1000, 1 << 30);
+    t.zone("intel-rapl:0:0", "core", 1000, 1 << 30);
+    let root = t.root();
+    let fs = DenyFs {
+        deny: &["energy_uj"],
+        errno: libc::EACCES,
+    };
+    let err = detect_with(
+        &root,
+        &fs,
+        &FilePerf {
+            root: &root,
+            fs: &fs,
+        },
+    )
+    .unwrap_err();
+    let kinds: Vec<SourceKind> = err.tried.iter().map(|t| t.0).collect();
+    assert_eq!(
+        kinds,
+        vec![SourceKind::PowerPmu, SourceKind::Powercap, SourceKind::Msr]
+    );
+    assert!(
+        matches!(&err.tried[1].1, SourceError::PermissionDenied { path } if path.ends_with("intel-rapl:0/energy_uj"))
+    );
+    let line = err.to_string();
+    assert!(
+        line.contains("powercap: ") && line.contains("energy_uj permission denied"),
+        "{line}"
+    );
+    assert!(line.contains("root-only since Linux 5.10"), "{line}");
+}
+
+fn intel_cpuinfo(model: u32) -> String {
+    format!("processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: {model}\nflags\t\t: fpu msr\n\n")
+}
+
+#[test]
+fn msr_intel_server_two_packages_32bit_wrap_and_dram_quirk() {
+    let t = Tree::new("msr-intel");
+    t.write("/proc/cpuinfo", &intel_cpuinfo(0x55)); // Skylake-X
+    t.cpus(&[(0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)]);
+    for cpu in [0, 2] {
+        t.msr(cpu, msr::INTEL_UNIT, 0xA0E03); // 2^-14 J
+        t.msr(cpu, msr::INTEL_PKG, 0xFFFF_F000);
+        t.msr(cpu, msr::INTEL_DRAM, 0);
+        t.msr(cpu, msr::INTEL_PP0, 0);
+        // PP1 (0x641) lies beyond the end of the file: absent, as on servers.
+    }
+    let mut m = detect(&t.root()).unwrap();
+    assert_eq!(m.source(), SourceKind::Msr);
+    assert_eq!(
+        m.domains().collect::<Vec<_>>(),
+        vec![Domain::Pkg, Domain::Pp0, Domain::Dram]
+    );
+    assert_eq!(m.counter_count(), 6);
+    // Package counter wraps at 32 bits: 0xFFFFF000 -> 0x1000 is 0x2000 counts.
+    t.msr(0, msr::INTEL_PKG, 0x1000);
+    t.msr(2, msr::INTEL_PKG, 0x1_FFFF_F000 + 16384); // upper bits ignored
+    t.msr(0, msr::INTEL_DRAM, 65536);
+    let mut e = [0.0; DOMAINS];
+    m.read_deltas(&mut e).unwrap();
+    assert!(close(e[0], 0x2000 as f64 / 16384.0 + 1.0), "{e:?}");
+    // DRAM in fixed 2^-16 J units on this model, not the 2^-14 of 0x606.
+    assert!(close(e[3], 1.0), "{e:?}");
+}
+
+#[test]
+fn msr_intel_client_uses_unit_register_for_dram() {
+    let t = Tree::new("msr-client");
+    t.write("/proc/cpuinfo", &intel_cpuinfo(0x9E)); // Kaby Lake client
+    t.cpus(&[(0, 0, 0)]);
+    t.msr(0, msr::INTEL_UNIT, 0xA1003); // 2^-16 J
+    for reg in [
+        msr::INTEL_PKG,
+        msr::INTEL_PP0,
+        msr::INTEL_PP1,
+        msr::INTEL_DRAM,
+    ] {
+        t.msr(0, reg, 0);
+    }
+    let mut m = detect(&t.root()).unwrap();
+    assert!(Domain::ALL.iter().all(|&d| m.has(d)));
+    t.msr(0, msr::INTEL_PP1, 1 << 15);
+    t.msr(0, msr::INTEL_DRAM, 1 << 16);
+    let mut e = [0.0; DOMAINS];
+    m.read_deltas(&mut e).unwrap();
+    assert_eq!(e, [0.0, 0.0, 0.5, 1.0]);
+}
+
+#[test]
+fn msr_amd_sums_per_core_pp0() {
+    let t = Tree::new("msr-amd");
+    t.write(
+        "/proc/cpuinfo",
+        "vendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\nflags\t\t: fpu rapl\n\n",
+    );
+    // One package, two cores with two threads each.
+    t.cpus(&[(0, 0, 0), (1, 0, 1), (2, 0, 0), (3, 0, 1)]);
+    for cpu in [0, 1] {
+        t.msr(cpu, msr::AMD_UNIT, 0xA1003); // 2^-16 J
+        t.msr(cpu, msr::AMD_CORE, 0);
+        t.msr(cpu, msr::AMD_PKG, 0xFFFF_0000);
+    }
+    let mut m = detect(&t.root()).unwrap();
+    assert_eq!(
+        m.domains().collect::<Vec<_>>(),
+        vec![Domain::Pkg, Domain::Pp0]
+    );
+    assert_eq!(m.counter_count(), 3); // package + 2 cores
+    t.msr(0, msr::AMD_CORE, 65536);
+    t.msr(1, msr::AMD_CORE, 3 * 65536);
+    t.msr(0, msr::AMD_PKG, 0x0004_0000); // wrapped
+    let mut e = [0.0; DOMAINS];
+    m.read_deltas(&mut e).unwrap();
+    assert_eq!(e, [5.0, 4.0, 0.0, 0.0]);
+}
+
+#[test]
+fn msr_errors_absent_permission_not_capable() {
+    let t = Tree::new("msr-errors");
+    t.write("/proc/cpuinfo", &intel_cpuinfo(0x55));
+    t.cpus(&[(0, 0, 0)]);
+    // No /dev/cpu/0/msr: the module is not loaded.
+    let err = detect(&t.root()).unwrap_err();
+    assert!(
+        matches!(&err.tried[2].1, SourceError::Absent { path } if path.ends_with("dev/cpu/0/msr"))
+    );
+    assert!(err.to_string().contains("modprobe msr"), "{err}");
+    // Present but refused.
+    t.msr(0, msr::INTEL_UNIT, 0xA0E03);
+    let root = t.root();
+    let fs = DenyFs {
+        deny: &["/msr"],
+        errno: libc::EPERM,
+    };
+    let err = msr::open(&root, &fs).unwrap_err();
+    assert!(matches!(err, SourceError::PermissionDenied { .. }));
+    assert_eq!(
+        err.advice(SourceKind::Msr),
+        Some("root with CAP_SYS_RAWIO for /dev/cpu/N/msr")
+    );
+    // Unit register unreadable (file too short): not RAPL-capable.
+    std::fs::write(t.path("/dev/cpu/0/msr"), [0u8; 16]).unwrap();
+    let err = msr::open(&root, &RealFs).unwrap_err();
+    assert!(matches!(err, SourceError::NotRaplCapable { .. }), "{err}");
+    // AMD without the rapl flag.
+    t.write(
+        "/proc/cpuinfo",
+        "vendor_id\t: AuthenticAMD\ncpu family\t: 23\nmodel\t\t: 1\nflags\t\t: fpu\n",
+    );
+    let err = msr::open(&root, &RealFs).unwrap_err();
+    assert!(
+        err.to_string().contains("not RAPL-capable: no `rapl` flag"),
+        "{err}"
+    );
+}
+
+#[test]
+fn nothing_works_in_an_empty_root() {
+    let t = Tree::new("empty");
+    let err = detect(&t.root()).unwrap_err();
+    let line = err.to_string();
+    assert!(!line.contains('\n'));
+    let pmu = line.find("power PMU: ").unwrap();
+    let pc = line.find("powercap: ").unwrap();
+    let msr = line.find("msr: ").unwrap();
+    assert!(pmu < pc && pc < msr, "{line}");
+    assert!(line.contains("devices/power/type absent"), "{line}");
+    assert!(line.contains("sys/class/powercap absent"), "{line}");
+    assert!(line.contains("proc/cpuinfo absent"), "{line}");
+    assert!(
+        line.contains("to enable: a kernel with the RAPL perf driver"),
+        "{line}"
+    );
+    assert!(
+        line.contains("`modprobe intel_rapl_msr` for powercap"),
+        "{line}"
+    );
+}
+
+/// The development machine has no RAPL: detection must say so in one line
+/// naming all three sources. On a machine with RAPL and permission, the
+/// meter must read.
+#[test]
+fn real_machine_detection() {
+    match detect(&Root::system()) {
+        Ok(mut m) => {
+            assert!(m.domains().count() > 0);
+            let mut e = [0.0; DOMAINS];
+            m.read_deltas(&mut e).unwrap();
+            eprintln!("energy source on this machine: {}", m.describe());
+        }
+        Err(err) => {
+            let line = err.to_string();
+            eprintln!("{line}");
+            assert_eq!(err.tried.len(), 3);
+            assert!(!line.contains('\n'));
+            for name in ["power PMU: ", "powercap: ", "msr: "] {
+                assert!(line.contains(name), "{line}");
+            }
+        }
+    }
+}
