@@ -79,7 +79,11 @@ pub enum Insn {
     /// `adrp xd, page`: `target` is the 4 KiB page address written to `xd`.
     Adrp { rd: u8, target: u64 },
     /// `ldr`/`ldrsw`/`prfm` (literal) reading at `target`.
-    Literal { kind: LiteralKind, rt: u8, target: u64 },
+    Literal {
+        kind: LiteralKind,
+        rt: u8,
+        target: u64,
+    },
     /// Any other instruction word; position independent.
     Other(u32),
 }
@@ -184,7 +188,11 @@ impl Insn {
     pub fn is_branch(&self) -> bool {
         matches!(
             self,
-            Insn::B { .. } | Insn::Bl { .. } | Insn::BCond { .. } | Insn::Cbz { .. } | Insn::Tbz { .. }
+            Insn::B { .. }
+                | Insn::Bl { .. }
+                | Insn::BCond { .. }
+                | Insn::Cbz { .. }
+                | Insn::Tbz { .. }
         )
     }
 }
@@ -228,7 +236,11 @@ pub fn pc_dependent_unknown(word: u32) -> Option<&'static str> {
     ) {
         return Some("signs with the PC as modifier (FEAT_PAuth_LR)");
     }
-    if inst.operands.iter().any(|op| matches!(op, Operand::PCOffset(_))) {
+    if inst
+        .operands
+        .iter()
+        .any(|op| matches!(op, Operand::PCOffset(_)))
+    {
         return Some("PC-relative form not supported");
     }
     None

@@ -26,8 +26,9 @@ pub fn near_patch(from: u64, to: u64) -> Option<Vec<u8>> {
 /// `from % 8`) hold `udf`.
 pub fn far_patch(from: u64, to: u64) -> Vec<u8> {
     let (lo, hi) = (to as u32, (to >> 32) as u32);
-    let ldr =
-        |lit_off: u64| encode::ldr_literal(super::decode::LiteralKind::X, 16, from, from + lit_off).unwrap();
+    let ldr = |lit_off: u64| {
+        encode::ldr_literal(super::decode::LiteralKind::X, 16, from, from + lit_off).unwrap()
+    };
     if from % 8 == 0 {
         words(&[ldr(8), encode::br(16), lo, hi, UDF])
     } else {

@@ -75,7 +75,12 @@ fn overlaps(a: u64, a_len: u64, b: u64, b_len: u64) -> bool {
 }
 
 /// See [`crate::arch::Arch::plan`].
-pub fn plan(code: &[u8], addr: u64, func_size: Option<u64>, patch_len: usize) -> Result<Plan, Reason> {
+pub fn plan(
+    code: &[u8],
+    addr: u64,
+    func_size: Option<u64>,
+    patch_len: usize,
+) -> Result<Plan, Reason> {
     if addr % 4 != 0 {
         return Err(Reason::Unrelocatable {
             at: addr,
@@ -130,20 +135,28 @@ pub fn plan(code: &[u8], addr: u64, func_size: Option<u64>, patch_len: usize) ->
     }
     // Every instruction of the function (taken or not) that reads from, or
     // branches or points into, the overwritten bytes.
-    let scan_end = if func_size.is_some() { avail } else { keep + taken };
+    let scan_end = if func_size.is_some() {
+        avail
+    } else {
+        keep + taken
+    };
     let mut off = 0;
     while off + 4 <= scan_end {
         let pc = addr + off as u64;
         let insn = decode(word_at(code, off).unwrap(), pc);
         let taken_insn = pc >= start && pc < end;
         match insn {
-            Insn::Literal { kind, target, .. } if overlaps(target, kind.size(), start, taken as u64) => {
+            Insn::Literal { kind, target, .. }
+                if overlaps(target, kind.size(), start, taken as u64) =>
+            {
                 return Err(Reason::Unrelocatable {
                     at: pc,
                     what: "literal load from the patched bytes".into(),
                 });
             }
-            Insn::Adr { target, .. } if !taken_insn && target != addr && target >= start && target < end => {
+            Insn::Adr { target, .. }
+                if !taken_insn && target != addr && target >= start && target < end =>
+            {
                 return Err(Reason::BranchIntoPatchedBytes { at: pc, target });
             }
             _ if insn.is_branch() && !taken_insn => {
@@ -240,8 +253,12 @@ fn retarget(insn: Insn, pc: u64, target: u64) -> Option<u32> {
         Insn::B { .. } => encode::b(pc, target),
         Insn::Bl { .. } => encode::bl(pc, target),
         Insn::BCond { cond, .. } => encode::b_cond(cond, pc, target),
-        Insn::Cbz { nonzero, sf, rt, .. } => encode::cbz(nonzero, sf, rt, pc, target),
-        Insn::Tbz { nonzero, bit, rt, .. } => encode::tbz(nonzero, bit, rt, pc, target),
+        Insn::Cbz {
+            nonzero, sf, rt, ..
+        } => encode::cbz(nonzero, sf, rt, pc, target),
+        Insn::Tbz {
+            nonzero, bit, rt, ..
+        } => encode::tbz(nonzero, bit, rt, pc, target),
         _ => None,
     }
 }
@@ -337,18 +354,20 @@ pub fn relocate(code: &[u8], addr: u64, plan: &Plan, tramp: u64) -> Result<Vec<u
                 Some(w) => e.words.push(w),
                 None => e.load_literal(rd, target),
             },
-            Insn::Literal { kind, rt, target } => match encode::ldr_literal(kind, rt, pc_new, target) {
-                Some(w) => e.words.push(w),
-                None => {
-                    let base = if kind.writes_gpr() && rt != 31 {
-                        rt
-                    } else {
-                        e.scratch()?
-                    };
-                    e.load_literal(base, target);
-                    e.words.push(encode::ldr_base(kind, rt, base));
+            Insn::Literal { kind, rt, target } => {
+                match encode::ldr_literal(kind, rt, pc_new, target) {
+                    Some(w) => e.words.push(w),
+                    None => {
+                        let base = if kind.writes_gpr() && rt != 31 {
+                            rt
+                        } else {
+                            e.scratch()?
+                        };
+                        e.load_literal(base, target);
+                        e.words.push(encode::ldr_base(kind, rt, base));
+                    }
                 }
-            },
+            }
         }
     }
     e.at = end;

@@ -38,6 +38,9 @@ enum Effect {
         dest: Operand,
         addr: u64,
     },
+    /// A PC-relative form this checker does not model; a relocation
+    /// containing one fails verification.
+    Unknown(u32),
 }
 
 fn word(bytes: &[u8], off: usize) -> Option<u32> {
@@ -89,7 +92,12 @@ fn single(w: u32, pc: u64) -> Effect {
     let Some((t, rest)) = split(inst.opcode, &inst.operands, pc) else {
         return Effect::Copy(w);
     };
-    match inst.opcode {
+    // `bc.cond` (FEAT_HBC) is `b.cond` plus a hint.
+    let opcode = match inst.opcode {
+        Opcode::BCcc(c) => Opcode::Bcc(c),
+        op => op,
+    };
+    match opcode {
         Opcode::B => Effect::Jump(Target::Abs(t)),
         Opcode::Bcc(c) if c >= 14 => Effect::Jump(Target::Abs(t)),
         Opcode::BL => Effect::Call(Target::Abs(t)),
@@ -98,11 +106,12 @@ fn single(w: u32, pc: u64) -> Effect {
             Operand::Register(SizeCode::X, r) => Effect::SetReg(r, t),
             _ => Effect::Copy(w),
         },
-        op => Effect::Load {
-            opcode: op,
+        Opcode::LDR | Opcode::LDRSW | Opcode::PRFM => Effect::Load {
+            opcode,
             dest: inst.operands[0],
             addr: t,
         },
+        _ => Effect::Unknown(w),
     }
 }
 
@@ -118,7 +127,9 @@ fn original_effects(code: &[u8], addr: u64, plan: &Plan) -> Result<Vec<Effect>, 
         let w = word(code, 4 * i).ok_or("code shorter than the plan")?;
         let mut e = single(w, pc);
         let map = |t: Target| match t {
-            Target::Abs(a) if a >= start && a < end => Target::Copy(kept + ((a - start) / 4) as usize),
+            Target::Abs(a) if a >= start && a < end => {
+                Target::Copy(kept + ((a - start) / 4) as usize)
+            }
             t => t,
         };
         match &mut e {
@@ -144,7 +155,11 @@ fn base_of(op: &Operand) -> Option<u16> {
 /// the expected effect at that position is of that kind (so an original
 /// `adrp x16, P; ldr d0, [x16]` is not mistaken for a rewritten `ldr d0, L`).
 /// Also returns the registers written as a side effect (scratch).
-fn trampoline_effects(out: &[u8], tramp: u64, want: &[Effect]) -> Result<(Vec<Effect>, Vec<u16>), String> {
+fn trampoline_effects(
+    out: &[u8],
+    tramp: u64,
+    want: &[Effect],
+) -> Result<(Vec<Effect>, Vec<u16>), String> {
     let count = want.len();
     let lit = |pc: u64, w: u32| -> Option<(u16, u64)> {
         let inst = yaxpeax(w)?;
@@ -165,7 +180,8 @@ fn trampoline_effects(out: &[u8], tramp: u64, want: &[Effect]) -> Result<(Vec<Ef
     let mut off = 0usize;
     while effects.len() < count {
         let pc = tramp + off as u64;
-        let w = word(out, off).ok_or_else(|| format!("trampoline ends at +{off:#x} before all effects"))?;
+        let w = word(out, off)
+            .ok_or_else(|| format!("trampoline ends at +{off:#x} before all effects"))?;
         starts.push(off);
         let expect = &want[effects.len()];
         if let Some((r, value)) = lit(pc, w) {
@@ -180,11 +196,17 @@ fn trampoline_effects(out: &[u8], tramp: u64, want: &[Effect]) -> Result<(Vec<Ef
                 None
             };
             let e = match next {
-                Some(n) if n.opcode == Opcode::BR && n.operands[0] == Operand::Register(SizeCode::X, r) => {
+                Some(n)
+                    if n.opcode == Opcode::BR
+                        && n.operands[0] == Operand::Register(SizeCode::X, r) =>
+                {
                     clobbered.push(r);
                     Some(Effect::Jump(Target::Abs(value)))
                 }
-                Some(n) if n.opcode == Opcode::BLR && n.operands[0] == Operand::Register(SizeCode::X, r) => {
+                Some(n)
+                    if n.opcode == Opcode::BLR
+                        && n.operands[0] == Operand::Register(SizeCode::X, r) =>
+                {
                     if r != 30 {
                         clobbered.push(r);
                     }
@@ -220,7 +242,9 @@ fn trampoline_effects(out: &[u8], tramp: u64, want: &[Effect]) -> Result<(Vec<Ef
             continue;
         }
         let e = single(w, pc);
-        if let (Effect::BranchIf(test, Target::Abs(t)), Effect::BranchIf(_, Target::Abs(_))) = (&e, expect) {
+        if let (Effect::BranchIf(test, Target::Abs(t)), Effect::BranchIf(_, Target::Abs(_))) =
+            (&e, expect)
+        {
             // (only for targets outside the taken bytes: inside ones are never rewritten)
             // Inverted test jumping over `b T` or over `ldr xS, =T; br xS`.
             let over = match t.wrapping_sub(pc) {
@@ -229,12 +253,12 @@ fn trampoline_effects(out: &[u8], tramp: u64, want: &[Effect]) -> Result<(Vec<Ef
                     .and_then(|n| lit(pc + 4, n))
                     .and_then(|(r, v)| {
                         let n = word(out, off + 8).and_then(yaxpeax)?;
-                        (n.opcode == Opcode::BR && n.operands[0] == Operand::Register(SizeCode::X, r)).then(
-                            || {
-                                clobbered.push(r);
-                                Effect::Jump(Target::Abs(v))
-                            },
-                        )
+                        (n.opcode == Opcode::BR
+                            && n.operands[0] == Operand::Register(SizeCode::X, r))
+                        .then(|| {
+                            clobbered.push(r);
+                            Effect::Jump(Target::Abs(v))
+                        })
                     }),
                 _ => None,
             };
@@ -256,7 +280,9 @@ fn trampoline_effects(out: &[u8], tramp: u64, want: &[Effect]) -> Result<(Vec<Ef
                     let idx = starts
                         .iter()
                         .position(|&s| s as u64 == a - tramp)
-                        .ok_or_else(|| format!("branch to {a:#x} into the middle of a rewritten sequence"))?;
+                        .ok_or_else(|| {
+                            format!("branch to {a:#x} into the middle of a rewritten sequence")
+                        })?;
                     *t = Target::Copy(idx);
                 }
             }
@@ -270,6 +296,11 @@ pub fn verify(code: &[u8], addr: u64, plan: &Plan, tramp: u64, out: &[u8]) -> Re
     let want = original_effects(code, addr, plan)?;
     let (got, clobbered) = trampoline_effects(out, tramp, &want)?;
     for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+        if let Effect::Unknown(x) = w {
+            return Err(format!(
+                "effect {i}: unmodelled PC-relative instruction {x:08x}"
+            ));
+        }
         if w != g {
             return Err(format!("effect {i}: original {w:x?}, trampoline {g:x?}"));
         }
