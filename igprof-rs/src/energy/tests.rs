@@ -516,3 +516,114 @@ fn real_machine_detection() {
         }
     }
 }
+
+/// Writes a powercap package counter that advances at `watts`, in place
+/// (fixed-width, zero-padded: a reader's `pread` never sees a half-empty
+/// file), until dropped.
+struct AdvancingZone {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    writer: Option<std::thread::JoinHandle<u64>>,
+}
+
+impl AdvancingZone {
+    fn start(path: PathBuf, watts: f64) -> AdvancingZone {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stop.clone();
+        let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+        let t0 = std::time::Instant::now();
+        let write = move |f: &std::fs::File| {
+            let uj = (t0.elapsed().as_secs_f64() * watts * 1e6) as u64;
+            f.write_all_at(format!("{uj:020}\n").as_bytes(), 0).unwrap();
+            uj
+        };
+        write(&f);
+        let writer = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                write(&f);
+                std::thread::sleep(std::time::Duration::from_micros(300));
+            }
+            write(&f)
+        });
+        AdvancingZone {
+            stop,
+            writer: Some(writer),
+        }
+    }
+    /// Stop and return the last value written (uJ).
+    fn finish(mut self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.writer.take().unwrap().join().unwrap()
+    }
+}
+
+/// The whole chain without LD_PRELOAD: a fake powercap source advancing at
+/// 20 W, the meter reading it, the ledger closing intervals on real thread
+/// CPU clocks, two threads burning CPU 3:1 and taking their shares.
+#[test]
+fn two_threads_burning_3_to_1_get_energy_3_to_1() {
+    use ledger::{CpuClock, KernelCpuClock, Ledger};
+    use std::sync::{Arc, Barrier};
+    let t = Tree::new("advancing");
+    t.zone("intel-rapl:0", "package-0", 0, 1 << 50);
+    t.write(
+        "/sys/class/powercap/intel-rapl:0/energy_uj",
+        &format!("{:020}\n", 0),
+    );
+    let zone = AdvancingZone::start(t.path("/sys/class/powercap/intel-rapl:0/energy_uj"), 20.0);
+    let meter = detect(&t.root()).unwrap();
+    let ledger = Arc::new(Ledger::new(
+        Some(meter),
+        SharePolicy::CpuCapacity { cpus: 2 },
+        8,
+        JOULES_PER_VALUE,
+        1_000_000,
+    ));
+    let done = Arc::new(Barrier::new(3));
+    let closed = Arc::new(Barrier::new(3));
+    let worker = |cpu_ms: u64| {
+        let (ledger, done, closed) = (ledger.clone(), done.clone(), closed.clone());
+        std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            let tid = unsafe { libc::gettid() };
+            let slot = ledger.register(tid).unwrap();
+            let start = KernelCpuClock.thread_cpu_ns(tid).unwrap();
+            let mut uj = 0u64;
+            while KernelCpuClock.thread_cpu_ns(tid).unwrap() - start < cpu_ms * 1_000_000 {
+                for _ in 0..1000 {
+                    std::hint::black_box(0u64);
+                }
+                let _ = ledger.close_interval();
+                uj += ledger.take(slot)[0];
+            }
+            let cpu = KernelCpuClock.thread_cpu_ns(tid).unwrap() - start;
+            done.wait();
+            closed.wait();
+            uj += ledger.take(slot)[0];
+            ledger.unregister(slot);
+            (uj, cpu)
+        })
+    };
+    let (a, b) = (worker(240), worker(80));
+    done.wait();
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    while !ledger.close_interval().unwrap() {}
+    closed.wait();
+    let ((ua, ca), (ub, cb)) = (a.join().unwrap(), b.join().unwrap());
+    let total_uj = zone.finish();
+    let ratio = ua as f64 / ub as f64;
+    let cpu_ratio = ca as f64 / cb as f64;
+    eprintln!("A {ua} uJ / {ca} ns CPU, B {ub} uJ / {cb} ns CPU: energy ratio {ratio:.3}, CPU ratio {cpu_ratio:.3}");
+    assert!((ratio / 3.0 - 1.0).abs() < 0.05, "energy ratio {ratio}");
+    // At 20 W over 2 CPUs a CPU-second costs 10 J: A ~2.4 J, B ~0.8 J.
+    assert!(
+        (ua as f64 / (ca as f64 * 1e-3 * 10.0) - 1.0).abs() < 0.10,
+        "A got {ua} uJ for {ca} ns"
+    );
+    // Nothing lost: shares + unattributed + after-exit = energy read, to a
+    // few uJ of rounding per interval (the meter stops at the last close).
+    let r = ledger.residual();
+    let accounted = ua + ub + r.unattributed[0] + r.after_exit[0];
+    assert!(accounted <= total_uj, "{accounted} > {total_uj}");
+    assert!(accounted > 0 && (total_uj - accounted) as f64 / (total_uj as f64) < 0.15);
+}
