@@ -87,7 +87,8 @@
 //! Calling `refresh()` right after the real `dlclose` returns keeps the
 //! window to that refresh.
 //!
-//! Architectures: x86-64 (`x86_64.rs`). The walk loop, cache, module table
+//! Architectures: x86-64 (`x86_64.rs`) and AArch64 (`aarch64.rs`, where a
+//! descriptor may also say "return address still in LR" for leaf frames). The walk loop, cache, module table
 //! and stack bounds are architecture-neutral; an architecture supplies the
 //! registers, the signal frame layout and the descriptor derivation.
 
@@ -103,6 +104,11 @@ mod tests;
 #[cfg(target_arch = "x86_64")]
 #[path = "x86_64.rs"]
 mod arch;
+#[cfg(target_arch = "aarch64")]
+#[path = "aarch64.rs"]
+mod arch;
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+compile_error!("the unwinder supports x86-64 and AArch64 only");
 
 pub use mem::MapError;
 pub use modules::{module_of, refresh, ModuleInfo, RefreshError};

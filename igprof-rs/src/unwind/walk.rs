@@ -187,7 +187,7 @@ impl ThreadUnwinder {
             let step = if d.kind == Kind::Framehop {
                 arch::framehop_step(table, fh, &mut regs, first, &reader)
             } else {
-                arch::apply(d, &mut regs, &reader)
+                arch::apply(d, &mut regs, first, &reader)
             };
             match step {
                 Ok(Step::Caller { first: f }) => first = f,

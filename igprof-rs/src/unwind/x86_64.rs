@@ -205,6 +205,7 @@ pub(crate) enum Step {
 pub(crate) fn apply(
     d: Descriptor,
     regs: &mut Regs,
+    _first: bool,
     reader: &StackReader,
 ) -> Result<Step, BrokenFrame> {
     let base = match d.kind {
