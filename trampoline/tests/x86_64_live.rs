@@ -1,0 +1,252 @@
+//! Live x86-64 tests: hand-written assembly functions, one per instruction
+//! class, hooked in this process. Each function's result is checked before
+//! hooking, through the hook (the replacement counts calls and chains to the
+//! original), and after uninstalling (original bytes restored, no more
+//! counting). The functions are found by name through the ELF `.symtab`
+//! fallback of `find_function` (the test executable does not export them),
+//! which also supplies their sizes for the back-jump check.
+#![cfg(target_arch = "x86_64")]
+
+use std::arch::global_asm;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use trampoline::{find_function, install, probe, Reason};
+
+global_asm!(
+    ".pushsection .data",
+    ".p2align 3",
+    "tr_data: .quad 1000, 2000",
+    ".popsection",
+    ".text",
+    // RIP-relative load as the first instruction: x + 1000.
+    ".p2align 4",
+    ".globl tr_rip_load", ".type tr_rip_load,@function",
+    "tr_rip_load:",
+    "    mov rax, qword ptr [rip + tr_data]",
+    "    add rax, rdi",
+    "    ret",
+    ".size tr_rip_load, .-tr_rip_load",
+    // RIP-relative lea: x + 2000.
+    ".p2align 4",
+    ".globl tr_rip_lea", ".type tr_rip_lea,@function",
+    "tr_rip_lea:",
+    "    lea rax, [rip + tr_data]",
+    "    mov rax, qword ptr [rax + 8]",
+    "    add rax, rdi",
+    "    ret",
+    ".size tr_rip_lea, .-tr_rip_lea",
+    // call rel32 as the first instruction: x + 7.
+    ".p2align 4",
+    ".globl tr_call", ".type tr_call,@function",
+    "tr_call:",
+    "    call tr_seven",
+    "    add rax, rdi",
+    "    ret",
+    ".size tr_call, .-tr_call",
+    ".p2align 4",
+    "tr_seven:",
+    "    mov eax, 7",
+    "    ret",
+    // jcc rel8 among the taken bytes, target outside them: x == 0 ? 42 : 2x.
+    ".p2align 4",
+    ".globl tr_jcc", ".type tr_jcc,@function",
+    "tr_jcc:",
+    "    test rdi, rdi",
+    "    je 2f",
+    "    lea rax, [rdi + rdi]",
+    "    ret",
+    "2:  mov eax, 42",
+    "    ret",
+    ".size tr_jcc, .-tr_jcc",
+    // jcc rel8 whose target is another taken instruction: x + 5.
+    ".p2align 4",
+    ".globl tr_jcc_in", ".type tr_jcc_in,@function",
+    "tr_jcc_in:",
+    "    test edi, edi",
+    "    .byte 0x74, 0x00", // je to the next instruction
+    "    cdq",
+    "    lea rax, [rdi + 5]",
+    "    ret",
+    ".size tr_jcc_in, .-tr_jcc_in",
+    // jmp rel8 first: x + 1.
+    ".p2align 4",
+    ".globl tr_jmp8", ".type tr_jmp8,@function",
+    "tr_jmp8:",
+    "    .byte 0xeb, 0x03", // jmp over three int3
+    "    int3", "    int3", "    int3",
+    "    lea rax, [rdi + 1]",
+    "    ret",
+    ".size tr_jmp8, .-tr_jmp8",
+    // endbr64 start: 3x.
+    ".p2align 4",
+    ".globl tr_endbr", ".type tr_endbr,@function",
+    "tr_endbr:",
+    "    endbr64",
+    "    push rbx",
+    "    mov rbx, rdi",
+    "    lea rax, [rbx + rbx*2]",
+    "    pop rbx",
+    "    ret",
+    ".size tr_endbr, .-tr_endbr",
+    // Same shape, for the layout test (tests run in parallel): 4x.
+    ".p2align 4",
+    ".globl tr_endbr4", ".type tr_endbr4,@function",
+    "tr_endbr4:",
+    "    endbr64",
+    "    push rbx",
+    "    mov rbx, rdi",
+    "    lea rax, [rbx*4]",
+    "    pop rbx",
+    "    ret",
+    ".size tr_endbr4, .-tr_endbr4",
+    // Shorter than the patch, directly followed by another function.
+    ".p2align 4",
+    ".globl tr_short", ".type tr_short,@function",
+    "tr_short:",
+    "    mov rax, rdi",
+    "    ret",
+    ".size tr_short, .-tr_short",
+    "tr_after_short:",
+    "    lea rax, [rdi + 1]",
+    "    ret",
+    // Loop branching back into the prologue: sum 1..=x (x > 0).
+    ".p2align 4",
+    ".globl tr_backjump", ".type tr_backjump,@function",
+    "tr_backjump:",
+    "    xor eax, eax",
+    "2:  add eax, edi",
+    "    dec edi",
+    "    jnz 2b",
+    "    ret",
+    ".size tr_backjump, .-tr_backjump",
+);
+
+type Fn1 = extern "C" fn(u64) -> u64;
+
+unsafe extern "C" {
+    safe fn tr_rip_load(x: u64) -> u64;
+    safe fn tr_rip_lea(x: u64) -> u64;
+    safe fn tr_call(x: u64) -> u64;
+    safe fn tr_jcc(x: u64) -> u64;
+    safe fn tr_jcc_in(x: u64) -> u64;
+    safe fn tr_jmp8(x: u64) -> u64;
+    safe fn tr_endbr(x: u64) -> u64;
+    safe fn tr_endbr4(x: u64) -> u64;
+    safe fn tr_short(x: u64) -> u64;
+    safe fn tr_backjump(x: u64) -> u64;
+}
+
+/// Defines a replacement that counts its calls and chains to the original.
+macro_rules! counting_replacement {
+    ($name:ident, $calls:ident, $chain:ident) => {
+        static $calls: AtomicUsize = AtomicUsize::new(0);
+        static $chain: AtomicUsize = AtomicUsize::new(0);
+        extern "C" fn $name(x: u64) -> u64 {
+            $calls.fetch_add(1, Ordering::SeqCst);
+            // SAFETY: CHAIN holds the trampoline of a function of type Fn1.
+            let original: Fn1 = unsafe { std::mem::transmute($chain.load(Ordering::SeqCst)) };
+            original(x)
+        }
+    };
+}
+
+/// Check `f` before, through and after a hook; `cases` are (input, expected).
+fn exercise(name: &str, f: Fn1, cases: &[(u64, u64)], repl: Fn1, calls: &AtomicUsize, chain: &AtomicUsize) {
+    let f = std::hint::black_box(f);
+    for &(x, want) in cases {
+        assert_eq!(f(x), want, "{name}({x}) before hooking");
+    }
+    let sym = find_function(name, None).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(sym.addr, f as usize as u64, "{name}: symbol address");
+    assert!(sym.size.is_some(), "{name}: size from .symtab");
+    let size = sym.size.unwrap() as usize;
+    // SAFETY: the function's bytes are mapped (it was just called).
+    let before = unsafe { std::slice::from_raw_parts(sym.addr as *const u8, size) }.to_vec();
+    let probed = probe(&sym).unwrap_or_else(|e| panic!("{e}"));
+    // SAFETY: as above.
+    assert_eq!(unsafe { std::slice::from_raw_parts(sym.addr as *const u8, size) }, &before[..], "probe changed nothing");
+
+    let hook = install(&sym, repl as *const ()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(hook.plan(), probed.plan, "{name}: probe and install agree");
+    chain.store(hook.chain() as usize, Ordering::SeqCst);
+    calls.store(0, Ordering::SeqCst);
+    for &(x, want) in cases {
+        assert_eq!(f(x), want, "{name}({x}) through the hook");
+    }
+    // Also through the trampoline directly.
+    // SAFETY: chain runs the original function, same type.
+    let original: Fn1 = unsafe { std::mem::transmute(hook.chain()) };
+    assert_eq!(original(cases[0].0), cases[0].1, "{name}: chain");
+    assert_eq!(calls.load(Ordering::SeqCst), cases.len(), "{name}: calls counted by the replacement");
+
+    hook.uninstall().unwrap_or_else(|e| panic!("{e}"));
+    // SAFETY: as above.
+    let after = unsafe { std::slice::from_raw_parts(sym.addr as *const u8, size) };
+    assert_eq!(after, &before[..], "{name}: original bytes restored");
+    for &(x, want) in cases {
+        assert_eq!(f(x), want, "{name}({x}) after uninstall");
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), cases.len(), "{name}: no calls counted after uninstall");
+}
+
+macro_rules! live_test {
+    ($test:ident, $func:ident, $cases:expr) => {
+        #[test]
+        fn $test() {
+            counting_replacement!(repl, CALLS, CHAIN);
+            exercise(stringify!($func), $func as Fn1, &$cases, repl, &CALLS, &CHAIN);
+        }
+    };
+}
+
+live_test!(rip_relative_load, tr_rip_load, [(0, 1000), (5, 1005)]);
+live_test!(rip_relative_lea, tr_rip_lea, [(0, 2000), (7, 2007)]);
+live_test!(call_rel32_in_prologue, tr_call, [(0, 7), (10, 17)]);
+live_test!(jcc_rel8_in_taken_bytes, tr_jcc, [(0, 42), (3, 6), (21, 42)]);
+live_test!(jcc_rel8_to_taken_instruction, tr_jcc_in, [(0, 5), (1, 6)]);
+live_test!(jmp_rel8_first, tr_jmp8, [(0, 1), (41, 42)]);
+live_test!(endbr64_start, tr_endbr, [(1, 3), (5, 15)]);
+
+#[test]
+fn endbr64_is_kept_at_the_target() {
+    let sym = find_function("tr_endbr4", None).unwrap();
+    let p = probe(&sym).unwrap();
+    // push rbx (1) + mov rbx, rdi (3) + lea rax, [rbx*4] (8) after the endbr64.
+    assert_eq!((p.plan.keep, p.plan.taken, p.plan.instructions), (4, 12, 3));
+    extern "C" fn times4_plus_one(x: u64) -> u64 {
+        4 * x + 1
+    }
+    let hook = install(&sym, times4_plus_one as *const ()).unwrap();
+    // SAFETY: the first 5 bytes are mapped code.
+    assert_eq!(unsafe { std::slice::from_raw_parts(sym.addr as *const u8, 5) }, &[0xf3, 0x0f, 0x1e, 0xfa, 0xe9]);
+    let f: Fn1 = std::hint::black_box(tr_endbr4 as Fn1);
+    assert_eq!(f(2), 9);
+    // SAFETY: the trampoline's first 4 bytes are mapped code.
+    assert_eq!(unsafe { std::slice::from_raw_parts(hook.chain() as *const u8, 4) }, &[0xf3, 0x0f, 0x1e, 0xfa]);
+    // SAFETY: chain runs the original function, same type.
+    let original: Fn1 = unsafe { std::mem::transmute(hook.chain()) };
+    assert_eq!(original(2), 8);
+    hook.uninstall().unwrap();
+    assert_eq!(f(2), 8);
+}
+
+#[test]
+fn shorter_than_patch_is_refused() {
+    assert_eq!(std::hint::black_box(tr_short as Fn1)(9), 9);
+    let sym = find_function("tr_short", None).unwrap();
+    assert_eq!(sym.size, Some(4));
+    let e = install(&sym, tr_short as *const ()).unwrap_err();
+    assert_eq!(e.reason, Reason::TooShort { need: 5, have: 4 });
+    assert_eq!(e.function, "tr_short");
+    assert!(e.to_string().starts_with("cannot hook tr_short at 0x"), "{e}");
+    assert_eq!(probe(&sym).unwrap_err(), e);
+}
+
+#[test]
+fn back_jump_into_prologue_is_refused() {
+    assert_eq!(std::hint::black_box(tr_backjump as Fn1)(4), 10);
+    let sym = find_function("tr_backjump", None).unwrap();
+    let e = install(&sym, tr_backjump as *const ()).unwrap_err();
+    // xor eax,eax (2) | add eax,edi (2) at +2 | dec edi (2) | jnz +2 at +6
+    assert_eq!(e.reason, Reason::BranchIntoPatchedBytes { at: sym.addr + 6, target: sym.addr + 2 });
+    assert_eq!(std::hint::black_box(tr_backjump as Fn1)(4), 10, "nothing changed");
+}
