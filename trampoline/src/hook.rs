@@ -90,7 +90,33 @@ pub(crate) fn probe_with<A: Arch>(sym: &Symbol) -> Result<Probe, HookError> {
     Ok(Probe { plan, trampoline_len: out.len() })
 }
 
-pub(crate) fn install_with<A: Arch>(sym: &Symbol, replacement: *const ()) -> Result<Hook, HookError> {
+/// A hook whose trampoline is built but whose patch is not written yet:
+/// publish [`Prepared::chain`] where the replacement will find it, then
+/// [`Prepared::enable`]. Dropping it leaves the function untouched (the
+/// trampoline memory is not reused).
+#[derive(Debug)]
+pub struct Prepared {
+    hook: Hook,
+}
+
+impl Prepared {
+    /// Address that runs the original function (the trampoline).
+    pub fn chain(&self) -> *const () {
+        self.hook.chain()
+    }
+
+    /// The plan that will be used.
+    pub fn plan(&self) -> Plan {
+        self.hook.plan
+    }
+
+    /// Write the patch: from now on calls go to the replacement.
+    pub fn enable(self) -> Result<Hook, HookError> {
+        enable_with::<crate::arch::Host>(self)
+    }
+}
+
+pub(crate) fn prepare_with<A: Arch>(sym: &Symbol, replacement: *const ()) -> Result<Prepared, HookError> {
     let _guard = INSTALL_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let code = read_code::<A>(sym).map_err(|r| err(sym, r))?;
     let plan = A::plan(&code, sym.addr, sym.size, A::NEAR_PATCH_LEN).map_err(|r| err(sym, r))?;
@@ -111,18 +137,29 @@ pub(crate) fn install_with<A: Arch>(sym: &Symbol, replacement: *const ()) -> Res
     patch.extend(A::filler(plan.taken - plan.patch_len));
     let start = plan.keep;
     let original = code[start..start + plan.taken].to_vec();
-    patch::write_code(patch_at, &patch, A::flush_icache).map_err(|r| err(sym, r))?;
-    Ok(Hook { name: sym.name.clone(), target: sym.addr, patch_at, original, patch, chain, plan })
+    Ok(Prepared { hook: Hook { name: sym.name.clone(), target: sym.addr, patch_at, original, patch, chain, plan } })
+}
+
+fn enable_with<A: Arch>(prepared: Prepared) -> Result<Hook, HookError> {
+    let hook = prepared.hook;
+    replace_bytes::<A>(&hook, &hook.original, &hook.patch)?;
+    Ok(hook)
 }
 
 fn uninstall_with<A: Arch>(hook: Hook) -> Result<(), HookError> {
+    replace_bytes::<A>(&hook, &hook.patch, &hook.original)
+}
+
+/// Under the install lock: if the bytes at the patch site are `expect`,
+/// write `new` there; otherwise refuse with `PatchChanged`.
+fn replace_bytes<A: Arch>(hook: &Hook, expect: &[u8], new: &[u8]) -> Result<(), HookError> {
     let _guard = INSTALL_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let e = |reason| HookError { function: hook.name.clone(), addr: hook.target, reason };
-    // SAFETY: the patch bytes were written by install and the page is still
-    // mapped executable (code is never unmapped while hooked).
-    let now = unsafe { std::slice::from_raw_parts(hook.patch_at as *const u8, hook.patch.len()) };
-    if now != hook.patch.as_slice() {
+    // SAFETY: the patch site is mapped code: prepare read it, and code is
+    // never unmapped while hooked (unloading a hooked library is a misuse).
+    let now = unsafe { std::slice::from_raw_parts(hook.patch_at as *const u8, expect.len()) };
+    if now != expect {
         return Err(e(Reason::PatchChanged { at: hook.patch_at }));
     }
-    patch::write_code(hook.patch_at, &hook.original, A::flush_icache).map_err(e)
+    patch::write_code(hook.patch_at, new, A::flush_icache).map_err(e)
 }

@@ -13,7 +13,9 @@
 //! hook.uninstall().unwrap();
 //! ```
 //!
-//! - [`install`] / [`Hook::chain`] / [`Hook::uninstall`]; [`probe`] answers
+//! - [`install`] (or [`prepare`] + [`Prepared::enable`] to publish the
+//!   chain pointer before any call can reach the replacement) /
+//!   [`Hook::chain`] / [`Hook::uninstall`]; [`probe`] answers
 //!   "can this be hooked, how many bytes would be taken" changing nothing.
 //! - [`find_function`] / [`find_function_versioned`]: address and size.
 //! - Errors are typed: [`HookError`] = function name + address + [`Reason`].
@@ -52,14 +54,23 @@ pub mod x86_64;
 
 pub use arch::Plan;
 pub use error::{HookError, LookupError, Reason};
-pub use hook::{Hook, Probe};
+pub use hook::{Hook, Prepared, Probe};
 pub use symbols::{find_function, find_function_versioned, loaded_objects, Symbol};
 
 /// Hook `target` so that every call goes to `replacement` (a function with
 /// the same signature and ABI). The returned [`Hook::chain`] runs the
-/// original behaviour. Not for use from a signal handler or a hook.
+/// original behaviour. If other threads may call the target while it is
+/// being hooked, the replacement can run before this returns: use
+/// [`prepare`] to publish `chain` first. Not for use from a signal handler
+/// or a hook.
 pub fn install(target: &Symbol, replacement: *const ()) -> Result<Hook, HookError> {
-    hook::install_with::<arch::Host>(target, replacement)
+    prepare(target, replacement)?.enable()
+}
+
+/// First half of [`install`]: build the trampoline (so [`Prepared::chain`]
+/// is known) without touching the target; [`Prepared::enable`] writes the patch.
+pub fn prepare(target: &Symbol, replacement: *const ()) -> Result<Prepared, HookError> {
+    hook::prepare_with::<arch::Host>(target, replacement)
 }
 
 /// Whether `target` can be hooked and how (bytes kept, taken, instructions),

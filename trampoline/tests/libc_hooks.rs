@@ -1,0 +1,205 @@
+//! Hook real libc functions (getpid, strlen, malloc, free, open, close) in
+//! this process while 8 threads call them, and check results and exact call
+//! counts. Own test binary without the libtest harness (`harness = false`),
+//! so no harness thread allocates or opens files behind our back.
+//!
+//! Hooks are installed and removed while the workers are calling the
+//! functions. Calls are counted only on a worker thread inside its measured
+//! window (a const-initialised thread-local flag, no allocation), so the
+//! counts are exact: workers x iterations. The replacements never allocate.
+
+use std::cell::Cell;
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use trampoline::{find_function, prepare, Hook, Symbol};
+
+const WORKERS: usize = 8;
+const ITERATIONS: usize = 2000;
+
+thread_local! {
+    static MEASURED: Cell<bool> = const { Cell::new(false) };
+}
+
+fn measured() -> bool {
+    MEASURED.with(|m| m.get())
+}
+
+/// Per hooked function: calls counted in measured windows, chain pointer.
+struct Slot {
+    calls: AtomicUsize,
+    chain: AtomicUsize,
+}
+
+impl Slot {
+    const fn new() -> Slot {
+        Slot { calls: AtomicUsize::new(0), chain: AtomicUsize::new(0) }
+    }
+    fn count(&self) {
+        if measured() {
+            self.calls.fetch_add(1, SeqCst);
+        }
+    }
+}
+
+static GETPID: Slot = Slot::new();
+static STRLEN: Slot = Slot::new();
+static MALLOC: Slot = Slot::new();
+static FREE: Slot = Slot::new();
+static OPEN: Slot = Slot::new();
+static CLOSE: Slot = Slot::new();
+
+// SAFETY (all replacements): each slot's chain holds the trampoline of the
+// libc function of the same type, stored before the hook was enabled.
+extern "C" fn my_getpid() -> libc::pid_t {
+    GETPID.count();
+    let f: extern "C" fn() -> libc::pid_t = unsafe { std::mem::transmute(GETPID.chain.load(SeqCst)) };
+    f()
+}
+extern "C" fn my_strlen(s: *const c_char) -> usize {
+    STRLEN.count();
+    let f: extern "C" fn(*const c_char) -> usize = unsafe { std::mem::transmute(STRLEN.chain.load(SeqCst)) };
+    f(s)
+}
+extern "C" fn my_malloc(n: usize) -> *mut c_void {
+    MALLOC.count();
+    let f: extern "C" fn(usize) -> *mut c_void = unsafe { std::mem::transmute(MALLOC.chain.load(SeqCst)) };
+    f(n)
+}
+extern "C" fn my_free(p: *mut c_void) {
+    FREE.count();
+    let f: extern "C" fn(*mut c_void) = unsafe { std::mem::transmute(FREE.chain.load(SeqCst)) };
+    f(p)
+}
+extern "C" fn my_open(path: *const c_char, flags: c_int, mode: libc::c_uint) -> c_int {
+    OPEN.count();
+    let f: extern "C" fn(*const c_char, c_int, libc::c_uint) -> c_int =
+        unsafe { std::mem::transmute(OPEN.chain.load(SeqCst)) };
+    f(path, flags, mode)
+}
+extern "C" fn my_close(fd: c_int) -> c_int {
+    CLOSE.count();
+    let f: extern "C" fn(c_int) -> c_int = unsafe { std::mem::transmute(CLOSE.chain.load(SeqCst)) };
+    f(fd)
+}
+
+static PHASE: AtomicUsize = AtomicUsize::new(0);
+static DONE: AtomicUsize = AtomicUsize::new(0);
+static ERRORS: AtomicUsize = AtomicUsize::new(0);
+
+const TEXT: &CStr = c"trampoline";
+const DEV_NULL: &CStr = c"/dev/null";
+
+/// One round of calls with every result checked; no Rust allocation.
+fn round(pid: libc::pid_t) {
+    let bad = || {
+        ERRORS.fetch_add(1, SeqCst);
+    };
+    // SAFETY: plain libc calls with valid arguments; black_box keeps the
+    // compiler from folding strlen or eliding the malloc/free pair.
+    unsafe {
+        if libc::getpid() != pid {
+            bad();
+        }
+        if libc::strlen(std::hint::black_box(TEXT.as_ptr())) != 10 {
+            bad();
+        }
+        let p = std::hint::black_box(libc::malloc(std::hint::black_box(48))) as *mut u8;
+        if p.is_null() {
+            bad();
+        } else {
+            p.write_bytes(0x5a, 48);
+            if *p.add(47) != 0x5a {
+                bad();
+            }
+        }
+        libc::free(std::hint::black_box(p as *mut c_void));
+        let fd = libc::open(DEV_NULL.as_ptr(), libc::O_RDONLY);
+        if fd < 0 {
+            bad();
+        }
+        if libc::close(fd) != 0 {
+            bad();
+        }
+    }
+}
+
+fn worker(pid: libc::pid_t) {
+    // Unmeasured calls while the hooks are being installed.
+    while PHASE.load(SeqCst) == 0 {
+        round(pid);
+    }
+    MEASURED.with(|m| m.set(true));
+    for _ in 0..ITERATIONS {
+        round(pid);
+    }
+    MEASURED.with(|m| m.set(false));
+    DONE.fetch_add(1, SeqCst);
+    // Unmeasured calls while the hooks are being removed.
+    while PHASE.load(SeqCst) < 3 {
+        round(pid);
+    }
+}
+
+fn lookup(name: &str) -> Symbol {
+    find_function(name, Some("libc.so.6")).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn hook(name: &str, slot: &'static Slot, replacement: *const ()) -> Hook {
+    let sym = lookup(name);
+    let prepared = prepare(&sym, replacement).unwrap_or_else(|e| panic!("{e}"));
+    slot.chain.store(prepared.chain() as usize, SeqCst);
+    prepared.enable().unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn main() {
+    let pid = std::process::id() as libc::pid_t;
+    let workers: Vec<_> = (0..WORKERS).map(|_| std::thread::spawn(move || worker(pid))).collect();
+    let hooks = vec![
+        hook("getpid", &GETPID, my_getpid as *const ()),
+        hook("strlen", &STRLEN, my_strlen as *const ()),
+        hook("malloc", &MALLOC, my_malloc as *const ()),
+        hook("free", &FREE, my_free as *const ()),
+        hook("open", &OPEN, my_open as *const ()),
+        hook("close", &CLOSE, my_close as *const ()),
+    ];
+    PHASE.store(1, SeqCst);
+    while DONE.load(SeqCst) < WORKERS {
+        std::hint::spin_loop();
+    }
+    PHASE.store(2, SeqCst);
+    for h in hooks {
+        h.uninstall().unwrap_or_else(|e| panic!("{e}"));
+    }
+    PHASE.store(3, SeqCst);
+    for w in workers {
+        w.join().expect("worker");
+    }
+    let want = WORKERS * ITERATIONS;
+    let mut failed = false;
+    for (name, slot) in
+        [("getpid", &GETPID), ("strlen", &STRLEN), ("malloc", &MALLOC), ("free", &FREE), ("open", &OPEN), ("close", &CLOSE)]
+    {
+        let got = slot.calls.load(SeqCst);
+        println!("{name}: {got} calls counted (want {want})");
+        failed |= got != want;
+    }
+    // After uninstall nothing is counted any more.
+    MEASURED.with(|m| m.set(true));
+    round(pid);
+    MEASURED.with(|m| m.set(false));
+    let after: usize = [&GETPID, &STRLEN, &MALLOC, &FREE, &OPEN, &CLOSE].iter().map(|s| s.calls.load(SeqCst)).sum();
+    if after != 6 * want {
+        println!("calls counted after uninstall: {}", after - 6 * want);
+        failed = true;
+    }
+    let errors = ERRORS.load(SeqCst);
+    if errors != 0 {
+        println!("{errors} wrong results from hooked or unhooked libc calls");
+        failed = true;
+    }
+    if failed {
+        println!("libc_hooks: FAILED");
+        std::process::exit(1);
+    }
+    println!("libc_hooks: ok ({WORKERS} threads x {ITERATIONS} rounds, hooks installed and removed under load)");
+}
