@@ -1,5 +1,302 @@
-//! igprof-analyse: reads IgProf-format profiles and prints reports.
+//! igprof-analyse command line: IgProf's options (including its multi-letter
+//! single-dash forms such as `-mr`, `-ml`, `-nf`, `-js`), turned into a
+//! [`Config`]. Errors are one line on stderr and exit status 1.
+use clap::{CommandFactory, Parser, ValueEnum};
+use igprof_analyse::{filters, profile::ReadOptions, symbols, Config, Output};
+use std::io::Write;
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Value {
+    /// The accumulated amount.
+    Normal,
+    /// The peak amount.
+    Peak,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Order {
+    Ascending,
+    Descending,
+}
+
+/// Reports from IgProf-format profiles (IgProf's and igprof-rs's): flat
+/// cumulative and self profiles and a call graph, as IgProf prints them.
+///
+/// Profiles may be plain, gzip or bzip2; several files are merged by symbol.
+/// Function names come from the program and libraries named in the profile
+/// (symbol tables, DWARF, separate debug files), else from the profile.
+#[derive(Parser, Debug)]
+#[command(name = "igprof-analyse", version, max_term_width = 100)]
+struct Args {
+    /// Counter to report (PERF_TICKS, MEM_TOTAL, MEM_LIVE, MEM_MAX, FD_USED,
+    /// FD_LIVE, NRG_*...); default: the first counter in the profile.
+    #[arg(short = 'r', long = "report", value_name = "COUNTER")]
+    report: Option<String>,
+    /// Use each counter's normal (accumulated) or peak value.
+    #[arg(long, value_enum, default_value = "normal")]
+    value: Value,
+    /// Rank functions by cumulative count, largest first (ascending, IgProf's
+    /// default) or smallest first (descending).
+    #[arg(short = 'o', long, value_enum, default_value = "ascending")]
+    order: Order,
+    /// Show the number of distinct call paths (-p).
+    #[arg(short = 'p', long)]
+    paths: bool,
+    /// Show call counts (-c; on by default for MEM_* counters).
+    #[arg(short = 'c', long)]
+    calls: bool,
+    /// Rename and merge functions: s/REGEXP/REPLACEMENT/[;s/.../.../] applied
+    /// to the name, else to the library; \1.. are groups (-mr; repeatable).
+    #[arg(long = "merge-regexp", value_name = "S/RE/WITH/")]
+    merge_regexp: Vec<String>,
+    /// Merge all functions of a library into one entry named after it (-ml).
+    #[arg(long = "merge-libraries")]
+    merge_libraries: bool,
+    /// Rename the function that completes the ancestor chain A>B>... to NEW,
+    /// and everything below it to NEW:NAME (-ma).
+    #[arg(long = "merge-ancestors", value_name = "A>B>.../NEW")]
+    merge_ancestors: Option<String>,
+    /// Keep the profiler's own frames and the malloc family (-nf).
+    #[arg(long = "no-filter")]
+    no_filter: bool,
+    /// Text report (default) (-t).
+    #[arg(short = 't', long)]
+    text: bool,
+    /// SQL for sqlite3 in IgProf's schema, on stdout (-s).
+    #[arg(short = 's', long)]
+    sqlite: bool,
+    /// Write an SQLite database file in IgProf's schema (igprof-navigator).
+    #[arg(long, value_name = "FILE")]
+    db: Option<String>,
+    /// JSON in IgProf's layout (-js).
+    #[arg(long)]
+    json: bool,
+    /// The N call paths with the largest self counts (-tn).
+    #[arg(long, value_name = "N")]
+    top: Option<usize>,
+    /// The call tree as an indented outline (-T).
+    #[arg(short = 'T', long)]
+    tree: bool,
+    /// Show each function's library (-l).
+    #[arg(short = 'l', long)]
+    libs: bool,
+    /// Demangle C++ and Rust names (-d).
+    #[arg(short = 'd', long)]
+    demangle: bool,
+    /// Accepted for IgProf compatibility: symbol resolution is built in and
+    /// on by default (no gdb, nm or objdump is run) (-g).
+    #[arg(short = 'g', long)]
+    gdb: bool,
+    /// Do not read the program and its libraries: use the names recorded in
+    /// the profile (IgProf without -g).
+    #[arg(long)]
+    no_symbols: bool,
+    /// Name frames by the innermost inlined function at the address, with
+    /// the functions it was inlined into.
+    #[arg(long)]
+    inline: bool,
+    /// Append the source file and line of each call site to names.
+    #[arg(long)]
+    lines: bool,
+    /// Root of separate debug files (build-id and .gnu_debuglink).
+    #[arg(long, value_name = "DIR", default_value = "/usr/lib/debug")]
+    debug_dir: String,
+    /// Print progress messages on stderr (-v).
+    #[arg(short = 'v', long)]
+    verbose: bool,
+    /// Subtract this profile (the baseline) from the others (-b).
+    #[arg(short = 'b', long, value_name = "FILE")]
+    baseline: Option<String>,
+    /// With --baseline: percentages are changes relative to the baseline (-D).
+    #[arg(short = 'D', long = "diff-mode")]
+    diff_mode: bool,
+    /// Ignore call paths whose count is above VALUE (-Mc).
+    #[arg(long = "max-count-value", value_name = "VALUE")]
+    max_count: Option<i64>,
+    /// Ignore call paths whose count is below VALUE (-mc).
+    #[arg(long = "min-count-value", value_name = "VALUE")]
+    min_count: Option<i64>,
+    /// Ignore call paths with more than VALUE calls (-Mf).
+    #[arg(long = "max-calls-value", value_name = "VALUE")]
+    max_calls: Option<i64>,
+    /// Ignore call paths with fewer than VALUE calls (-mf).
+    #[arg(long = "min-calls-value", value_name = "VALUE")]
+    min_calls: Option<i64>,
+    /// Ignore call paths whose count per call is above VALUE (-Ma).
+    #[arg(long = "max-average-value", value_name = "VALUE")]
+    max_average: Option<i64>,
+    /// Ignore call paths whose count per call is below VALUE.
+    #[arg(long = "min-average-value", value_name = "VALUE")]
+    min_average: Option<i64>,
+    /// Profiles to read (merged).
+    #[arg(value_name = "FILE", required = true)]
+    files: Vec<String>,
+}
+
+/// IgProf's multi-letter single-dash options and their long forms.
+const ALIASES: [(&str, &str); 11] = [
+    ("-mr", "--merge-regexp"),
+    ("-ml", "--merge-libraries"),
+    ("-ma", "--merge-ancestors"),
+    ("-nf", "--no-filter"),
+    ("-js", "--json"),
+    ("-tn", "--top"),
+    ("-Mc", "--max-count-value"),
+    ("-mc", "--min-count-value"),
+    ("-Mf", "--max-calls-value"),
+    ("-mf", "--min-calls-value"),
+    ("-Ma", "--max-average-value"),
+];
+
+fn fail(msg: &str) -> ! {
+    let _ = writeln!(std::io::stderr(), "igprof-analyse: {msg}");
+    std::process::exit(1);
+}
+
+/// Every option, for the unknown-option message.
+fn all_options() -> String {
+    let cmd = Args::command();
+    let mut v: Vec<String> = Vec::new();
+    for a in cmd.get_arguments() {
+        let mut names = Vec::new();
+        if let Some(s) = a.get_short() {
+            names.push(format!("-{s}"));
+        }
+        if let Some(l) = a.get_long() {
+            if let Some((short, _)) = ALIASES.iter().find(|(_, long)| long[2..] == *l) {
+                names.push(short.to_string());
+            }
+            names.push(format!("--{l}"));
+        }
+        if !names.is_empty() {
+            v.push(names.join("/"));
+        }
+    }
+    v.push("-h/--help".into());
+    v.join(", ")
+}
+
+fn parse() -> Config {
+    let mut argv: Vec<String> = std::env::args().collect();
+    let mut after_dashdash = false;
+    for a in argv.iter_mut().skip(1) {
+        if a == "--" {
+            after_dashdash = true;
+        }
+        if !after_dashdash {
+            if let Some((_, long)) = ALIASES.iter().find(|(s, _)| s == a) {
+                *a = long.to_string();
+            }
+        }
+    }
+    let args = match Args::try_parse_from(&argv) {
+        Ok(a) => a,
+        Err(e) => match e.kind() {
+            clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+                e.exit()
+            }
+            clap::error::ErrorKind::UnknownArgument => {
+                let what = e
+                    .get(clap::error::ContextKind::InvalidArg)
+                    .map(|v| v.to_string())
+                    .unwrap_or_else(|| "?".into());
+                fail(&format!(
+                    "unknown option '{what}'; the options are: {}",
+                    all_options()
+                ));
+            }
+            _ => {
+                let msg = e.to_string();
+                let first = msg
+                    .lines()
+                    .next()
+                    .unwrap_or("bad arguments")
+                    .trim_start_matches("error: ");
+                fail(&format!("{first} (see --help)"));
+            }
+        },
+    };
+    if args.diff_mode && args.baseline.is_none() {
+        fail("--diff-mode (-D) needs --baseline (-b) FILE");
+    }
+    let mut merge_regexp = Vec::new();
+    for m in &args.merge_regexp {
+        match filters::parse_merge_regexp(m) {
+            Ok(r) => merge_regexp.extend(r),
+            Err(e) => fail(&e.to_string()),
+        }
+    }
+    let merge_ancestors = args
+        .merge_ancestors
+        .as_deref()
+        .map(|a| filters::parse_merge_ancestors(a).unwrap_or_else(|e| fail(&e.to_string())));
+    let output = if let Some(db) = args.db {
+        Output::Db(db)
+    } else if args.json {
+        Output::Json
+    } else if args.sqlite {
+        Output::Sql
+    } else {
+        Output::Text
+    };
+    let _ = (args.text, args.gdb);
+    Config {
+        files: args.files,
+        key: args.report,
+        read: ReadOptions {
+            peak: matches!(args.value, Value::Peak),
+            min_count: args.min_count.unwrap_or(-1),
+            max_count: args.max_count.unwrap_or(-1),
+            min_calls: args.min_calls.unwrap_or(-1),
+            max_calls: args.max_calls.unwrap_or(-1),
+            min_average: args.min_average.unwrap_or(-1),
+            max_average: args.max_average.unwrap_or(-1),
+        },
+        descending: matches!(args.order, Order::Descending),
+        show_paths: args.paths,
+        show_calls: if args.calls { Some(true) } else { None },
+        show_libs: args.libs,
+        demangle: args.demangle,
+        no_filter: args.no_filter,
+        merge_libraries: args.merge_libraries,
+        merge_regexp,
+        merge_ancestors,
+        output,
+        top: args.top.unwrap_or(0),
+        tree: args.tree,
+        baseline: args.baseline,
+        diff_mode: args.diff_mode,
+        symbols: symbols::Options {
+            enabled: !args.no_symbols,
+            inline: args.inline,
+            lines: args.lines,
+            debug_dir: args.debug_dir.into(),
+        },
+        verbose: args.verbose,
+    }
+}
+
 fn main() {
-    eprintln!("igprof-analyse: not built yet");
-    std::process::exit(2);
+    let cfg = parse();
+    // Deep call trees: run on a thread with a generous stack.
+    let worker = std::thread::Builder::new()
+        .stack_size(256 << 20)
+        .spawn(move || {
+            let stdout = std::io::stdout();
+            let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
+            let r = igprof_analyse::run(&cfg, &mut out);
+            let flushed = out.flush();
+            match (r, flushed) {
+                (Err(e), _) => Err(e.to_string()),
+                (Ok(()), Err(e)) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                    Err(format!("cannot write the report: {e}"))
+                }
+                _ => Ok(()),
+            }
+        });
+    match worker.map(|h| h.join()) {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(m))) => fail(&m),
+        _ => fail("internal error"),
+    }
 }

@@ -1,0 +1,337 @@
+//! From the call tree to per-function totals and call-graph edges (IgProf's
+//! `TreeMapBuilderFilter`), their ranking, and the rows every report prints
+//! (IgProf's `GProfMainRowBuilder`).
+//!
+//! Owns: recursion naming (`name'2` for a function already on the path),
+//! self/cumulative/paths per function, caller and callee edges, the rank
+//! order (cumulative desc, shallowest first, then name) and the row values.
+//! Must never: print anything (reports do), or recurse per tree level.
+
+use crate::filters::{walk, Phase};
+use crate::profile::{NodeId, Profile, SymId};
+use rustc_hash::{FxHashMap, FxHashSet};
+
+/// Totals of one function: `[count, calls, paths]` self and cumulative.
+#[derive(Debug, Clone, Default)]
+pub struct FlatInfo {
+    pub sym: SymId,
+    pub self_key: [i64; 3],
+    pub cum_key: [i64; 3],
+    /// Fewest distinct functions on a path reaching it (IgProf's DEPTH).
+    pub depth: i32,
+    pub callers: Vec<SymId>,
+    /// Edges to callees: callee -> `[count, calls, paths]`.
+    pub calls: FxHashMap<SymId, [i64; 3]>,
+}
+
+/// The flat map of a profile.
+pub struct Flat {
+    pub infos: Vec<FlatInfo>,
+    /// Symbol -> index in `infos`.
+    pub index: FxHashMap<SymId, usize>,
+    /// Totals `[count, calls]` (the root's cumulative values).
+    pub totals: [i64; 2],
+    pub is_max: bool,
+}
+
+fn accumulate(buf: &mut [i64; 3], c: i64, f: i64, is_max: bool) {
+    if is_max {
+        buf[0] = buf[0].max(c);
+    } else {
+        buf[0] += c;
+    }
+    buf[1] += f;
+    buf[2] += 1;
+}
+
+impl Flat {
+    /// Builds the flat map; sets each node's report symbol (recursion names).
+    pub fn build(p: &mut Profile, is_max: bool) -> Flat {
+        let mut infos: Vec<FlatInfo> = Vec::new();
+        let mut index: FxHashMap<SymId, usize> = FxHashMap::default();
+        let mut seen: FxHashSet<SymId> = FxHashSet::default();
+        let mut callers: Vec<FxHashSet<SymId>> = Vec::new();
+        {
+            let mut f = |p: &mut Profile, parent: Option<NodeId>, node: NodeId, phase: Phase| {
+                if phase == Phase::Post {
+                    seen.remove(&p.nodes[node as usize].symbol());
+                    return;
+                }
+                let sym = symfor(p, &mut seen, node);
+                let i = *index.entry(sym).or_insert_with(|| {
+                    infos.push(FlatInfo {
+                        sym,
+                        depth: -1,
+                        ..FlatInfo::default()
+                    });
+                    callers.push(FxHashSet::default());
+                    infos.len() - 1
+                });
+                let depth = seen.len() as i32;
+                let info = &mut infos[i];
+                if info.depth < 0 || depth < info.depth {
+                    info.depth = depth;
+                }
+                let c = p.nodes[node as usize].counter;
+                if let Some(parent) = parent {
+                    let psym = p.nodes[parent as usize].symbol();
+                    callers[i].insert(psym);
+                    let pi = index[&psym];
+                    accumulate(
+                        infos[pi].calls.entry(sym).or_default(),
+                        c.ccnt,
+                        c.cfreq,
+                        is_max,
+                    );
+                }
+                let info = &mut infos[i];
+                accumulate(&mut info.self_key, c.cnt, c.freq, is_max);
+                accumulate(&mut info.cum_key, c.ccnt, c.cfreq, is_max);
+            };
+            walk(p, true, true, &mut f);
+        }
+        for (info, c) in infos.iter_mut().zip(callers) {
+            info.callers = c.into_iter().collect();
+        }
+        let totals = infos
+            .first()
+            .map(|r| [r.cum_key[0], r.cum_key[1]])
+            .unwrap_or([0, 0]);
+        Flat {
+            infos,
+            index,
+            totals,
+            is_max,
+        }
+    }
+
+    pub fn get(&self, sym: SymId) -> Option<&FlatInfo> {
+        self.index.get(&sym).map(|&i| &self.infos[i])
+    }
+
+    /// Indices of `infos` in rank order: |cumulative| descending (ascending
+    /// with `descending_order` false... as IgProf's -o), then shallowest, then name.
+    pub fn ranked(&self, p: &Profile, reverse: bool) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.infos.len()).collect();
+        order.sort_by(|&a, &b| {
+            let (a, b) = (&self.infos[a], &self.infos[b]);
+            let key = b.cum_key[0].abs().cmp(&a.cum_key[0].abs());
+            let key = if reverse { key.reverse() } else { key };
+            key.then(a.depth.cmp(&b.depth))
+                .then_with(|| p.symbols.name(a.sym).cmp(p.symbols.name(b.sym)))
+        });
+        order
+    }
+}
+
+/// IgProf's `symfor`: the report symbol of `node`, `name'N` when a function
+/// of the same name is already on the current path.
+fn symfor(p: &mut Profile, seen: &mut FxHashSet<SymId>, node: NodeId) -> SymId {
+    if let Some(r) = p.nodes[node as usize].report {
+        seen.insert(r);
+        return r;
+    }
+    let sym = p.nodes[node as usize].sym;
+    if seen.contains(&sym) {
+        let name = p.symbols.name(sym).to_string();
+        let base = match name.rfind('\'') {
+            Some(i) if name[i + 1..].bytes().all(|b| b.is_ascii_digit()) && i + 1 < name.len() => {
+                &name[..i]
+            }
+            _ => &name[..],
+        }
+        .to_string();
+        let file = p.symbols.file(sym);
+        let mut k = 2;
+        let r = loop {
+            let cand = format!("{base}'{k}");
+            match p.symbols.get(&cand) {
+                Some(s) if seen.contains(&s) => k += 1,
+                _ => break p.symbols.intern(&cand, file),
+            }
+        };
+        p.nodes[node as usize].report = Some(r);
+    }
+    let s = p.nodes[node as usize].symbol();
+    seen.insert(s);
+    s
+}
+
+/// One caller or callee line of a call-graph entry.
+#[derive(Debug, Clone)]
+pub struct EdgeRow {
+    pub sym: SymId,
+    pub rank: usize,
+    pub pct: f32,
+    pub self_counts: i64,
+    pub children_counts: i64,
+    pub self_calls: i64,
+    pub total_calls: i64,
+    pub self_paths: i64,
+    pub total_paths: i64,
+}
+
+/// One function's row: IgProf's `MainGProfRow`.
+#[derive(Debug, Clone)]
+pub struct MainRow {
+    pub sym: SymId,
+    pub rank: usize,
+    pub pct: f32,
+    pub self_pct: f32,
+    pub cum: i64,
+    pub self_: i64,
+    pub kids: i64,
+    pub self_all: [i64; 3],
+    pub cum_all: [i64; 3],
+    /// Ascending by (count, caller's total, name).
+    pub callers: Vec<EdgeRow>,
+    /// Descending by (count, callee's total), then name.
+    pub calls: Vec<EdgeRow>,
+}
+
+/// IgProf's `percent`: a float of a double ratio; "new" (f32::MAX) in diff mode.
+pub fn percent(a: i64, b: i64) -> f32 {
+    ((a as f64 / b as f64) * 100.0) as f32
+}
+
+/// Baseline information for diff mode (`-b ... -D`).
+pub struct Baseline<'a> {
+    pub flat: &'a Flat,
+    pub profile: &'a Profile,
+    pub diff_mode: bool,
+}
+
+/// The rows of every report, in rank order, without functions whose
+/// cumulative count is 0. Also returns the totals `[count, calls]`.
+pub fn rows(
+    flat: &Flat,
+    p: &Profile,
+    order: &[usize],
+    base: Option<&Baseline<'_>>,
+) -> (Vec<MainRow>, [i64; 2]) {
+    let mut rank_of: FxHashMap<SymId, usize> = FxHashMap::default();
+    for (r, &i) in order.iter().enumerate() {
+        rank_of.insert(flat.infos[i].sym, r + 1);
+    }
+    let mut totals = flat.totals;
+    if let Some(b) = base {
+        totals[0] -= b.flat.totals[0];
+        totals[1] -= b.flat.totals[1];
+    }
+    let diff = base.map(|b| b.diff_mode).unwrap_or(false);
+    // Baseline values are looked up by name (the baseline has its own symbols).
+    let base_info = |sym: SymId| -> Option<&FlatInfo> {
+        let b = base?;
+        b.flat.get(b.profile.symbols.get(p.symbols.name(sym))?)
+    };
+    let base_call = |from: SymId, to: SymId| -> Option<i64> {
+        let b = base?;
+        let to = b.profile.symbols.get(p.symbols.name(to))?;
+        base_info(from)?.calls.get(&to).map(|v| v[0])
+    };
+    let mut out = Vec::new();
+    for &i in order {
+        let info = &flat.infos[i];
+        if info.cum_key[0] == 0 {
+            continue;
+        }
+        let orig = if diff { base_info(info.sym) } else { None };
+        let (pct, self_pct) = if diff {
+            (
+                match orig {
+                    Some(o) if o.cum_key[0] != 0 => percent(info.cum_key[0], o.cum_key[0].abs()),
+                    _ => f32::MAX,
+                },
+                match orig {
+                    Some(o) if o.self_key[0] != 0 => percent(info.self_key[0], o.self_key[0].abs()),
+                    _ => f32::MAX,
+                },
+            )
+        } else {
+            (
+                percent(info.cum_key[0], totals[0]),
+                percent(info.self_key[0], totals[0]),
+            )
+        };
+        let edge_pct = |v: i64, from: SymId, to: SymId| -> f32 {
+            if diff {
+                match base_call(from, to) {
+                    Some(o) => percent(v, o.abs()),
+                    None => f32::MAX,
+                }
+            } else {
+                percent(v, totals[0])
+            }
+        };
+        let mut callers = Vec::new();
+        for &c in &info.callers {
+            let origin = flat.get(c).expect("caller has a flat entry");
+            let v = origin.calls.get(&info.sym).copied().unwrap_or_default();
+            if v[0] == 0 {
+                continue;
+            }
+            callers.push(EdgeRow {
+                sym: c,
+                rank: rank_of[&c],
+                pct: edge_pct(v[0], c, info.sym),
+                self_counts: v[0],
+                children_counts: origin.cum_key[0],
+                self_calls: v[1],
+                total_calls: origin.cum_key[1],
+                self_paths: v[2],
+                total_paths: origin.cum_key[2],
+            });
+        }
+        let mut callmax = 0;
+        let mut calls = Vec::new();
+        for (&callee, v) in &info.calls {
+            if v[0] == 0 {
+                continue;
+            }
+            callmax = callmax.max(v[0]);
+            let ci = flat.get(callee).expect("callee has a flat entry");
+            calls.push(EdgeRow {
+                sym: callee,
+                rank: rank_of[&callee],
+                pct: edge_pct(v[0], info.sym, callee),
+                self_counts: v[0],
+                children_counts: ci.cum_key[0],
+                self_calls: v[1],
+                total_calls: ci.cum_key[1],
+                self_paths: v[2],
+                total_paths: ci.cum_key[2],
+            });
+        }
+        let name = |s: SymId| p.symbols.name(s);
+        callers.sort_by(|a, b| {
+            a.self_counts
+                .cmp(&b.self_counts)
+                .then(a.children_counts.cmp(&b.children_counts))
+                .then_with(|| name(a.sym).cmp(name(b.sym)))
+        });
+        calls.sort_by(|a, b| {
+            b.self_counts
+                .cmp(&a.self_counts)
+                .then(b.children_counts.cmp(&a.children_counts))
+                .then_with(|| name(a.sym).cmp(name(b.sym)))
+        });
+        out.push(MainRow {
+            sym: info.sym,
+            rank: rank_of[&info.sym],
+            pct,
+            self_pct,
+            cum: info.cum_key[0],
+            self_: info.self_key[0],
+            kids: if flat.is_max {
+                callmax
+            } else {
+                info.cum_key[0] - info.self_key[0]
+            },
+            self_all: info.self_key,
+            cum_all: info.cum_key,
+            callers,
+            calls,
+        });
+    }
+    (out, totals)
+}

@@ -1,0 +1,255 @@
+//! igprof-analyse: reads IgProf-format profiles (IgProf's own and igprof-rs's)
+//! and prints IgProf's reports.
+//!
+//! Data flow: `input` opens (and decompresses) each file, `profile` reads it
+//! with the streaming reader of `igprof-format` into one merged call tree,
+//! naming functions through `symbols`; `filters` rewrite the tree as IgProf's
+//! analyser does; `flat` turns it into per-function rows; `text`, `tree_top`
+//! and `formats` print them. This module wires the steps for one invocation.
+//!
+//! Must never: link the injected profiler (its hooks would profile us), or
+//! panic on bad input: every failure is an [`Error`] with a one-line message.
+
+pub mod filters;
+pub mod flat;
+pub mod formats;
+pub mod input;
+pub mod profile;
+pub mod symbols;
+pub mod text;
+pub mod tree_top;
+
+use profile::{Profile, ReadOptions};
+use std::io::Write;
+
+/// Output kinds (IgProf's -t, -s, -js; plus a database file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    Text,
+    Sql,
+    Json,
+    /// Write an SQLite database file directly.
+    Db(String),
+}
+
+/// Everything one run needs, from the command line.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub files: Vec<String>,
+    pub key: Option<String>,
+    pub read: ReadOptions,
+    pub descending: bool,
+    pub show_paths: bool,
+    pub show_calls: Option<bool>,
+    pub show_libs: bool,
+    pub demangle: bool,
+    pub no_filter: bool,
+    pub merge_libraries: bool,
+    pub merge_regexp: Vec<filters::RegexRule>,
+    pub merge_ancestors: Option<filters::Ancestors>,
+    pub output: Output,
+    pub top: usize,
+    pub tree: bool,
+    pub baseline: Option<String>,
+    pub diff_mode: bool,
+    pub symbols: symbols::Options,
+    pub verbose: bool,
+}
+
+/// A failed run: the message is printed as one line.
+#[derive(Debug)]
+pub enum Error {
+    /// A profile could not be opened or read.
+    Input(String),
+    /// The requested counter is not in the profiles.
+    UnknownCounter { key: String, available: Vec<String> },
+    /// The profiles hold no counter values at all.
+    NoCounters,
+    /// Nothing left to print after filtering.
+    NothingToPrint,
+    /// Writing the report failed.
+    Output(String),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Input(m) | Error::Output(m) => write!(f, "{m}"),
+            Error::UnknownCounter { key, available } => write!(
+                f,
+                "counter '{key}' is not in the profile; it has: {} (choose one with -r)",
+                available.join(", ")
+            ),
+            Error::NoCounters => write!(f, "no counter values in the profile data"),
+            Error::NothingToPrint => write!(f, "could not find any information to print"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+fn verbose(cfg: &Config, msg: &str) {
+    if cfg.verbose {
+        eprintln!("igprof-analyse: {msg}");
+    }
+}
+
+fn read_file(
+    p: &mut Profile,
+    path: &str,
+    res: &mut symbols::Resolver,
+    opts: &ReadOptions,
+    negate: bool,
+) -> Result<(), Error> {
+    let input = input::open(path).map_err(Error::Input)?;
+    p.read(input, path, res, opts, negate)
+        .map_err(|e| Error::Input(e.to_string()))
+}
+
+/// IgProf's `prepdata`: default filters, merges, cumulative counts.
+pub fn prepare(p: &mut Profile, cfg: &Config) {
+    let key = p.key.clone().unwrap_or_default();
+    let is_max = key.ends_with("_MAX");
+    if !cfg.no_filter {
+        filters::remove_igprof(p, is_max);
+        if key.starts_with("MEM_") {
+            filters::fold_malloc(p, is_max);
+        }
+        if key == "MEM_LIVE" {
+            filters::drop_gcc_pool_alloc(p);
+        }
+    }
+    if cfg.merge_libraries {
+        filters::merge_libraries(p, is_max);
+    }
+    if !cfg.merge_regexp.is_empty() {
+        filters::merge_regexp(p, &cfg.merge_regexp, is_max);
+    }
+    if let Some(a) = &cfg.merge_ancestors {
+        filters::merge_ancestors(p, a);
+    }
+    filters::add_cumulative(p, is_max);
+}
+
+/// Display names (demangled with -d) and files of every symbol.
+pub struct DisplayNames {
+    names: Vec<String>,
+    files: Vec<String>,
+}
+
+impl DisplayNames {
+    pub fn new(p: &Profile, demangle: bool) -> Self {
+        let n = p.symbols.len();
+        let names = (0..n as u32)
+            .map(|s| {
+                let name = p.symbols.name(s);
+                if demangle {
+                    symbols::demangle(name)
+                } else {
+                    name.to_string()
+                }
+            })
+            .collect();
+        let files = (0..n as u32)
+            .map(|s| p.symbols.file_name(p.symbols.file(s)).to_string())
+            .collect();
+        DisplayNames { names, files }
+    }
+}
+
+impl text::Names for DisplayNames {
+    fn name(&self, sym: u32) -> &str {
+        &self.names[sym as usize]
+    }
+    fn file(&self, sym: u32) -> &str {
+        &self.files[sym as usize]
+    }
+}
+
+/// Runs one invocation, writing the report to `out`.
+pub fn run(cfg: &Config, out: &mut dyn Write) -> Result<(), Error> {
+    let mut resolver = symbols::Resolver::new(cfg.symbols.clone());
+    let mut prof = Profile::new(cfg.key.clone());
+    let mut base_flat = None;
+    if let Some(b) = &cfg.baseline {
+        verbose(cfg, &format!("reading baseline {b}"));
+        let mut bp = Profile::new(cfg.key.clone());
+        read_file(&mut bp, b, &mut resolver, &cfg.read, true)?;
+        bp.finish_reading();
+        prepare(&mut bp, cfg);
+        let is_max = bp.key.as_deref().unwrap_or("").ends_with("_MAX");
+        let f = flat::Flat::build(&mut bp, is_max);
+        if prof.key.is_none() {
+            prof.key = bp.key.clone();
+        }
+        read_file(&mut prof, b, &mut resolver, &cfg.read, true)?;
+        base_flat = Some((bp, f));
+    }
+    for f in &cfg.files {
+        verbose(cfg, &format!("reading {f}"));
+        read_file(&mut prof, f, &mut resolver, &cfg.read, false)?;
+    }
+    prof.finish_reading();
+    let key = match &prof.key {
+        None => return Err(Error::NoCounters),
+        Some(k) => k.clone(),
+    };
+    if !prof.counters_seen.iter().any(|c| *c == key) {
+        if prof.counters_seen.is_empty() {
+            return Err(Error::NoCounters);
+        }
+        return Err(Error::UnknownCounter {
+            key,
+            available: prof.counters_seen.clone(),
+        });
+    }
+    let is_max = key.ends_with("_MAX");
+    let is_perf_ticks = key == "PERF_TICKS" || key.starts_with("NRG_");
+    verbose(cfg, "applying filters");
+    prepare(&mut prof, cfg);
+    verbose(cfg, "building the call graph");
+    let fl = flat::Flat::build(&mut prof, is_max);
+    if fl.infos.is_empty() {
+        return Err(Error::NothingToPrint);
+    }
+    let order = fl.ranked(&prof, cfg.descending);
+    let names = DisplayNames::new(&prof, cfg.demangle);
+    let io = |e: std::io::Error| Error::Output(format!("cannot write the report: {e}"));
+
+    if cfg.top > 0 {
+        return tree_top::top_n(out, &prof, cfg.top, is_perf_ticks, &names).map_err(io);
+    }
+    if cfg.tree {
+        return tree_top::tree(out, &mut prof, &names).map_err(io);
+    }
+    let baseline = base_flat.as_ref().map(|(bp, bf)| flat::Baseline {
+        flat: bf,
+        profile: bp,
+        diff_mode: cfg.diff_mode,
+    });
+    let (rows, totals) = flat::rows(&fl, &prof, &order, baseline.as_ref());
+    match &cfg.output {
+        Output::Text => {
+            let style = text::Style {
+                key: &key,
+                is_perf_ticks,
+                tick_period: prof.tick_period,
+                show_calls: cfg.show_calls.unwrap_or(key.starts_with("MEM_")),
+                show_paths: cfg.show_paths,
+                show_libs: cfg.show_libs,
+                diff_mode: cfg.diff_mode,
+            };
+            text::report(out, &style, &rows, totals, &names).map_err(io)
+        }
+        Output::Json => {
+            formats::json(out, &key, totals, prof.tick_period, &rows, &prof, &names).map_err(io)
+        }
+        Output::Sql => {
+            formats::sql(out, &key, totals, prof.tick_period, &rows, &prof, &names).map_err(io)
+        }
+        Output::Db(path) => {
+            formats::sqlite_db(path, &key, totals, prof.tick_period, &rows, &prof, &names)
+                .map_err(|e| Error::Output(format!("{path}: {e}")))
+        }
+    }
+}

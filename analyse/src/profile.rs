@@ -1,0 +1,315 @@
+//! The merged call tree of one or more profiles, for one counter.
+//!
+//! Owns: symbols (unique by name, as IgProf's analyser keeps them), the call
+//! tree whose nodes are merged by symbol under the same parent across threads
+//! and files, and reading dumps into it (selecting the report counter, its
+//! normal or peak value, the hit filters and the baseline's negation).
+//!
+//! Must never: keep per-line data (memory is proportional to distinct call
+//! paths), or panic on a malformed profile (errors carry file and line).
+
+use crate::symbols::Resolver;
+use igprof_format::read::{ReadError, Reader};
+use rustc_hash::FxHashMap;
+use std::io::BufRead;
+
+/// Index of a symbol in [`Symbols`].
+pub type SymId = u32;
+/// Index of a node in [`Profile::nodes`].
+pub type NodeId = u32;
+
+/// Interned symbol names, each with the object file it was first seen in.
+#[derive(Default)]
+pub struct Symbols {
+    names: Vec<String>,
+    files: Vec<u32>,
+    by_name: FxHashMap<String, SymId>,
+    file_names: Vec<String>,
+    file_ids: FxHashMap<String, u32>,
+}
+
+impl Symbols {
+    pub fn file_id(&mut self, name: &str) -> u32 {
+        if let Some(&i) = self.file_ids.get(name) {
+            return i;
+        }
+        let i = self.file_names.len() as u32;
+        self.file_names.push(name.to_string());
+        self.file_ids.insert(name.to_string(), i);
+        i
+    }
+    /// The symbol called `name`, created in `file` if new.
+    pub fn intern(&mut self, name: &str, file: u32) -> SymId {
+        if let Some(&i) = self.by_name.get(name) {
+            return i;
+        }
+        let i = self.names.len() as SymId;
+        self.names.push(name.to_string());
+        self.files.push(file);
+        self.by_name.insert(name.to_string(), i);
+        i
+    }
+    pub fn get(&self, name: &str) -> Option<SymId> {
+        self.by_name.get(name).copied()
+    }
+    pub fn name(&self, s: SymId) -> &str {
+        &self.names[s as usize]
+    }
+    pub fn file(&self, s: SymId) -> u32 {
+        self.files[s as usize]
+    }
+    pub fn file_name(&self, f: u32) -> &str {
+        &self.file_names[f as usize]
+    }
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+}
+
+/// IgProf's `Counter`: self count and calls, and the cumulative ones.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counter {
+    pub cnt: i64,
+    pub freq: i64,
+    pub ccnt: i64,
+    pub cfreq: i64,
+}
+
+impl Counter {
+    /// Adds self values (max of counts for `*_MAX` counters).
+    pub fn add(&mut self, o: &Counter, is_max: bool) {
+        self.freq += o.freq;
+        if is_max {
+            self.cnt = self.cnt.max(o.cnt);
+        } else {
+            self.cnt += o.cnt;
+        }
+    }
+    /// Adds cumulative values of a child.
+    pub fn accumulate(&mut self, o: &Counter, is_max: bool) {
+        self.cfreq += o.cfreq;
+        if is_max {
+            self.ccnt = self.ccnt.max(o.ccnt);
+        } else {
+            self.ccnt += o.ccnt;
+        }
+    }
+}
+
+/// A call-tree node.
+#[derive(Debug, Clone, Default)]
+pub struct Node {
+    /// The node's own symbol (IgProf's SYMBOL).
+    pub sym: SymId,
+    /// The name shown in reports when it differs (recursion `name'2`).
+    pub report: Option<SymId>,
+    pub counter: Counter,
+    pub children: Vec<NodeId>,
+}
+
+impl Node {
+    pub fn symbol(&self) -> SymId {
+        self.report.unwrap_or(self.sym)
+    }
+}
+
+/// What to take from each counter value while reading.
+#[derive(Debug, Clone, Default)]
+pub struct ReadOptions {
+    /// Use the peak instead of the normal value (`--value peak`).
+    pub peak: bool,
+    /// IgProf's hit filters (-mc/-Mc/-mf/-Mf/--min-average-value/-Ma); <=0 is off.
+    pub min_count: i64,
+    pub max_count: i64,
+    pub min_calls: i64,
+    pub max_calls: i64,
+    pub min_average: i64,
+    pub max_average: i64,
+}
+
+impl ReadOptions {
+    fn hit_filter(&self, value: &mut i64, freq: &mut i64, negate: bool) {
+        if negate {
+            *value = -*value;
+            *freq = -*freq;
+            return;
+        }
+        let (v, f) = (*value, *freq);
+        let drop = (self.min_count > 0 && v < self.min_count)
+            || (self.max_count > 0 && v > self.max_count)
+            || (self.min_calls > 0 && f < self.min_calls)
+            || (self.max_calls > 0 && f > self.max_calls)
+            || (self.min_average > 0 && f != 0 && v / f < self.min_average)
+            || (self.max_average > 0 && f != 0 && v / f > self.max_average);
+        if drop {
+            *value = 0;
+            *freq = 0;
+        }
+    }
+}
+
+/// The merged tree. Node 0 is `<spontaneous>`, the parent of every root.
+pub struct Profile {
+    pub symbols: Symbols,
+    pub nodes: Vec<Node>,
+    /// The report counter (`-r`, else the first counter of the first dump).
+    pub key: Option<String>,
+    /// Every counter name seen, in order of appearance.
+    pub counters_seen: Vec<String>,
+    /// Seconds per tick from the last dump read (IgProf keeps a float).
+    pub tick_period: f32,
+    /// Whether any value of the key counter was read.
+    pub key_found: bool,
+    child_index: FxHashMap<(NodeId, SymId), NodeId>,
+}
+
+/// Error while reading a dump into a profile.
+#[derive(Debug)]
+pub enum LoadError {
+    Read(ReadError),
+}
+
+impl std::fmt::Display for LoadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LoadError::Read(e) => e.fmt(f),
+        }
+    }
+}
+
+impl From<ReadError> for LoadError {
+    fn from(e: ReadError) -> Self {
+        LoadError::Read(e)
+    }
+}
+
+impl Profile {
+    pub fn new(key: Option<String>) -> Self {
+        let mut symbols = Symbols::default();
+        let unknown = symbols.file_id("<unknown>");
+        let spont = symbols.intern("<spontaneous>", unknown);
+        Profile {
+            symbols,
+            nodes: vec![Node {
+                sym: spont,
+                ..Node::default()
+            }],
+            key,
+            counters_seen: Vec::new(),
+            tick_period: 0.01,
+            key_found: false,
+            child_index: FxHashMap::default(),
+        }
+    }
+
+    /// IgProf's `getChildrenBySymbol`: the child of `parent` with symbol `sym`.
+    pub fn child_by_symbol(&self, parent: NodeId, sym: SymId) -> Option<NodeId> {
+        self.nodes[parent as usize]
+            .children
+            .iter()
+            .copied()
+            .find(|&c| self.nodes[c as usize].symbol() == sym)
+    }
+
+    fn child_for_read(&mut self, parent: NodeId, sym: SymId) -> NodeId {
+        let next = self.nodes.len() as NodeId;
+        let id = *self.child_index.entry((parent, sym)).or_insert(next);
+        if id == next {
+            self.nodes.push(Node {
+                sym,
+                ..Node::default()
+            });
+            self.nodes[parent as usize].children.push(id);
+        }
+        id
+    }
+
+    /// Drops the read-time index (filters restructure the tree afterwards).
+    pub fn finish_reading(&mut self) {
+        self.child_index = FxHashMap::default();
+    }
+
+    /// Reads one dump into the tree. `negate` reads it as a baseline
+    /// (values subtracted).
+    pub fn read<R: BufRead>(
+        &mut self,
+        input: R,
+        name: &str,
+        resolver: &mut Resolver,
+        opts: &ReadOptions,
+        negate: bool,
+    ) -> Result<(), LoadError> {
+        let mut reader = Reader::new(input, name)?;
+        self.tick_period = reader.header().tick_period as f32;
+        // Per-dump tables: dump function id -> symbol, dump counter id -> is key.
+        let mut fn_syms: Vec<SymId> = Vec::new();
+        let mut is_key: Vec<Option<bool>> = Vec::new();
+        let mut stack: Vec<NodeId> = Vec::with_capacity(256);
+        let mut counters = Vec::new();
+        loop {
+            let node = match reader.next_node()? {
+                Some(n) => n,
+                None => break,
+            };
+            let (depth, function, defines) = (
+                node.depth as usize,
+                node.function as usize,
+                node.defines_function,
+            );
+            counters.clear();
+            counters.extend_from_slice(node.counters);
+            if defines || fn_syms.get(function).copied().unwrap_or(SymId::MAX) == SymId::MAX {
+                let def = reader
+                    .function(function as u32)
+                    .expect("reader checked the definition");
+                let path = reader.file(def.file).unwrap_or("");
+                let name = resolver.resolve(path, def.file_offset, &def.name);
+                let file = self.symbols.file_id(&resolver.canonical_path(path));
+                let sym = self.symbols.intern(&name, file);
+                if fn_syms.len() <= function {
+                    fn_syms.resize(function + 1, SymId::MAX);
+                }
+                fn_syms[function] = sym;
+            }
+            let sym = fn_syms[function];
+            stack.truncate(depth - 1);
+            let parent = stack.last().copied().unwrap_or(0);
+            let id = self.child_for_read(parent, sym);
+            stack.push(id);
+            for v in &counters {
+                let c = v.counter as usize;
+                if is_key.len() <= c {
+                    is_key.resize(c + 1, None);
+                }
+                let k = match is_key[c] {
+                    Some(k) => k,
+                    None => {
+                        let cname = reader.counter(v.counter).unwrap_or("").to_string();
+                        if !self.counters_seen.contains(&cname) {
+                            self.counters_seen.push(cname.clone());
+                        }
+                        if self.key.is_none() {
+                            self.key = Some(cname.clone());
+                        }
+                        let k = self.key.as_deref() == Some(cname.as_str());
+                        is_key[c] = Some(k);
+                        k
+                    }
+                };
+                if k {
+                    self.key_found = true;
+                    let mut value = if opts.peak { v.peak } else { v.value };
+                    let mut freq = v.ticks;
+                    opts.hit_filter(&mut value, &mut freq, negate);
+                    let n = &mut self.nodes[id as usize].counter;
+                    n.cnt += value;
+                    n.freq += freq;
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,297 @@
+//! The text report laid out exactly as IgProf's analyser prints it: flat
+//! cumulative, flat self and the gprof-style call graph; plus `--top N` and
+//! `--tree`.
+//!
+//! Owns: number formatting (`1'234'567`, `1.96` seconds for time counters),
+//! column widths, thresholds (cumulative >= 1%, self >= 0.01%; first row
+//! below is still printed, as IgProf does) and separators.
+//! Must never: compute values (they come from `flat::rows`).
+
+use crate::flat::MainRow;
+use std::io::{self, Write};
+
+/// IgProf's `thousands(int64)`: `-1'234'567`.
+pub fn thousands(v: i64) -> String {
+    let digits = v.unsigned_abs().to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3 + 1);
+    if v < 0 {
+        out.push('-');
+    }
+    for (i, ch) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push('\'');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+/// IgProf's `thousands(double, 0, 2)`: `1'234.57`. Unlike IgProf, keeps the
+/// sign of values between -1 and 0 (IgProf prints `-0.5` as `0.50`).
+pub fn thousands_f(v: f64) -> String {
+    let v = (v * 100.0).round() / 100.0;
+    let int = v.trunc() as i64;
+    let frac = format!("{:.2}", (v - v.trunc()).abs());
+    let sign = if v < 0.0 && int == 0 { "-" } else { "" };
+    format!("{sign}{}{}", thousands(int), &frac[1..])
+}
+
+/// How values are shown.
+pub struct Style<'a> {
+    pub key: &'a str,
+    /// Header decoration (`@PAGES` etc.), normally empty.
+    pub is_perf_ticks: bool,
+    pub tick_period: f32,
+    pub show_calls: bool,
+    pub show_paths: bool,
+    pub show_libs: bool,
+    pub diff_mode: bool,
+}
+
+impl Style<'_> {
+    fn value(&self, v: i64) -> String {
+        if self.is_perf_ticks {
+            thousands_f(v as f64 * self.tick_period as f64)
+        } else {
+            thousands(v)
+        }
+    }
+}
+
+/// IgProf's `PercentagePrinter`.
+fn pct(out: &mut dyn Write, diff: bool, v: f32, decimals: usize) -> io::Result<()> {
+    if diff && v == f32::MAX {
+        write!(out, "    new  ")
+    } else {
+        write!(out, "{:7.*}  ", decimals, v as f64)
+    }
+}
+
+/// Names and files of symbols, resolved by the caller (demangling etc.).
+pub trait Names {
+    fn name(&self, sym: u32) -> &str;
+    fn file(&self, sym: u32) -> &str;
+}
+
+/// The full text report.
+pub fn report(
+    out: &mut dyn Write,
+    s: &Style<'_>,
+    rows: &[MainRow],
+    totals: [i64; 2],
+    names: &dyn Names,
+) -> io::Result<()> {
+    writeln!(out, "Counter: {}", s.key)?;
+    let maxcnt = if s.is_perf_ticks {
+        8.max(s.value(totals[0]).len())
+            .max(s.value(totals[1]).len())
+    } else {
+        8.max(thousands(totals[0]).len())
+            .max(thousands(totals[1]).len())
+    };
+    let maxval = maxcnt + usize::from(s.is_perf_ticks);
+    let dashes = "-".repeat(70);
+    let header = |out: &mut dyn Write, desc: &str, kind: &str| -> io::Result<()> {
+        write!(out, "\n{dashes}\n{desc}\n\n")?;
+        write!(
+            out,
+            "{}",
+            if s.diff_mode {
+                "delta %  "
+            } else {
+                "% total  "
+            }
+        )?;
+        write!(out, "{kind:>maxval$}  ")?;
+        if s.show_calls {
+            write!(out, "{:>maxcnt$}  ", "Calls")?;
+        }
+        if s.show_paths {
+            write!(out, "{:>maxcnt$}  ", "Paths")?;
+        }
+        writeln!(out, "Function")
+    };
+
+    if s.diff_mode {
+        header(
+            out,
+            "Flat profile (cumulatively different entries only)",
+            "Total",
+        )?;
+    } else {
+        header(out, "Flat profile (cumulative >= 1%)", "Total")?;
+    }
+    for r in rows {
+        pct(out, s.diff_mode, r.pct, 1)?;
+        write!(out, "{:>maxval$}  ", s.value(r.cum))?;
+        if s.show_calls {
+            write!(out, "{:>maxcnt$}  ", thousands(r.cum_all[1]))?;
+        }
+        if s.show_paths {
+            write!(out, "{:>maxcnt$}  ", thousands(r.self_all[2]))?;
+        }
+        write!(out, "{} [{}]", names.name(r.sym), r.rank)?;
+        if s.show_libs {
+            write!(out, "{}", names.file(r.sym))?;
+        }
+        writeln!(out)?;
+        if (r.pct < 1.0 && !s.diff_mode) || r.cum == 0 {
+            break;
+        }
+    }
+    writeln!(out)?;
+
+    let mut by_self: Vec<&MainRow> = rows.iter().collect();
+    by_self.sort_by_key(|r| std::cmp::Reverse(r.self_.unsigned_abs()));
+    if s.diff_mode {
+        header(out, "Flat profile (self different entries only)", "Self")?;
+    } else {
+        header(out, "Flat profile (self >= 0.01%)", "Self")?;
+    }
+    for r in &by_self {
+        pct(out, s.diff_mode, r.self_pct, 2)?;
+        write!(out, "{:>maxval$}  ", s.value(r.self_))?;
+        if s.show_calls {
+            write!(out, "{:>maxcnt$}  ", thousands(r.self_all[1]))?;
+        }
+        if s.show_paths {
+            write!(out, "{:>maxcnt$}  ", thousands(r.self_all[2]))?;
+        }
+        write!(out, "{} [{}]", names.name(r.sym), r.rank)?;
+        if s.show_libs {
+            write!(out, "{}", names.file(r.sym))?;
+        }
+        writeln!(out)?;
+        if (r.self_pct < 0.01 && !s.diff_mode) || r.self_ == 0 {
+            break;
+        }
+    }
+    write!(out, "\n\n{dashes}\n")?;
+    writeln!(out, "Call tree profile (cumulative)")?;
+
+    let divlen = 34
+        + 3 * maxval
+        + if s.show_calls { 2 * maxcnt + 5 } else { 0 }
+        + if s.show_paths { 2 * maxcnt + 5 } else { 0 };
+    let sep = "- ".repeat((1 + divlen) / 2);
+    let fraction =
+        |out: &mut dyn Write, w: usize, a: &str, b: &str| write!(out, "{a:>w$} / {b:<w$}");
+    for r in rows {
+        write!(out, "\n{sep}\n")?;
+        if r.rank % 10 == 1 {
+            write!(out, "{:<8}", "Rank")?;
+            write!(
+                out,
+                "{}",
+                if s.diff_mode {
+                    "delta %  "
+                } else {
+                    "% total  "
+                }
+            )?;
+            write!(out, "{:>maxval$}  ", "Self")?;
+            fraction(out, maxval, "Self", "Children")?;
+            write!(out, "  ")?;
+            if s.show_calls {
+                fraction(out, maxcnt, "Calls", "Total")?;
+                write!(out, "  ")?;
+            }
+            if s.show_paths {
+                fraction(out, maxcnt, "Paths", "Total")?;
+                write!(out, "  ")?;
+            }
+            writeln!(out, "Function")?;
+        }
+        let edge = |out: &mut dyn Write, e: &crate::flat::EdgeRow| -> io::Result<()> {
+            write!(out, "        ")?;
+            if s.diff_mode && e.pct == f32::MAX {
+                write!(out, "    new  ")?;
+            } else {
+                write!(out, "{:7.1}  ", e.pct as f64)?;
+            }
+            write!(out, "{}  ", ".".repeat(maxval))?;
+            fraction(
+                out,
+                maxval,
+                &s.value(e.self_counts),
+                &s.value(e.children_counts),
+            )?;
+            write!(out, "  ")?;
+            if s.show_calls {
+                fraction(
+                    out,
+                    maxcnt,
+                    &thousands(e.self_calls),
+                    &thousands(e.total_calls),
+                )?;
+                write!(out, "  ")?;
+            }
+            if s.show_paths {
+                fraction(
+                    out,
+                    maxcnt,
+                    &thousands(e.self_paths),
+                    &thousands(e.total_paths),
+                )?;
+                write!(out, "  ")?;
+            }
+            write!(out, "  {} [{}]", names.name(e.sym), e.rank)?;
+            if s.show_libs {
+                write!(out, "  {}", names.file(e.sym))?;
+            }
+            writeln!(out)
+        };
+        for e in &r.callers {
+            edge(out, e)?;
+        }
+        write!(out, "{:<8}", format!("[{}]", r.rank))?;
+        pct(out, s.diff_mode, r.pct, 1)?;
+        write!(out, "{:>maxval$}  ", s.value(r.cum))?;
+        fraction(out, maxval, &s.value(r.self_), &s.value(r.kids))?;
+        write!(out, "  ")?;
+        if s.show_calls {
+            write!(
+                out,
+                "{:>maxcnt$}  {:>maxcnt$}   ",
+                thousands(r.cum_all[1]),
+                ""
+            )?;
+        }
+        if s.show_paths {
+            write!(
+                out,
+                "{:>maxcnt$}  {:>maxcnt$}   ",
+                thousands(r.self_all[2]),
+                ""
+            )?;
+        }
+        write!(out, "{}", names.name(r.sym))?;
+        if s.show_libs {
+            write!(out, "{}", names.file(r.sym))?;
+        }
+        writeln!(out)?;
+        for e in &r.calls {
+            edge(out, e)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_formatted_like_igprof() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1'000");
+        assert_eq!(thousands(431226080), "431'226'080");
+        assert_eq!(thousands(-1234567), "-1'234'567");
+        assert_eq!(thousands_f(392.0 * 0.005f32 as f64), "1.96");
+        assert_eq!(thousands_f(1234.567), "1'234.57");
+        assert_eq!(thousands_f(-1.5), "-1.50");
+        assert_eq!(thousands_f(-0.5), "-0.50");
+        assert_eq!(thousands_f(0.0), "0.00");
+    }
+}
