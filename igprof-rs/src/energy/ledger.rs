@@ -11,7 +11,8 @@
 //! close instead of waiting, so an interrupted closer cannot deadlock.
 //!
 //! How the runtime uses it:
-//! * start-up: `Ledger::new(meter, policy, max_threads, T)`;
+//! * start-up: `Ledger::new(Some(meter), default_policy(&root), max_threads, T,
+//!   min_interval_ns)`;
 //! * thread start: `slot = ledger.register(gettid())` (on the new thread);
 //! * every sample of any thread: `ledger.close_interval()` (closes at most
 //!   once per `min_interval_ns`), then `ledger.take(slot)` and add the
@@ -309,7 +310,9 @@ impl Ledger {
 
     /// What `slot`'s thread is owed since its last `take`, as counter values
     /// (the fraction of a value stays for next time). Call from the thread
-    /// itself. Async-signal-safe.
+    /// itself, never re-entered for the same slot (the profiling signal is
+    /// blocked inside its own handler), never after `unregister`.
+    /// Async-signal-safe.
     pub fn take(&self, slot: SlotId) -> [u64; DOMAINS] {
         let s = &self.slots[slot.0];
         let mut out = [0u64; DOMAINS];

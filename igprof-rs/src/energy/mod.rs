@@ -198,5 +198,31 @@ pub fn detect(root: &Root) -> Result<EnergyMeter, NoSource> {
     }
 }
 
+/// Online CPUs under `root` (`/sys/devices/system/cpu/online`), else the
+/// count `sysconf` reports: the capacity for [`SharePolicy::CpuCapacity`].
+pub fn online_cpus(root: &Root) -> u32 {
+    let listed = root::read_text(&RealFs, &root.join("/sys/devices/system/cpu/online"))
+        .ok()
+        .and_then(|t| root::parse_cpu_list(&t))
+        .map_or(0, |c| c.len() as u32);
+    if listed > 0 {
+        return listed;
+    }
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    if n > 0 {
+        n as u32
+    } else {
+        1
+    }
+}
+
+/// The default sharing: CPU capacity of the online CPUs under `root`.
+pub fn default_policy(root: &Root) -> SharePolicy {
+    SharePolicy::CpuCapacity {
+        cpus: online_cpus(root),
+    }
+}
+
 #[cfg(test)]
 mod tests;

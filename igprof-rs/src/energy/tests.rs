@@ -627,3 +627,115 @@ fn two_threads_burning_3_to_1_get_energy_3_to_1() {
     assert!(accounted <= total_uj, "{accounted} > {total_uj}");
     assert!(accounted > 0 && (total_uj - accounted) as f64 / (total_uj as f64) < 0.15);
 }
+
+#[test]
+fn online_cpus_from_the_root() {
+    let t = Tree::new("online");
+    t.write("/sys/devices/system/cpu/online", "0-5,8\n");
+    assert_eq!(online_cpus(&t.root()), 7);
+    assert_eq!(
+        default_policy(&t.root()),
+        SharePolicy::CpuCapacity { cpus: 7 }
+    );
+    // Absent: falls back to sysconf, at least 1.
+    assert!(online_cpus(&Tree::new("online-absent").root()) >= 1);
+}
+
+/// Cost of the per-sample calls (run by `bench/energy-read-cost`, not by
+/// `cargo test`): nanoseconds per `read_deltas` on fake files, per `read`
+/// of a real perf counter (software event: the syscall a power PMU read
+/// makes), and per `close_interval` with threads registered.
+#[test]
+#[ignore]
+fn bench_energy_read_cost() {
+    use ledger::{KernelCpuClock, Ledger};
+    use std::time::Instant;
+    const N: u32 = 20_000;
+    let per = |t: Instant| t.elapsed().as_nanos() as f64 / f64::from(N);
+
+    let t = Tree::new("bench");
+    let max = 262_143_328_850;
+    t.zone("intel-rapl:0", "package-0", 1, max);
+    t.zone("intel-rapl:0:0", "core", 1, max);
+    t.zone("intel-rapl:0:2", "dram", 1, max);
+    let mut m = detect(&t.root()).unwrap();
+    let mut e = [0.0; DOMAINS];
+    let s = Instant::now();
+    for _ in 0..N {
+        m.read_deltas(&mut e).unwrap();
+    }
+    println!(
+        "powercap fake, {} counters: {:.0} ns per read_deltas",
+        m.counter_count(),
+        per(s)
+    );
+
+    let t2 = Tree::new("bench-msr");
+    t2.write("/proc/cpuinfo", &intel_cpuinfo(0x9E));
+    t2.cpus(&[(0, 0, 0)]);
+    t2.msr(0, msr::INTEL_UNIT, 0xA0E03);
+    for reg in [
+        msr::INTEL_PKG,
+        msr::INTEL_PP0,
+        msr::INTEL_PP1,
+        msr::INTEL_DRAM,
+    ] {
+        t2.msr(0, reg, 1);
+    }
+    let mut m = detect(&t2.root()).unwrap();
+    let s = Instant::now();
+    for _ in 0..N {
+        m.read_deltas(&mut e).unwrap();
+    }
+    println!(
+        "msr fake, {} counters: {:.0} ns per read_deltas",
+        m.counter_count(),
+        per(s)
+    );
+
+    let spec = pmu::PerfSpec {
+        event: "cpu-clock",
+        pmu_type: 1,
+        config: 0,
+        cpu: 0,
+    };
+    match pmu::PerfOpener::open(&pmu::SyscallPerf, &spec) {
+        Ok((fd, access)) => {
+            let c = counter::RawCounter::new(fd, access, counter::Wrap::Bits64, 1e-9, Domain::Pkg)
+                .unwrap();
+            let s = Instant::now();
+            for _ in 0..N {
+                std::hint::black_box(c.read_raw().unwrap());
+            }
+            println!(
+                "perf counter read(2), software cpu-clock on CPU 0: {:.0} ns per read",
+                per(s)
+            );
+        }
+        Err(e) => println!("perf counter read: not measured ({e})"),
+    }
+
+    for threads in [1usize, 16] {
+        let meter = detect(&t.root()).unwrap();
+        let l = Ledger::new(
+            Some(meter),
+            SharePolicy::CpuCapacity { cpus: 2 },
+            64,
+            JOULES_PER_VALUE,
+            0,
+        );
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        let slots: Vec<_> = (0..threads).map(|_| l.register(tid).unwrap()).collect();
+        let s = Instant::now();
+        for _ in 0..N {
+            l.close_interval().unwrap();
+            std::hint::black_box(l.take(slots[0]));
+        }
+        println!(
+            "close_interval + take, {threads} threads registered, 3 powercap counters: {:.0} ns",
+            per(s)
+        );
+        let _ = KernelCpuClock;
+    }
+}
