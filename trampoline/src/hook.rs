@@ -116,28 +116,66 @@ impl Prepared {
     }
 }
 
-pub(crate) fn prepare_with<A: Arch>(sym: &Symbol, replacement: *const ()) -> Result<Prepared, HookError> {
+/// Reach used for far-form trampolines: the whole user address space.
+const ANYWHERE: u64 = 1 << 47;
+
+/// Plan, trampoline address and patch bytes of a prepared hook.
+type Built = (Plan, u64, Vec<u8>);
+
+/// Build a hook. `force_far` skips the near form; otherwise the far form is
+/// the fallback when no memory is free within the near reach.
+pub(crate) fn prepare_with<A: Arch>(
+    sym: &Symbol,
+    replacement: *const (),
+    force_far: bool,
+) -> Result<Prepared, HookError> {
     let _guard = INSTALL_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let code = read_code::<A>(sym).map_err(|r| err(sym, r))?;
-    let plan = A::plan(&code, sym.addr, sym.size, A::NEAR_PATCH_LEN).map_err(|r| err(sym, r))?;
-    let patch_at = sym.addr + plan.keep as u64;
-    let chain = nearmem::place::<A>(patch_at, A::MAX_TRAMPOLINE_LEN, |tramp| {
-        A::relocate(&code, sym.addr, &plan, tramp)
-    })
-    .map_err(|r| err(sym, r))?;
     let replacement = replacement as u64;
+    let built = if force_far {
+        build_far::<A>(sym, &code, replacement)
+    } else {
+        match build_near::<A>(sym, &code, replacement) {
+            Err(Reason::NoMemoryInReach { .. }) => build_far::<A>(sym, &code, replacement),
+            other => other,
+        }
+    };
+    let (plan, chain, patch) = built.map_err(|r| err(sym, r))?;
+    let start = plan.keep;
+    let original = code[start..start + plan.taken].to_vec();
+    let patch_at = sym.addr + plan.keep as u64;
+    Ok(Prepared { hook: Hook { name: sym.name.clone(), target: sym.addr, patch_at, original, patch, chain, plan } })
+}
+
+/// Near form: `A::NEAR_PATCH_LEN` bytes at the target, trampoline (and, if
+/// the replacement is out of reach, an entry stub) within `A::NEAR_REACH`.
+fn build_near<A: Arch>(sym: &Symbol, code: &[u8], replacement: u64) -> Result<Built, Reason> {
+    let plan = A::plan(code, sym.addr, sym.size, A::NEAR_PATCH_LEN)?;
+    let patch_at = sym.addr + plan.keep as u64;
+    let chain =
+        nearmem::place::<A>(patch_at, A::MAX_TRAMPOLINE_LEN, |tramp| A::relocate(code, sym.addr, &plan, tramp))?;
     let mut patch = match A::near_patch(patch_at, replacement) {
         Some(p) => p,
         None => {
-            let stub = nearmem::place::<A>(patch_at, A::STUB_LEN, |at| Ok(A::stub(at, replacement)))
-                .map_err(|r| err(sym, r))?;
+            let stub = nearmem::place::<A>(patch_at, A::STUB_LEN, |at| Ok(A::stub(at, replacement)))?;
             A::near_patch(patch_at, stub).expect("stub placed within near reach")
         }
     };
     patch.extend(A::filler(plan.taken - plan.patch_len));
-    let start = plan.keep;
-    let original = code[start..start + plan.taken].to_vec();
-    Ok(Prepared { hook: Hook { name: sym.name.clone(), target: sym.addr, patch_at, original, patch, chain, plan } })
+    Ok((plan, chain, patch))
+}
+
+/// Far form: `A::FAR_PATCH_LEN` bytes at the target jump anywhere; the
+/// trampoline goes wherever memory is free (nearest first).
+fn build_far<A: Arch>(sym: &Symbol, code: &[u8], replacement: u64) -> Result<Built, Reason> {
+    let plan = A::plan(code, sym.addr, sym.size, A::FAR_PATCH_LEN)?;
+    let patch_at = sym.addr + plan.keep as u64;
+    let chain = nearmem::place_within::<A>(patch_at, ANYWHERE, A::MAX_TRAMPOLINE_LEN, |tramp| {
+        A::relocate(code, sym.addr, &plan, tramp)
+    })?;
+    let mut patch = A::far_patch(patch_at, replacement);
+    patch.extend(A::filler(plan.taken - plan.patch_len));
+    Ok((plan, chain, patch))
 }
 
 fn enable_with<A: Arch>(prepared: Prepared) -> Result<Hook, HookError> {

@@ -70,7 +70,15 @@ pub fn install(target: &Symbol, replacement: *const ()) -> Result<Hook, HookErro
 /// First half of [`install`]: build the trampoline (so [`Prepared::chain`]
 /// is known) without touching the target; [`Prepared::enable`] writes the patch.
 pub fn prepare(target: &Symbol, replacement: *const ()) -> Result<Prepared, HookError> {
-    hook::prepare_with::<arch::Host>(target, replacement)
+    hook::prepare_with::<arch::Host>(target, replacement, false)
+}
+
+/// As [`prepare`], but always with the far patch form (an absolute jump of
+/// `Arch::FAR_PATCH_LEN` bytes, trampoline anywhere). [`prepare`] falls back
+/// to it by itself when no memory is free within the near reach; this is
+/// for callers (and tests) that want that form regardless.
+pub fn prepare_far(target: &Symbol, replacement: *const ()) -> Result<Prepared, HookError> {
+    hook::prepare_with::<arch::Host>(target, replacement, true)
 }
 
 /// Whether `target` can be hooked and how (bytes kept, taken, instructions),

@@ -9,7 +9,7 @@
 
 use std::arch::global_asm;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use trampoline::{find_function, install, probe, Reason};
+use trampoline::{find_function, install, prepare_far, probe, Reason};
 
 global_asm!(
     ".pushsection .data",
@@ -98,6 +98,18 @@ global_asm!(
     "    pop rbx",
     "    ret",
     ".size tr_endbr4, .-tr_endbr4",
+    // Long plain prologue for the far (14-byte) patch form: 5x + 2.
+    ".p2align 4",
+    ".globl tr_far", ".type tr_far,@function",
+    "tr_far:",
+    "    push rbx",
+    "    mov rbx, rdi",
+    "    imul rbx, rbx, 5",
+    "    mov rax, rbx",
+    "    add rax, 2",
+    "    pop rbx",
+    "    ret",
+    ".size tr_far, .-tr_far",
     // Shorter than the patch, directly followed by another function.
     ".p2align 4",
     ".globl tr_short", ".type tr_short,@function",
@@ -132,6 +144,7 @@ unsafe extern "C" {
     safe fn tr_endbr(x: u64) -> u64;
     safe fn tr_endbr4(x: u64) -> u64;
     safe fn tr_short(x: u64) -> u64;
+    safe fn tr_far(x: u64) -> u64;
     safe fn tr_backjump(x: u64) -> u64;
 }
 
@@ -249,4 +262,30 @@ fn back_jump_into_prologue_is_refused() {
     // xor eax,eax (2) | add eax,edi (2) at +2 | dec edi (2) | jnz +2 at +6
     assert_eq!(e.reason, Reason::BranchIntoPatchedBytes { at: sym.addr + 6, target: sym.addr + 2 });
     assert_eq!(std::hint::black_box(tr_backjump as Fn1)(4), 10, "nothing changed");
+}
+
+#[test]
+fn far_patch_form() {
+    counting_replacement!(repl, CALLS, CHAIN);
+    let f: Fn1 = std::hint::black_box(tr_far as Fn1);
+    assert_eq!(f(3), 17);
+    let sym = find_function("tr_far", None).unwrap();
+    // SAFETY: the function's 17 bytes are mapped code.
+    let before = unsafe { std::slice::from_raw_parts(sym.addr as *const u8, 17) }.to_vec();
+    let prepared = prepare_far(&sym, repl as *const ()).unwrap();
+    // push rbx (1) + mov (3) + imul (4) + mov (3) + add (4) = 15 >= 14.
+    assert_eq!((prepared.plan().taken, prepared.plan().patch_len), (15, 14));
+    CHAIN.store(prepared.chain() as usize, Ordering::SeqCst);
+    let hook = prepared.enable().unwrap();
+    // SAFETY: as above.
+    let now = unsafe { std::slice::from_raw_parts(sym.addr as *const u8, 6) };
+    assert_eq!(now, &[0xff, 0x25, 0, 0, 0, 0], "jmp qword [rip+0]");
+    assert_eq!(f(3), 17);
+    assert_eq!(f(0), 2);
+    assert_eq!(CALLS.load(Ordering::SeqCst), 2);
+    hook.uninstall().unwrap();
+    // SAFETY: as above.
+    assert_eq!(unsafe { std::slice::from_raw_parts(sym.addr as *const u8, 17) }, &before[..]);
+    assert_eq!(f(3), 17);
+    assert_eq!(CALLS.load(Ordering::SeqCst), 2);
 }
