@@ -2,6 +2,65 @@
 //!
 //! Module ownership: `unwind` (stack traces), `energy` (RAPL sources and
 //! attribution); the runtime (options, per-thread state, call trees, timers,
-//! hooks, dumps) lives beside them.
+//! hooks, dumps) lives beside them:
+//!
+//! - `sys` raw system calls; `log` the `igprof:` stderr lines;
+//!   `alloc` the library's own memory (global allocator, bump regions);
+//! - `options` the `IGPROF` option string; `counters` the counter registry;
+//!   `thread` per-thread state and the re-entrancy guard; `tree` call trees;
+//! - `trace` the runtime's stack-trace adapter; `perf` timers and the
+//!   sampling handler; `signals` SIGPROF ownership; `hooks` core hooks;
+//! - `dump` profile writing; `runtime` start-up and life cycle.
+//!
+//! This file holds only the exported C symbols and the constructor and
+//! destructor entries.
+
+#![allow(clippy::missing_safety_doc)]
+
+pub mod alloc;
+pub mod counters;
+pub mod dump;
 pub mod energy;
+pub mod hooks;
+pub mod log;
+pub mod options;
+pub mod perf;
+pub mod runtime;
+pub mod signals;
+pub mod sys;
+pub mod thread;
+pub mod trace;
+pub mod tree;
 pub mod unwind;
+
+/// The library never uses the program's malloc (which may be hooked).
+#[global_allocator]
+static GLOBAL: alloc::IgAlloc = alloc::IgAlloc;
+
+extern "C" fn igprof_init() {
+    runtime::init();
+}
+
+extern "C" fn igprof_fini() {
+    runtime::fini();
+}
+
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = igprof_init;
+
+#[used]
+#[link_section = ".fini_array"]
+static FINI: extern "C" fn() = igprof_fini;
+
+/// Writes a snapshot of the profile so far to `path` (NULL: the run's output
+/// file). Returns 0 on success, -1 if not profiling or the write failed.
+#[no_mangle]
+pub unsafe extern "C" fn igprof_dump_now(path: *const core::ffi::c_char) -> i32 {
+    let p = if path.is_null() {
+        None
+    } else {
+        Some(core::ffi::CStr::from_ptr(path).to_bytes())
+    };
+    runtime::dump_now(p)
+}

@@ -1,0 +1,182 @@
+//! The counter registry: which counters exist, how each merges, and which
+//! slot of a call-tree node holds it in this run.
+//!
+//! Every profiler module names its counters here (PERF_TICKS for the
+//! sampling profiler; MEM_*, FD_*, NRG_* for the others). At start-up the
+//! enabled modules [`enable`] their counters; each enabled counter gets a
+//! slot index, and every node of every call tree is allocated with exactly
+//! that many (ticks, value, peak) triples. The slot table is frozen before
+//! the first tree exists ([`freeze`]).
+//!
+//! Must never: change slots after [`freeze`] (nodes already allocated would
+//! be misread).
+
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+
+/// How two threads' values of a counter combine at dump time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Merge {
+    /// ticks, value and peak add up (PERF_TICKS, MEM_TOTAL, FD_USED, NRG_*).
+    Sum,
+    /// ticks add; value and peak are maxima (MEM_MAX).
+    Max,
+    /// ticks and value add (what is live now); peak is the largest peak
+    /// seen by any thread (MEM_LIVE, FD_LIVE).
+    Live,
+}
+
+/// Every counter igprof-rs knows, in IgProf's names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum CounterId {
+    PerfTicks = 0,
+    MemTotal,
+    MemMax,
+    MemLive,
+    FdUsed,
+    FdLive,
+    NrgPkg,
+    NrgPp0,
+    NrgPp1,
+    NrgDram,
+}
+
+pub const COUNT: usize = 10;
+
+pub struct CounterDef {
+    pub id: CounterId,
+    pub name: &'static str,
+    pub merge: Merge,
+}
+
+pub const ALL: [CounterDef; COUNT] = [
+    CounterDef {
+        id: CounterId::PerfTicks,
+        name: "PERF_TICKS",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::MemTotal,
+        name: "MEM_TOTAL",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::MemMax,
+        name: "MEM_MAX",
+        merge: Merge::Max,
+    },
+    CounterDef {
+        id: CounterId::MemLive,
+        name: "MEM_LIVE",
+        merge: Merge::Live,
+    },
+    CounterDef {
+        id: CounterId::FdUsed,
+        name: "FD_USED",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::FdLive,
+        name: "FD_LIVE",
+        merge: Merge::Live,
+    },
+    CounterDef {
+        id: CounterId::NrgPkg,
+        name: "NRG_PKG",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::NrgPp0,
+        name: "NRG_PP0",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::NrgPp1,
+        name: "NRG_PP1",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::NrgDram,
+        name: "NRG_DRAM",
+        merge: Merge::Sum,
+    },
+];
+
+const NONE: u8 = u8::MAX;
+
+#[allow(clippy::declare_interior_mutable_const)]
+const UNSET: AtomicU8 = AtomicU8::new(NONE);
+static SLOT: [AtomicU8; COUNT] = [UNSET; COUNT];
+/// Counter id of each slot, in slot order.
+#[allow(clippy::declare_interior_mutable_const)]
+const NOID: AtomicU8 = AtomicU8::new(NONE);
+static ID_OF_SLOT: [AtomicU8; COUNT] = [NOID; COUNT];
+static NSLOTS: AtomicUsize = AtomicUsize::new(0);
+static FROZEN: AtomicBool = AtomicBool::new(false);
+
+/// Gives `id` a slot (start-up only; idempotent). Returns false after freeze.
+pub fn enable(id: CounterId) -> bool {
+    if FROZEN.load(Ordering::Acquire) {
+        return SLOT[id as usize].load(Ordering::Relaxed) != NONE;
+    }
+    if SLOT[id as usize].load(Ordering::Relaxed) == NONE {
+        let n = NSLOTS.load(Ordering::Relaxed);
+        SLOT[id as usize].store(n as u8, Ordering::Relaxed);
+        ID_OF_SLOT[n].store(id as u8, Ordering::Relaxed);
+        NSLOTS.store(n + 1, Ordering::Relaxed);
+    }
+    true
+}
+
+/// Fixes the slot table; nodes are allocated with [`nslots`] counters.
+pub fn freeze() {
+    FROZEN.store(true, Ordering::Release);
+}
+
+/// The slot of `id` in this run, if enabled.
+#[inline]
+pub fn slot(id: CounterId) -> Option<usize> {
+    let s = SLOT[id as usize].load(Ordering::Relaxed);
+    if s == NONE {
+        None
+    } else {
+        Some(s as usize)
+    }
+}
+
+/// How many counters each node carries.
+#[inline]
+pub fn nslots() -> usize {
+    NSLOTS.load(Ordering::Relaxed)
+}
+
+/// The definition of the counter in `slot`.
+pub fn def_of_slot(slot: usize) -> &'static CounterDef {
+    let id = ID_OF_SLOT[slot].load(Ordering::Relaxed) as usize;
+    &ALL[id]
+}
+
+/// Serialises tests that reconfigure the global registry.
+#[cfg(test)]
+pub(crate) static TEST_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+#[cfg(test)]
+pub(crate) fn reset_for_test() {
+    for s in SLOT.iter() {
+        s.store(NONE, Ordering::Relaxed);
+    }
+    NSLOTS.store(0, Ordering::Relaxed);
+    FROZEN.store(false, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_is_consistent() {
+        for (i, d) in ALL.iter().enumerate() {
+            assert_eq!(d.id as usize, i, "{} is at its id", d.name);
+        }
+    }
+}

@@ -1,0 +1,417 @@
+//! Writing profiles: merging every thread's tree, naming addresses, and
+//! streaming IgProf's format (format::write) through flate2 into a file.
+//!
+//! Owns the dump triggers' common path ([`dump_to`], [`final_dump`]), the
+//! output file name, and symbol naming at dump time (dladdr here is fine:
+//! dumps never run in signal context). Unknown names are written as IgProf
+//! does, `@?0x<address>`, and igprof-analyse resolves them from the object
+//! and offset. Dumps run with profiling paused on the dumping thread; other
+//! threads keep sampling into their own trees, which are safe to read
+//! concurrently.
+//!
+//! Must never: run from a signal handler, fork a compressor, or write a
+//! partial file under the final name (it writes `<name>.tmp` and renames).
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use igprof_format::write::{CounterRef, FileRef, FuncRef, IoSink, Sink, WriteError, Writer};
+
+use crate::counters::{self, Merge};
+use crate::thread;
+use crate::tree::{Node, TRUNCATED};
+
+/// Why a dump failed.
+#[derive(Debug)]
+pub enum DumpError {
+    NotProfiling,
+    Busy,
+    Create { path: String, errno: i32 },
+    Write { path: String, err: WriteError },
+    Rename { path: String, errno: i32 },
+}
+
+impl core::fmt::Display for DumpError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            DumpError::NotProfiling => write!(f, "profiling is not active in this process"),
+            DumpError::Busy => write!(f, "another dump is being written"),
+            DumpError::Create { path, errno } => write!(f, "cannot create {path}: errno {errno}"),
+            DumpError::Write { path, err } => write!(f, "writing {path}: {err}"),
+            DumpError::Rename { path, errno } => write!(f, "cannot rename the finished dump to {path}: errno {errno}"),
+        }
+    }
+}
+
+static DUMPING: AtomicBool = AtomicBool::new(false);
+static FINAL_DONE: AtomicBool = AtomicBool::new(false);
+
+/// After fork in the child / after a failed exec: a final dump may happen again.
+pub fn reset_after_fork() {
+    DUMPING.store(false, Ordering::Release);
+    FINAL_DONE.store(false, Ordering::Release);
+}
+
+pub fn allow_final_again() {
+    FINAL_DONE.store(false, Ordering::Release);
+}
+
+/// The end-of-process dump (exit, _exit, abort, kill of self, exec): once.
+pub fn final_dump(reason: &str) {
+    if !crate::runtime::active() || FINAL_DONE.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let path = crate::runtime::output_path();
+    match thread::paused(|| dump_to(&path)) {
+        Ok(stats) => {
+            let opts = crate::options::get();
+            if opts.debug || stats.dropped > 0 {
+                crate::igprof_log!(
+                    "wrote {} at {reason}: {} samples, {} dropped (taken inside the profiler or no memory), {} truncated stacks",
+                    path,
+                    stats.samples,
+                    stats.dropped,
+                    stats.truncated
+                );
+            }
+        }
+        Err(e) => crate::igprof_log!("could not write the profile at {reason}: {e}"),
+    }
+}
+
+/// A fatal signal arrived in signal context: a dump cannot be written safely
+/// there (it needs memory and dladdr), so this only says so.
+pub fn final_dump_from_signal() {
+    if crate::runtime::active() && !FINAL_DONE.load(Ordering::Acquire) {
+        crate::igprof_log!("the program's own SIGPROF (default action) ends the process; no profile written");
+    }
+}
+
+/// What a dump contained.
+#[derive(Default, Debug, Clone, Copy)]
+pub struct DumpStats {
+    pub nodes: usize,
+    pub samples: u64,
+    pub dropped: u64,
+    pub truncated: u64,
+}
+
+struct MNode {
+    addr: usize,
+    first_child: u32,
+    next_sibling: u32,
+}
+
+/// All threads' trees merged by path of addresses.
+struct Merged {
+    nodes: Vec<MNode>,
+    /// nslots (ticks, value, peak) per node.
+    values: Vec<(u64, u64, u64)>,
+    index: HashMap<(u32, usize), u32>,
+    nslots: usize,
+}
+
+impl Merged {
+    fn new(nslots: usize) -> Self {
+        let mut m = Merged {
+            nodes: Vec::new(),
+            values: Vec::new(),
+            index: HashMap::new(),
+            nslots,
+        };
+        m.push(0);
+        m
+    }
+
+    fn push(&mut self, addr: usize) -> u32 {
+        let id = self.nodes.len() as u32;
+        self.nodes.push(MNode {
+            addr,
+            first_child: u32::MAX,
+            next_sibling: u32::MAX,
+        });
+        self.values.extend(std::iter::repeat_n((0, 0, 0), self.nslots));
+        id
+    }
+
+    fn child(&mut self, parent: u32, addr: usize) -> u32 {
+        if let Some(&c) = self.index.get(&(parent, addr)) {
+            return c;
+        }
+        let c = self.push(addr);
+        self.index.insert((parent, addr), c);
+        // Append at the end of the sibling list to keep first-seen order.
+        let p = &mut self.nodes[parent as usize];
+        if p.first_child == u32::MAX {
+            p.first_child = c;
+        } else {
+            let mut s = p.first_child;
+            while self.nodes[s as usize].next_sibling != u32::MAX {
+                s = self.nodes[s as usize].next_sibling;
+            }
+            self.nodes[s as usize].next_sibling = c;
+        }
+        c
+    }
+
+    fn add(&mut self, into: u32, from: &Node) {
+        for s in 0..self.nslots {
+            let (t, v, p) = from.counter(s).get();
+            let cur = &mut self.values[into as usize * self.nslots + s];
+            match counters::def_of_slot(s).merge {
+                Merge::Sum => *cur = (cur.0 + t, cur.1 + v, cur.2 + p),
+                Merge::Max => *cur = (cur.0 + t, cur.1.max(v), cur.2.max(p)),
+                Merge::Live => *cur = (cur.0.wrapping_add(t), cur.1.wrapping_add(v), cur.2.max(p)),
+            }
+        }
+    }
+
+    /// Merges the subtree under `from` (a tree node) into merged node `into`.
+    fn merge_tree(&mut self, into: u32, from: &Node) {
+        let mut stack: Vec<(u32, &Node)> = vec![(into, from)];
+        while let Some((m, n)) = stack.pop() {
+            self.add(m, n);
+            for c in n.children() {
+                let mc = self.child(m, c.addr);
+                stack.push((mc, c));
+            }
+        }
+    }
+}
+
+/// Names of code addresses, with IgProf's function/file identities.
+struct Symbols {
+    files: HashMap<usize, (u32, Vec<u8>)>,
+    funcs: HashMap<(usize, usize), u32>,
+    exe: Vec<u8>,
+}
+
+struct Resolved {
+    file_key: usize,
+    file_path: Vec<u8>,
+    /// Symbol start (or the address itself when unknown).
+    sym_addr: usize,
+    name: Vec<u8>,
+    object_offset: u64,
+}
+
+fn resolve(addr: usize, exe: &[u8]) -> Resolved {
+    if addr == TRUNCATED {
+        return Resolved {
+            file_key: TRUNCATED,
+            file_path: b"<truncated>".to_vec(),
+            sym_addr: TRUNCATED,
+            name: b"@igprof_stack_truncated".to_vec(),
+            object_offset: 0,
+        };
+    }
+    // SAFETY: Dl_info is plain data filled by dladdr.
+    let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
+    // SAFETY: dladdr only reads the loader's tables; not in signal context.
+    let ok = unsafe { libc::dladdr(addr as *const libc::c_void, &mut info) } != 0;
+    if !ok || info.dli_fbase.is_null() {
+        return Resolved {
+            file_key: 0,
+            file_path: b"<unknown>".to_vec(),
+            sym_addr: addr,
+            name: format!("@?0x{addr:x}").into_bytes(),
+            object_offset: addr as u64,
+        };
+    }
+    let fbase = info.dli_fbase as usize;
+    // SAFETY: dli_fname is a NUL-terminated string owned by the loader.
+    let mut path = if info.dli_fname.is_null() {
+        Vec::new()
+    } else {
+        unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }.to_bytes().to_vec()
+    };
+    if path.is_empty() || !path.starts_with(b"/") && is_main_program(fbase) {
+        path = exe.to_vec();
+    }
+    let (sym_addr, name) = if !info.dli_sname.is_null() && !info.dli_saddr.is_null() {
+        // SAFETY: dli_sname is a NUL-terminated string owned by the loader.
+        (
+            info.dli_saddr as usize,
+            unsafe { std::ffi::CStr::from_ptr(info.dli_sname) }.to_bytes().to_vec(),
+        )
+    } else {
+        (addr, format!("@?0x{addr:x}").into_bytes())
+    };
+    Resolved {
+        file_key: fbase,
+        file_path: path,
+        sym_addr,
+        name,
+        object_offset: (addr - fbase) as u64,
+    }
+}
+
+fn is_main_program(fbase: usize) -> bool {
+    // SAFETY: dlopen(NULL) returns the main program's handle; dlinfo is not
+    // needed: compare with the load address of the main program's _DYNAMIC
+    // via dl_iterate_phdr's first entry.
+    extern "C" fn cb(info: *mut libc::dl_phdr_info, _size: usize, data: *mut libc::c_void) -> i32 {
+        // SAFETY: called by dl_iterate_phdr with valid pointers; first entry is the main program.
+        unsafe { *(data as *mut usize) = (*info).dlpi_addr as usize };
+        1
+    }
+    let mut base: usize = usize::MAX;
+    // SAFETY: cb matches dl_iterate_phdr's callback signature.
+    unsafe { libc::dl_iterate_phdr(Some(cb), &mut base as *mut usize as *mut libc::c_void) };
+    // A non-PIE executable has load bias 0 but dladdr reports its lowest mapping.
+    base == fbase || base == 0
+}
+
+/// Writes the current profile of every thread to `path`.
+pub fn dump_to(path: &str) -> Result<DumpStats, DumpError> {
+    if !crate::runtime::active() {
+        return Err(DumpError::NotProfiling);
+    }
+    if DUMPING.swap(true, Ordering::AcqRel) {
+        return Err(DumpError::Busy);
+    }
+    let r = dump_locked(path);
+    DUMPING.store(false, Ordering::Release);
+    r
+}
+
+fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
+    let nslots = counters::nslots();
+    let mut merged = Merged::new(nslots);
+    let mut stats = DumpStats::default();
+    for t in thread::all() {
+        if t.stale.load(Ordering::Acquire) {
+            continue;
+        }
+        stats.samples += t.samples.load(Ordering::Relaxed);
+        stats.dropped += t.dropped.load(Ordering::Relaxed);
+        stats.truncated += t.truncated.load(Ordering::Relaxed);
+        if let Some(root) = t.tree().root() {
+            merged.merge_tree(0, root);
+        }
+    }
+    stats.nodes = merged.nodes.len() - 1;
+
+    let gzip = crate::options::get().gzip || path.ends_with(".gz");
+    let tmp = format!("{path}.tmp");
+    let file = std::fs::File::create(&tmp).map_err(|e| DumpError::Create {
+        path: tmp.clone(),
+        errno: e.raw_os_error().unwrap_or(0),
+    })?;
+    let werr = |err| DumpError::Write { path: tmp.clone(), err };
+    if gzip {
+        let enc = flate2::write::GzEncoder::new(file, flate2::Compression::new(6));
+        let sink = write_profile(IoSink::new(enc), &merged).map_err(werr)?;
+        let enc = sink.finish().map_err(werr)?;
+        enc.finish().map_err(|e| {
+            werr(WriteError::Io {
+                errno: e.raw_os_error().unwrap_or(0),
+            })
+        })?;
+    } else {
+        let sink = write_profile(IoSink::new(file), &merged).map_err(werr)?;
+        let mut f = sink.finish().map_err(werr)?;
+        f.flush().map_err(|e| {
+            werr(WriteError::Io {
+                errno: e.raw_os_error().unwrap_or(0),
+            })
+        })?;
+    }
+    std::fs::rename(&tmp, path).map_err(|e| DumpError::Rename {
+        path: path.to_string(),
+        errno: e.raw_os_error().unwrap_or(0),
+    })?;
+    Ok(stats)
+}
+
+fn write_profile<S: Sink>(sink: S, m: &Merged) -> Result<S, WriteError> {
+    let mut w = Writer::new(sink);
+    let rt = crate::runtime::info();
+    w.header(crate::sys::getpid() as u64, &rt.program, crate::perf::tick_seconds())?;
+    let mut syms = Symbols {
+        files: HashMap::new(),
+        funcs: HashMap::new(),
+        exe: rt.exe.clone(),
+    };
+    let mut counter_defined = vec![false; m.nslots];
+    let mut cache: HashMap<usize, Resolved> = HashMap::new();
+    // Iterative pre-order walk: (node, depth).
+    let mut stack: Vec<(u32, u32)> = Vec::new();
+    let mut c = m.nodes[0].first_child;
+    while c != u32::MAX {
+        stack.push((c, 1));
+        c = m.nodes[c as usize].next_sibling;
+    }
+    stack.reverse();
+    while let Some((id, depth)) = stack.pop() {
+        let node = &m.nodes[id as usize];
+        let addr = node.addr;
+        let r = cache.entry(addr).or_insert_with(|| resolve(addr, &syms.exe));
+        let next_file = syms.files.len() as u32;
+        let mut new_file = false;
+        let fid = syms
+            .files
+            .entry(r.file_key)
+            .or_insert_with(|| {
+                new_file = true;
+                (next_file, r.file_path.clone())
+            })
+            .0;
+        let next_fn = syms.funcs.len() as u32;
+        let mut new_fn = false;
+        let fnid = *syms.funcs.entry((r.file_key, r.sym_addr)).or_insert_with(|| {
+            new_fn = true;
+            next_fn
+        });
+        let func = if new_fn {
+            let file = if new_file {
+                FileRef::New {
+                    id: fid,
+                    path: &r.file_path,
+                }
+            } else {
+                FileRef::Known(fid)
+            };
+            FuncRef::New {
+                id: fnid,
+                file,
+                object_offset: r.object_offset,
+                name: &r.name,
+            }
+        } else {
+            FuncRef::Known(fnid)
+        };
+        w.node(depth, func, (addr - r.sym_addr) as u64)?;
+        for s in 0..m.nslots {
+            let (t, v, p) = m.values[id as usize * m.nslots + s];
+            if t == 0 && v == 0 && p == 0 {
+                continue;
+            }
+            let cref = if counter_defined[s] {
+                CounterRef::Known(s as u32)
+            } else {
+                counter_defined[s] = true;
+                CounterRef::New {
+                    id: s as u32,
+                    name: counters::def_of_slot(s).name.as_bytes(),
+                }
+            };
+            w.counter(cref, t, v, p)?;
+            // LK records (w.leak) of live resources follow here once a
+            // module keeps a live table (memory, descriptors).
+        }
+        w.end_node()?;
+        // Children in order.
+        let mut kids = Vec::new();
+        let mut c = node.first_child;
+        while c != u32::MAX {
+            kids.push(c);
+            c = m.nodes[c as usize].next_sibling;
+        }
+        for &k in kids.iter().rev() {
+            stack.push((k, depth + 1));
+        }
+    }
+    Ok(w.into_sink())
+}

@@ -1,0 +1,326 @@
+//! The core hooks, installed with trampolines (DESIGN.md): thread creation,
+//! fork, exec, the signal functions, the ways a process ends (_exit, abort,
+//! kill/raise of itself) and dlopen/dlclose.
+//!
+//! Owns the list of core hooks and their chain pointers ([`orig`]). Every
+//! replacement passes straight through when the calling thread is already
+//! inside the profiler, preserves errno and return values, and calls the
+//! original through its chain pointer.
+//!
+//! Must never: call a hooked function except through its chain pointer while
+//! the thread is marked busy; allocate from signal context.
+
+use core::ffi::{c_char, c_int, c_void};
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::sys;
+use crate::thread;
+
+/// Chain pointers of the hooked functions (0 = not hooked).
+pub mod orig {
+    use super::*;
+
+    pub(crate) static PTHREAD_CREATE: AtomicUsize = AtomicUsize::new(0);
+    pub(crate) static FORK: AtomicUsize = AtomicUsize::new(0);
+    pub(crate) static EXECVE: AtomicUsize = AtomicUsize::new(0);
+    pub(crate) static SIGACTION: AtomicUsize = AtomicUsize::new(0);
+    pub(crate) static SIGNAL: AtomicUsize = AtomicUsize::new(0);
+    pub(crate) static SIGPROCMASK: AtomicUsize = AtomicUsize::new(0);
+    pub(crate) static PTHREAD_SIGMASK: AtomicUsize = AtomicUsize::new(0);
+    pub(crate) static EXIT_: AtomicUsize = AtomicUsize::new(0);
+    pub(crate) static ABORT: AtomicUsize = AtomicUsize::new(0);
+    pub(crate) static KILL: AtomicUsize = AtomicUsize::new(0);
+    pub(crate) static RAISE: AtomicUsize = AtomicUsize::new(0);
+    pub(crate) static DLOPEN: AtomicUsize = AtomicUsize::new(0);
+    pub(crate) static DLCLOSE: AtomicUsize = AtomicUsize::new(0);
+
+    pub type PthreadCreate = unsafe extern "C" fn(
+        *mut libc::pthread_t,
+        *const libc::pthread_attr_t,
+        extern "C" fn(*mut c_void) -> *mut c_void,
+        *mut c_void,
+    ) -> c_int;
+    pub type Fork = unsafe extern "C" fn() -> libc::pid_t;
+    pub type Execve = unsafe extern "C" fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
+    pub type Sigaction = unsafe extern "C" fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int;
+    pub type Signal = unsafe extern "C" fn(c_int, libc::sighandler_t) -> libc::sighandler_t;
+    pub type Mask = unsafe extern "C" fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int;
+    pub type Exit = unsafe extern "C" fn(c_int) -> !;
+    pub type Abort = unsafe extern "C" fn() -> !;
+    pub type Kill = unsafe extern "C" fn(libc::pid_t, c_int) -> c_int;
+    pub type Raise = unsafe extern "C" fn(c_int) -> c_int;
+    pub type Dlopen = unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void;
+    pub type Dlclose = unsafe extern "C" fn(*mut c_void) -> c_int;
+
+    macro_rules! getter {
+        ($f:ident, $s:ident, $t:ty) => {
+            #[inline]
+            pub fn $f() -> Option<$t> {
+                let p = $s.load(Ordering::Acquire);
+                // SAFETY: only chain pointers of functions of type $t are stored in $s.
+                (p != 0).then(|| unsafe { core::mem::transmute::<usize, $t>(p) })
+            }
+        };
+    }
+    getter!(pthread_create, PTHREAD_CREATE, PthreadCreate);
+    getter!(fork, FORK, Fork);
+    getter!(execve, EXECVE, Execve);
+    getter!(sigaction, SIGACTION, Sigaction);
+    getter!(signal, SIGNAL, Signal);
+    getter!(sigprocmask, SIGPROCMASK, Mask);
+    getter!(pthread_sigmask, PTHREAD_SIGMASK, Mask);
+    getter!(exit_, EXIT_, Exit);
+    getter!(abort, ABORT, Abort);
+    getter!(kill, KILL, Kill);
+    getter!(raise, RAISE, Raise);
+    getter!(dlopen, DLOPEN, Dlopen);
+    getter!(dlclose, DLCLOSE, Dlclose);
+}
+
+/// Why a core hook could not be installed.
+#[derive(Debug)]
+pub enum InstallError {
+    Lookup {
+        name: &'static str,
+        err: trampoline::LookupError,
+    },
+    Hook {
+        name: &'static str,
+        err: trampoline::HookError,
+    },
+}
+
+impl core::fmt::Display for InstallError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            InstallError::Lookup { name, err } => write!(f, "cannot find {name}: {err}"),
+            InstallError::Hook { name, err } => write!(f, "cannot hook {name}: {err}"),
+        }
+    }
+}
+
+/// Hooks `name` in libc with `replacement`, storing the chain in `slot`.
+pub fn install(name: &'static str, replacement: *const (), slot: &AtomicUsize) -> Result<(), InstallError> {
+    let sym = trampoline::find_function(name, Some("libc.so.6")).map_err(|err| InstallError::Lookup { name, err })?;
+    let hook = trampoline::install(&sym, replacement).map_err(|err| InstallError::Hook { name, err })?;
+    slot.store(hook.chain() as usize, Ordering::Release);
+    // The hook stays installed for the life of the process.
+    core::mem::forget(hook);
+    Ok(())
+}
+
+/// Installs every core hook; failures are reported (one line each) and the
+/// run continues without that hook.
+pub fn install_core() {
+    use orig::*;
+    let list: [(&'static str, *const (), &AtomicUsize); 13] = [
+        ("sigaction", crate::signals::sigaction_hook as *const (), &SIGACTION),
+        ("signal", crate::signals::signal_hook as *const (), &SIGNAL),
+        (
+            "sigprocmask",
+            crate::signals::sigprocmask_hook as *const (),
+            &SIGPROCMASK,
+        ),
+        (
+            "pthread_sigmask",
+            crate::signals::pthread_sigmask_hook as *const (),
+            &PTHREAD_SIGMASK,
+        ),
+        ("pthread_create", pthread_create_hook as *const (), &PTHREAD_CREATE),
+        ("fork", fork_hook as *const (), &FORK),
+        ("execve", execve_hook as *const (), &EXECVE),
+        ("_exit", exit_hook as *const (), &EXIT_),
+        ("abort", abort_hook as *const (), &ABORT),
+        ("kill", kill_hook as *const (), &KILL),
+        ("raise", raise_hook as *const (), &RAISE),
+        ("dlopen", dlopen_hook as *const (), &DLOPEN),
+        ("dlclose", dlclose_hook as *const (), &DLCLOSE),
+    ];
+    for (name, f, slot) in list {
+        if let Err(e) = install(name, f, slot) {
+            crate::igprof_log!("{e}; continuing without that hook");
+        } else {
+            crate::igprof_debug!("hooked {name}");
+        }
+    }
+}
+
+// ---- threads ----
+
+struct StartArgs {
+    f: extern "C" fn(*mut c_void) -> *mut c_void,
+    arg: *mut c_void,
+}
+
+extern "C" fn thread_start(p: *mut c_void) -> *mut c_void {
+    // SAFETY: p is the Box<StartArgs> made by pthread_create_hook.
+    let a = unsafe { Box::from_raw(p as *mut StartArgs) };
+    let (f, arg) = (a.f, a.arg);
+    thread::paused(|| drop(a));
+    crate::runtime::thread_begin();
+    f(arg)
+}
+
+extern "C" fn pthread_create_hook(
+    th: *mut libc::pthread_t,
+    attr: *const libc::pthread_attr_t,
+    f: extern "C" fn(*mut c_void) -> *mut c_void,
+    arg: *mut c_void,
+) -> c_int {
+    let real = orig::pthread_create().expect("pthread_create hook without chain");
+    if thread::is_busy() || !crate::runtime::active() {
+        // SAFETY: forwarding the program's arguments unchanged.
+        return unsafe { real(th, attr, f, arg) };
+    }
+    let boxed = thread::paused(|| Box::into_raw(Box::new(StartArgs { f, arg })));
+    // SAFETY: thread_start takes ownership of boxed.
+    let r = unsafe { real(th, attr, thread_start, boxed as *mut c_void) };
+    if r != 0 {
+        // SAFETY: the thread was not created, so boxed is still ours.
+        thread::paused(|| drop(unsafe { Box::from_raw(boxed) }));
+    }
+    r
+}
+
+// ---- processes ----
+
+extern "C" fn fork_hook() -> libc::pid_t {
+    let real = orig::fork().expect("fork hook without chain");
+    if thread::is_busy() {
+        // SAFETY: plain forward.
+        return unsafe { real() };
+    }
+    let g = thread::current().and_then(|t| t.enter());
+    crate::runtime::before_fork();
+    // SAFETY: plain forward.
+    let pid = unsafe { real() };
+    let e = sys::ErrnoGuard::save();
+    if pid == 0 {
+        drop(g);
+        crate::runtime::after_fork_child();
+    } else {
+        crate::runtime::after_fork_parent();
+        drop(g);
+    }
+    drop(e);
+    pid
+}
+
+extern "C" fn execve_hook(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    let real = orig::execve().expect("execve hook without chain");
+    // In a vfork/posix_spawn child (shared memory, different pid) or inside
+    // the profiler: just exec.
+    if thread::is_busy() || !crate::runtime::is_own_process() {
+        // SAFETY: plain forward.
+        return unsafe { real(path, argv, envp) };
+    }
+    crate::runtime::before_exec();
+    // SAFETY: plain forward.
+    let r = unsafe { real(path, argv, envp) };
+    let e = sys::ErrnoGuard::save();
+    crate::runtime::exec_failed();
+    drop(e);
+    r
+}
+
+extern "C" fn exit_hook(status: c_int) -> ! {
+    let real = orig::exit_().expect("_exit hook without chain");
+    if !thread::is_busy() && crate::runtime::is_own_process() {
+        crate::dump::final_dump("_exit");
+    }
+    // SAFETY: plain forward.
+    unsafe { real(status) }
+}
+
+extern "C" fn abort_hook() -> ! {
+    let real = orig::abort().expect("abort hook without chain");
+    if !thread::is_busy() && crate::runtime::is_own_process() {
+        crate::dump::final_dump("abort");
+    }
+    // SAFETY: plain forward.
+    unsafe { real() }
+}
+
+/// Whether delivering `sig` to ourselves will end the process (its action
+/// is the default and the default is to terminate or dump core).
+fn fatal_to_self(sig: c_int) -> bool {
+    const FATAL: [c_int; 16] = [
+        libc::SIGHUP,
+        libc::SIGINT,
+        libc::SIGQUIT,
+        libc::SIGILL,
+        libc::SIGTRAP,
+        libc::SIGABRT,
+        libc::SIGBUS,
+        libc::SIGFPE,
+        libc::SIGKILL,
+        libc::SIGUSR1,
+        libc::SIGSEGV,
+        libc::SIGUSR2,
+        libc::SIGPIPE,
+        libc::SIGALRM,
+        libc::SIGTERM,
+        libc::SIGSYS,
+    ];
+    if !FATAL.contains(&sig) {
+        return false;
+    }
+    if sig == libc::SIGKILL {
+        return true;
+    }
+    // SAFETY: a zeroed sigaction is a valid out-buffer.
+    let mut old: libc::sigaction = unsafe { core::mem::zeroed() };
+    crate::signals::real_sigaction(sig, core::ptr::null(), &mut old).is_ok() && old.sa_sigaction == libc::SIG_DFL
+}
+
+extern "C" fn kill_hook(pid: libc::pid_t, sig: c_int) -> c_int {
+    let real = orig::kill().expect("kill hook without chain");
+    if !thread::is_busy()
+        && crate::runtime::is_own_process()
+        && (pid == sys::getpid() || pid == 0)
+        && fatal_to_self(sig)
+    {
+        let e = sys::ErrnoGuard::save();
+        crate::dump::final_dump("kill");
+        drop(e);
+    }
+    // SAFETY: plain forward.
+    unsafe { real(pid, sig) }
+}
+
+extern "C" fn raise_hook(sig: c_int) -> c_int {
+    let real = orig::raise().expect("raise hook without chain");
+    if !thread::is_busy() && crate::runtime::is_own_process() && fatal_to_self(sig) {
+        let e = sys::ErrnoGuard::save();
+        crate::dump::final_dump("raise");
+        drop(e);
+    }
+    // SAFETY: plain forward.
+    unsafe { real(sig) }
+}
+
+// ---- dynamic loading ----
+
+extern "C" fn dlopen_hook(file: *const c_char, mode: c_int) -> *mut c_void {
+    let real = orig::dlopen().expect("dlopen hook without chain");
+    // SAFETY: plain forward.
+    let h = unsafe { real(file, mode) };
+    if !h.is_null() && !thread::is_busy() {
+        let e = sys::ErrnoGuard::save();
+        thread::paused(crate::runtime::modules_changed);
+        drop(e);
+    }
+    h
+}
+
+extern "C" fn dlclose_hook(handle: *mut c_void) -> c_int {
+    let real = orig::dlclose().expect("dlclose hook without chain");
+    // SAFETY: plain forward.
+    let r = unsafe { real(handle) };
+    if r == 0 && !thread::is_busy() {
+        let e = sys::ErrnoGuard::save();
+        thread::paused(crate::runtime::modules_changed);
+        drop(e);
+    }
+    r
+}

@@ -1,0 +1,107 @@
+//! The library's only output channel to the user: `igprof: ...` lines on
+//! stderr, written with one raw write(2) per line from a stack buffer.
+//!
+//! Must never: allocate, use stdio, or take a lock (so it may be used from
+//! hooks and, sparingly, from signal handlers). Lines longer than the buffer
+//! are cut, never split.
+
+use core::fmt::{self, Write};
+
+/// A fixed-size line being formatted on the stack.
+pub struct Line {
+    buf: [u8; 1024],
+    len: usize,
+}
+
+impl Line {
+    pub fn new() -> Self {
+        let mut l = Line { buf: [0; 1024], len: 0 };
+        l.push(b"igprof: ");
+        l
+    }
+
+    fn push(&mut self, b: &[u8]) {
+        // Keep one byte for the newline.
+        let room = self.buf.len() - 1 - self.len;
+        let n = b.len().min(room);
+        self.buf[self.len..self.len + n].copy_from_slice(&b[..n]);
+        self.len += n;
+    }
+
+    /// Writes the line (with a newline) to stderr.
+    pub fn emit(mut self) {
+        self.buf[self.len] = b'\n';
+        self.len += 1;
+        let _errno = crate::sys::ErrnoGuard::save();
+        crate::sys::write_all(2, &self.buf[..self.len]);
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl Default for Line {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Write for Line {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        self.push(s.as_bytes());
+        Ok(())
+    }
+}
+
+/// Bytes that may not be UTF-8 (paths), shown lossily without allocating.
+pub struct Bytes<'a>(pub &'a [u8]);
+
+impl fmt::Display for Bytes<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for chunk in self.0.utf8_chunks() {
+            f.write_str(chunk.valid())?;
+            if !chunk.invalid().is_empty() {
+                f.write_str("\u{fffd}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `igprof_log!("fmt", args..)`: one `igprof: ...` line on stderr.
+#[macro_export]
+macro_rules! igprof_log {
+    ($($arg:tt)*) => {{
+        let mut line = $crate::log::Line::new();
+        let _ = core::fmt::Write::write_fmt(&mut line, format_args!($($arg)*));
+        line.emit();
+    }};
+}
+
+/// `igprof_debug!(..)`: like `igprof_log!` but only with `-d`.
+#[macro_export]
+macro_rules! igprof_debug {
+    ($($arg:tt)*) => {{
+        if $crate::options::debug() {
+            $crate::igprof_log!($($arg)*);
+        }
+    }};
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_with_prefix_and_cuts_long_lines() {
+        let mut l = Line::new();
+        write!(l, "x={} p={}", 5, Bytes(b"/a\xffb")).unwrap();
+        assert_eq!(l.as_bytes(), "igprof: x=5 p=/a\u{fffd}b".as_bytes());
+        let mut l = Line::new();
+        for _ in 0..200 {
+            l.write_str("0123456789").unwrap();
+        }
+        assert_eq!(l.as_bytes().len(), 1023);
+    }
+}

@@ -1,0 +1,286 @@
+//! The sampling profiler (-pp, -pu, -pr) and the per-thread timers that
+//! also drive other sampling consumers (the energy module).
+//!
+//! Each profiled thread owns one kernel POSIX timer on its own clock (the
+//! thread CPU clock for -pp/-pu, CLOCK_MONOTONIC for -pr) that sends SIGPROF
+//! to that thread only (SIGEV_THREAD_ID). The timer is one-shot and re-armed
+//! by every expiry with the interval jittered by +-10% against aliasing.
+//! The handler walks the interrupted stack and ticks PERF_TICKS on the
+//! leaf's path in the thread's own tree: no lock, no allocation (the tree
+//! takes memory straight from mmap).
+//!
+//! -pu: the thread CPU clock drives the samples; each sample is weighted by
+//! the user time (getrusage RUSAGE_THREAD) accrued since the last one, in
+//! whole intervals with the remainder carried over.
+//!
+//! A sample is dropped (and counted) when it lands while the thread is
+//! already inside profiler code, or when no node could be stored.
+//!
+//! Must never: allocate, lock, use stdio, or leave errno changed, in the
+//! handler; deliver our timer signals to the program's own SIGPROF handler.
+
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::counters::{self, CounterId};
+use crate::options::{self, PerfClock};
+use crate::sys;
+use crate::thread::{self, ThreadState};
+
+/// The signal our timers send.
+pub const SIGNAL: i32 = libc::SIGPROF;
+
+const SI_TIMER: i32 = -2;
+
+static TICK_SLOT: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// A consumer of every timer sample besides PERF_TICKS (e.g. energy).
+/// Called in signal context with the thread's guard held and the sample's
+/// node (null if the stack could not be stored); must be async-signal-safe.
+pub type SampleConsumer = fn(&'static ThreadState, *mut crate::tree::Node);
+
+const MAX_CONSUMERS: usize = 4;
+static CONSUMERS: [AtomicUsize; MAX_CONSUMERS] = [const { AtomicUsize::new(0) }; MAX_CONSUMERS];
+
+/// Registers a sample consumer (start-up only, before threads start).
+pub fn add_consumer(f: SampleConsumer) -> bool {
+    for c in CONSUMERS.iter() {
+        if c.compare_exchange(0, f as usize, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            return true;
+        }
+    }
+    false
+}
+
+/// Enables PERF_TICKS if a perf clock is selected (before counters freeze).
+pub fn register_counters() {
+    if options::get().perf.is_some() {
+        counters::enable(CounterId::PerfTicks);
+    }
+}
+
+/// After counters are frozen: remembers the slot for the handler.
+pub fn init_slots() {
+    if let Some(s) = counters::slot(CounterId::PerfTicks) {
+        TICK_SLOT.store(s, Ordering::Relaxed);
+    }
+}
+
+/// Installs our SIGPROF handler with the real sigaction.
+pub fn install_handler() -> Result<(), i32> {
+    // SAFETY: a zeroed sigaction is a valid starting point; fields set below.
+    let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
+    sa.sa_sigaction = handler as *const () as usize;
+    sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+    // SAFETY: sa_mask is a valid sigset_t.
+    unsafe { libc::sigemptyset(&mut sa.sa_mask) };
+    crate::signals::real_sigaction(SIGNAL, &sa, core::ptr::null_mut())
+}
+
+fn clock_for(tid: i32) -> libc::clockid_t {
+    match options::get().perf {
+        Some(PerfClock::Real) => libc::CLOCK_MONOTONIC,
+        _ => sys::thread_cpu_clock(tid),
+    }
+}
+
+fn next_interval(t: &ThreadState) -> u64 {
+    let base = options::get().interval_ns;
+    let spread = base / 5;
+    base - base / 10 + if spread > 0 { t.next_random() % spread } else { 0 }
+}
+
+/// Starts sampling the calling thread (its state must be registered).
+///
+/// -pp / -pu use a task-clock perf event on the thread (hrtimer-driven, so
+/// 1 ms and 100 us intervals are honoured; -pu counts user time only). When
+/// perf events are not allowed (perf_event_paranoid, seccomp) they fall back
+/// to a POSIX timer on the thread CPU clock, which the kernel only checks at
+/// the scheduler tick (HZ): intervals below the tick are then coarser.
+/// -pr uses a POSIX CLOCK_MONOTONIC timer.
+pub fn start_thread(t: &'static ThreadState) {
+    let o = options::get();
+    if !o.needs_timers() || t.timer.load(Ordering::Relaxed) >= 0 || t.perf_fd.load(Ordering::Relaxed) >= 0 {
+        return;
+    }
+    let perf_kind = match o.perf {
+        Some(PerfClock::Cpu) | None => Some(false),
+        Some(PerfClock::User) => Some(true),
+        Some(PerfClock::Real) => None,
+    };
+    if let Some(user_only) = perf_kind {
+        if !PERF_UNAVAILABLE.load(Ordering::Relaxed) {
+            let min_fd = (sys::nofile_limit().min(1 << 20) as i32 - 128).max(3);
+            match sys::perf_task_clock_open(t.tid, next_interval(t), user_only, SIGNAL, min_fd) {
+                Ok(fd) => {
+                    t.perf_fd.store(fd, Ordering::Release);
+                    sys::perf_rearm(fd, next_interval(t));
+                    return;
+                }
+                Err(e) => {
+                    if !PERF_UNAVAILABLE.swap(true, Ordering::Relaxed) && o.debug {
+                        crate::igprof_log!(
+                            "perf_event_open(task-clock) failed (errno {e}); sampling with CPU-clock timers (scheduler-tick resolution)"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    match sys::timer_create_for_thread(clock_for(t.tid), SIGNAL, t.tid) {
+        Ok(id) => {
+            t.timer.store(id, Ordering::Release);
+            sys::timer_arm_once(id, next_interval(t));
+        }
+        Err(e) => {
+            crate::igprof_log!(
+                "cannot create the sampling timer of thread {} (errno {e}); it is not sampled",
+                t.tid
+            )
+        }
+    }
+}
+
+static PERF_UNAVAILABLE: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// Stops sampling the calling thread (thread exit, exec).
+pub fn stop_thread(t: &ThreadState) {
+    let id = t.timer.swap(-1, Ordering::AcqRel);
+    if id >= 0 {
+        sys::timer_delete(id);
+    }
+    let fd = t.perf_fd.swap(-1, Ordering::AcqRel);
+    if fd >= 0 {
+        sys::close(fd);
+    }
+}
+
+/// In a forked child: the parent's samplers are not ours (perf descriptors
+/// are inherited and would keep signalling the parent's threads' owner).
+pub fn forget_inherited(t: &ThreadState) {
+    t.timer.store(-1, Ordering::Release);
+    let fd = t.perf_fd.swap(-1, Ordering::AcqRel);
+    if fd >= 0 {
+        sys::close(fd);
+    }
+}
+
+/// The kernel timer id of an SI_TIMER siginfo (the `_timer._tid` field).
+///
+/// # Safety
+/// `info` must be a valid siginfo.
+unsafe fn timer_id_of(info: *const libc::siginfo_t) -> i32 {
+    *((info as *const u8).add(16) as *const i32)
+}
+
+/// The descriptor of a SIGPOLL-style siginfo (the `_sigpoll._fd` field).
+///
+/// # Safety
+/// `info` must be a valid siginfo.
+unsafe fn poll_fd_of(info: *const libc::siginfo_t) -> i32 {
+    *((info as *const u8).add(24) as *const i32)
+}
+
+const POLL_IN: i32 = 1;
+const POLL_HUP: i32 = 6;
+
+/// Whether this signal came from the thread's own sampler.
+fn is_ours(t: &ThreadState, code: i32, info: *const libc::siginfo_t) -> bool {
+    // SAFETY: info is the kernel's siginfo for this signal.
+    unsafe {
+        (code == SI_TIMER && t.timer.load(Ordering::Relaxed) == timer_id_of(info))
+            || ((code == POLL_HUP || code == POLL_IN) && t.perf_fd.load(Ordering::Relaxed) == poll_fd_of(info))
+    }
+}
+
+fn rearm(t: &ThreadState) {
+    let fd = t.perf_fd.load(Ordering::Relaxed);
+    if fd >= 0 {
+        sys::perf_rearm(fd, next_interval(t));
+    } else {
+        let id = t.timer.load(Ordering::Relaxed);
+        if id >= 0 {
+            sys::timer_arm_once(id, next_interval(t));
+        }
+    }
+}
+
+extern "C" fn handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+    let _errno = sys::ErrnoGuard::save();
+    // SAFETY: the kernel passes a valid siginfo.
+    let code = unsafe { (*info).si_code };
+    let t = thread::current();
+    let Some(t) = t.filter(|t| is_ours(t, code, info)) else {
+        crate::signals::forward_program_signal(sig, info, uc);
+        return;
+    };
+    rearm(t);
+    let Some(guard) = t.enter() else {
+        t.dropped.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    t.set_in_signal(true);
+    sample(t, uc);
+    t.set_in_signal(false);
+    drop(guard);
+}
+
+fn ticks_for(t: &ThreadState) -> u64 {
+    match options::get().perf {
+        Some(PerfClock::User) if t.perf_fd.load(Ordering::Relaxed) < 0 => {
+            let now = sys::thread_user_ns();
+            let credit = t.user_ns_credit.get() + now.saturating_sub(t.user_ns_seen.get());
+            t.user_ns_seen.set(now);
+            let iv = options::get().interval_ns;
+            t.user_ns_credit.set(credit % iv);
+            credit / iv
+        }
+        Some(_) => 1,
+        None => 0,
+    }
+}
+
+fn sample(t: &'static ThreadState, uc: *mut libc::c_void) {
+    // SAFETY: we are the owning thread with the guard held.
+    let buf = unsafe { t.trace_buf() };
+    // SAFETY: uc comes from the kernel for this thread's signal.
+    let walk = unsafe { crate::trace::from_ucontext(t, uc, buf) };
+    if walk.truncated {
+        t.truncated.fetch_add(1, Ordering::Relaxed);
+    }
+    // SAFETY: owner thread, guard held.
+    let tree = unsafe { t.tree_mut() };
+    let node = tree.node_for(&buf[..walk.depth], walk.truncated);
+    t.samples.fetch_add(1, Ordering::Relaxed);
+    if node.is_null() {
+        t.dropped.fetch_add(1, Ordering::Relaxed);
+    } else {
+        let slot = TICK_SLOT.load(Ordering::Relaxed);
+        if slot != usize::MAX {
+            let k = ticks_for(t);
+            // SAFETY: node is a live node of this tree.
+            let c = unsafe { &*node }.counter(slot);
+            for _ in 0..k {
+                c.tick(1);
+            }
+        }
+    }
+    for c in CONSUMERS.iter() {
+        let f = c.load(Ordering::Relaxed);
+        if f == 0 {
+            break;
+        }
+        // SAFETY: only SampleConsumer pointers are stored.
+        let f: SampleConsumer = unsafe { core::mem::transmute::<usize, SampleConsumer>(f) };
+        f(t, node);
+    }
+}
+
+/// Seconds per PERF tick for the dump header (T=), 0 without sampling.
+pub fn tick_seconds() -> f64 {
+    match options::get().perf {
+        Some(_) => options::get().interval_ns as f64 / 1e9,
+        None => 0.0,
+    }
+}

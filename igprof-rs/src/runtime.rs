@@ -1,0 +1,421 @@
+//! Start-up, process and thread life cycle of the profiler.
+//!
+//! Owns: the constructor's sequence (options, counters, handler, hooks,
+//! main thread, watcher), the one start-up line, per-thread set-up and
+//! teardown, what happens around fork and exec, the output file name, and
+//! the watcher thread that writes dumps when the `-D` flag file appears or
+//! the dump signal arrives.
+//!
+//! Must never: print more than the one start-up line unless `-d` (or
+//! something went wrong), or change the program's behaviour when the
+//! options are invalid (it then runs unprofiled).
+
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::OnceLock;
+
+use crate::options::{self, Options, PerfClock};
+use crate::thread::{self, ThreadState};
+use crate::{counters, dump, perf, sys};
+
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+static PID: AtomicI32 = AtomicI32::new(0);
+/// The pid the launcher exec'd into (IGPROF_ROOT_PID); 0 if unknown.
+static ROOT_PID: AtomicI32 = AtomicI32::new(0);
+static WAKE_RD: AtomicI32 = AtomicI32::new(-1);
+static WAKE_WR: AtomicI32 = AtomicI32::new(-1);
+
+/// Facts about the profiled program, fixed at start-up.
+pub struct Info {
+    /// The program as launched (argv[0]), for the header's N=().
+    pub program: Vec<u8>,
+    /// Absolute path of the executable (/proc/self/exe).
+    pub exe: Vec<u8>,
+}
+
+static INFO: OnceLock<Info> = OnceLock::new();
+
+pub fn info() -> &'static Info {
+    INFO.get_or_init(|| Info {
+        program: b"<unknown>".to_vec(),
+        exe: b"<unknown>".to_vec(),
+    })
+}
+
+/// Whether this process is being profiled.
+#[inline]
+pub fn active() -> bool {
+    ACTIVE.load(Ordering::Acquire)
+}
+
+/// False in a child made without our fork hook (vfork, posix_spawn,
+/// clone): such a child shares or copies our memory but is not "us".
+pub fn is_own_process() -> bool {
+    active() && sys::getpid() == PID.load(Ordering::Relaxed)
+}
+
+fn getenv(name: &[u8]) -> Option<&'static [u8]> {
+    debug_assert!(name.ends_with(b"\0"));
+    // SAFETY: name is NUL-terminated; getenv's result lives as long as the
+    // environment entry (we copy what we keep before the program runs).
+    let p = unsafe { libc::getenv(name.as_ptr() as *const libc::c_char) };
+    if p.is_null() {
+        None
+    } else {
+        // SAFETY: p is a NUL-terminated string.
+        Some(unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes())
+    }
+}
+
+fn read_exe() -> Vec<u8> {
+    std::fs::read_link("/proc/self/exe")
+        .map(|p| p.into_os_string().into_encoded_bytes())
+        .unwrap_or_default()
+}
+
+fn read_argv0() -> Vec<u8> {
+    std::fs::read("/proc/self/cmdline")
+        .ok()
+        .and_then(|c| c.split(|&b| b == 0).next().map(|s| s.to_vec()))
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(read_exe)
+}
+
+fn basename(p: &[u8]) -> &[u8] {
+    match p.iter().rposition(|&b| b == b'/') {
+        Some(i) => &p[i + 1..],
+        None => p,
+    }
+}
+
+/// The file this process's profile goes to.
+pub fn output_path() -> String {
+    let o = options::get();
+    let pid = sys::getpid();
+    let root = ROOT_PID.load(Ordering::Relaxed);
+    if o.output.is_empty() {
+        let prog = String::from_utf8_lossy(basename(&info().exe)).into_owned();
+        return format!("igprof.{prog}.{pid}.gz");
+    }
+    let given = String::from_utf8_lossy(o.output.as_bytes()).into_owned();
+    if given.contains("%p") {
+        return given.replace("%p", &pid.to_string());
+    }
+    if root == 0 || root == pid {
+        return given;
+    }
+    // Another process of the same run (fork child, exec'd child): its own file.
+    match given.strip_suffix(".gz") {
+        Some(stem) => format!("{stem}.{pid}.gz"),
+        None => format!("{given}.{pid}"),
+    }
+}
+
+fn describe(o: &Options) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    if let Some(p) = o.perf {
+        let (flag, what) = match p {
+            PerfClock::Cpu => ("-pp", "CPU time"),
+            PerfClock::User => ("-pu", "user CPU time"),
+            PerfClock::Real => ("-pr", "wall-clock time"),
+        };
+        let iv = o.interval_ns;
+        let ivs = if iv % 1_000_000 == 0 {
+            format!("{}ms", iv / 1_000_000)
+        } else {
+            format!("{}us", iv / 1000)
+        };
+        parts.push(format!("{flag} {what} every {ivs} per thread"));
+    }
+    parts.join(", ")
+}
+
+/// Modules requested but not built into this library.
+fn unavailable(o: &Options) -> Vec<(&'static str, &'static str)> {
+    let mut v = Vec::new();
+    if o.mem {
+        v.push(("-mp", "the memory profiler"));
+    }
+    if o.fd {
+        v.push(("-fd", "the file-descriptor profiler"));
+    }
+    if o.empty.is_some() {
+        v.push(("-ep/-ei/-eu", "the empty-memory profiler"));
+    }
+    if o.energy {
+        v.push(("-np", "the energy profiler"));
+    }
+    if o.fpe {
+        v.push(("-fp", "the floating-point exception profiler"));
+    }
+    v
+}
+
+/// The library constructor's work. Never panics into the program.
+pub fn init() {
+    let Some(raw) = getenv(b"IGPROF\0") else { return };
+    let mut o = match options::parse(raw) {
+        Ok(o) => o,
+        Err(e) => {
+            crate::igprof_log!("{e}; the program runs unprofiled");
+            return;
+        }
+    };
+    let exe = read_exe();
+    if !o.targets_match(&exe) {
+        if o.debug {
+            crate::igprof_log!("{} does not match -t; not profiled", crate::log::Bytes(&exe));
+        }
+        return;
+    }
+    for (flag, what) in unavailable(&o) {
+        crate::igprof_log!("{flag}: {what} is not built into this libigprof yet; running without it");
+    }
+    o.mem = false;
+    o.fd = false;
+    o.empty = None;
+    o.energy = false;
+    o.fpe = false;
+    if o.perf.is_none() {
+        crate::igprof_log!("nothing to profile (no available module selected); the program runs unprofiled");
+        return;
+    }
+    // SAFETY: constructor, single-threaded as far as we are concerned.
+    unsafe { options::init(o) };
+    let _ = INFO.set(Info {
+        program: read_argv0(),
+        exe,
+    });
+    PID.store(sys::getpid(), Ordering::Relaxed);
+    if let Some(r) = getenv(b"IGPROF_ROOT_PID\0").and_then(|s| std::str::from_utf8(s).ok()?.parse().ok()) {
+        ROOT_PID.store(r, Ordering::Relaxed);
+    }
+
+    perf::register_counters();
+    counters::freeze();
+    perf::init_slots();
+
+    if let Err(e) = perf::install_handler() {
+        crate::igprof_log!("cannot install the SIGPROF handler (errno {e}); the program runs unprofiled");
+        return;
+    }
+    init_thread_key();
+    let Some(main) = thread::register_current(options::get().max_depth) else {
+        crate::igprof_log!("out of memory for the profiler's thread state; the program runs unprofiled");
+        return;
+    };
+    let guard = main.enter();
+    crate::hooks::install_core();
+    start_watcher();
+    ACTIVE.store(true, Ordering::Release);
+    drop(guard);
+    let o = options::get();
+    crate::igprof_log!(
+        "profiling {} (pid {}): {}; profile -> {}",
+        crate::log::Bytes(&info().program),
+        sys::getpid(),
+        describe(o),
+        output_path()
+    );
+    perf::start_thread(main);
+}
+
+/// The library destructor: the final dump at normal exit.
+pub fn fini() {
+    if is_own_process() {
+        dump::final_dump("exit");
+    }
+}
+
+static mut THREAD_KEY: libc::pthread_key_t = 0;
+
+extern "C" fn thread_end(p: *mut libc::c_void) {
+    // SAFETY: the key's value is the thread's &'static ThreadState.
+    let t = unsafe { &*(p as *const ThreadState) };
+    perf::stop_thread(t);
+    t.exited.store(true, Ordering::Release);
+}
+
+fn init_thread_key() {
+    // SAFETY: THREAD_KEY is written once here, before any thread we wrap starts.
+    unsafe { libc::pthread_key_create(&raw mut THREAD_KEY, Some(thread_end)) };
+}
+
+/// First thing in every thread created through pthread_create.
+pub fn thread_begin() {
+    let Some(t) = thread::paused(|| thread::register_current(options::get().max_depth)) else {
+        return;
+    };
+    let g = t.enter();
+    // SAFETY: THREAD_KEY was created in init; t is never freed.
+    unsafe { libc::pthread_setspecific(THREAD_KEY, t as *const ThreadState as *const libc::c_void) };
+    drop(g);
+    perf::start_thread(t);
+}
+
+/// Before the real fork (calling thread busy): no allocator lock may be
+/// held across it.
+pub fn before_fork() {
+    crate::alloc::lock_all();
+}
+
+pub fn after_fork_parent() {
+    crate::alloc::unlock_all();
+}
+
+/// In the child: a fresh profile of its own (the parent's samples stay
+/// with the parent), a timer for its only thread, a new watcher.
+pub fn after_fork_child() {
+    crate::alloc::unlock_all();
+    PID.store(sys::getpid(), Ordering::Relaxed);
+    for t in thread::all() {
+        t.stale.store(true, Ordering::Release);
+        perf::forget_inherited(t);
+    }
+    dump::reset_after_fork();
+    thread::detach_current();
+    if let Some(t) = thread::register_current(options::get().max_depth) {
+        let g = t.enter();
+        start_watcher();
+        drop(g);
+        perf::start_thread(t);
+    }
+}
+
+/// Before exec: write the profile and stop this thread's timer so that no
+/// SIGPROF is pending when the new image starts (its default action would
+/// kill it before its own libigprof is ready).
+pub fn before_exec() {
+    dump::final_dump("exec");
+    for t in thread::all() {
+        perf::stop_thread(t);
+    }
+}
+
+/// exec returned: keep profiling this image.
+pub fn exec_failed() {
+    dump::allow_final_again();
+    if let Some(t) = thread::current() {
+        perf::start_thread(t);
+    }
+}
+
+/// After a successful dlopen/dlclose (calling thread busy).
+pub fn modules_changed() {
+    crate::trace::modules_changed();
+}
+
+// ---- watcher: -D flag file and the dump signal ----
+
+extern "C" fn dump_signal_handler(_sig: i32) {
+    let _e = sys::ErrnoGuard::save();
+    let fd = WAKE_WR.load(Ordering::Relaxed);
+    if fd >= 0 {
+        sys::write_all(fd, b"d");
+    }
+}
+
+fn start_watcher() {
+    let o = options::get();
+    if o.flag_file.is_empty() && o.dump_signal == 0 {
+        return;
+    }
+    if WAKE_RD.load(Ordering::Relaxed) < 0 {
+        let mut fds = [0i32; 2];
+        // SAFETY: fds is a valid out-array of two ints.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+            return;
+        }
+        WAKE_RD.store(fds[0], Ordering::Relaxed);
+        WAKE_WR.store(fds[1], Ordering::Relaxed);
+        if o.dump_signal != 0 {
+            // SAFETY: zeroed sigaction then fields set; the handler only writes to a pipe.
+            let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+            sa.sa_sigaction = dump_signal_handler as *const () as usize;
+            sa.sa_flags = libc::SA_RESTART;
+            let _ = crate::signals::real_sigaction(o.dump_signal, &sa, std::ptr::null_mut());
+        }
+    }
+    let real = crate::hooks::orig::pthread_create();
+    let mut th: libc::pthread_t = 0;
+    // SAFETY: watcher matches the start-routine ABI; no attributes.
+    let r = unsafe {
+        match real {
+            Some(f) => f(&mut th, std::ptr::null(), watcher, std::ptr::null_mut()),
+            None => libc::pthread_create(&mut th, std::ptr::null(), watcher_c, std::ptr::null_mut()),
+        }
+    };
+    if r == 0 {
+        // SAFETY: th is a valid thread we never join.
+        unsafe { libc::pthread_detach(th) };
+    }
+}
+
+extern "C" fn watcher_c(p: *mut libc::c_void) -> *mut libc::c_void {
+    watcher(p)
+}
+
+extern "C" fn watcher(_: *mut libc::c_void) -> *mut libc::c_void {
+    // Block every signal: process-directed signals go to the program's threads.
+    // SAFETY: a filled set is valid.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        sys::rt_sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
+    }
+    // A state so hooks triggered by dumping pass through; never sampled.
+    let Some(me) = thread::register_current(16) else {
+        return std::ptr::null_mut();
+    };
+    me.stale.store(true, Ordering::Release);
+    let o = options::get();
+    let rd = WAKE_RD.load(Ordering::Relaxed);
+    let timeout = if o.flag_file.is_empty() { -1 } else { 200 };
+    loop {
+        let mut pfd = libc::pollfd {
+            fd: rd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, timeout) };
+        let mut want = false;
+        if n > 0 {
+            let mut buf = [0u8; 64];
+            // SAFETY: reading into a local buffer from our own pipe.
+            while unsafe { libc::read(rd, buf.as_mut_ptr() as *mut libc::c_void, buf.len()) } > 0 {}
+            want = true;
+        }
+        if !o.flag_file.is_empty() && sys::exists(o.flag_file.as_bytes_nul()) {
+            // SAFETY: NUL-terminated path.
+            unsafe { libc::unlink(o.flag_file.as_bytes_nul().as_ptr() as *const libc::c_char) };
+            want = true;
+        }
+        if want && is_own_process() {
+            let g = me.enter();
+            let path = output_path();
+            match dump::dump_to(&path) {
+                Ok(_) => crate::igprof_debug!("dump written to {path}"),
+                Err(e) => crate::igprof_log!("requested dump failed: {e}"),
+            }
+            drop(g);
+        }
+    }
+}
+
+/// `igprof_dump_now(path)`: a snapshot into `path` (NULL: the output file).
+pub fn dump_now(path: Option<&[u8]>) -> i32 {
+    if !is_own_process() {
+        return -1;
+    }
+    let path = match path {
+        Some(p) => String::from_utf8_lossy(p).into_owned(),
+        None => output_path(),
+    };
+    match thread::paused(|| dump::dump_to(&path)) {
+        Ok(_) => 0,
+        Err(e) => {
+            crate::igprof_log!("igprof_dump_now({path}): {e}");
+            -1
+        }
+    }
+}

@@ -1,0 +1,220 @@
+//! Keeps the profiling signal (SIGPROF) ours while the program believes it
+//! owns it.
+//!
+//! Policy (documented in the README): our per-thread timers always reach our
+//! handler. The program's own view of SIGPROF is kept in a shadow:
+//! `sigaction`/`signal` on SIGPROF store the program's action and return the
+//! previous shadow action, without touching the real one; `sigprocmask` /
+//! `pthread_sigmask` never really block SIGPROF, but remember per thread that
+//! the program asked for it and report it as blocked. A SIGPROF that is not
+//! from our timers (the program's own `setitimer(ITIMER_PROF)`, `kill`) is
+//! forwarded to the program's handler as it would have been delivered: held
+//! while the program "blocks" it and delivered when it unblocks, ignored
+//! under SIG_IGN, and fatal under SIG_DFL (the profile is written first).
+//!
+//! Must never: block SIGPROF for real, or let the program replace our handler.
+
+use core::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
+
+use crate::hooks::orig;
+use crate::perf::SIGNAL;
+use crate::sys;
+use crate::thread;
+
+/// The program's SIGPROF action: handler, flags, and mask (first word).
+static PROG_HANDLER: AtomicUsize = AtomicUsize::new(libc::SIG_DFL);
+static PROG_FLAGS: AtomicI32 = AtomicI32::new(0);
+static PROG_MASK: AtomicU64 = AtomicU64::new(0);
+
+/// sigaction through the original function (our hook bypassed).
+pub fn real_sigaction(sig: i32, act: *const libc::sigaction, old: *mut libc::sigaction) -> Result<(), i32> {
+    // SAFETY: pointers are null or valid, as for sigaction(2).
+    let r = unsafe {
+        match orig::sigaction() {
+            Some(f) => f(sig, act, old),
+            None => libc::sigaction(sig, act, old),
+        }
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(sys::errno())
+    }
+}
+
+fn shadow_get(old: *mut libc::sigaction) {
+    if old.is_null() {
+        return;
+    }
+    // SAFETY: old is a valid out-pointer from the program.
+    unsafe {
+        core::ptr::write_bytes(old, 0, 1);
+        (*old).sa_sigaction = PROG_HANDLER.load(Ordering::Acquire);
+        (*old).sa_flags = PROG_FLAGS.load(Ordering::Relaxed);
+        *(&mut (*old).sa_mask as *mut libc::sigset_t as *mut u64) = PROG_MASK.load(Ordering::Relaxed);
+    }
+}
+
+fn shadow_set(act: *const libc::sigaction) {
+    // SAFETY: act is a valid pointer from the program.
+    unsafe {
+        PROG_FLAGS.store((*act).sa_flags, Ordering::Relaxed);
+        PROG_MASK.store(
+            *(&(*act).sa_mask as *const libc::sigset_t as *const u64),
+            Ordering::Relaxed,
+        );
+        PROG_HANDLER.store((*act).sa_sigaction, Ordering::Release);
+    }
+}
+
+/// Replacement of sigaction.
+pub extern "C" fn sigaction_hook(sig: i32, act: *const libc::sigaction, old: *mut libc::sigaction) -> i32 {
+    if sig == SIGNAL && !thread::is_busy() {
+        let _e = sys::ErrnoGuard::save();
+        shadow_get(old);
+        if !act.is_null() {
+            shadow_set(act);
+        }
+        return 0;
+    }
+    let _g = thread::current().and_then(|t| t.enter());
+    // SAFETY: forwarding the program's arguments unchanged.
+    unsafe {
+        match orig::sigaction() {
+            Some(f) => f(sig, act, old),
+            None => libc::sigaction(sig, act, old),
+        }
+    }
+}
+
+/// Replacement of signal (and bsd_signal).
+pub extern "C" fn signal_hook(sig: i32, handler: libc::sighandler_t) -> libc::sighandler_t {
+    if sig == SIGNAL && !thread::is_busy() {
+        let old = PROG_HANDLER.swap(handler, Ordering::AcqRel);
+        PROG_FLAGS.store(libc::SA_RESTART, Ordering::Relaxed);
+        PROG_MASK.store(0, Ordering::Relaxed);
+        return old;
+    }
+    let _g = thread::current().and_then(|t| t.enter());
+    // SAFETY: forwarding the program's arguments unchanged.
+    unsafe {
+        match orig::signal() {
+            Some(f) => f(sig, handler),
+            None => libc::signal(sig, handler),
+        }
+    }
+}
+
+type MaskFn = unsafe extern "C" fn(i32, *const libc::sigset_t, *mut libc::sigset_t) -> i32;
+
+fn mask_common(
+    how: i32,
+    set: *const libc::sigset_t,
+    old: *mut libc::sigset_t,
+    real: Option<MaskFn>,
+    fallback: MaskFn,
+) -> i32 {
+    let t = thread::current();
+    let busy = thread::is_busy();
+    let _g = t.and_then(|t| t.enter());
+    let prev_blocked = t.is_some_and(|t| t.prog_blocks_prof.get());
+    let mut copy: libc::sigset_t;
+    let mut set_ptr = set;
+    let mut wants_block: Option<bool> = None;
+    if !set.is_null() && !busy {
+        // SAFETY: set is a valid sigset from the program; we edit a copy.
+        unsafe {
+            copy = *set;
+            let has = libc::sigismember(&copy, SIGNAL) == 1;
+            wants_block = match how {
+                libc::SIG_BLOCK => has.then_some(true),
+                libc::SIG_UNBLOCK => has.then_some(false),
+                libc::SIG_SETMASK => Some(has),
+                _ => None,
+            };
+            if has {
+                libc::sigdelset(&mut copy, SIGNAL);
+            }
+            set_ptr = &copy;
+        }
+    }
+    // SAFETY: forwarding valid pointers.
+    let r = unsafe { real.unwrap_or(fallback)(how, set_ptr, old) };
+    if r == 0 && !busy {
+        if !old.is_null() && prev_blocked {
+            // SAFETY: old was filled by the real call.
+            unsafe { libc::sigaddset(old, SIGNAL) };
+        }
+        if let (Some(t), Some(b)) = (t, wants_block) {
+            t.prog_blocks_prof.set(b);
+            if !b && t.prog_prof_pending.replace(false) {
+                // Deliver what the program's "blocked" SIGPROF held back.
+                sys::tgkill(t.tid, SIGNAL);
+            }
+        }
+    }
+    r
+}
+
+unsafe extern "C" fn libc_sigprocmask(how: i32, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> i32 {
+    libc::sigprocmask(how, set, old)
+}
+unsafe extern "C" fn libc_pthread_sigmask(how: i32, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> i32 {
+    libc::pthread_sigmask(how, set, old)
+}
+
+/// Replacement of sigprocmask.
+pub extern "C" fn sigprocmask_hook(how: i32, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> i32 {
+    mask_common(how, set, old, orig::sigprocmask(), libc_sigprocmask)
+}
+
+/// Replacement of pthread_sigmask.
+pub extern "C" fn pthread_sigmask_hook(how: i32, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> i32 {
+    mask_common(how, set, old, orig::pthread_sigmask(), libc_pthread_sigmask)
+}
+
+/// A SIGPROF that is not from our timers: deliver it as the program set up.
+/// Runs in signal context.
+pub fn forward_program_signal(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+    let h = PROG_HANDLER.load(Ordering::Acquire);
+    if h == libc::SIG_IGN {
+        return;
+    }
+    if h == libc::SIG_DFL {
+        // Default action of SIGPROF: terminate. Write the profile, then die
+        // the way the program would have.
+        crate::dump::final_dump_from_signal();
+        // SAFETY: a zeroed sigaction with SIG_DFL is valid.
+        let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
+        sa.sa_sigaction = libc::SIG_DFL;
+        let _ = real_sigaction(sig, &sa, core::ptr::null_mut());
+        // SAFETY: a zeroed set with one signal, for unblocking it.
+        unsafe {
+            let mut set: libc::sigset_t = core::mem::zeroed();
+            libc::sigaddset(&mut set, sig);
+            sys::rt_sigprocmask(libc::SIG_UNBLOCK, &set, core::ptr::null_mut());
+        }
+        sys::tgkill(sys::gettid(), sig);
+        return;
+    }
+    if let Some(t) = thread::current() {
+        if t.prog_blocks_prof.get() {
+            t.prog_prof_pending.set(true);
+            return;
+        }
+    }
+    let flags = PROG_FLAGS.load(Ordering::Relaxed);
+    if flags & libc::SA_RESETHAND != 0 {
+        PROG_HANDLER.store(libc::SIG_DFL, Ordering::Release);
+    }
+    // SAFETY: the program installed this handler for SIGPROF with these flags.
+    unsafe {
+        if flags & libc::SA_SIGINFO != 0 {
+            let f: extern "C" fn(i32, *mut libc::siginfo_t, *mut libc::c_void) = core::mem::transmute(h);
+            f(sig, info, uc);
+        } else {
+            let f: extern "C" fn(i32) = core::mem::transmute(h);
+            f(sig);
+        }
+    }
+}

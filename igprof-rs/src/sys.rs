@@ -1,0 +1,352 @@
+//! Raw system calls used by the runtime, gathered in one place.
+//!
+//! Owns every direct `syscall(2)` of the runtime (write, mmap, timers, tids,
+//! signals to self). Each wrapper is async-signal-safe: it goes straight to
+//! the kernel, takes no lock and allocates nothing. Callers that run inside
+//! a signal handler save and restore `errno` themselves ([`ErrnoGuard`]).
+//! Must never: call into libc functions that may lock or allocate.
+
+use core::ffi::c_void;
+
+/// Restores `errno` when dropped, so hooks and handlers leave it untouched.
+pub struct ErrnoGuard(i32);
+
+impl ErrnoGuard {
+    #[inline]
+    pub fn save() -> Self {
+        // SAFETY: __errno_location returns the calling thread's errno slot,
+        // valid for the lifetime of the thread.
+        ErrnoGuard(unsafe { *libc::__errno_location() })
+    }
+}
+
+impl Drop for ErrnoGuard {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: as in `save`.
+        unsafe { *libc::__errno_location() = self.0 };
+    }
+}
+
+/// The last OS error number of this thread.
+pub fn errno() -> i32 {
+    // SAFETY: see ErrnoGuard::save.
+    unsafe { *libc::__errno_location() }
+}
+
+/// write(2) until done or failed; returns false on failure.
+pub fn write_all(fd: i32, mut bytes: &[u8]) -> bool {
+    while !bytes.is_empty() {
+        // SAFETY: bytes is a valid readable slice for its length.
+        let n = unsafe { libc::syscall(libc::SYS_write, fd, bytes.as_ptr(), bytes.len()) };
+        if n < 0 {
+            if errno() == libc::EINTR {
+                continue;
+            }
+            return false;
+        }
+        bytes = &bytes[n as usize..];
+    }
+    true
+}
+
+/// Anonymous private read/write mapping of `len` bytes, or null.
+pub fn mmap_anon(len: usize) -> *mut u8 {
+    // SAFETY: an anonymous mapping has no preconditions beyond its arguments.
+    let p = unsafe {
+        libc::syscall(
+            libc::SYS_mmap,
+            core::ptr::null_mut::<c_void>(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p < 0 {
+        core::ptr::null_mut()
+    } else {
+        p as *mut u8
+    }
+}
+
+/// munmap(2).
+///
+/// # Safety
+/// `p..p+len` must be a mapping made by [`mmap_anon`] that nothing uses any more.
+pub unsafe fn munmap(p: *mut u8, len: usize) {
+    libc::syscall(libc::SYS_munmap, p, len);
+}
+
+/// mremap(2) with MREMAP_MAYMOVE; null on failure.
+///
+/// # Safety
+/// `p..p+old` must be a mapping made by [`mmap_anon`].
+pub unsafe fn mremap(p: *mut u8, old: usize, new: usize) -> *mut u8 {
+    let r = libc::syscall(libc::SYS_mremap, p, old, new, libc::MREMAP_MAYMOVE);
+    if r < 0 {
+        core::ptr::null_mut()
+    } else {
+        r as *mut u8
+    }
+}
+
+pub fn gettid() -> i32 {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+}
+
+pub fn getpid() -> i32 {
+    // SAFETY: getpid has no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_getpid) as i32 }
+}
+
+pub fn sched_yield() {
+    // SAFETY: no arguments.
+    unsafe { libc::syscall(libc::SYS_sched_yield) };
+}
+
+/// Nanoseconds of CLOCK_MONOTONIC.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: ts is a valid out-pointer.
+    unsafe { libc::syscall(libc::SYS_clock_gettime, libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// User CPU time of the calling thread in nanoseconds (getrusage RUSAGE_THREAD).
+pub fn thread_user_ns() -> u64 {
+    // SAFETY: rusage is plain data; the kernel fills it.
+    let mut ru: libc::rusage = unsafe { core::mem::zeroed() };
+    // SAFETY: ru is a valid out-pointer.
+    unsafe { libc::syscall(libc::SYS_getrusage, libc::RUSAGE_THREAD, &mut ru) };
+    ru.ru_utime.tv_sec as u64 * 1_000_000_000 + ru.ru_utime.tv_usec as u64 * 1000
+}
+
+/// The clock id of the calling thread's CPU-time clock (the kernel's
+/// MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)).
+pub fn thread_cpu_clock(tid: i32) -> libc::clockid_t {
+    ((!(tid as libc::clockid_t)) << 3) | 4 | 2
+}
+
+/// The kernel's `struct sigevent` (64 bytes) for SIGEV_THREAD_ID timers.
+#[repr(C)]
+struct KernelSigevent {
+    value: u64,
+    signo: i32,
+    notify: i32,
+    tid: i32,
+    pad: [i32; 11],
+}
+
+const SIGEV_THREAD_ID: i32 = 4;
+
+/// A kernel POSIX timer that sends `signo` to thread `tid` when `clock`
+/// expires. Returns the kernel timer id or the errno.
+pub fn timer_create_for_thread(clock: libc::clockid_t, signo: i32, tid: i32) -> Result<i32, i32> {
+    let mut ev = KernelSigevent {
+        value: 0,
+        signo,
+        notify: SIGEV_THREAD_ID,
+        tid,
+        pad: [0; 11],
+    };
+    let mut id: i32 = -1;
+    ev.value = tid as u64;
+    // SAFETY: ev and id are valid for the call; the kernel copies ev.
+    let r = unsafe { libc::syscall(libc::SYS_timer_create, clock, &mut ev, &mut id) };
+    if r < 0 {
+        Err(errno())
+    } else {
+        Ok(id)
+    }
+}
+
+/// Arms `timer` once, `ns` from now (no interval: the handler re-arms).
+pub fn timer_arm_once(timer: i32, ns: u64) -> bool {
+    let spec = libc::itimerspec {
+        it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
+        it_value: libc::timespec {
+            tv_sec: (ns / 1_000_000_000) as i64,
+            tv_nsec: (ns % 1_000_000_000) as i64,
+        },
+    };
+    // SAFETY: spec is valid; a null old-value pointer is allowed.
+    unsafe {
+        libc::syscall(
+            libc::SYS_timer_settime,
+            timer,
+            0,
+            &spec,
+            core::ptr::null_mut::<c_void>(),
+        ) == 0
+    }
+}
+
+pub fn timer_delete(timer: i32) {
+    // SAFETY: deleting an unknown id only returns EINVAL.
+    unsafe { libc::syscall(libc::SYS_timer_delete, timer) };
+}
+
+/// Sends `sig` to thread `tid` of this process.
+pub fn tgkill(tid: i32, sig: i32) {
+    // SAFETY: plain syscall.
+    unsafe { libc::syscall(libc::SYS_tgkill, getpid(), tid, sig) };
+}
+
+/// rt_sigprocmask(2) directly (bypasses any hook on the libc functions).
+///
+/// # Safety
+/// `set` and `old` must be null or valid `sigset_t`.
+pub unsafe fn rt_sigprocmask(how: i32, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> i32 {
+    libc::syscall(libc::SYS_rt_sigprocmask, how, set, old, 8) as i32
+}
+
+/// Opens `path` (NUL-terminated) with `flags` and `mode`; fd or -errno.
+pub fn open(path: &[u8], flags: i32, mode: u32) -> i32 {
+    debug_assert!(path.last() == Some(&0));
+    // SAFETY: path is NUL-terminated.
+    let r = unsafe { libc::syscall(libc::SYS_openat, libc::AT_FDCWD, path.as_ptr(), flags, mode) };
+    if r < 0 {
+        -errno()
+    } else {
+        r as i32
+    }
+}
+
+pub fn close(fd: i32) {
+    // SAFETY: closing our own descriptor.
+    unsafe { libc::syscall(libc::SYS_close, fd) };
+}
+
+/// Whether `path` (NUL-terminated) exists (faccessat F_OK).
+pub fn exists(path: &[u8]) -> bool {
+    // SAFETY: path is NUL-terminated.
+    unsafe { libc::syscall(libc::SYS_faccessat, libc::AT_FDCWD, path.as_ptr(), libc::F_OK, 0) == 0 }
+}
+
+/// rename(2) of NUL-terminated paths.
+pub fn rename(from: &[u8], to: &[u8]) -> bool {
+    // SAFETY: both paths are NUL-terminated.
+    unsafe {
+        libc::syscall(
+            libc::SYS_renameat,
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+        ) == 0
+    }
+}
+
+/// perf_event_attr (the fields we set; the rest stays zero). Size = 128
+/// (PERF_ATTR_SIZE_VER7 and later accept a zero-extended shorter struct).
+#[repr(C)]
+struct PerfEventAttr {
+    type_: u32,
+    size: u32,
+    config: u64,
+    sample_period: u64,
+    sample_type: u64,
+    read_format: u64,
+    flags: u64,
+    wakeup_events: u32,
+    bp_type: u32,
+    rest: [u64; 10],
+}
+
+const PERF_TYPE_SOFTWARE: u32 = 1;
+const PERF_COUNT_SW_TASK_CLOCK: u64 = 1;
+const FLAG_DISABLED: u64 = 1 << 0;
+const FLAG_EXCLUDE_KERNEL: u64 = 1 << 5;
+const FLAG_EXCLUDE_HV: u64 = 1 << 6;
+const PERF_EVENT_IOC_REFRESH: u64 = 0x2402;
+const PERF_EVENT_IOC_PERIOD: u64 = 0x4008_2404;
+const F_SETSIG: i32 = 10;
+const F_SETOWN_EX: i32 = 15;
+const F_OWNER_TID: i32 = 0;
+
+/// A per-thread task-clock perf event that sends `signo` to thread `tid`
+/// every `period_ns` of the thread's CPU time (of its user time only with
+/// `user_only`). hrtimer-driven, so not limited to the scheduler tick like
+/// POSIX CPU-clock timers. The descriptor is moved up to `min_fd` or above
+/// so that it does not take the low numbers the program expects. Returns
+/// the fd or the errno.
+pub fn perf_task_clock_open(tid: i32, period_ns: u64, user_only: bool, signo: i32, min_fd: i32) -> Result<i32, i32> {
+    let mut attr = PerfEventAttr {
+        type_: PERF_TYPE_SOFTWARE,
+        size: core::mem::size_of::<PerfEventAttr>() as u32,
+        config: PERF_COUNT_SW_TASK_CLOCK,
+        sample_period: period_ns,
+        sample_type: 0,
+        read_format: 0,
+        flags: FLAG_DISABLED | FLAG_EXCLUDE_HV | if user_only { FLAG_EXCLUDE_KERNEL } else { 0 },
+        wakeup_events: 1,
+        bp_type: 0,
+        rest: [0; 10],
+    };
+    // SAFETY: attr is a valid perf_event_attr of the size it declares.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            &mut attr,
+            tid,
+            -1,
+            -1,
+            8u64, /* PERF_FLAG_FD_CLOEXEC */
+        )
+    };
+    if fd < 0 {
+        return Err(errno());
+    }
+    let mut fd = fd as i32;
+    // SAFETY: plain fcntl/close on our own descriptor.
+    unsafe {
+        let high = libc::syscall(libc::SYS_fcntl, fd, libc::F_DUPFD_CLOEXEC, min_fd);
+        if high >= 0 {
+            libc::syscall(libc::SYS_close, fd);
+            fd = high as i32;
+        }
+        let owner = [F_OWNER_TID, tid];
+        if libc::syscall(libc::SYS_fcntl, fd, libc::F_SETFL, libc::O_ASYNC) < 0
+            || libc::syscall(libc::SYS_fcntl, fd, F_SETSIG, signo) < 0
+            || libc::syscall(libc::SYS_fcntl, fd, F_SETOWN_EX, owner.as_ptr()) < 0
+        {
+            let e = errno();
+            libc::syscall(libc::SYS_close, fd);
+            return Err(e);
+        }
+    }
+    Ok(fd)
+}
+
+/// Sets the next sampling period of a perf event and enables it for one
+/// more overflow (the overflow disables it again and signals).
+pub fn perf_rearm(fd: i32, period_ns: u64) {
+    let p = period_ns;
+    // SAFETY: ioctls on our own perf descriptor with valid arguments.
+    unsafe {
+        libc::syscall(libc::SYS_ioctl, fd, PERF_EVENT_IOC_PERIOD, &p);
+        libc::syscall(libc::SYS_ioctl, fd, PERF_EVENT_IOC_REFRESH, 1);
+    }
+}
+
+/// The soft limit on open descriptors.
+pub fn nofile_limit() -> u64 {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: r is a valid out-pointer.
+    unsafe {
+        libc::syscall(
+            libc::SYS_prlimit64,
+            0,
+            libc::RLIMIT_NOFILE,
+            core::ptr::null::<libc::rlimit>(),
+            &mut r,
+        )
+    };
+    r.rlim_cur
+}
