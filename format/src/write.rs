@@ -42,10 +42,15 @@ pub enum WriteError {
 impl core::fmt::Display for WriteError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
-            WriteError::BufferFull { written } => write!(f, "dump buffer full after {written} bytes"),
+            WriteError::BufferFull { written } => {
+                write!(f, "dump buffer full after {written} bytes")
+            }
             WriteError::Io { errno } => write!(f, "writing the dump failed: errno {errno}"),
             WriteError::BadName { byte } => {
-                write!(f, "name contains byte 0x{byte:02x} that IgProf's grammar cannot hold")
+                write!(
+                    f,
+                    "name contains byte 0x{byte:02x} that IgProf's grammar cannot hold"
+                )
             }
             WriteError::ZeroDepth => write!(f, "call-tree depth 0 (IgProf depths start at 1)"),
         }
@@ -134,7 +139,10 @@ pub struct Writer<S: Sink> {
 
 impl<S: Sink> Writer<S> {
     pub fn new(sink: S) -> Self {
-        Writer { sink, in_node: false }
+        Writer {
+            sink,
+            in_node: false,
+        }
     }
 
     /// Gives the sink back (e.g. to flush and close it).
@@ -154,7 +162,12 @@ impl<S: Sink> Writer<S> {
 
     /// `P=(HEX ID=<pid> N=(<program>) T=<tick_seconds>)`; `tick_seconds` is
     /// printed as C's `%f` (six decimals), as IgProf does.
-    pub fn header(&mut self, pid: u64, program: &[u8], tick_seconds: f64) -> Result<(), WriteError> {
+    pub fn header(
+        &mut self,
+        pid: u64,
+        program: &[u8],
+        tick_seconds: f64,
+    ) -> Result<(), WriteError> {
         check_name(program)?;
         self.put(b"P=(HEX ID=")?;
         self.put_hex(pid)?;
@@ -184,7 +197,12 @@ impl<S: Sink> Writer<S> {
 
     /// Starts the line of a call-tree node at `depth` (1 = outermost caller):
     /// `C<depth> FN..+<offset_in_symbol>`.
-    pub fn node(&mut self, depth: u32, func: FuncRef<'_>, offset_in_symbol: u64) -> Result<(), WriteError> {
+    pub fn node(
+        &mut self,
+        depth: u32,
+        func: FuncRef<'_>,
+        offset_in_symbol: u64,
+    ) -> Result<(), WriteError> {
         if depth == 0 {
             return Err(WriteError::ZeroDepth);
         }
@@ -228,7 +246,13 @@ impl<S: Sink> Writer<S> {
     }
 
     /// ` V<cid>=(<NAME>):(<ticks>,<value>,<peak>)` on the current node.
-    pub fn counter(&mut self, counter: CounterRef<'_>, ticks: u64, value: u64, peak: u64) -> Result<(), WriteError> {
+    pub fn counter(
+        &mut self,
+        counter: CounterRef<'_>,
+        ticks: u64,
+        value: u64,
+        peak: u64,
+    ) -> Result<(), WriteError> {
         self.put(b" V")?;
         match counter {
             CounterRef::Known(id) => {
@@ -473,10 +497,16 @@ C7 FN7+0 V0:(38,38,38)\n";
         let mut mem = [0u8; 64];
         let mut w = Writer::new(SliceSink::new(&mut mem));
         assert_eq!(w.node(0, FuncRef::Known(1), 0), Err(WriteError::ZeroDepth));
-        assert_eq!(w.header(1, b"a\nb", 0.0), Err(WriteError::BadName { byte: b'\n' }));
+        assert_eq!(
+            w.header(1, b"a\nb", 0.0),
+            Err(WriteError::BadName { byte: b'\n' })
+        );
         let mut small = [0u8; 12];
         let mut w = Writer::new(SliceSink::new(&mut small));
-        assert_eq!(w.header(1, b"prog", 0.0), Err(WriteError::BufferFull { written: 11 }));
+        assert_eq!(
+            w.header(1, b"prog", 0.0),
+            Err(WriteError::BufferFull { written: 11 })
+        );
     }
 
     #[test]
