@@ -57,7 +57,10 @@ fn main() {
     hook.uninstall().expect("uninstall");
     let after = ns_per_call(work);
     println!("direct call (unhooked):            {direct:.2} ns/call");
-    println!("through hook (pass-through):       {hooked:.2} ns/call  (+{:.2} ns)", hooked - direct);
+    println!(
+        "through hook (pass-through):       {hooked:.2} ns/call  (+{:.2} ns)",
+        hooked - direct
+    );
     println!("trampoline (chain) called directly: {tramp:.2} ns/call");
     println!("direct call after uninstall:       {after:.2} ns/call");
 }

@@ -26,7 +26,9 @@ fn main() -> ExitCode {
         }
     }
     if paths.is_empty() {
-        eprintln!("survey: no library given; usage: survey [-v] /lib/x86_64-linux-gnu/libc.so.6 ...");
+        eprintln!(
+            "survey: no library given; usage: survey [-v] /lib/x86_64-linux-gnu/libc.so.6 ..."
+        );
         return ExitCode::from(2);
     }
     let mut reports: Vec<Report> = Vec::new();
@@ -55,7 +57,12 @@ fn main() -> ExitCode {
 }
 
 fn print_details(r: &Report, verbose: bool) {
-    println!("== {} ({}, {} exported functions of size >= 5)", r.path, r.arch, r.functions.len());
+    println!(
+        "== {} ({}, {} exported functions of size >= 5)",
+        r.path,
+        r.arch,
+        r.functions.len()
+    );
     for (k, n) in r.by_outcome() {
         println!("  {n:6}  {k}");
     }
@@ -75,7 +82,10 @@ fn print_required(reports: &[Report]) {
     let mut ok = 0;
     let mut lines = Vec::new();
     for name in REQUIRED {
-        let found: Vec<_> = reports.iter().flat_map(|r| r.named(name).map(move |f| (r, f))).collect();
+        let found: Vec<_> = reports
+            .iter()
+            .flat_map(|r| r.named(name).map(move |f| (r, f)))
+            .collect();
         if found.is_empty() {
             lines.push(format!("  {name}: not exported by the given libraries"));
             continue;
@@ -85,7 +95,9 @@ fn print_required(reports: &[Report]) {
             .filter_map(|(r, f)| match &f.outcome {
                 Outcome::Relocatable { .. } => None,
                 Outcome::Refused(reason) => Some(format!("{} in {}: {reason}", f.name, r.path)),
-                Outcome::VerifyFailed(e) => Some(format!("{} in {}: verify failed: {e}", f.name, r.path)),
+                Outcome::VerifyFailed(e) => {
+                    Some(format!("{} in {}: verify failed: {e}", f.name, r.path))
+                }
             })
             .collect();
         if bad.is_empty() {

@@ -80,8 +80,12 @@ pub trait Arch {
     /// Refuses (typed) when the function is too short, an instruction cannot
     /// be relocated, or code later in the function (within `func_size`)
     /// branches into the taken bytes.
-    fn plan(code: &[u8], addr: u64, func_size: Option<u64>, patch_len: usize)
-        -> Result<Plan, Reason>;
+    fn plan(
+        code: &[u8],
+        addr: u64,
+        func_size: Option<u64>,
+        patch_len: usize,
+    ) -> Result<Plan, Reason>;
 
     /// The trampoline code for `plan` placed at address `tramp`: the kept
     /// landing pad, the taken instructions relocated, and a jump back to

@@ -101,9 +101,17 @@ pub struct HookError {
 impl fmt::Display for HookError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.function.is_empty() {
-            write!(f, "cannot hook function at {:#x}: {}", self.addr, self.reason)
+            write!(
+                f,
+                "cannot hook function at {:#x}: {}",
+                self.addr, self.reason
+            )
         } else {
-            write!(f, "cannot hook {} at {:#x}: {}", self.function, self.addr, self.reason)
+            write!(
+                f,
+                "cannot hook {} at {:#x}: {}",
+                self.function, self.addr, self.reason
+            )
         }
     }
 }
@@ -116,7 +124,11 @@ pub enum LookupError {
     /// The named library is not loaded in this process.
     LibraryNotLoaded { lib: String },
     /// No definition of the symbol (with this version, if given).
-    NotFound { name: String, version: Option<String>, lib: Option<String> },
+    NotFound {
+        name: String,
+        version: Option<String>,
+        lib: Option<String>,
+    },
     /// The name contains a NUL byte.
     BadName { name: String },
 }
@@ -125,7 +137,10 @@ impl fmt::Display for LookupError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             LookupError::LibraryNotLoaded { lib } => {
-                write!(f, "library {lib} is not loaded in this process (dlopen it first)")
+                write!(
+                    f,
+                    "library {lib} is not loaded in this process (dlopen it first)"
+                )
             }
             LookupError::NotFound { name, version, lib } => {
                 write!(f, "symbol {name}")?;

@@ -63,14 +63,20 @@ impl Hook {
 }
 
 fn err(sym: &Symbol, reason: Reason) -> HookError {
-    HookError { function: sym.name.clone(), addr: sym.addr, reason }
+    HookError {
+        function: sym.name.clone(),
+        addr: sym.addr,
+        reason,
+    }
 }
 
 /// Copy the function's bytes out of live memory: the whole function when its
 /// size is known, else up to `A::MAX_READ` bytes, never past its mapping.
 fn read_code<A: Arch>(sym: &Symbol) -> Result<Vec<u8>, Reason> {
     let map = maps::read_self().map_err(|e| Reason::Protect(e.raw_os_error().unwrap_or(0)))?;
-    let m = maps::find(&map, sym.addr).filter(|m| m.read && m.exec).ok_or(Reason::NotMapped { addr: sym.addr })?;
+    let m = maps::find(&map, sym.addr)
+        .filter(|m| m.read && m.exec)
+        .ok_or(Reason::NotMapped { addr: sym.addr })?;
     let want = match sym.size {
         Some(s) => s + crate::arch::PADDING_READ as u64,
         None => A::MAX_READ as u64,
@@ -84,10 +90,26 @@ pub(crate) fn probe_with<A: Arch>(sym: &Symbol) -> Result<Probe, HookError> {
     let code = read_code::<A>(sym).map_err(|r| err(sym, r))?;
     let plan = A::plan(&code, sym.addr, sym.size, A::NEAR_PATCH_LEN).map_err(|r| err(sym, r))?;
     let patch_at = sym.addr + plan.keep as u64;
-    let tramp = nearmem::would_place(patch_at, A::NEAR_REACH, A::MAX_TRAMPOLINE_LEN as u64, A::CODE_ALIGN as u64)
-        .ok_or_else(|| err(sym, Reason::NoMemoryInReach { near: patch_at, reach: A::NEAR_REACH }))?;
+    let tramp = nearmem::would_place(
+        patch_at,
+        A::NEAR_REACH,
+        A::MAX_TRAMPOLINE_LEN as u64,
+        A::CODE_ALIGN as u64,
+    )
+    .ok_or_else(|| {
+        err(
+            sym,
+            Reason::NoMemoryInReach {
+                near: patch_at,
+                reach: A::NEAR_REACH,
+            },
+        )
+    })?;
     let out = A::relocate(&code, sym.addr, &plan, tramp).map_err(|r| err(sym, r))?;
-    Ok(Probe { plan, trampoline_len: out.len() })
+    Ok(Probe {
+        plan,
+        trampoline_len: out.len(),
+    })
 }
 
 /// A hook whose trampoline is built but whose patch is not written yet:
@@ -144,7 +166,17 @@ pub(crate) fn prepare_with<A: Arch>(
     let start = plan.keep;
     let original = code[start..start + plan.taken].to_vec();
     let patch_at = sym.addr + plan.keep as u64;
-    Ok(Prepared { hook: Hook { name: sym.name.clone(), target: sym.addr, patch_at, original, patch, chain, plan } })
+    Ok(Prepared {
+        hook: Hook {
+            name: sym.name.clone(),
+            target: sym.addr,
+            patch_at,
+            original,
+            patch,
+            chain,
+            plan,
+        },
+    })
 }
 
 /// Near form: `A::NEAR_PATCH_LEN` bytes at the target, trampoline (and, if
@@ -152,12 +184,14 @@ pub(crate) fn prepare_with<A: Arch>(
 fn build_near<A: Arch>(sym: &Symbol, code: &[u8], replacement: u64) -> Result<Built, Reason> {
     let plan = A::plan(code, sym.addr, sym.size, A::NEAR_PATCH_LEN)?;
     let patch_at = sym.addr + plan.keep as u64;
-    let chain =
-        nearmem::place::<A>(patch_at, A::MAX_TRAMPOLINE_LEN, |tramp| A::relocate(code, sym.addr, &plan, tramp))?;
+    let chain = nearmem::place::<A>(patch_at, A::MAX_TRAMPOLINE_LEN, |tramp| {
+        A::relocate(code, sym.addr, &plan, tramp)
+    })?;
     let mut patch = match A::near_patch(patch_at, replacement) {
         Some(p) => p,
         None => {
-            let stub = nearmem::place::<A>(patch_at, A::STUB_LEN, |at| Ok(A::stub(at, replacement)))?;
+            let stub =
+                nearmem::place::<A>(patch_at, A::STUB_LEN, |at| Ok(A::stub(at, replacement)))?;
             A::near_patch(patch_at, stub).expect("stub placed within near reach")
         }
     };
@@ -192,7 +226,11 @@ fn uninstall_with<A: Arch>(hook: Hook) -> Result<(), HookError> {
 /// write `new` there; otherwise refuse with `PatchChanged`.
 fn replace_bytes<A: Arch>(hook: &Hook, expect: &[u8], new: &[u8]) -> Result<(), HookError> {
     let _guard = INSTALL_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let e = |reason| HookError { function: hook.name.clone(), addr: hook.target, reason };
+    let e = |reason| HookError {
+        function: hook.name.clone(),
+        addr: hook.target,
+        reason,
+    };
     // SAFETY: the patch site is mapped code: prepare read it, and code is
     // never unmapped while hooked (unloading a hooked library is a misuse).
     let now = unsafe { std::slice::from_raw_parts(hook.patch_at as *const u8, expect.len()) };

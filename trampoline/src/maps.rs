@@ -20,8 +20,12 @@ pub fn parse(text: &str) -> Vec<Mapping> {
     let mut out = Vec::new();
     for line in text.lines() {
         let mut fields = line.split_whitespace();
-        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else { continue };
-        let Some((a, b)) = range.split_once('-') else { continue };
+        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        let Some((a, b)) = range.split_once('-') else {
+            continue;
+        };
         let (Ok(start), Ok(end)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else {
             continue;
         };
@@ -70,7 +74,14 @@ pub fn find(maps: &[Mapping], addr: u64) -> Option<&Mapping> {
 /// `reach` of `near` (signed distance in `[-reach, reach)`), as close to
 /// `near` as possible. `low` is the lowest address to consider (e.g.
 /// `vm.mmap_min_addr`). `maps` must be sorted (as [`parse`] returns it).
-pub fn free_near(maps: &[Mapping], near: u64, reach: u64, len: u64, page: u64, low: u64) -> Option<u64> {
+pub fn free_near(
+    maps: &[Mapping],
+    near: u64,
+    reach: u64,
+    len: u64,
+    page: u64,
+    low: u64,
+) -> Option<u64> {
     let lo_bound = near.saturating_sub(reach).max(low);
     let lo_bound = (lo_bound + page - 1) & !(page - 1);
     // Highest usable end: the last byte must satisfy addr - near < reach.
@@ -91,7 +102,7 @@ pub fn free_near(maps: &[Mapping], near: u64, reach: u64, len: u64, page: u64, l
             near & !(page - 1)
         };
         let dist = |x: u64| x.abs_diff(near);
-        if best.map_or(true, |b| dist(cand) < dist(b)) {
+        if best.is_none_or(|b| dist(cand) < dist(b)) {
             best = Some(cand);
         }
     };

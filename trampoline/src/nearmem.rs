@@ -71,7 +71,10 @@ pub fn place_within<A: Arch>(
     let max_len = max_len as u64;
     let mut pages = PAGES.lock().unwrap_or_else(|e| e.into_inner());
     let fits = |p: &Page| fit(p, near, reach, max_len, align);
-    let found = pages.iter().enumerate().find_map(|(i, p)| fits(p).map(|at| (i, at)));
+    let found = pages
+        .iter()
+        .enumerate()
+        .find_map(|(i, p)| fits(p).map(|at| (i, at)));
     let (idx, at) = match found {
         Some(x) => x,
         None => {
@@ -83,7 +86,13 @@ pub fn place_within<A: Arch>(
         }
     };
     let code = gen(at)?;
-    assert!(code.len() as u64 <= max_len, "{} emitted {} > {} bytes", A::NAME, code.len(), max_len);
+    assert!(
+        code.len() as u64 <= max_len,
+        "{} emitted {} > {} bytes",
+        A::NAME,
+        code.len(),
+        max_len
+    );
     let p = &mut pages[idx];
     write_into_page(p.base, p.len, at, &code)?;
     A::flush_icache(at, code.len());
@@ -101,7 +110,7 @@ fn fit(p: &Page, near: u64, reach: u64, len: u64, align: u64) -> Option<u64> {
 /// Map a fresh page (or several, for `len` > one page) within reach of `near`.
 fn new_page_near(near: u64, reach: u64, len: u64) -> Result<Page, Reason> {
     let page = page_size();
-    let size = (len + page - 1) / page * page;
+    let size = len.div_ceil(page) * page;
     let low = mmap_min_addr();
     for _attempt in 0..8 {
         let map = maps::read_self().map_err(|e| Reason::Protect(e.raw_os_error().unwrap_or(0)))?;
@@ -133,7 +142,11 @@ fn new_page_near(near: u64, reach: u64, len: u64) -> Result<Page, Reason> {
             unsafe { libc::munmap(p, size as usize) };
             continue;
         }
-        return Ok(Page { base: addr, len: size, used: 0 });
+        return Ok(Page {
+            base: addr,
+            len: size,
+            used: 0,
+        });
     }
     Err(Reason::NoMemoryInReach { near, reach })
 }
@@ -146,11 +159,17 @@ fn write_into_page(base: u64, len: u64, at: u64, code: &[u8]) -> Result<(), Reas
     if r != 0 {
         // SAFETY: as above.
         r = unsafe {
-            libc::mprotect(base as *mut libc::c_void, len as usize, libc::PROT_READ | libc::PROT_WRITE)
+            libc::mprotect(
+                base as *mut libc::c_void,
+                len as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+            )
         };
     }
     if r != 0 {
-        return Err(Reason::Protect(std::io::Error::last_os_error().raw_os_error().unwrap_or(0)));
+        return Err(Reason::Protect(
+            std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+        ));
     }
     debug_assert!(at >= base && at + code.len() as u64 <= base + len);
     // SAFETY: the destination lies inside our writable mapping (checked by
@@ -158,10 +177,16 @@ fn write_into_page(base: u64, len: u64, at: u64, code: &[u8]) -> Result<(), Reas
     unsafe { std::ptr::copy_nonoverlapping(code.as_ptr(), at as *mut u8, code.len()) };
     // SAFETY: as above.
     let r = unsafe {
-        libc::mprotect(base as *mut libc::c_void, len as usize, libc::PROT_READ | libc::PROT_EXEC)
+        libc::mprotect(
+            base as *mut libc::c_void,
+            len as usize,
+            libc::PROT_READ | libc::PROT_EXEC,
+        )
     };
     if r != 0 {
-        return Err(Reason::Protect(std::io::Error::last_os_error().raw_os_error().unwrap_or(0)));
+        return Err(Reason::Protect(
+            std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+        ));
     }
     Ok(())
 }
@@ -176,5 +201,12 @@ pub fn would_place(near: u64, reach: u64, len: u64, align: u64) -> Option<u64> {
     drop(pages);
     let map = maps::read_self().ok()?;
     let page = page_size();
-    maps::free_near(&map, near, reach, (len + page - 1) / page * page, page, mmap_min_addr())
+    maps::free_near(
+        &map,
+        near,
+        reach,
+        len.div_ceil(page) * page,
+        page,
+        mmap_min_addr(),
+    )
 }

@@ -17,6 +17,7 @@
 //!   entering meanwhile spins until the patch is complete. If even the two
 //!   bytes straddle a 16-byte boundary, bytes are written tail first, head
 //!   last, and a thread entering during the write may execute a mix.
+//!
 //! A thread that is *already inside* the taken bytes (between their first
 //! and last instruction) when the patch lands is not protected by any of
 //! these; install hooks before such threads exist or accept that window.
@@ -47,7 +48,11 @@ pub fn write_code(at: u64, bytes: &[u8], flush: fn(u64, usize)) -> Result<(), Re
         p += page;
     }
     for &(p, _) in &pages {
-        protect(p, page, libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC)?;
+        protect(
+            p,
+            page,
+            libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC,
+        )?;
     }
     // SAFETY: every byte of [at, at+len) is in a page made writable above;
     // the caller holds the install lock, so no one else patches these words.
@@ -62,7 +67,9 @@ pub fn write_code(at: u64, bytes: &[u8], flush: fn(u64, usize)) -> Result<(), Re
 fn protect(p: u64, len: u64, prot: i32) -> Result<(), Reason> {
     // SAFETY: p is page-aligned and part of an existing mapping (checked via maps).
     if unsafe { libc::mprotect(p as *mut libc::c_void, len as usize, prot) } != 0 {
-        return Err(Reason::Protect(std::io::Error::last_os_error().raw_os_error().unwrap_or(0)));
+        return Err(Reason::Protect(
+            std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+        ));
     }
     Ok(())
 }
@@ -200,7 +207,11 @@ mod tests {
                 unsafe { store(base + off, &new) };
                 for (i, &x) in b.0.iter().enumerate() {
                     let i = i as u64;
-                    let want = if i >= off && i < off + len as u64 { new[(i - off) as usize] } else { 0xcc };
+                    let want = if i >= off && i < off + len as u64 {
+                        new[(i - off) as usize]
+                    } else {
+                        0xcc
+                    };
                     assert_eq!(x, want, "off {off} len {len} byte {i}");
                 }
             }

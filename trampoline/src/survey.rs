@@ -17,10 +17,43 @@ use std::collections::BTreeMap;
 
 /// Functions the profiler must be able to hook (issue 2).
 pub const REQUIRED: &[&str] = &[
-    "malloc", "calloc", "realloc", "free", "memalign", "posix_memalign", "aligned_alloc", "valloc", "pvalloc",
-    "open", "open64", "openat", "creat", "close", "dup", "dup2", "dup3", "pipe", "pipe2", "socket", "socketpair",
-    "accept", "accept4", "fopen", "fclose", "fork", "system", "exit", "_exit", "kill", "pthread_create",
-    "sigaction", "signal", "sigprocmask", "pthread_sigmask", "dlopen", "dlclose",
+    "malloc",
+    "calloc",
+    "realloc",
+    "free",
+    "memalign",
+    "posix_memalign",
+    "aligned_alloc",
+    "valloc",
+    "pvalloc",
+    "open",
+    "open64",
+    "openat",
+    "creat",
+    "close",
+    "dup",
+    "dup2",
+    "dup3",
+    "pipe",
+    "pipe2",
+    "socket",
+    "socketpair",
+    "accept",
+    "accept4",
+    "fopen",
+    "fclose",
+    "fork",
+    "system",
+    "exit",
+    "_exit",
+    "kill",
+    "pthread_create",
+    "sigaction",
+    "signal",
+    "sigprocmask",
+    "pthread_sigmask",
+    "dlopen",
+    "dlclose",
 ];
 
 /// Outcome for one function.
@@ -54,7 +87,10 @@ pub struct Report {
 
 impl Report {
     pub fn relocatable(&self) -> usize {
-        self.functions.iter().filter(|f| matches!(f.outcome, Outcome::Relocatable { .. })).count()
+        self.functions
+            .iter()
+            .filter(|f| matches!(f.outcome, Outcome::Relocatable { .. }))
+            .count()
     }
 
     /// Percentage of relocatable functions (100 for an empty file).
@@ -82,7 +118,13 @@ impl Report {
 
     /// The final line, e.g. `relocatable: 2781/2790 (99.68%) /lib/x86_64-linux-gnu/libc.so.6`.
     pub fn summary_line(&self) -> String {
-        format!("relocatable: {}/{} ({:.2}%) {}", self.relocatable(), self.functions.len(), self.percent(), self.path)
+        format!(
+            "relocatable: {}/{} ({:.2}%) {}",
+            self.relocatable(),
+            self.functions.len(),
+            self.percent(),
+            self.path
+        )
     }
 
     /// Every symbol named `name` in this file.
@@ -103,9 +145,14 @@ impl std::fmt::Display for SurveyError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             SurveyError::Read(e) => write!(f, "cannot read: {e}"),
-            SurveyError::NotElf64(e) => write!(f, "not a 64-bit ELF file ({e}); give a shared library"),
+            SurveyError::NotElf64(e) => {
+                write!(f, "not a 64-bit ELF file ({e}); give a shared library")
+            }
             SurveyError::UnsupportedMachine(m) => {
-                write!(f, "ELF e_machine {m} is neither x86-64 (62) nor AArch64 (183)")
+                write!(
+                    f,
+                    "ELF e_machine {m} is neither x86-64 (62) nor AArch64 (183)"
+                )
             }
         }
     }
@@ -121,7 +168,8 @@ pub fn survey_file(path: &str) -> Result<Report, SurveyError> {
 
 /// Survey ELF bytes (`path` is only used in the report).
 pub fn survey_elf(path: &str, data: &[u8]) -> Result<Report, SurveyError> {
-    let file = ElfFile64::<Endianness>::parse(data).map_err(|e| SurveyError::NotElf64(e.to_string()))?;
+    let file =
+        ElfFile64::<Endianness>::parse(data).map_err(|e| SurveyError::NotElf64(e.to_string()))?;
     let machine = file.elf_header().e_machine(file.endian());
     match machine {
         elf::EM_X86_64 => Ok(survey_with::<crate::x86_64::X86_64>(path, &file)),
@@ -146,10 +194,14 @@ pub fn try_function<A: Arch>(code: &[u8], addr: u64, size: Option<u64>) -> Outco
     match A::relocate(code, addr, &plan, tramp) {
         Err(r) => Outcome::Refused(r),
         Ok(out) => match A::verify(code, addr, &plan, tramp, &out) {
-            Ok(()) if out.len() <= A::MAX_TRAMPOLINE_LEN => {
-                Outcome::Relocatable { plan, trampoline_len: out.len() }
-            }
-            Ok(()) => Outcome::VerifyFailed(format!("trampoline of {} bytes exceeds MAX_TRAMPOLINE_LEN", out.len())),
+            Ok(()) if out.len() <= A::MAX_TRAMPOLINE_LEN => Outcome::Relocatable {
+                plan,
+                trampoline_len: out.len(),
+            },
+            Ok(()) => Outcome::VerifyFailed(format!(
+                "trampoline of {} bytes exceeds MAX_TRAMPOLINE_LEN",
+                out.len()
+            )),
             Err(e) => Outcome::VerifyFailed(e),
         },
     }
@@ -163,7 +215,9 @@ fn survey_with<A: Arch>(path: &str, file: &ElfFile64<Endianness>) -> Report {
         if raw.st_type() != elf::STT_FUNC || !sym.is_definition() || sym.size() < 5 {
             continue;
         }
-        if !matches!(raw.st_bind(), elf::STB_GLOBAL | elf::STB_WEAK) || raw.st_shndx(endian) == elf::SHN_UNDEF {
+        if !matches!(raw.st_bind(), elf::STB_GLOBAL | elf::STB_WEAK)
+            || raw.st_shndx(endian) == elf::SHN_UNDEF
+        {
             continue;
         }
         let (addr, size) = (sym.address(), sym.size());
@@ -180,7 +234,16 @@ fn survey_with<A: Arch>(path: &str, file: &ElfFile64<Endianness>) -> Report {
             Some(code) => try_function::<A>(code, addr, Some(size)),
             None => Outcome::Refused(Reason::NotMapped { addr }),
         };
-        functions.push(Function { name, addr, size, outcome });
+        functions.push(Function {
+            name,
+            addr,
+            size,
+            outcome,
+        });
     }
-    Report { path: path.to_string(), arch: A::NAME, functions }
+    Report {
+        path: path.to_string(),
+        arch: A::NAME,
+        functions,
+    }
 }

@@ -27,7 +27,11 @@ pub struct Symbol {
 impl Symbol {
     /// A function known only by its address (no name, size unknown).
     pub fn at(addr: u64) -> Symbol {
-        Symbol { name: String::new(), addr, size: None }
+        Symbol {
+            name: String::new(),
+            addr,
+            size: None,
+        }
     }
 }
 
@@ -42,7 +46,11 @@ pub fn find_function(name: &str, lib: Option<&str>) -> Result<Symbol, LookupErro
 
 /// As [`find_function`] for a versioned symbol, e.g.
 /// `find_function_versioned("pthread_create", "GLIBC_2.2.5", None)`.
-pub fn find_function_versioned(name: &str, version: &str, lib: Option<&str>) -> Result<Symbol, LookupError> {
+pub fn find_function_versioned(
+    name: &str,
+    version: &str,
+    lib: Option<&str>,
+) -> Result<Symbol, LookupError> {
     lookup(name, Some(version), lib)
 }
 
@@ -66,7 +74,8 @@ fn lookup(name: &str, version: Option<&str>, lib: Option<&str>) -> Result<Symbol
             let h = unsafe { libc::dlopen(cl.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
             if h.is_null() {
                 // Perhaps the object is loaded under a path whose tail is `l`.
-                return elf_fallback(name, version, lib).ok_or(LookupError::LibraryNotLoaded { lib: l.into() });
+                return elf_fallback(name, version, lib)
+                    .ok_or(LookupError::LibraryNotLoaded { lib: l.into() });
             }
             h
         }
@@ -86,7 +95,11 @@ fn lookup(name: &str, version: Option<&str>, lib: Option<&str>) -> Result<Symbol
         return elf_fallback(name, version, lib).ok_or_else(not_found);
     }
     let addr = p as u64;
-    Ok(Symbol { name: name.to_string(), addr, size: size_of_function_at(addr) })
+    Ok(Symbol {
+        name: name.to_string(),
+        addr,
+        size: size_of_function_at(addr),
+    })
 }
 
 /// Size of the function starting exactly at `addr`: from the dynamic symbol
@@ -111,9 +124,15 @@ pub fn size_of_function_at(addr: u64) -> Option<u64> {
         return None;
     }
     // SAFETY: dli_fname is a NUL-terminated string owned by the loader.
-    let path = unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned();
+    let path = unsafe { CStr::from_ptr(info.dli_fname) }
+        .to_string_lossy()
+        .into_owned();
     let bias = info.dli_fbase as u64;
-    let path = if path.is_empty() { "/proc/self/exe".to_string() } else { path };
+    let path = if path.is_empty() {
+        "/proc/self/exe".to_string()
+    } else {
+        path
+    };
     file_symbol_size(&path, bias, addr)
 }
 
@@ -125,7 +144,11 @@ fn file_symbol_size(path: &str, base: u64, addr: u64) -> Option<u64> {
     let bias = load_bias(&file, base);
     file.symbols()
         .chain(file.dynamic_symbols())
-        .find(|s| s.kind() == object::SymbolKind::Text && s.address().wrapping_add(bias) == addr && s.size() > 0)
+        .find(|s| {
+            s.kind() == object::SymbolKind::Text
+                && s.address().wrapping_add(bias) == addr
+                && s.size() > 0
+        })
         .map(|s| s.size())
 }
 
@@ -157,17 +180,28 @@ fn elf_fallback(name: &str, version: Option<&str>, lib: Option<&str>) -> Option<
                 continue;
             }
         }
-        let file_path = if path.is_empty() { "/proc/self/exe".to_string() } else { path.clone() };
-        let Ok(data) = std::fs::read(&file_path) else { continue };
-        let Ok(file) = object::File::parse(&*data) else { continue };
+        let file_path = if path.is_empty() {
+            "/proc/self/exe".to_string()
+        } else {
+            path.clone()
+        };
+        let Ok(data) = std::fs::read(&file_path) else {
+            continue;
+        };
+        let Ok(file) = object::File::parse(&*data) else {
+            continue;
+        };
         let bias = load_bias(&file, base);
-        let hit = file
-            .symbols()
-            .chain(file.dynamic_symbols())
-            .find(|s| s.kind() == object::SymbolKind::Text && s.is_definition() && s.name() == Ok(name));
+        let hit = file.symbols().chain(file.dynamic_symbols()).find(|s| {
+            s.kind() == object::SymbolKind::Text && s.is_definition() && s.name() == Ok(name)
+        });
         if let Some(s) = hit {
             let size = (s.size() > 0).then_some(s.size());
-            return Some(Symbol { name: name.to_string(), addr: s.address().wrapping_add(bias), size });
+            return Some(Symbol {
+                name: name.to_string(),
+                addr: s.address().wrapping_add(bias),
+                size,
+            });
         }
     }
     None
@@ -176,14 +210,20 @@ fn elf_fallback(name: &str, version: Option<&str>, lib: Option<&str>) -> Option<
 /// (path, load address) of every object in the process, main program first
 /// (its path is empty).
 pub fn loaded_objects() -> Vec<(String, u64)> {
-    unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> libc::c_int {
+    unsafe extern "C" fn cb(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> libc::c_int {
         // SAFETY: dl_iterate_phdr passes a valid info and our Vec pointer.
         let (info, out) = unsafe { (&*info, &mut *(data as *mut Vec<(String, u64)>)) };
         let name = if info.dlpi_name.is_null() {
             String::new()
         } else {
             // SAFETY: NUL-terminated string owned by the loader.
-            unsafe { CStr::from_ptr(info.dlpi_name) }.to_string_lossy().into_owned()
+            unsafe { CStr::from_ptr(info.dlpi_name) }
+                .to_string_lossy()
+                .into_owned()
         };
         // dlpi_addr is the bias; report the load address of the lowest PT_LOAD.
         let mut min_vaddr = u64::MAX;
@@ -194,7 +234,11 @@ pub fn loaded_objects() -> Vec<(String, u64)> {
                 min_vaddr = min_vaddr.min(ph.p_vaddr);
             }
         }
-        let base = if min_vaddr == u64::MAX { info.dlpi_addr } else { info.dlpi_addr + (min_vaddr & !0xfff) };
+        let base = if min_vaddr == u64::MAX {
+            info.dlpi_addr
+        } else {
+            info.dlpi_addr + (min_vaddr & !0xfff)
+        };
         out.push((name, base));
         0
     }

@@ -32,7 +32,10 @@ struct Slot {
 
 impl Slot {
     const fn new() -> Slot {
-        Slot { calls: AtomicUsize::new(0), chain: AtomicUsize::new(0) }
+        Slot {
+            calls: AtomicUsize::new(0),
+            chain: AtomicUsize::new(0),
+        }
     }
     fn count(&self) {
         if measured() {
@@ -52,17 +55,20 @@ static CLOSE: Slot = Slot::new();
 // libc function of the same type, stored before the hook was enabled.
 extern "C" fn my_getpid() -> libc::pid_t {
     GETPID.count();
-    let f: extern "C" fn() -> libc::pid_t = unsafe { std::mem::transmute(GETPID.chain.load(SeqCst)) };
+    let f: extern "C" fn() -> libc::pid_t =
+        unsafe { std::mem::transmute(GETPID.chain.load(SeqCst)) };
     f()
 }
 extern "C" fn my_strlen(s: *const c_char) -> usize {
     STRLEN.count();
-    let f: extern "C" fn(*const c_char) -> usize = unsafe { std::mem::transmute(STRLEN.chain.load(SeqCst)) };
+    let f: extern "C" fn(*const c_char) -> usize =
+        unsafe { std::mem::transmute(STRLEN.chain.load(SeqCst)) };
     f(s)
 }
 extern "C" fn my_malloc(n: usize) -> *mut c_void {
     MALLOC.count();
-    let f: extern "C" fn(usize) -> *mut c_void = unsafe { std::mem::transmute(MALLOC.chain.load(SeqCst)) };
+    let f: extern "C" fn(usize) -> *mut c_void =
+        unsafe { std::mem::transmute(MALLOC.chain.load(SeqCst)) };
     f(n)
 }
 extern "C" fn my_free(p: *mut c_void) {
@@ -153,7 +159,9 @@ fn hook(name: &str, slot: &'static Slot, replacement: *const ()) -> Hook {
 
 fn main() {
     let pid = std::process::id() as libc::pid_t;
-    let workers: Vec<_> = (0..WORKERS).map(|_| std::thread::spawn(move || worker(pid))).collect();
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|_| std::thread::spawn(move || worker(pid)))
+        .collect();
     let hooks = vec![
         hook("getpid", &GETPID, my_getpid as *const ()),
         hook("strlen", &STRLEN, my_strlen as *const ()),
@@ -176,9 +184,14 @@ fn main() {
     }
     let want = WORKERS * ITERATIONS;
     let mut failed = false;
-    for (name, slot) in
-        [("getpid", &GETPID), ("strlen", &STRLEN), ("malloc", &MALLOC), ("free", &FREE), ("open", &OPEN), ("close", &CLOSE)]
-    {
+    for (name, slot) in [
+        ("getpid", &GETPID),
+        ("strlen", &STRLEN),
+        ("malloc", &MALLOC),
+        ("free", &FREE),
+        ("open", &OPEN),
+        ("close", &CLOSE),
+    ] {
         let got = slot.calls.load(SeqCst);
         println!("{name}: {got} calls counted (want {want})");
         failed |= got != want;
@@ -187,7 +200,10 @@ fn main() {
     MEASURED.with(|m| m.set(true));
     round(pid);
     MEASURED.with(|m| m.set(false));
-    let after: usize = [&GETPID, &STRLEN, &MALLOC, &FREE, &OPEN, &CLOSE].iter().map(|s| s.calls.load(SeqCst)).sum();
+    let after: usize = [&GETPID, &STRLEN, &MALLOC, &FREE, &OPEN, &CLOSE]
+        .iter()
+        .map(|s| s.calls.load(SeqCst))
+        .sum();
     if after != 6 * want {
         println!("calls counted after uninstall: {}", after - 6 * want);
         failed = true;

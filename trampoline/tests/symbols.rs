@@ -21,7 +21,13 @@ fn first_definition_and_named_library_agree() {
 fn versioned_lookup() {
     let old = find_function_versioned("pthread_create", "GLIBC_2.2.5", None).unwrap();
     // SAFETY: dlvsym with NUL-terminated strings.
-    let direct = unsafe { libc::dlvsym(libc::RTLD_DEFAULT, c"pthread_create".as_ptr(), c"GLIBC_2.2.5".as_ptr()) };
+    let direct = unsafe {
+        libc::dlvsym(
+            libc::RTLD_DEFAULT,
+            c"pthread_create".as_ptr(),
+            c"GLIBC_2.2.5".as_ptr(),
+        )
+    };
     assert_eq!(old.addr, direct as u64);
     assert!(old.size.is_some());
     assert_eq!(
@@ -37,9 +43,20 @@ fn versioned_lookup() {
 #[test]
 fn errors_name_the_problem() {
     let e = find_function("no_such_function_anywhere", None).unwrap_err();
-    assert_eq!(e.to_string(), "symbol no_such_function_anywhere not found in any loaded object");
+    assert_eq!(
+        e.to_string(),
+        "symbol no_such_function_anywhere not found in any loaded object"
+    );
     let e = find_function("malloc", Some("libnot-loaded-here.so.1")).unwrap_err();
-    assert_eq!(e, LookupError::LibraryNotLoaded { lib: "libnot-loaded-here.so.1".into() });
+    assert_eq!(
+        e,
+        LookupError::LibraryNotLoaded {
+            lib: "libnot-loaded-here.so.1".into()
+        }
+    );
     assert!(e.to_string().contains("dlopen it first"), "{e}");
-    assert!(matches!(find_function("a\0b", None), Err(LookupError::BadName { .. })));
+    assert!(matches!(
+        find_function("a\0b", None),
+        Err(LookupError::BadName { .. })
+    ));
 }

@@ -49,7 +49,11 @@ fn fragment(r: &mut Rng, code: &mut Vec<u8>) {
         7 => code.extend([0x48, 0x8d, 0x3d].iter().chain(&disp32(r))),
         8 => code.extend([0xf3, 0x0f, 0x1e, 0xfa]),
         9 => code.push([0xc3, 0x90, 0xcc, 0x55, 0x53][r.below(5) as usize]),
-        10 => code.extend([0xff, [0x25, 0x15][r.below(2) as usize]].iter().chain(&disp32(r))),
+        10 => code.extend(
+            [0xff, [0x25, 0x15][r.below(2) as usize]]
+                .iter()
+                .chain(&disp32(r)),
+        ),
         11 => {
             code.extend([0xc7, 0x05].iter().chain(&disp32(r)));
             code.extend(disp32(r));
@@ -67,9 +71,9 @@ fn fragment(r: &mut Rng, code: &mut Vec<u8>) {
 
 fn address(r: &mut Rng) -> u64 {
     match r.below(4) {
-        0 => r.next(),                               // anywhere, including wrap-around
-        1 => u64::MAX - r.below(64),                 // right at the top
-        2 => r.below(64),                            // right at the bottom
+        0 => r.next(),                                    // anywhere, including wrap-around
+        1 => u64::MAX - r.below(64),                      // right at the top
+        2 => r.below(64),                                 // right at the bottom
         _ => 0x7f00_0000_0000 + (r.below(1 << 32) & !15), // typical shared-library range
     }
 }
@@ -89,23 +93,38 @@ fn relocation_never_panics_and_verifies() {
             0 => None,
             _ => Some(r.below(code.len() as u64 + 1)),
         };
-        let patch_len = if r.below(4) == 0 { X86_64::FAR_PATCH_LEN } else { X86_64::NEAR_PATCH_LEN };
+        let patch_len = if r.below(4) == 0 {
+            X86_64::FAR_PATCH_LEN
+        } else {
+            X86_64::NEAR_PATCH_LEN
+        };
         let tramp = match r.below(3) {
             0 => r.next(),
             _ => addr.wrapping_add(r.below(1 << 31)).wrapping_sub(1 << 30) & !15,
         };
-        let ctx = || format!("case {case} seed {seed:#x}: addr {addr:#x} size {size:?} tramp {tramp:#x} code {code:02x?}");
+        let ctx = || {
+            format!("case {case} seed {seed:#x}: addr {addr:#x} size {size:?} tramp {tramp:#x} code {code:02x?}")
+        };
         let Ok(plan) = X86_64::plan(&code, addr, size, patch_len) else {
             refused += 1;
             continue;
         };
-        assert!(plan.taken >= patch_len && plan.keep + plan.taken <= code.len(), "{}: {plan:?}", ctx());
+        assert!(
+            plan.taken >= patch_len && plan.keep + plan.taken <= code.len(),
+            "{}: {plan:?}",
+            ctx()
+        );
         match X86_64::relocate(&code, addr, &plan, tramp) {
             Ok(out) => {
                 if let Err(e) = X86_64::verify(&code, addr, &plan, tramp, &out) {
                     panic!("{}: verify failed: {e}\n out {out:02x?}", ctx());
                 }
-                assert!(out.len() <= X86_64::MAX_TRAMPOLINE_LEN, "{}: {} bytes", ctx(), out.len());
+                assert!(
+                    out.len() <= X86_64::MAX_TRAMPOLINE_LEN,
+                    "{}: {} bytes",
+                    ctx(),
+                    out.len()
+                );
                 ok += 1;
             }
             Err(_) => refused += 1,

@@ -19,7 +19,8 @@ global_asm!(
     ".text",
     // RIP-relative load as the first instruction: x + 1000.
     ".p2align 4",
-    ".globl tr_rip_load", ".type tr_rip_load,@function",
+    ".globl tr_rip_load",
+    ".type tr_rip_load,@function",
     "tr_rip_load:",
     "    mov rax, qword ptr [rip + tr_data]",
     "    add rax, rdi",
@@ -27,7 +28,8 @@ global_asm!(
     ".size tr_rip_load, .-tr_rip_load",
     // RIP-relative lea: x + 2000.
     ".p2align 4",
-    ".globl tr_rip_lea", ".type tr_rip_lea,@function",
+    ".globl tr_rip_lea",
+    ".type tr_rip_lea,@function",
     "tr_rip_lea:",
     "    lea rax, [rip + tr_data]",
     "    mov rax, qword ptr [rax + 8]",
@@ -36,7 +38,8 @@ global_asm!(
     ".size tr_rip_lea, .-tr_rip_lea",
     // call rel32 as the first instruction: x + 7.
     ".p2align 4",
-    ".globl tr_call", ".type tr_call,@function",
+    ".globl tr_call",
+    ".type tr_call,@function",
     "tr_call:",
     "    call tr_seven",
     "    add rax, rdi",
@@ -48,7 +51,8 @@ global_asm!(
     "    ret",
     // jcc rel8 among the taken bytes, target outside them: x == 0 ? 42 : 2x.
     ".p2align 4",
-    ".globl tr_jcc", ".type tr_jcc,@function",
+    ".globl tr_jcc",
+    ".type tr_jcc,@function",
     "tr_jcc:",
     "    test rdi, rdi",
     "    je 2f",
@@ -59,7 +63,8 @@ global_asm!(
     ".size tr_jcc, .-tr_jcc",
     // jcc rel8 whose target is another taken instruction: x + 5.
     ".p2align 4",
-    ".globl tr_jcc_in", ".type tr_jcc_in,@function",
+    ".globl tr_jcc_in",
+    ".type tr_jcc_in,@function",
     "tr_jcc_in:",
     "    test edi, edi",
     "    .byte 0x74, 0x00", // je to the next instruction
@@ -69,16 +74,20 @@ global_asm!(
     ".size tr_jcc_in, .-tr_jcc_in",
     // jmp rel8 first: x + 1.
     ".p2align 4",
-    ".globl tr_jmp8", ".type tr_jmp8,@function",
+    ".globl tr_jmp8",
+    ".type tr_jmp8,@function",
     "tr_jmp8:",
     "    .byte 0xeb, 0x03", // jmp over three int3
-    "    int3", "    int3", "    int3",
+    "    int3",
+    "    int3",
+    "    int3",
     "    lea rax, [rdi + 1]",
     "    ret",
     ".size tr_jmp8, .-tr_jmp8",
     // endbr64 start: 3x.
     ".p2align 4",
-    ".globl tr_endbr", ".type tr_endbr,@function",
+    ".globl tr_endbr",
+    ".type tr_endbr,@function",
     "tr_endbr:",
     "    endbr64",
     "    push rbx",
@@ -89,7 +98,8 @@ global_asm!(
     ".size tr_endbr, .-tr_endbr",
     // Same shape, for the layout test (tests run in parallel): 4x.
     ".p2align 4",
-    ".globl tr_endbr4", ".type tr_endbr4,@function",
+    ".globl tr_endbr4",
+    ".type tr_endbr4,@function",
     "tr_endbr4:",
     "    endbr64",
     "    push rbx",
@@ -100,7 +110,8 @@ global_asm!(
     ".size tr_endbr4, .-tr_endbr4",
     // Long plain prologue for the far (14-byte) patch form: 5x + 2.
     ".p2align 4",
-    ".globl tr_far", ".type tr_far,@function",
+    ".globl tr_far",
+    ".type tr_far,@function",
     "tr_far:",
     "    push rbx",
     "    mov rbx, rdi",
@@ -112,7 +123,8 @@ global_asm!(
     ".size tr_far, .-tr_far",
     // Shorter than the patch, directly followed by another function.
     ".p2align 4",
-    ".globl tr_short", ".type tr_short,@function",
+    ".globl tr_short",
+    ".type tr_short,@function",
     "tr_short:",
     "    mov rax, rdi",
     "    ret",
@@ -122,7 +134,8 @@ global_asm!(
     "    ret",
     // Loop branching back into the prologue: sum 1..=x (x > 0).
     ".p2align 4",
-    ".globl tr_backjump", ".type tr_backjump,@function",
+    ".globl tr_backjump",
+    ".type tr_backjump,@function",
     "tr_backjump:",
     "    xor eax, eax",
     "2:  add eax, edi",
@@ -163,7 +176,14 @@ macro_rules! counting_replacement {
 }
 
 /// Check `f` before, through and after a hook; `cases` are (input, expected).
-fn exercise(name: &str, f: Fn1, cases: &[(u64, u64)], repl: Fn1, calls: &AtomicUsize, chain: &AtomicUsize) {
+fn exercise(
+    name: &str,
+    f: Fn1,
+    cases: &[(u64, u64)],
+    repl: Fn1,
+    calls: &AtomicUsize,
+    chain: &AtomicUsize,
+) {
     let f = std::hint::black_box(f);
     for &(x, want) in cases {
         assert_eq!(f(x), want, "{name}({x}) before hooking");
@@ -176,7 +196,11 @@ fn exercise(name: &str, f: Fn1, cases: &[(u64, u64)], repl: Fn1, calls: &AtomicU
     let before = unsafe { std::slice::from_raw_parts(sym.addr as *const u8, size) }.to_vec();
     let probed = probe(&sym).unwrap_or_else(|e| panic!("{e}"));
     // SAFETY: as above.
-    assert_eq!(unsafe { std::slice::from_raw_parts(sym.addr as *const u8, size) }, &before[..], "probe changed nothing");
+    assert_eq!(
+        unsafe { std::slice::from_raw_parts(sym.addr as *const u8, size) },
+        &before[..],
+        "probe changed nothing"
+    );
 
     let hook = install(&sym, repl as *const ()).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(hook.plan(), probed.plan, "{name}: probe and install agree");
@@ -189,7 +213,11 @@ fn exercise(name: &str, f: Fn1, cases: &[(u64, u64)], repl: Fn1, calls: &AtomicU
     // SAFETY: chain runs the original function, same type.
     let original: Fn1 = unsafe { std::mem::transmute(hook.chain()) };
     assert_eq!(original(cases[0].0), cases[0].1, "{name}: chain");
-    assert_eq!(calls.load(Ordering::SeqCst), cases.len(), "{name}: calls counted by the replacement");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        cases.len(),
+        "{name}: calls counted by the replacement"
+    );
 
     hook.uninstall().unwrap_or_else(|e| panic!("{e}"));
     // SAFETY: as above.
@@ -198,7 +226,11 @@ fn exercise(name: &str, f: Fn1, cases: &[(u64, u64)], repl: Fn1, calls: &AtomicU
     for &(x, want) in cases {
         assert_eq!(f(x), want, "{name}({x}) after uninstall");
     }
-    assert_eq!(calls.load(Ordering::SeqCst), cases.len(), "{name}: no calls counted after uninstall");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        cases.len(),
+        "{name}: no calls counted after uninstall"
+    );
 }
 
 macro_rules! live_test {
@@ -206,7 +238,14 @@ macro_rules! live_test {
         #[test]
         fn $test() {
             counting_replacement!(repl, CALLS, CHAIN);
-            exercise(stringify!($func), $func as Fn1, &$cases, repl, &CALLS, &CHAIN);
+            exercise(
+                stringify!($func),
+                $func as Fn1,
+                &$cases,
+                repl,
+                &CALLS,
+                &CHAIN,
+            );
         }
     };
 }
@@ -230,11 +269,17 @@ fn endbr64_is_kept_at_the_target() {
     }
     let hook = install(&sym, times4_plus_one as *const ()).unwrap();
     // SAFETY: the first 5 bytes are mapped code.
-    assert_eq!(unsafe { std::slice::from_raw_parts(sym.addr as *const u8, 5) }, &[0xf3, 0x0f, 0x1e, 0xfa, 0xe9]);
+    assert_eq!(
+        unsafe { std::slice::from_raw_parts(sym.addr as *const u8, 5) },
+        &[0xf3, 0x0f, 0x1e, 0xfa, 0xe9]
+    );
     let f: Fn1 = std::hint::black_box(tr_endbr4 as Fn1);
     assert_eq!(f(2), 9);
     // SAFETY: the trampoline's first 4 bytes are mapped code.
-    assert_eq!(unsafe { std::slice::from_raw_parts(hook.chain() as *const u8, 4) }, &[0xf3, 0x0f, 0x1e, 0xfa]);
+    assert_eq!(
+        unsafe { std::slice::from_raw_parts(hook.chain() as *const u8, 4) },
+        &[0xf3, 0x0f, 0x1e, 0xfa]
+    );
     // SAFETY: chain runs the original function, same type.
     let original: Fn1 = unsafe { std::mem::transmute(hook.chain()) };
     assert_eq!(original(2), 8);
@@ -250,7 +295,10 @@ fn shorter_than_patch_is_refused() {
     let e = install(&sym, tr_short as *const ()).unwrap_err();
     assert_eq!(e.reason, Reason::TooShort { need: 5, have: 4 });
     assert_eq!(e.function, "tr_short");
-    assert!(e.to_string().starts_with("cannot hook tr_short at 0x"), "{e}");
+    assert!(
+        e.to_string().starts_with("cannot hook tr_short at 0x"),
+        "{e}"
+    );
     assert_eq!(probe(&sym).unwrap_err(), e);
 }
 
@@ -260,8 +308,18 @@ fn back_jump_into_prologue_is_refused() {
     let sym = find_function("tr_backjump", None).unwrap();
     let e = install(&sym, tr_backjump as *const ()).unwrap_err();
     // xor eax,eax (2) | add eax,edi (2) at +2 | dec edi (2) | jnz +2 at +6
-    assert_eq!(e.reason, Reason::BranchIntoPatchedBytes { at: sym.addr + 6, target: sym.addr + 2 });
-    assert_eq!(std::hint::black_box(tr_backjump as Fn1)(4), 10, "nothing changed");
+    assert_eq!(
+        e.reason,
+        Reason::BranchIntoPatchedBytes {
+            at: sym.addr + 6,
+            target: sym.addr + 2
+        }
+    );
+    assert_eq!(
+        std::hint::black_box(tr_backjump as Fn1)(4),
+        10,
+        "nothing changed"
+    );
 }
 
 #[test]
@@ -285,7 +343,10 @@ fn far_patch_form() {
     assert_eq!(CALLS.load(Ordering::SeqCst), 2);
     hook.uninstall().unwrap();
     // SAFETY: as above.
-    assert_eq!(unsafe { std::slice::from_raw_parts(sym.addr as *const u8, 17) }, &before[..]);
+    assert_eq!(
+        unsafe { std::slice::from_raw_parts(sym.addr as *const u8, 17) },
+        &before[..]
+    );
     assert_eq!(f(3), 17);
     assert_eq!(CALLS.load(Ordering::SeqCst), 2);
 }

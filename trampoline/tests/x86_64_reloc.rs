@@ -14,7 +14,9 @@ const Y: u64 = 0x7f00_1000_0000;
 const FAR: u64 = X + (8 << 30);
 
 fn hex(s: &str) -> Vec<u8> {
-    s.split_whitespace().map(|b| u8::from_str_radix(b, 16).unwrap()).collect()
+    s.split_whitespace()
+        .map(|b| u8::from_str_radix(b, 16).unwrap())
+        .collect()
 }
 
 /// Plan with the symbol size = the given bytes, relocate to `tramp`, check
@@ -35,26 +37,42 @@ fn check(code: &str, tramp: u64, taken: usize, expected: &str) {
 
 fn refusal(code: &str, size: Option<u64>) -> Reason {
     let code = hex(code);
-    let r = X86_64::plan(&code, X, size, 5).and_then(|p| X86_64::relocate(&code, X, &p, Y).map(|_| p));
+    let r =
+        X86_64::plan(&code, X, size, 5).and_then(|p| X86_64::relocate(&code, X, &p, Y).map(|_| p));
     r.expect_err("must be refused")
 }
 
 #[test]
 fn rip_relative_load() {
     // mov rax, [rip+0x100]; ret
-    check("48 8b 05 00 01 00 00 c3", Y, 7, "48 8b 05 00 11 00 f0 e9 fb 0f 00 f0");
+    check(
+        "48 8b 05 00 01 00 00 c3",
+        Y,
+        7,
+        "48 8b 05 00 11 00 f0 e9 fb 0f 00 f0",
+    );
 }
 
 #[test]
 fn rip_relative_lea_negative_disp() {
     // lea rdi, [rip-0x20]; ret
-    check("48 8d 3d e0 ff ff ff c3", Y, 7, "48 8d 3d e0 0f 00 f0 e9 fb 0f 00 f0");
+    check(
+        "48 8d 3d e0 ff ff ff c3",
+        Y,
+        7,
+        "48 8d 3d e0 0f 00 f0 e9 fb 0f 00 f0",
+    );
 }
 
 #[test]
 fn rip_relative_with_immediate_after_disp() {
     // cmp dword [rip+0x10], 5; ret  (imm8 follows the displacement)
-    check("83 3d 10 00 00 00 05 c3", Y, 7, "83 3d 10 10 00 f0 05 e9 fb 0f 00 f0");
+    check(
+        "83 3d 10 00 00 00 05 c3",
+        Y,
+        7,
+        "83 3d 10 10 00 f0 05 e9 fb 0f 00 f0",
+    );
 }
 
 #[test]
@@ -63,14 +81,22 @@ fn rip_relative_out_of_reach_refused() {
     let plan = X86_64::plan(&code, X, Some(8), 5).unwrap();
     assert_eq!(
         X86_64::relocate(&code, X, &plan, FAR),
-        Err(Reason::OutOfReach { at: X, target: X + 0x107 })
+        Err(Reason::OutOfReach {
+            at: X,
+            target: X + 0x107
+        })
     );
 }
 
 #[test]
 fn call_rel32_in_prologue() {
     // push rbx; call X+0x1001; pop rbx; ret
-    check("53 e8 fb 0f 00 00 5b c3", Y, 6, "53 e8 fb 1f 00 f0 e9 fb 0f 00 f0");
+    check(
+        "53 e8 fb 0f 00 00 5b c3",
+        Y,
+        6,
+        "53 e8 fb 1f 00 f0 e9 fb 0f 00 f0",
+    );
 }
 
 #[test]
@@ -98,7 +124,12 @@ fn jmp_rel8_widened() {
 #[test]
 fn jcc_rel8_inside_taken_bytes() {
     // test edi, edi; je X+4 (the next, taken, instruction); xor eax, eax; ret
-    check("85 ff 74 00 31 c0 c3", Y, 6, "85 ff 0f 84 00 00 00 00 31 c0 e9 f7 0f 00 f0");
+    check(
+        "85 ff 74 00 31 c0 c3",
+        Y,
+        6,
+        "85 ff 0f 84 00 00 00 00 31 c0 e9 f7 0f 00 f0",
+    );
 }
 
 #[test]
@@ -119,8 +150,21 @@ fn jcc_rel8_outside_widened() {
 fn endbr64_is_kept_and_copied() {
     // endbr64; push rbp; mov rbp, rsp; sub rsp, 16; ...
     let (plan, _) = reloc("f3 0f 1e fa 55 48 89 e5 48 83 ec 10 c9 c3", Y);
-    assert_eq!(plan, Plan { keep: 4, taken: 8, instructions: 3, patch_len: 5 });
-    check("f3 0f 1e fa 55 48 89 e5 48 83 ec 10 c9 c3", Y, 8, "f3 0f 1e fa 55 48 89 e5 48 83 ec 10 e9 fb 0f 00 f0");
+    assert_eq!(
+        plan,
+        Plan {
+            keep: 4,
+            taken: 8,
+            instructions: 3,
+            patch_len: 5
+        }
+    );
+    check(
+        "f3 0f 1e fa 55 48 89 e5 48 83 ec 10 c9 c3",
+        Y,
+        8,
+        "f3 0f 1e fa 55 48 89 e5 48 83 ec 10 e9 fb 0f 00 f0",
+    );
 }
 
 #[test]
@@ -132,22 +176,40 @@ fn loop_and_jrcxz_to_outside_refused() {
         ("e1 10 48 89 f8 c3", "loope to outside the taken bytes"),
     ] {
         let n = hex(code).len() as u64;
-        assert_eq!(refusal(code, Some(n + 0x20)), Reason::Unrelocatable { at: X, what: what.into() }, "{code}");
+        assert_eq!(
+            refusal(code, Some(n + 0x20)),
+            Reason::Unrelocatable {
+                at: X,
+                what: what.into()
+            },
+            "{code}"
+        );
     }
 }
 
 #[test]
 fn loop_inside_taken_bytes_is_moved() {
     // L: dec eax (ff c8); loop L (e2 fc); mov rax, rdi; ret
-    check("ff c8 e2 fc 48 89 f8 c3", Y, 7, "ff c8 e2 fc 48 89 f8 e9 fb 0f 00 f0");
+    check(
+        "ff c8 e2 fc 48 89 f8 c3",
+        Y,
+        7,
+        "ff c8 e2 fc 48 89 f8 e9 fb 0f 00 f0",
+    );
 }
 
 #[test]
 fn shorter_than_patch_refused() {
     // xor eax, eax; ret (3 bytes, no padding after it)
-    assert_eq!(refusal("31 c0 c3", Some(3)), Reason::TooShort { need: 5, have: 3 });
+    assert_eq!(
+        refusal("31 c0 c3", Some(3)),
+        Reason::TooShort { need: 5, have: 3 }
+    );
     // Size unknown: the ret ends the function.
-    assert_eq!(refusal("31 c0 c3 55 48 89 e5", None), Reason::TooShort { need: 5, have: 3 });
+    assert_eq!(
+        refusal("31 c0 c3 55 48 89 e5", None),
+        Reason::TooShort { need: 5, have: 3 }
+    );
 }
 
 #[test]
@@ -155,10 +217,21 @@ fn alignment_padding_after_short_function_is_used() {
     // xor eax, eax; ret (size 3) followed by a 6-byte nop and int3 padding.
     let code = hex("31 c0 c3 66 0f 1f 44 00 00 cc cc cc cc cc cc cc");
     let plan = X86_64::plan(&code, X, Some(3), 5).unwrap();
-    assert_eq!(plan, Plan { keep: 0, taken: 9, instructions: 3, patch_len: 5 });
+    assert_eq!(
+        plan,
+        Plan {
+            keep: 0,
+            taken: 9,
+            instructions: 3,
+            patch_len: 5
+        }
+    );
     // Padding that is not a nop (another function's code) is not used.
     let code = hex("31 c0 c3 55 48 89 e5 c3");
-    assert_eq!(X86_64::plan(&code, X, Some(3), 5), Err(Reason::TooShort { need: 5, have: 3 }));
+    assert_eq!(
+        X86_64::plan(&code, X, Some(3), 5),
+        Err(Reason::TooShort { need: 5, have: 3 })
+    );
 }
 
 #[test]
@@ -166,7 +239,10 @@ fn back_jump_into_prologue_refused() {
     // mov rax, rdi; L: inc rax; cmp rax, rsi; jne L; ret
     assert_eq!(
         refusal("48 89 f8 48 ff c0 48 39 f0 75 f8 c3", Some(12)),
-        Reason::BranchIntoPatchedBytes { at: X + 9, target: X + 3 }
+        Reason::BranchIntoPatchedBytes {
+            at: X + 9,
+            target: X + 3
+        }
     );
     // A jump back to the very first byte (a tail call to itself) is accepted.
     let code = hex("48 89 f8 48 ff c0 48 39 f0 75 f5 c3");
@@ -177,12 +253,21 @@ fn back_jump_into_prologue_refused() {
 fn branch_into_middle_of_taken_instruction_refused() {
     // jmp X+1 (inside itself); nop...
     let r = refusal("eb ff c0 48 89 f8 c3", Some(7));
-    assert_eq!(r, Reason::Unrelocatable { at: X, what: "branch into the middle of a taken instruction".into() });
+    assert_eq!(
+        r,
+        Reason::Unrelocatable {
+            at: X,
+            what: "branch into the middle of a taken instruction".into()
+        }
+    );
 }
 
 #[test]
 fn undecodable_refused() {
-    assert_eq!(refusal("06 06 06 06 06 06", Some(6)), Reason::Undecodable { at: X });
+    assert_eq!(
+        refusal("06 06 06 06 06 06", Some(6)),
+        Reason::Undecodable { at: X }
+    );
 }
 
 #[test]

@@ -4,7 +4,9 @@
 //! sorting each into a relocation class. Must never: emit code.
 
 use crate::error::Reason;
-use iced_x86::{Code, ConditionCode, Decoder, DecoderOptions, FlowControl, Instruction, OpKind, Register};
+use iced_x86::{
+    Code, ConditionCode, Decoder, DecoderOptions, FlowControl, Instruction, OpKind, Register,
+};
 
 /// How an instruction is moved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,7 +54,12 @@ pub(crate) fn cc_nibble(cc: ConditionCode) -> Option<u8> {
 /// `None` when the bytes are not a valid instruction or are cut short.
 pub(crate) fn decode_at(code: &[u8], base: u64, off: usize) -> Option<Insn> {
     let bytes = code.get(off..)?;
-    let mut dec = Decoder::with_ip(64, bytes, base.wrapping_add(off as u64), DecoderOptions::NONE);
+    let mut dec = Decoder::with_ip(
+        64,
+        bytes,
+        base.wrapping_add(off as u64),
+        DecoderOptions::NONE,
+    );
     let ins = dec.decode();
     if ins.is_invalid() {
         return None;
@@ -62,7 +69,10 @@ pub(crate) fn decode_at(code: &[u8], base: u64, off: usize) -> Option<Insn> {
 }
 
 fn unrelocatable(ins: &Instruction, what: impl Into<String>) -> Reason {
-    Reason::Unrelocatable { at: ins.ip(), what: what.into() }
+    Reason::Unrelocatable {
+        at: ins.ip(),
+        what: what.into(),
+    }
 }
 
 /// The relocation class of `ins` (just decoded by `dec`).
@@ -72,7 +82,8 @@ fn classify(ins: &Instruction, dec: &Decoder) -> Result<Class, Reason> {
         return Ok(Class::Jmp { target });
     }
     if ins.is_jcc_short_or_near() {
-        let cc = cc_nibble(ins.condition_code()).ok_or_else(|| unrelocatable(ins, "jcc without condition"))?;
+        let cc = cc_nibble(ins.condition_code())
+            .ok_or_else(|| unrelocatable(ins, "jcc without condition"))?;
         return Ok(Class::Jcc { cc, target });
     }
     if ins.is_call_near() {
@@ -87,11 +98,18 @@ fn classify(ins: &Instruction, dec: &Decoder) -> Result<Class, Reason> {
     let has_branch_operand = (0..ins.op_count()).any(|i| {
         matches!(
             ins.op_kind(i),
-            OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64 | OpKind::FarBranch16 | OpKind::FarBranch32
+            OpKind::NearBranch16
+                | OpKind::NearBranch32
+                | OpKind::NearBranch64
+                | OpKind::FarBranch16
+                | OpKind::FarBranch32
         )
     });
     if has_branch_operand {
-        return Err(unrelocatable(ins, format!("{:?} branch", ins.mnemonic()).to_lowercase()));
+        return Err(unrelocatable(
+            ins,
+            format!("{:?} branch", ins.mnemonic()).to_lowercase(),
+        ));
     }
     if ins.is_ip_rel_memory_operand() {
         if ins.memory_base() == Register::EIP {
@@ -101,7 +119,10 @@ fn classify(ins: &Instruction, dec: &Decoder) -> Result<Class, Reason> {
         if offs.displacement_size() != 4 {
             return Err(unrelocatable(ins, "rip-relative operand without disp32"));
         }
-        return Ok(Class::RipRel { disp_off: offs.displacement_offset(), target: ins.ip_rel_memory_address() });
+        return Ok(Class::RipRel {
+            disp_off: offs.displacement_offset(),
+            target: ins.ip_rel_memory_address(),
+        });
     }
     Ok(Class::Plain)
 }
@@ -110,7 +131,10 @@ fn classify(ins: &Instruction, dec: &Decoder) -> Result<Class, Reason> {
 pub(crate) fn ends_flow(ins: &Instruction) -> bool {
     matches!(
         ins.flow_control(),
-        FlowControl::Return | FlowControl::UnconditionalBranch | FlowControl::IndirectBranch | FlowControl::Exception
+        FlowControl::Return
+            | FlowControl::UnconditionalBranch
+            | FlowControl::IndirectBranch
+            | FlowControl::Exception
     ) || matches!(ins.code(), Code::Hlt | Code::Int3)
 }
 

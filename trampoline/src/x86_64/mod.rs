@@ -57,7 +57,12 @@ impl Arch for X86_64 {
     const CODE_ALIGN: usize = 16;
     const MAX_READ: usize = 64;
 
-    fn plan(code: &[u8], addr: u64, func_size: Option<u64>, patch_len: usize) -> Result<Plan, Reason> {
+    fn plan(
+        code: &[u8],
+        addr: u64,
+        func_size: Option<u64>,
+        patch_len: usize,
+    ) -> Result<Plan, Reason> {
         plan::plan(code, addr, func_size, patch_len)
     }
 

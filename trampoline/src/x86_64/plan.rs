@@ -13,16 +13,26 @@ pub(crate) fn taken(code: &[u8], addr: u64, plan: &Plan) -> Result<Vec<Insn>, Re
     let mut out = Vec::with_capacity(plan.instructions);
     let mut off = plan.keep;
     let end = plan.keep + plan.taken;
-    let code = code.get(..end).ok_or(Reason::TooShort { need: end, have: code.len() })?;
+    let code = code.get(..end).ok_or(Reason::TooShort {
+        need: end,
+        have: code.len(),
+    })?;
     while off < end {
-        let insn = decode_at(code, addr, off).ok_or(Reason::Undecodable { at: addr.wrapping_add(off as u64) })?;
+        let insn = decode_at(code, addr, off).ok_or(Reason::Undecodable {
+            at: addr.wrapping_add(off as u64),
+        })?;
         off += insn.len();
         out.push(insn);
     }
     Ok(out)
 }
 
-pub(crate) fn plan(full: &[u8], addr: u64, func_size: Option<u64>, patch_len: usize) -> Result<Plan, Reason> {
+pub(crate) fn plan(
+    full: &[u8],
+    addr: u64,
+    func_size: Option<u64>,
+    patch_len: usize,
+) -> Result<Plan, Reason> {
     let limit = match func_size {
         Some(s) => full.len().min(usize::try_from(s).unwrap_or(usize::MAX)),
         None => full.len(),
@@ -40,7 +50,11 @@ pub(crate) fn plan(full: &[u8], addr: u64, func_size: Option<u64>, patch_len: us
         None => limit,
     };
     let code = &full[..limit];
-    let keep = if code.starts_with(&ENDBR64) { ENDBR64.len() } else { 0 };
+    let keep = if code.starts_with(&ENDBR64) {
+        ENDBR64.len()
+    } else {
+        0
+    };
     let start = addr.wrapping_add(keep as u64);
     let mut insns: Vec<Insn> = Vec::new();
     let mut off = keep;
@@ -54,15 +68,25 @@ pub(crate) fn plan(full: &[u8], addr: u64, func_size: Option<u64>, patch_len: us
                     insns.push(pad);
                     continue;
                 }
-                _ => return Err(Reason::TooShort { need: patch_len, have }),
+                _ => {
+                    return Err(Reason::TooShort {
+                        need: patch_len,
+                        have,
+                    })
+                }
             }
         }
         let Some(insn) = decode_at(code, addr, off) else {
             // Cut short by the end of the function/readable bytes, or garbage.
             return Err(if decode_at_padded(code, addr, off) {
-                Reason::TooShort { need: patch_len, have }
+                Reason::TooShort {
+                    need: patch_len,
+                    have,
+                }
             } else {
-                Reason::Undecodable { at: addr.wrapping_add(off as u64) }
+                Reason::Undecodable {
+                    at: addr.wrapping_add(off as u64),
+                }
             });
         };
         if let Err(r) = &insn.class {
@@ -74,7 +98,10 @@ pub(crate) fn plan(full: &[u8], addr: u64, func_size: Option<u64>, patch_len: us
         // Past an unconditional end of flow the next bytes may belong to
         // another function unless the symbol size says they are ours.
         if stop && off - keep < patch_len && func_size.is_none() {
-            return Err(Reason::TooShort { need: patch_len, have: off - keep });
+            return Err(Reason::TooShort {
+                need: patch_len,
+                have: off - keep,
+            });
         }
     }
     let taken = off - keep;
@@ -84,7 +111,9 @@ pub(crate) fn plan(full: &[u8], addr: u64, func_size: Option<u64>, patch_len: us
     // Branches among the taken instructions must land on one of them.
     for i in &insns {
         let Ok(class) = &i.class else { continue };
-        let Some(t) = class_target(class) else { continue };
+        let Some(t) = class_target(class) else {
+            continue;
+        };
         match class {
             Class::RipRel { .. } => {
                 if inside(t) && t != start {
@@ -110,7 +139,12 @@ pub(crate) fn plan(full: &[u8], addr: u64, func_size: Option<u64>, patch_len: us
     if func_size.is_some() {
         back_jump_scan(code, addr, off, start, end)?;
     }
-    Ok(Plan { keep, taken, instructions: insns.len(), patch_len })
+    Ok(Plan {
+        keep,
+        taken,
+        instructions: insns.len(),
+        patch_len,
+    })
 }
 
 /// A filler instruction compilers put between functions.
@@ -143,7 +177,10 @@ fn back_jump_scan(code: &[u8], addr: u64, from: usize, start: u64, end: u64) -> 
         };
         if let Some(t) = target {
             if t > start && t < end {
-                return Err(Reason::BranchIntoPatchedBytes { at: insn.ip(), target: t });
+                return Err(Reason::BranchIntoPatchedBytes {
+                    at: insn.ip(),
+                    target: t,
+                });
             }
         }
     }

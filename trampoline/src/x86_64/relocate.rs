@@ -74,14 +74,26 @@ pub(crate) fn relocate(code: &[u8], addr: u64, plan: &Plan, tramp: u64) -> Resul
             }
             Class::Jmp { target } if inside(target) => {
                 out.push(0xe9);
-                fixups.push(Fixup { at: out.len(), width: 4, next: out.len() + 4, target, from });
+                fixups.push(Fixup {
+                    at: out.len(),
+                    width: 4,
+                    next: out.len() + 4,
+                    target,
+                    from,
+                });
                 out.extend([0; 4]);
             }
             Class::Jmp { target } => emit_jmp(&mut out, tramp, target),
             Class::Jcc { cc, target } => {
                 if inside(target) {
                     out.extend([0x0f, 0x80 | cc]);
-                    fixups.push(Fixup { at: out.len(), width: 4, next: out.len() + 4, target, from });
+                    fixups.push(Fixup {
+                        at: out.len(),
+                        width: 4,
+                        next: out.len() + 4,
+                        target,
+                        from,
+                    });
                     out.extend([0; 4]);
                 } else if let Some(r) = rel32(here.wrapping_add(6), target) {
                     out.extend([0x0f, 0x80 | cc]);
@@ -95,7 +107,13 @@ pub(crate) fn relocate(code: &[u8], addr: u64, plan: &Plan, tramp: u64) -> Resul
             Class::Call { target } => {
                 if inside(target) {
                     out.push(0xe8);
-                    fixups.push(Fixup { at: out.len(), width: 4, next: out.len() + 4, target, from });
+                    fixups.push(Fixup {
+                        at: out.len(),
+                        width: 4,
+                        next: out.len() + 4,
+                        target,
+                        from,
+                    });
                     out.extend([0; 4]);
                 } else if let Some(r) = rel32(here.wrapping_add(5), target) {
                     out.push(0xe8);
@@ -109,20 +127,34 @@ pub(crate) fn relocate(code: &[u8], addr: u64, plan: &Plan, tramp: u64) -> Resul
             Class::Rel8Only { target } => {
                 if !inside(target) {
                     let m = format!("{:?}", insn.ins.mnemonic()).to_lowercase();
-                    return Err(Reason::Unrelocatable { at: from, what: format!("{m} to outside the taken bytes") });
+                    return Err(Reason::Unrelocatable {
+                        at: from,
+                        what: format!("{m} to outside the taken bytes"),
+                    });
                 }
                 out.extend_from_slice(bytes);
                 let at = out.len() - 1;
-                fixups.push(Fixup { at, width: 1, next: out.len(), target, from });
+                fixups.push(Fixup {
+                    at,
+                    width: 1,
+                    next: out.len(),
+                    target,
+                    from,
+                });
             }
         }
     }
     emit_jmp(&mut out, tramp, start.wrapping_add(plan.taken as u64));
     for f in fixups {
-        let to = copies.iter().find(|c| c.0 == f.target).map(|c| c.1).ok_or(Reason::Unrelocatable {
-            at: f.from,
-            what: "branch into the middle of a taken instruction".into(),
-        })?;
+        let to =
+            copies
+                .iter()
+                .find(|c| c.0 == f.target)
+                .map(|c| c.1)
+                .ok_or(Reason::Unrelocatable {
+                    at: f.from,
+                    what: "branch into the middle of a taken instruction".into(),
+                })?;
         let rel = to as i64 - f.next as i64;
         if f.width == 4 {
             out[f.at..f.at + 4].copy_from_slice(&(rel as i32).to_le_bytes());

@@ -17,9 +17,11 @@ fn u64_at(out: &[u8], o: usize) -> Option<u64> {
 fn abs_jump_at(out: &[u8], tramp: u64, o: usize) -> Option<u64> {
     let j = decode_at(out, tramp, o)?;
     let here = tramp.wrapping_add(o as u64);
-    (j.ins.code() == Code::Jmp_rm64 && j.ins.is_ip_rel_memory_operand() && j.ins.ip_rel_memory_address() == here.wrapping_add(6))
-        .then(|| u64_at(out, o + 6))
-        .flatten()
+    (j.ins.code() == Code::Jmp_rm64
+        && j.ins.is_ip_rel_memory_operand()
+        && j.ins.ip_rel_memory_address() == here.wrapping_add(6))
+    .then(|| u64_at(out, o + 6))
+    .flatten()
 }
 
 /// An unconditional jump at `o` in either output form: (target, length).
@@ -28,10 +30,18 @@ fn jump_at(out: &[u8], tramp: u64, o: usize) -> Option<(u64, usize)> {
         return Some((t, 14));
     }
     let j = decode_at(out, tramp, o)?;
-    j.ins.is_jmp_short_or_near().then(|| (j.ins.near_branch_target(), j.len()))
+    j.ins
+        .is_jmp_short_or_near()
+        .then(|| (j.ins.near_branch_target(), j.len()))
 }
 
-pub(crate) fn verify(code: &[u8], addr: u64, plan: &Plan, tramp: u64, out: &[u8]) -> Result<(), String> {
+pub(crate) fn verify(
+    code: &[u8],
+    addr: u64,
+    plan: &Plan,
+    tramp: u64,
+    out: &[u8],
+) -> Result<(), String> {
     let orig = taken(code, addr, plan).map_err(|e| e.to_string())?;
     let start = addr.wrapping_add(plan.keep as u64);
     let end = start.wrapping_add(plan.taken as u64);
@@ -57,7 +67,9 @@ pub(crate) fn verify(code: &[u8], addr: u64, plan: &Plan, tramp: u64, out: &[u8]
                 (None, i.len())
             }
             Class::RipRel { target, disp_off } => {
-                same_except_disp(i, &j, code, out, disp_off).then_some(()).ok_or_else(|| bad("rip-relative copy differs"))?;
+                same_except_disp(i, &j, code, out, disp_off)
+                    .then_some(())
+                    .ok_or_else(|| bad("rip-relative copy differs"))?;
                 if j.ins.ip_rel_memory_address() != target {
                     return Err(bad(&format!(
                         "rip-relative operand addresses {:#x} instead of {target:#x}",
@@ -67,7 +79,8 @@ pub(crate) fn verify(code: &[u8], addr: u64, plan: &Plan, tramp: u64, out: &[u8]
                 (None, j.len())
             }
             Class::Jmp { target } => {
-                let (t, n) = jump_at(out, tramp, o).ok_or_else(|| bad("jmp not copied as a jump"))?;
+                let (t, n) =
+                    jump_at(out, tramp, o).ok_or_else(|| bad("jmp not copied as a jump"))?;
                 (Some((target, t)), n)
             }
             Class::Jcc { cc, target } => {
@@ -78,7 +91,8 @@ pub(crate) fn verify(code: &[u8], addr: u64, plan: &Plan, tramp: u64, out: &[u8]
                     && jcc == Some(cc ^ 1)
                     && j.ins.near_branch_target() == here.wrapping_add((j.len() + 14) as u64)
                 {
-                    let t = abs_jump_at(out, tramp, o + j.len()).ok_or_else(|| bad("inverted jcc not over an absolute jump"))?;
+                    let t = abs_jump_at(out, tramp, o + j.len())
+                        .ok_or_else(|| bad("inverted jcc not over an absolute jump"))?;
                     (Some((target, t)), j.len() + 14)
                 } else {
                     return Err(bad("jcc not copied as the same condition"));
@@ -109,7 +123,9 @@ pub(crate) fn verify(code: &[u8], addr: u64, plan: &Plan, tramp: u64, out: &[u8]
             if inside(orig_target) {
                 internal.push((i.ip(), orig_target, new_target));
             } else if orig_target != new_target {
-                return Err(bad(&format!("branch goes to {new_target:#x} instead of {orig_target:#x}")));
+                return Err(bad(&format!(
+                    "branch goes to {new_target:#x} instead of {orig_target:#x}"
+                )));
             }
         }
         o += used;
@@ -117,7 +133,9 @@ pub(crate) fn verify(code: &[u8], addr: u64, plan: &Plan, tramp: u64, out: &[u8]
     for (from, t, new_t) in internal {
         let copy = copy_at.iter().find(|c| c.0 == t).map(|c| c.1);
         if copy != Some(new_t) {
-            return Err(format!("branch at {from:#x} to taken {t:#x} goes to {new_t:#x}, copy is at {copy:x?}"));
+            return Err(format!(
+                "branch at {from:#x} to taken {t:#x} goes to {new_t:#x}, copy is at {copy:x?}"
+            ));
         }
     }
     let (back, n) = jump_at(out, tramp, o).ok_or("no jump back at the end")?;
@@ -125,7 +143,10 @@ pub(crate) fn verify(code: &[u8], addr: u64, plan: &Plan, tramp: u64, out: &[u8]
         return Err(format!("jump back goes to {back:#x} instead of {end:#x}"));
     }
     if o + n != out.len() {
-        return Err(format!("{} trailing bytes after the jump back", out.len() - o - n));
+        return Err(format!(
+            "{} trailing bytes after the jump back",
+            out.len() - o - n
+        ));
     }
     Ok(())
 }
