@@ -185,13 +185,17 @@ impl fmt::Display for NoSource {
             }
             write!(f, "{kind}: {err}")?;
         }
+        let no_rapl = self
+            .tried
+            .iter()
+            .any(|(_, e)| matches!(e, SourceError::NotRaplCapable { .. }));
         let advice: Vec<&str> = self
             .tried
             .iter()
             .filter_map(|(k, e)| e.advice(*k))
             .collect();
-        if advice.is_empty() {
-            f.write_str("; no RAPL hardware to read on this machine")
+        if no_rapl || advice.is_empty() {
+            f.write_str("; nothing to enable: this CPU exposes no RAPL energy counters")
         } else {
             write!(f, "; to enable: {}", advice.join(", or "))
         }

@@ -133,6 +133,7 @@ pub struct Ledger {
     after_exit_nj: [AtomicU64; DOMAINS],
     untracked: AtomicU64,
     read_errors: AtomicU64,
+    carried_over: AtomicU64,
 }
 
 // SAFETY: `state` is only accessed by the thread that won the `closing`
@@ -162,7 +163,12 @@ impl Ledger {
             min_interval_ns,
             closing: AtomicBool::new(false),
             state: UnsafeCell::new(CloseState {
-                meter,
+                meter: meter.map(|mut m| {
+                    // Start the meter's interval now, with the wall clock's.
+                    let mut discard = [0.0; DOMAINS];
+                    let _ = m.read_deltas(&mut discard);
+                    m
+                }),
                 last_wall_ns: monotonic_ns(),
                 cpu_ns: vec![0; capacity].into_boxed_slice(),
                 shares: vec![[0.0; DOMAINS]; capacity].into_boxed_slice(),
@@ -171,6 +177,7 @@ impl Ledger {
             after_exit_nj: Default::default(),
             untracked: AtomicU64::new(0),
             read_errors: AtomicU64::new(0),
+            carried_over: AtomicU64::new(0),
         }
     }
 
@@ -271,6 +278,7 @@ impl Ledger {
         st.last_wall_ns = now;
 
         // CPU time of every registered thread in this interval.
+        let mut used: u64 = 0;
         for (i, s) in self.slots.iter().enumerate() {
             st.cpu_ns[i] = 0;
             let state = s.state.load(Ordering::Acquire);
@@ -282,11 +290,27 @@ impl Ledger {
             } else {
                 clock.thread_cpu_ns(s.tid.load(Ordering::Relaxed))
             };
-            let last = s.last_cpu_ns.load(Ordering::Relaxed);
             if let Some(cur) = cur {
-                st.cpu_ns[i] = cur.saturating_sub(last);
-                s.last_cpu_ns.store(cur.max(last), Ordering::Relaxed);
+                st.cpu_ns[i] = cur.saturating_sub(s.last_cpu_ns.load(Ordering::Relaxed));
+                used = used.saturating_add(st.cpu_ns[i]);
             }
+        }
+        // The clocks are read one after the other, after the energy: if the
+        // closer is preempted in between, threads show more CPU time than
+        // the interval could hold. That excess belongs to the next interval:
+        // count only what fits and leave the rest on the threads' clocks.
+        if let SharePolicy::CpuCapacity { cpus } = self.policy {
+            let capacity = wall.saturating_mul(u64::from(cpus.max(1)));
+            if used > capacity {
+                let fit = capacity as f64 / used as f64;
+                for c in st.cpu_ns.iter_mut() {
+                    *c = (*c as f64 * fit) as u64;
+                }
+                self.carried_over.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        for (s, &c) in self.slots.iter().zip(st.cpu_ns.iter()) {
+            s.last_cpu_ns.fetch_add(c, Ordering::Relaxed);
         }
         let un = attribute(&energy, wall, self.policy, &st.cpu_ns, &mut st.shares);
         add_nj(&self.unattributed_nj, &un);
@@ -341,6 +365,14 @@ impl Ledger {
     /// at the next successful read).
     pub fn read_errors(&self) -> u64 {
         self.read_errors.load(Ordering::Relaxed)
+    }
+
+    /// Closes where the threads' CPU time exceeded the interval's capacity
+    /// (clock reads delayed by preemption) and the excess was carried into
+    /// the next interval. A diagnostic: frequent carries mean the closer
+    /// is often preempted mid-close.
+    pub fn carried_over(&self) -> u64 {
+        self.carried_over.load(Ordering::Relaxed)
     }
 }
 
@@ -469,6 +501,25 @@ mod tests {
         while t.elapsed().as_millis() < 3 {}
         assert!(KernelCpuClock.thread_cpu_ns(tid).unwrap() > a);
         assert_eq!(KernelCpuClock.thread_cpu_ns(0x3fff_fff0), None);
+    }
+
+    #[test]
+    fn cpu_time_beyond_capacity_is_carried_to_the_next_interval() {
+        // 1 CPU, 10 ms intervals at 1 J each. The closer saw thread A's
+        // clock 5 ms late: 15 ms in the first interval, 5 ms in the second.
+        let l = Ledger::new(None, SharePolicy::CpuCapacity { cpus: 1 }, 1, 1e-6, 0);
+        let clock = Script(RefCell::new(HashMap::new()));
+        l.close_with(&[0.0; DOMAINS], 0, &clock);
+        let a = l.register_at(9, 0).unwrap();
+        clock.set(9, 15 * MS);
+        l.close_with(&[1.0, 0.0, 0.0, 0.0], 10 * MS, &clock);
+        assert_eq!(l.take(a)[0], 1_000_000);
+        assert_eq!(l.carried_over(), 1);
+        clock.set(9, 20 * MS);
+        l.close_with(&[1.0, 0.0, 0.0, 0.0], 20 * MS, &clock);
+        // Without the carry, A would get only 0.5 J here (5 of 10 ms).
+        assert_eq!(l.take(a)[0], 1_000_000);
+        assert_eq!(l.residual().unattributed[0], 0);
     }
 
     #[test]

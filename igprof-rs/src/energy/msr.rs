@@ -88,10 +88,15 @@ pub fn classify(id: &CpuId) -> Result<Vendor, SourceError> {
         "AuthenticAMD" | "HygonGenuine" if id.rapl_flag => Ok(Vendor::Amd),
         "AuthenticAMD" | "HygonGenuine" => Err(SourceError::NotRaplCapable {
             vendor: id.vendor.clone(),
-            reason: "no `rapl` flag in /proc/cpuinfo (RAPL needs family 17h or later, and a hypervisor that exposes it)",
+            reason:
+                "no `rapl` flag in /proc/cpuinfo (RAPL needs family 17h or later, and a hypervisor that exposes it)",
         }),
         _ => Err(SourceError::NotRaplCapable {
-            vendor: if id.vendor.is_empty() { "unknown vendor".into() } else { id.vendor.clone() },
+            vendor: if id.vendor.is_empty() {
+                "unknown vendor".into()
+            } else {
+                id.vendor.clone()
+            },
             reason: "RAPL registers exist only on Intel and AMD/Hygon x86 CPUs",
         }),
     }

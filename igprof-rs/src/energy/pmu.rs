@@ -14,6 +14,7 @@
 
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 
 use super::counter::{Access, RawCounter, Wrap};
@@ -129,10 +130,20 @@ impl PerfOpener for SyscallPerf {
 /// not `/`: the count of event `E` on CPU `N` is the 8 native-endian bytes
 /// of `<root>/perf-fake/E/cpuN`. Opening goes through the same [`Fs`], so a
 /// test can inject `EACCES` and see the paranoid-level message.
+///
+/// A counter that advances with wall time, for end-to-end tests: when that
+/// file holds the text `cpu-clock`, the real system-wide `cpu-clock`
+/// software event of CPU `N` is opened instead (nanoseconds, read with
+/// `read(2)` exactly as a power PMU counter is; needs
+/// `perf_event_paranoid <= 0` or root). With `.scale` = `W x 1e-9` the fake
+/// package draws `W` watts, sampled at the instant it is read.
 pub struct FilePerf<'a> {
     pub root: &'a Root,
     pub fs: &'a dyn Fs,
 }
+
+/// Content of a fake counter file that selects the wall-time counter.
+pub const WALL_CLOCK_FAKE: &[u8] = b"cpu-clock";
 
 impl FilePerf<'_> {
     pub fn path(root: &Root, event: &str, cpu: u32) -> PathBuf {
@@ -145,6 +156,18 @@ impl PerfOpener for FilePerf<'_> {
         let fd = self
             .fs
             .open(&FilePerf::path(self.root, spec.event, spec.cpu))?;
+        let mut head = [0u8; WALL_CLOCK_FAKE.len()];
+        let n = std::fs::File::from(fd.try_clone()?).read_at(&mut head, 0)?;
+        if n == head.len() && head == WALL_CLOCK_FAKE {
+            const PERF_TYPE_SOFTWARE: u32 = 1;
+            const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
+            let clock = PerfSpec {
+                pmu_type: PERF_TYPE_SOFTWARE,
+                config: PERF_COUNT_SW_CPU_CLOCK,
+                ..*spec
+            };
+            return SyscallPerf.open(&clock);
+        }
         Ok((fd, Access::PreadBinary { offset: 0 }))
     }
 }
