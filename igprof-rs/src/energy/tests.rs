@@ -115,6 +115,11 @@ impl Fs for DenyFs {
     }
 }
 
+/// [`detect_with`] opening files and fake perf counters through `fs`.
+fn detect_through(root: &Root, fs: &dyn Fs) -> Result<EnergyMeter, NoSource> {
+    detect_with(root, fs, &FilePerf { root, fs })
+}
+
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1e-6)
 }
@@ -220,27 +225,11 @@ fn perf_refusal_names_the_paranoid_level_and_falls_through_to_powercap() {
         deny: &["perf-fake"],
         errno: libc::EACCES,
     };
-    let m = detect_with(
-        &root,
-        &fs,
-        &FilePerf {
-            root: &root,
-            fs: &fs,
-        },
-    )
-    .unwrap();
+    let m = detect_through(&root, &fs).unwrap();
     assert_eq!(m.source(), SourceKind::Powercap);
     // With powercap gone too, the whole message shows the refusal.
     std::fs::remove_dir_all(t.path("/sys/class/powercap")).unwrap();
-    let err = detect_with(
-        &root,
-        &fs,
-        &FilePerf {
-            root: &root,
-            fs: &fs,
-        },
-    )
-    .unwrap_err();
+    let err = detect_through(&root, &fs).unwrap_err();
     assert!(matches!(
         err.tried[0],
         (
@@ -320,15 +309,7 @@ fn powercap_permission_denied_is_reported_with_advice() {
         deny: &["energy_uj"],
         errno: libc::EACCES,
     };
-    let err = detect_with(
-        &root,
-        &fs,
-        &FilePerf {
-            root: &root,
-            fs: &fs,
-        },
-    )
-    .unwrap_err();
+    let err = detect_through(&root, &fs).unwrap_err();
     let kinds: Vec<SourceKind> = err.tried.iter().map(|t| t.0).collect();
     assert_eq!(
         kinds,
