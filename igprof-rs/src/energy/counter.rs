@@ -7,7 +7,7 @@
 //! bad data (a bad read is a [`ReadError`]). It must never open or close
 //! files; that happens outside signal context.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use super::error::ReadError;
 use super::Domain;
@@ -93,6 +93,21 @@ impl RawCounter {
 
     pub fn joules_per_count(&self) -> f64 {
         self.joules_per_count
+    }
+
+    /// Move the descriptor to the lowest free number >= `min_fd` (close-on-
+    /// exec), so the profiler does not hold the low numbers a program may
+    /// expect to be free. Start-up only.
+    pub fn relocate(&mut self, min_fd: i32) -> std::io::Result<()> {
+        // SAFETY: F_DUPFD_CLOEXEC on a descriptor we own; no memory involved.
+        let fd = unsafe { libc::fcntl(self.fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, min_fd) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: fcntl just created this descriptor and nothing else owns it;
+        // the old one is closed when the replaced OwnedFd drops.
+        self.fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(())
     }
 
     /// Read the current raw value. Async-signal-safe; clobbers errno on error.
@@ -271,6 +286,11 @@ mod tests {
         .unwrap();
         w.write_all_at(&0x10u64.to_ne_bytes(), 0x611).unwrap();
         assert_eq!(c.delta_joules().unwrap(), 16.0);
+        // Moved to a high descriptor, it reads the same register.
+        c.relocate(900).unwrap();
+        assert!(c.fd.as_raw_fd() >= 900);
+        w.write_all_at(&0x20u64.to_ne_bytes(), 0x611).unwrap();
+        assert_eq!(c.delta_joules().unwrap(), 8.0);
         // Reading beyond the end of file: short read, typed error, last kept.
         let fd = OwnedFd::from(File::open(&p).unwrap());
         let e = RawCounter::new(

@@ -124,6 +124,14 @@ impl EnergyMeter {
         self.counters.len()
     }
 
+    /// Move every counter's descriptor to numbers >= `min_fd` (as the
+    /// runtime does with its own perf descriptors). Start-up only.
+    pub fn relocate_fds(&mut self, min_fd: i32) -> std::io::Result<()> {
+        self.counters
+            .iter_mut()
+            .try_for_each(|c| c.relocate(min_fd))
+    }
+
     /// One line for the debug log: `powercap: NRG_PKG NRG_DRAM (2 counters)`.
     pub fn describe(&self) -> String {
         let names: Vec<&str> = self.domains().map(Domain::counter_name).collect();
