@@ -18,6 +18,7 @@
 //!   once per `min_interval_ns`), then `ledger.take(slot)` and add the
 //!   returned values to that thread's `NRG_*` counters of the sampled stack;
 //! * thread exit: `ledger.take(slot)` once more, then `ledger.unregister(slot)`;
+//! * before a dump: `ledger.close_now()`, then each thread's `take`;
 //! * dump: write [`Ledger::residual`] as a synthetic top-level node
 //!   `<unattributed>` (see the README's Energy section).
 //!
@@ -52,8 +53,10 @@ struct Slot {
     final_cpu_ns: AtomicU64,
     /// Owed to the thread, in nJ.
     owed_nj: [AtomicU64; DOMAINS],
-    /// Fraction of a value not yet handed out, in nJ (owner thread only).
+    /// Fraction of a value not yet handed out, in nJ (under `taking`).
     carry_nj: [AtomicU64; DOMAINS],
+    /// Try-lock of `take`.
+    taking: AtomicBool,
 }
 
 impl Slot {
@@ -65,6 +68,7 @@ impl Slot {
             final_cpu_ns: AtomicU64::new(0),
             owed_nj: Default::default(),
             carry_nj: Default::default(),
+            taking: AtomicBool::new(false),
         }
     }
 }
@@ -232,14 +236,22 @@ impl Ledger {
     /// closing: read the meter and every thread's CPU clock, share the
     /// energy. Returns whether it closed. Async-signal-safe.
     pub fn close_interval(&self) -> Result<bool, ReadError> {
-        self.close_inner(None, monotonic_ns(), &KernelCpuClock)
+        self.close_inner(None, monotonic_ns(), &KernelCpuClock, false)
+    }
+
+    /// Close now whatever the time since the last close (before a dump, so
+    /// the profile holds all energy up to it; or from a slow timer while
+    /// no thread samples, so that a counter cannot wrap twice unseen).
+    /// Returns false only if another close is running. Async-signal-safe.
+    pub fn close_now(&self) -> Result<bool, ReadError> {
+        self.close_inner(None, monotonic_ns(), &KernelCpuClock, true)
     }
 
     /// Close with energy given instead of read from the meter (tests, and
     /// replays of recorded readings). Closes unconditionally unless another
     /// close is running.
     pub fn close_with(&self, energy: &Energy, now_wall_ns: u64, clock: &dyn CpuClock) -> bool {
-        self.close_inner(Some(energy), now_wall_ns, clock)
+        self.close_inner(Some(energy), now_wall_ns, clock, true)
             .unwrap_or(false)
     }
 
@@ -248,6 +260,7 @@ impl Ledger {
         given: Option<&Energy>,
         now: u64,
         clock: &dyn CpuClock,
+        force: bool,
     ) -> Result<bool, ReadError> {
         if self
             .closing
@@ -259,7 +272,7 @@ impl Ledger {
         // SAFETY: we hold the `closing` try-lock, so no other thread touches `state`.
         let st = unsafe { &mut *self.state.get() };
         let wall = now.saturating_sub(st.last_wall_ns);
-        if given.is_none() && wall < self.min_interval_ns {
+        if !force && wall < self.min_interval_ns {
             self.closing.store(false, Ordering::Release);
             return Ok(false);
         }
@@ -333,18 +346,22 @@ impl Ledger {
     }
 
     /// What `slot`'s thread is owed since its last `take`, as counter values
-    /// (the fraction of a value stays for next time). Call from the thread
-    /// itself, never re-entered for the same slot (the profiling signal is
-    /// blocked inside its own handler), never after `unregister`.
-    /// Async-signal-safe.
+    /// (the fraction of a value stays for next time). Any thread may call it
+    /// (the owner at its samples, the dumping thread for everyone); a call
+    /// that finds another `take` of the same slot running, or interrupts
+    /// one, gets zeros and the energy stays owed. Async-signal-safe.
     pub fn take(&self, slot: SlotId) -> [u64; DOMAINS] {
         let s = &self.slots[slot.0];
         let mut out = [0u64; DOMAINS];
+        if s.taking.swap(true, Ordering::Acquire) {
+            return out;
+        }
         for ((o, owed), carry) in out.iter_mut().zip(&s.owed_nj).zip(&s.carry_nj) {
             let nj = owed.swap(0, Ordering::Relaxed) + carry.load(Ordering::Relaxed);
             *o = nj / self.nj_per_value;
             carry.store(nj % self.nj_per_value, Ordering::Relaxed);
         }
+        s.taking.store(false, Ordering::Release);
         out
     }
 
@@ -528,5 +545,15 @@ mod tests {
         assert_eq!(l.close_interval(), Ok(false));
         l.closing.store(true, Ordering::Relaxed);
         assert!(!l.close_with(&[1.0; DOMAINS], 1, &KernelCpuClock));
+        l.closing.store(false, Ordering::Relaxed);
+        // close_now ignores the minimum interval.
+        assert_eq!(l.close_now(), Ok(true));
+        // A take that finds another running gets zeros; the energy stays.
+        let a = l.register_at(5, 0).unwrap();
+        l.slots[a.0].owed_nj[0].store(3_000, Ordering::Relaxed);
+        l.slots[a.0].taking.store(true, Ordering::Relaxed);
+        assert_eq!(l.take(a), [0; DOMAINS]);
+        l.slots[a.0].taking.store(false, Ordering::Relaxed);
+        assert_eq!(l.take(a), [3, 0, 0, 0]);
     }
 }

@@ -4,8 +4,10 @@
 //! domain (`package-N` -> PKG, `core` -> PP0, `uncore` -> PP1, `dram` ->
 //! DRAM; `psys` and unknown names skipped), opening each `energy_uj` and
 //! reading `max_energy_range_uj` for wrap-around. AMD packages appear under
-//! the same `intel-rapl` names on recent kernels. Never called from signal
-//! context; the counters it returns are read there with `pread`.
+//! the same `intel-rapl` names on recent kernels. `intel-rapl-mmio:*` zones
+//! (an MMIO view of the same package counter on some Intel clients) are not
+//! read. Never called from signal context; the counters it returns are read
+//! there with `pread`.
 
 use std::path::PathBuf;
 
