@@ -19,8 +19,12 @@
 //!   returned values to that thread's `NRG_*` counters of the sampled stack;
 //! * thread exit: `ledger.take(slot)` once more, then `ledger.unregister(slot)`;
 //! * before a dump: `ledger.close_now()`, then each thread's `take`;
-//! * dump: write [`Ledger::residual`] as a synthetic top-level node
-//!   `<unattributed>` (see the README's Energy section).
+//! * dump: write [`Ledger::residual`] (`unattributed + after_exit`) as one
+//!   more tree of a single node, a synthetic function `<unattributed>`, e.g.
+//!   `C1 FN9=(F4=(<unattributed>)+0 N=(<unattributed>))+0 V2=(NRG_PKG):(c,v,v)`
+//!   with `c` = [`Ledger::closes`] and `v` the value (peak = value, as for
+//!   IgProf's tick counters), one `V` per measured domain. The report's
+//!   total is then all the energy measured (see the README's Energy section).
 //!
 //! A thread is charged for energy at its first sample after the interval in
 //! which it ran closed: the stack charged is the one sampled then.
@@ -138,6 +142,7 @@ pub struct Ledger {
     untracked: AtomicU64,
     read_errors: AtomicU64,
     carried_over: AtomicU64,
+    closes: AtomicU64,
 }
 
 // SAFETY: `state` is only accessed by the thread that won the `closing`
@@ -182,6 +187,7 @@ impl Ledger {
             untracked: AtomicU64::new(0),
             read_errors: AtomicU64::new(0),
             carried_over: AtomicU64::new(0),
+            closes: AtomicU64::new(0),
         }
     }
 
@@ -341,6 +347,7 @@ impl Ledger {
                 s.state.store(FREE, Ordering::Release);
             }
         }
+        self.closes.fetch_add(1, Ordering::Relaxed);
         self.closing.store(false, Ordering::Release);
         result
     }
@@ -382,6 +389,11 @@ impl Ledger {
     /// at the next successful read).
     pub fn read_errors(&self) -> u64 {
         self.read_errors.load(Ordering::Relaxed)
+    }
+
+    /// Intervals closed so far (the tick count of `<unattributed>`).
+    pub fn closes(&self) -> u64 {
+        self.closes.load(Ordering::Relaxed)
     }
 
     /// Closes where the threads' CPU time exceeded the interval's capacity
@@ -548,6 +560,7 @@ mod tests {
         l.closing.store(false, Ordering::Relaxed);
         // close_now ignores the minimum interval.
         assert_eq!(l.close_now(), Ok(true));
+        assert_eq!(l.closes(), 1);
         // A take that finds another running gets zeros; the energy stays.
         let a = l.register_at(5, 0).unwrap();
         l.slots[a.0].owed_nj[0].store(3_000, Ordering::Relaxed);
