@@ -18,7 +18,7 @@ use super::stack::StackReader;
 use super::BrokenFrame;
 
 /// framehop's per-thread scratch space, preallocated.
-pub(crate) type FramehopCache = CacheAarch64<MustNotAllocateDuringUnwind>;
+pub type FramehopCache = CacheAarch64<MustNotAllocateDuringUnwind>;
 
 /// The registers a walk needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

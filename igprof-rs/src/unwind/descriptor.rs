@@ -75,6 +75,8 @@ const _: () = assert!(CACHE_SLOTS.is_power_of_two());
 #[repr(C)]
 pub(crate) struct DescriptorCache {
     generation: u32,
+    /// Some slot was filled since the cache was last emptied.
+    filled: bool,
     pub(crate) hits: u64,
     pub(crate) misses: u64,
     slots: [Slot; CACHE_SLOTS],
@@ -94,9 +96,12 @@ impl DescriptorCache {
     #[inline]
     pub(crate) fn sync_generation(&mut self, generation: u32) {
         if self.generation != generation {
-            self.slots
-                .iter_mut()
-                .for_each(|s| s.desc.kind = Kind::Empty);
+            if self.filled {
+                self.slots
+                    .iter_mut()
+                    .for_each(|s| s.desc.kind = Kind::Empty);
+                self.filled = false;
+            }
             self.generation = generation;
         }
     }
@@ -117,6 +122,7 @@ impl DescriptorCache {
 
     #[inline]
     pub(crate) fn put(&mut self, key: usize, desc: Descriptor) {
+        self.filled = true;
         self.slots[Self::index(key)] = Slot { key, desc };
     }
 }

@@ -62,7 +62,9 @@ impl<T: Zeroable> MmapSlice<T> {
                 core::ptr::null_mut(),
                 bytes,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                // Populated now, so that a signal handler never takes the
+                // page faults of first use.
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
                 -1,
                 0,
             )

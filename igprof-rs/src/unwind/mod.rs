@@ -113,6 +113,8 @@ compile_error!("the unwinder supports x86-64 and AArch64 only");
 pub use mem::MapError;
 pub use modules::{module_of, refresh, ModuleInfo, RefreshError};
 pub use stack::{StackBounds, StackBoundsError};
+#[doc(hidden)]
+pub use walk::FramehopCache;
 pub use walk::{CacheStats, ThreadUnwinder};
 
 /// Default depth limit: the output buffer size the runtime should use when

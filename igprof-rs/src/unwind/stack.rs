@@ -34,10 +34,16 @@ impl core::fmt::Display for StackBoundsError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             StackBoundsError::GetAttr { err } => {
-                write!(f, "unwinder: pthread_getattr_np failed (error {err}); this thread cannot be traced")
+                write!(
+                    f,
+                    "unwinder: pthread_getattr_np failed (error {err}); this thread cannot be traced"
+                )
             }
             StackBoundsError::GetStack { err } => {
-                write!(f, "unwinder: pthread_attr_getstack failed (error {err}); this thread cannot be traced")
+                write!(
+                    f,
+                    "unwinder: pthread_attr_getstack failed (error {err}); this thread cannot be traced"
+                )
             }
         }
     }

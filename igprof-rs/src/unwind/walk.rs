@@ -11,7 +11,8 @@ use core::cell::{Cell, UnsafeCell};
 use core::marker::PhantomData;
 use core::sync::atomic::{compiler_fence, Ordering};
 
-use super::arch::{self, FramehopCache, Regs, Step};
+pub use super::arch::FramehopCache;
+use super::arch::{self, Regs, Step};
 use super::descriptor::{DescriptorCache, Kind};
 use super::mem::{MapError, MmapSlice};
 use super::modules::{self, ModuleTable};
@@ -60,7 +61,7 @@ impl ThreadUnwinder {
     ) -> Trace {
         // SAFETY: guaranteed by the caller.
         let regs = unsafe { arch::regs_from_ucontext(uc) };
-        self.guarded(|this, table| this.walk(table, regs, bounds, out, None))
+        self.guarded(|this, table| this.walk(table, regs, bounds, out, None, None))
     }
 
     /// Trace the caller of the profiler: the frames of the object that
@@ -68,10 +69,30 @@ impl ThreadUnwinder {
     #[inline(never)]
     pub fn trace_here(&self, bounds: &StackBounds, out: &mut [usize]) -> Trace {
         let regs = arch::capture();
-        let t =
-            self.guarded(|this, table| this.walk(table, regs, bounds, out, Some(table.self_text)));
+        let t = self.guarded(|this, table| {
+            this.walk(table, regs, bounds, out, Some(table.self_text), None)
+        });
         // Keep this frame (whose registers were captured) alive until the
         // walk is done: no tail call into `guarded`.
+        core::hint::black_box(&regs);
+        t
+    }
+
+    /// For benchmarks only: `trace_here` with framehop unwinding every frame
+    /// using the caller's framehop cache `fh` (pass a fresh one for framehop
+    /// with a cold rule cache); the descriptor cache is not used.
+    #[doc(hidden)]
+    #[inline(never)]
+    pub fn trace_here_framehop_only(
+        &self,
+        bounds: &StackBounds,
+        out: &mut [usize],
+        fh: &mut FramehopCache,
+    ) -> Trace {
+        let regs = arch::capture();
+        let t = self.guarded(|this, table| {
+            this.walk(table, regs, bounds, out, Some(table.self_text), Some(fh))
+        });
         core::hint::black_box(&regs);
         t
     }
@@ -131,6 +152,7 @@ impl ThreadUnwinder {
         bounds: &StackBounds,
         out: &mut [usize],
         skip: Option<(usize, usize)>,
+        mut framehop_only: Option<&mut FramehopCache>,
     ) -> Trace {
         // SAFETY: `busy` is set, so this is the only live reference to the
         // cache and the framehop scratch space on this thread, and they are
@@ -167,18 +189,45 @@ impl ThreadUnwinder {
                     depth += 1;
                 }
             }
-            if table.find(regs.pc).is_none() {
-                // No unwind information and no code known here: a JIT or a
-                // corrupt return address. The address is kept, the walk ends.
-                return Trace {
-                    depth,
-                    end: TraceEnd::Broken(BrokenFrame::NotInAnyObject { pc: regs.pc }),
-                };
+            // A PC in no loaded object (JIT code or a corrupt return
+            // address) is kept and ends the walk. Cached PCs were checked
+            // when their descriptor was made.
+            let not_in_any_object = TraceEnd::Broken(BrokenFrame::NotInAnyObject { pc: regs.pc });
+            if let Some(fh) = framehop_only.as_deref_mut() {
+                if table.find(regs.pc).is_none() {
+                    return Trace {
+                        depth,
+                        end: not_in_any_object,
+                    };
+                }
+                let step = arch::framehop_step(table, fh, &mut regs, first, &reader);
+                match step {
+                    Ok(Step::Caller { first: f }) => first = f,
+                    Ok(Step::Outermost) => {
+                        return Trace {
+                            depth,
+                            end: TraceEnd::Outermost,
+                        }
+                    }
+                    Err(b) => {
+                        return Trace {
+                            depth,
+                            end: TraceEnd::Broken(b),
+                        }
+                    }
+                }
+                continue;
             }
             let key = if first { regs.pc } else { regs.pc - 1 };
             let d = match cache.get(key, first) {
                 Some(d) => d,
                 None => {
+                    if table.find(regs.pc).is_none() {
+                        return Trace {
+                            depth,
+                            end: not_in_any_object,
+                        };
+                    }
                     let d = arch::describe(table, fh, regs.pc, first);
                     cache.put(key, d);
                     d

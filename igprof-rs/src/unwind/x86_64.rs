@@ -18,7 +18,7 @@ use super::BrokenFrame;
 
 /// framehop's per-thread scratch space (its rule cache and DWARF row
 /// storage), preallocated so that unwinding never allocates.
-pub(crate) type FramehopCache = CacheX86_64<MustNotAllocateDuringUnwind>;
+pub type FramehopCache = CacheX86_64<MustNotAllocateDuringUnwind>;
 
 /// The registers a walk needs: PC (rip), SP (rsp), FP (rbp).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
