@@ -264,6 +264,12 @@ fn powercap_zones_domains_and_wrap_around() {
     t.zone("intel-rapl:1", "package-1", 0, max);
     t.zone("intel-rapl:2", "psys", 0, max); // platform: skipped
     t.write("/sys/class/powercap/intel-rapl/enabled", "1"); // control type: skipped
+    // A readable msr device too: powercap comes first and must win.
+    t.write("/proc/cpuinfo", &intel_cpuinfo(0x9E));
+    t.cpus(&[(0, 0, 0)]);
+    t.msr(0, msr::INTEL_UNIT, 0xA0E03);
+    t.msr(0, msr::INTEL_PKG, 0);
+    assert_eq!(msr::open(&t.root(), &RealFs).map(|c| c.len()), Ok(1));
     let mut m = detect(&t.root()).unwrap();
     assert_eq!(m.source(), SourceKind::Powercap);
     assert_eq!(m.counter_count(), 5);
