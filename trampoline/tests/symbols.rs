@@ -17,15 +17,22 @@ fn first_definition_and_named_library_agree() {
     assert!(size > 16 && size < 0x10000, "{size}");
 }
 
+/// The first glibc symbol version of the host architecture.
+#[cfg(target_arch = "x86_64")]
+const BASE: &std::ffi::CStr = c"GLIBC_2.2.5";
+#[cfg(target_arch = "aarch64")]
+const BASE: &std::ffi::CStr = c"GLIBC_2.17";
+
 #[test]
 fn versioned_lookup() {
-    let old = find_function_versioned("pthread_create", "GLIBC_2.2.5", None).unwrap();
+    let base = BASE.to_str().unwrap();
+    let old = find_function_versioned("pthread_create", base, None).unwrap();
     // SAFETY: dlvsym with NUL-terminated strings.
     let direct = unsafe {
         libc::dlvsym(
             libc::RTLD_DEFAULT,
             c"pthread_create".as_ptr(),
-            c"GLIBC_2.2.5".as_ptr(),
+            BASE.as_ptr(),
         )
     };
     assert_eq!(old.addr, direct as u64);
