@@ -66,6 +66,7 @@ fn print_details(r: &Report, verbose: bool) {
     for (k, n) in r.by_outcome() {
         println!("  {n:6}  {k}");
     }
+    println!("          (of the relocatable: {} patch into alignment padding after a too-short function)", r.using_padding());
     for f in &r.functions {
         let why = match &f.outcome {
             Outcome::Relocatable { .. } => continue,

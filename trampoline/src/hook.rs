@@ -12,7 +12,7 @@
 use crate::arch::{Arch, Plan};
 use crate::error::{HookError, Reason};
 use crate::symbols::Symbol;
-use crate::{maps, nearmem, patch};
+use crate::{maps, nearmem, patch, symbols};
 use std::sync::Mutex;
 
 static INSTALL_LOCK: Mutex<()> = Mutex::new(());
@@ -78,7 +78,7 @@ fn read_code<A: Arch>(sym: &Symbol) -> Result<Vec<u8>, Reason> {
         .filter(|m| m.read && m.exec)
         .ok_or(Reason::NotMapped { addr: sym.addr })?;
     let want = match sym.size {
-        Some(s) => s + crate::arch::PADDING_READ as u64,
+        Some(s) => s + symbols::padding_after(sym.addr + s, crate::arch::PADDING_READ as u64),
         None => A::MAX_READ as u64,
     };
     let len = want.min(m.end - sym.addr) as usize;

@@ -93,6 +93,18 @@ impl Report {
             .count()
     }
 
+    /// Relocatable functions whose patch covers alignment padding after the
+    /// function (the function itself is shorter than the patch).
+    pub fn using_padding(&self) -> usize {
+        self.functions
+            .iter()
+            .filter(|f| match f.outcome {
+                Outcome::Relocatable { plan, .. } => (plan.keep + plan.taken) as u64 > f.size,
+                _ => false,
+            })
+            .count()
+    }
+
     /// Percentage of relocatable functions (100 for an empty file).
     pub fn percent(&self) -> f64 {
         if self.functions.is_empty() {
@@ -209,6 +221,16 @@ pub fn try_function<A: Arch>(code: &[u8], addr: u64, size: Option<u64>) -> Outco
 
 fn survey_with<A: Arch>(path: &str, file: &ElfFile64<Endianness>) -> Report {
     let endian = file.endian();
+    // Every symbol start: the padding used after a too-short function must
+    // not reach another symbol.
+    let mut starts: Vec<u64> = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|s| s.is_definition() && s.address() != 0)
+        .map(|s| s.address())
+        .collect();
+    starts.sort_unstable();
+    starts.dedup();
     let mut functions = Vec::new();
     for sym in file.dynamic_symbols() {
         let raw = sym.elf_symbol();
@@ -228,7 +250,12 @@ fn survey_with<A: Arch>(path: &str, file: &ElfFile64<Endianness>) -> Report {
             .and_then(|s| {
                 let d = s.data().ok()?;
                 let from = (addr - s.address()) as usize;
-                d.get(from..(from + size as usize + PADDING_READ).min(d.len()))
+                let end = addr + size;
+                let next = starts[starts.partition_point(|&a| a < end)..]
+                    .first()
+                    .copied();
+                let pad = next.map_or(PADDING_READ as u64, |n| (n - end).min(PADDING_READ as u64));
+                d.get(from..(from + (size + pad) as usize).min(d.len()))
             });
         let outcome = match code {
             Some(code) => try_function::<A>(code, addr, Some(size)),

@@ -136,6 +136,20 @@ pub fn size_of_function_at(addr: u64) -> Option<u64> {
     file_symbol_size(&path, bias, addr)
 }
 
+/// How many of the `max` bytes from `end` (the end of a function) are not
+/// the start of another dynamic symbol, i.e. may be alignment padding.
+pub(crate) fn padding_after(end: u64, max: u64) -> u64 {
+    (0..max)
+        .find(|&k| {
+            // SAFETY: Dl_info is plain data filled by dladdr; any address is allowed.
+            let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+            // SAFETY: valid out-pointer.
+            let ok = unsafe { libc::dladdr((end + k) as *const c_void, &mut info) };
+            ok != 0 && info.dli_saddr as u64 == end + k
+        })
+        .unwrap_or(max)
+}
+
 /// Sizes from the ELF file's symbol tables: the function symbol whose
 /// run-time address (`bias` + value, `bias` = 0 for ET_EXEC) is `addr`.
 fn file_symbol_size(path: &str, base: u64, addr: u64) -> Option<u64> {

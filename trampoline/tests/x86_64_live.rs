@@ -132,6 +132,19 @@ global_asm!(
     "tr_after_short:",
     "    lea rax, [rdi + 1]",
     "    ret",
+    // Shorter than the patch but followed by alignment padding (nops up to
+    // the next 16-byte boundary, where the next function starts): x.
+    ".p2align 4",
+    ".globl tr_short_padded",
+    ".type tr_short_padded,@function",
+    "tr_short_padded:",
+    "    mov rax, rdi",
+    "    ret",
+    ".size tr_short_padded, .-tr_short_padded",
+    ".p2align 4",
+    "tr_after_padded:",
+    "    lea rax, [rdi + 1]",
+    "    ret",
     // Loop branching back into the prologue: sum 1..=x (x > 0).
     ".p2align 4",
     ".globl tr_backjump",
@@ -157,6 +170,7 @@ unsafe extern "C" {
     safe fn tr_endbr(x: u64) -> u64;
     safe fn tr_endbr4(x: u64) -> u64;
     safe fn tr_short(x: u64) -> u64;
+    safe fn tr_short_padded(x: u64) -> u64;
     safe fn tr_far(x: u64) -> u64;
     safe fn tr_backjump(x: u64) -> u64;
 }
@@ -191,7 +205,10 @@ fn exercise(
     let sym = find_function(name, None).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(sym.addr, f as usize as u64, "{name}: symbol address");
     assert!(sym.size.is_some(), "{name}: size from .symtab");
-    let size = sym.size.unwrap() as usize;
+    // The function, or the bytes the patch covers when it uses padding
+    // (other tests hook the neighbouring functions at the same time).
+    let plan = probe(&sym).unwrap_or_else(|e| panic!("{e}")).plan;
+    let size = (sym.size.unwrap() as usize).max(plan.keep + plan.taken);
     // SAFETY: the function's bytes are mapped (it was just called).
     let before = unsafe { std::slice::from_raw_parts(sym.addr as *const u8, size) }.to_vec();
     let probed = probe(&sym).unwrap_or_else(|e| panic!("{e}"));
@@ -257,6 +274,11 @@ live_test!(jcc_rel8_in_taken_bytes, tr_jcc, [(0, 42), (3, 6), (21, 42)]);
 live_test!(jcc_rel8_to_taken_instruction, tr_jcc_in, [(0, 5), (1, 6)]);
 live_test!(jmp_rel8_first, tr_jmp8, [(0, 1), (41, 42)]);
 live_test!(endbr64_start, tr_endbr, [(1, 3), (5, 15)]);
+live_test!(
+    short_function_with_padding,
+    tr_short_padded,
+    [(4, 4), (9, 9)]
+);
 
 #[test]
 fn endbr64_is_kept_at_the_target() {
