@@ -19,6 +19,7 @@
 //!   returned values to that thread's `NRG_*` counters of the sampled stack;
 //! * thread exit: `ledger.take(slot)` once more, then `ledger.unregister(slot)`;
 //! * before a dump: `ledger.close_now()`, then each thread's `take`;
+//! * in a fork child: `ledger.reset_after_fork()`, then `register` again;
 //! * dump: write [`Ledger::residual`] (`unattributed + after_exit`) as one
 //!   more tree of a single node, a synthetic function `<unattributed>`, e.g.
 //!   `C1 FN9=(F4=(<unattributed>)+0 N=(<unattributed>))+0 V2=(NRG_PKG):(c,v,v)`
@@ -391,6 +392,50 @@ impl Ledger {
         self.read_errors.load(Ordering::Relaxed)
     }
 
+    /// In a child after `fork`, where only the forking thread exists: forget
+    /// every thread and all energy so far, and start a new interval now.
+    /// The caller registers its thread again. Returns false (and does
+    /// nothing) if a close was in progress, which after `fork` means the
+    /// parent forked from inside a close: call again after it.
+    pub fn reset_after_fork(&self) -> bool {
+        if self
+            .closing
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        // SAFETY: we hold the `closing` try-lock.
+        let st = unsafe { &mut *self.state.get() };
+        if let Some(m) = st.meter.as_mut() {
+            let mut discard = [0.0; DOMAINS];
+            let _ = m.read_deltas(&mut discard);
+        }
+        st.last_wall_ns = monotonic_ns();
+        for s in self.slots.iter() {
+            s.state.store(FREE, Ordering::Release);
+            s.taking.store(false, Ordering::Relaxed);
+            for a in s.owed_nj.iter().chain(s.carry_nj.iter()) {
+                a.store(0, Ordering::Relaxed);
+            }
+        }
+        for acc in [&self.unattributed_nj, &self.after_exit_nj] {
+            for a in acc.iter() {
+                a.store(0, Ordering::Relaxed);
+            }
+        }
+        for c in [
+            &self.untracked,
+            &self.read_errors,
+            &self.carried_over,
+            &self.closes,
+        ] {
+            c.store(0, Ordering::Relaxed);
+        }
+        self.closing.store(false, Ordering::Release);
+        true
+    }
+
     /// Intervals closed so far (the tick count of `<unattributed>`).
     pub fn closes(&self) -> u64 {
         self.closes.load(Ordering::Relaxed)
@@ -549,6 +594,24 @@ mod tests {
         // Without the carry, A would get only 0.5 J here (5 of 10 ms).
         assert_eq!(l.take(a)[0], 1_000_000);
         assert_eq!(l.residual().unattributed[0], 0);
+    }
+
+    #[test]
+    fn reset_after_fork_forgets_threads_and_energy() {
+        let l = Ledger::new(None, SharePolicy::ProfiledThreads, 2, 1e-6, 0);
+        let clock = Script(RefCell::new(HashMap::new()));
+        let a = l.register_at(1, 0).unwrap();
+        l.register_at(2, 0).unwrap();
+        clock.set(1, MS);
+        l.close_with(&[1.0; DOMAINS], MS, &clock);
+        assert!(l.reset_after_fork());
+        assert_eq!(l.residual(), Residual::default());
+        assert_eq!(l.closes(), 0);
+        assert_eq!(l.take(a), [0; DOMAINS]);
+        // Both slots are free again.
+        assert!(l.register_at(3, 0).is_some() && l.register_at(4, 0).is_some());
+        l.closing.store(true, Ordering::Relaxed);
+        assert!(!l.reset_after_fork());
     }
 
     #[test]
