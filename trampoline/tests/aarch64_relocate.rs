@@ -128,17 +128,26 @@ fn patches_and_stub_byte_exact() {
         Some(bytes(&[0x1600_0000]))
     );
     assert_eq!(patch::near_patch(s, s + (128 << 20)), None);
-    // ldr x16, #8; br x16; .quad; udf   |   ldr x16, #12; br x16; udf; .quad
+    // ldr x16, #8; br x16; .quad (16 bytes) | ldr x16, #12; br x16; udf; .quad (20 bytes)
     let to = 0x0123_4567_89ab_cdefu64;
     assert_eq!(
         patch::far_patch(s, to),
-        bytes(&[0x5800_0050, 0xd61f_0200, 0x89ab_cdef, 0x0123_4567, 0])
+        bytes(&[0x5800_0050, 0xd61f_0200, 0x89ab_cdef, 0x0123_4567])
     );
     assert_eq!(
         patch::far_patch(s + 4, to),
         bytes(&[0x5800_0070, 0xd61f_0200, 0, 0x89ab_cdef, 0x0123_4567])
     );
-    assert_eq!(patch::far_patch(s, to).len(), Aarch64::FAR_PATCH_LEN);
+    assert_eq!(patch::far_patch(s + 4, to).len(), Aarch64::FAR_PATCH_LEN);
+    // plan() takes exactly what far_patch() writes at that address.
+    for at in [s, s + 4] {
+        let code = function(&[NOP], 0x40);
+        let plan = Aarch64::plan(&code, at, Some(0x40), Aarch64::FAR_PATCH_LEN).unwrap();
+        assert_eq!(
+            (plan.patch_len, plan.taken),
+            (patch::far_patch(at, to).len(), patch::far_patch_len(at))
+        );
+    }
     assert_eq!(
         patch::stub(s, to),
         bytes(&[0x5800_0050, 0xd61f_0200, 0x89ab_cdef, 0x0123_4567])
@@ -153,7 +162,7 @@ fn refusal(words: &[u32], size: Option<u64>, patch_len: usize) -> Reason {
 
 #[test]
 fn refusals_are_typed() {
-    // b.ne from +24 back to +8, inside the 20 bytes a far patch takes.
+    // b.ne from +24 back to +8, inside the 16 bytes a far patch takes.
     let b_ne_back = 0x5400_0000 | ((((8i32 - 24) / 4) as u32 & 0x7ffff) << 5) | 1;
     assert_eq!(
         refusal(&[NOP, NOP, NOP, NOP, NOP, NOP, b_ne_back], Some(0x40), 20),
@@ -175,9 +184,9 @@ fn refusals_are_typed() {
             target: 0x10_0004
         }
     );
-    // ldr x0, #12 reads bytes a far patch overwrites.
+    // ldr x0, #8 reads bytes a far patch overwrites.
     assert!(matches!(
-        refusal(&[0x5800_0060, NOP, NOP, NOP, NOP, NOP], Some(0x40), 20),
+        refusal(&[0x5800_0040, NOP, NOP, NOP, NOP, NOP], Some(0x40), 20),
         Reason::Unrelocatable { at: 0x10_0000, .. }
     ));
     // A later literal load into the patched bytes.
@@ -195,11 +204,11 @@ fn refusals_are_typed() {
     // Too short: by symbol size, and (size unknown) a `ret` before the patch end.
     assert_eq!(
         refusal(&[NOP, NOP], Some(8), 20),
-        Reason::TooShort { need: 20, have: 8 }
+        Reason::TooShort { need: 16, have: 8 }
     );
     assert_eq!(
         refusal(&[NOP, 0xd65f_03c0, NOP, NOP, NOP, NOP], None, 20),
-        Reason::TooShort { need: 20, have: 8 }
+        Reason::TooShort { need: 16, have: 8 }
     );
     // Taken instructions name x16 and x17 and a far patch needs a scratch.
     assert!(matches!(

@@ -85,20 +85,22 @@ for nm, ins, inv, own in [("b_ne", "b.ne", "b.eq", MiB), ("cbz_w9", "cbz w9,", "
     case(nm + "_beyond_128mib", orig, S + 8 * GiB,
          ["%s 1f" % inv, "ldr x16, 2f", "br x16", "1: ldr x16, 3f", "br x16", ".word 0", "2: " + q(C), "3: " + q(J)])
 case("b_al_is_b", ["b.al " + h(C)], S + 8 * GiB, ["ldr x16, 1f", "br x16", "ldr x16, 2f", "br x16", "1: " + q(C), "2: " + q(J)])
-# far patch (20 bytes, 5 instructions): branches between taken instructions go to the copies
-JF = S + 20
-case("far_internal_branches", ["cbz x0, " + h(S + 12), "add x1, x1, #1", "b.eq " + h(S + 16), "mov x2, x3", "sub x4, x4, #1"],
-     S + 4 * GiB, ["cbz x0, 1f", "add x1, x1, #1", "b.eq 2f", "1: mov x2, x3", "2: sub x4, x4, #1", "ldr x16, 3f", "br x16", ".word 0", "3: " + q(JF)], patch=FAR)
-case("far_free_prologue", ["cbz x0, " + h(S + 0x110), "stp x29, x30, [sp, #-64]!", "mov x29, sp", "stp x21, x22, [sp, #32]", "adrp x21, " + h(P)],
+# far patch: 16 bytes (4 instructions) at an 8-aligned site, 20 bytes (5) at 4 mod 8;
+# branches between taken instructions go to the copies
+JF = S + 16
+case("far_internal_branches", ["cbz x0, " + h(S + 12), "add x1, x1, #1", "b.eq " + h(S + 4), "mov x2, x3"],
+     S + 4 * GiB, ["cbz x0, 1f", "2: add x1, x1, #1", "b.eq 2b", "1: mov x2, x3", "ldr x16, 3f", "br x16", "3: " + q(JF)], patch=FAR)
+case("far_free_prologue", ["cbz x0, " + h(S + 0x110), "stp x29, x30, [sp, #-64]!", "mov x29, sp", "stp x21, x22, [sp, #32]"],
      S + 8 * GiB, ["cbnz x0, 1f", "ldr x16, 3f", "br x16", "1: stp x29, x30, [sp, #-64]!", "mov x29, sp", "stp x21, x22, [sp, #32]",
-                   "ldr x21, 4f", "ldr x16, 5f", "br x16", ".word 0", "3: " + q(S + 0x110), "4: " + q(P), "5: " + q(JF)], patch=FAR, size=0x200)
-case("far_scratch_x17_when_x16_used", ["mov x16, x0", "b.ne " + h(C), "nop", "nop", "nop"], S + 8 * GiB,
-     ["mov x16, x0", "b.eq 1f", "ldr x17, 2f", "br x17", "1: nop", "nop", "nop", "ldr x17, 3f", "br x17", ".word 0", "2: " + q(C), "3: " + q(JF)], patch=FAR)
+                   "ldr x16, 5f", "br x16", "3: " + q(S + 0x110), "5: " + q(JF)], patch=FAR, size=0x200)
+case("far_scratch_x17_when_x16_used", ["mov x16, x0", "b.ne " + h(C), "nop", "nop"], S + 8 * GiB,
+     ["mov x16, x0", "b.eq 1f", "ldr x17, 2f", "br x17", "1: nop", "nop", "ldr x17, 3f", "br x17", "2: " + q(C), "3: " + q(JF)], patch=FAR)
 # bti c is kept in place and repeated at the start of the trampoline
 case("bti_kept", ["bti c", "adr x0, " + h(S + 0x40)], S + 2 * MiB, ["bti c", "ldr x0, 1f", "b " + h(S + 8), ".word 0", "1: " + q(S + 0x40)])
-# function at an address that is 4 mod 8: pool alignment follows the trampoline, not the source
-case("odd_source_far_patch", ["stp x29, x30, [sp, #-16]!", "mov x29, sp", "ldr x0, " + h(S + 0x104), "nop", "nop"], S + 8 * GiB,
-     ["stp x29, x30, [sp, #-16]!", "mov x29, sp", "ldr x0, 1f", "ldr x0, [x0]", "nop", "nop", "ldr x16, 2f", "br x16", "1: " + q(S + 0x104), "2: " + q(S + 4 + 20)],
+# function at an address that is 4 mod 8: 20-byte far patch, 5 instructions taken
+case("odd_source_far_patch", ["stp x29, x30, [sp, #-16]!", "mov x29, sp", "ldr x0, " + h(S + 0x104), "adrp x1, " + h(P), "nop"], S + 8 * GiB,
+     ["stp x29, x30, [sp, #-16]!", "mov x29, sp", "ldr x0, 1f", "ldr x0, [x0]", "ldr x1, 2f", "nop", "ldr x16, 3f", "br x16",
+      "1: " + q(S + 0x104), "2: " + q(P), "3: " + q(S + 4 + 20)],
      patch=FAR, src=S + 4)
 
 def words(ws): return ", ".join("0x%08x" % w for w in ws)

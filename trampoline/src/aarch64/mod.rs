@@ -40,6 +40,9 @@ use crate::error::Reason;
 
 /// Length of the near patch (`b`).
 pub const NEAR_PATCH_LEN: usize = 4;
+/// Longest far patch (20 bytes where the patch site is 4 mod 8, else 16:
+/// `plan` reports the length it uses in `Plan::patch_len`).
+pub const FAR_PATCH_LEN: usize = 20;
 
 /// The AArch64 implementation of [`Arch`].
 pub struct Aarch64;
@@ -49,7 +52,7 @@ impl Arch for Aarch64 {
     const ELF_MACHINE: u16 = 183;
     const NEAR_REACH: u64 = 128 << 20;
     const NEAR_PATCH_LEN: usize = NEAR_PATCH_LEN;
-    const FAR_PATCH_LEN: usize = 20;
+    const FAR_PATCH_LEN: usize = FAR_PATCH_LEN;
     const STUB_LEN: usize = 16;
     // bti + 5 taken instructions x (12 code + 8 literal) + jump back
     // (8 + 8) + alignment 4, rounded up.

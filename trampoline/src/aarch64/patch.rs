@@ -10,6 +10,7 @@
 //!
 //! Must never: write memory; it only produces bytes.
 
+use super::decode::LiteralKind;
 use super::encode::{self, UDF};
 
 fn words(ws: &[u32]) -> Vec<u8> {
@@ -21,16 +22,24 @@ pub fn near_patch(from: u64, to: u64) -> Option<Vec<u8>> {
     encode::b(from, to).map(|w| w.to_le_bytes().to_vec())
 }
 
-/// `ldr x16, L; br x16; L: .quad to`, 20 bytes: the literal is placed on an
-/// 8-byte boundary, and the 4 spare bytes (before or after it, depending on
-/// `from % 8`) hold `udf`.
+/// Length of the far patch at `from`: 16 bytes when the literal after
+/// `ldr x16; br x16` is 8-byte aligned (`from % 8 == 0`), else 20.
+pub fn far_patch_len(from: u64) -> usize {
+    if from % 8 == 0 {
+        16
+    } else {
+        20
+    }
+}
+
+/// `ldr x16, L; br x16; L: .quad to`, with the 64-bit literal on an 8-byte
+/// boundary: 16 bytes at `from % 8 == 0`; at `from % 8 == 4` a `udf` pads
+/// before the literal (20 bytes). [`far_patch_len`] bytes.
 pub fn far_patch(from: u64, to: u64) -> Vec<u8> {
     let (lo, hi) = (to as u32, (to >> 32) as u32);
-    let ldr = |lit_off: u64| {
-        encode::ldr_literal(super::decode::LiteralKind::X, 16, from, from + lit_off).unwrap()
-    };
-    if from % 8 == 0 {
-        words(&[ldr(8), encode::br(16), lo, hi, UDF])
+    let ldr = |lit_off: u64| encode::ldr_literal(LiteralKind::X, 16, from, from + lit_off).unwrap();
+    if far_patch_len(from) == 16 {
+        words(&[ldr(8), encode::br(16), lo, hi])
     } else {
         words(&[ldr(12), encode::br(16), UDF, lo, hi])
     }
@@ -41,7 +50,7 @@ pub fn far_patch(from: u64, to: u64) -> Vec<u8> {
 /// 8-byte aligned the literal is unaligned, which Linux user space (SCTLR
 /// alignment checking off) still loads correctly.
 pub fn stub(at: u64, to: u64) -> Vec<u8> {
-    let ldr = encode::ldr_literal(super::decode::LiteralKind::X, 16, at, at + 8).unwrap();
+    let ldr = encode::ldr_literal(LiteralKind::X, 16, at, at + 8).unwrap();
     words(&[ldr, encode::br(16), to as u32, (to >> 32) as u32])
 }
 

@@ -91,6 +91,14 @@ pub fn plan(
         Some(w) if is_bti(w) => 4,
         _ => 0,
     };
+    // The far patch is 16 bytes where its literal falls on an 8-byte
+    // boundary (see `patch::far_patch_len`); only then are 4 instructions
+    // enough.
+    let patch_len = if patch_len == super::FAR_PATCH_LEN {
+        super::patch::far_patch_len(addr + keep as u64)
+    } else {
+        patch_len
+    };
     let taken = patch_len.div_ceil(4) * 4;
     let instructions = taken / 4;
     let avail = match func_size {

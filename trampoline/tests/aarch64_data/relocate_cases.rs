@@ -315,23 +315,23 @@ pub const CASES: &[Case] = &[
            orig: &[0x5400020e],
            expect: &[0x58000090, 0xd61f0200, 0x58000090, 0xd61f0200, 0x00001040, 0x00005555, 0x00001004, 0x00005555] },
     // far_internal_branches
-    //   original: cbz x0, {0x55550000100c}; add x1, x1, #1; b.eq {0x555500001010}; mov x2, x3; sub x4, x4, #1
-    //   expected: cbz x0, 1f; add x1, x1, #1; b.eq 2f; 1: mov x2, x3; 2: sub x4, x4, #1; ldr x16, 3f; br x16; .word 0; 3: .quad 0x555500001014
+    //   original: cbz x0, {0x55550000100c}; add x1, x1, #1; b.eq {0x555500001004}; mov x2, x3
+    //   expected: cbz x0, 1f; 2: add x1, x1, #1; b.eq 2b; 1: mov x2, x3; ldr x16, 3f; br x16; 3: .quad 0x555500001010
     Case { name: "far_internal_branches", src: 0x555500001000, size: 0x40, patch_len: 20, tramp: 0x555600001000,
-           orig: &[0xb4000060, 0x91000421, 0x54000040, 0xaa0303e2, 0xd1000484],
-           expect: &[0xb4000060, 0x91000421, 0x54000040, 0xaa0303e2, 0xd1000484, 0x58000070, 0xd61f0200, 0x00000000, 0x00001014, 0x00005555] },
+           orig: &[0xb4000060, 0x91000421, 0x54ffffe0, 0xaa0303e2],
+           expect: &[0xb4000060, 0x91000421, 0x54ffffe0, 0xaa0303e2, 0x58000050, 0xd61f0200, 0x00001010, 0x00005555] },
     // far_free_prologue
-    //   original: cbz x0, {0x555500001110}; stp x29, x30, [sp, #-64]!; mov x29, sp; stp x21, x22, [sp, #32]; adrp x21, {0x555500006000}
-    //   expected: cbnz x0, 1f; ldr x16, 3f; br x16; 1: stp x29, x30, [sp, #-64]!; mov x29, sp; stp x21, x22, [sp, #32]; ldr x21, 4f; ldr x16, 5f; br x16; .word 0; 3: .quad 0x555500001110; 4: .quad 0x555500006000; 5: .quad 0x555500001014
+    //   original: cbz x0, {0x555500001110}; stp x29, x30, [sp, #-64]!; mov x29, sp; stp x21, x22, [sp, #32]
+    //   expected: cbnz x0, 1f; ldr x16, 3f; br x16; 1: stp x29, x30, [sp, #-64]!; mov x29, sp; stp x21, x22, [sp, #32]; ldr x16, 5f; br x16; 3: .quad 0x555500001110; 5: .quad 0x555500001010
     Case { name: "far_free_prologue", src: 0x555500001000, size: 0x200, patch_len: 20, tramp: 0x555700001000,
-           orig: &[0xb4000880, 0xa9bc7bfd, 0x910003fd, 0xa9025bf5, 0xb0000035],
-           expect: &[0xb5000060, 0x58000130, 0xd61f0200, 0xa9bc7bfd, 0x910003fd, 0xa9025bf5, 0x580000d5, 0x580000f0, 0xd61f0200, 0x00000000, 0x00001110, 0x00005555, 0x00006000, 0x00005555, 0x00001014, 0x00005555] },
+           orig: &[0xb4000880, 0xa9bc7bfd, 0x910003fd, 0xa9025bf5],
+           expect: &[0xb5000060, 0x580000f0, 0xd61f0200, 0xa9bc7bfd, 0x910003fd, 0xa9025bf5, 0x58000090, 0xd61f0200, 0x00001110, 0x00005555, 0x00001010, 0x00005555] },
     // far_scratch_x17_when_x16_used
-    //   original: mov x16, x0; b.ne {0x555500001040}; nop; nop; nop
-    //   expected: mov x16, x0; b.eq 1f; ldr x17, 2f; br x17; 1: nop; nop; nop; ldr x17, 3f; br x17; .word 0; 2: .quad 0x555500001040; 3: .quad 0x555500001014
+    //   original: mov x16, x0; b.ne {0x555500001040}; nop; nop
+    //   expected: mov x16, x0; b.eq 1f; ldr x17, 2f; br x17; 1: nop; nop; ldr x17, 3f; br x17; 2: .quad 0x555500001040; 3: .quad 0x555500001010
     Case { name: "far_scratch_x17_when_x16_used", src: 0x555500001000, size: 0x40, patch_len: 20, tramp: 0x555700001000,
-           orig: &[0xaa0003f0, 0x540001e1, 0xd503201f, 0xd503201f, 0xd503201f],
-           expect: &[0xaa0003f0, 0x54000060, 0x58000111, 0xd61f0220, 0xd503201f, 0xd503201f, 0xd503201f, 0x580000b1, 0xd61f0220, 0x00000000, 0x00001040, 0x00005555, 0x00001014, 0x00005555] },
+           orig: &[0xaa0003f0, 0x540001e1, 0xd503201f, 0xd503201f],
+           expect: &[0xaa0003f0, 0x54000060, 0x580000d1, 0xd61f0220, 0xd503201f, 0xd503201f, 0x58000091, 0xd61f0220, 0x00001040, 0x00005555, 0x00001010, 0x00005555] },
     // bti_kept
     //   original: bti c; adr x0, {0x555500001040}
     //   expected: bti c; ldr x0, 1f; b {0x555500001008}; .word 0; 1: .quad 0x555500001040
@@ -339,9 +339,9 @@ pub const CASES: &[Case] = &[
            orig: &[0xd503245f, 0x100001e0],
            expect: &[0xd503245f, 0x58000060, 0x17f80000, 0x00000000, 0x00001040, 0x00005555] },
     // odd_source_far_patch
-    //   original: stp x29, x30, [sp, #-16]!; mov x29, sp; ldr x0, {0x555500001104}; nop; nop
-    //   expected: stp x29, x30, [sp, #-16]!; mov x29, sp; ldr x0, 1f; ldr x0, [x0]; nop; nop; ldr x16, 2f; br x16; 1: .quad 0x555500001104; 2: .quad 0x555500001018
+    //   original: stp x29, x30, [sp, #-16]!; mov x29, sp; ldr x0, {0x555500001104}; adrp x1, {0x555500006000}; nop
+    //   expected: stp x29, x30, [sp, #-16]!; mov x29, sp; ldr x0, 1f; ldr x0, [x0]; ldr x1, 2f; nop; ldr x16, 3f; br x16; 1: .quad 0x555500001104; 2: .quad 0x555500006000; 3: .quad 0x555500001018
     Case { name: "odd_source_far_patch", src: 0x555500001004, size: 0x40, patch_len: 20, tramp: 0x555700001000,
-           orig: &[0xa9bf7bfd, 0x910003fd, 0x580007c0, 0xd503201f, 0xd503201f],
-           expect: &[0xa9bf7bfd, 0x910003fd, 0x580000c0, 0xf9400000, 0xd503201f, 0xd503201f, 0x58000090, 0xd61f0200, 0x00001104, 0x00005555, 0x00001018, 0x00005555] },
+           orig: &[0xa9bf7bfd, 0x910003fd, 0x580007c0, 0xb0000021, 0xd503201f],
+           expect: &[0xa9bf7bfd, 0x910003fd, 0x580000c0, 0xf9400000, 0x580000c1, 0xd503201f, 0x580000d0, 0xd61f0200, 0x00001104, 0x00005555, 0x00006000, 0x00005555, 0x00001018, 0x00005555] },
 ];
