@@ -192,7 +192,12 @@ fn build_near<A: Arch>(sym: &Symbol, code: &[u8], replacement: u64) -> Result<Bu
         None => {
             let stub =
                 nearmem::place::<A>(patch_at, A::STUB_LEN, |at| Ok(A::stub(at, replacement)))?;
-            A::near_patch(patch_at, stub).expect("stub placed within near reach")
+            // `place` keeps the stub within reach of the patch site; the
+            // branch is measured from a slightly different origin, so check.
+            A::near_patch(patch_at, stub).ok_or(Reason::NoMemoryInReach {
+                near: patch_at,
+                reach: A::NEAR_REACH,
+            })?
         }
     };
     patch.extend(A::filler(plan.taken - plan.patch_len));

@@ -86,13 +86,18 @@ pub fn place_within<A: Arch>(
         }
     };
     let code = gen(at)?;
-    assert!(
-        code.len() as u64 <= max_len,
-        "{} emitted {} > {} bytes",
-        A::NAME,
-        code.len(),
-        max_len
-    );
+    if code.len() as u64 > max_len {
+        // An architecture module broke its MAX_TRAMPOLINE_LEN/STUB_LEN
+        // promise: refuse rather than overrun the reservation.
+        return Err(Reason::Unrelocatable {
+            at: near,
+            what: format!(
+                "{} emitted {} bytes, more than the {max_len} reserved",
+                A::NAME,
+                code.len()
+            ),
+        });
+    }
     let p = &mut pages[idx];
     write_into_page(p.base, p.len, at, &code)?;
     A::flush_icache(at, code.len());

@@ -180,9 +180,8 @@ fn load_bias(file: &object::File, base: u64) -> u64 {
 }
 
 /// Search the symbol tables of every loaded object (in load order) for
-/// `name`; with `version`, only the dynamic symbol table of objects whose
-/// version matches is not checked (object does not expose versions), so a
-/// versioned lookup only succeeds here for unversioned definitions.
+/// `name`. Versioned lookups are answered by `dlvsym` only (the fallback
+/// cannot tell symbol versions apart), so they return `None` here.
 fn elf_fallback(name: &str, version: Option<&str>, lib: Option<&str>) -> Option<Symbol> {
     if version.is_some() {
         return None;
