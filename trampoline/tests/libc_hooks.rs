@@ -51,39 +51,45 @@ static FREE: Slot = Slot::new();
 static OPEN: Slot = Slot::new();
 static CLOSE: Slot = Slot::new();
 
-// SAFETY (all replacements): each slot's chain holds the trampoline of the
-// libc function of the same type, stored before the hook was enabled.
+// Replacements: count, then chain. Each slot's chain holds the trampoline of
+// the libc function of the same type, stored before the hook was enabled.
 extern "C" fn my_getpid() -> libc::pid_t {
     GETPID.count();
+    // SAFETY: the slot's chain is this function's trampoline (same type).
     let f: extern "C" fn() -> libc::pid_t =
         unsafe { std::mem::transmute(GETPID.chain.load(SeqCst)) };
     f()
 }
 extern "C" fn my_strlen(s: *const c_char) -> usize {
     STRLEN.count();
+    // SAFETY: the slot's chain is this function's trampoline (same type).
     let f: extern "C" fn(*const c_char) -> usize =
         unsafe { std::mem::transmute(STRLEN.chain.load(SeqCst)) };
     f(s)
 }
 extern "C" fn my_malloc(n: usize) -> *mut c_void {
     MALLOC.count();
+    // SAFETY: the slot's chain is this function's trampoline (same type).
     let f: extern "C" fn(usize) -> *mut c_void =
         unsafe { std::mem::transmute(MALLOC.chain.load(SeqCst)) };
     f(n)
 }
 extern "C" fn my_free(p: *mut c_void) {
     FREE.count();
+    // SAFETY: the slot's chain is this function's trampoline (same type).
     let f: extern "C" fn(*mut c_void) = unsafe { std::mem::transmute(FREE.chain.load(SeqCst)) };
     f(p)
 }
 extern "C" fn my_open(path: *const c_char, flags: c_int, mode: libc::c_uint) -> c_int {
     OPEN.count();
+    // SAFETY: the slot's chain is this function's trampoline (same type).
     let f: extern "C" fn(*const c_char, c_int, libc::c_uint) -> c_int =
         unsafe { std::mem::transmute(OPEN.chain.load(SeqCst)) };
     f(path, flags, mode)
 }
 extern "C" fn my_close(fd: c_int) -> c_int {
     CLOSE.count();
+    // SAFETY: the slot's chain is this function's trampoline (same type).
     let f: extern "C" fn(c_int) -> c_int = unsafe { std::mem::transmute(CLOSE.chain.load(SeqCst)) };
     f(fd)
 }
