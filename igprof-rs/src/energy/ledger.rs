@@ -365,7 +365,9 @@ impl Ledger {
             return out;
         }
         for ((o, owed), carry) in out.iter_mut().zip(&s.owed_nj).zip(&s.carry_nj) {
-            let nj = owed.swap(0, Ordering::Relaxed) + carry.load(Ordering::Relaxed);
+            let nj = owed
+                .swap(0, Ordering::Relaxed)
+                .saturating_add(carry.load(Ordering::Relaxed));
             *o = nj / self.nj_per_value;
             carry.store(nj % self.nj_per_value, Ordering::Relaxed);
         }
