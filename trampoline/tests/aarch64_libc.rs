@@ -1,8 +1,10 @@
 //! Hook real libc functions (malloc, free, open, close, getpid) of this
 //! AArch64 process under qemu while 4 threads call them; exact call counts.
 //!
-//! AArch64 specifics checked on top of the counts: the patch at each
-//! function is a single `b` to the replacement (or to an entry stub), the
+//! Twice: with the near patch (a single `b` to the replacement or to an
+//! entry stub) and with the far patch (`prepare_far`: `ldr x16, =repl;
+//! br x16`, 16 or 20 bytes, trampoline anywhere). AArch64 specifics checked
+//! on top of the counts: the patch bytes at each function, the
 //! trampoline in memory is byte for byte what `Aarch64::relocate` produces
 //! for its address and passes `Aarch64::verify`, and `free`, whose first
 //! instruction in Debian's glibc is `cbz x0` (PC-relative), runs correctly
@@ -19,7 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use trampoline::aarch64::decode::{decode, Insn};
 use trampoline::aarch64::Aarch64;
 use trampoline::arch::Arch;
-use trampoline::{find_function, prepare, Hook};
+use trampoline::{find_function, prepare, prepare_far, Hook};
 
 const THREADS: usize = 4;
 const ROUNDS: usize = 500;
@@ -104,12 +106,17 @@ fn round(pid: libc::pid_t) -> usize {
     bad
 }
 
-fn hook(name: &str, counter: &'static Counter, replacement: *const ()) -> Hook {
+fn hook(name: &str, counter: &'static Counter, replacement: *const (), far: bool) -> Hook {
     let sym = find_function(name, Some("libc.so.6")).unwrap_or_else(|e| panic!("{e}"));
     let size = sym.size.expect("libc symbols have sizes") as usize;
     // SAFETY: the function's bytes are mapped code of libc.
     let code = unsafe { std::slice::from_raw_parts(sym.addr as *const u8, size) }.to_vec();
-    let prepared = prepare(&sym, replacement).unwrap_or_else(|e| panic!("{e}"));
+    let prepared = if far {
+        prepare_far(&sym, replacement)
+    } else {
+        prepare(&sym, replacement)
+    };
+    let prepared = prepared.unwrap_or_else(|e| panic!("{e}"));
     let (plan, chain) = (prepared.plan(), prepared.chain() as u64);
     let out = Aarch64::relocate(&code, sym.addr, &plan, chain).unwrap();
     // SAFETY: the trampoline is mapped (prepare wrote it).
@@ -118,6 +125,14 @@ fn hook(name: &str, counter: &'static Counter, replacement: *const ()) -> Hook {
     Aarch64::verify(&code, sym.addr, &plan, chain, &out).unwrap_or_else(|e| panic!("{name}: {e}"));
     counter.chain.store(chain as usize, SeqCst);
     let hook = prepared.enable().unwrap_or_else(|e| panic!("{e}"));
+    if far {
+        let want = Aarch64::far_patch(sym.addr, replacement as u64);
+        assert_eq!(plan.patch_len, want.len(), "{name}: far patch length");
+        // SAFETY: the patch site is mapped code.
+        let live = unsafe { std::slice::from_raw_parts(sym.addr as *const u8, want.len()) };
+        assert_eq!(live, &want[..], "{name}: far patch bytes");
+        return hook;
+    }
     // SAFETY: the patch site is mapped code.
     let word = unsafe { (sym.addr as *const u32).read_volatile() };
     match decode(word, sym.addr) {
@@ -133,19 +148,22 @@ fn hook(name: &str, counter: &'static Counter, replacement: *const ()) -> Hook {
     hook
 }
 
-#[test]
-fn libc_functions_from_four_threads() {
+/// Hook, call from 4 threads, check exact counts, unhook, check again.
+fn run(far: bool) {
+    for c in [&MALLOC, &FREE, &OPEN, &CLOSE, &GETPID] {
+        c.calls.store(0, SeqCst);
+    }
     let pid = std::process::id() as libc::pid_t;
     let free = find_function("free", Some("libc.so.6")).unwrap();
     // SAFETY: mapped code.
     let first = unsafe { (free.addr as *const u32).read() };
     let free_starts_pc_relative = !matches!(decode(first, free.addr), Insn::Other(_));
     let hooks = vec![
-        hook("malloc", &MALLOC, r_malloc as *const ()),
-        hook("free", &FREE, r_free as *const ()),
-        hook("open", &OPEN, r_open as *const ()),
-        hook("close", &CLOSE, r_close as *const ()),
-        hook("getpid", &GETPID, r_getpid as *const ()),
+        hook("malloc", &MALLOC, r_malloc as *const (), far),
+        hook("free", &FREE, r_free as *const (), far),
+        hook("open", &OPEN, r_open as *const (), far),
+        hook("close", &CLOSE, r_close as *const (), far),
+        hook("getpid", &GETPID, r_getpid as *const (), far),
     ];
     let errors = AtomicUsize::new(0);
     std::thread::scope(|s| {
@@ -192,7 +210,7 @@ fn libc_functions_from_four_threads() {
     );
     // Unhooked: nothing counted any more, results still right.
     MEASURED.with(|m| m.set(true));
-    assert_eq!(round(pid), 0);
+    assert_eq!(round(pid), 0, "far: {far}");
     MEASURED.with(|m| m.set(false));
     assert_eq!(
         FREE.calls.load(SeqCst),
@@ -202,4 +220,12 @@ fn libc_functions_from_four_threads() {
     if !free_starts_pc_relative {
         eprintln!("note: free does not start with a PC-relative instruction in this libc");
     }
+}
+
+#[test]
+fn libc_functions_from_four_threads() {
+    // Near form (one `b`), then the far form (`ldr x16, =repl; br x16`,
+    // trampoline anywhere): the same counts and results.
+    run(false);
+    run(true);
 }
