@@ -98,7 +98,7 @@ mod modules;
 mod stack;
 mod walk;
 
-#[cfg(all(test, target_arch = "x86_64"))]
+#[cfg(test)]
 mod tests;
 
 #[cfg(target_arch = "x86_64")]

@@ -19,12 +19,44 @@ fn refresh_locked() {
     refresh().unwrap();
 }
 
+/// The C compiler for the target: the cross compiler when the tests run
+/// under qemu-user for AArch64.
+fn c_compiler() -> &'static str {
+    if cfg!(target_arch = "aarch64")
+        && Command::new("aarch64-linux-gnu-gcc")
+            .arg("--version")
+            .output()
+            .is_ok()
+    {
+        "aarch64-linux-gnu-gcc"
+    } else {
+        "cc"
+    }
+}
+
+/// Registers of a synthetic interrupted context.
+fn set_uc_regs(uc: &mut libc::ucontext_t, pc: usize, sp: usize, fp: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        uc.uc_mcontext.gregs[libc::REG_RIP as usize] = pc as i64;
+        uc.uc_mcontext.gregs[libc::REG_RSP as usize] = sp as i64;
+        uc.uc_mcontext.gregs[libc::REG_RBP as usize] = fp as i64;
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        uc.uc_mcontext.pc = pc as u64;
+        uc.uc_mcontext.sp = sp as u64;
+        uc.uc_mcontext.regs[29] = fp as u64;
+        uc.uc_mcontext.regs[30] = 0;
+    }
+}
+
 /// Build `sources` (written into a fresh directory) into a shared object
 /// with `cc` and `flags`.
 fn build_so(name: &str, sources: &[(&str, &str)], flags: &[&str]) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("igprof-unwind-tests-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let mut cmd = Command::new("cc");
+    let mut cmd = Command::new(c_compiler());
     cmd.args(["-shared", "-fPIC", "-g0"]).args(flags);
     for (file, text) in sources {
         let path = dir.join(format!("{name}-{file}"));
@@ -94,9 +126,10 @@ fn names(trace: &[usize], from_pc: bool) -> Vec<String> {
 const CHAIN_C: &str = r#"
 typedef long (*cb_t)(void *);
 #define KEEP __attribute__((noipa))
-/* Garbage in rbp while the callee runs, in the build without frame
-   pointers: the unwinder must not rely on rbp there. */
-#ifdef CLOBBER_RBP
+/* Garbage in rbp while the callee runs, in the x86-64 build without frame
+   pointers: the unwinder must not rely on rbp there. (GCC for AArch64 does
+   not save x29 for an asm clobber, so there it stays unused instead.) */
+#if defined(CLOBBER_FP) && defined(__x86_64__)
 #define SCRAMBLE() __asm__ volatile("mov $0x5a5a5a5a5a5a5a5a, %%rbp" ::: "rbp")
 #else
 #define SCRAMBLE() do {} while (0)
@@ -123,7 +156,7 @@ fn chain_libs() -> &'static [(&'static str, Lib); 2] {
         let nofp = build_so(
             "chain-nofp",
             &[("chain.c", CHAIN_C)],
-            &["-O2", "-fomit-frame-pointer", "-DCLOBBER_RBP"],
+            &["-O2", "-fomit-frame-pointer", "-DCLOBBER_FP"],
         );
         let fp = build_so(
             "chain-fp",
@@ -370,6 +403,21 @@ fn trace_through_a_signal_frame() {
         // signal trampoline is recorded, then exactly the ucontext trace.
         let h = ctx.here_trace.unwrap();
         let hn = names(&ctx.here[..h.depth], false);
+        if cfg!(target_arch = "aarch64") && module_of(ctx.here[0]).is_none() {
+            // qemu-user (7.2) returns from handlers through a trampoline
+            // page of its own, in no loaded object; a kernel uses the vDSO's
+            // __kernel_rt_sigreturn, which the module table lists. The walk
+            // keeps the address and stops there.
+            assert_eq!(
+                h,
+                Trace {
+                    depth: 1,
+                    end: TraceEnd::Broken(BrokenFrame::NotInAnyObject { pc: ctx.here[0] })
+                },
+                "{build}: {hn:?}"
+            );
+            continue;
+        }
         assert_eq!(h.end, TraceEnd::Outermost, "{build}: {hn:?}");
         // glibc's __restore_rt is a local symbol that dladdr cannot name.
         assert!(
@@ -490,6 +538,7 @@ fn timer_samples_at_arbitrary_instructions() {
 }
 
 /// Unwind rules of hand-written functions with exact CFI.
+#[cfg(target_arch = "x86_64")]
 const DESC_S: &str = r#"
     .text
     .macro fn name
@@ -591,6 +640,7 @@ fn fsigret
     .section .note.GNU-stack,"",@progbits
 "#;
 
+#[cfg(target_arch = "x86_64")]
 #[test]
 fn descriptors_from_real_eh_frame() {
     use super::arch::{self, FramehopCache};
@@ -683,11 +733,7 @@ fn broken_stacks_end_the_trace_without_crashing() {
     let pc = lib.sym("chain_b") + 4;
     let mut out = [0usize; 64];
     let mut uc: libc::ucontext_t = unsafe { std::mem::zeroed() };
-    let set = |uc: &mut libc::ucontext_t, pc: usize, sp: usize, fp: usize| {
-        uc.uc_mcontext.gregs[libc::REG_RIP as usize] = pc as i64;
-        uc.uc_mcontext.gregs[libc::REG_RSP as usize] = sp as i64;
-        uc.uc_mcontext.gregs[libc::REG_RBP as usize] = fp as i64;
-    };
+    let set = set_uc_regs;
     let trace = |uc: &libc::ucontext_t, out: &mut [usize]| {
         // SAFETY: a complete ucontext_t with the registers set.
         unsafe {
@@ -778,8 +824,7 @@ fn objects_are_known_from_the_refresh_after_they_load() {
     let unwinder = ThreadUnwinder::new().unwrap();
     let bounds = StackBounds::for_current_thread().unwrap();
     let mut uc: libc::ucontext_t = unsafe { std::mem::zeroed() };
-    uc.uc_mcontext.gregs[libc::REG_RIP as usize] = pc as i64;
-    uc.uc_mcontext.gregs[libc::REG_RSP as usize] = (bounds.stack.1 - 4096) as i64;
+    set_uc_regs(&mut uc, pc, bounds.stack.1 - 4096, 0);
     let mut out = [0usize; 4];
     // SAFETY: a complete ucontext_t.
     let t = unsafe {
