@@ -215,3 +215,50 @@ pub fn would_place(near: u64, reach: u64, len: u64, align: u64) -> Option<u64> {
         mmap_min_addr(),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arch::Host;
+
+    /// Many pieces share one page, each aligned and within reach, and the
+    /// page is read+execute (not writable) once written.
+    #[test]
+    fn packs_many_pieces_per_page_read_execute() {
+        let near = packs_many_pieces_per_page_read_execute as *const () as u64;
+        let mut placed = Vec::new();
+        for i in 0..20u8 {
+            let at = place::<Host>(near, 64, |_| Ok(vec![i; 40])).unwrap();
+            placed.push(at);
+        }
+        let page = page_size();
+        let first_page = placed[0] & !(page - 1);
+        let same_page = placed
+            .iter()
+            .filter(|&&a| a & !(page - 1) == first_page)
+            .count();
+        assert!(
+            same_page >= 10,
+            "only {same_page} of 20 pieces share the first page"
+        );
+        for (i, &at) in placed.iter().enumerate() {
+            assert_eq!(at % Host::CODE_ALIGN as u64, 0);
+            assert!(within(near, at, Host::NEAR_REACH));
+            // SAFETY: `place` wrote 40 bytes there and the page stays mapped.
+            let bytes = unsafe { std::slice::from_raw_parts(at as *const u8, 40) };
+            assert!(bytes.iter().all(|&b| b == i as u8), "piece {i} intact");
+        }
+        let map = maps::read_self().unwrap();
+        let m = maps::find(&map, placed[0]).unwrap();
+        assert!(m.read && m.exec && !m.write, "{m:?}");
+    }
+
+    #[test]
+    fn refuses_when_nothing_is_in_reach() {
+        // A reach of one byte around an address inside our own code: the
+        // page there is mapped, so no page fits.
+        let near = refuses_when_nothing_is_in_reach as *const () as u64;
+        let r = place_within::<Host>(near, 1, 16, |_| Ok(vec![0; 16]));
+        assert_eq!(r, Err(Reason::NoMemoryInReach { near, reach: 1 }));
+    }
+}
