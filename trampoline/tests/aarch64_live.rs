@@ -3,8 +3,9 @@
 //!
 //! Hand-written assembly functions, one per PC-relative class with that
 //! form as the FIRST instruction (plus a leaf function, one whose literal
-//! pool sits right after the taken bytes, and one with branches between the
-//! instructions a far patch takes). Three ways of running each:
+//! pool sits right after the taken bytes, one with branches between the
+//! instructions a far patch takes, and one starting with `bti c`, which
+//! stays in place). Three ways of running each:
 //!
 //! 1. `hook_every_class`: the crate's `install` (near `b` patch, trampoline
 //!    within +-128 MiB); results checked before, through the hook (an
@@ -233,6 +234,18 @@ global_asm!(
     "ta_leaf: add x0, x0, #1",
     "    ret",
     ".size ta_leaf, .-ta_leaf",
+    // A BTI landing pad (`bti c` = `hint #34`) stays in place; the patch follows it.
+    ".p2align 6",
+    ".globl ta_bti",
+    ".type ta_bti,@function",
+    "ta_bti: hint #34",
+    "    adr x1, 1f",
+    "    ldr x1, [x1]",
+    "    add x0, x0, x1",
+    "    ret",
+    "    .p2align 5",
+    "1:  .quad 55",
+    ".size ta_bti, .-ta_bti",
     // Branches between the instructions a far patch takes.
     ".p2align 6",
     ".globl ta_inner",
@@ -270,6 +283,7 @@ extern "C" {
     fn ta_pool();
     fn ta_leaf();
     fn ta_inner();
+    fn ta_bti();
 }
 
 const Z: u64 = 1 << 30;
@@ -317,6 +331,7 @@ const CLASSES: &[Class] = &[
     ("ta_pool", ta_pool, &[(0, 0, 4000), (2, 0, 4002)]),
     ("ta_leaf", ta_leaf, &[(0, 0, 1), (41, 0, 42)]),
     ("ta_inner", ta_inner, &[(0, 0, 6), (1, 0, 8), (2, 0, 5)]),
+    ("ta_bti", ta_bti, &[(0, 0, 55), (1, 0, 56)]),
 ];
 
 fn call(f: usize, x: u64, nzcv: u64) -> u64 {
@@ -378,14 +393,22 @@ fn hook_every_class() {
 
         let hook = install(&sym, ta_repl as *const ()).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(hook.plan(), probed.plan, "{name}: probe and install agree");
+        let keep = if name == "ta_bti" { 4 } else { 0 };
         assert_eq!(
             (hook.plan().keep, hook.plan().taken),
-            (0, 4),
-            "{name}: one instruction taken"
+            (keep, 4),
+            "{name}: landing pad kept, one instruction taken"
         );
-        // The patch is one `b` to the replacement (same executable: in reach).
-        let want = Aarch64::near_patch(sym.addr, ta_repl as *const () as u64).unwrap();
-        assert_eq!(bytes_at(sym.addr, 4), want, "{name}: patched with b");
+        // The patch is one `b` to the replacement (same executable: in reach),
+        // after the kept landing pad.
+        let patch_at = sym.addr + keep as u64;
+        let want = Aarch64::near_patch(patch_at, ta_repl as *const () as u64).unwrap();
+        assert_eq!(bytes_at(patch_at, 4), want, "{name}: patched with b");
+        assert_eq!(
+            bytes_at(sym.addr, keep),
+            before[..keep],
+            "{name}: landing pad in place"
+        );
         // The trampoline is what relocate() makes at its address, and verifies.
         let chain = hook.chain() as u64;
         let out = Aarch64::relocate(&before, sym.addr, &hook.plan(), chain).unwrap();
@@ -472,6 +495,16 @@ fn far_trampolines_run_every_class() {
         ("8 GiB", text + (8 << 30)),
     ] {
         let page = page_near(hint, len);
+        // Beyond every short form but b (64 MiB), or beyond all of them (8 GiB).
+        let (min, max) = if label == "64 MiB" {
+            (1 << 20, 128 << 20)
+        } else {
+            (4 << 30, u64::MAX)
+        };
+        assert!(
+            page.abs_diff(text) > min && page.abs_diff(text) < max,
+            "{label}: page at {page:#x}"
+        );
         for (i, &(name, f, cases)) in CLASSES.iter().enumerate() {
             let addr = f as usize as u64;
             let size = find_function(name, None).unwrap().size.unwrap();
@@ -523,11 +556,12 @@ fn far_patch_hooks() {
         let tramp = page + 128 * i as u64;
         let out = Aarch64::relocate(&code, addr, &plan, tramp).unwrap();
         write_page(page, len, tramp, &out);
-        let mut patch = Aarch64::far_patch(addr, ta_repl as *const () as u64);
+        let patch_at = addr + plan.keep as u64;
+        let mut patch = Aarch64::far_patch(patch_at, ta_repl as *const () as u64);
         patch.extend(Aarch64::filler(plan.taken - patch.len()));
         assert_eq!(patch.len(), plan.taken);
         let text_page = addr & !0xfff;
-        let span = ((addr + patch.len() as u64 + 0xfff) & !0xfff) - text_page;
+        let span = ((patch_at + patch.len() as u64 + 0xfff) & !0xfff) - text_page;
         let rwx = libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC;
         let rx = libc::PROT_READ | libc::PROT_EXEC;
         let write_text = |bytes: &[u8]| {
@@ -535,10 +569,10 @@ fn far_patch_hooks() {
             // test functions (HOOK_LOCK); protection restored to r-x after.
             unsafe {
                 assert_eq!(libc::mprotect(text_page as *mut _, span as usize, rwx), 0);
-                std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, bytes.len());
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), patch_at as *mut u8, bytes.len());
                 assert_eq!(libc::mprotect(text_page as *mut _, span as usize, rx), 0);
             }
-            Aarch64::flush_icache(addr, bytes.len());
+            Aarch64::flush_icache(patch_at, bytes.len());
         };
         write_text(&patch);
         set_chain(tramp);
@@ -548,7 +582,7 @@ fn far_patch_hooks() {
             cases.len() as u64,
             "{name}: calls counted through the far patch"
         );
-        write_text(&code[..plan.taken]);
+        write_text(&code[plan.keep..plan.keep + plan.taken]);
         check_all(name, addr as usize, cases, "after removing the far patch");
         hooked += 1;
     }
