@@ -10,13 +10,16 @@
 //! the numbers to the stacks it samples.
 //!
 //! Signal context: only [`EnergyMeter::read_deltas`], the functions of
-//! [`attribution`] and [`ledger`] run there. They never allocate, lock,
+//! [`attribution`] and the ledger's `close_*`, `take` and
+//! `reset_after_fork` run there. They never allocate, lock,
 //! print or panic on bad data; descriptors are opened and all state is
 //! allocated by [`detect`] / [`ledger::Ledger::new`] at start-up.
 //!
 //! Units: counters are written in microjoules with `T=0.000001` in the
 //! header when `-np` runs alone (see [`JOULES_PER_VALUE`]); IgProf's
-//! analyser multiplies `NRG_*` values by `T`, so it shows Joules.
+//! analyser multiplies `NRG_*` values by `T`, so it shows Joules. When
+//! `-pp` sets `T` to its tick period, `NRG_*` values count `T` Joules
+//! ([`Ledger`] is built with that `T` and carries the fractions).
 //!
 //! Root: every file is looked up under a root directory, `/` unless the
 //! environment variable [`root::ROOT_ENV`] (`IGPROF_ENERGY_ROOT`) names
