@@ -300,6 +300,10 @@ pub fn sqlite_db(
     let text = String::from_utf8(text).map_err(|e| e.to_string())?;
     let conn =
         rusqlite::Connection::open(path).map_err(|e| format!("cannot create the database: {e}"))?;
+    // IgProf's schema declares references to columns that only get their
+    // unique index at the end; sqlite3's shell does not enforce them either.
+    conn.execute_batch("PRAGMA foreign_keys=OFF;")
+        .map_err(|e| format!("cannot configure the database: {e}"))?;
     conn.execute_batch(&text)
         .map_err(|e| format!("cannot write the database: {e}"))
 }

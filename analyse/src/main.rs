@@ -212,7 +212,12 @@ fn parse() -> Config {
                     .next()
                     .unwrap_or("bad arguments")
                     .trim_start_matches("error: ");
-                fail(&format!("{first} (see --help)"));
+                let values = msg
+                    .lines()
+                    .find(|l| l.contains("possible values"))
+                    .map(|l| format!(" {}", l.trim()))
+                    .unwrap_or_default();
+                fail(&format!("{first}{values} (see --help)"));
             }
         },
     };
