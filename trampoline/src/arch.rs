@@ -76,6 +76,13 @@ pub trait Arch {
     /// size is unknown.
     const MAX_READ: usize;
 
+    /// A branch to itself (x86-64 `jmp .` = `eb fe`; AArch64 `b .` =
+    /// `00 00 00 14`). When a patch cannot be written with one atomic store,
+    /// it is stored atomically over the patch head first so that a thread
+    /// entering meanwhile waits, then the tail, then the real head. Empty:
+    /// no such step (the tail is written first and the head last).
+    const SELF_LOOP: &'static [u8] = &[];
+
     /// Decide which instructions are taken for a patch of `patch_len` bytes.
     /// Refuses (typed) when the function is too short, an instruction cannot
     /// be relocated, or code later in the function (within `func_size`)

@@ -242,5 +242,5 @@ fn replace_bytes<A: Arch>(hook: &Hook, expect: &[u8], new: &[u8]) -> Result<(), 
     if now != expect {
         return Err(e(Reason::PatchChanged { at: hook.patch_at }));
     }
-    patch::write_code(hook.patch_at, new, A::flush_icache).map_err(e)
+    patch::write_code::<A>(hook.patch_at, new).map_err(e)
 }

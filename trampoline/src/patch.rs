@@ -11,12 +11,16 @@
 //!   the thread sees either the old or the new bytes.
 //! - x86-64, patch within one aligned 16-byte block: one `lock cmpxchg16b`;
 //!   same guarantee.
-//! - x86-64 otherwise: first the 2-byte `jmp .` (spins in place) is stored
-//!   atomically over the first two bytes, then the tail bytes are written,
-//!   then the first two bytes of the new jump are stored atomically; a thread
-//!   entering meanwhile spins until the patch is complete. If even the two
-//!   bytes straddle a 16-byte boundary, bytes are written tail first, head
-//!   last, and a thread entering during the write may execute a mix.
+//! - otherwise (x86-64 patches crossing a 16-byte boundary; AArch64 far
+//!   patches of several instructions): the architecture's branch-to-itself
+//!   (`Arch::SELF_LOOP`: x86-64 `jmp .`) is stored atomically over the
+//!   first bytes, then the tail is written, then the real first bytes are
+//!   stored atomically; a thread entering meanwhile spins until the patch is
+//!   complete. If even the self-loop cannot be stored atomically (x86-64: its
+//!   2 bytes straddle a 16-byte boundary) or the architecture has none,
+//!   the tail is written first and the head (up to the next 8-byte
+//!   boundary, one store) last, and a thread entering during the write may
+//!   execute a mix.
 //!
 //! A thread that is *already inside* the taken bytes (between their first
 //! and last instruction) when the patch lands is not protected by any of
@@ -25,13 +29,14 @@
 //! Must never: write outside `[at, at+len)` (neighbouring bytes in a merged
 //! word are written back with the values just read, under the install lock).
 
+use crate::arch::Arch;
 use crate::error::Reason;
 use crate::maps;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Write `bytes` at `at` in live code with the guarantees in the module docs,
-/// then call `flush(at, len)`.
-pub fn write_code(at: u64, bytes: &[u8], flush: fn(u64, usize)) -> Result<(), Reason> {
+/// flushing the instruction cache (`A::flush_icache`) after each step.
+pub fn write_code<A: Arch>(at: u64, bytes: &[u8]) -> Result<(), Reason> {
     let map = maps::read_self().map_err(|e| Reason::Protect(e.raw_os_error().unwrap_or(0)))?;
     let page = crate::nearmem::page_size();
     let first = at & !(page - 1);
@@ -56,8 +61,7 @@ pub fn write_code(at: u64, bytes: &[u8], flush: fn(u64, usize)) -> Result<(), Re
     }
     // SAFETY: every byte of [at, at+len) is in a page made writable above;
     // the caller holds the install lock, so no one else patches these words.
-    unsafe { store(at, bytes) };
-    flush(at, bytes.len());
+    unsafe { store(at, bytes, A::SELF_LOOP, A::flush_icache) };
     for &(p, prot) in &pages {
         protect(p, page, prot)?;
     }
@@ -134,48 +138,56 @@ unsafe fn store16(at: u64, bytes: &[u8]) {
     }
 }
 
-/// Store `bytes` at `at` as atomically as the layout allows (module docs).
+/// Store `b` (at most 16 bytes) at `at` atomically if it lies in one
+/// aligned 8-byte word (or, on x86-64, one aligned 16-byte block).
+/// Returns false, writing nothing, when it does not.
 ///
 /// # Safety
 /// `[at, at+len)` must be writable and not concurrently written by others.
-unsafe fn store(at: u64, bytes: &[u8]) {
-    let len = bytes.len() as u64;
+unsafe fn store_atomic(at: u64, b: &[u8]) -> bool {
+    let len = b.len() as u64;
     if (at & 7) + len <= 8 {
-        // SAFETY: fits in one aligned word (checked).
-        return unsafe { store8(at, bytes) };
+        // SAFETY: fits in one aligned word (checked); writable (caller).
+        unsafe { store8(at, b) };
+        return true;
     }
     #[cfg(target_arch = "x86_64")]
-    {
-        if (at & 15) + len <= 16 {
-            // SAFETY: fits in one aligned 16-byte block (checked).
-            return unsafe { store16(at, bytes) };
-        }
-        const SPIN: [u8; 2] = [0xeb, 0xfe]; // jmp . (to itself)
-        let head_atomic = |b: &[u8]| {
-            if (at & 7) + 2 <= 8 {
-                // SAFETY: 2 bytes within one aligned word (checked).
-                unsafe { store8(at, b) };
-                true
-            } else if (at & 15) + 2 <= 16 {
-                // SAFETY: 2 bytes within one aligned 16-byte block (checked).
-                unsafe { store16(at, b) };
-                true
-            } else {
-                false
-            }
-        };
-        if len >= 2 && head_atomic(&SPIN) {
-            // SAFETY: writable (caller); entering threads spin on the head.
-            unsafe { write_plain(at + 2, &bytes[2..]) };
-            head_atomic(&bytes[..2]);
-            return;
-        }
+    if (at & 15) + len <= 16 {
+        // SAFETY: fits in one aligned 16-byte block (checked); writable (caller).
+        unsafe { store16(at, b) };
+        return true;
     }
-    // Last resort: tail first, head last.
-    // SAFETY: writable (caller).
+    false
+}
+
+/// Store `bytes` at `at` as atomically as the layout allows (module docs):
+/// one atomic store; else `spin` (the architecture's branch-to-itself)
+/// atomically over the head, the tail, then the real head atomically; else
+/// tail first, head last. `flush` runs after each step.
+///
+/// # Safety
+/// `[at, at+len)` must be writable and not concurrently written by others.
+unsafe fn store(at: u64, bytes: &[u8], spin: &[u8], flush: fn(u64, usize)) {
+    // SAFETY (whole body): writable, no concurrent writers (caller).
     unsafe {
-        write_plain(at + 1, &bytes[1..]);
-        write_plain(at, &bytes[..1]);
+        if store_atomic(at, bytes) {
+            return flush(at, bytes.len());
+        }
+        let k = spin.len();
+        if k > 0 && k < bytes.len() && store_atomic(at, spin) {
+            flush(at, k);
+            write_plain(at + k as u64, &bytes[k..]);
+            flush(at + k as u64, bytes.len() - k);
+            store_atomic(at, &bytes[..k]);
+            return flush(at, k);
+        }
+        // Last resort: tail first, head last (the head as large as one
+        // aligned word allows, so at least its first byte is one store).
+        let head = ((8 - (at & 7)) as usize).min(bytes.len());
+        write_plain(at + head as u64, &bytes[head..]);
+        flush(at + head as u64, bytes.len() - head);
+        store_atomic(at, &bytes[..head]);
+        flush(at, head);
     }
 }
 
@@ -204,7 +216,7 @@ mod tests {
                 let base = b.0.as_mut_ptr() as u64;
                 let new: Vec<u8> = (0..len as u8).map(|i| i + 1).collect();
                 // SAFETY: writing inside our own buffer.
-                unsafe { store(base + off, &new) };
+                unsafe { store(base + off, &new, &[0xeb, 0xfe], |_, _| {}) };
                 for (i, &x) in b.0.iter().enumerate() {
                     let i = i as u64;
                     let want = if i >= off && i < off + len as u64 {

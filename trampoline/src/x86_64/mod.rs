@@ -56,6 +56,7 @@ impl Arch for X86_64 {
     const MAX_TRAMPOLINE_LEN: usize = 256;
     const CODE_ALIGN: usize = 16;
     const MAX_READ: usize = 64;
+    const SELF_LOOP: &'static [u8] = &[0xeb, 0xfe];
 
     fn plan(
         code: &[u8],
