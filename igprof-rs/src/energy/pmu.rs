@@ -23,6 +23,10 @@ use super::root::{parse_cpu_list, read_text, Fs, Root};
 use super::Domain;
 
 pub const PMU_DIR: &str = "/sys/bus/event_source/devices/power";
+/// Linux 6.13+ on AMD: per-core energy in its own PMU (one CPU per core in
+/// its `cpumask`); read for PP0 when the `power` PMU has no `energy-cores`.
+pub const PMU_CORE_DIR: &str = "/sys/bus/event_source/devices/power_core";
+pub const CORE_EVENTS: [(&str, Option<Domain>); 1] = [("energy-core", Some(Domain::Pp0))];
 pub const PARANOID_PATH: &str = "/proc/sys/kernel/perf_event_paranoid";
 
 /// The RAPL events the PMU may expose and the counter each feeds.
@@ -174,7 +178,17 @@ impl PerfOpener for FilePerf<'_> {
 
 /// Parse the `power` PMU's sysfs description under `root`.
 pub fn parse(root: &Root, fs: &dyn Fs) -> Result<PmuInfo, SourceError> {
-    let dir = root.join(PMU_DIR);
+    parse_pmu(root, fs, PMU_DIR, &EVENTS)
+}
+
+/// Parse the PMU at `pmu_dir` (a kernel path), looking for `events`.
+fn parse_pmu(
+    root: &Root,
+    fs: &dyn Fs,
+    pmu_dir: &str,
+    events_wanted: &[(&'static str, Option<Domain>)],
+) -> Result<PmuInfo, SourceError> {
+    let dir = root.join(pmu_dir);
     let type_path = dir.join("type");
     let type_text =
         read_text(fs, &type_path).map_err(|e| SourceError::from_io(type_path.clone(), &e))?;
@@ -197,7 +211,7 @@ pub fn parse(root: &Root, fs: &dyn Fs) -> Result<PmuInfo, SourceError> {
         }
     };
     let mut events = Vec::new();
-    for (name, domain) in EVENTS {
+    for &(name, domain) in events_wanted {
         let Some(domain) = domain else { continue };
         let ev_path = dir.join("events").join(name);
         let ev_text = match read_text(fs, &ev_path) {
@@ -274,13 +288,34 @@ pub fn paranoid_level(root: &Root, fs: &dyn Fs) -> Option<i32> {
     read_text(fs, &root.join(PARANOID_PATH)).ok()?.parse().ok()
 }
 
-/// Parse and open every event on every package CPU.
+/// Parse and open every event on every package CPU (plus the per-core
+/// `power_core` PMU for PP0 where the `power` PMU lacks `energy-cores`; that
+/// one is optional and skipped if it cannot be opened).
 pub fn open(
     root: &Root,
     fs: &dyn Fs,
     perf: &dyn PerfOpener,
 ) -> Result<Vec<RawCounter>, SourceError> {
     let info = parse(root, fs)?;
+    let mut counters = open_events(root, fs, perf, "power", &info)?;
+    if !info.events.iter().any(|e| e.domain == Domain::Pp0) {
+        if let Ok(core) = parse_pmu(root, fs, PMU_CORE_DIR, &CORE_EVENTS) {
+            if let Ok(mut c) = open_events(root, fs, perf, "power_core", &core) {
+                counters.append(&mut c);
+            }
+        }
+    }
+    Ok(counters)
+}
+
+/// Open every event of `info` on each of its CPUs.
+fn open_events(
+    root: &Root,
+    fs: &dyn Fs,
+    perf: &dyn PerfOpener,
+    pmu_name: &str,
+    info: &PmuInfo,
+) -> Result<Vec<RawCounter>, SourceError> {
     let mut counters = Vec::with_capacity(info.events.len() * info.cpus.len());
     for ev in &info.events {
         for &cpu in &info.cpus {
@@ -292,12 +327,12 @@ pub fn open(
             };
             let (fd, access) = perf.open(&spec).map_err(|e| match e.raw_os_error() {
                 Some(errno @ (libc::EACCES | libc::EPERM)) => SourceError::PerfRefused {
-                    event: format!("power/{}/", ev.name),
+                    event: format!("{pmu_name}/{}/", ev.name),
                     errno,
                     paranoid: paranoid_level(root, fs),
                 },
                 errno => SourceError::PerfFailed {
-                    event: format!("power/{}/", ev.name),
+                    event: format!("{pmu_name}/{}/", ev.name),
                     cpu,
                     errno: errno.unwrap_or(0),
                 },
@@ -305,7 +340,10 @@ pub fn open(
             let counter =
                 RawCounter::new(fd, access, Wrap::Bits64, ev.scale, ev.domain).map_err(|e| {
                     SourceError::Io {
-                        path: PathBuf::from(format!("perf_event power/{}/ cpu {cpu}", ev.name)),
+                        path: PathBuf::from(format!(
+                            "perf_event {pmu_name}/{}/ cpu {cpu}",
+                            ev.name
+                        )),
                         errno: match e {
                             super::error::ReadError::Io { errno } => errno,
                             _ => libc::EIO,

@@ -166,6 +166,40 @@ fn power_pmu_wins_and_scales_counts_to_joules() {
 }
 
 #[test]
+fn amd_power_core_pmu_adds_per_core_pp0() {
+    let t = Tree::new("pmu-amd");
+    t.power_pmu("0", &[("energy-pkg", "event=0x02", SCALE_2_32)]);
+    let d = "/sys/bus/event_source/devices/power_core";
+    t.write(&format!("{d}/type"), "24\n");
+    t.write(&format!("{d}/cpumask"), "0-1\n");
+    t.write(&format!("{d}/events/energy-core"), "event=0x01\n");
+    t.write(
+        &format!("{d}/events/energy-core.scale"),
+        &format!("{SCALE_2_32}\n"),
+    );
+    t.write(&format!("{d}/events/energy-core.unit"), "Joules\n");
+    t.perf_count("energy-pkg", 0, 0);
+    t.perf_count("energy-core", 0, 0);
+    t.perf_count("energy-core", 1, 0);
+    let mut m = detect(&t.root()).unwrap();
+    assert_eq!(
+        m.domains().collect::<Vec<_>>(),
+        vec![Domain::Pkg, Domain::Pp0]
+    );
+    assert_eq!(m.counter_count(), 3);
+    t.perf_count("energy-pkg", 0, 5 << 32);
+    t.perf_count("energy-core", 0, 1 << 32);
+    t.perf_count("energy-core", 1, 2 << 32);
+    let mut e = [0.0; DOMAINS];
+    m.read_deltas(&mut e).unwrap();
+    assert_eq!(e, [5.0, 3.0, 0.0, 0.0]);
+    // An unopenable power_core is skipped: the package alone still works.
+    std::fs::remove_file(t.path("/perf-fake/energy-core/cpu1")).unwrap();
+    let m = detect(&t.root()).unwrap();
+    assert_eq!(m.domains().collect::<Vec<_>>(), vec![Domain::Pkg]);
+}
+
+#[test]
 fn power_pmu_units_and_bad_files() {
     let t = Tree::new("pmu-units");
     t.power_pmu("0", &[("energy-cores", "event=0x01", "6.103515625e-5")]);
