@@ -246,6 +246,10 @@ fn sample(t: &'static ThreadState, uc: *mut libc::c_void) {
     let buf = unsafe { t.trace_buf() };
     // SAFETY: uc comes from the kernel for this thread's signal.
     let walk = unsafe { crate::trace::from_ucontext(t, uc, buf) };
+    if walk.refused {
+        t.dropped.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
     if walk.truncated {
         t.truncated.fetch_add(1, Ordering::Relaxed);
     }

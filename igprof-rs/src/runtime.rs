@@ -199,6 +199,7 @@ pub fn init() {
         return;
     }
     init_thread_key();
+    crate::trace::modules_changed();
     let Some(main) = thread::register_current(options::get().max_depth) else {
         crate::igprof_log!("out of memory for the profiler's thread state; the program runs unprofiled");
         return;

@@ -50,9 +50,10 @@ pub struct ThreadState {
     pub prog_blocks_prof: Cell<bool>,
     /// A program-originated SIGPROF arrived while the program blocked it.
     pub prog_prof_pending: Cell<bool>,
-    /// Stack bounds (for bounded stack reads), 0 when unknown.
-    pub stack_lo: usize,
-    pub stack_hi: usize,
+    /// Where the unwinder may read this thread's stack.
+    pub bounds: crate::unwind::StackBounds,
+    /// The thread's unwinder (descriptor cache), None if it could not be made.
+    pub unwinder: Option<crate::unwind::ThreadUnwinder>,
     next: AtomicPtr<ThreadState>,
 }
 
@@ -101,7 +102,8 @@ pub fn register_current(max_depth: usize) -> Option<&'static ThreadState> {
         return None;
     }
     let tid = sys::gettid();
-    let (lo, hi) = stack_bounds();
+    let bounds = crate::unwind::StackBounds::for_current_thread().unwrap_or_default();
+    let unwinder = crate::unwind::ThreadUnwinder::new().ok();
     // SAFETY: fresh mapping big enough for the state plus the trace buffer.
     unsafe {
         mem.write(ThreadState {
@@ -125,8 +127,8 @@ pub fn register_current(max_depth: usize) -> Option<&'static ThreadState> {
             user_ns_credit: Cell::new(0),
             prog_blocks_prof: Cell::new(false),
             prog_prof_pending: Cell::new(false),
-            stack_lo: lo,
-            stack_hi: hi,
+            bounds,
+            unwinder,
             next: AtomicPtr::new(null_mut()),
         });
     }
@@ -148,26 +150,6 @@ pub fn register_current(max_depth: usize) -> Option<&'static ThreadState> {
 /// Forgets the calling thread's state (after fork: the child starts afresh).
 pub fn detach_current() {
     CURRENT.with(|c| c.set(null_mut()));
-}
-
-/// The calling thread's stack bounds from pthread_getattr_np (not signal context).
-fn stack_bounds() -> (usize, usize) {
-    // SAFETY: attr is initialised by pthread_getattr_np before use and destroyed after.
-    unsafe {
-        let mut attr: libc::pthread_attr_t = core::mem::zeroed();
-        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
-            return (0, 0);
-        }
-        let mut addr: *mut libc::c_void = null_mut();
-        let mut size: libc::size_t = 0;
-        let ok = libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0;
-        libc::pthread_attr_destroy(&mut attr);
-        if ok {
-            (addr as usize, addr as usize + size)
-        } else {
-            (0, 0)
-        }
-    }
 }
 
 /// Iterates over every registered state (all threads ever profiled).
