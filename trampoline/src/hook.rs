@@ -13,6 +13,7 @@ use crate::arch::{Arch, Plan};
 use crate::error::{HookError, Reason};
 use crate::symbols::Symbol;
 use crate::{maps, nearmem, patch, symbols};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 static INSTALL_LOCK: Mutex<()> = Mutex::new(());
@@ -28,6 +29,8 @@ pub struct Hook {
     patch: Vec<u8>,
     chain: u64,
     plan: Plan,
+    /// Patch written and not removed (enable sets it, uninstall clears it).
+    installed: AtomicBool,
 }
 
 /// What [`crate::probe`] found: the plan install would use.
@@ -56,9 +59,17 @@ impl Hook {
     }
 
     /// Restore the original bytes. The trampoline stays mapped (threads may
-    /// still be running in it), so `chain` stays callable.
-    pub fn uninstall(self) -> Result<(), HookError> {
+    /// still be running in it), so `chain` stays callable. Refused with
+    /// `PatchChanged` (and the hook stays installed) when the patch was
+    /// overwritten since, e.g. by a second hook on the same function: remove
+    /// stacked hooks in reverse order. Uninstalling twice is a no-op.
+    pub fn uninstall(&self) -> Result<(), HookError> {
         uninstall_with::<crate::arch::Host>(self)
+    }
+
+    /// False once [`Hook::uninstall`] has succeeded.
+    pub fn is_installed(&self) -> bool {
+        self.installed.load(Ordering::SeqCst)
     }
 }
 
@@ -175,6 +186,7 @@ pub(crate) fn prepare_with<A: Arch>(
             patch,
             chain,
             plan,
+            installed: AtomicBool::new(false),
         },
     })
 }
@@ -220,11 +232,17 @@ fn build_far<A: Arch>(sym: &Symbol, code: &[u8], replacement: u64) -> Result<Bui
 fn enable_with<A: Arch>(prepared: Prepared) -> Result<Hook, HookError> {
     let hook = prepared.hook;
     replace_bytes::<A>(&hook, &hook.original, &hook.patch)?;
+    hook.installed.store(true, Ordering::SeqCst);
     Ok(hook)
 }
 
-fn uninstall_with<A: Arch>(hook: Hook) -> Result<(), HookError> {
-    replace_bytes::<A>(&hook, &hook.patch, &hook.original)
+fn uninstall_with<A: Arch>(hook: &Hook) -> Result<(), HookError> {
+    if !hook.installed.load(Ordering::SeqCst) {
+        return Ok(());
+    }
+    replace_bytes::<A>(hook, &hook.patch, &hook.original)?;
+    hook.installed.store(false, Ordering::SeqCst);
+    Ok(())
 }
 
 /// Under the install lock: if the bytes at the patch site are `expect`,

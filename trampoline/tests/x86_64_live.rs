@@ -121,6 +121,15 @@ global_asm!(
     "    pop rbx",
     "    ret",
     ".size tr_far, .-tr_far",
+    // For stacking two hooks: x + 100.
+    ".p2align 4",
+    ".globl tr_stack",
+    ".type tr_stack,@function",
+    "tr_stack:",
+    "    lea rax, [rdi + 100]",
+    "    nop",
+    "    ret",
+    ".size tr_stack, .-tr_stack",
     // Shorter than the patch, directly followed by another function.
     ".p2align 4",
     ".globl tr_short",
@@ -172,6 +181,7 @@ unsafe extern "C" {
     safe fn tr_short(x: u64) -> u64;
     safe fn tr_short_padded(x: u64) -> u64;
     safe fn tr_far(x: u64) -> u64;
+    safe fn tr_stack(x: u64) -> u64;
     safe fn tr_backjump(x: u64) -> u64;
 }
 
@@ -371,4 +381,68 @@ fn far_patch_form() {
     );
     assert_eq!(f(3), 17);
     assert_eq!(CALLS.load(Ordering::SeqCst), 2);
+}
+
+/// A second hook on an already hooked function relocates the first hook's
+/// `jmp rel32` into its trampoline, so calls run both replacements; removing
+/// the lower hook first is refused (its bytes are no longer at the target).
+#[test]
+fn hooks_stack_and_unstack_in_order() {
+    counting_replacement!(first, FIRST_CALLS, FIRST_CHAIN);
+    counting_replacement!(second, SECOND_CALLS, SECOND_CHAIN);
+    let f: Fn1 = std::hint::black_box(tr_stack as Fn1);
+    let sym = find_function("tr_stack", None).unwrap();
+    // SAFETY: the function's bytes are mapped code.
+    let before = unsafe { std::slice::from_raw_parts(sym.addr as *const u8, 6) }.to_vec();
+    let p1 = trampoline::prepare(&sym, first as *const ()).unwrap();
+    FIRST_CHAIN.store(p1.chain() as usize, Ordering::SeqCst);
+    let h1 = p1.enable().unwrap();
+    let p2 = trampoline::prepare(&sym, second as *const ()).unwrap();
+    assert_eq!(p2.plan().taken, 5, "the first hook's jmp rel32 is taken");
+    SECOND_CHAIN.store(p2.chain() as usize, Ordering::SeqCst);
+    let h2 = p2.enable().unwrap();
+    assert_eq!(f(1), 101);
+    assert_eq!(
+        (
+            FIRST_CALLS.load(Ordering::SeqCst),
+            SECOND_CALLS.load(Ordering::SeqCst)
+        ),
+        (1, 1)
+    );
+    let e = h1.uninstall().unwrap_err();
+    assert_eq!(e.reason, Reason::PatchChanged { at: sym.addr });
+    assert_eq!(f(2), 102, "still hooked twice after the refused uninstall");
+    assert_eq!(
+        (
+            FIRST_CALLS.load(Ordering::SeqCst),
+            SECOND_CALLS.load(Ordering::SeqCst)
+        ),
+        (2, 2)
+    );
+    assert!(h1.is_installed());
+    h2.uninstall().unwrap();
+    assert!(!h2.is_installed());
+    assert_eq!(f(3), 103);
+    assert_eq!(
+        (
+            FIRST_CALLS.load(Ordering::SeqCst),
+            SECOND_CALLS.load(Ordering::SeqCst)
+        ),
+        (3, 2)
+    );
+    h1.uninstall().unwrap();
+    h1.uninstall().unwrap(); // second time: no-op
+                             // SAFETY: as above.
+    assert_eq!(
+        unsafe { std::slice::from_raw_parts(sym.addr as *const u8, 6) },
+        &before[..]
+    );
+    assert_eq!(f(4), 104);
+    assert_eq!(
+        (
+            FIRST_CALLS.load(Ordering::SeqCst),
+            SECOND_CALLS.load(Ordering::SeqCst)
+        ),
+        (3, 2)
+    );
 }
