@@ -203,10 +203,12 @@ fn chain_from_here_with_and_without_frame_pointers() {
         let chain_a: ChainFn = unsafe { std::mem::transmute(lib.sym("chain_a")) };
         let mut ctx = here_ctx(DEFAULT_MAX_DEPTH);
         let mut sink = 0;
+        let mut walks = Vec::new();
         for round in 0..2 {
             // Round 0 fills the cache, round 1 must give the same from it.
-            chain_a(trace_cb, (&mut ctx as *mut HereCtx).cast(), &mut sink);
+            run_chain(chain_a, &mut ctx, &mut sink);
             let t = ctx.trace.take().unwrap();
+            walks.push((ctx.out[..t.depth].to_vec(), ctx.unwinder.stats()));
             let n = names(&ctx.out[..t.depth], false);
             assert_eq!(
                 &n[..3],
@@ -230,12 +232,25 @@ fn chain_from_here_with_and_without_frame_pointers() {
                 "{build}: {n:?}"
             );
         }
-        let s = ctx.unwinder.stats();
-        assert!(
-            s.hits >= s.misses,
-            "second round was served from the cache: {s:?}"
+        let ((first, s0), (second, s1)) = (&walks[0], &walks[1]);
+        assert_eq!(first, second, "{build}: the same stack twice");
+        assert_eq!(s0.hits, 0, "{build}");
+        assert_eq!(
+            s1.misses, s0.misses,
+            "{build}: second walk served from the cache"
+        );
+        assert_eq!(
+            s1.hits, s0.misses,
+            "{build}: every lookup of the first walk hits in the second"
         );
     }
+}
+
+/// One call site for every round, so that both walks see the same stack.
+#[inline(never)]
+fn run_chain(chain_a: ChainFn, ctx: &mut HereCtx, sink: &mut libc::c_long) {
+    chain_a(trace_cb, (ctx as *mut HereCtx).cast(), sink);
+    std::hint::black_box(ctx);
 }
 
 #[test]
