@@ -25,7 +25,7 @@ pub fn near_patch(from: u64, to: u64) -> Option<Vec<u8>> {
 /// Length of the far patch at `from`: 16 bytes when the literal after
 /// `ldr x16; br x16` is 8-byte aligned (`from % 8 == 0`), else 20.
 pub fn far_patch_len(from: u64) -> usize {
-    if from % 8 == 0 {
+    if from & 7 == 0 {
         16
     } else {
         20

@@ -81,7 +81,7 @@ pub fn plan(
     func_size: Option<u64>,
     patch_len: usize,
 ) -> Result<Plan, Reason> {
-    if addr % 4 != 0 {
+    if addr & 3 != 0 {
         return Err(Reason::Unrelocatable {
             at: addr,
             what: "address not 4-byte aligned".into(),
@@ -273,7 +273,7 @@ fn retarget(insn: Insn, pc: u64, target: u64) -> Option<u32> {
 
 /// See [`crate::arch::Arch::relocate`].
 pub fn relocate(code: &[u8], addr: u64, plan: &Plan, tramp: u64) -> Result<Vec<u8>, Reason> {
-    if tramp % 4 != 0 {
+    if tramp & 3 != 0 {
         return Err(Reason::Unrelocatable {
             at: addr,
             what: "trampoline not 4-byte aligned".into(),
@@ -385,7 +385,7 @@ pub fn relocate(code: &[u8], addr: u64, plan: &Plan, tramp: u64) -> Result<Vec<u
         let target = tramp + 4 * copies[index] as u64;
         e.words[at] = retarget(insn, pc, target).expect("branch inside the trampoline is in reach");
     }
-    if !e.literals.is_empty() && e.pc() % 8 != 0 {
+    if !e.literals.is_empty() && e.pc() & 7 != 0 {
         e.words.push(encode::UDF);
     }
     let pool = e.pc();
