@@ -740,6 +740,121 @@ fn descriptors_from_real_eh_frame() {
     assert_eq!(k, d(Kind::CfaSp, 8, -1, 0, true), "getpid at entry");
 }
 
+/// AArch64 unwind rules of hand-written functions with exact CFI.
+#[cfg(target_arch = "aarch64")]
+const DESC_AARCH64_S: &str = r#"
+    .text
+    .macro fn name
+    .globl \name
+    .type \name, @function
+\name:
+    .endm
+
+fn aleaf
+    .cfi_startproc
+fn aleaf_body
+    nop
+    ret
+    .cfi_endproc
+
+fn aframe
+    .cfi_startproc
+    stp x29, x30, [sp, -48]!
+    .cfi_def_cfa_offset 48
+    .cfi_offset 29, -48
+    .cfi_offset 30, -40
+    mov x29, sp
+fn aframe_body
+    nop
+    ldp x29, x30, [sp], 48
+    .cfi_restore 30
+    .cfi_restore 29
+    .cfi_def_cfa_offset 0
+fn aframe_ret
+    ret
+    .cfi_endproc
+
+fn afp
+    .cfi_startproc
+    stp x29, x30, [sp, -32]!
+    .cfi_def_cfa_offset 32
+    .cfi_offset 29, -32
+    .cfi_offset 30, -24
+    mov x29, sp
+    .cfi_def_cfa 29, 32
+    sub sp, sp, #64
+fn afp_body
+    nop
+    mov sp, x29
+    ldp x29, x30, [sp], 32
+    ret
+    .cfi_endproc
+
+fn aundef
+    .cfi_startproc
+    .cfi_undefined 30
+fn aundef_body
+    nop
+    ret
+    .cfi_endproc
+
+    nop
+fn asigret
+    .inst 0xd2801168
+    .inst 0xd4000001
+    .section .note.GNU-stack,"",@progbits
+"#;
+
+#[cfg(target_arch = "aarch64")]
+#[test]
+fn descriptors_from_real_eh_frame() {
+    use super::arch::{self, FramehopCache};
+    use super::descriptor::{Descriptor, Kind};
+    let lib = Lib::open(&build_so(
+        "desc-aarch64",
+        &[("desc.S", DESC_AARCH64_S)],
+        &[],
+    ));
+    refresh_locked();
+    let table = modules::current().unwrap();
+    let mut fh = FramehopCache::new_in();
+    let d = |kind, cfa_offset, ra_slot_by_8, fp_slot_by_8, first| Descriptor {
+        cfa_offset,
+        ra_slot_by_8,
+        fp_slot_by_8,
+        kind,
+        first,
+    };
+    let mut at = |sym: &str, first: bool| {
+        let pc = lib.sym(sym) + if first { 0 } else { 4 };
+        arch::describe(table, &mut fh, pc, first)
+    };
+    // A leaf: the return address is still in LR (slot 0), SP unchanged.
+    assert_eq!(at("aleaf_body", true), d(Kind::CfaSp, 0, 0, 0, true));
+    assert_eq!(
+        at("aframe", true),
+        d(Kind::CfaSp, 0, 0, 0, true),
+        "function entry"
+    );
+    assert_eq!(at("aframe_body", true), d(Kind::CfaSp, 48, -5, -6, true));
+    assert_eq!(at("aframe_body", false), d(Kind::CfaSp, 48, -5, -6, false));
+    assert_eq!(
+        at("aframe_ret", true),
+        d(Kind::CfaSp, 0, 0, 0, true),
+        "epilogue"
+    );
+    assert_eq!(at("afp_body", true), d(Kind::CfaFp, 32, -3, -4, true));
+    // framehop reads an undefined LR as "same value" in the first frame
+    // and as the end of the stack in a caller.
+    assert_eq!(at("aundef_body", true), d(Kind::CfaSp, 0, 0, 0, true));
+    assert_eq!(at("aundef_body", false).kind, Kind::Outermost);
+    let asigret = lib.sym("asigret");
+    assert_eq!(
+        arch::describe(table, &mut fh, asigret, false).kind,
+        Kind::SignalFrame
+    );
+}
+
 #[test]
 fn broken_stacks_end_the_trace_without_crashing() {
     let (_, lib) = &chain_libs()[0];
