@@ -75,10 +75,13 @@
 //! Module tables are built outside signal context and published with an
 //! `AtomicPtr`; the table's own arrays live in mmap'ed memory. Old tables are
 //! never freed (a handler on another thread may still be reading one): a
-//! refresh leaks one table, a few hundred bytes per loaded object. dlopen is
-//! rare, so this is bounded in practice. framehop's own per-module objects
-//! are built with the crate's global allocator at refresh time (outside
-//! signal context) and are leaked with their table.
+//! refresh that finds objects loaded or unloaded since the last one (glibc's
+//! `dlpi_adds`/`dlpi_subs`) leaks the old table, three small mappings plus
+//! about a hundred bytes per loaded object; a refresh that finds no change
+//! keeps the current table and costs one `dl_iterate_phdr` pass. framehop's
+//! own per-module objects are built with the crate's global allocator (in
+//! libigprof.so the runtime's mmap allocator, never the program's malloc)
+//! at refresh time, outside signal context, and are leaked with their table.
 //!
 //! dlclose: the table lists an object until the `refresh()` after its
 //! `dlclose`. A walk on another thread that meets an address of that object

@@ -79,6 +79,8 @@ pub(crate) struct ModuleTable {
     /// or the test binary): frames there are the profiler's own.
     pub(crate) self_text: (usize, usize),
     pub(crate) framehop: Framehop,
+    /// `Census::loads` when the table was built.
+    loads: Option<(u64, u64)>,
 }
 
 /// What is known about the object containing an address.
@@ -134,7 +136,15 @@ pub fn refresh() -> Result<(), RefreshError> {
     let _guard = REFRESH.lock().unwrap_or_else(|e| e.into_inner());
     const ATTEMPTS: u32 = 4;
     for _ in 0..ATTEMPTS {
-        let (count, name_bytes) = count_objects();
+        let census = count_objects();
+        if census.loads.is_some() && current().is_some_and(|t| t.loads == census.loads) {
+            // Nothing was loaded or unloaded since the current table was
+            // built (a dlopen of an object already loaded, say): keep it.
+            return Ok(());
+        }
+        let Census {
+            count, name_bytes, ..
+        } = census;
         // Room for the executable's path from /proc/self/exe.
         let mut entries = MmapSlice::<ModuleEntry>::zeroed(count).map_err(RefreshError::Map)?;
         let mut names = MmapSlice::<u8>::zeroed(name_bytes + libc::PATH_MAX as usize)
@@ -149,7 +159,7 @@ pub fn refresh() -> Result<(), RefreshError> {
         // SAFETY: the callback only touches `fill` through the data pointer,
         // which outlives the call.
         unsafe { libc::dl_iterate_phdr(Some(fill_one), (&mut fill as *mut Fill).cast()) };
-        if fill.overflow || fill.n != count {
+        if fill.overflow || fill.n != count || count_objects() != census {
             continue;
         }
         let modules = entries.leak();
@@ -173,6 +183,7 @@ pub fn refresh() -> Result<(), RefreshError> {
             names,
             self_text,
             framehop,
+            loads: census.loads,
         })
         .map_err(RefreshError::Map)?;
         TABLE.store(
@@ -243,24 +254,37 @@ struct Fill<'a> {
     overflow: bool,
 }
 
-fn count_objects() -> (usize, usize) {
+/// What one pass over the loaded objects saw.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+struct Census {
+    count: usize,
+    name_bytes: usize,
+    /// glibc's counts of objects ever loaded and unloaded (`dlpi_adds`,
+    /// `dlpi_subs`); None if the C library does not report them.
+    loads: Option<(u64, u64)>,
+}
+
+fn count_objects() -> Census {
     unsafe extern "C" fn count(
         info: *mut libc::dl_phdr_info,
-        _: usize,
+        size: usize,
         data: *mut libc::c_void,
     ) -> libc::c_int {
-        // SAFETY: data is the (usize, usize) passed below; info is valid
-        // for the duration of the callback.
-        let (n, bytes) = unsafe { &mut *data.cast::<(usize, usize)>() };
-        *n += 1;
+        // SAFETY: data is the Census passed below; info is valid for the
+        // duration of the callback, with `size` bytes.
+        let (c, info) = unsafe { (&mut *data.cast::<Census>(), &*info) };
+        c.count += 1;
         // SAFETY: dlpi_name is a NUL-terminated string (possibly empty).
-        *bytes += unsafe { libc::strlen((*info).dlpi_name) };
+        c.name_bytes += unsafe { libc::strlen(info.dlpi_name) };
+        if size >= core::mem::offset_of!(libc::dl_phdr_info, dlpi_subs) + 8 {
+            c.loads = Some((info.dlpi_adds, info.dlpi_subs));
+        }
         0
     }
-    let mut acc = (0usize, 0usize);
-    // SAFETY: the callback only writes to acc through data.
-    unsafe { libc::dl_iterate_phdr(Some(count), (&mut acc as *mut (usize, usize)).cast()) };
-    acc
+    let mut census = Census::default();
+    // SAFETY: the callback only writes to census through data.
+    unsafe { libc::dl_iterate_phdr(Some(count), (&mut census as *mut Census).cast()) };
+    census
 }
 
 unsafe extern "C" fn fill_one(

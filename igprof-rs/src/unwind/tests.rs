@@ -943,6 +943,22 @@ fn reentered_walk_returns_at_once() {
 }
 
 #[test]
+fn a_refresh_without_loads_keeps_the_table() {
+    let _l = TABLE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    // Another test may dlopen in between: then the table must change, and
+    // the check is repeated.
+    for _ in 0..5 {
+        refresh().unwrap();
+        let before = modules::current().unwrap() as *const modules::ModuleTable;
+        refresh().unwrap();
+        if before == modules::current().unwrap() as *const modules::ModuleTable {
+            return;
+        }
+    }
+    panic!("every refresh built a new table although nothing was loaded");
+}
+
+#[test]
 fn objects_are_known_from_the_refresh_after_they_load() {
     let path = build_so("late", &[("late.c", CHAIN_C)], &["-O2"]);
     let _l = TABLE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
