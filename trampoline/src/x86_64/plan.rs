@@ -1,6 +1,12 @@
 //! Which instructions the patch takes, and every reason to refuse.
 //!
 //! Owns: the x86-64 planning rules. Must never: emit code.
+//!
+//! Limits of the back-jump check: it is a linear sweep of the function's
+//! bytes (to its symbol size; nothing when the size is unknown), so it sees
+//! direct branches and RIP-relative operands only. An indirect branch into
+//! the taken bytes (a jump table, a computed goto) cannot be seen; compilers
+//! do not target a function's first instructions that way in practice.
 
 use super::class::{class_target, decode_at, ends_flow, Class, Insn};
 use super::{ENDBR64, MAX_INSN};
