@@ -26,7 +26,8 @@
 //!   implementing it with PURE functions only (bytes and addresses in, bytes
 //!   or [`Reason`] out): `plan`, `relocate`, `verify`, `near_patch`,
 //!   `far_patch`, `stub`, `filler`, plus constants (reach, patch lengths,
-//!   max trampoline length) and `flush_icache` (no-op unless the host is that
+//!   max trampoline length, optional `SELF_LOOP` for multi-step patch
+//!   writes) and `flush_icache` (no-op unless the host is that
 //!   architecture). `x86_64::X86_64` and `aarch64::Aarch64` both compile on
 //!   every host; `arch::Host` picks the host one (the only
 //!   `cfg(target_arch)` choice). The survey example and the byte-exact tests
@@ -40,6 +41,11 @@
 //! - Install sequence: read bytes -> `A::plan` -> `nearmem::place` with
 //!   `A::relocate` -> `A::near_patch` (or an `A::stub` entry when the
 //!   replacement is out of reach) + `A::filler` -> `patch::write_code`.
+//!   When no memory is free within `A::NEAR_REACH` (or with
+//!   [`prepare_far`]): `A::plan` with `A::FAR_PATCH_LEN`, trampoline
+//!   anywhere, `A::far_patch`.
+//! - [`survey`]: the same pure functions over the exported functions of an
+//!   ELF file (x86-64 or AArch64 by `e_machine`), used by `examples/survey.rs`.
 
 pub mod aarch64;
 pub mod arch;
