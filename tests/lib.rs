@@ -1,2 +1,439 @@
-//! Helpers for the end-to-end tests in `tests/e2e/`: build a C program with
-//! the system compiler, run it under `scripts/igprof`, read the report.
+//! Helpers for the end-to-end tests in `tests/tests/`: build a C/C++ program
+//! with the system compiler, run it under `scripts/igprof`, parse the profile
+//! with a strict parser of IgProf's grammar, and name its addresses from the
+//! objects' symbol tables (`nm`), independently of igprof-analyse.
+//!
+//! The tests need the release library: `cargo build --release -p igprof-rs`
+//! (scripts/test builds the whole workspace in release first). The target
+//! directory is `$CARGO_TARGET_DIR` or the workspace's `target/`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// The cargo target directory.
+pub fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(d) => {
+            let p = PathBuf::from(d);
+            if p.is_absolute() {
+                p
+            } else {
+                root().join(p)
+            }
+        }
+        None => root().join("target"),
+    }
+}
+
+/// The release libigprof.so (panics with what to do when missing).
+pub fn lib() -> PathBuf {
+    let p = target_dir().join("release/libigprof.so");
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo build --release -p igprof-rs` first",
+        p.display()
+    );
+    p
+}
+
+/// A fresh scratch directory for one test.
+pub fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("igprof-tests-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Compiles tests/programs/<src> into `dir/<out>` with `flags`.
+pub fn build(dir: &Path, src: &str, out: &str, flags: &[&str]) -> PathBuf {
+    let srcp = root().join("tests/programs").join(src);
+    let compiler = if src.ends_with(".cpp") { "c++" } else { "cc" };
+    let outp = dir.join(out);
+    let st = Command::new(compiler)
+        .args(["-O2", "-g"])
+        .args(flags)
+        .arg("-o")
+        .arg(&outp)
+        .arg(&srcp)
+        .arg("-lpthread")
+        .arg("-ldl")
+        .status()
+        .expect("run the C compiler");
+    assert!(st.success(), "compiling {src} failed");
+    outp
+}
+
+/// Runs `scripts/igprof <args>` in `dir`.
+pub fn igprof(dir: &Path, args: &[&str]) -> Output {
+    Command::new(root().join("scripts/igprof"))
+        .args(args)
+        .current_dir(dir)
+        .env("IGPROF_LIB", lib())
+        .output()
+        .expect("run scripts/igprof")
+}
+
+/// The profiles (igprof.*.gz) written in `dir`.
+pub fn profiles(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_string_lossy();
+            n.starts_with("igprof.") && n.ends_with(".gz")
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// Reads a profile, gunzipping if needed.
+pub fn read_text(p: &Path) -> String {
+    let raw = std::fs::read(p).unwrap();
+    if raw.starts_with(&[0x1f, 0x8b]) {
+        let mut s = String::new();
+        flate2::read::MultiGzDecoder::new(&raw[..])
+            .read_to_string(&mut s)
+            .unwrap();
+        s
+    } else {
+        String::from_utf8(raw).unwrap()
+    }
+}
+
+/// A counter value on a node.
+#[derive(Debug, Clone)]
+pub struct Value {
+    pub counter: String,
+    pub ticks: u64,
+    pub value: u64,
+    pub peak: u64,
+    pub leaks: Vec<(u64, u64)>,
+}
+
+/// One node line.
+#[derive(Debug, Clone)]
+pub struct PNode {
+    pub depth: usize,
+    pub parent: Option<usize>,
+    pub func: u32,
+    pub sym_offset: u64,
+    pub values: Vec<Value>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Func {
+    pub file: String,
+    pub object_offset: u64,
+    pub name: String,
+}
+
+/// A parsed profile.
+#[derive(Debug, Default)]
+pub struct Profile {
+    pub pid: u64,
+    pub program: String,
+    pub tick: String,
+    pub funcs: HashMap<u32, Func>,
+    pub nodes: Vec<PNode>,
+}
+
+struct Cur<'a> {
+    s: &'a str,
+    line: usize,
+}
+
+impl<'a> Cur<'a> {
+    fn err(&self, what: &str) -> String {
+        format!("line {}: {what} at '{}'", self.line, &self.s[..self.s.len().min(40)])
+    }
+    fn lit(&mut self, l: &str) -> Result<(), String> {
+        match self.s.strip_prefix(l) {
+            Some(r) => {
+                self.s = r;
+                Ok(())
+            }
+            None => Err(self.err(&format!("expected '{l}'"))),
+        }
+    }
+    fn eat(&mut self, l: &str) -> bool {
+        self.lit(l).is_ok()
+    }
+    fn hex(&mut self) -> Result<u64, String> {
+        let n = self
+            .s
+            .bytes()
+            .take_while(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
+            .count();
+        if n == 0 || n > 16 {
+            return Err(self.err("expected lower-case hex"));
+        }
+        let v = u64::from_str_radix(&self.s[..n], 16).unwrap();
+        self.s = &self.s[n..];
+        Ok(v)
+    }
+    fn until(&mut self, end: &str) -> Result<&'a str, String> {
+        match self.s.find(end) {
+            Some(i) => {
+                let r = &self.s[..i];
+                self.s = &self.s[i..];
+                Ok(r)
+            }
+            None => Err(self.err(&format!("missing '{end}'"))),
+        }
+    }
+}
+
+/// Parses a profile with IgProf's grammar, strictly: exact header, only node
+/// lines, ids defined once before use, depths starting at 1 and growing by
+/// at most one, lower-case hex, a final newline and nothing after.
+pub fn parse_strict(text: &str) -> Result<Profile, String> {
+    let mut p = Profile::default();
+    let body = text.strip_suffix('\n').ok_or("no final newline")?;
+    let mut lines = body.split('\n');
+    let head = lines.next().ok_or("empty profile")?;
+    let mut c = Cur { s: head, line: 1 };
+    c.lit("P=(HEX ID=")?;
+    p.pid = c.hex()?;
+    c.lit(" N=(")?;
+    p.program = c.until(") T=")?.to_string();
+    c.lit(") T=")?;
+    let t = c.until(")")?;
+    let (a, b) = t.split_once('.').ok_or_else(|| c.err("T= is not %f"))?;
+    if a.is_empty() || !a.bytes().all(|x| x.is_ascii_digit()) || b.len() != 6 || !b.bytes().all(|x| x.is_ascii_digit())
+    {
+        return Err(c.err("T= is not %f"));
+    }
+    p.tick = t.to_string();
+    c.lit(")")?;
+    if !c.s.is_empty() {
+        return Err(c.err("extra header text"));
+    }
+    let mut files: HashMap<u32, String> = HashMap::new();
+    let mut counters: HashMap<u32, String> = HashMap::new();
+    let mut stack: Vec<usize> = Vec::new();
+    for (i, l) in lines.enumerate() {
+        let mut c = Cur { s: l, line: i + 2 };
+        c.lit("C")?;
+        let depth = c.hex()? as usize;
+        if depth == 0 || depth > stack.len() + 1 {
+            return Err(c.err(&format!("depth {depth} after depth {}", stack.len())));
+        }
+        c.lit(" FN")?;
+        let fid = c.hex()? as u32;
+        if c.eat("=(F") {
+            if p.funcs.contains_key(&fid) {
+                return Err(c.err("FN redefined"));
+            }
+            let file = c.hex()? as u32;
+            if c.eat("=(") {
+                let path = c.until(")+")?.to_string();
+                c.lit(")")?;
+                if files.insert(file, path).is_some() {
+                    return Err(c.err("F redefined"));
+                }
+            }
+            let path = files
+                .get(&file)
+                .ok_or_else(|| c.err("F used before definition"))?
+                .clone();
+            c.lit("+")?;
+            let off = c.hex()?;
+            c.lit(" N=(")?;
+            let name = c.until("))+")?.to_string();
+            c.lit("))")?;
+            p.funcs.insert(
+                fid,
+                Func {
+                    file: path,
+                    object_offset: off,
+                    name,
+                },
+            );
+        } else if !p.funcs.contains_key(&fid) {
+            return Err(c.err("FN used before definition"));
+        }
+        c.lit("+")?;
+        let sym_offset = c.hex()?;
+        let mut values = Vec::new();
+        while c.eat(" V") {
+            let cid = c.hex()? as u32;
+            if c.eat("=(") {
+                let name = c.until(")")?.to_string();
+                c.lit(")")?;
+                if counters.insert(cid, name).is_some() {
+                    return Err(c.err("V redefined"));
+                }
+            }
+            let counter = counters
+                .get(&cid)
+                .ok_or_else(|| c.err("V used before definition"))?
+                .clone();
+            c.lit(":(")?;
+            let ticks = c.hex()?;
+            c.lit(",")?;
+            let value = c.hex()?;
+            c.lit(",")?;
+            let peak = c.hex()?;
+            c.lit(")")?;
+            let mut leaks = Vec::new();
+            while c.eat(";LK=(0x") {
+                let a = c.hex()?;
+                c.lit(",")?;
+                let s = c.hex()?;
+                c.lit(")")?;
+                leaks.push((a, s));
+            }
+            values.push(Value {
+                counter,
+                ticks,
+                value,
+                peak,
+                leaks,
+            });
+        }
+        if !c.s.is_empty() {
+            return Err(c.err("trailing text"));
+        }
+        stack.truncate(depth - 1);
+        let parent = stack.last().copied();
+        p.nodes.push(PNode {
+            depth,
+            parent,
+            func: fid,
+            sym_offset,
+            values,
+        });
+        stack.push(p.nodes.len() - 1);
+    }
+    Ok(p)
+}
+
+/// Function names of an object from its symbol table: sorted (start, end, name).
+fn symbols_of(path: &str) -> Vec<(u64, u64, String)> {
+    let out = Command::new("nm").args(["--defined-only", "-S", path]).output();
+    let mut v = Vec::new();
+    if let Ok(o) = out {
+        for l in String::from_utf8_lossy(&o.stdout).lines() {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.len() == 4 && matches!(f[2], "T" | "t" | "W" | "w") {
+                if let (Ok(a), Ok(s)) = (u64::from_str_radix(f[0], 16), u64::from_str_radix(f[1], 16)) {
+                    v.push((a, a + s.max(1), f[3].to_string()));
+                }
+            }
+        }
+    }
+    v.sort();
+    v
+}
+
+/// Names every node's address (object offset -> symbol via nm).
+pub struct Namer {
+    syms: HashMap<String, Vec<(u64, u64, String)>>,
+}
+
+impl Default for Namer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Namer {
+    pub fn new() -> Self {
+        Namer { syms: HashMap::new() }
+    }
+
+    /// The function name of node `i` of `p`.
+    pub fn name(&mut self, p: &Profile, i: usize) -> String {
+        let n = &p.nodes[i];
+        let f = &p.funcs[&n.func];
+        if !f.name.starts_with("@?") {
+            return f.name.clone();
+        }
+        let off = f.object_offset + n.sym_offset;
+        let syms = self.syms.entry(f.file.clone()).or_insert_with(|| symbols_of(&f.file));
+        // Return addresses point after the call: look up off, then off-1.
+        for o in [off, off.wrapping_sub(1)] {
+            let idx = syms.partition_point(|s| s.0 <= o);
+            if idx > 0 && o < syms[idx - 1].1 {
+                return syms[idx - 1].2.clone();
+            }
+        }
+        // No symbol table (e.g. a stripped libc): name it by object and offset,
+        // which is stable across runs (the absolute address is not).
+        let base = f.file.rsplit('/').next().unwrap_or(&f.file);
+        format!("{base}+{off:x}")
+    }
+}
+
+/// Per leaf-path statistics of one counter: for each node with that counter,
+/// the function names from the outermost caller to it, and its ticks.
+pub fn paths(p: &Profile, counter: &str) -> Vec<(Vec<String>, u64)> {
+    let mut namer = Namer::new();
+    let mut names: Vec<String> = Vec::with_capacity(p.nodes.len());
+    for i in 0..p.nodes.len() {
+        names.push(namer.name(p, i));
+    }
+    let mut out = Vec::new();
+    for (i, n) in p.nodes.iter().enumerate() {
+        for v in n.values.iter().filter(|v| v.counter == counter) {
+            let mut path = Vec::new();
+            let mut j = Some(i);
+            while let Some(k) = j {
+                path.push(names[k].clone());
+                j = p.nodes[k].parent;
+            }
+            path.reverse();
+            out.push((path, v.ticks));
+        }
+    }
+    out
+}
+
+/// Cumulative share (percent of all ticks) of every function name.
+pub fn cumulative_shares(p: &Profile, counter: &str) -> BTreeMap<String, f64> {
+    let ps = paths(p, counter);
+    let total: u64 = ps.iter().map(|x| x.1).sum();
+    let mut m: BTreeMap<String, u64> = BTreeMap::new();
+    for (path, t) in &ps {
+        let mut seen: Vec<&String> = Vec::new();
+        for n in path {
+            if !seen.contains(&n) {
+                seen.push(n);
+                *m.entry(n.clone()).or_default() += t;
+            }
+        }
+    }
+    m.into_iter()
+        .map(|(k, v)| (k, 100.0 * v as f64 / total.max(1) as f64))
+        .collect()
+}
+
+/// Total ticks of a counter.
+pub fn total(p: &Profile, counter: &str) -> u64 {
+    p.nodes
+        .iter()
+        .flat_map(|n| n.values.iter())
+        .filter(|v| v.counter == counter)
+        .map(|v| v.ticks)
+        .sum()
+}
+
+/// Asserts the run succeeded and returns stderr as text.
+pub fn ok(o: &Output) -> String {
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(
+        o.status.success(),
+        "run failed: {:?}\nstdout: {}\nstderr: {err}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout)
+    );
+    err
+}

@@ -1,0 +1,349 @@
+//! End-to-end checks of the CPU profiler and the core hooks: C/C++ programs
+//! built at test time, run under scripts/igprof, profiles parsed strictly.
+
+use igprof_tests::*;
+
+fn one_profile(dir: &std::path::Path) -> Profile {
+    let ps = profiles(dir);
+    assert_eq!(
+        ps.len(),
+        1,
+        "expected exactly one profile in {}, found {ps:?}",
+        dir.display()
+    );
+    parse_strict(&read_text(&ps[0])).unwrap_or_else(|e| panic!("{}: {e}", ps[0].display()))
+}
+
+fn within(shares: &std::collections::BTreeMap<String, f64>, name: &str, want: f64, tol: f64) {
+    let got = shares.get(name).copied().unwrap_or(0.0);
+    assert!(
+        (got - want).abs() <= tol,
+        "{name}: {got:.1}% (want {want}% +-{tol}); all: {shares:?}"
+    );
+}
+
+#[test]
+fn cpu_split_50_30_20_at_1ms() {
+    let d = scratch("split");
+    build(&d, "cpu_split.c", "cpu_split", &[]);
+    let o = igprof(&d, &["-pp", "-i", "1ms", "./cpu_split", "150"]);
+    let err = ok(&o);
+    assert_eq!(
+        err.lines().filter(|l| l.starts_with("igprof: profiling")).count(),
+        1,
+        "one start-up line: {err}"
+    );
+    let p = one_profile(&d);
+    assert_eq!(p.tick, "0.001000");
+    assert!(
+        total(&p, "PERF_TICKS") > 300,
+        "too few samples: {}",
+        total(&p, "PERF_TICKS")
+    );
+    let s = cumulative_shares(&p, "PERF_TICKS");
+    within(&s, "hot_a", 50.0, 3.0);
+    within(&s, "hot_b", 30.0, 3.0);
+    within(&s, "hot_c", 20.0, 3.0);
+    within(&s, "main", 100.0, 1.5);
+}
+
+#[test]
+fn sixteen_threads_each_get_their_share() {
+    let d = scratch("threads");
+    build(&d, "threads16.c", "threads16", &[]);
+    let o = igprof(&d, &["-pp", "-i", "1ms", "./threads16", "4000000"]);
+    ok(&o);
+    let p = one_profile(&d);
+    let s = cumulative_shares(&p, "PERF_TICKS");
+    for i in 0..16 {
+        within(&s, &format!("t{i}"), 100.0 * (i + 1) as f64 / 136.0, 3.0);
+    }
+}
+
+#[test]
+fn frame_pointer_and_omitted_frame_pointer_give_the_same_tree() {
+    let d = scratch("fp");
+    build(&d, "cpu_split.c", "with_fp", &["-fno-omit-frame-pointer"]);
+    build(&d, "cpu_split.c", "without_fp", &["-fomit-frame-pointer"]);
+    let mut trees = Vec::new();
+    for prog in ["./with_fp", "./without_fp"] {
+        let out = format!("{prog}.gz");
+        ok(&igprof(&d, &["-pp", "-i", "1ms", "-o", &out, prog, "60"]));
+        let p = parse_strict(&read_text(&d.join(&out))).unwrap();
+        // Call chains (function names, outermost first) carrying >= 2% of the ticks.
+        let ps = paths(&p, "PERF_TICKS");
+        let tot: u64 = ps.iter().map(|x| x.1).sum();
+        let mut chains: std::collections::BTreeMap<Vec<String>, u64> = Default::default();
+        for (path, t) in ps {
+            let mut names = path;
+            names.dedup();
+            *chains.entry(names).or_default() += t;
+        }
+        let big: Vec<Vec<String>> = chains
+            .into_iter()
+            .filter(|(_, t)| *t * 50 >= tot)
+            .map(|(c, _)| c)
+            .collect();
+        trees.push(big);
+    }
+    assert_eq!(trees[0], trees[1]);
+    assert!(trees[0]
+        .iter()
+        .any(|c| c.ends_with(&["main".into(), "work".into(), "hot_a".into(), "spin".into()])));
+}
+
+#[test]
+fn recursion_10000_deep_truncates_cleanly() {
+    let d = scratch("deep");
+    build(&d, "deep.c", "deep", &[]);
+    let o = igprof(&d, &["-pp", "-i", "1ms", "--depth", "512", "./deep", "10000"]);
+    ok(&o);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "10000");
+    let p = one_profile(&d);
+    let marker = p
+        .nodes
+        .iter()
+        .position(|n| p.funcs[&n.func].name == "@igprof_stack_truncated");
+    let m = marker.expect("truncated stacks are marked");
+    assert_eq!(p.nodes[m].depth, 1);
+    let max_depth = p.nodes.iter().map(|n| n.depth).max().unwrap();
+    assert!(max_depth <= 513 + 1, "depth limit respected: {max_depth}");
+    let s = cumulative_shares(&p, "PERF_TICKS");
+    assert!(s.get("bottom").copied().unwrap_or(0.0) > 90.0, "{s:?}");
+}
+
+#[test]
+fn cpp_exception_through_50_frames_at_100us() {
+    let d = scratch("throw");
+    build(&d, "throw50.cpp", "throw50", &[]);
+    let o = igprof(&d, &["-pp", "-i", "100us", "./throw50", "20000"]);
+    ok(&o);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "caught 20000 of 20000");
+    let p = one_profile(&d);
+    assert!(total(&p, "PERF_TICKS") > 100);
+}
+
+#[test]
+fn program_using_sigprof_behaves_the_same_and_is_profiled() {
+    let d = scratch("sigprof");
+    let exe = build(&d, "own_sigprof.c", "own_sigprof", &[]);
+    let plain = std::process::Command::new(&exe).output().unwrap();
+    assert!(
+        plain.status.success(),
+        "unprofiled run: {}",
+        String::from_utf8_lossy(&plain.stdout)
+    );
+    let o = igprof(&d, &["-pp", "-i", "1ms", "./own_sigprof"]);
+    ok(&o);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.starts_with("during=0 after_unblock=1 "), "{out}");
+    let p = one_profile(&d);
+    let s = cumulative_shares(&p, "PERF_TICKS");
+    // Sampling continued while the program had SIGPROF blocked.
+    assert!(s.get("blocked_phase").copied().unwrap_or(0.0) > 30.0, "{s:?}");
+    assert!(s.get("unblocked_phase").copied().unwrap_or(0.0) > 30.0, "{s:?}");
+}
+
+#[test]
+fn fork_exec_and_system_each_write_their_own_profile() {
+    let d = scratch("procs");
+    build(&d, "procs.c", "procs", &[]);
+    let o = igprof(&d, &["-pp", "-i", "1ms", "./procs"]);
+    ok(&o);
+    let ps = profiles(&d);
+    let mut by_work = std::collections::BTreeMap::new();
+    let mut shells = 0;
+    for f in &ps {
+        let p = parse_strict(&read_text(f)).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        let name = f.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(
+            name.ends_with(&format!(".{}.gz", p.pid)),
+            "{name} names its pid {}",
+            p.pid
+        );
+        if name.starts_with("igprof.procs.") {
+            let s = cumulative_shares(&p, "PERF_TICKS");
+            let top = ["parent_work", "forked_child_work", "exec_child_work"]
+                .into_iter()
+                .find(|w| s.get(*w).copied().unwrap_or(0.0) > 80.0)
+                .unwrap_or_else(|| panic!("{name}: no dominant work function: {s:?}"));
+            assert!(by_work.insert(top, name.clone()).is_none(), "two profiles for {top}");
+        } else {
+            shells += 1;
+        }
+    }
+    assert_eq!(by_work.len(), 3, "parent, forked child and exec'd child: {ps:?}");
+    assert!(shells >= 1, "system()'s shell wrote its own profile: {ps:?}");
+}
+
+#[test]
+fn target_filter_profiles_only_matching_programs() {
+    let d = scratch("target");
+    build(&d, "procs.c", "procs", &[]);
+    ok(&igprof(&d, &["-pp", "-t", "procs", "./procs"]));
+    let ps = profiles(&d);
+    assert_eq!(ps.len(), 3, "the shell of system() is filtered out: {ps:?}");
+    assert!(ps
+        .iter()
+        .all(|p| p.file_name().unwrap().to_string_lossy().starts_with("igprof.procs.")));
+}
+
+#[test]
+fn dlopened_functions_by_name_and_dlclose_while_sampling() {
+    let d = scratch("dlopen");
+    build(&d, "plugin.c", "plugin.so", &["-shared", "-fPIC"]);
+    build(&d, "plugin.c", "cycled.so", &["-shared", "-fPIC"]);
+    build(&d, "dlopen_main.c", "dlopen_main", &[]);
+    let plugin = d.join("plugin.so");
+    let cycled = d.join("cycled.so");
+    let o = igprof(
+        &d,
+        &[
+            "-pp",
+            "-i",
+            "100us",
+            "./dlopen_main",
+            plugin.to_str().unwrap(),
+            cycled.to_str().unwrap(),
+        ],
+    );
+    ok(&o);
+    let p = one_profile(&d);
+    let s = cumulative_shares(&p, "PERF_TICKS");
+    assert!(s.get("plugin_burn").copied().unwrap_or(0.0) > 50.0, "{s:?}");
+    assert!(
+        p.funcs.values().any(|f| f.file.ends_with("/plugin.so")),
+        "plugin.so appears as an object"
+    );
+}
+
+#[test]
+fn exit_paths_still_write_a_profile() {
+    let d = scratch("endings");
+    build(&d, "endings.c", "endings", &[]);
+    for (how, code, sig) in [
+        ("exit", Some(0), None),
+        ("_exit", Some(3), None),
+        ("abort", None, Some(6)),
+        ("kill", None, Some(15)),
+    ] {
+        for f in profiles(&d) {
+            std::fs::remove_file(f).unwrap();
+        }
+        let o = igprof(&d, &["-pp", "./endings", how]);
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(o.status.code(), code, "{how}: {:?}", o.status);
+        assert_eq!(o.status.signal(), sig, "{how}: {:?}", o.status);
+        let p = one_profile(&d);
+        let s = cumulative_shares(&p, "PERF_TICKS");
+        assert!(s.get("burn_before_end").copied().unwrap_or(0.0) > 80.0, "{how}: {s:?}");
+    }
+}
+
+#[test]
+fn options_and_refusals() {
+    let d = scratch("opts");
+    build(&d, "endings.c", "endings", &[]);
+    // Invalid option inside IGPROF: clear message, program runs unprofiled.
+    let o = std::process::Command::new(d.join("endings"))
+        .current_dir(&d)
+        .env("LD_PRELOAD", lib())
+        .env("IGPROF", "-pp --interval 7parsecs")
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("igprof: option --interval: bad value '7parsecs'") && err.contains("runs unprofiled"),
+        "{err}"
+    );
+    assert!(profiles(&d).is_empty());
+    // Launcher: unknown option and static binary refused.
+    let o = igprof(&d, &["-pq", "./endings"]);
+    assert_eq!(o.status.code(), Some(127));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown option '-pq'"));
+    let st = std::process::Command::new("cc")
+        .args(["-static", "-O2", "-o"])
+        .arg(d.join("static_prog"))
+        .arg(root().join("tests/programs/endings.c"))
+        .status()
+        .unwrap();
+    if st.success() {
+        let o = igprof(&d, &["-pp", "./static_prog"]);
+        assert_eq!(o.status.code(), Some(127));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("statically linked"),
+            "{o:?}"
+        );
+    }
+    // Exit status is the program's.
+    let o = igprof(&d, &["-pp", "./endings", "_exit"]);
+    assert_eq!(o.status.code(), Some(3));
+}
+
+#[test]
+fn dump_on_flag_file_and_on_request() {
+    let d = scratch("flag");
+    let flag = d.join("dump-now");
+    let mut child = std::process::Command::new(root().join("scripts/igprof"))
+        .args(["-pr", "-D", flag.to_str().unwrap(), "-o", "snap.gz", "sleep", "60"])
+        .current_dir(&d)
+        .env("IGPROF_LIB", lib())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until the program is running under the profiler, then ask for a dump.
+    let snap = d.join("snap.gz");
+    std::fs::write(&flag, b"").unwrap();
+    let mut waited = 0;
+    while !snap.exists() && waited < 200 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        waited += 1;
+        if !flag.exists() && !snap.exists() {
+            std::fs::write(&flag, b"").unwrap();
+        }
+    }
+    assert!(snap.exists(), "the flag file produced a dump while running");
+    let mid = parse_strict(&read_text(&snap)).unwrap();
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "snapshot taken while the program still runs"
+    );
+    assert_eq!(mid.program, "sleep");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[test]
+fn fixtures_parse_with_the_strict_parser() {
+    let dir = std::path::Path::new("/work/shared/fixtures/igprof-dumps");
+    if !dir.exists() {
+        return;
+    }
+    for f in [
+        "igprof-pp-cpu_split.gz",
+        "igprof-mp-alloc_churn.gz",
+        "igprof-fd-fd_churn.gz",
+    ] {
+        let p = parse_strict(&read_text(&dir.join(f))).unwrap_or_else(|e| panic!("{f}: {e}"));
+        assert!(!p.nodes.is_empty());
+    }
+    // And the parser rejects what IgProf's would.
+    assert!(
+        parse_strict("P=(HEX ID=1 N=(x) T=0.005000)\nC1 FN0+0\n").is_err(),
+        "undefined FN"
+    );
+    assert!(
+        parse_strict("P=(HEX ID=1 N=(x) T=0.005000 X=1)\n").is_err(),
+        "extra header field"
+    );
+    assert!(
+        parse_strict("P=(HEX ID=1 N=(x) T=0.005000)\nC2 FN0=(F0=(a)+0 N=(f))+0\n").is_err(),
+        "depth jump"
+    );
+    assert!(
+        parse_strict("P=(HEX ID=1 N=(x) T=0.005000)\nC1 FN0=(F0=(a)+0 N=(f))+0\n\n").is_err(),
+        "trailing line"
+    );
+}
