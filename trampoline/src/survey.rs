@@ -114,7 +114,7 @@ impl Report {
         }
     }
 
-    /// Counts of outcomes: "relocatable", "verify failed", "refused: <reason key>".
+    /// Counts of outcomes: "relocatable", "verify failed", "refused: REASON".
     pub fn by_outcome(&self) -> BTreeMap<String, usize> {
         let mut m = BTreeMap::new();
         for f in &self.functions {
