@@ -22,6 +22,7 @@ pub mod counters;
 pub mod dump;
 pub mod energy;
 pub mod hooks;
+pub mod live; // live-resource tables (helper "memfd")
 pub mod log;
 pub mod options;
 pub mod perf;
