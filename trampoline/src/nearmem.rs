@@ -18,6 +18,7 @@
 use crate::arch::{within, Arch};
 use crate::error::Reason;
 use crate::maps;
+use crate::patch::protect;
 use std::sync::Mutex;
 
 struct Page {
@@ -158,42 +159,15 @@ fn new_page_near(near: u64, reach: u64, len: u64) -> Result<Page, Reason> {
 
 /// Copy `code` to `at` inside the page block `[base, base+len)` we mapped.
 fn write_into_page(base: u64, len: u64, at: u64, code: &[u8]) -> Result<(), Reason> {
-    let rwx = libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC;
-    // SAFETY: [base, base+len) is a mapping this module created and never unmaps.
-    let mut r = unsafe { libc::mprotect(base as *mut libc::c_void, len as usize, rwx) };
-    if r != 0 {
-        // SAFETY: as above.
-        r = unsafe {
-            libc::mprotect(
-                base as *mut libc::c_void,
-                len as usize,
-                libc::PROT_READ | libc::PROT_WRITE,
-            )
-        };
-    }
-    if r != 0 {
-        return Err(Reason::Protect(
-            std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
-        ));
-    }
+    use libc::{PROT_EXEC, PROT_READ, PROT_WRITE};
+    // [base, base+len) is a mapping this module created and never unmaps.
+    protect(base, len, PROT_READ | PROT_WRITE | PROT_EXEC)
+        .or_else(|_| protect(base, len, PROT_READ | PROT_WRITE))?;
     debug_assert!(at >= base && at + code.len() as u64 <= base + len);
     // SAFETY: the destination lies inside our writable mapping (checked by
     // the caller's fit computation), and does not overlap `code`.
     unsafe { std::ptr::copy_nonoverlapping(code.as_ptr(), at as *mut u8, code.len()) };
-    // SAFETY: as above.
-    let r = unsafe {
-        libc::mprotect(
-            base as *mut libc::c_void,
-            len as usize,
-            libc::PROT_READ | libc::PROT_EXEC,
-        )
-    };
-    if r != 0 {
-        return Err(Reason::Protect(
-            std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
-        ));
-    }
-    Ok(())
+    protect(base, len, PROT_READ | PROT_EXEC)
 }
 
 /// Where [`place`] would put `len` bytes near `near` right now, without

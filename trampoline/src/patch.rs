@@ -68,7 +68,8 @@ pub fn write_code<A: Arch>(at: u64, bytes: &[u8]) -> Result<(), Reason> {
     Ok(())
 }
 
-fn protect(p: u64, len: u64, prot: i32) -> Result<(), Reason> {
+/// `mprotect` of `[p, p+len)` (`p` page-aligned, part of an existing mapping).
+pub(crate) fn protect(p: u64, len: u64, prot: i32) -> Result<(), Reason> {
     // SAFETY: p is page-aligned and part of an existing mapping (checked via maps).
     if unsafe { libc::mprotect(p as *mut libc::c_void, len as usize, prot) } != 0 {
         return Err(Reason::Protect(

@@ -49,6 +49,26 @@ struct Fixup {
     from: u64,
 }
 
+/// Append `opcode` + a rel32 to the copy of the taken instruction at
+/// `target` (filled in once every copy's position is known).
+fn to_copy_rel32(
+    out: &mut Vec<u8>,
+    fixups: &mut Vec<Fixup>,
+    opcode: &[u8],
+    target: u64,
+    from: u64,
+) {
+    out.extend_from_slice(opcode);
+    fixups.push(Fixup {
+        at: out.len(),
+        width: 4,
+        next: out.len() + 4,
+        target,
+        from,
+    });
+    out.extend([0; 4]);
+}
+
 pub(crate) fn relocate(code: &[u8], addr: u64, plan: &Plan, tramp: u64) -> Result<Vec<u8>, Reason> {
     let insns = taken(code, addr, plan)?;
     let start = addr.wrapping_add(plan.keep as u64);
@@ -73,28 +93,12 @@ pub(crate) fn relocate(code: &[u8], addr: u64, plan: &Plan, tramp: u64) -> Resul
                 out[at..at + 4].copy_from_slice(&disp.to_le_bytes());
             }
             Class::Jmp { target } if inside(target) => {
-                out.push(0xe9);
-                fixups.push(Fixup {
-                    at: out.len(),
-                    width: 4,
-                    next: out.len() + 4,
-                    target,
-                    from,
-                });
-                out.extend([0; 4]);
+                to_copy_rel32(&mut out, &mut fixups, &[0xe9], target, from)
             }
             Class::Jmp { target } => emit_jmp(&mut out, tramp, target),
             Class::Jcc { cc, target } => {
                 if inside(target) {
-                    out.extend([0x0f, 0x80 | cc]);
-                    fixups.push(Fixup {
-                        at: out.len(),
-                        width: 4,
-                        next: out.len() + 4,
-                        target,
-                        from,
-                    });
-                    out.extend([0; 4]);
+                    to_copy_rel32(&mut out, &mut fixups, &[0x0f, 0x80 | cc], target, from);
                 } else if let Some(r) = rel32(here.wrapping_add(6), target) {
                     out.extend([0x0f, 0x80 | cc]);
                     out.extend(r.to_le_bytes());
@@ -106,15 +110,7 @@ pub(crate) fn relocate(code: &[u8], addr: u64, plan: &Plan, tramp: u64) -> Resul
             }
             Class::Call { target } => {
                 if inside(target) {
-                    out.push(0xe8);
-                    fixups.push(Fixup {
-                        at: out.len(),
-                        width: 4,
-                        next: out.len() + 4,
-                        target,
-                        from,
-                    });
-                    out.extend([0; 4]);
+                    to_copy_rel32(&mut out, &mut fixups, &[0xe8], target, from);
                 } else if let Some(r) = rel32(here.wrapping_add(5), target) {
                     out.push(0xe8);
                     out.extend(r.to_le_bytes());
