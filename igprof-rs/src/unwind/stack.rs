@@ -105,13 +105,22 @@ pub(crate) struct StackReader {
 impl StackReader {
     /// A reader for a walk whose first frame has stack pointer `sp`.
     pub(crate) fn new(bounds: &StackBounds, sp: usize) -> Self {
-        let mut regions = [bounds.stack, bounds.altstack];
-        for r in regions.iter_mut() {
+        let mut reader = StackReader {
+            regions: [bounds.stack, bounds.altstack],
+        };
+        reader.enter(sp);
+        reader
+    }
+
+    /// The walk continues with stack pointer `sp` (its start, or the
+    /// interrupted context of a signal frame): nothing in sp's region below
+    /// its red zone is read from now on.
+    pub(crate) fn enter(&mut self, sp: usize) {
+        for r in self.regions.iter_mut() {
             if r.0 <= sp && sp < r.1 {
                 r.0 = r.0.max(sp.saturating_sub(RED_ZONE));
             }
         }
-        StackReader { regions }
     }
 
     /// True if the `len` bytes at `addr` lie inside one region.
@@ -182,6 +191,16 @@ mod tests {
             stack: (lo - 4096, lo + 32),
             altstack: (0, 0),
         };
+        // An altstack start, then the interrupted context on the stack.
+        let both = StackBounds {
+            stack: (0x10000, 0x20000),
+            altstack: (0x40000, 0x48000),
+        };
+        let mut r = StackReader::new(&both, 0x47000);
+        assert!(r.contains(0x10000, 8) && !r.contains(0x46f00, 8));
+        r.enter(0x18000);
+        assert!(r.contains(0x18000 - 128, 8) && !r.contains(0x17000, 8));
+        assert!(r.contains(0x47000, 8), "the altstack part stays readable");
         let r = StackReader::new(&high, lo + 24);
         assert!(r.contains(lo + 24 - 128, 8));
         assert!(

@@ -164,7 +164,7 @@ impl ThreadUnwinder {
             )
         };
         cache.sync_generation(table.generation);
-        let reader = StackReader::new(bounds, regs.sp);
+        let mut reader = StackReader::new(bounds, regs.sp);
         let mut skipping = skip;
         let mut first = true;
         let mut depth = 0;
@@ -239,7 +239,14 @@ impl ThreadUnwinder {
                 arch::apply(d, &mut regs, first, &reader)
             };
             match step {
-                Ok(Step::Caller { first: f }) => first = f,
+                Ok(Step::Caller { first: f }) => {
+                    if f {
+                        // Through a signal frame: continue on the
+                        // interrupted context's stack.
+                        reader.enter(regs.sp);
+                    }
+                    first = f
+                }
                 Ok(Step::Outermost) => {
                     return Trace {
                         depth,
