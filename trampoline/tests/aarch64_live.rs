@@ -354,7 +354,9 @@ fn set_chain(chain: u64) {
     }
 }
 
-/// The replacement and its counter are shared: one hook at a time.
+/// The replacement and its counter are shared, and a hooked function's
+/// bytes are patched: every test that hooks, reads or relocates the
+/// functions holds this lock.
 static HOOK_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn check_all(name: &str, f: usize, cases: &[(u64, u64, u64)], how: &str) {
@@ -486,6 +488,7 @@ fn write_page(page: u64, len: usize, at: u64, code: &[u8]) {
 
 #[test]
 fn far_trampolines_run_every_class() {
+    let _g = HOOK_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let text = ta_ldr_x as *const () as u64;
     let len = 0x4000;
     // 64 MiB below (tbz/b.cond/cbz/ldr/adr beyond their reach, b within it)
