@@ -21,6 +21,9 @@
 //! written only to reach a target beyond a short form's range (and for the
 //! jump back when the trampoline is beyond +-128 MiB). A function whose
 //! taken instructions name both x16 and x17 and need a scratch is refused.
+//! A function with a non-standard convention that expects x16 to survive
+//! its entry (none of the hooks the profiler needs) must not get the far
+//! patch or an entry stub.
 //!
 //! Landing pads: a function starting with `bti`/`bti c|j|jc` keeps it in
 //! place (`Plan::keep` = 4) and is patched after it; the trampoline starts
