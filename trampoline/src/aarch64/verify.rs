@@ -2,7 +2,7 @@
 //! property tests.
 //!
 //! Owns: turning both the original taken instructions and the trampoline
-//! into a list of [`Effect`]s (copy this word, jump/call/branch-if to an
+//! into a list of `Effect`s (copy this word, jump/call/branch-if to an
 //! absolute address, set a register to an address, load from an absolute
 //! address) and comparing the two lists. Both sides are decoded with
 //! yaxpeax-arm, not with the mask decoder the relocator uses, and the
