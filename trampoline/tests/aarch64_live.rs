@@ -16,8 +16,10 @@
 //!    `Aarch64::relocate` into pages 64 MiB and >4 GiB away, so every class
 //!    runs its out-of-reach form (literal loads, inverted branches over
 //!    `ldr x16; br x16`, `ldr x30; blr x30`), called directly.
-//! 3. `far_patch_hooks`: the 20-byte `ldr x16, =repl; br x16` patch written
-//!    by hand with `Aarch64::far_patch`, trampoline >4 GiB away.
+//! 3. `far_patch_hooks`: the 16/20-byte `ldr x16, =repl; br x16` patch
+//!    written by hand with `Aarch64::far_patch`, trampoline >4 GiB away.
+//! 4. `hook_with_replacement_out_of_reach_uses_entry_stub`: `install` with a
+//!    replacement 8 GiB away goes through an entry stub near the target.
 //!
 //! Functions are called through `ta_call(f, x, nzcv)`, which sets the
 //! condition flags and x15 (= its return label, used by `ta_bl`, whose first
@@ -591,6 +593,43 @@ fn far_patch_hooks() {
     }
     // All but ta_leaf (8 bytes long) and ta_pool; ta_b (16 bytes, 8-aligned) fits the 16-byte form.
     assert_eq!(hooked, CLASSES.len() - 2);
+    // SAFETY: our page, no longer used.
+    unsafe { libc::munmap(page as *mut _, len) };
+}
+
+#[test]
+fn hook_with_replacement_out_of_reach_uses_entry_stub() {
+    let _g = HOOK_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let repl = ta_repl as *const () as u64;
+    // A replacement 8 GiB away: a jump to ta_repl placed there.
+    let len = 0x4000;
+    let page = page_near(repl + (8 << 30), len);
+    write_page(page, len, page, &Aarch64::stub(page, repl));
+    for &(name, f, cases) in CLASSES
+        .iter()
+        .filter(|c| ["ta_cbz", "ta_bl", "ta_ldr_q"].contains(&c.0))
+    {
+        let sym = find_function(name, None).unwrap();
+        let hook = install(&sym, page as *const ()).unwrap_or_else(|e| panic!("{e}"));
+        // The patch is a `b` to an entry stub within +-128 MiB that jumps to `page`.
+        let word = u32::from_le_bytes(bytes_at(sym.addr, 4).try_into().unwrap());
+        let trampoline::aarch64::decode::Insn::B { target: stub } =
+            trampoline::aarch64::decode::decode(word, sym.addr)
+        else {
+            panic!("{name}: patch {word:08x} is not a b");
+        };
+        assert_ne!(stub, page, "{name}: the replacement is out of reach");
+        assert_eq!(
+            bytes_at(stub, Aarch64::STUB_LEN),
+            Aarch64::stub(stub, page),
+            "{name}: entry stub"
+        );
+        set_chain(hook.chain() as u64);
+        check_all(name, f as usize, cases, "through an entry stub");
+        assert_eq!(calls(), cases.len() as u64, "{name}: calls counted");
+        hook.uninstall().unwrap_or_else(|e| panic!("{e}"));
+        check_all(name, f as usize, cases, "after uninstall");
+    }
     // SAFETY: our page, no longer used.
     unsafe { libc::munmap(page as *mut _, len) };
 }
