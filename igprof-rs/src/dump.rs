@@ -110,6 +110,10 @@ struct Merged {
     values: Vec<(u64, u64, u64)>,
     index: HashMap<(u32, usize), u32>,
     nslots: usize,
+    /// Thread-tree node -> merged node (for LK records of live resources).
+    origin: HashMap<usize, u32>,
+    /// (merged node, counter slot) -> leaked (address, size).
+    leaks: HashMap<(u32, usize), Vec<(u64, u64)>>,
 }
 
 impl Merged {
@@ -119,6 +123,8 @@ impl Merged {
             values: Vec::new(),
             index: HashMap::new(),
             nslots,
+            origin: HashMap::new(),
+            leaks: HashMap::new(),
         };
         m.push(0);
         m
@@ -172,6 +178,7 @@ impl Merged {
         let mut stack: Vec<(u32, &Node)> = vec![(into, from)];
         while let Some((m, n)) = stack.pop() {
             self.add(m, n);
+            self.origin.insert(n as *const Node as usize, m);
             for c in n.children() {
                 let mc = self.child(m, c.addr);
                 stack.push((mc, c));
@@ -292,6 +299,15 @@ fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
         }
     }
     stats.nodes = merged.nodes.len() - 1;
+    crate::runtime::each_module(|md| {
+        if let Some(f) = md.leaks {
+            f(&mut |node, slot, addr, size| {
+                if let Some(&m) = merged.origin.get(&(node as usize)) {
+                    merged.leaks.entry((m, slot)).or_default().push((addr, size));
+                }
+            });
+        }
+    });
 
     let gzip = crate::options::get().gzip || path.ends_with(".gz");
     let tmp = format!("{path}.tmp");
@@ -328,7 +344,11 @@ fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
 fn write_profile<S: Sink>(sink: S, m: &Merged) -> Result<S, WriteError> {
     let mut w = Writer::new(sink);
     let rt = crate::runtime::info();
-    w.header(crate::sys::getpid() as u64, &rt.program, crate::perf::tick_seconds())?;
+    let mut tick = crate::perf::tick_seconds();
+    if tick == 0.0 {
+        crate::runtime::each_module(|md| tick = md.header_tick.unwrap_or(tick));
+    }
+    w.header(crate::sys::getpid() as u64, &rt.program, tick)?;
     let mut syms = Symbols {
         files: HashMap::new(),
         funcs: HashMap::new(),
@@ -398,8 +418,11 @@ fn write_profile<S: Sink>(sink: S, m: &Merged) -> Result<S, WriteError> {
                 }
             };
             w.counter(cref, t, v, p)?;
-            // LK records (w.leak) of live resources follow here once a
-            // module keeps a live table (memory, descriptors).
+            if let Some(l) = m.leaks.get(&(id, s)) {
+                for &(addr, size) in l {
+                    w.leak(addr, size)?;
+                }
+            }
         }
         w.end_node()?;
         // Children in order.

@@ -110,7 +110,7 @@ pub fn output_path() -> String {
     }
 }
 
-fn describe(o: &Options) -> String {
+fn describe(o: &Options, modules: &[&str]) -> String {
     let mut parts: Vec<String> = Vec::new();
     if let Some(p) = o.perf {
         let (flag, what) = match p {
@@ -126,25 +126,71 @@ fn describe(o: &Options) -> String {
         };
         parts.push(format!("{flag} {what} every {ivs} per thread"));
     }
+    parts.extend(modules.iter().map(|m| m.to_string()));
     parts.join(", ")
 }
 
-/// Modules requested but not built into this library.
+static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A profiler module beside the sampling profiler (memory, descriptors,
+/// energy...). Modules are listed in [`MODULES`]; an option that selects a
+/// module not in the list is reported as not built and ignored.
+pub struct Module {
+    /// The launcher flag(s) that select it, for messages ("-mp").
+    pub flag: &'static str,
+    /// What it profiles, for the start-up line ("memory").
+    pub what: &'static str,
+    /// Whether the options select it.
+    pub wanted: fn(&Options) -> bool,
+    /// Enables its counters (before the counter registry freezes).
+    pub register_counters: fn(&Options),
+    /// Starts it after the counters froze and the core hooks are in place
+    /// (install its own hooks, open its sources). An error is printed on one
+    /// line and the run continues without it.
+    pub start: fn(&Options) -> Result<(), String>,
+    /// Per-thread set-up / teardown (not signal context).
+    pub thread_begin: Option<fn(&'static ThreadState)>,
+    pub thread_end: Option<fn(&'static ThreadState)>,
+    /// In a forked child, before it runs again (reset what is the parent's).
+    pub fork_child: Option<fn()>,
+    /// Leaked resources for `LK` records: calls `f(node, counter slot,
+    /// address, size)` for each one still alive at the dump.
+    pub leaks: Option<fn(&mut dyn FnMut(*const crate::tree::Node, usize, u64, u64))>,
+    /// `T=` of the header when no sampling profiler sets it.
+    pub header_tick: Option<f64>,
+}
+
+/// The modules built into this library, in start-up order.
+pub static MODULES: &[Module] = &[];
+
+fn wanted_modules() -> impl Iterator<Item = &'static Module> {
+    MODULES.iter().filter(|m| (m.wanted)(options::get()))
+}
+
+/// Runs `f` for every started module that has the hook.
+pub fn each_module(mut f: impl FnMut(&'static Module)) {
+    for m in wanted_modules() {
+        f(m)
+    }
+}
+
+/// Options that select something this library does not have.
 fn unavailable(o: &Options) -> Vec<(&'static str, &'static str)> {
+    let has = |flag: &str| MODULES.iter().any(|m| m.flag == flag && (m.wanted)(o));
     let mut v = Vec::new();
-    if o.mem {
+    if o.mem && !has("-mp") {
         v.push(("-mp", "the memory profiler"));
     }
-    if o.fd {
+    if o.fd && !has("-fd") {
         v.push(("-fd", "the file-descriptor profiler"));
     }
-    if o.empty.is_some() {
+    if o.empty.is_some() && !has("-ep/-ei/-eu") {
         v.push(("-ep/-ei/-eu", "the empty-memory profiler"));
     }
-    if o.energy {
+    if o.energy && !has("-np") {
         v.push(("-np", "the energy profiler"));
     }
-    if o.fpe {
+    if o.fpe && !has("-fp") {
         v.push(("-fp", "the floating-point exception profiler"));
     }
     v
@@ -169,13 +215,15 @@ pub fn init() {
     }
     for (flag, what) in unavailable(&o) {
         crate::igprof_log!("{flag}: {what} is not built into this libigprof yet; running without it");
+        match flag {
+            "-mp" => o.mem = false,
+            "-fd" => o.fd = false,
+            "-np" => o.energy = false,
+            "-fp" => o.fpe = false,
+            _ => o.empty = None,
+        }
     }
-    o.mem = false;
-    o.fd = false;
-    o.empty = None;
-    o.energy = false;
-    o.fpe = false;
-    if o.perf.is_none() {
+    if o.perf.is_none() && !MODULES.iter().any(|m| (m.wanted)(&o)) {
         crate::igprof_log!("nothing to profile (no available module selected); the program runs unprofiled");
         return;
     }
@@ -191,6 +239,7 @@ pub fn init() {
     }
 
     perf::register_counters();
+    each_module(|m| (m.register_counters)(options::get()));
     counters::freeze();
     perf::init_slots();
 
@@ -206,6 +255,17 @@ pub fn init() {
     };
     let guard = main.enter();
     crate::hooks::install_core();
+    let mut started: Vec<&'static str> = Vec::new();
+    each_module(|m| match (m.start)(options::get()) {
+        Ok(()) => started.push(m.what),
+        Err(e) => crate::igprof_log!("{}: {e}; running without it", m.flag),
+    });
+    STARTED.store(started.len(), Ordering::Relaxed);
+    each_module(|m| {
+        if let Some(f) = m.thread_begin {
+            f(main)
+        }
+    });
     start_watcher();
     ACTIVE.store(true, Ordering::Release);
     drop(guard);
@@ -214,7 +274,7 @@ pub fn init() {
         "profiling {} (pid {}): {}; profile -> {}",
         crate::log::Bytes(&info().program),
         sys::getpid(),
-        describe(o),
+        describe(o, &started),
         output_path()
     );
     perf::start_thread(main);
@@ -233,6 +293,11 @@ extern "C" fn thread_end(p: *mut libc::c_void) {
     // SAFETY: the key's value is the thread's &'static ThreadState.
     let t = unsafe { &*(p as *const ThreadState) };
     perf::stop_thread(t);
+    each_module(|m| {
+        if let Some(f) = m.thread_end {
+            f(t)
+        }
+    });
     t.exited.store(true, Ordering::Release);
 }
 
@@ -249,6 +314,11 @@ pub fn thread_begin() {
     let g = t.enter();
     // SAFETY: THREAD_KEY was created in init; t is never freed.
     unsafe { libc::pthread_setspecific(THREAD_KEY, t as *const ThreadState as *const libc::c_void) };
+    each_module(|m| {
+        if let Some(f) = m.thread_begin {
+            f(t)
+        }
+    });
     drop(g);
     perf::start_thread(t);
 }
@@ -273,6 +343,11 @@ pub fn after_fork_child() {
         perf::forget_inherited(t);
     }
     dump::reset_after_fork();
+    each_module(|m| {
+        if let Some(f) = m.fork_child {
+            f()
+        }
+    });
     thread::detach_current();
     if let Some(t) = thread::register_current(options::get().max_depth) {
         let g = t.enter();
