@@ -69,6 +69,8 @@ pub enum Error {
     NothingToPrint,
     /// Writing the report failed.
     Output(String),
+    /// The reader of the report went away (e.g. `| head`): not an error.
+    BrokenPipe,
 }
 
 impl std::fmt::Display for Error {
@@ -82,6 +84,7 @@ impl std::fmt::Display for Error {
             ),
             Error::NoCounters => write!(f, "no counter values in the profile data"),
             Error::NothingToPrint => write!(f, "could not find any information to print"),
+            Error::BrokenPipe => write!(f, "output closed"),
         }
     }
 }
@@ -214,7 +217,13 @@ pub fn run(cfg: &Config, out: &mut dyn Write) -> Result<(), Error> {
     }
     let order = fl.ranked(&prof, cfg.descending);
     let names = DisplayNames::new(&prof, cfg.demangle);
-    let io = |e: std::io::Error| Error::Output(format!("cannot write the report: {e}"));
+    let io = |e: std::io::Error| {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            Error::BrokenPipe
+        } else {
+            Error::Output(format!("cannot write the report: {e}"))
+        }
+    };
 
     if cfg.top > 0 {
         return tree_top::top_n(out, &prof, cfg.top, is_perf_ticks, &names).map_err(io);

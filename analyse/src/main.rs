@@ -292,6 +292,7 @@ fn main() {
             let r = igprof_analyse::run(&cfg, &mut out);
             let flushed = out.flush();
             match (r, flushed) {
+                (Err(igprof_analyse::Error::BrokenPipe), _) => Ok(()),
                 (Err(e), _) => Err(e.to_string()),
                 (Ok(()), Err(e)) if e.kind() != std::io::ErrorKind::BrokenPipe => {
                     Err(format!("cannot write the report: {e}"))

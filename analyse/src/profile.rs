@@ -164,6 +164,8 @@ pub struct Profile {
     /// Whether any value of the key counter was read.
     pub key_found: bool,
     child_index: FxHashMap<(NodeId, SymId), NodeId>,
+    /// Children with their symbols while reading (see `child_for_read`).
+    read_kids: Vec<Vec<(SymId, NodeId)>>,
 }
 
 /// Error while reading a dump into a profile.
@@ -202,6 +204,7 @@ impl Profile {
             tick_period: 0.01,
             key_found: false,
             child_index: FxHashMap::default(),
+            read_kids: vec![Vec::new()],
         }
     }
 
@@ -214,22 +217,70 @@ impl Profile {
             .find(|&c| self.nodes[c as usize].symbol() == sym)
     }
 
+    /// The child of `parent` for `sym`, created if new. While reading, each
+    /// node's children are kept with their symbols (`read_kids`) so that the
+    /// search touches one small array, not every child node; nodes with more
+    /// than 16 children go through a hash index.
     fn child_for_read(&mut self, parent: NodeId, sym: SymId) -> NodeId {
-        let next = self.nodes.len() as NodeId;
-        let id = *self.child_index.entry((parent, sym)).or_insert(next);
-        if id == next {
-            self.nodes.push(Node {
-                sym,
-                ..Node::default()
-            });
-            self.nodes[parent as usize].children.push(id);
+        const NARROW: usize = 16;
+        let kids = &self.read_kids[parent as usize];
+        if kids.len() <= NARROW {
+            if let Some(&(_, c)) = kids.iter().find(|(s, _)| *s == sym) {
+                return c;
+            }
+            if kids.len() == NARROW {
+                for &(s, c) in kids {
+                    self.child_index.insert((parent, s), c);
+                }
+            }
+        } else if let Some(&c) = self.child_index.get(&(parent, sym)) {
+            return c;
+        }
+        let id = self.nodes.len() as NodeId;
+        self.nodes.push(Node {
+            sym,
+            ..Node::default()
+        });
+        self.read_kids.push(Vec::new());
+        let kids = &mut self.read_kids[parent as usize];
+        kids.push((sym, id));
+        if kids.len() > NARROW {
+            self.child_index.insert((parent, sym), id);
         }
         id
     }
 
-    /// Drops the read-time index (filters restructure the tree afterwards).
+    /// Ends reading: children move into the nodes (filters restructure the
+    /// tree afterwards) and the read-time indexes are dropped.
     pub fn finish_reading(&mut self) {
+        for (node, kids) in self
+            .nodes
+            .iter_mut()
+            .zip(std::mem::take(&mut self.read_kids))
+        {
+            node.children.extend(kids.into_iter().map(|(_, c)| c));
+        }
         self.child_index = FxHashMap::default();
+    }
+
+    /// Reading again after `finish_reading`: rebuilds the read-time view.
+    fn resume_reading(&mut self) {
+        self.child_index = FxHashMap::default();
+        let mut read_kids = Vec::with_capacity(self.nodes.len());
+        for k in 0..self.nodes.len() {
+            let kids = std::mem::take(&mut self.nodes[k].children);
+            let kids: Vec<(SymId, NodeId)> = kids
+                .into_iter()
+                .map(|c| (self.nodes[c as usize].symbol(), c))
+                .collect();
+            if kids.len() > 16 {
+                for &(s, c) in &kids {
+                    self.child_index.insert((k as NodeId, s), c);
+                }
+            }
+            read_kids.push(kids);
+        }
+        self.read_kids = read_kids;
     }
 
     /// Reads one dump into the tree. `negate` reads it as a baseline
@@ -242,6 +293,9 @@ impl Profile {
         opts: &ReadOptions,
         negate: bool,
     ) -> Result<(), LoadError> {
+        if self.read_kids.len() != self.nodes.len() {
+            self.resume_reading();
+        }
         let mut reader = Reader::new(input, name)?;
         self.tick_period = reader.header().tick_period as f32;
         // Per-dump tables: dump function id -> symbol, dump counter id -> is key.

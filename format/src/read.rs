@@ -222,15 +222,60 @@ pub struct Reader<R> {
     input: R,
     name: String,
     line: u64,
+    /// The current line when it had to be assembled (or for error messages).
     buf: Vec<u8>,
     header: Header,
     base: u32,
+    t: Tables,
+}
+
+/// Definitions and the current node's values, filled by [`parse_node`].
+struct Tables {
     depth: u64,
     files: Vec<Option<String>>,
     functions: Vec<Option<FunctionDef>>,
+    /// `functions[i].is_some()`, kept compact: every line checks it.
+    function_defined: Vec<bool>,
     counters: Vec<Option<String>>,
     values: Vec<CounterValue>,
     leaks: Vec<Leak>,
+}
+
+/// Value of each byte as a digit (0..=15), or 0xff.
+const DIGIT: [u8; 256] = {
+    let mut t = [0xffu8; 256];
+    let mut i = 0;
+    while i < 10 {
+        t[b'0' as usize + i] = i as u8;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 6 {
+        t[b'a' as usize + i] = 10 + i as u8;
+        t[b'A' as usize + i] = 10 + i as u8;
+        i += 1;
+    }
+    t
+};
+
+/// Position of the first `\n` in `s`, eight bytes at a time.
+fn find_newline(s: &[u8]) -> Option<usize> {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    const NL: u64 = LO * b'\n' as u64;
+    let mut i = 0;
+    while let Some(chunk) = s.get(i..i + 8) {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(chunk);
+        let w = u64::from_le_bytes(w) ^ NL;
+        // The lowest set bit marks the first zero byte exactly.
+        let z = w.wrapping_sub(LO) & !w & HI;
+        if z != 0 {
+            return Some(i + (z.trailing_zeros() / 8) as usize);
+        }
+        i += 8;
+    }
+    s.get(i..)?.iter().position(|&b| b == b'\n').map(|p| i + p)
 }
 
 /// Byte cursor over one line; every step is bounds-checked.
@@ -286,7 +331,11 @@ impl<'a> Cursor<'a> {
     fn unsigned(&mut self, base: u32, expected: &'static str) -> LineResult<u64> {
         let start = self.pos;
         let mut v: u64 = 0;
-        while let Some(d) = self.peek().and_then(|c| (c as char).to_digit(base)) {
+        while let Some(&c) = self.s.get(self.pos) {
+            let d = DIGIT[c as usize] as u32;
+            if d >= base {
+                break;
+            }
             v = match v
                 .checked_mul(base as u64)
                 .and_then(|v| v.checked_add(d as u64))
@@ -387,12 +436,15 @@ impl<R: BufRead> Reader<R> {
                 tick_period: 0.0,
             },
             base: 10,
-            depth: 0,
-            files: Vec::new(),
-            functions: Vec::new(),
-            counters: Vec::new(),
-            values: Vec::new(),
-            leaks: Vec::new(),
+            t: Tables {
+                depth: 0,
+                files: Vec::new(),
+                functions: Vec::new(),
+                function_defined: Vec::new(),
+                counters: Vec::new(),
+                values: Vec::new(),
+                leaks: Vec::new(),
+            },
         };
         if !r.read_line()? {
             return Err(ReadError::Empty {
@@ -424,22 +476,23 @@ impl<R: BufRead> Reader<R> {
 
     /// File path of file id `id`, if defined.
     pub fn file(&self, id: u32) -> Option<&str> {
-        self.files.get(id as usize).and_then(|f| f.as_deref())
+        self.t.files.get(id as usize).and_then(|f| f.as_deref())
     }
 
     /// Function `id`, if defined.
     pub fn function(&self, id: u32) -> Option<&FunctionDef> {
-        self.functions.get(id as usize).and_then(|f| f.as_ref())
+        self.t.functions.get(id as usize).and_then(|f| f.as_ref())
     }
 
     /// Counter name of counter id `id` (e.g. `MEM_LIVE`), if defined.
     pub fn counter(&self, id: u32) -> Option<&str> {
-        self.counters.get(id as usize).and_then(|c| c.as_deref())
+        self.t.counters.get(id as usize).and_then(|c| c.as_deref())
     }
 
     /// All counter names defined so far, by id.
     pub fn counters(&self) -> impl Iterator<Item = (u32, &str)> {
-        self.counters
+        self.t
+            .counters
             .iter()
             .enumerate()
             .filter_map(|(i, c)| c.as_deref().map(|c| (i as u32, c)))
@@ -504,31 +557,50 @@ impl<R: BufRead> Reader<R> {
 
     /// The next node in pre-order, or `None` at the end of the dump.
     pub fn next_node(&mut self) -> Result<Option<Node<'_>>, ReadError> {
-        if !self.read_line()? {
-            return Ok(None);
-        }
-        let line = std::mem::take(&mut self.buf);
-        let parsed = self.parse_node(&line);
-        self.buf = line;
+        let avail = self.input.fill_buf().map_err(|source| ReadError::Io {
+            at: Location {
+                file: self.name.clone(),
+                line: self.line + 1,
+            },
+            source,
+        })?;
+        let parsed = if let Some(nl) = find_newline(avail) {
+            // Fast path: the whole line is in the input's buffer.
+            self.line += 1;
+            let parsed = parse_node(&mut self.t, self.base, &avail[..nl]);
+            if parsed.is_err() {
+                self.buf.clear();
+                self.buf.extend_from_slice(&avail[..nl]);
+            }
+            self.input.consume(nl + 1);
+            parsed
+        } else {
+            if !self.read_line()? {
+                return Ok(None);
+            }
+            parse_node(&mut self.t, self.base, &self.buf)
+        };
         match parsed {
             Ok((depth, function, defines_function)) => Ok(Some(Node {
                 depth,
                 function,
                 defines_function,
-                counters: &self.values,
-                leaks: &self.leaks,
+                counters: &self.t.values,
+                leaks: &self.t.leaks,
             })),
             Err(e) => Err(self.line_error(e)),
         }
     }
+}
 
-    fn parse_node(&mut self, line: &[u8]) -> LineResult<(u32, u32, bool)> {
-        let base = self.base;
+/// Parses one node line into `t` (grammar: see the crate docs).
+fn parse_node(t: &mut Tables, base: u32, line: &[u8]) -> LineResult<(u32, u32, bool)> {
+    {
         let mut c = Cursor::new(line);
         c.eat(b"C", "'C<depth>' at the start of a node line")?;
         let depth = c.unsigned(base, "a node depth after 'C'")?;
-        if depth == 0 || depth > self.depth + 1 {
-            return Err(LineError::Depth(depth, self.depth + 1));
+        if depth == 0 || depth > t.depth + 1 {
+            return Err(LineError::Depth(depth, t.depth + 1));
         }
         c.eat(b" FN", "' FN<id>' after the depth")?;
         let fid = c.unsigned(base, "a function id after 'FN'")?;
@@ -539,9 +611,9 @@ impl<R: BufRead> Reader<R> {
                 c.eat(b"(", "'(' before the file path")?;
                 let path = c.until(b")+", "')+<offset>' after the file path")?;
                 c.pos -= 1; // leave '+' for the offset below
-                define(&mut self.files, IdKind::File, file_id, lossy(path))?
+                define(&mut t.files, IdKind::File, file_id, lossy(path))?
             } else {
-                lookup(&self.files, IdKind::File, file_id)?
+                lookup(&t.files, IdKind::File, file_id)?
             };
             c.eat(b"+", "'+<offset in object>' after the file")?;
             let file_offset = c.signed(base, "the offset in the object file")?;
@@ -553,27 +625,32 @@ impl<R: BufRead> Reader<R> {
                 file_offset,
                 name: lossy(name),
             };
-            (
-                define(&mut self.functions, IdKind::Function, fid, def)?,
-                true,
-            )
+            let f = define(&mut t.functions, IdKind::Function, fid, def)?;
+            if t.function_defined.len() <= f as usize {
+                t.function_defined.resize(f as usize + 1, false);
+            }
+            t.function_defined[f as usize] = true;
+            (f, true)
         } else {
-            (lookup(&self.functions, IdKind::Function, fid)?, false)
+            match t.function_defined.get(id_index(IdKind::Function, fid)?) {
+                Some(true) => (fid as u32, false),
+                _ => return Err(LineError::Undefined(IdKind::Function, fid)),
+            }
         };
         c.eat(b"+", "'+<offset in symbol>' after the function")?;
         c.signed(base, "the offset in the symbol")?;
 
-        self.values.clear();
-        self.leaks.clear();
+        t.values.clear();
+        t.leaks.clear();
         while !c.at_end() {
             c.eat(b" V", "' V<counter id>' or end of line")?;
             let cid = c.unsigned(base, "a counter id after 'V'")?;
             let counter = if c.try_eat(b'=') {
                 c.eat(b"(", "'(' before the counter name")?;
                 let name = c.until(b")", "')' after the counter name")?;
-                define(&mut self.counters, IdKind::Counter, cid, lossy(name))?
+                define(&mut t.counters, IdKind::Counter, cid, lossy(name))?
             } else {
-                lookup(&self.counters, IdKind::Counter, cid)?
+                lookup(&t.counters, IdKind::Counter, cid)?
             };
             c.eat(b":(", "':(<ticks>,<value>,<peak>)' after the counter")?;
             let ticks = c.signed(base, "the counter's ticks")?;
@@ -582,17 +659,17 @@ impl<R: BufRead> Reader<R> {
             c.eat(b",", "',' after the value")?;
             let peak = c.signed(base, "the counter's peak")?;
             c.eat(b")", "')' after the peak")?;
-            let leaks_start = self.leaks.len() as u32;
+            let leaks_start = t.leaks.len() as u32;
             while c.peek() == Some(b';') {
                 c.eat(b";LK=(0x", "';LK=(0x<address>,<size>)'")?;
                 let address = c.unsigned(16, "a hexadecimal leak address")?;
                 c.eat(b",", "',' after the leak address")?;
                 let size = c.signed(base, "the leak size")?;
                 c.eat(b")", "')' after the leak size")?;
-                self.leaks.push(Leak { address, size });
+                t.leaks.push(Leak { address, size });
             }
-            let leaks_end = self.leaks.len() as u32;
-            self.values.push(CounterValue {
+            let leaks_end = t.leaks.len() as u32;
+            t.values.push(CounterValue {
                 counter,
                 ticks,
                 value,
@@ -601,7 +678,7 @@ impl<R: BufRead> Reader<R> {
                 leaks_end,
             });
         }
-        self.depth = depth;
+        t.depth = depth;
         Ok((depth as u32, function, defines))
     }
 }
@@ -766,5 +843,28 @@ mod tests {
             let got = read_all(text).expect_err(text).to_string();
             assert!(got.contains(want), "{text:?}: got {got:?}, want {want:?}");
         }
+    }
+}
+
+#[cfg(test)]
+mod newline_tests {
+    use super::find_newline;
+
+    #[test]
+    fn finds_the_first_newline_at_every_position() {
+        for len in 0..40 {
+            for at in 0..=len {
+                let mut v = vec![b'x'; len];
+                if at < len {
+                    v[at] = b'\n';
+                    if at + 3 < len {
+                        v[at + 3] = b'\n';
+                    }
+                }
+                let want = if at < len { Some(at) } else { None };
+                assert_eq!(find_newline(&v), want, "len {len} at {at}");
+            }
+        }
+        assert_eq!(find_newline(b"\x8a\x0b\n"), Some(2));
     }
 }
