@@ -44,6 +44,22 @@ pub(crate) struct Descriptor {
 }
 
 impl Descriptor {
+    pub(crate) const fn new(
+        kind: Kind,
+        cfa_offset: i32,
+        ra_slot_by_8: i8,
+        fp_slot_by_8: i8,
+        first: bool,
+    ) -> Self {
+        Descriptor {
+            cfa_offset,
+            ra_slot_by_8,
+            fp_slot_by_8,
+            kind,
+            first,
+        }
+    }
+
     pub(crate) const fn of_kind(kind: Kind, first: bool) -> Self {
         Descriptor {
             cfa_offset: 0,
@@ -65,13 +81,16 @@ struct Slot {
 const _: () = assert!(core::mem::size_of::<Descriptor>() == 8);
 const _: () = assert!(core::mem::size_of::<Slot>() == 16);
 
-/// Number of cache slots (64 KiB of descriptors per thread).
+/// Number of cache slots (64 KiB of descriptors per thread), in sets of two.
 pub(crate) const CACHE_SLOTS: usize = 4096;
-const SLOT_BITS: u32 = CACHE_SLOTS.trailing_zeros();
-const _: () = assert!(CACHE_SLOTS.is_power_of_two());
+const WAYS: usize = 2;
+const SETS: usize = CACHE_SLOTS / WAYS;
+const SET_BITS: u32 = SETS.trailing_zeros();
+const _: () = assert!(SETS.is_power_of_two());
 
-/// Direct-mapped PC -> descriptor cache, tagged with the module table
-/// generation it was filled from.
+/// Two-way set-associative PC -> descriptor cache, tagged with the module
+/// table generation it was filled from. A new entry goes to way 0 and
+/// moves the previous one to way 1, so a lookup hit never writes.
 #[repr(C)]
 pub(crate) struct DescriptorCache {
     generation: u32,
@@ -79,7 +98,7 @@ pub(crate) struct DescriptorCache {
     filled: bool,
     pub(crate) hits: u64,
     pub(crate) misses: u64,
-    slots: [Slot; CACHE_SLOTS],
+    sets: [[Slot; WAYS]; SETS],
 }
 
 // SAFETY: integers, an enum whose 0 is `Kind::Empty`, and a bool: all-zero
@@ -88,8 +107,8 @@ unsafe impl Zeroable for DescriptorCache {}
 
 impl DescriptorCache {
     #[inline(always)]
-    fn index(key: usize) -> usize {
-        (key as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) as usize >> (usize::BITS - SLOT_BITS)
+    fn set(key: usize) -> usize {
+        (key as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) as usize >> (usize::BITS - SET_BITS)
     }
 
     /// Empty the cache if it was filled from another module table.
@@ -97,8 +116,9 @@ impl DescriptorCache {
     pub(crate) fn sync_generation(&mut self, generation: u32) {
         if self.generation != generation {
             if self.filled {
-                self.slots
+                self.sets
                     .iter_mut()
+                    .flatten()
                     .for_each(|s| s.desc.kind = Kind::Empty);
                 self.filled = false;
             }
@@ -110,20 +130,28 @@ impl DescriptorCache {
     /// `first`, a return address minus one otherwise).
     #[inline(always)]
     pub(crate) fn get(&mut self, key: usize, first: bool) -> Option<Descriptor> {
-        let s = &self.slots[Self::index(key)];
-        if s.key == key && s.desc.kind != Kind::Empty && s.desc.first == first {
-            self.hits += 1;
-            Some(s.desc)
+        let set = &self.sets[Self::set(key)];
+        let hit = |s: &Slot| s.key == key && s.desc.kind != Kind::Empty && s.desc.first == first;
+        let found = if hit(&set[0]) {
+            Some(set[0].desc)
+        } else if hit(&set[1]) {
+            Some(set[1].desc)
         } else {
-            self.misses += 1;
             None
+        };
+        match found {
+            Some(_) => self.hits += 1,
+            None => self.misses += 1,
         }
+        found
     }
 
     #[inline]
     pub(crate) fn put(&mut self, key: usize, desc: Descriptor) {
         self.filled = true;
-        self.slots[Self::index(key)] = Slot { key, desc };
+        let set = &mut self.sets[Self::set(key)];
+        set[1] = set[0];
+        set[0] = Slot { key, desc };
     }
 }
 
@@ -162,5 +190,17 @@ mod tests {
             "new module table empties the cache"
         );
         assert_eq!((c.hits, c.misses), (2, 4));
+        // Two keys of one set both stay; a third evicts the older.
+        let same_set: Vec<usize> = (0x500000..)
+            .filter(|&k| DescriptorCache::set(k) == DescriptorCache::set(0x401000))
+            .take(3)
+            .collect();
+        for &k in &same_set[..2] {
+            c.put(k, d);
+        }
+        assert!(c.get(same_set[0], false).is_some() && c.get(same_set[1], false).is_some());
+        c.put(same_set[2], d);
+        assert!(c.get(same_set[0], false).is_none(), "oldest evicted");
+        assert!(c.get(same_set[1], false).is_some() && c.get(same_set[2], false).is_some());
     }
 }

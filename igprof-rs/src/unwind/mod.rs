@@ -99,6 +99,7 @@ mod descriptor;
 mod mem;
 mod modules;
 mod stack;
+mod step;
 mod walk;
 
 #[cfg(test)]

@@ -203,6 +203,19 @@ impl ModuleTable {
         (pc < m.text.1).then_some(m)
     }
 
+    /// True if the code at `pc` is `code`. Reads only inside a known
+    /// object's executable range. Async-signal-safe.
+    pub(crate) fn code_at(&self, pc: usize, code: &[u8]) -> bool {
+        match self.find(pc) {
+            Some(m) if pc.checked_add(code.len()).is_some_and(|e| e <= m.text.1) => {
+                // SAFETY: pc..pc+len lies in an executable PT_LOAD segment of
+                // a loaded object, which is mapped readable.
+                unsafe { core::slice::from_raw_parts(pc as *const u8, code.len()) == code }
+            }
+            _ => false,
+        }
+    }
+
     pub(crate) fn info(&self, m: &ModuleEntry) -> ModuleInfo {
         ModuleInfo {
             path: &self.names[m.name.0..m.name.0 + m.name.1],

@@ -233,15 +233,19 @@ fn chain_from_here_with_and_without_frame_pointers() {
             );
         }
         let ((first, s0), (second, s1)) = (&walks[0], &walks[1]);
-        assert_eq!(first, second, "{build}: the same stack twice");
+        // The same stack twice, but for the call site of run_chain (an
+        // optimised build may unroll the loop).
+        assert_eq!(first.len(), second.len(), "{build}");
+        assert_eq!(first[..4], second[..4], "{build}");
+        assert_eq!(first[5..], second[5..], "{build}");
         assert_eq!(s0.hits, 0, "{build}");
-        assert_eq!(
-            s1.misses, s0.misses,
-            "{build}: second walk served from the cache"
-        );
-        assert_eq!(
-            s1.hits, s0.misses,
-            "{build}: every lookup of the first walk hits in the second"
+        // Every lookup of the second walk hits, unless three of its PCs
+        // share a cache set (exact cache behaviour: descriptor.rs tests).
+        let lookups = s0.misses;
+        assert_eq!(s1.hits + s1.misses - s0.misses, lookups, "{build}");
+        assert!(
+            s1.misses - s0.misses <= lookups / 4,
+            "{build}: second walk served from the cache: {s0:?} {s1:?}"
         );
     }
 }
@@ -436,7 +440,9 @@ fn trace_through_a_signal_frame() {
         assert_eq!(h.end, TraceEnd::Outermost, "{build}: {hn:?}");
         // glibc's __restore_rt is a local symbol that dladdr cannot name.
         assert!(
-            super::arch::is_sigreturn(modules::current().unwrap(), ctx.here[0]),
+            modules::current()
+                .unwrap()
+                .code_at(ctx.here[0], super::arch::SIGRETURN),
             "{build}: {hn:?}"
         );
         assert_eq!(
@@ -655,89 +661,123 @@ fn fsigret
     .section .note.GNU-stack,"",@progbits
 "#;
 
+/// What a descriptor test expects at one address.
+enum Expect {
+    Is(descriptor::Descriptor),
+    OfKind(descriptor::Kind),
+}
+
+/// Check `step::describe` at each (label, pc, first, expectation).
+fn check_descriptors(cases: &[(&str, usize, bool, Expect)]) {
+    let table = modules::current().unwrap();
+    let mut fh = FramehopCache::new_in();
+    for (label, pc, first, expect) in cases {
+        let got = step::describe(table, &mut fh, *pc, *first);
+        match expect {
+            Expect::Is(d) => assert_eq!(got, *d, "{label}"),
+            Expect::OfKind(k) => assert_eq!(got.kind, *k, "{label}: {got:?}"),
+        }
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn descriptors_from_real_eh_frame() {
-    use super::arch::{self, FramehopCache};
-    use super::descriptor::{Descriptor, Kind};
+    use descriptor::{Descriptor, Kind::*};
+    use Expect::*;
     let lib = Lib::open(&build_so("desc", &[("desc.S", DESC_S)], &[]));
     refresh_locked();
-    let table = modules::current().unwrap();
-    let mut fh = FramehopCache::new_in();
-    let d = |kind, cfa_offset, ra_slot_by_8, fp_slot_by_8, first| Descriptor {
-        cfa_offset,
-        ra_slot_by_8,
-        fp_slot_by_8,
-        kind,
-        first,
-    };
-    let mut describe_at = |sym: &str, offset: usize, first: bool| {
-        // As a return address, the frame's lookup address is pc - 1.
-        let pc = lib.sym(sym) + offset + usize::from(!first);
-        arch::describe(table, &mut fh, pc, first)
-    };
-    assert_eq!(
-        describe_at("fsp", 0, true),
-        d(Kind::CfaSp, 8, -1, 0, true),
-        "function entry"
-    );
-    assert_eq!(
-        describe_at("fsp_body", 0, true),
-        d(Kind::CfaSp, 48, -1, 0, true)
-    );
-    assert_eq!(
-        describe_at("fsp_body", 0, false),
-        d(Kind::CfaSp, 48, -1, 0, false)
-    );
-    assert_eq!(
-        describe_at("fsp_ret", 0, true),
-        d(Kind::CfaSp, 8, -1, 0, true),
-        "epilogue"
-    );
-    assert_eq!(
-        describe_at("ffp_body", 0, true),
-        d(Kind::CfaFp, 16, -1, -2, true)
-    );
-    assert_eq!(
-        describe_at("fsaved_body", 0, true),
-        d(Kind::CfaSp, 24, -1, -2, true)
-    );
-    assert_eq!(
-        describe_at("fbig_body", 0, true),
-        d(Kind::CfaSp, 0x20008, -1, 0, true)
-    );
-    assert_eq!(
-        describe_at("fexpr_body", 0, true).kind,
-        Kind::Framehop,
-        "a CFA that is no offset from rsp or rbp"
-    );
-    assert_eq!(
-        describe_at("fplt", 2, true),
-        d(Kind::CfaSp, 8, -1, 0, true),
-        "expression, before the push"
-    );
-    assert_eq!(
-        describe_at("fplt", 12, true),
-        d(Kind::CfaSp, 16, -1, 0, true),
-        "expression, after the push"
-    );
-    assert_eq!(describe_at("fundef_body", 0, true).kind, Kind::Outermost);
-    // A handler returns to the trampoline's first byte.
-    let fsigret = lib.sym("fsigret");
-    drop(describe_at);
-    assert_eq!(
-        arch::describe(table, &mut fh, fsigret, false).kind,
-        Kind::SignalFrame
-    );
-    assert_eq!(
-        arch::describe(table, &mut fh, fsigret + 1, false).kind,
-        Kind::CfaFp,
-        "no FDE: framehop's frame-pointer rule"
-    );
-    // libc's own functions have ordinary rules.
-    let getpid = libc::getpid as *const () as usize;
-    let k = arch::describe(table, &mut fh, getpid, true);
-    assert_eq!(k, d(Kind::CfaSp, 8, -1, 0, true), "getpid at entry");
+    let d = Descriptor::new;
+    let at = |sym: &str| lib.sym(sym);
+    // A return address is looked up one byte before it.
+    let ret = |sym: &str| lib.sym(sym) + 1;
+    check_descriptors(&[
+        (
+            "function entry",
+            at("fsp"),
+            true,
+            Is(d(CfaSp, 8, -1, 0, true)),
+        ),
+        (
+            "pushed rbx, 32 bytes",
+            at("fsp_body"),
+            true,
+            Is(d(CfaSp, 48, -1, 0, true)),
+        ),
+        (
+            "as a return address",
+            ret("fsp_body"),
+            false,
+            Is(d(CfaSp, 48, -1, 0, false)),
+        ),
+        (
+            "epilogue",
+            at("fsp_ret"),
+            true,
+            Is(d(CfaSp, 8, -1, 0, true)),
+        ),
+        (
+            "frame pointer",
+            at("ffp_body"),
+            true,
+            Is(d(CfaFp, 16, -1, -2, true)),
+        ),
+        (
+            "rbp saved, not a frame pointer",
+            at("fsaved_body"),
+            true,
+            Is(d(CfaSp, 24, -1, -2, true)),
+        ),
+        (
+            "128 KiB frame",
+            at("fbig_body"),
+            true,
+            Is(d(CfaSp, 0x20008, -1, 0, true)),
+        ),
+        (
+            "a CFA that is no offset from rsp or rbp",
+            at("fexpr_body"),
+            true,
+            OfKind(Framehop),
+        ),
+        (
+            "PLT expression, before its push",
+            at("fplt") + 2,
+            true,
+            Is(d(CfaSp, 8, -1, 0, true)),
+        ),
+        (
+            "PLT expression, after its push",
+            at("fplt") + 12,
+            true,
+            Is(d(CfaSp, 16, -1, 0, true)),
+        ),
+        (
+            "undefined return address",
+            at("fundef_body"),
+            true,
+            OfKind(Outermost),
+        ),
+        // A handler returns to the trampoline's first byte.
+        (
+            "sigreturn trampoline",
+            at("fsigret"),
+            false,
+            OfKind(SignalFrame),
+        ),
+        (
+            "no FDE: framehop's frame-pointer rule",
+            at("fsigret") + 1,
+            false,
+            Is(d(CfaFp, 16, -1, -2, false)),
+        ),
+        (
+            "libc's getpid at entry",
+            libc::getpid as *const () as usize,
+            true,
+            Is(d(CfaSp, 8, -1, 0, true)),
+        ),
+    ]);
 }
 
 /// AArch64 unwind rules of hand-written functions with exact CFI.
@@ -808,51 +848,72 @@ fn asigret
 #[cfg(target_arch = "aarch64")]
 #[test]
 fn descriptors_from_real_eh_frame() {
-    use super::arch::{self, FramehopCache};
-    use super::descriptor::{Descriptor, Kind};
+    use descriptor::{Descriptor, Kind::*};
+    use Expect::*;
     let lib = Lib::open(&build_so(
         "desc-aarch64",
         &[("desc.S", DESC_AARCH64_S)],
         &[],
     ));
     refresh_locked();
-    let table = modules::current().unwrap();
-    let mut fh = FramehopCache::new_in();
-    let d = |kind, cfa_offset, ra_slot_by_8, fp_slot_by_8, first| Descriptor {
-        cfa_offset,
-        ra_slot_by_8,
-        fp_slot_by_8,
-        kind,
-        first,
-    };
-    let mut at = |sym: &str, first: bool| {
-        let pc = lib.sym(sym) + if first { 0 } else { 4 };
-        arch::describe(table, &mut fh, pc, first)
-    };
-    // A leaf: the return address is still in LR (slot 0), SP unchanged.
-    assert_eq!(at("aleaf_body", true), d(Kind::CfaSp, 0, 0, 0, true));
-    assert_eq!(
-        at("aframe", true),
-        d(Kind::CfaSp, 0, 0, 0, true),
-        "function entry"
-    );
-    assert_eq!(at("aframe_body", true), d(Kind::CfaSp, 48, -5, -6, true));
-    assert_eq!(at("aframe_body", false), d(Kind::CfaSp, 48, -5, -6, false));
-    assert_eq!(
-        at("aframe_ret", true),
-        d(Kind::CfaSp, 0, 0, 0, true),
-        "epilogue"
-    );
-    assert_eq!(at("afp_body", true), d(Kind::CfaFp, 32, -3, -4, true));
-    // framehop reads an undefined LR as "same value" in the first frame
-    // and as the end of the stack in a caller.
-    assert_eq!(at("aundef_body", true), d(Kind::CfaSp, 0, 0, 0, true));
-    assert_eq!(at("aundef_body", false).kind, Kind::Outermost);
-    let asigret = lib.sym("asigret");
-    assert_eq!(
-        arch::describe(table, &mut fh, asigret, false).kind,
-        Kind::SignalFrame
-    );
+    let d = Descriptor::new;
+    let at = |sym: &str| lib.sym(sym);
+    // A return address (after a 4-byte bl) is looked up one byte before it.
+    let ret = |sym: &str| lib.sym(sym) + 4;
+    check_descriptors(&[
+        // A leaf: the return address is still in LR (slot 0), SP unchanged.
+        ("leaf", at("aleaf_body"), true, Is(d(CfaSp, 0, 0, 0, true))),
+        (
+            "function entry",
+            at("aframe"),
+            true,
+            Is(d(CfaSp, 0, 0, 0, true)),
+        ),
+        (
+            "x29, x30 saved",
+            at("aframe_body"),
+            true,
+            Is(d(CfaSp, 48, -5, -6, true)),
+        ),
+        (
+            "as a return address",
+            ret("aframe_body"),
+            false,
+            Is(d(CfaSp, 48, -5, -6, false)),
+        ),
+        (
+            "epilogue",
+            at("aframe_ret"),
+            true,
+            Is(d(CfaSp, 0, 0, 0, true)),
+        ),
+        (
+            "frame pointer",
+            at("afp_body"),
+            true,
+            Is(d(CfaFp, 32, -3, -4, true)),
+        ),
+        // framehop reads an undefined LR as "same value" in the first frame
+        // and as the end of the stack in a caller.
+        (
+            "undefined LR, first frame",
+            at("aundef_body"),
+            true,
+            Is(d(CfaSp, 0, 0, 0, true)),
+        ),
+        (
+            "undefined LR, caller",
+            ret("aundef_body"),
+            false,
+            OfKind(Outermost),
+        ),
+        (
+            "sigreturn trampoline",
+            at("asigret"),
+            false,
+            OfKind(SignalFrame),
+        ),
+    ]);
 }
 
 #[test]

@@ -11,12 +11,13 @@ use core::cell::{Cell, UnsafeCell};
 use core::marker::PhantomData;
 use core::sync::atomic::{compiler_fence, Ordering};
 
+use super::arch;
 pub use super::arch::FramehopCache;
-use super::arch::{self, Regs, Step};
 use super::descriptor::{DescriptorCache, Kind};
 use super::mem::{MapError, MmapSlice};
 use super::modules::{self, ModuleTable};
 use super::stack::{StackBounds, StackReader};
+use super::step::{self, Regs, Step};
 use super::{BrokenFrame, Trace, TraceEnd};
 
 /// One thread's unwinder: its descriptor cache (64 KiB, mmap'ed) and
@@ -193,50 +194,39 @@ impl ThreadUnwinder {
             // address) is kept and ends the walk. Cached PCs were checked
             // when their descriptor was made.
             let not_in_any_object = TraceEnd::Broken(BrokenFrame::NotInAnyObject { pc: regs.pc });
-            if let Some(fh) = framehop_only.as_deref_mut() {
-                if table.find(regs.pc).is_none() {
-                    return Trace {
-                        depth,
-                        end: not_in_any_object,
-                    };
-                }
-                let step = arch::framehop_step(table, fh, &mut regs, first, &reader);
-                match step {
-                    Ok(Step::Caller { first: f }) => first = f,
-                    Ok(Step::Outermost) => {
-                        return Trace {
-                            depth,
-                            end: TraceEnd::Outermost,
-                        }
-                    }
-                    Err(b) => {
-                        return Trace {
-                            depth,
-                            end: TraceEnd::Broken(b),
-                        }
-                    }
-                }
-                continue;
-            }
-            let key = if first { regs.pc } else { regs.pc - 1 };
-            let d = match cache.get(key, first) {
-                Some(d) => d,
-                None => {
+            let step = match framehop_only.as_deref_mut() {
+                // Benchmarks of framehop alone.
+                Some(fh) => {
                     if table.find(regs.pc).is_none() {
                         return Trace {
                             depth,
                             end: not_in_any_object,
                         };
                     }
-                    let d = arch::describe(table, fh, regs.pc, first);
-                    cache.put(key, d);
-                    d
+                    step::framehop_step(table, fh, &mut regs, first, &reader)
                 }
-            };
-            let step = if d.kind == Kind::Framehop {
-                arch::framehop_step(table, fh, &mut regs, first, &reader)
-            } else {
-                arch::apply(d, &mut regs, first, &reader)
+                None => {
+                    let key = if first { regs.pc } else { regs.pc - 1 };
+                    let d = match cache.get(key, first) {
+                        Some(d) => d,
+                        None => {
+                            if table.find(regs.pc).is_none() {
+                                return Trace {
+                                    depth,
+                                    end: not_in_any_object,
+                                };
+                            }
+                            let d = step::describe(table, fh, regs.pc, first);
+                            cache.put(key, d);
+                            d
+                        }
+                    };
+                    if d.kind == Kind::Framehop {
+                        step::framehop_step(table, fh, &mut regs, first, &reader)
+                    } else {
+                        step::apply(d, &mut regs, first, &reader)
+                    }
+                }
             };
             match step {
                 Ok(Step::Caller { first: f }) => {
