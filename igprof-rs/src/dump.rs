@@ -49,6 +49,7 @@ static FINAL_DONE: AtomicBool = AtomicBool::new(false);
 
 /// After fork in the child / after a failed exec: a final dump may happen again.
 pub fn reset_after_fork() {
+    UNLOADED.lock.store(false, Ordering::Release);
     DUMPING.store(false, Ordering::Release);
     FINAL_DONE.store(false, Ordering::Release);
 }
@@ -163,7 +164,7 @@ impl Merged {
 
     fn add(&mut self, into: u32, from: &Node) {
         for s in 0..self.nslots {
-            let (t, v, p) = from.counter(s).get();
+            let (t, v, p) = crate::mem::dump_value(from, s); // MEM_LIVE_AT_PEAK is stored differently (helper "memfd")
             let cur = &mut self.values[into as usize * self.nslots + s];
             match counters::def_of_slot(s).merge {
                 Merge::Sum => *cur = (cur.0 + t, cur.1 + v, cur.2 + p),
@@ -203,6 +204,78 @@ struct Resolved {
     object_offset: u64,
 }
 
+/// Objects seen before a dlclose: (start, end, load base, path) of each
+/// loaded segment, so that addresses in an unloaded library still get
+/// their object and offset (names are then resolved by igprof-analyse).
+struct Unloaded {
+    lock: AtomicBool,
+    list: std::cell::UnsafeCell<Vec<(usize, usize, usize, Vec<u8>)>>,
+}
+// SAFETY: `list` is only touched with `lock` held.
+unsafe impl Sync for Unloaded {}
+
+static UNLOADED: Unloaded = Unloaded {
+    lock: AtomicBool::new(false),
+    list: std::cell::UnsafeCell::new(Vec::new()),
+};
+
+fn with_unloaded<R>(f: impl FnOnce(&mut Vec<(usize, usize, usize, Vec<u8>)>) -> R) -> R {
+    while UNLOADED.lock.swap(true, Ordering::Acquire) {
+        std::hint::spin_loop();
+    }
+    // SAFETY: lock held.
+    let r = f(unsafe { &mut *UNLOADED.list.get() });
+    UNLOADED.lock.store(false, Ordering::Release);
+    r
+}
+
+/// Before a dlclose (not signal context): remember every loaded object's
+/// segments so that samples in a library unloaded later keep their object.
+pub fn remember_objects() {
+    extern "C" fn cb(info: *mut libc::dl_phdr_info, _size: usize, data: *mut libc::c_void) -> i32 {
+        // SAFETY: dl_iterate_phdr passes valid info; data is our Vec.
+        unsafe {
+            let v = &mut *(data as *mut Vec<(usize, usize, usize, Vec<u8>)>);
+            let i = &*info;
+            if i.dlpi_name.is_null() || *i.dlpi_name == 0 {
+                return 0;
+            }
+            let name = std::ffi::CStr::from_ptr(i.dlpi_name).to_bytes();
+            for k in 0..i.dlpi_phnum as usize {
+                let ph = &*i.dlpi_phdr.add(k);
+                if ph.p_type == libc::PT_LOAD {
+                    let start = i.dlpi_addr as usize + ph.p_vaddr as usize;
+                    v.push((start, start + ph.p_memsz as usize, i.dlpi_addr as usize, name.to_vec()));
+                }
+            }
+        }
+        0
+    }
+    let mut now: Vec<(usize, usize, usize, Vec<u8>)> = Vec::new();
+    // SAFETY: cb matches the callback signature; `now` outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(cb), &mut now as *mut _ as *mut libc::c_void) };
+    with_unloaded(|list| {
+        for e in now {
+            if !list.contains(&e) {
+                list.push(e);
+            }
+        }
+    });
+}
+
+fn resolve_unloaded(addr: usize) -> Option<Resolved> {
+    with_unloaded(|list| {
+        // Latest first: an address range may have been reused by a later load.
+        list.iter().rev().find(|e| e.0 <= addr && addr < e.1).map(|e| Resolved {
+            file_key: e.2,
+            file_path: e.3.clone(),
+            sym_addr: addr,
+            name: format!("@?0x{addr:x}").into_bytes(),
+            object_offset: (addr - e.2) as u64,
+        })
+    })
+}
+
 fn resolve(addr: usize, exe: &[u8]) -> Resolved {
     if addr == TRUNCATED {
         return Resolved {
@@ -218,6 +291,9 @@ fn resolve(addr: usize, exe: &[u8]) -> Resolved {
     // SAFETY: dladdr only reads the loader's tables; not in signal context.
     let ok = unsafe { libc::dladdr(addr as *const libc::c_void, &mut info) } != 0;
     if !ok || info.dli_fbase.is_null() {
+        if let Some(r) = resolve_unloaded(addr) {
+            return r;
+        }
         return Resolved {
             file_key: 0,
             file_path: b"<unknown>".to_vec(),

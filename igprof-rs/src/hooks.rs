@@ -315,6 +315,11 @@ extern "C" fn dlopen_hook(file: *const c_char, mode: c_int) -> *mut c_void {
 
 extern "C" fn dlclose_hook(handle: *mut c_void) -> c_int {
     let real = orig::dlclose().expect("dlclose hook without chain");
+    if !thread::is_busy() && crate::runtime::active() {
+        let e = sys::ErrnoGuard::save();
+        thread::paused(crate::dump::remember_objects);
+        drop(e);
+    }
     // SAFETY: plain forward.
     let r = unsafe { real(handle) };
     if r == 0 && !thread::is_busy() {
