@@ -93,6 +93,27 @@ fn time_per_walk(mut walk: impl FnMut() -> usize) -> (f64, usize) {
     (start.elapsed().as_nanos() as f64 / n as f64, frames)
 }
 
+/// Time walks that each start from fresh state made by `make` (outside
+/// the timing), in batches, for the budget.
+fn time_fresh_walks<T>(
+    make: impl Fn() -> T,
+    mut walk: impl FnMut(&mut T) -> usize,
+) -> (f64, usize) {
+    let mut frames = 0;
+    let mut total = Duration::ZERO;
+    let mut walks = 0u64;
+    while total < BUDGET {
+        let mut batch: Vec<T> = (0..32).map(|_| make()).collect();
+        let start = Instant::now();
+        for state in batch.iter_mut() {
+            frames = walk(state);
+        }
+        total += start.elapsed();
+        walks += batch.len() as u64;
+    }
+    (total.as_nanos() as f64 / walks as f64, frames)
+}
+
 extern "C" fn at_bottom(arg: *mut libc::c_void) -> libc::c_long {
     // SAFETY: arg is the &mut Ctx main passed down the chain.
     let ctx = unsafe { &mut *arg.cast::<Ctx>() };
@@ -110,23 +131,15 @@ extern "C" fn at_bottom(arg: *mut libc::c_void) -> libc::c_long {
         }
         Method::FirstWalk => {
             // A fresh unwinder per walk: every PC misses the descriptor
-            // cache (and framehop's rule cache). Made outside the timing.
-            let mut frames = 0;
-            let mut total = Duration::ZERO;
-            let mut walks = 0u64;
-            while total < BUDGET {
-                let batch: Vec<ThreadUnwinder> =
-                    (0..32).map(|_| ThreadUnwinder::new().unwrap()).collect();
-                let start = Instant::now();
-                for u in &batch {
+            // cache (and framehop's rule cache).
+            time_fresh_walks(
+                || ThreadUnwinder::new().unwrap(),
+                |u| {
                     let t = u.trace_here(&ctx.bounds, &mut out);
                     ok(t.end);
-                    frames = t.depth;
-                }
-                total += start.elapsed();
-                walks += batch.len() as u64;
-            }
-            (total.as_nanos() as f64 / walks as f64, frames)
+                    t.depth
+                },
+            )
         }
         Method::FramehopWarm => {
             let u = ThreadUnwinder::new().unwrap();
@@ -139,22 +152,11 @@ extern "C" fn at_bottom(arg: *mut libc::c_void) -> libc::c_long {
         }
         Method::FramehopCold => {
             let u = ThreadUnwinder::new().unwrap();
-            let mut frames = 0;
-            let mut total = Duration::ZERO;
-            let mut walks = 0u64;
-            while total < BUDGET {
-                let mut batch: Vec<FramehopCache> =
-                    (0..32).map(|_| FramehopCache::new_in()).collect();
-                let start = Instant::now();
-                for fh in batch.iter_mut() {
-                    let t = u.trace_here_framehop_only(&ctx.bounds, &mut out, fh);
-                    ok(t.end);
-                    frames = t.depth;
-                }
-                total += start.elapsed();
-                walks += batch.len() as u64;
-            }
-            (total.as_nanos() as f64 / walks as f64, frames)
+            time_fresh_walks(FramehopCache::new_in, |fh| {
+                let t = u.trace_here_framehop_only(&ctx.bounds, &mut out, fh);
+                ok(t.end);
+                t.depth
+            })
         }
         Method::Libunwind => {
             let f = ctx.unw_backtrace.expect("checked by main");
