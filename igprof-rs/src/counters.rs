@@ -39,9 +39,13 @@ pub enum CounterId {
     NrgPp0,
     NrgPp1,
     NrgDram,
+    /// igprof-rs: live per stack at the process's peak of live memory (helper "memfd").
+    MemLiveAtPeak,
+    /// -ep/-ei/-eu: bytes of untouched pages at free (helper "memfd").
+    MemEmpty,
 }
 
-pub const COUNT: usize = 10;
+pub const COUNT: usize = 12;
 
 pub struct CounterDef {
     pub id: CounterId,
@@ -98,6 +102,16 @@ pub const ALL: [CounterDef; COUNT] = [
     CounterDef {
         id: CounterId::NrgDram,
         name: "NRG_DRAM",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::MemLiveAtPeak,
+        name: "MEM_LIVE_AT_PEAK",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::MemEmpty,
+        name: "MEM_EMPTY",
         merge: Merge::Sum,
     },
 ];

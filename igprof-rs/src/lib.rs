@@ -21,9 +21,11 @@ pub mod alloc;
 pub mod counters;
 pub mod dump;
 pub mod energy;
+pub mod fd; // -fd (helper "memfd")
 pub mod hooks;
 pub mod live; // live-resource tables (helper "memfd")
 pub mod log;
+pub mod mem; // -mp, -ep/-ei/-eu (helper "memfd")
 pub mod options;
 pub mod perf;
 pub mod runtime;

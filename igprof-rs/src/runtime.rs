@@ -161,7 +161,12 @@ pub struct Module {
 }
 
 /// The modules built into this library, in start-up order.
-pub static MODULES: &[Module] = &[];
+pub static MODULES: &[Module] = &[
+    // memory, empty memory, descriptors (helper "memfd")
+    crate::mem::MODULE,
+    crate::mem::EMPTY_MODULE,
+    crate::fd::MODULE,
+];
 
 fn wanted_modules() -> impl Iterator<Item = &'static Module> {
     MODULES.iter().filter(|m| (m.wanted)(options::get()))
@@ -361,6 +366,7 @@ pub fn after_fork_child() {
 /// SIGPROF is pending when the new image starts (its default action would
 /// kill it before its own libigprof is ready).
 pub fn before_exec() {
+    crate::fd::before_exec(); // close-on-exec descriptors end here (helper "memfd")
     dump::final_dump("exec");
     for t in thread::all() {
         perf::stop_thread(t);

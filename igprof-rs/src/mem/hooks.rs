@@ -1,0 +1,372 @@
+//! The allocation-function replacements installed with trampolines, and
+//! which allocator's entry points they go on.
+//!
+//! Owns the chain pointers of the hooked allocation functions. Each
+//! replacement calls the original through its chain pointer, leaves the
+//! return value untouched and `errno` as the original left it, and records
+//! the event only when the original succeeded. A block is taken out of the
+//! live table *before* the real free/realloc (after it, another thread may
+//! already have been given the same address).
+//!
+//! Which functions: every name in [`FUNCS`] is looked up as the process
+//! resolves it (first definition in load order), so when jemalloc or
+//! tcmalloc is linked or preloaded, their `malloc`, `free`, ... are the
+//! ones hooked; their extra entry points (jemalloc's `mallocx`-family is
+//! not hooked; tcmalloc's `tc_*` names) and C++ operators are hooked only
+//! when the object defining them is the allocator that also defines
+//! `malloc` (libstdc++'s operator new calls malloc and must not count
+//! twice). Two names at one address (glibc: `aligned_alloc` = `memalign`,
+//! `cfree` = `free`) are hooked once.
+//!
+//! Must never: call a hooked function except through its chain pointer
+//! while recording, allocate, or change the program's view of the call.
+
+use core::ffi::{c_int, c_void};
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+use super::account;
+use super::site::{self, Entry, MEM_OUTER};
+use crate::sys::ErrnoGuard;
+
+/// Deferred-event kinds of this module.
+pub const KIND_ALLOC: u8 = 1;
+pub const KIND_FREE: u8 = 2;
+
+type Malloc = unsafe extern "C" fn(usize) -> *mut c_void;
+type Calloc = unsafe extern "C" fn(usize, usize) -> *mut c_void;
+type Realloc = unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void;
+type ReallocArray = unsafe extern "C" fn(*mut c_void, usize, usize) -> *mut c_void;
+type Free = unsafe extern "C" fn(*mut c_void);
+type Memalign = unsafe extern "C" fn(usize, usize) -> *mut c_void;
+type PosixMemalign = unsafe extern "C" fn(*mut *mut c_void, usize, usize) -> c_int;
+type Sized = unsafe extern "C" fn(*mut c_void, usize);
+type Aligned = unsafe extern "C" fn(usize, usize) -> *mut c_void;
+
+/// Chain pointers (0 = not hooked), indexed by [`Func`].
+static CHAIN: [AtomicUsize; N] = [const { AtomicUsize::new(0) }; N];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Func {
+    Malloc,
+    Calloc,
+    Realloc,
+    ReallocArray,
+    Free,
+    Memalign,
+    PosixMemalign,
+    AlignedAlloc,
+    Valloc,
+    Pvalloc,
+    Cfree,
+    /// tcmalloc's C++ operators (defined by the allocator itself).
+    New,
+    NewArray,
+    Delete,
+    DeleteArray,
+    DeleteSized,
+    DeleteArraySized,
+    NewAligned,
+    NewArrayAligned,
+    DeleteAligned,
+    DeleteArrayAligned,
+}
+const N: usize = 21;
+
+/// (symbol, replacement, whether only an allocator other than libc's may
+/// provide it).
+pub fn funcs() -> [(Func, &'static str, *const (), bool); N] {
+    use Func::*;
+    [
+        (Malloc, "malloc", malloc_hook as *const (), false),
+        (Calloc, "calloc", calloc_hook as *const (), false),
+        (Realloc, "realloc", realloc_hook as *const (), false),
+        (ReallocArray, "reallocarray", reallocarray_hook as *const (), false),
+        (Free, "free", free_hook as *const (), false),
+        (Memalign, "memalign", memalign_hook as *const (), false),
+        (PosixMemalign, "posix_memalign", posix_memalign_hook as *const (), false),
+        (AlignedAlloc, "aligned_alloc", aligned_alloc_hook as *const (), false),
+        (Valloc, "valloc", valloc_hook as *const (), false),
+        (Pvalloc, "pvalloc", pvalloc_hook as *const (), false),
+        (Cfree, "cfree", cfree_hook as *const (), false),
+        (New, "_Znwm", new_hook as *const (), true),
+        (NewArray, "_Znam", new_array_hook as *const (), true),
+        (Delete, "_ZdlPv", delete_hook as *const (), true),
+        (DeleteArray, "_ZdaPv", delete_array_hook as *const (), true),
+        (DeleteSized, "_ZdlPvm", delete_sized_hook as *const (), true),
+        (DeleteArraySized, "_ZdaPvm", delete_array_sized_hook as *const (), true),
+        (NewAligned, "_ZnwmSt11align_val_t", new_aligned_hook as *const (), true),
+        (NewArrayAligned, "_ZnamSt11align_val_t", new_array_aligned_hook as *const (), true),
+        (DeleteAligned, "_ZdlPvSt11align_val_t", delete_aligned_hook as *const (), true),
+        (DeleteArrayAligned, "_ZdaPvSt11align_val_t", delete_array_aligned_hook as *const (), true),
+    ]
+}
+
+/// Stores the chain pointer of `f`.
+pub fn set_chain(f: Func, chain: *const ()) {
+    CHAIN[f as usize].store(chain as usize, Ordering::Release);
+}
+
+/// Whether `f` is hooked.
+pub fn hooked(f: Func) -> bool {
+    CHAIN[f as usize].load(Ordering::Relaxed) != 0
+}
+
+macro_rules! chain {
+    ($f:expr, $t:ty) => {{
+        let p = CHAIN[$f as usize].load(Ordering::Relaxed);
+        // Used inside the caller's unsafe block, whose SAFETY covers this:
+        // only chain pointers of functions of type $t are stored at this
+        // index, and a hook runs only after its chain was stored.
+        core::mem::transmute::<usize, $t>(p)
+    }};
+}
+
+// ---- recording ----
+
+/// What the profile records for a block of `requested` bytes at `addr`
+/// under -mo (none: requested; include: usable size; delta: usable -
+/// requested).
+#[inline]
+fn accounted(addr: usize, requested: usize) -> u64 {
+    match super::overhead() {
+        crate::options::MemOverhead::None => requested as u64,
+        mode => {
+            // SAFETY: addr is a live block just returned by the allocator
+            // whose malloc_usable_size the process resolves.
+            let usable = unsafe { libc::malloc_usable_size(addr as *mut c_void) };
+            match mode {
+                crate::options::MemOverhead::Include => usable as u64,
+                _ => usable.saturating_sub(requested) as u64,
+            }
+        }
+    }
+}
+
+/// Replays one deferred memory event.
+pub fn replay(node: *mut crate::tree::Node, kind: u8, a: usize, b: u64) {
+    match kind {
+        KIND_ALLOC => account::on_alloc(node, a, b),
+        KIND_FREE => {
+            account::on_free(a);
+        }
+        _ => {}
+    }
+}
+
+/// A successful allocation of `size` bytes at `p` by the caller.
+#[inline]
+fn allocated(p: *mut c_void, size: usize) {
+    allocated_fill(p, size, true)
+}
+
+/// As [`allocated`]; `fill` says whether -ei/-eu may overwrite the block
+/// (not for calloc and realloc, whose contents the program relies on).
+#[inline]
+fn allocated_fill(p: *mut c_void, size: usize, fill: bool) {
+    if p.is_null() {
+        return;
+    }
+    let _e = ErrnoGuard::save();
+    let addr = p as usize;
+    let bytes = accounted(addr, size);
+    if let Entry::Now(t, g) = site::enter(KIND_ALLOC, addr, bytes) {
+        site::record(
+            t,
+            g,
+            |h| {
+                if let Some(n) = site::caller_node(t, h, MEM_OUTER) {
+                    if fill && super::empty::active() {
+                        super::empty::fill(addr, size);
+                    }
+                    account::on_alloc(n, addr, bytes);
+                }
+            },
+            super::replay_any,
+        );
+    }
+}
+
+/// `p` is about to be freed: take it out of the live table. Returns the
+/// block's record (for a realloc that may fail and must put it back).
+#[inline]
+fn freeing(p: *mut c_void) -> Option<crate::live::Block> {
+    if p.is_null() {
+        return None;
+    }
+    let _e = ErrnoGuard::save();
+    if site::recording() {
+        site::defer_now(KIND_FREE, p as usize, 0);
+        return None;
+    }
+    account::on_free(p as usize)
+}
+
+// ---- the replacements ----
+
+extern "C" fn malloc_hook(size: usize) -> *mut c_void {
+    // SAFETY: forwarding the program's call unchanged.
+    let p = unsafe { chain!(Func::Malloc, Malloc)(size) };
+    allocated(p, size);
+    p
+}
+
+extern "C" fn calloc_hook(n: usize, m: usize) -> *mut c_void {
+    // SAFETY: forwarding the program's call unchanged.
+    let p = unsafe { chain!(Func::Calloc, Calloc)(n, m) };
+    // On overflow calloc fails, so n * m is exact when p is not null.
+    allocated_fill(p, n.wrapping_mul(m), false);
+    p
+}
+
+/// realloc and reallocarray: the old block leaves the table before the
+/// call; success records the new block as an allocation of `size` bytes
+/// (as IgProf); failure puts the old block back exactly as it was.
+#[inline]
+fn reallocate(p: *mut c_void, size: usize, call: impl FnOnce() -> *mut c_void) -> *mut c_void {
+    let old = freeing(p);
+    let r = site::with_outer(MEM_OUTER, call);
+    if r.is_null() {
+        // glibc: realloc(p, 0) frees p and returns NULL; otherwise NULL
+        // means failure and p is untouched.
+        if size != 0 {
+            if let Some(b) = old {
+                let _e = ErrnoGuard::save();
+                account::restore(&b);
+            }
+        }
+        return r;
+    }
+    allocated_fill(r, size, false);
+    r
+}
+
+extern "C" fn realloc_hook(p: *mut c_void, size: usize) -> *mut c_void {
+    // SAFETY: forwarding the program's call unchanged.
+    reallocate(p, size, || unsafe { chain!(Func::Realloc, Realloc)(p, size) })
+}
+
+extern "C" fn reallocarray_hook(p: *mut c_void, n: usize, m: usize) -> *mut c_void {
+    // On overflow reallocarray fails with ENOMEM and p is untouched; size
+    // is then only used to tell failure (non-zero) from realloc(p, 0).
+    let size = n.checked_mul(m).unwrap_or(usize::MAX);
+    // SAFETY: forwarding the program's call unchanged.
+    reallocate(p, size, || unsafe { chain!(Func::ReallocArray, ReallocArray)(p, n, m) })
+}
+
+extern "C" fn free_hook(p: *mut c_void) {
+    freeing(p);
+    // SAFETY: forwarding the program's call unchanged.
+    unsafe { chain!(Func::Free, Free)(p) }
+}
+
+extern "C" fn cfree_hook(p: *mut c_void) {
+    freeing(p);
+    // SAFETY: forwarding the program's call unchanged.
+    unsafe { chain!(Func::Cfree, Free)(p) }
+}
+
+extern "C" fn memalign_hook(align: usize, size: usize) -> *mut c_void {
+    // SAFETY: forwarding the program's call unchanged.
+    let p = unsafe { chain!(Func::Memalign, Memalign)(align, size) };
+    allocated(p, size);
+    p
+}
+
+extern "C" fn aligned_alloc_hook(align: usize, size: usize) -> *mut c_void {
+    // SAFETY: forwarding the program's call unchanged.
+    let p = unsafe { chain!(Func::AlignedAlloc, Memalign)(align, size) };
+    allocated(p, size);
+    p
+}
+
+extern "C" fn posix_memalign_hook(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
+    // SAFETY: forwarding the program's call unchanged.
+    let r = unsafe { chain!(Func::PosixMemalign, PosixMemalign)(out, align, size) };
+    if r == 0 && !out.is_null() {
+        // SAFETY: on success posix_memalign stored the block in *out.
+        allocated(unsafe { *out }, size);
+    }
+    r
+}
+
+extern "C" fn valloc_hook(size: usize) -> *mut c_void {
+    // SAFETY: forwarding the program's call unchanged.
+    let p = unsafe { chain!(Func::Valloc, Malloc)(size) };
+    allocated(p, size);
+    p
+}
+
+extern "C" fn pvalloc_hook(size: usize) -> *mut c_void {
+    // SAFETY: forwarding the program's call unchanged.
+    let p = unsafe { chain!(Func::Pvalloc, Malloc)(size) };
+    allocated(p, size);
+    p
+}
+
+// C++ operators of an allocator that defines them itself (tcmalloc).
+
+extern "C" fn new_hook(size: usize) -> *mut c_void {
+    // SAFETY: forwarding the program's call unchanged (it may throw: the
+    // exception passes through this frame, which has nothing to clean up).
+    let p = unsafe { chain!(Func::New, Malloc)(size) };
+    allocated(p, size);
+    p
+}
+
+extern "C" fn new_array_hook(size: usize) -> *mut c_void {
+    // SAFETY: as new_hook.
+    let p = unsafe { chain!(Func::NewArray, Malloc)(size) };
+    allocated(p, size);
+    p
+}
+
+extern "C" fn new_aligned_hook(size: usize, align: usize) -> *mut c_void {
+    // SAFETY: as new_hook.
+    let p = unsafe { chain!(Func::NewAligned, Aligned)(size, align) };
+    allocated(p, size);
+    p
+}
+
+extern "C" fn new_array_aligned_hook(size: usize, align: usize) -> *mut c_void {
+    // SAFETY: as new_hook.
+    let p = unsafe { chain!(Func::NewArrayAligned, Aligned)(size, align) };
+    allocated(p, size);
+    p
+}
+
+extern "C" fn delete_hook(p: *mut c_void) {
+    freeing(p);
+    // SAFETY: forwarding the program's call unchanged.
+    unsafe { chain!(Func::Delete, Free)(p) }
+}
+
+extern "C" fn delete_array_hook(p: *mut c_void) {
+    freeing(p);
+    // SAFETY: forwarding the program's call unchanged.
+    unsafe { chain!(Func::DeleteArray, Free)(p) }
+}
+
+extern "C" fn delete_sized_hook(p: *mut c_void, n: usize) {
+    freeing(p);
+    // SAFETY: forwarding the program's call unchanged.
+    unsafe { chain!(Func::DeleteSized, Sized)(p, n) }
+}
+
+extern "C" fn delete_array_sized_hook(p: *mut c_void, n: usize) {
+    freeing(p);
+    // SAFETY: forwarding the program's call unchanged.
+    unsafe { chain!(Func::DeleteArraySized, Sized)(p, n) }
+}
+
+extern "C" fn delete_aligned_hook(p: *mut c_void, a: usize) {
+    freeing(p);
+    // SAFETY: forwarding the program's call unchanged.
+    unsafe { chain!(Func::DeleteAligned, Sized)(p, a) }
+}
+
+extern "C" fn delete_array_aligned_hook(p: *mut c_void, a: usize) {
+    freeing(p);
+    // SAFETY: forwarding the program's call unchanged.
+    unsafe { chain!(Func::DeleteArrayAligned, Sized)(p, a) }
+}

@@ -1,0 +1,226 @@
+//! The memory profiler (-mp, -mo) and the empty-memory profilers (-ep,
+//! -ei, -eu).
+//!
+//! Owns: which allocation functions are hooked ([`hooks`]), what each
+//! event does to the counters ([`account`]), the empty-page inspection
+//! ([`empty`]), and the hook-side plumbing shared with the descriptor
+//! profiler ([`site`]: caller's node, nested-event queue). Also the dump
+//! writer's view of live resources ([`dump_value`], [`leaks`]).
+//!
+//! Counters: MEM_TOTAL, MEM_MAX, MEM_LIVE as IgProf (see [`account`]),
+//! MEM_LIVE_AT_PEAK (what each stack had live when the whole process's live
+//! heap was highest) and, with -ep/-ei/-eu, MEM_EMPTY (see [`empty`]).
+//! `-mo none` (default) counts requested bytes, `-mo include` the
+//! allocator's usable size of the block (malloc_usable_size), `-mo delta`
+//! the difference (the allocator's rounding); call counts are the same in
+//! every mode.
+//!
+//! Must never: use the program's allocator for itself, take a lock the
+//! interrupted program may hold, or let a hook change what the program sees.
+
+pub mod account;
+pub mod empty;
+pub mod hooks;
+pub mod site;
+
+use core::sync::atomic::{AtomicU8, Ordering};
+
+use crate::options::{self, MemOverhead};
+use crate::tree::Node;
+
+static OVERHEAD: AtomicU8 = AtomicU8::new(0);
+
+/// The -mo mode of this run.
+#[inline]
+pub fn overhead() -> MemOverhead {
+    match OVERHEAD.load(Ordering::Relaxed) {
+        0 => MemOverhead::None,
+        1 => MemOverhead::Include,
+        _ => MemOverhead::Delta,
+    }
+}
+
+/// Whether the allocation functions need hooks in this run.
+pub fn wanted() -> bool {
+    let o = options::get();
+    o.mem || o.empty.is_some()
+}
+
+/// Enables this module's counters (start-up, before the registry freezes).
+pub fn register_counters() {
+    account::register_counters();
+    empty::register_counters();
+}
+
+/// Looks the counter slots up (after the registry froze).
+pub fn init_slots() {
+    account::init_slots();
+    empty::init_slots();
+    OVERHEAD.store(
+        match options::get().mem_overhead {
+            MemOverhead::None => 0,
+            MemOverhead::Include => 1,
+            MemOverhead::Delta => 2,
+        },
+        Ordering::Relaxed,
+    );
+}
+
+/// The memory profiler in the runtime's module registry.
+pub const MODULE: crate::runtime::Module = crate::runtime::Module {
+    flag: "-mp",
+    what: "memory (MEM_TOTAL, MEM_MAX, MEM_LIVE, MEM_LIVE_AT_PEAK)",
+    wanted: |o| o.mem,
+    register_counters: |_| account::register_counters(),
+    start: |_| start(),
+    thread_begin: None,
+    thread_end: None,
+    fork_child: Some(after_fork_child),
+    leaks: Some(leaks),
+    header_tick: None,
+};
+
+/// The empty-memory profilers in the runtime's module registry (they share
+/// the memory profiler's hooks and live table).
+pub const EMPTY_MODULE: crate::runtime::Module = crate::runtime::Module {
+    flag: "-ep/-ei/-eu",
+    what: "empty memory (MEM_EMPTY)",
+    wanted: |o| o.empty.is_some(),
+    register_counters: |_| empty::register_counters(),
+    start: |_| start(),
+    thread_begin: None,
+    thread_end: None,
+    fork_child: Some(after_fork_child),
+    leaks: None,
+    header_tick: None,
+};
+
+static STARTED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// Slots, then hooks (once, whichever of -mp / -ep... asks first).
+fn start() -> Result<(), String> {
+    if STARTED.swap(true, Ordering::AcqRel) {
+        return Ok(());
+    }
+    init_slots();
+    install();
+    if !hooks::hooked(hooks::Func::Malloc) || !hooks::hooked(hooks::Func::Free) {
+        return Err("malloc or free could not be hooked".to_string());
+    }
+    Ok(())
+}
+
+/// Why an allocation function could not be hooked.
+#[derive(Debug)]
+pub enum InstallError {
+    Hook { name: &'static str, err: trampoline::HookError },
+}
+
+impl core::fmt::Display for InstallError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            InstallError::Hook { name, err } => write!(f, "cannot hook {name}: {err}"),
+        }
+    }
+}
+
+/// Hooks a function: prepared, chain stored, then enabled, so the hook
+/// never runs before its chain pointer exists.
+pub(crate) fn hook(
+    name: &'static str,
+    sym: &trampoline::Symbol,
+    replacement: *const (),
+    store: impl FnOnce(*const ()),
+) -> Result<(), trampoline::HookError> {
+    let p = trampoline::prepare(sym, replacement)?;
+    store(p.chain());
+    let h = p.enable()?;
+    crate::igprof_debug!("hooked {name} at {:#x}", sym.addr);
+    // Hooks stay for the life of the process.
+    core::mem::forget(h);
+    Ok(())
+}
+
+fn object_of(addr: u64) -> Option<&'static [u8]> {
+    crate::unwind::module_of(addr as usize).map(|m| m.path)
+}
+
+/// Installs the allocation hooks (start-up, guard held). Failures are
+/// reported one line each; the run continues without that function.
+pub fn install() {
+    site::init_libc_range();
+    // The allocator the process uses is whoever defines `malloc` first.
+    let malloc_obj = trampoline::find_function("malloc", None)
+        .ok()
+        .and_then(|s| object_of(s.addr));
+    let is_libc = |p: &[u8]| p.ends_with(b"/libc.so.6") || p == b"libc.so.6";
+    let mut done: Vec<u64> = Vec::new();
+    for (f, name, repl, allocator_only) in hooks::funcs() {
+        let Ok(sym) = trampoline::find_function(name, None) else {
+            continue;
+        };
+        if done.contains(&sym.addr) {
+            crate::igprof_debug!("{name} is an alias of a function already hooked");
+            continue;
+        }
+        if allocator_only {
+            // C++ operators count only when the allocator itself defines
+            // them (tcmalloc); libstdc++'s call malloc.
+            let obj = object_of(sym.addr);
+            if obj.is_none() || obj != malloc_obj || malloc_obj.is_some_and(is_libc) {
+                continue;
+            }
+        }
+        match hook(name, &sym, repl, |c| hooks::set_chain(f, c)) {
+            Ok(()) => done.push(sym.addr),
+            Err(err) => crate::igprof_log!("{}; continuing without it", InstallError::Hook { name, err }),
+        }
+    }
+    if let Some(o) = malloc_obj.filter(|p| !is_libc(p)) {
+        crate::igprof_log!("memory: the program's allocator is {}", crate::log::Bytes(o));
+    }
+}
+
+/// In a forked child: the parent's live blocks are the parent's.
+fn after_fork_child() {
+    account::reset_after_fork();
+}
+
+/// Replays an event deferred by [`site`], whichever module it belongs to.
+pub fn replay_any(node: *mut Node, kind: u8, a: usize, b: u64) {
+    match kind {
+        hooks::KIND_ALLOC | hooks::KIND_FREE => hooks::replay(node, kind, a, b),
+        _ => crate::fd::replay(node, kind, a, b),
+    }
+}
+
+// ---- the dump writer's view ----
+
+/// The (ticks, value, peak) the dump writes for counter `slot` of `node`:
+/// the stored triple, except for counters whose stored form differs
+/// (MEM_LIVE_AT_PEAK).
+pub fn dump_value(node: &Node, slot: usize) -> (u64, u64, u64) {
+    account::at_peak_view(node, slot).unwrap_or_else(|| node.counter(slot).get())
+}
+
+/// Live heap blocks for `LK` records under MEM_LIVE: `f(node, slot,
+/// address, size)` for each (outside signal context).
+pub fn leaks(f: &mut dyn FnMut(*const Node, usize, u64, u64)) {
+    if let Some(slot) = account::live_slot() {
+        let mut v: Vec<crate::live::Block> = Vec::new();
+        // Marked as recording so that a signal handler's free on this
+        // thread is deferred instead of waiting for a shard we hold.
+        site::with_outer(site::IN_RECORD, || account::LIVE.for_each(|b| v.push(*b)));
+        v.sort_unstable_by_key(|b| b.addr);
+        for b in v {
+            f(b.node, slot, b.addr as u64, b.size);
+        }
+    }
+    let lost = site::LOST.load(Ordering::Relaxed);
+    if lost > 0 || options::debug() {
+        crate::igprof_log!(
+            "memory/descriptor events not recorded: {lost}; recorded late from signal handlers: {}",
+            site::DEFERRED.load(Ordering::Relaxed)
+        );
+    }
+}

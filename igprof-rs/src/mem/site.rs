@@ -1,0 +1,263 @@
+//! Where a hooked call came from: the call-tree node of the caller's stack,
+//! shared by the memory (`-mp`) and descriptor (`-fd`) modules.
+//!
+//! Owns the per-thread hook state of those modules ([`HookTls`]): whether
+//! the thread is inside one of *our* hooks' real call (so an allocation that
+//! libc makes inside `realloc`, or an `open` inside `fopen`, is not counted
+//! twice), and the queue of events that arrived while the thread's profiler
+//! guard was held (a signal handler that allocates while the interrupted
+//! code was inside a hook): those are recorded when the guard is released,
+//! with the stack they had, so no count is lost.
+//!
+//! Must never: allocate, lock, or leave `errno` changed.
+
+use core::cell::{Cell, UnsafeCell};
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use crate::thread::{self, Guard, ThreadState};
+use crate::tree::Node;
+
+/// Stack depth kept for an event deferred from a signal handler.
+pub const DEFERRED_DEPTH: usize = 64;
+/// Events a thread can defer before the next hook drains them.
+pub const DEFERRED_MAX: usize = 16;
+
+/// A hooked event seen while the thread was busy (nested in a signal
+/// handler), replayed by the next hook call on that thread.
+#[derive(Clone, Copy)]
+pub struct Deferred {
+    pub kind: u8,
+    pub a: usize,
+    pub b: u64,
+    pub depth: u8,
+    pub truncated: bool,
+    pub trace: [usize; DEFERRED_DEPTH],
+}
+
+const NO_EVENT: Deferred = Deferred {
+    kind: 0,
+    a: 0,
+    b: 0,
+    depth: 0,
+    truncated: false,
+    trace: [0; DEFERRED_DEPTH],
+};
+
+/// Per-thread state of the memory and descriptor hooks.
+pub struct HookTls {
+    /// Set while a hook of ours runs the real function whose libc
+    /// implementation calls another hooked function (realloc -> malloc,
+    /// fopen -> open): such inner calls from libc are not separate events.
+    pub outer: Cell<u8>,
+    /// Deferred events: written by a signal handler on this thread, read by
+    /// the thread itself; `head`/`tail` count pushes and pops.
+    queue: UnsafeCell<[Deferred; DEFERRED_MAX]>,
+    head: Cell<usize>,
+    tail: Cell<usize>,
+}
+
+thread_local! {
+    static TLS: HookTls = const {
+        HookTls {
+            outer: Cell::new(0),
+            queue: UnsafeCell::new([NO_EVENT; DEFERRED_MAX]),
+            head: Cell::new(0),
+            tail: Cell::new(0),
+        }
+    };
+}
+
+/// Runs `f` with the calling thread's hook state.
+#[inline]
+pub fn tls<R>(f: impl FnOnce(&HookTls) -> R) -> R {
+    TLS.with(f)
+}
+
+/// Events that could not be recorded at all (no thread state, queue full,
+/// no memory for a node). Reported at exit with -d and when non-zero.
+pub static LOST: AtomicU64 = AtomicU64::new(0);
+/// Events recorded late, from the deferred queue.
+pub static DEFERRED: AtomicU64 = AtomicU64::new(0);
+
+/// The executable range of libc (set at start-up), to tell libc's internal
+/// calls from the program's.
+static LIBC_TEXT: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+
+/// Remembers libc's text range (start-up, outside signal context).
+pub fn init_libc_range() {
+    if let Ok(s) = trampoline::find_function("malloc", Some("libc.so.6")) {
+        if let Some(m) = crate::unwind::module_of(s.addr as usize) {
+            LIBC_TEXT[0].store(m.text.0, Ordering::Relaxed);
+            LIBC_TEXT[1].store(m.text.1, Ordering::Relaxed);
+        }
+    }
+}
+
+#[inline]
+pub fn in_libc(pc: usize) -> bool {
+    pc >= LIBC_TEXT[0].load(Ordering::Relaxed) && pc < LIBC_TEXT[1].load(Ordering::Relaxed)
+}
+
+/// The node of the current call's stack (the hooked function's caller
+/// first). Returns None (and the reason is counted) when the event must not
+/// be recorded: an inner libc call of one of our hooks, or no memory.
+/// The caller holds the thread's guard.
+#[inline]
+pub fn caller_node(t: &'static ThreadState, h: &HookTls, outer_bit: u8) -> Option<*mut Node> {
+    // SAFETY: owner thread with its guard held.
+    let buf = unsafe { t.trace_buf() };
+    let w = crate::trace::here(t, buf);
+    if h.outer.get() & outer_bit != 0 && w.depth > 0 && in_libc(buf[0]) {
+        return None;
+    }
+    if w.truncated {
+        t.truncated.fetch_add(1, Ordering::Relaxed);
+    }
+    // SAFETY: owner thread with its guard held.
+    let tree = unsafe { t.tree_mut() };
+    let n = tree.node_for(&buf[..w.depth], w.truncated);
+    if n.is_null() {
+        LOST.fetch_add(1, Ordering::Relaxed);
+        None
+    } else {
+        Some(n)
+    }
+}
+
+/// What a hook must do with an event on this thread.
+pub enum Entry {
+    /// Record it now (guard held).
+    Now(&'static ThreadState, Guard),
+    /// Deferred (signal handler nested inside a hook) or not ours to count.
+    Done,
+}
+
+/// Enters profiler code for an event of kind `kind` with arguments (a, b).
+/// A thread that is already inside one of our hooks (a signal handler
+/// nested in it) queues the event with its stack; a thread inside other
+/// profiler code (the profiler's own use of libc) passes it through.
+#[inline]
+pub fn enter(kind: u8, a: usize, b: u64) -> Entry {
+    let Some(t) = thread::current() else {
+        LOST.fetch_add(1, Ordering::Relaxed);
+        return Entry::Done;
+    };
+    match t.enter() {
+        Some(g) => Entry::Now(t, g),
+        None => {
+            tls(|h| {
+                if h.outer.get() & IN_RECORD != 0 {
+                    defer(t, h, kind, a, b);
+                }
+            });
+            Entry::Done
+        }
+    }
+}
+
+/// Bit of [`HookTls::outer`] set while a hook records an event (guard held).
+pub const IN_RECORD: u8 = 0x80;
+/// Bit set while a memory hook runs a real function that may call another
+/// allocation function inside libc (realloc, reallocarray).
+pub const MEM_OUTER: u8 = 0x01;
+/// Bit set while a descriptor hook runs a real function that may open or
+/// close inside libc (fopen, tmpfile, fclose, creat).
+pub const FD_OUTER: u8 = 0x02;
+
+/// Runs `f` with `bit` set in the thread's [`HookTls::outer`].
+#[inline]
+pub fn with_outer<R>(bit: u8, f: impl FnOnce() -> R) -> R {
+    tls(|h| h.outer.set(h.outer.get() | bit));
+    let r = f();
+    tls(|h| h.outer.set(h.outer.get() & !bit));
+    r
+}
+
+/// Records one event now: marks the thread as recording (so a nested
+/// signal handler's events are deferred), runs `f`, then replays what was
+/// deferred through `replay`.
+#[inline]
+pub fn record(
+    t: &'static ThreadState,
+    g: Guard,
+    f: impl FnOnce(&HookTls),
+    replay: impl FnMut(*mut Node, u8, usize, u64),
+) {
+    tls(|h| {
+        h.outer.set(h.outer.get() | IN_RECORD);
+        f(h);
+        drain(t, h, replay);
+        h.outer.set(h.outer.get() & !IN_RECORD);
+    });
+    drop(g);
+}
+
+/// Whether a shard lock of the live tables might be held by this thread
+/// right now (a signal handler interrupted the holder): such events are
+/// deferred instead.
+#[inline]
+pub fn recording() -> bool {
+    tls(|h| h.outer.get() & IN_RECORD != 0)
+}
+
+/// Queues an event without a guard (the free path, which needs no call
+/// tree): only valid while [`recording`] is true.
+pub fn defer_now(kind: u8, a: usize, b: u64) {
+    if let Some(t) = thread::current() {
+        tls(|h| defer(t, h, kind, a, b));
+    } else {
+        LOST.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[inline(never)]
+fn defer(t: &'static ThreadState, h: &HookTls, kind: u8, a: usize, b: u64) {
+    let (head, tail) = (h.head.get(), h.tail.get());
+    if tail - head >= DEFERRED_MAX {
+        LOST.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    // SAFETY: only this thread touches its queue; the slot at `tail` is
+    // not visible to the reader until `tail` is advanced below.
+    let e = unsafe { &mut (*h.queue.get())[tail % DEFERRED_MAX] };
+    e.kind = kind;
+    e.a = a;
+    e.b = b;
+    let w = crate::trace::here(t, &mut e.trace);
+    e.depth = w.depth as u8;
+    e.truncated = w.truncated || w.refused;
+    core::sync::atomic::compiler_fence(Ordering::SeqCst);
+    h.tail.set(tail + 1);
+}
+
+/// Replays every deferred event through `f(node, kind, a, b)` (guard held).
+#[inline]
+pub fn drain(t: &'static ThreadState, h: &HookTls, mut f: impl FnMut(*mut Node, u8, usize, u64)) {
+    if h.head.get() == h.tail.get() {
+        return;
+    }
+    drain_slow(t, h, &mut f);
+}
+
+#[inline(never)]
+fn drain_slow(t: &'static ThreadState, h: &HookTls, f: &mut dyn FnMut(*mut Node, u8, usize, u64)) {
+    loop {
+        core::sync::atomic::compiler_fence(Ordering::SeqCst);
+        let head = h.head.get();
+        if head == h.tail.get() {
+            return;
+        }
+        // SAFETY: slot `head` was completed before `tail` moved past it.
+        let e = unsafe { (*h.queue.get())[head % DEFERRED_MAX] };
+        h.head.set(head + 1);
+        // SAFETY: owner thread with its guard held.
+        let tree = unsafe { t.tree_mut() };
+        let n = tree.node_for(&e.trace[..e.depth as usize], e.truncated);
+        DEFERRED.fetch_add(1, Ordering::Relaxed);
+        if n.is_null() {
+            LOST.fetch_add(1, Ordering::Relaxed);
+        } else {
+            f(n, e.kind, e.a, e.b);
+        }
+    }
+}
