@@ -102,8 +102,17 @@ impl core::fmt::Display for InstallError {
 /// Hooks `name` in libc with `replacement`, storing the chain in `slot`.
 pub fn install(name: &'static str, replacement: *const (), slot: &AtomicUsize) -> Result<(), InstallError> {
     let sym = trampoline::find_function(name, Some("libc.so.6")).map_err(|err| InstallError::Lookup { name, err })?;
-    let hook = trampoline::install(&sym, replacement).map_err(|err| InstallError::Hook { name, err })?;
-    slot.store(hook.chain() as usize, Ordering::Release);
+    // Publish the chain before the patch goes live: a call that reaches the
+    // replacement in between (another thread) must find it.
+    let prepared = trampoline::prepare(&sym, replacement).map_err(|err| InstallError::Hook { name, err })?;
+    slot.store(prepared.chain() as usize, Ordering::Release);
+    let hook = match prepared.enable() {
+        Ok(h) => h,
+        Err(err) => {
+            slot.store(0, Ordering::Release);
+            return Err(InstallError::Hook { name, err });
+        }
+    };
     // The hook stays installed for the life of the process.
     core::mem::forget(hook);
     Ok(())
