@@ -328,6 +328,8 @@ struct SignalCtx {
     from_uc_trace: Option<Trace>,
     here: [usize; 256],
     here_trace: Option<Trace>,
+    /// Address of a local of the handler: which stack it ran on.
+    handler_local: usize,
 }
 
 static SIGNAL_CTX: AtomicPtr<SignalCtx> = AtomicPtr::new(std::ptr::null_mut());
@@ -350,6 +352,8 @@ extern "C" fn tracing_handler(
             .trace_from_ucontext(uc, &ctx.bounds, &mut ctx.from_uc)
     });
     ctx.here_trace = Some(ctx.unwinder.trace_here(&ctx.bounds, &mut ctx.here));
+    let local = 0u8;
+    ctx.handler_local = std::hint::black_box(&local) as *const u8 as usize;
 }
 
 /// A real-time signal rather than SIGPROF, so that these tests cannot meet
@@ -360,11 +364,18 @@ fn test_signal() -> libc::c_int {
 }
 
 fn install(handler: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void)) {
+    install_with(handler, 0);
+}
+
+fn install_with(
+    handler: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void),
+    flags: libc::c_int,
+) {
     // SAFETY: a zeroed sigaction with a valid SA_SIGINFO handler.
     unsafe {
         let mut sa: libc::sigaction = std::mem::zeroed();
         sa.sa_sigaction = handler as usize;
-        sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+        sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | flags;
         assert_eq!(libc::sigaction(test_signal(), &sa, std::ptr::null_mut()), 0);
     }
 }
@@ -377,7 +388,30 @@ extern "C" fn raise_cb(_arg: *mut libc::c_void) -> libc::c_long {
 #[test]
 fn trace_through_a_signal_frame() {
     let _one = SIGNAL_TESTS.lock().unwrap_or_else(|e| e.into_inner());
-    for (build, lib) in chain_libs() {
+    // The handler runs on the thread's stack, then on an alternate signal
+    // stack of its own (the walk from inside it crosses from one to the
+    // other through the signal frame).
+    let mut alt = vec![0u8; 256 << 10];
+    let cases = chain_libs()
+        .iter()
+        .map(|(b, l)| (*b, l, false))
+        .chain(chain_libs().iter().map(|(b, l)| (*b, l, true)));
+    for (build, lib, on_altstack) in cases {
+        let mut old_ss: libc::stack_t = unsafe { std::mem::zeroed() };
+        if on_altstack {
+            let ss = libc::stack_t {
+                ss_sp: alt.as_mut_ptr().cast(),
+                ss_flags: 0,
+                ss_size: alt.len(),
+            };
+            // SAFETY: `alt` outlives its use as this thread's altstack (restored below).
+            assert_eq!(unsafe { libc::sigaltstack(&ss, &mut old_ss) }, 0);
+        }
+        let build = if on_altstack {
+            format!("{build}, handler on an altstack")
+        } else {
+            build.to_string()
+        };
         // SAFETY: chain_a has the ChainFn signature.
         let chain_a: ChainFn = unsafe { std::mem::transmute(lib.sym("chain_a")) };
         let mut ctx = Box::new(SignalCtx {
@@ -387,12 +421,33 @@ fn trace_through_a_signal_frame() {
             from_uc_trace: None,
             here: [0; 256],
             here_trace: None,
+            handler_local: 0,
         });
         SIGNAL_CTX.store(&mut *ctx, Ordering::Release);
-        install(tracing_handler);
+        install_with(
+            tracing_handler,
+            if on_altstack { libc::SA_ONSTACK } else { 0 },
+        );
         let mut sink = 0;
         chain_a(raise_cb, std::ptr::null_mut(), &mut sink);
         SIGNAL_CTX.store(std::ptr::null_mut(), Ordering::Release);
+        if on_altstack {
+            // SAFETY: restores the thread's previous alternate stack.
+            assert_eq!(
+                unsafe { libc::sigaltstack(&old_ss, std::ptr::null_mut()) },
+                0
+            );
+            let a = alt.as_ptr() as usize;
+            assert!(
+                (a..a + alt.len()).contains(&ctx.handler_local),
+                "{build}: ran on the altstack"
+            );
+            assert_eq!(ctx.bounds.altstack, (a, a + alt.len()), "{build}");
+        } else {
+            assert!(
+                ctx.bounds.stack.0 <= ctx.handler_local && ctx.handler_local < ctx.bounds.stack.1
+            );
+        }
 
         // From the ucontext: the interrupted PC is in libc (pthread_kill),
         // then raise_cb, then the chain.
