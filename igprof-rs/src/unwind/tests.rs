@@ -250,6 +250,61 @@ fn chain_from_here_with_and_without_frame_pointers() {
     }
 }
 
+/// Threads keep walking (and so keep their caches in step with the table)
+/// while another thread loads and unloads a library and refreshes the
+/// module table after each change.
+#[test]
+fn walks_while_objects_load_and_unload() {
+    let (_, lib) = &chain_libs()[0];
+    // SAFETY: chain_a has the ChainFn signature (CHAIN_C).
+    let chain_a: ChainFn = unsafe { std::mem::transmute(lib.sym("chain_a")) };
+    let churn = build_so(
+        "churn",
+        &[("churn.c", "int churn_fn(void) { return 1; }\n")],
+        &["-O2"],
+    );
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let walks = std::thread::scope(|s| {
+        let walkers: Vec<_> = (0..3)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut ctx = here_ctx(DEFAULT_MAX_DEPTH);
+                    let mut sink = 0;
+                    let mut walks = 0;
+                    while !stop.load(Ordering::Relaxed) || walks < 10 {
+                        run_chain(chain_a, &mut ctx, &mut sink);
+                        let t = ctx.trace.take().unwrap();
+                        assert_eq!(t.end, TraceEnd::Outermost);
+                        let n = names(&ctx.out[..3], false);
+                        assert_eq!(n, ["chain_c", "chain_b", "chain_a"]);
+                        walks += 1;
+                    }
+                    walks
+                })
+            })
+            .collect();
+        for _ in 0..30 {
+            // Load and unload under the lock too, so that the tests that
+            // compare tables across a refresh see none of this.
+            let _l = TABLE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+            let h = Lib::open(&churn);
+            refresh().unwrap();
+            let f = h.sym("churn_fn");
+            assert!(module_of(f).is_some());
+            // SAFETY: nothing of the library is in use.
+            assert_eq!(unsafe { libc::dlclose(h.0) }, 0);
+            refresh().unwrap();
+            assert!(module_of(f).is_none());
+        }
+        stop.store(true, Ordering::Relaxed);
+        walkers
+            .into_iter()
+            .map(|w| w.join().unwrap())
+            .sum::<usize>()
+    });
+    assert!(walks >= 30);
+}
+
 /// One call site for every round, so that both walks see the same stack.
 #[inline(never)]
 fn run_chain(chain_a: ChainFn, ctx: &mut HereCtx, sink: &mut libc::c_long) {
