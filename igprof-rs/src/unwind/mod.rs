@@ -62,10 +62,10 @@
 //!
 //! A trace reads the registers (x86-64: rip, rsp, rbp) from the ucontext or
 //! the current frame, then per frame looks up the PC in a fixed-size,
-//! direct-mapped per-thread cache of compact frame descriptors (CFA = rsp or
-//! rbp + offset, return address and saved rbp at fixed offsets from the CFA,
-//! or "signal frame", or "end of stack"). A hit costs a lookup and two or
-//! three bounded loads. A miss asks framehop (`MustNotAllocateDuringUnwind`)
+//! two-way set-associative per-thread cache of compact frame descriptors
+//! (CFA = rsp or rbp + offset, return address and saved rbp at fixed
+//! offsets from the CFA, or "signal frame", or "end of stack"). A hit costs
+//! a lookup and two or three bounded loads. A miss asks framehop (`MustNotAllocateDuringUnwind`)
 //! for the rule of that PC from the mapped `.eh_frame_hdr`/`.eh_frame`,
 //! stores it as a descriptor, and if the rule cannot be expressed compactly
 //! (a DWARF expression, say) unwinds that one frame with framehop directly.
@@ -90,10 +90,17 @@
 //! Calling `refresh()` right after the real `dlclose` returns keeps the
 //! window to that refresh.
 //!
-//! Architectures: x86-64 (`x86_64.rs`) and AArch64 (`aarch64.rs`, where a
-//! descriptor may also say "return address still in LR" for leaf frames). The walk loop, cache, module table
-//! and stack bounds are architecture-neutral; an architecture supplies the
-//! registers, the signal frame layout and the descriptor derivation.
+//! Stacks: only the thread's stack and alternate signal stack are read. A
+//! program that runs code on stacks of its own (coroutines, `makecontext`)
+//! gets traces that stop at the first frame there (`ReadOutsideStack`).
+//!
+//! Files: `walk.rs` (the per-thread unwinder and the walk loop), `step.rs`
+//! (one frame: applying a descriptor, deriving one from framehop, framehop
+//! itself), `descriptor.rs` (encoding and cache), `modules.rs` (module
+//! table), `stack.rs` (bounds and the bounded reader), `mem.rs` (mmap).
+//! Architectures: `x86_64.rs` and `aarch64.rs` supply only registers, the
+//! signal frame layout and the return trampoline's code; on AArch64 a
+//! descriptor may also say "return address still in LR" (leaf frames).
 
 mod descriptor;
 mod mem;
