@@ -118,6 +118,24 @@ impl<T: Zeroable> Drop for MmapSlice<T> {
     }
 }
 
+/// Restores the calling thread's errno when dropped: the functions that
+/// run inside the program's calls (refresh from a dlopen hook, stack bounds
+/// at thread start) leave errno as they found it.
+pub(crate) struct KeepErrno(i32);
+
+impl KeepErrno {
+    pub(crate) fn new() -> Self {
+        KeepErrno(errno())
+    }
+}
+
+impl Drop for KeepErrno {
+    fn drop(&mut self) {
+        // SAFETY: __errno_location always returns the calling thread's errno slot.
+        unsafe { *libc::__errno_location() = self.0 };
+    }
+}
+
 pub(crate) fn errno() -> i32 {
     // SAFETY: __errno_location always returns the calling thread's errno slot.
     unsafe { *libc::__errno_location() }

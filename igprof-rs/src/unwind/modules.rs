@@ -15,7 +15,7 @@ use std::sync::Mutex;
 
 use framehop::{ExplicitModuleSectionInfo, MustNotAllocateDuringUnwind, Unwinder};
 
-use super::mem::{leak_in_mmap, MapError, MmapSlice, Zeroable};
+use super::mem::{leak_in_mmap, KeepErrno, MapError, MmapSlice, Zeroable};
 
 /// framehop's unwinder for the host architecture, reading unwind sections in
 /// place from the mapped images.
@@ -133,6 +133,7 @@ pub(crate) fn current() -> Option<&'static ModuleTable> {
 /// Rebuild the module table from `dl_iterate_phdr` and publish it.
 /// Outside signal context only. See `unwind/mod.rs`.
 pub fn refresh() -> Result<(), RefreshError> {
+    let _errno = KeepErrno::new();
     let _guard = REFRESH.lock().unwrap_or_else(|e| e.into_inner());
     const ATTEMPTS: u32 = 4;
     for _ in 0..ATTEMPTS {

@@ -5,6 +5,7 @@
 //! checking every read against them. A read outside the bounds is refused
 //! (the trace ends); this module never dereferences an unchecked address.
 
+use super::mem::KeepErrno;
 use super::BrokenFrame;
 
 /// Bytes below the stack pointer that the x86-64 and AArch64 ABIs let a
@@ -54,6 +55,7 @@ impl StackBounds {
     /// allocate and read /proc/self/maps for the main thread): call at
     /// thread start.
     pub fn for_current_thread() -> Result<Self, StackBoundsError> {
+        let _errno = KeepErrno::new();
         let mut attr = core::mem::MaybeUninit::<libc::pthread_attr_t>::uninit();
         // SAFETY: attr is written by pthread_getattr_np before any use and
         // destroyed exactly once below.

@@ -1114,6 +1114,25 @@ fn reentered_walk_returns_at_once() {
 }
 
 #[test]
+fn refresh_and_stack_bounds_keep_errno() {
+    let set = |v| unsafe { *libc::__errno_location() = v };
+    let get = || unsafe { *libc::__errno_location() };
+    // A new object forces a full rebuild (mmap, readlink, dl_iterate_phdr).
+    let path = build_so(
+        "errno",
+        &[("errno.c", "int errno_fn(void) { return 2; }\n")],
+        &["-O2"],
+    );
+    let _lib = Lib::open(&path);
+    set(4321);
+    refresh_locked();
+    assert_eq!(get(), 4321, "refresh");
+    set(1234);
+    StackBounds::for_current_thread().unwrap();
+    assert_eq!(get(), 1234, "stack bounds");
+}
+
+#[test]
 fn a_refresh_without_loads_keeps_the_table() {
     let _l = TABLE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     // Another test may dlopen in between: then the table must change, and

@@ -100,15 +100,6 @@ impl ThreadUnwinder {
 
     /// Descriptor cache hits and misses on this thread so far.
     pub fn stats(&self) -> CacheStats {
-        self.guarded_stats()
-    }
-
-    #[cfg(test)]
-    pub(crate) fn busy_for_test(&self, busy: bool) {
-        self.busy.set(busy);
-    }
-
-    fn guarded_stats(&self) -> CacheStats {
         if self.busy.get() {
             return CacheStats::default();
         }
@@ -118,6 +109,11 @@ impl ThreadUnwinder {
             hits: c.hits,
             misses: c.misses,
         }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn busy_for_test(&self, busy: bool) {
+        self.busy.set(busy);
     }
 
     /// Run `f` unless this unwinder is already walking on this thread (a
