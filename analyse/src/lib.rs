@@ -93,7 +93,9 @@ impl std::error::Error for Error {}
 
 fn verbose(cfg: &Config, msg: &str) {
     if cfg.verbose {
-        eprintln!("igprof-analyse: {msg}");
+        static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        let t = START.get_or_init(std::time::Instant::now).elapsed();
+        eprintln!("igprof-analyse: [{:7.3} s] {msg}", t.as_secs_f64());
     }
 }
 
@@ -217,6 +219,7 @@ pub fn run(cfg: &Config, out: &mut dyn Write) -> Result<(), Error> {
     }
     let order = fl.ranked(&prof, cfg.descending);
     let names = DisplayNames::new(&prof, cfg.demangle);
+    verbose(cfg, "writing the report");
     let io = |e: std::io::Error| {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             Error::BrokenPipe

@@ -284,8 +284,9 @@ impl Profile {
     }
 
     /// Reads one dump into the tree. `negate` reads it as a baseline
-    /// (values subtracted).
-    pub fn read<R: BufRead>(
+    /// (values subtracted). Parsing runs on a second thread, one batch of
+    /// lines ahead of the tree building here.
+    pub fn read<R: BufRead + Send>(
         &mut self,
         input: R,
         name: &str,
@@ -296,52 +297,78 @@ impl Profile {
         if self.read_kids.len() != self.nodes.len() {
             self.resume_reading();
         }
-        let mut reader = Reader::new(input, name)?;
+        let reader = Reader::new(input, name)?;
         self.tick_period = reader.header().tick_period as f32;
-        // Per-dump tables: dump function id -> symbol, dump counter id -> is key.
-        let mut fn_syms: Vec<SymId> = Vec::new();
-        let mut is_key: Vec<Option<bool>> = Vec::new();
-        let mut stack: Vec<NodeId> = Vec::with_capacity(256);
-        let mut counters = Vec::new();
-        loop {
-            let node = match reader.next_node()? {
-                Some(n) => n,
-                None => break,
-            };
-            let (depth, function, defines) = (
-                node.depth as usize,
-                node.function as usize,
-                node.defines_function,
-            );
-            counters.clear();
-            counters.extend_from_slice(node.counters);
-            if defines || fn_syms.get(function).copied().unwrap_or(SymId::MAX) == SymId::MAX {
-                let def = reader
-                    .function(function as u32)
-                    .expect("reader checked the definition");
-                let path = reader.file(def.file).unwrap_or("");
-                let name = resolver.resolve(path, def.file_offset, &def.name);
-                let file = self.symbols.file_id(&resolver.canonical_path(path));
-                let sym = self.symbols.intern(&name, file);
-                if fn_syms.len() <= function {
-                    fn_syms.resize(function + 1, SymId::MAX);
-                }
-                fn_syms[function] = sym;
+        std::thread::scope(|scope| {
+            let (tx, rx) = std::sync::mpsc::sync_channel(4);
+            scope.spawn(move || produce(reader, tx));
+            let mut state = DumpState::default();
+            for batch in rx {
+                self.consume(batch?, &mut state, resolver, opts, negate);
             }
-            let sym = fn_syms[function];
-            stack.truncate(depth - 1);
-            let parent = stack.last().copied().unwrap_or(0);
-            let id = self.child_for_read(parent, sym);
-            stack.push(id);
-            for v in &counters {
-                let c = v.counter as usize;
-                if is_key.len() <= c {
-                    is_key.resize(c + 1, None);
+            Ok(())
+        })
+    }
+
+    fn consume(
+        &mut self,
+        b: Batch,
+        st: &mut DumpState,
+        resolver: &mut Resolver,
+        opts: &ReadOptions,
+        negate: bool,
+    ) {
+        for (id, name) in b.counter_names {
+            let id = id as usize;
+            if st.counter_names.len() <= id {
+                st.counter_names.resize(id + 1, None);
+            }
+            st.counter_names[id] = Some(name);
+        }
+        let mut defs = b.defs.into_iter();
+        let w = &b.words;
+        let mut i = 0;
+        while i + 4 <= w.len() {
+            let (depth, function, defines, n) = (
+                w[i] as usize,
+                w[i + 1] as usize,
+                w[i + 2] != 0,
+                w[i + 3] as usize,
+            );
+            i += 4;
+            if defines {
+                if let Some((path, offset, recorded)) = defs.next() {
+                    let name = resolver.resolve(&path, offset, &recorded);
+                    let file = self.symbols.file_id(&resolver.canonical_path(&path));
+                    let sym = self.symbols.intern(&name, file);
+                    if st.fn_syms.len() <= function {
+                        st.fn_syms.resize(function + 1, SymId::MAX);
+                    }
+                    st.fn_syms[function] = sym;
                 }
-                let k = match is_key[c] {
+            }
+            // The reader guarantees definition before use.
+            let sym = st.fn_syms.get(function).copied().unwrap_or(0);
+            st.stack.truncate(depth.saturating_sub(1));
+            let parent = st.stack.last().copied().unwrap_or(0);
+            let id = self.child_for_read(parent, sym);
+            st.stack.push(id);
+            for _ in 0..n {
+                let Some(v) = w.get(i..i + 4) else { break };
+                i += 4;
+                let c = v[0] as usize;
+                if st.is_key.len() <= c {
+                    st.is_key.resize(c + 1, None);
+                }
+                let k = match st.is_key[c] {
                     Some(k) => k,
                     None => {
-                        let cname = reader.counter(v.counter).unwrap_or("").to_string();
+                        let cname = st
+                            .counter_names
+                            .get(c)
+                            .cloned()
+                            .flatten()
+                            .unwrap_or_default();
                         if !self.counters_seen.contains(&cname) {
                             self.counters_seen.push(cname.clone());
                         }
@@ -349,14 +376,14 @@ impl Profile {
                             self.key = Some(cname.clone());
                         }
                         let k = self.key.as_deref() == Some(cname.as_str());
-                        is_key[c] = Some(k);
+                        st.is_key[c] = Some(k);
                         k
                     }
                 };
                 if k {
                     self.key_found = true;
-                    let mut value = if opts.peak { v.peak } else { v.value };
-                    let mut freq = v.ticks;
+                    let mut value = if opts.peak { v[3] } else { v[2] };
+                    let mut freq = v[1];
                     opts.hit_filter(&mut value, &mut freq, negate);
                     let n = &mut self.nodes[id as usize].counter;
                     n.cnt += value;
@@ -364,6 +391,86 @@ impl Profile {
                 }
             }
         }
-        Ok(())
     }
+}
+
+/// Per-dump tables while consuming batches.
+#[derive(Default)]
+struct DumpState {
+    /// Dump function id -> symbol.
+    fn_syms: Vec<SymId>,
+    /// Dump counter id -> is it the report counter.
+    is_key: Vec<Option<bool>>,
+    counter_names: Vec<Option<String>>,
+    stack: Vec<NodeId>,
+}
+
+/// Parsed lines handed from the parsing thread to the tree builder.
+#[derive(Default)]
+struct Batch {
+    /// Per node: depth, function id, defines (0/1), number of counters; then
+    /// per counter: counter id, ticks, value, peak.
+    words: Vec<i64>,
+    /// (object path, offset, recorded name) of each defining node, in order.
+    defs: Vec<(String, i64, String)>,
+    /// Counter ids first used in this batch, with their names.
+    counter_names: Vec<(u32, String)>,
+}
+
+/// The parsing thread: reads `reader` to the end in batches.
+fn produce<R: BufRead>(
+    mut reader: Reader<R>,
+    tx: std::sync::mpsc::SyncSender<Result<Batch, ReadError>>,
+) {
+    const WORDS: usize = 1 << 16;
+    let mut named: Vec<bool> = Vec::new();
+    let mut new_counters: Vec<u32> = Vec::new();
+    let mut batch = Batch::default();
+    loop {
+        let (function, defines) = match reader.next_node() {
+            Err(e) => {
+                let _ = tx.send(Err(e));
+                return;
+            }
+            Ok(None) => break,
+            Ok(Some(n)) => {
+                batch.words.extend([
+                    n.depth as i64,
+                    n.function as i64,
+                    n.defines_function as i64,
+                    n.counters.len() as i64,
+                ]);
+                for v in n.counters {
+                    batch
+                        .words
+                        .extend([v.counter as i64, v.ticks, v.value, v.peak]);
+                    if !named.get(v.counter as usize).copied().unwrap_or(false) {
+                        new_counters.push(v.counter);
+                    }
+                }
+                (n.function, n.defines_function)
+            }
+        };
+        if defines {
+            if let Some(d) = reader.function(function) {
+                let path = reader.file(d.file).unwrap_or("").to_string();
+                batch.defs.push((path, d.file_offset, d.name.clone()));
+            }
+        }
+        for id in new_counters.drain(..) {
+            if named.len() <= id as usize {
+                named.resize(id as usize + 1, false);
+            }
+            if !named[id as usize] {
+                named[id as usize] = true;
+                batch
+                    .counter_names
+                    .push((id, reader.counter(id).unwrap_or("").to_string()));
+            }
+        }
+        if batch.words.len() >= WORDS && tx.send(Ok(std::mem::take(&mut batch))).is_err() {
+            return;
+        }
+    }
+    let _ = tx.send(Ok(batch));
 }
