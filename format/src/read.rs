@@ -854,7 +854,7 @@ mod tests {
             ),
             (
                 "P=(HEX ID=1 N=(a) T=0.0)\nC1 FN0=(F0=(a)+10000000000000000 N=(b))+0\n",
-                "t:2:17: syntax error: expected a number that fits in 64 bits",
+                "t:2:16: syntax error: expected a number that fits in 64 bits",
             ),
             (
                 "P=(ID=1 N=(a) T=0.0)\nC1 FN0=(F0=(a)+99999999999999999999 N=(b))+0\n",
