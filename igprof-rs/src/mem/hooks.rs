@@ -25,7 +25,7 @@ use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 use super::account;
-use super::site::{self, Entry, MEM_OUTER};
+use super::site::{self, Entry, MEM_OUTER, MEM_VIA};
 use crate::sys::ErrnoGuard;
 
 /// Deferred-event kinds of this module.
@@ -242,16 +242,30 @@ fn reallocate(p: *mut c_void, size: usize, call: impl FnOnce() -> *mut c_void) -
 }
 
 extern "C" fn realloc_hook(p: *mut c_void, size: usize) -> *mut c_void {
+    // Reached from reallocarray (glibc tail-calls realloc): this hook
+    // records the call, the reallocarray hook does not.
+    site::tls(|h| h.outer.set(h.outer.get() & !MEM_VIA));
     // SAFETY: forwarding the program's call unchanged.
     reallocate(p, size, || unsafe { chain!(Func::Realloc, Realloc)(p, size) })
 }
 
+/// reallocarray: glibc checks the product and calls realloc, whose hook
+/// records the call. Only a reallocarray that does not go through realloc
+/// is recorded here (the old block is then forgotten after the call).
 extern "C" fn reallocarray_hook(p: *mut c_void, n: usize, m: usize) -> *mut c_void {
-    // On overflow reallocarray fails with ENOMEM and p is untouched; size
-    // is then only used to tell failure (non-zero) from realloc(p, 0).
-    let size = n.checked_mul(m).unwrap_or(usize::MAX);
+    site::tls(|h| h.outer.set(h.outer.get() | MEM_VIA));
     // SAFETY: forwarding the program's call unchanged.
-    reallocate(p, size, || unsafe { chain!(Func::ReallocArray, ReallocArray)(p, n, m) })
+    let r = unsafe { chain!(Func::ReallocArray, ReallocArray)(p, n, m) };
+    let direct = site::tls(|h| {
+        let o = h.outer.get();
+        h.outer.set(o & !MEM_VIA);
+        o & MEM_VIA != 0
+    });
+    if direct && !r.is_null() {
+        freeing(p);
+        allocated_fill(r, n.wrapping_mul(m), false);
+    }
+    r
 }
 
 extern "C" fn free_hook(p: *mut c_void) {

@@ -219,8 +219,9 @@ pub fn leaks(f: &mut dyn FnMut(*const Node, usize, u64, u64)) {
     let lost = site::LOST.load(Ordering::Relaxed);
     if lost > 0 || options::debug() {
         crate::igprof_log!(
-            "memory/descriptor events not recorded: {lost}; recorded late from signal handlers: {}",
-            site::DEFERRED.load(Ordering::Relaxed)
+            "memory/descriptor events not recorded: {lost}; recorded late from signal handlers: {}; on threads unknown to the profiler: {}",
+            site::DEFERRED.load(Ordering::Relaxed),
+            site::UNKNOWN_THREAD.load(Ordering::Relaxed)
         );
     }
 }

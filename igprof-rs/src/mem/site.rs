@@ -54,6 +54,9 @@ pub struct HookTls {
     queue: UnsafeCell<[Deferred; DEFERRED_MAX]>,
     head: Cell<usize>,
     tail: Cell<usize>,
+    /// A second unwinder for events deferred while the thread's own one
+    /// may be mid-walk (made on the thread's first recorded event).
+    nested: Cell<*const crate::unwind::ThreadUnwinder>,
 }
 
 thread_local! {
@@ -63,6 +66,7 @@ thread_local! {
             queue: UnsafeCell::new([NO_EVENT; DEFERRED_MAX]),
             head: Cell::new(0),
             tail: Cell::new(0),
+            nested: Cell::new(core::ptr::null()),
         }
     };
 }
@@ -104,6 +108,9 @@ pub fn in_libc(pc: usize) -> bool {
 /// The caller holds the thread's guard.
 #[inline]
 pub fn caller_node(t: &'static ThreadState, h: &HookTls, outer_bit: u8) -> Option<*mut Node> {
+    if h.nested.get().is_null() {
+        make_nested_unwinder(h);
+    }
     // SAFETY: owner thread with its guard held.
     let buf = unsafe { t.trace_buf() };
     let w = crate::trace::here(t, buf);
@@ -124,6 +131,15 @@ pub fn caller_node(t: &'static ThreadState, h: &HookTls, outer_bit: u8) -> Optio
     }
 }
 
+#[cold]
+#[inline(never)]
+fn make_nested_unwinder(h: &HookTls) {
+    // Guard held, not in our signal handler: the global allocator is usable.
+    if let Ok(u) = crate::unwind::ThreadUnwinder::new() {
+        h.nested.set(Box::into_raw(Box::new(u)));
+    }
+}
+
 /// What a hook must do with an event on this thread.
 pub enum Entry {
     /// Record it now (guard held).
@@ -135,31 +151,45 @@ pub enum Entry {
 /// Enters profiler code for an event of kind `kind` with arguments (a, b).
 /// A thread that is already inside one of our hooks (a signal handler
 /// nested in it) queues the event with its stack; a thread inside other
-/// profiler code (the profiler's own use of libc) passes it through.
+/// profiler code (the profiler's own use of libc), or one the profiler does
+/// not know (a thread not started through pthread_create, such as our own
+/// watcher while it registers), passes it through.
+///
+/// The thread is marked as recording *before* it takes its guard, so a
+/// signal handler that runs at any point of the recording defers its events.
 #[inline]
 pub fn enter(kind: u8, a: usize, b: u64) -> Entry {
     let Some(t) = thread::current() else {
-        LOST.fetch_add(1, Ordering::Relaxed);
+        UNKNOWN_THREAD.fetch_add(1, Ordering::Relaxed);
         return Entry::Done;
     };
-    match t.enter() {
-        Some(g) => Entry::Now(t, g),
-        None => {
-            tls(|h| {
-                if h.outer.get() & IN_RECORD != 0 {
+    tls(|h| {
+        let prev = h.outer.get();
+        h.outer.set(prev | IN_RECORD);
+        match t.enter() {
+            Some(g) => Entry::Now(t, g),
+            None => {
+                h.outer.set(prev);
+                if prev & IN_RECORD != 0 {
                     defer(t, h, kind, a, b);
                 }
-            });
-            Entry::Done
+                Entry::Done
+            }
         }
-    }
+    })
 }
+
+/// Events on threads the profiler has no state for (passed through).
+pub static UNKNOWN_THREAD: AtomicU64 = AtomicU64::new(0);
 
 /// Bit of [`HookTls::outer`] set while a hook records an event (guard held).
 pub const IN_RECORD: u8 = 0x80;
 /// Bit set while a memory hook runs a real function that may call another
 /// allocation function inside libc (realloc, reallocarray).
 pub const MEM_OUTER: u8 = 0x01;
+/// Bit set by the reallocarray hook and cleared by the realloc hook: tells
+/// whether the real reallocarray went through realloc (glibc does).
+pub const MEM_VIA: u8 = 0x04;
 /// Bit set while a descriptor hook runs a real function that may open or
 /// close inside libc (fopen, tmpfile, fclose, creat).
 pub const FD_OUTER: u8 = 0x02;
@@ -167,15 +197,20 @@ pub const FD_OUTER: u8 = 0x02;
 /// Runs `f` with `bit` set in the thread's [`HookTls::outer`].
 #[inline]
 pub fn with_outer<R>(bit: u8, f: impl FnOnce() -> R) -> R {
-    tls(|h| h.outer.set(h.outer.get() | bit));
+    // Nested uses (reallocarray -> realloc) leave the bit as they found it.
+    let had = tls(|h| {
+        let o = h.outer.get();
+        h.outer.set(o | bit);
+        o & bit
+    });
     let r = f();
-    tls(|h| h.outer.set(h.outer.get() & !bit));
+    tls(|h| h.outer.set((h.outer.get() & !bit) | had));
     r
 }
 
-/// Records one event now: marks the thread as recording (so a nested
-/// signal handler's events are deferred), runs `f`, then replays what was
-/// deferred through `replay`.
+/// Records one event now (the thread is marked as recording by [`enter`]):
+/// runs `f`, replays what signal handlers deferred meanwhile through
+/// `replay`, then leaves profiler code.
 #[inline]
 pub fn record(
     t: &'static ThreadState,
@@ -184,12 +219,11 @@ pub fn record(
     replay: impl FnMut(*mut Node, u8, usize, u64),
 ) {
     tls(|h| {
-        h.outer.set(h.outer.get() | IN_RECORD);
         f(h);
         drain(t, h, replay);
-        h.outer.set(h.outer.get() & !IN_RECORD);
     });
     drop(g);
+    tls(|h| h.outer.set(h.outer.get() & !IN_RECORD));
 }
 
 /// Whether a shard lock of the live tables might be held by this thread
@@ -223,9 +257,16 @@ fn defer(t: &'static ThreadState, h: &HookTls, kind: u8, a: usize, b: u64) {
     e.kind = kind;
     e.a = a;
     e.b = b;
-    let w = crate::trace::here(t, &mut e.trace);
-    e.depth = w.depth as u8;
-    e.truncated = w.truncated || w.refused;
+    let nested = h.nested.get();
+    if nested.is_null() {
+        e.depth = 0;
+        e.truncated = true;
+    } else {
+        // SAFETY: the nested unwinder belongs to this thread and is never freed.
+        let w = unsafe { &*nested }.trace_here(&t.bounds, &mut e.trace);
+        e.depth = w.depth as u8;
+        e.truncated = w.truncated() || w.depth == 0;
+    }
     core::sync::atomic::compiler_fence(Ordering::SeqCst);
     h.tail.set(tail + 1);
 }

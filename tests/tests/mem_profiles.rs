@@ -1,0 +1,201 @@
+//! End-to-end checks of the memory profiler (-mp): exact calls and bytes
+//! per allocating function, live memory and leaks at exit, cross-thread
+//! frees, the process-wide peak (MEM_LIVE_AT_PEAK), every allocation entry
+//! point, -mo, and allocation from signal handlers, thread-local
+//! destructors, dlopen and fork. Expectations are computed from the sizes
+//! the C programs use.
+
+mod mem_support;
+use mem_support::*;
+
+#[test]
+fn alloc_churn_is_exact() {
+    let n: u64 = 200_000;
+    let (_d, out, _err, p) = run("churn", "alloc_churn.c", &["-mp"], &["200000", "20"]);
+    assert!(out.contains("done 200000"), "{out}");
+    let total = sites(&p, "MEM_TOTAL");
+    let max = sites(&p, "MEM_MAX");
+    let live = sites(&p, "MEM_LIVE");
+    // site_small: N x 32 bytes.
+    let s = site(&total, "site_small");
+    assert_eq!((s.calls, s.bytes), (n, 32 * n), "site_small MEM_TOTAL");
+    assert_eq!(site(&max, "site_small").max_value, 32);
+    // site_mixed: sizes 16 + (i * 7919) % 4096.
+    let sizes: Vec<u64> = (0..n).map(|i| 16 + (i * 7919) % 4096).collect();
+    let s = site(&total, "site_mixed");
+    assert_eq!((s.calls, s.bytes), (n, sizes.iter().sum::<u64>()), "site_mixed MEM_TOTAL");
+    assert_eq!(site(&max, "site_mixed").max_value, *sizes.iter().max().unwrap());
+    // site_calloc: N/10 x (10 x 24).
+    let s = site(&total, "site_calloc");
+    assert_eq!((s.calls, s.bytes), (n / 10, n / 10 * 240), "site_calloc MEM_TOTAL");
+    // site_realloc: N/10 x (malloc 64 + realloc to 256), two calls each.
+    let s = site(&total, "site_realloc");
+    assert_eq!((s.calls, s.bytes), (2 * (n / 10), n / 10 * (64 + 256)), "site_realloc MEM_TOTAL");
+    assert_eq!(site(&max, "site_realloc").max_value, 256);
+    // site_leak: 1000 x 1000 bytes, all still live with an LK record each.
+    let s = site(&total, "site_leak");
+    assert_eq!((s.calls, s.bytes), (1000, 1_000_000));
+    let l = site(&live, "site_leak");
+    assert_eq!((l.calls, l.bytes), (1000, 1_000_000), "site_leak MEM_LIVE at exit");
+    assert_eq!(l.leaks.len(), 1000);
+    assert!(l.leaks.iter().all(|&(_, sz)| sz == 1000), "every leak is 1000 bytes");
+    let mut addrs: Vec<u64> = l.leaks.iter().map(|x| x.0).collect();
+    addrs.sort();
+    addrs.dedup();
+    assert_eq!(addrs.len(), 1000, "distinct leaked blocks");
+    // Everything freed is not live; per-stack peaks are the block sizes.
+    for f in ["site_small", "site_mixed", "site_calloc", "site_realloc"] {
+        let l = site(&live, f);
+        assert_eq!((l.calls, l.bytes), (0, 0), "{f} MEM_LIVE at exit");
+    }
+    assert_eq!(site(&live, "site_small").peak, 32);
+    // Nothing of the profiler's own memory appears.
+    assert!(total.keys().all(|k| !k.contains("igprof")), "{:?}", total.keys());
+}
+
+#[test]
+fn every_allocation_function_counts_once() {
+    let (_d, out, _err, p) = run("family", "mem_family.c", &["-mp"], &[]);
+    assert!(out.contains("family done"), "{out}");
+    let total = sites(&p, "MEM_TOTAL");
+    let live = sites(&p, "MEM_LIVE");
+    let want: [(&str, u64); 11] = [
+        ("f_malloc", 1001),
+        ("f_calloc", 7 * 143),
+        ("f_realloc_grow", 3003),
+        ("f_realloc_null", 1234),
+        ("f_reallocarray", 5 * 401),
+        ("f_memalign", 5005),
+        ("f_posix_memalign", 6006),
+        ("f_aligned_alloc", 7168),
+        ("f_valloc", 8008),
+        ("f_pvalloc", 9009),
+        ("f_leak", 4242),
+    ];
+    for (f, bytes) in want {
+        let s = site(&total, f);
+        assert_eq!((s.calls, s.bytes), (1, bytes), "{f} MEM_TOTAL");
+    }
+    // A failed realloc allocates nothing and leaves its block live, exactly.
+    assert_eq!(site(&total, "f_realloc_fail"), Site::default());
+    assert_eq!(site(&total, "f_realloc_zero"), Site::default());
+    let l = site(&live, "f_leak");
+    assert_eq!((l.calls, l.bytes, l.leaks.len()), (1, 4242, 1));
+    for (f, _) in want.iter().filter(|w| w.0 != "f_leak") {
+        let l = site(&live, f);
+        assert_eq!((l.calls, l.bytes), (0, 0), "{f} MEM_LIVE (freed or reallocated)");
+    }
+}
+
+#[test]
+fn usable_size_modes() {
+    let (_d, _o, _e, none) = run("mo-none", "mem_family.c", &["-mp", "-mo", "none"], &[]);
+    let (_d, _o, _e, incl) = run("mo-incl", "mem_family.c", &["-mp", "-mo", "include"], &[]);
+    let (_d, _o, _e, delta) = run("mo-delta", "mem_family.c", &["-mp", "-mo", "delta"], &[]);
+    let (n, i, d) = (sites(&none, "MEM_TOTAL"), sites(&incl, "MEM_TOTAL"), sites(&delta, "MEM_TOTAL"));
+    for f in ["f_malloc", "f_calloc", "f_valloc", "f_leak"] {
+        let (a, b, c) = (site(&n, f), site(&i, f), site(&d, f));
+        assert_eq!((a.calls, b.calls), (1, 1), "{f}: same calls in every mode");
+        assert!(b.bytes >= a.bytes, "{f}: usable {} >= requested {}", b.bytes, a.bytes);
+        assert_eq!(c.bytes, b.bytes - a.bytes, "{f}: delta = usable - requested");
+    }
+    // glibc: a chunk is request + 8-byte header rounded up to 16; the
+    // usable part is the chunk minus that header.
+    let usable = |n: u64| ((n + 8 + 15) & !15) - 8;
+    assert_eq!(site(&i, "f_malloc").bytes, usable(1001));
+    assert_eq!(site(&i, "f_leak").bytes, usable(4242));
+}
+
+#[test]
+fn frees_on_other_threads_are_charged_to_the_allocating_stack() {
+    let m: u64 = 50_000;
+    let (_d, out, _err, p) = run("handoff", "mem_handoff.c", &["-mp"], &["50000"]);
+    assert!(out.contains("handoff done 50000"), "{out}");
+    let total = sites(&p, "MEM_TOTAL");
+    let s = site(&total, "produce");
+    let bytes: u64 = (0..8).map(|k| m * 16 * (k + 1)).sum();
+    assert_eq!((s.calls, s.bytes), (8 * m, bytes), "produce MEM_TOTAL over 8 threads");
+    let l = site(&sites(&p, "MEM_LIVE"), "produce");
+    assert_eq!((l.calls, l.bytes, l.leaks.len()), (0, 0, 0), "every handed-off block was freed");
+    assert!(l.peak >= 16, "per-stack peak recorded: {l:?}");
+}
+
+#[test]
+fn live_at_the_process_peak() {
+    let (_d, _out, _err, p) = run("peak", "mem_peak.c", &["-mp"], &[]);
+    let at = sites(&p, "MEM_LIVE_AT_PEAK");
+    let b = site(&at, "phase_b");
+    let c = site(&at, "phase_c");
+    assert_eq!((b.calls, b.bytes), (20, 20 * 40_000), "phase_b at the peak");
+    assert_eq!((c.calls, c.bytes), (3, 3 * 500_000), "phase_c at the peak");
+    assert_eq!(site(&at, "phase_a").bytes, 0, "phase_a was freed before the peak");
+    assert_eq!(site(&at, "phase_d").bytes, 0, "phase_d came after the peak");
+    // MEM_LIVE's per-stack peaks cannot tell: phase_a's and phase_d's are high too.
+    let live = sites(&p, "MEM_LIVE");
+    assert_eq!(site(&live, "phase_a").peak, 1_000_000);
+    assert_eq!(site(&live, "phase_d").peak, 1_000_000);
+    let d = site(&live, "phase_d");
+    assert_eq!((d.calls, d.bytes), (1, 1_000_000), "phase_d live at exit");
+}
+
+#[test]
+fn allocations_in_signal_handlers_are_all_counted() {
+    let (_d, out, err, p) = run("signal", "mem_signal.c", &["-mp", "-d"], &["2000000"]);
+    let hits: u64 = out
+        .trim()
+        .strip_prefix("hits ")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no hit count in {out}"));
+    assert!(hits > 100, "the timer fired: {hits}");
+    let total = sites(&p, "MEM_TOTAL");
+    assert_eq!(site(&total, "churn").calls, 2_000_000, "main loop");
+    assert_eq!(site(&total, "in_handler").calls, hits, "every handler allocation; stderr: {err}");
+    assert_eq!(site(&total, "in_handler").bytes, 200 * hits);
+    let live = sites(&p, "MEM_LIVE");
+    assert_eq!(site(&live, "in_handler").bytes, 0);
+    assert_eq!(site(&live, "churn").bytes, 0);
+}
+
+#[test]
+fn thread_destructors_dlopen_and_fork() {
+    let d = scratch("lifecycle");
+    build(&d, "mem_lifecycle.c", "mem_lifecycle", &[]);
+    let st = std::process::Command::new("cc")
+        .args(["-O2", "-g", "-shared", "-fPIC", "-o"])
+        .arg(d.join("libmemplugin.so"))
+        .arg(root().join("tests/programs/mem_plugin.c"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let plugin = d.join("libmemplugin.so");
+    let o = igprof(&d, &["-mp", "-o", "prof.gz", "./mem_lifecycle", plugin.to_str().unwrap()]);
+    let _ = ok(&o);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("lifecycle done 0"));
+    let parent = load(&d.join("prof.gz"));
+    let children: Vec<_> = std::fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_string_lossy().into_owned();
+            n.starts_with("prof.") && n.ends_with(".gz") && n != "prof.gz"
+        })
+        .collect();
+    assert_eq!(children.len(), 1, "the fork child's own profile: {children:?}");
+    let child = load(&children[0]);
+    let pt = sites(&parent, "MEM_TOTAL");
+    let s = site(&pt, "tls_dtor");
+    assert_eq!((s.calls, s.bytes), (4, 4 * 777), "thread-local destructors");
+    let s = site(&pt, "plugin_init_site");
+    assert_eq!((s.calls, s.bytes), (3, 3 * 555), "inside dlopen");
+    assert_eq!(site(&sites(&parent, "MEM_LIVE"), "plugin_init_site").bytes, 3 * 555);
+    assert_eq!(site(&pt, "parent_site").calls, 5);
+    assert_eq!(site(&pt, "child_site").calls, 0, "the child's allocations are not the parent's");
+    assert_eq!(site(&pt, "before_fork").calls, 1);
+    let ct = sites(&child, "MEM_TOTAL");
+    let s = site(&ct, "child_site");
+    assert_eq!((s.calls, s.bytes), (11, 10 * 222 + 333), "the child's own allocations");
+    assert_eq!(site(&ct, "parent_site").calls, 0);
+    assert_eq!(site(&ct, "before_fork").calls, 0, "the parent's allocations stay with the parent");
+    let cl = site(&sites(&child, "MEM_LIVE"), "child_site");
+    assert_eq!((cl.calls, cl.bytes), (1, 333));
+}
