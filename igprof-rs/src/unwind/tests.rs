@@ -52,17 +52,19 @@ fn set_uc_regs(uc: &mut libc::ucontext_t, pc: usize, sp: usize, fp: usize) {
 }
 
 /// Build `sources` (written into a fresh directory) into a shared object
-/// with `cc` and `flags`.
+/// with `cc` and `flags` (`-l...` flags go after the sources).
 fn build_so(name: &str, sources: &[(&str, &str)], flags: &[&str]) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("igprof-unwind-tests-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut cmd = Command::new(c_compiler());
+    let (libs, flags): (Vec<&str>, Vec<&str>) = flags.iter().partition(|f| f.starts_with("-l"));
     cmd.args(["-shared", "-fPIC", "-g0"]).args(flags);
     for (file, text) in sources {
         let path = dir.join(format!("{name}-{file}"));
         std::fs::write(&path, text).unwrap();
         cmd.arg(path);
     }
+    cmd.args(libs);
     let out = dir.join(format!("lib{name}.so"));
     cmd.arg("-o").arg(&out);
     let res = cmd
@@ -86,7 +88,13 @@ impl Lib {
         let c = CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
         // SAFETY: valid C string; RTLD_NOW resolves everything up front.
         let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        assert!(!h.is_null(), "dlopen {}", path.display());
+        // SAFETY: dlerror returns NULL or a NUL-terminated message.
+        let why = || {
+            unsafe { CStr::from_ptr(libc::dlerror()) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        assert!(!h.is_null(), "dlopen {}: {}", path.display(), why());
         Lib(h)
     }
     fn sym(&self, name: &str) -> usize {
@@ -563,93 +571,116 @@ fn trace_through_a_signal_frame() {
     }
 }
 
+/// What the sampling handler writes into: preallocated, one per test run.
+struct Sampler {
+    unwinder: ThreadUnwinder,
+    bounds: StackBounds,
+    traces: Vec<[usize; 256]>,
+    ends: Vec<Trace>,
+}
+
+static SAMPLER: AtomicPtr<Sampler> = AtomicPtr::new(std::ptr::null_mut());
+static TAKEN: AtomicUsize = AtomicUsize::new(0);
+/// Set when the sampler's buffers are full.
+static FULL: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn sampling_handler(
+    _sig: libc::c_int,
+    _info: *mut libc::siginfo_t,
+    uc: *mut libc::c_void,
+) {
+    // SAFETY: set before the timer starts; only this thread is signalled.
+    let Some(s) = (unsafe { SAMPLER.load(Ordering::Acquire).as_mut() }) else {
+        return;
+    };
+    let i = TAKEN.load(Ordering::Relaxed);
+    if i >= s.ends.len() {
+        FULL.store(1, Ordering::Relaxed);
+        return;
+    }
+    // SAFETY: uc is this handler's ucontext; buffers are preallocated.
+    s.ends[i] = unsafe {
+        s.unwinder
+            .trace_from_ucontext(uc, &s.bounds, &mut s.traces[i])
+    };
+    TAKEN.store(i + 1, Ordering::Relaxed);
+}
+
+/// Run `work` while a thread CPU-time timer samples this thread every
+/// `interval_ns` (at most `capacity` samples; `FULL` is set once taken).
+/// The caller holds `SIGNAL_TESTS`.
+fn sample_during<R>(
+    interval_ns: i64,
+    capacity: usize,
+    work: impl FnOnce() -> R,
+) -> (R, Vec<(Vec<usize>, Trace)>) {
+    let mut s = Box::new(Sampler {
+        unwinder: ThreadUnwinder::new().unwrap(),
+        bounds: StackBounds::for_current_thread().unwrap(),
+        traces: vec![[0; 256]; capacity],
+        ends: vec![
+            Trace {
+                depth: 0,
+                end: TraceEnd::NoModuleTable
+            };
+            capacity
+        ],
+    });
+    FULL.store(0, Ordering::Relaxed);
+    TAKEN.store(0, Ordering::Relaxed);
+    SAMPLER.store(&mut *s, Ordering::Release);
+    install(sampling_handler);
+    let interval = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: interval_ns,
+    };
+    // SAFETY: a per-thread CPU-time timer that signals this thread; deleted
+    // below.
+    let timer = unsafe {
+        let mut sev: libc::sigevent = std::mem::zeroed();
+        sev.sigev_notify = libc::SIGEV_THREAD_ID;
+        sev.sigev_signo = test_signal();
+        sev.sigev_notify_thread_id = libc::gettid();
+        let mut timer: libc::timer_t = std::mem::zeroed();
+        assert_eq!(
+            libc::timer_create(libc::CLOCK_THREAD_CPUTIME_ID, &mut sev, &mut timer),
+            0
+        );
+        let its = libc::itimerspec {
+            it_interval: interval,
+            it_value: interval,
+        };
+        assert_eq!(libc::timer_settime(timer, 0, &its, std::ptr::null_mut()), 0);
+        timer
+    };
+    let r = work();
+    // SAFETY: the timer created above.
+    unsafe { libc::timer_delete(timer) };
+    SAMPLER.store(std::ptr::null_mut(), Ordering::Release);
+    let n = TAKEN.load(Ordering::Relaxed);
+    let samples = s.traces[..n]
+        .iter()
+        .zip(&s.ends[..n])
+        .map(|(t, e)| (t[..e.depth].to_vec(), *e))
+        .collect();
+    (r, samples)
+}
+
 /// Samples taken by a thread CPU-time timer at arbitrary instructions
 /// (prologues, epilogues, loop bodies of code with and without frame
 /// pointers): every one must unwind through the whole chain.
 #[test]
 fn timer_samples_at_arbitrary_instructions() {
     let _one = SIGNAL_TESTS.lock().unwrap_or_else(|e| e.into_inner());
-    const SAMPLES: usize = 150;
-    struct Samples {
-        unwinder: ThreadUnwinder,
-        bounds: StackBounds,
-        traces: Vec<[usize; 64]>,
-        ends: Vec<Trace>,
-    }
-    static STOP: AtomicI32 = AtomicI32::new(0);
-    static SAMPLES_CTX: AtomicPtr<Samples> = AtomicPtr::new(std::ptr::null_mut());
-    static TAKEN: AtomicUsize = AtomicUsize::new(0);
-    extern "C" fn sampler(_sig: libc::c_int, _info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
-        // SAFETY: set before the timer starts; only this thread is signalled.
-        let Some(s) = (unsafe { SAMPLES_CTX.load(Ordering::Acquire).as_mut() }) else {
-            return;
-        };
-        let i = TAKEN.load(Ordering::Relaxed);
-        if i >= SAMPLES {
-            STOP.store(1, Ordering::Relaxed);
-            return;
-        }
-        // SAFETY: uc is this handler's ucontext; buffers are preallocated.
-        s.ends[i] = unsafe {
-            s.unwinder
-                .trace_from_ucontext(uc, &s.bounds, &mut s.traces[i])
-        };
-        TAKEN.store(i + 1, Ordering::Relaxed);
-    }
-
     for (build, lib) in chain_libs() {
         // SAFETY: spin_a has the SpinFn signature.
         let spin_a: SpinFn = unsafe { std::mem::transmute(lib.sym("spin_a")) };
-        let mut s = Box::new(Samples {
-            unwinder: ThreadUnwinder::new().unwrap(),
-            bounds: StackBounds::for_current_thread().unwrap(),
-            traces: vec![[0; 64]; SAMPLES],
-            ends: vec![
-                Trace {
-                    depth: 0,
-                    end: TraceEnd::NoModuleTable
-                };
-                SAMPLES
-            ],
-        });
-        STOP.store(0, Ordering::Relaxed);
-        TAKEN.store(0, Ordering::Relaxed);
-        SAMPLES_CTX.store(&mut *s, Ordering::Release);
-        install(sampler);
-        // SAFETY: a per-thread CPU-time timer that signals this thread;
-        // deleted below.
-        let timer = unsafe {
-            let mut sev: libc::sigevent = std::mem::zeroed();
-            sev.sigev_notify = libc::SIGEV_THREAD_ID;
-            sev.sigev_signo = test_signal();
-            sev.sigev_notify_thread_id = libc::gettid();
-            let mut timer: libc::timer_t = std::mem::zeroed();
-            assert_eq!(
-                libc::timer_create(libc::CLOCK_THREAD_CPUTIME_ID, &mut sev, &mut timer),
-                0
-            );
-            let its = libc::itimerspec {
-                it_interval: libc::timespec {
-                    tv_sec: 0,
-                    tv_nsec: 500_000,
-                },
-                it_value: libc::timespec {
-                    tv_sec: 0,
-                    tv_nsec: 500_000,
-                },
-            };
-            assert_eq!(libc::timer_settime(timer, 0, &its, std::ptr::null_mut()), 0);
-            timer
-        };
-        spin_a(STOP.as_ptr());
-        // SAFETY: the timer created above.
-        unsafe { libc::timer_delete(timer) };
-        SAMPLES_CTX.store(std::ptr::null_mut(), Ordering::Release);
-
+        let (_, samples) = sample_during(500_000, 150, || spin_a(FULL.as_ptr()));
+        assert_eq!(samples.len(), 150);
         let me = module_of(timer_samples_at_arbitrary_instructions as *const () as usize).unwrap();
         let chain = ["spin_c", "spin_b", "spin_a"];
-        for (trace, t) in s.traces.iter().zip(&s.ends) {
-            let n = names(&trace[..t.depth], true);
+        for (trace, t) in &samples {
+            let n = names(trace, true);
             assert_eq!(t.end, TraceEnd::Outermost, "{build}: {n:?}");
             // The leaf is spin_c, or mix or the PLT stub spin_c calls it
             // through; spin_c, spin_b, spin_a follow in order.
@@ -666,6 +697,76 @@ fn timer_samples_at_arbitrary_instructions() {
             );
         }
     }
+}
+
+const THROW_CC: &str = r#"
+#include <stdexcept>
+#define KEEP __attribute__((noipa))
+extern "C" {
+KEEP int thrower(int n, volatile int *sink) {
+    if (n == 0) throw std::runtime_error("deep");
+    int r = thrower(n - 1, sink); *sink += r; return r + 1;
+}
+KEEP long catcher(int rounds) {
+    volatile int sink = 0; long caught = 0;
+    for (int i = 0; i < rounds; i++) {
+        try { thrower(50, &sink); } catch (const std::exception &) { caught++; }
+    }
+    return caught;
+}
+}
+"#;
+
+/// Samples (timer interval 100 us of CPU) while C++ exceptions unwind through 50
+/// frames: the exceptions are all caught, and the walks (many of them
+/// through libgcc's unwinder and libstdc++) reach the outermost frame.
+#[test]
+fn timer_samples_while_cpp_exceptions_unwind() {
+    let _one = SIGNAL_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+    let path = build_so(
+        "throw",
+        &[("throw.cc", THROW_CC)],
+        &["-O2", "-fomit-frame-pointer", "-lstdc++"],
+    );
+    let lib = Lib::open(&path);
+    refresh_locked();
+    // SAFETY: catcher(int) -> long (THROW_CC).
+    let catcher: extern "C" fn(libc::c_int) -> libc::c_long =
+        unsafe { std::mem::transmute(lib.sym("catcher")) };
+    // CPU-time timers fire at most once per scheduler tick (4 ms at
+    // HZ=250), whatever the interval: 10,000 throws take long enough for
+    // dozens of samples.
+    const ROUNDS: i32 = 10_000;
+    let (caught, samples) = sample_during(100_000, 2000, || catcher(ROUNDS));
+    assert_eq!(caught, ROUNDS as libc::c_long);
+    assert!(samples.len() >= 20, "{} samples", samples.len());
+    let (mut in_unwinder, mut outermost) = (0, 0);
+    for (trace, t) in &samples {
+        let n = names(trace, true);
+        let unwinding = n.iter().any(|f| f.starts_with("_Unwind_"));
+        in_unwinder += unwinding as usize;
+        if t.end == TraceEnd::Outermost {
+            outermost += 1;
+            assert!(n.iter().any(|f| f == "catcher"), "{n:?}");
+        } else {
+            // libgcc's CFI is not exact while `__builtin_eh_return` moves
+            // the stack to the landing pad's frame: a walk from there may
+            // end early, never anywhere else.
+            assert!(
+                unwinding && matches!(t.end, TraceEnd::Broken(_)),
+                "{t:?} {n:?}"
+            );
+        }
+    }
+    assert!(
+        in_unwinder > 0,
+        "some samples land in the exception unwinder"
+    );
+    assert!(
+        outermost * 10 >= samples.len() * 9,
+        "{outermost} of {} samples complete",
+        samples.len()
+    );
 }
 
 /// Unwind rules of hand-written functions with exact CFI.
