@@ -189,6 +189,21 @@ pub struct MainRow {
     pub calls: Vec<EdgeRow>,
 }
 
+/// An edge to or from `other`: the edge's values `v`, `other`'s totals.
+fn edge_row(sym: SymId, rank: usize, pct: f32, v: &[i64; 3], other: &FlatInfo) -> EdgeRow {
+    EdgeRow {
+        sym,
+        rank,
+        pct,
+        self_counts: v[0],
+        children_counts: other.cum_key[0],
+        self_calls: v[1],
+        total_calls: other.cum_key[1],
+        self_paths: v[2],
+        total_paths: other.cum_key[2],
+    }
+}
+
 /// IgProf's `percent`: a float of a double ratio; "new" (f32::MAX) in diff mode.
 pub fn percent(a: i64, b: i64) -> f32 {
     ((a as f64 / b as f64) * 100.0) as f32
@@ -270,17 +285,13 @@ pub fn rows(
             if v[0] == 0 {
                 continue;
             }
-            callers.push(EdgeRow {
-                sym: c,
-                rank: rank_of[&c],
-                pct: edge_pct(v[0], c, info.sym),
-                self_counts: v[0],
-                children_counts: origin.cum_key[0],
-                self_calls: v[1],
-                total_calls: origin.cum_key[1],
-                self_paths: v[2],
-                total_paths: origin.cum_key[2],
-            });
+            callers.push(edge_row(
+                c,
+                rank_of[&c],
+                edge_pct(v[0], c, info.sym),
+                &v,
+                origin,
+            ));
         }
         let mut callmax = 0;
         let mut calls = Vec::new();
@@ -290,17 +301,13 @@ pub fn rows(
             }
             callmax = callmax.max(v[0]);
             let ci = flat.get(callee).expect("callee has a flat entry");
-            calls.push(EdgeRow {
-                sym: callee,
-                rank: rank_of[&callee],
-                pct: edge_pct(v[0], info.sym, callee),
-                self_counts: v[0],
-                children_counts: ci.cum_key[0],
-                self_calls: v[1],
-                total_calls: ci.cum_key[1],
-                self_paths: v[2],
-                total_paths: ci.cum_key[2],
-            });
+            calls.push(edge_row(
+                callee,
+                rank_of[&callee],
+                edge_pct(v[0], info.sym, callee),
+                v,
+                ci,
+            ));
         }
         let name = |s: SymId| p.symbols.name(s);
         callers.sort_by(|a, b| {

@@ -199,7 +199,7 @@ pub fn run(cfg: &Config, out: &mut dyn Write) -> Result<(), Error> {
         None => return Err(Error::NoCounters),
         Some(k) => k.clone(),
     };
-    if !prof.counters_seen.iter().any(|c| *c == key) {
+    if !prof.counters_seen.contains(&key) {
         if prof.counters_seen.is_empty() {
             return Err(Error::NoCounters);
         }

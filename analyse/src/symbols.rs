@@ -280,7 +280,7 @@ impl ObjectSyms {
         if !self.matches_recorded(addr, recorded) {
             return None;
         }
-        if !self.symtab.is_empty() && !(opts.inline || opts.lines) {
+        if !(self.symtab.is_empty() || opts.inline || opts.lines) {
             return by_offset(&self.symtab, addr).map(str::to_string);
         }
         if let Some(n) = self.dwarf_name(addr, opts) {

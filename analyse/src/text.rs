@@ -91,17 +91,14 @@ pub fn report(
     };
     let maxval = maxcnt + usize::from(s.is_perf_ticks);
     let dashes = "-".repeat(70);
+    let pct_title = if s.diff_mode {
+        "delta %  "
+    } else {
+        "% total  "
+    };
     let header = |out: &mut dyn Write, desc: &str, kind: &str| -> io::Result<()> {
         write!(out, "\n{dashes}\n{desc}\n\n")?;
-        write!(
-            out,
-            "{}",
-            if s.diff_mode {
-                "delta %  "
-            } else {
-                "% total  "
-            }
-        )?;
+        write!(out, "{pct_title}")?;
         write!(out, "{kind:>maxval$}  ")?;
         if s.show_calls {
             write!(out, "{:>maxcnt$}  ", "Calls")?;
@@ -121,24 +118,38 @@ pub fn report(
     } else {
         header(out, "Flat profile (cumulative >= 1%)", "Total")?;
     }
-    for r in rows {
-        pct(out, s.diff_mode, r.pct, 1)?;
-        write!(out, "{:>maxval$}  ", s.value(r.cum))?;
-        if s.show_calls {
-            write!(out, "{:>maxcnt$}  ", thousands(r.cum_all[1]))?;
+    // One flat table: (percentage, decimals, value, calls, threshold) per row.
+    let table = |out: &mut dyn Write,
+                 rows: &mut dyn Iterator<Item = &MainRow>,
+                 self_table: bool|
+     -> io::Result<()> {
+        for r in rows {
+            let (p, decimals, value, calls, min) = if self_table {
+                (r.self_pct, 2, r.self_, r.self_all[1], 0.01)
+            } else {
+                (r.pct, 1, r.cum, r.cum_all[1], 1.0)
+            };
+            pct(out, s.diff_mode, p, decimals)?;
+            write!(out, "{:>maxval$}  ", s.value(value))?;
+            if s.show_calls {
+                write!(out, "{:>maxcnt$}  ", thousands(calls))?;
+            }
+            if s.show_paths {
+                write!(out, "{:>maxcnt$}  ", thousands(r.self_all[2]))?;
+            }
+            write!(out, "{} [{}]", names.name(r.sym), r.rank)?;
+            if s.show_libs {
+                write!(out, "{}", names.file(r.sym))?;
+            }
+            writeln!(out)?;
+            // IgProf prints the first row below the threshold, then stops.
+            if (p < min && !s.diff_mode) || value == 0 {
+                break;
+            }
         }
-        if s.show_paths {
-            write!(out, "{:>maxcnt$}  ", thousands(r.self_all[2]))?;
-        }
-        write!(out, "{} [{}]", names.name(r.sym), r.rank)?;
-        if s.show_libs {
-            write!(out, "{}", names.file(r.sym))?;
-        }
-        writeln!(out)?;
-        if (r.pct < 1.0 && !s.diff_mode) || r.cum == 0 {
-            break;
-        }
-    }
+        Ok(())
+    };
+    table(out, &mut rows.iter(), false)?;
     writeln!(out)?;
 
     let mut by_self: Vec<&MainRow> = rows.iter().collect();
@@ -148,24 +159,7 @@ pub fn report(
     } else {
         header(out, "Flat profile (self >= 0.01%)", "Self")?;
     }
-    for r in &by_self {
-        pct(out, s.diff_mode, r.self_pct, 2)?;
-        write!(out, "{:>maxval$}  ", s.value(r.self_))?;
-        if s.show_calls {
-            write!(out, "{:>maxcnt$}  ", thousands(r.self_all[1]))?;
-        }
-        if s.show_paths {
-            write!(out, "{:>maxcnt$}  ", thousands(r.self_all[2]))?;
-        }
-        write!(out, "{} [{}]", names.name(r.sym), r.rank)?;
-        if s.show_libs {
-            write!(out, "{}", names.file(r.sym))?;
-        }
-        writeln!(out)?;
-        if (r.self_pct < 0.01 && !s.diff_mode) || r.self_ == 0 {
-            break;
-        }
-    }
+    table(out, &mut by_self.into_iter(), true)?;
     write!(out, "\n\n{dashes}\n")?;
     writeln!(out, "Call tree profile (cumulative)")?;
 
@@ -173,22 +167,14 @@ pub fn report(
         + 3 * maxval
         + if s.show_calls { 2 * maxcnt + 5 } else { 0 }
         + if s.show_paths { 2 * maxcnt + 5 } else { 0 };
-    let sep = "- ".repeat((1 + divlen) / 2);
+    let sep = "- ".repeat(divlen.div_ceil(2));
     let fraction =
         |out: &mut dyn Write, w: usize, a: &str, b: &str| write!(out, "{a:>w$} / {b:<w$}");
     for r in rows {
         write!(out, "\n{sep}\n")?;
         if r.rank % 10 == 1 {
             write!(out, "{:<8}", "Rank")?;
-            write!(
-                out,
-                "{}",
-                if s.diff_mode {
-                    "delta %  "
-                } else {
-                    "% total  "
-                }
-            )?;
+            write!(out, "{pct_title}")?;
             write!(out, "{:>maxval$}  ", "Self")?;
             fraction(out, maxval, "Self", "Children")?;
             write!(out, "  ")?;

@@ -468,3 +468,22 @@ fn help_lists_every_option() {
         assert!(help.contains(opt), "--help lacks {opt}");
     }
 }
+
+#[test]
+fn recorded_names_are_the_fallback_for_missing_or_changed_objects() {
+    // libc's dynamic symbol `printf` does not cover offset 0x10: the object
+    // on disk is not the one profiled, so the recorded name stays. A missing
+    // object keeps recorded names, and unnamed addresses become IgProf's
+    // `@{object+offset}`.
+    let text = "P=(HEX ID=1 N=(prog) T=0.000000)\n\
+        C1 FN0=(F0=(/lib/x86_64-linux-gnu/libc.so.6)+10 N=(printf))+0\n\
+        C2 FN1=(F1=(/nonexistent/libgone.so)+20 N=(gone_function))+0\n\
+        C3 FN2=(F1+30 N=(@?0x7f0000000030))+0 V0=(MEM_TOTAL):(1,40,40)\n";
+    let d = Dir::new();
+    std::fs::write(d.file("changed.txt"), text).unwrap();
+    let out = d.ok(&["changed.txt"]);
+    let flat = section(&out, "Flat profile (cumulative");
+    assert!(flat.contains(" printf [2]"), "{flat}");
+    assert!(flat.contains(" gone_function [3]"), "{flat}");
+    assert!(flat.contains(" @{libgone.so+48} [4]"), "{flat}");
+}

@@ -744,9 +744,10 @@ fn parse_header(line: &[u8]) -> LineResult<Header> {
 mod tests {
     use super::*;
 
-    fn read_all(
-        text: &str,
-    ) -> Result<Vec<(u32, u32, Vec<(u32, i64, i64, i64, Vec<Leak>)>)>, ReadError> {
+    /// (depth, function, [(counter, ticks, value, peak, leaks)]) per node.
+    type Nodes = Vec<(u32, u32, Vec<(u32, i64, i64, i64, Vec<Leak>)>)>;
+
+    fn read_all(text: &str) -> Result<Nodes, ReadError> {
         let mut r = Reader::new(text.as_bytes(), "t")?;
         let mut out = Vec::new();
         while let Some(n) = r.next_node()? {
