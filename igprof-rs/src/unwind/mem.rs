@@ -1,9 +1,11 @@
 //! Memory for the unwinder that is not the program's heap: anonymous,
-//! zero-filled `mmap` regions.
+//! zero-filled, pre-populated `mmap` regions.
 //!
-//! Owns: mapping and unmapping such regions. Never calls malloc. Mapping is
-//! done outside signal context (module table refresh, thread start); the
-//! regions are read from signal context.
+//! Owns: mapping and unmapping such regions, and errno hygiene for the
+//! unwinder's functions that run inside the program's calls. Never calls
+//! malloc. Mapping and unmapping happen outside signal context (module
+//! table refresh, thread start and exit); the regions are read from signal
+//! context.
 
 use core::ptr::NonNull;
 
@@ -34,6 +36,39 @@ impl core::fmt::Display for MapError {
     }
 }
 
+/// Map `bytes` (> 0) of zeroed, populated (so that a signal handler never
+/// takes the page faults of first use), page-aligned memory.
+fn map(bytes: usize) -> Result<NonNull<u8>, MapError> {
+    // SAFETY: anonymous private mapping with no address hint; the kernel
+    // returns fresh zeroed pages or MAP_FAILED, which is checked.
+    let p = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(MapError::Mmap {
+            bytes,
+            errno: errno(),
+        });
+    }
+    // mmap never returns null on success with a null hint.
+    Ok(NonNull::new(p.cast()).expect("mmap returned null"))
+}
+
+/// # Safety
+/// `p..p+bytes` must be a whole mapping made by `map` that nothing uses any
+/// more.
+unsafe fn unmap(p: NonNull<u8>, bytes: usize) {
+    // SAFETY: guaranteed by the caller.
+    unsafe { libc::munmap(p.as_ptr().cast(), bytes) };
+}
+
 /// An owned, zero-initialised array of `len` values of `T` in its own mapping.
 pub(crate) struct MmapSlice<T: Zeroable> {
     ptr: NonNull<T>,
@@ -55,30 +90,14 @@ impl<T: Zeroable> MmapSlice<T> {
                 len: 0,
             });
         }
-        // SAFETY: anonymous private mapping with no address hint; the kernel
-        // returns fresh zeroed pages or MAP_FAILED, which is checked.
-        let p = unsafe {
-            libc::mmap(
-                core::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                // Populated now, so that a signal handler never takes the
-                // page faults of first use.
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
-                -1,
-                0,
+        const {
+            assert!(
+                core::mem::align_of::<T>() <= 4096,
+                "page alignment suffices"
             )
         };
-        if p == libc::MAP_FAILED {
-            return Err(MapError::Mmap {
-                bytes,
-                errno: errno(),
-            });
-        }
-        debug_assert!(p as usize % core::mem::align_of::<T>() == 0);
-        // mmap never returns null on success with a null hint.
         Ok(Self {
-            ptr: NonNull::new(p.cast()).expect("mmap returned null"),
+            ptr: map(bytes)?.cast(),
             len,
         })
     }
@@ -108,12 +127,66 @@ impl<T: Zeroable> Drop for MmapSlice<T> {
         if self.len != 0 {
             // SAFETY: the region was mapped by `zeroed` with this size and is
             // owned exclusively by self.
-            unsafe {
-                libc::munmap(
-                    self.ptr.as_ptr().cast(),
-                    self.len * core::mem::size_of::<T>(),
-                );
-            }
+            unsafe { unmap(self.ptr.cast(), self.len * core::mem::size_of::<T>()) };
+        }
+    }
+}
+
+/// One `T` in its own mapping, for values that signal handlers on other
+/// threads read through a raw pointer (module tables).
+pub(crate) struct MmapBox<T> {
+    ptr: NonNull<T>,
+}
+
+impl<T> MmapBox<T> {
+    const BYTES: usize = if core::mem::size_of::<T>() == 0 {
+        1
+    } else {
+        core::mem::size_of::<T>()
+    };
+
+    pub(crate) fn new(value: T) -> Result<Self, MapError> {
+        const {
+            assert!(
+                core::mem::align_of::<T>() <= 4096,
+                "page alignment suffices"
+            )
+        };
+        let ptr = map(Self::BYTES)?.cast::<T>();
+        // SAFETY: ptr is page aligned, writable and large enough for a T.
+        unsafe { ptr.as_ptr().write(value) };
+        Ok(MmapBox { ptr })
+    }
+
+    /// Give up ownership; `from_raw` takes it back.
+    pub(crate) fn into_raw(self) -> *mut T {
+        core::mem::ManuallyDrop::new(self).ptr.as_ptr()
+    }
+
+    /// # Safety
+    /// `p` must come from `into_raw` and not be taken back twice.
+    pub(crate) unsafe fn from_raw(p: *mut T) -> Self {
+        MmapBox {
+            ptr: NonNull::new(p).expect("null MmapBox"),
+        }
+    }
+}
+
+impl<T> core::ops::Deref for MmapBox<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: ptr holds a T written in `new` and owned by self.
+        unsafe { self.ptr.as_ref() }
+    }
+}
+
+impl<T> Drop for MmapBox<T> {
+    fn drop(&mut self) {
+        // SAFETY: ptr holds a T owned by self, dropped once here, in a
+        // mapping of BYTES bytes made by `map`.
+        unsafe {
+            core::ptr::drop_in_place(self.ptr.as_ptr());
+            unmap(self.ptr.cast(), Self::BYTES);
         }
     }
 }
@@ -139,39 +212,4 @@ impl Drop for KeepErrno {
 pub(crate) fn errno() -> i32 {
     // SAFETY: __errno_location always returns the calling thread's errno slot.
     unsafe { *libc::__errno_location() }
-}
-
-/// Move `value` into its own mapping and never unmap it: for module tables,
-/// which a signal handler on another thread may read at any time after they
-/// are published, so they can never be safely freed.
-pub(crate) fn leak_in_mmap<T>(value: T) -> Result<&'static T, MapError> {
-    let bytes = core::mem::size_of::<T>().max(1);
-    assert!(
-        core::mem::align_of::<T>() <= 4096,
-        "page alignment suffices"
-    );
-    // SAFETY: fresh anonymous mapping, checked for failure below.
-    let p = unsafe {
-        libc::mmap(
-            core::ptr::null_mut(),
-            bytes,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(MapError::Mmap {
-            bytes,
-            errno: errno(),
-        });
-    }
-    let p = p.cast::<T>();
-    // SAFETY: p is page aligned (>= align_of::<T>()), writable and large
-    // enough for a T; it is never unmapped, so the reference is 'static.
-    unsafe {
-        p.write(value);
-        Ok(&*p)
-    }
 }

@@ -28,8 +28,8 @@
 //!
 //! Anywhere (async-signal-safe): [`module_of`]`(pc)` gives the object that
 //! contains `pc` in the current table (path, load bias, text range), e.g.
-//! to write `F=(object)+offset` in a dump. Tables are never freed, so the
-//! path of an object that was unloaded since stays valid in older tables.
+//! to write `F=(object)+offset` in a dump. The path is never freed, so it
+//! stays valid after the object is unloaded.
 //!
 //! In signal context or in a hook (async-signal-safe, no allocation, no lock):
 //!
@@ -73,15 +73,18 @@
 //! dlopen/dlclose invalidates it.
 //!
 //! Module tables are built outside signal context and published with an
-//! `AtomicPtr`; the table's own arrays live in mmap'ed memory. Old tables are
-//! never freed (a handler on another thread may still be reading one): a
-//! refresh that finds objects loaded or unloaded since the last one (glibc's
-//! `dlpi_adds`/`dlpi_subs`) leaks the old table, three small mappings plus
-//! about a hundred bytes per loaded object; a refresh that finds no change
-//! keeps the current table and costs one `dl_iterate_phdr` pass. framehop's
-//! own per-module objects are built with the crate's global allocator (in
-//! libigprof.so the runtime's mmap allocator, never the program's malloc)
-//! at refresh time, outside signal context, and are leaked with their table.
+//! `AtomicPtr`; the table's own arrays live in mmap'ed memory. A walk reads
+//! the table under a hazard slot of its `ThreadUnwinder` (one SeqCst store
+//! and load per walk, no shared cache line), and a refresh frees a replaced
+//! table once no slot holds it (at that refresh or a later one). A refresh
+//! that finds nothing loaded or unloaded since the last (glibc's
+//! `dlpi_adds`/`dlpi_subs`) keeps the table and costs one `dl_iterate_phdr`
+//! pass. Object paths live in a never-freed arena, so the `&'static` path of
+//! [`module_of`] stays valid after the object and its table are gone.
+//! framehop's per-module objects are built with the crate's global
+//! allocator (in libigprof.so the runtime's mmap allocator, never the
+//! program's malloc) at refresh time and freed with their table, outside
+//! signal context.
 //!
 //! dlclose: the table lists an object until the `refresh()` after its
 //! `dlclose`. A walk on another thread that meets an address of that object
@@ -103,6 +106,7 @@
 //! descriptor may also say "return address still in LR" (leaf frames).
 
 mod descriptor;
+mod hazard;
 mod mem;
 mod modules;
 mod stack;

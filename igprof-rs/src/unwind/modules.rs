@@ -2,20 +2,22 @@
 //! information (`.eh_frame_hdr`, `.eh_frame`) lives in memory.
 //!
 //! Owns: building the table with `dl_iterate_phdr` (outside signal context
-//! only: `refresh` takes a mutex and lets glibc take its loader lock), and
-//! publishing it through an `AtomicPtr` that signal handlers load.
-//! Tables are never freed once published (a handler on another thread may be
-//! reading one); see the leak policy in `unwind/mod.rs`. The table's arrays
-//! live in `mmap`ed memory; framehop's per-module objects are made by the
-//! crate's global allocator here, at refresh time, never during a walk.
+//! only: `refresh` takes a mutex and lets glibc take its loader lock),
+//! publishing it through an `AtomicPtr` that walks read under a hazard slot
+//! (`hazard.rs`), and freeing replaced tables once no slot holds them.
+//! Object paths are kept in a never-freed arena, so `ModuleInfo::path`
+//! stays valid after its table is gone. The table's arrays live in `mmap`ed
+//! memory; framehop's per-module objects are made by the crate's global
+//! allocator here, at refresh time, never during a walk.
 
 use core::ops::Deref;
-use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use framehop::{ExplicitModuleSectionInfo, MustNotAllocateDuringUnwind, Unwinder};
 
-use super::mem::{leak_in_mmap, KeepErrno, MapError, MmapSlice, Zeroable};
+use super::hazard::{self, Hazard};
+use super::mem::{KeepErrno, MapError, MmapBox, MmapSlice, Zeroable};
 
 /// framehop's unwinder for the host architecture, reading unwind sections in
 /// place from the mapped images.
@@ -61,7 +63,7 @@ pub(crate) struct ModuleEntry {
     pub eh_frame_hdr: (usize, usize),
     /// `.eh_frame`: its start (from the header) to the end of its segment.
     pub eh_frame: (usize, usize),
-    /// Offset and length of the path in the table's name bytes.
+    /// Address and length of the path in the never-freed name arena.
     name: (usize, usize),
 }
 
@@ -73,8 +75,7 @@ pub(crate) struct ModuleTable {
     /// Increases with every refresh; descriptor caches are tagged with it.
     pub(crate) generation: u32,
     /// Sorted by `text.0`.
-    modules: &'static [ModuleEntry],
-    names: &'static [u8],
+    modules: MmapSlice<ModuleEntry>,
     /// Text range of the object that contains this unwinder (libigprof.so,
     /// or the test binary): frames there are the profiler's own.
     pub(crate) self_text: (usize, usize),
@@ -119,88 +120,176 @@ impl core::fmt::Display for RefreshError {
 
 static TABLE: AtomicPtr<ModuleTable> = AtomicPtr::new(core::ptr::null_mut());
 static GENERATION: AtomicU32 = AtomicU32::new(0);
-static REFRESH: Mutex<()> = Mutex::new(());
+/// Serialises refreshes; holds what only a refresh touches.
+static REFRESH: Mutex<RefreshState> = Mutex::new(RefreshState {
+    retired: Vec::new(),
+    names: NameArena::new(),
+});
+/// Replaced tables freed so far.
+pub(crate) static TABLES_FREED: AtomicUsize = AtomicUsize::new(0);
 
-/// The current table, if `refresh` has run. Async-signal-safe.
+struct RefreshState {
+    /// Replaced tables that a walk may still have been reading (addresses).
+    retired: Vec<usize>,
+    names: NameArena,
+}
+
+/// Never-freed storage for object paths: a path seen once is kept for the
+/// life of the process (a few KiB for hundreds of objects).
+struct NameArena {
+    chunk: usize,
+    used: usize,
+    cap: usize,
+}
+
+impl NameArena {
+    const fn new() -> Self {
+        NameArena {
+            chunk: 0,
+            used: 0,
+            cap: 0,
+        }
+    }
+
+    /// Copy `name` into the arena; None if no memory could be mapped.
+    fn keep(&mut self, name: &[u8]) -> Option<&'static [u8]> {
+        if name.is_empty() {
+            return Some(&[]);
+        }
+        if self.used + name.len() > self.cap {
+            let cap = name.len().max(64 << 10);
+            self.chunk = MmapSlice::<u8>::zeroed(cap).ok()?.leak().as_mut_ptr() as usize;
+            self.used = 0;
+            self.cap = cap;
+        }
+        // SAFETY: chunk+used..+len lies in a leaked mapping of `cap` bytes,
+        // not handed out before; it is never written again, so the shared
+        // slice is valid for 'static.
+        let dst = unsafe {
+            core::slice::from_raw_parts_mut((self.chunk + self.used) as *mut u8, name.len())
+        };
+        dst.copy_from_slice(name);
+        self.used += name.len();
+        Some(dst)
+    }
+}
+
+/// The current table read under `hazard`, which keeps it from being freed
+/// until `hazard.clear()`. None before the first `refresh`.
+/// Async-signal-safe.
 #[inline]
-pub(crate) fn current() -> Option<&'static ModuleTable> {
-    let p = TABLE.load(Ordering::Acquire);
-    // SAFETY: published tables are fully initialised before the Release
-    // store in `refresh` and are never freed.
-    unsafe { p.as_ref() }
+pub(crate) fn current(hazard: &Hazard) -> Option<&ModuleTable> {
+    // SAFETY: a published table is fully built before its SeqCst
+    // publication and is not freed while a hazard slot holds it.
+    unsafe { hazard.protect(&TABLE).as_ref() }
+}
+
+/// Run `f` on the current table (under a briefly claimed hazard slot).
+/// Async-signal-safe; None before the first `refresh` (or without memory
+/// for a hazard slot).
+pub(crate) fn with_current<R>(f: impl FnOnce(&ModuleTable) -> R) -> Option<R> {
+    let h = Hazard::claim().ok()?;
+    let r = current(h).map(f);
+    h.release();
+    r
 }
 
 /// Rebuild the module table from `dl_iterate_phdr` and publish it.
 /// Outside signal context only. See `unwind/mod.rs`.
 pub fn refresh() -> Result<(), RefreshError> {
     let _errno = KeepErrno::new();
-    let _guard = REFRESH.lock().unwrap_or_else(|e| e.into_inner());
+    let mut state = REFRESH.lock().unwrap_or_else(|e| e.into_inner());
+    let state = &mut *state;
+    // SAFETY: only a refresh frees tables, and this one holds the mutex,
+    // so the published table stays valid here.
+    let old = unsafe { TABLE.load(Ordering::Acquire).as_ref() };
     const ATTEMPTS: u32 = 4;
     for _ in 0..ATTEMPTS {
         let census = count_objects();
-        if census.loads.is_some() && current().is_some_and(|t| t.loads == census.loads) {
+        if census.loads.is_some() && old.is_some_and(|t| t.loads == census.loads) {
             // Nothing was loaded or unloaded since the current table was
             // built (a dlopen of an object already loaded, say): keep it.
+            reclaim(&mut state.retired);
             return Ok(());
         }
-        let Census {
-            count, name_bytes, ..
-        } = census;
-        // Room for the executable's path from /proc/self/exe.
-        let mut entries = MmapSlice::<ModuleEntry>::zeroed(count).map_err(RefreshError::Map)?;
-        let mut names = MmapSlice::<u8>::zeroed(name_bytes + libc::PATH_MAX as usize)
-            .map_err(RefreshError::Map)?;
+        let mut entries =
+            MmapSlice::<ModuleEntry>::zeroed(census.count).map_err(RefreshError::Map)?;
         let mut fill = Fill {
             entries: entries.as_mut_slice(),
-            names: names.as_mut_slice(),
+            names: &mut state.names,
+            old,
             n: 0,
-            name_used: 0,
             overflow: false,
         };
         // SAFETY: the callback only touches `fill` through the data pointer,
         // which outlives the call.
         unsafe { libc::dl_iterate_phdr(Some(fill_one), (&mut fill as *mut Fill).cast()) };
-        if fill.overflow || fill.n != count || count_objects() != census {
+        if fill.overflow || fill.n != census.count || count_objects() != census {
             continue;
         }
-        let modules = entries.leak();
-        modules.sort_unstable_by_key(|m| m.text.0);
-        let names = names.leak();
+        entries.as_mut_slice().sort_unstable_by_key(|m| m.text.0);
         let generation = GENERATION.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
         let mut framehop = Framehop::new();
-        for m in modules.iter() {
+        for m in entries.as_slice() {
             if let Some(fm) = framehop_module(m) {
                 framehop.add_module(fm);
             }
         }
         let self_addr = refresh as *const () as usize;
-        let self_text = modules
+        let self_text = entries
+            .as_slice()
             .iter()
             .find(|m| m.text.0 <= self_addr && self_addr < m.text.1)
             .map_or((0, 0), |m| m.text);
-        let table = leak_in_mmap(ModuleTable {
+        let table = MmapBox::new(ModuleTable {
             generation,
-            modules,
-            names,
+            modules: entries,
             self_text,
             framehop,
             loads: census.loads,
         })
         .map_err(RefreshError::Map)?;
-        TABLE.store(
-            table as *const ModuleTable as *mut ModuleTable,
-            Ordering::Release,
-        );
+        let replaced = TABLE.swap(table.into_raw(), Ordering::SeqCst);
+        if !replaced.is_null() {
+            state.retired.push(replaced as usize);
+        }
+        reclaim(&mut state.retired);
         return Ok(());
     }
     Err(RefreshError::KeptChanging { attempts: ATTEMPTS })
 }
 
+/// Free the replaced tables that no walk holds any more.
+fn reclaim(retired: &mut Vec<usize>) {
+    retired.retain(|&t| {
+        if hazard::in_use(t as *const ModuleTable) {
+            return true;
+        }
+        // SAFETY: t came from MmapBox::into_raw and was replaced in TABLE
+        // before this scan: a new walk finds only the newer table, and no
+        // hazard slot holds t, so no walk reads it.
+        drop(unsafe { MmapBox::from_raw(t as *mut ModuleTable) });
+        TABLES_FREED.fetch_add(1, Ordering::Relaxed);
+        false
+    });
+}
+
+/// True if `table` was replaced and is not freed yet (tests).
+#[cfg(test)]
+pub(crate) fn is_retired(table: usize) -> bool {
+    REFRESH
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retired
+        .contains(&table)
+}
+
 impl ModuleTable {
     /// The object whose executable range contains `pc`. Async-signal-safe.
     pub(crate) fn find(&self, pc: usize) -> Option<&ModuleEntry> {
-        let i = self.modules.partition_point(|m| m.text.0 <= pc);
-        let m = self.modules.get(i.checked_sub(1)?)?;
+        let modules = self.modules.as_slice();
+        let i = modules.partition_point(|m| m.text.0 <= pc);
+        let m = modules.get(i.checked_sub(1)?)?;
         (pc < m.text.1).then_some(m)
     }
 
@@ -219,17 +308,24 @@ impl ModuleTable {
 
     pub(crate) fn info(&self, m: &ModuleEntry) -> ModuleInfo {
         ModuleInfo {
-            path: &self.names[m.name.0..m.name.0 + m.name.1],
+            path: m.path(),
             base: m.base,
             text: m.text,
         }
     }
 }
 
+impl ModuleEntry {
+    fn path(&self) -> &'static [u8] {
+        // SAFETY: `name` was made from a slice of the never-freed name
+        // arena (or is empty).
+        unsafe { core::slice::from_raw_parts(self.name.0 as *const u8, self.name.1) }
+    }
+}
+
 /// The object containing `pc` in the current table. Async-signal-safe.
 pub fn module_of(pc: usize) -> Option<ModuleInfo> {
-    let t = current()?;
-    t.find(pc).map(|m| t.info(m))
+    with_current(|t| t.find(pc).map(|m| t.info(m))).flatten()
 }
 
 fn framehop_module(m: &ModuleEntry) -> Option<framehop::Module<SectionBytes>> {
@@ -262,9 +358,11 @@ fn framehop_module(m: &ModuleEntry) -> Option<framehop::Module<SectionBytes>> {
 
 struct Fill<'a> {
     entries: &'a mut [ModuleEntry],
-    names: &'a mut [u8],
+    names: &'a mut NameArena,
+    /// The table being replaced: its paths are reused.
+    old: Option<&'a ModuleTable>,
     n: usize,
-    name_used: usize,
+    /// The objects changed under us, or no memory for a path: retry.
     overflow: bool,
 }
 
@@ -272,7 +370,6 @@ struct Fill<'a> {
 #[derive(Clone, Copy, Default, PartialEq, Eq)]
 struct Census {
     count: usize,
-    name_bytes: usize,
     /// glibc's counts of objects ever loaded and unloaded (`dlpi_adds`,
     /// `dlpi_subs`); None if the C library does not report them.
     loads: Option<(u64, u64)>,
@@ -288,8 +385,6 @@ fn count_objects() -> Census {
         // duration of the callback, with `size` bytes.
         let (c, info) = unsafe { (&mut *data.cast::<Census>(), &*info) };
         c.count += 1;
-        // SAFETY: dlpi_name is a NUL-terminated string (possibly empty).
-        c.name_bytes += unsafe { libc::strlen(info.dlpi_name) };
         if size >= core::mem::offset_of!(libc::dl_phdr_info, dlpi_subs) + 8 {
             c.loads = Some((info.dlpi_adds, info.dlpi_subs));
         }
@@ -369,16 +464,21 @@ unsafe extern "C" fn fill_one(
     } else {
         name
     };
-    let Some(dst) = fill
-        .names
-        .get_mut(fill.name_used..fill.name_used + name.len())
-    else {
+    let kept = fill
+        .old
+        .and_then(|t| {
+            t.modules
+                .as_slice()
+                .iter()
+                .map(ModuleEntry::path)
+                .find(|p| *p == name)
+        })
+        .or_else(|| fill.names.keep(name));
+    let Some(kept) = kept else {
         fill.overflow = true;
         return 1;
     };
-    dst.copy_from_slice(name);
-    entry.name = (fill.name_used, name.len());
-    fill.name_used += name.len();
+    entry.name = (kept.as_ptr() as usize, kept.len());
     fill.entries[fill.n] = entry;
     fill.n += 1;
     0

@@ -14,6 +14,7 @@ use core::sync::atomic::{compiler_fence, Ordering};
 use super::arch;
 pub use super::arch::FramehopCache;
 use super::descriptor::{DescriptorCache, Kind};
+use super::hazard::Hazard;
 use super::mem::{MapError, MmapSlice};
 use super::modules::{self, ModuleTable};
 use super::stack::{StackBounds, StackReader};
@@ -25,6 +26,8 @@ use super::{BrokenFrame, Trace, TraceEnd};
 /// thread (it is neither `Send` nor `Sync`).
 pub struct ThreadUnwinder {
     cache: UnsafeCell<MmapSlice<DescriptorCache>>,
+    /// Keeps the module table a walk reads from being freed.
+    hazard: &'static Hazard,
     framehop: UnsafeCell<FramehopCache>,
     busy: Cell<bool>,
     _one_thread: PhantomData<*mut ()>,
@@ -41,8 +44,10 @@ impl ThreadUnwinder {
     /// Outside signal context (maps memory; framehop preallocates its
     /// scratch space with the global allocator).
     pub fn new() -> Result<Self, MapError> {
+        let cache = MmapSlice::zeroed(1)?;
         Ok(ThreadUnwinder {
-            cache: UnsafeCell::new(MmapSlice::zeroed(1)?),
+            cache: UnsafeCell::new(cache),
+            hazard: Hazard::claim()?,
             framehop: UnsafeCell::new(FramehopCache::new_in()),
             busy: Cell::new(false),
             _one_thread: PhantomData,
@@ -119,24 +124,25 @@ impl ThreadUnwinder {
     /// Run `f` unless this unwinder is already walking on this thread (a
     /// signal interrupted a walk).
     #[inline(always)]
-    fn guarded(&self, f: impl FnOnce(&Self, &'static ModuleTable) -> Trace) -> Trace {
+    fn guarded(&self, f: impl FnOnce(&Self, &ModuleTable) -> Trace) -> Trace {
         if self.busy.get() {
             return Trace {
                 depth: 0,
                 end: TraceEnd::Reentered,
             };
         }
-        let Some(table) = modules::current() else {
-            return Trace {
-                depth: 0,
-                end: TraceEnd::NoModuleTable,
-            };
-        };
         // A signal arriving between the check and the set runs a complete
         // walk of its own and leaves `busy` false again before we resume.
         self.busy.set(true);
         compiler_fence(Ordering::SeqCst);
-        let t = f(self, table);
+        let t = match modules::current(self.hazard) {
+            Some(table) => f(self, table),
+            None => Trace {
+                depth: 0,
+                end: TraceEnd::NoModuleTable,
+            },
+        };
+        self.hazard.clear();
         compiler_fence(Ordering::SeqCst);
         self.busy.set(false);
         t
@@ -247,5 +253,11 @@ impl ThreadUnwinder {
                 }
             }
         }
+    }
+}
+
+impl Drop for ThreadUnwinder {
+    fn drop(&mut self) {
+        self.hazard.release();
     }
 }
