@@ -104,7 +104,7 @@ pub(crate) fn in_use(table: *const ModuleTable) -> bool {
     let mut p = SLOTS.load(Ordering::SeqCst);
     // SAFETY: slots are never unmapped.
     while let Some(h) = unsafe { p.as_ref() } {
-        if h.table.load(Ordering::SeqCst) as *const ModuleTable == table {
+        if core::ptr::eq(h.table.load(Ordering::SeqCst), table) {
             return true;
         }
         p = h.next.load(Ordering::Acquire);
