@@ -74,6 +74,84 @@ impl Read for Counted {
     }
 }
 
+/// Decompressed data produced on its own thread (inflating is as costly as
+/// parsing, and parsing already has a thread of its own).
+struct Threaded {
+    rx: std::sync::mpsc::Receiver<io::Result<Vec<u8>>>,
+    cur: Vec<u8>,
+    pos: usize,
+    done: bool,
+}
+
+impl Threaded {
+    fn new(mut input: impl Read + Send + 'static) -> Threaded {
+        let (tx, rx) = std::sync::mpsc::sync_channel(4);
+        std::thread::spawn(move || loop {
+            let mut buf = vec![0u8; 1 << 20];
+            let mut n = 0;
+            while n < buf.len() {
+                match input.read(&mut buf[n..]) {
+                    Ok(0) => break,
+                    Ok(k) => n += k,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        if n > 0 {
+                            buf.truncate(n);
+                            let _ = tx.send(Ok(buf));
+                        }
+                        let _ = tx.send(Err(e));
+                        return;
+                    }
+                }
+            }
+            if n == 0 {
+                return;
+            }
+            buf.truncate(n);
+            // The reader hung up (an error downstream): stop inflating.
+            if tx.send(Ok(buf)).is_err() {
+                return;
+            }
+        });
+        Threaded {
+            rx,
+            cur: Vec::new(),
+            pos: 0,
+            done: false,
+        }
+    }
+}
+
+impl Read for Threaded {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        let n = self.fill_buf()?.read(out)?;
+        self.consume(n);
+        Ok(n)
+    }
+}
+
+impl BufRead for Threaded {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        while self.pos >= self.cur.len() && !self.done {
+            match self.rx.recv() {
+                Ok(Ok(buf)) => {
+                    self.cur = buf;
+                    self.pos = 0;
+                }
+                Ok(Err(e)) => {
+                    self.done = true;
+                    return Err(e);
+                }
+                Err(_) => self.done = true,
+            }
+        }
+        Ok(&self.cur[self.pos.min(self.cur.len())..])
+    }
+    fn consume(&mut self, n: usize) {
+        self.pos += n;
+    }
+}
+
 /// Opens `path` for reading, decompressing gzip and bzip2 by content.
 pub fn open(path: &str) -> Result<Box<dyn BufRead + Send>, String> {
     let mut file = File::open(path).map_err(|e| format!("{path}: cannot open: {e}"))?;
@@ -95,15 +173,9 @@ pub fn open(path: &str) -> Result<Box<dyn BufRead + Send>, String> {
     if gzip || bzip2 {
         let raw = BufReader::with_capacity(BUF, Counted { file, read: 0, bar });
         return Ok(if gzip {
-            Box::new(BufReader::with_capacity(
-                BUF,
-                flate2::read::MultiGzDecoder::new(raw),
-            ))
+            Box::new(Threaded::new(flate2::read::MultiGzDecoder::new(raw)))
         } else {
-            Box::new(BufReader::with_capacity(
-                BUF,
-                bzip2::read::MultiBzDecoder::new(raw),
-            ))
+            Box::new(Threaded::new(bzip2::read::MultiBzDecoder::new(raw)))
         });
     }
     // Plain text: read(2) into a large buffer. (A memory map was measured:
