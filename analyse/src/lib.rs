@@ -1,11 +1,26 @@
 //! igprof-analyse: reads IgProf-format profiles (IgProf's own and igprof-rs's)
 //! and prints IgProf's reports.
 //!
-//! Data flow: `input` opens (and decompresses) each file, `profile` reads it
-//! with the streaming reader of `igprof-format` into one merged call tree,
-//! naming functions through `symbols`; `filters` rewrite the tree as IgProf's
-//! analyser does; `flat` turns it into per-function rows; `text`, `tree_top`
-//! and `formats` print them. This module wires the steps for one invocation.
+//! Data flow: `input` opens (and decompresses, on a thread) each file,
+//! `profile` reads it with the streaming reader of `igprof-format` (parsing on
+//! a second thread) into one merged call tree, naming functions through
+//! `symbols`; `filters` rewrite the tree as IgProf's analyser does; `flat`
+//! turns it into per-function rows; `text`, `tree_top` and `formats` print
+//! them. This module wires the steps for one invocation.
+//!
+//! Where this analyser knowingly differs from IgProf's (each difference only
+//! shows where IgProf's output is broken or depends on external tools):
+//! - names are resolved before nodes are merged, so two return addresses in
+//!   one function always merge (IgProf merges libc frames by the name before
+//!   gdb renames them, and can show a function twice);
+//! - `-mr` merges renamed nodes by name (IgProf creates a new symbol per node
+//!   and can list one name twice); `-ma` names descendants `NEW:NAME` (IgProf
+//!   appends one more `:` to NEW at every node);
+//! - `--top N` stops after the last non-zero entry (IgProf prints a dangling
+//!   `## Entry k (` line), and keeps the sign of times between -1 and 0 s;
+//! - JSON and SQL strings are escaped, and symbol/file ids are small integers
+//!   instead of pointer values;
+//! - `-o descending` works (IgProf reads the option name as its value).
 //!
 //! Must never: link the injected profiler (its hooks would profile us), or
 //! panic on bad input: every failure is an [`Error`] with a one-line message.
