@@ -68,8 +68,9 @@ pub fn final_dump(reason: &str) {
         Ok(stats) => {
             let opts = crate::options::get();
             if opts.debug || stats.dropped > 0 {
+                let per = stats.handler_ns.checked_div(stats.samples).unwrap_or(0);
                 crate::igprof_log!(
-                    "wrote {} at {reason}: {} samples, {} dropped (taken inside the profiler or no memory), {} truncated stacks",
+                    "wrote {} at {reason}: {} samples, {} dropped (taken inside the profiler or no memory), {} truncated stacks, {per} ns in the handler per sample",
                     path,
                     stats.samples,
                     stats.dropped,
@@ -96,6 +97,7 @@ pub struct DumpStats {
     pub samples: u64,
     pub dropped: u64,
     pub truncated: u64,
+    pub handler_ns: u64,
 }
 
 struct MNode {
@@ -370,6 +372,7 @@ fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
         stats.samples += t.samples.load(Ordering::Relaxed);
         stats.dropped += t.dropped.load(Ordering::Relaxed);
         stats.truncated += t.truncated.load(Ordering::Relaxed);
+        stats.handler_ns += t.handler_ns.load(Ordering::Relaxed);
         if let Some(root) = t.tree().root() {
             merged.merge_tree(0, root);
         }

@@ -1,17 +1,24 @@
 //! The sampling profiler (-pp, -pu, -pr) and the per-thread timers that
 //! also drive other sampling consumers (the energy module).
 //!
-//! Each profiled thread owns one kernel POSIX timer on its own clock (the
-//! thread CPU clock for -pp/-pu, CLOCK_MONOTONIC for -pr) that sends SIGPROF
-//! to that thread only (SIGEV_THREAD_ID). The timer is one-shot and re-armed
-//! by every expiry with the interval jittered by +-10% against aliasing.
+//! Each profiled thread owns its own sampler that signals only that thread:
+//! - -pp / -pu: a task-clock perf event on the thread (hrtimer-driven, so
+//!   1 ms and 100 us intervals are honoured; -pu excludes kernel time) whose
+//!   overflow wakes a mapped ring buffer and sends SIGPROF through fasync
+//!   (F_SETOWN_EX to the thread): no system call per sample. Its period is
+//!   re-randomised (+-10%) every 8 samples against aliasing.
+//! - fallback when perf events are refused (perf_event_paranoid, seccomp),
+//!   and -pr: a POSIX timer (SIGEV_THREAD_ID) on the thread CPU clock or on
+//!   CLOCK_MONOTONIC, one-shot and re-armed by every expiry with a jittered
+//!   interval. CPU-clock POSIX timers only fire on the scheduler tick, so
+//!   there intervals below the tick become the tick.
 //! The handler walks the interrupted stack and ticks PERF_TICKS on the
 //! leaf's path in the thread's own tree: no lock, no allocation (the tree
 //! takes memory straight from mmap).
 //!
-//! -pu: the thread CPU clock drives the samples; each sample is weighted by
-//! the user time (getrusage RUSAGE_THREAD) accrued since the last one, in
-//! whole intervals with the remainder carried over.
+//! -pu with the POSIX fallback: each sample is weighted by the user time
+//! (getrusage RUSAGE_THREAD) accrued since the last one, in whole intervals
+//! with the remainder carried over.
 //!
 //! A sample is dropped (and counted) when it lands while the thread is
 //! already inside profiler code, or when no node could be stored.
@@ -19,7 +26,7 @@
 //! Must never: allocate, lock, use stdio, or leave errno changed, in the
 //! handler; deliver our timer signals to the program's own SIGPROF handler.
 
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::counters::{self, CounterId};
 use crate::options::{self, PerfClock};
@@ -113,10 +120,14 @@ pub fn start_thread(t: &'static ThreadState) {
         if !PERF_UNAVAILABLE.load(Ordering::Relaxed) {
             let min_fd = (sys::nofile_limit().min(1 << 20) as i32 - 128).max(3);
             match sys::perf_task_clock_open(t.tid, next_interval(t), user_only, SIGNAL, min_fd) {
-                Ok(fd) => {
+                Ok((fd, ring)) => {
+                    mark(&OUR_FDS, fd);
+                    t.perf_ring.store(ring, Ordering::Release);
                     t.perf_fd.store(fd, Ordering::Release);
-                    sys::perf_rearm(fd, next_interval(t));
-                    return;
+                    if sys::perf_enable(fd) {
+                        return;
+                    }
+                    stop_thread(t);
                 }
                 Err(e) => {
                     if !PERF_UNAVAILABLE.swap(true, Ordering::Relaxed) && o.debug {
@@ -130,6 +141,7 @@ pub fn start_thread(t: &'static ThreadState) {
     }
     match sys::timer_create_for_thread(clock_for(t.tid), SIGNAL, t.tid) {
         Ok(id) => {
+            mark(&OUR_TIMERS, id);
             t.timer.store(id, Ordering::Release);
             sys::timer_arm_once(id, next_interval(t));
         }
@@ -152,7 +164,7 @@ pub fn stop_thread(t: &ThreadState) {
     }
     let fd = t.perf_fd.swap(-1, Ordering::AcqRel);
     if fd >= 0 {
-        sys::close(fd);
+        sys::perf_close(fd, t.perf_ring.swap(0, Ordering::AcqRel));
     }
 }
 
@@ -162,7 +174,7 @@ pub fn forget_inherited(t: &ThreadState) {
     t.timer.store(-1, Ordering::Release);
     let fd = t.perf_fd.swap(-1, Ordering::AcqRel);
     if fd >= 0 {
-        sys::close(fd);
+        sys::perf_close(fd, t.perf_ring.swap(0, Ordering::AcqRel));
     }
 }
 
@@ -185,19 +197,73 @@ unsafe fn poll_fd_of(info: *const libc::siginfo_t) -> i32 {
 const POLL_IN: i32 = 1;
 const POLL_HUP: i32 = 6;
 
-/// Whether this signal came from the thread's own sampler.
-fn is_ours(t: &ThreadState, code: i32, info: *const libc::siginfo_t) -> bool {
-    // SAFETY: info is the kernel's siginfo for this signal.
-    unsafe {
-        (code == SI_TIMER && t.timer.load(Ordering::Relaxed) == timer_id_of(info))
-            || ((code == POLL_HUP || code == POLL_IN) && t.perf_fd.load(Ordering::Relaxed) == poll_fd_of(info))
+/// Timer ids and descriptors our samplers ever used (bit sets). A signal
+/// from one of them that is not the thread's current sampler (one still
+/// pending when the sampler was stopped) is ours too, and ignored.
+const BITSET_WORDS: usize = 1024;
+static OUR_FDS: [AtomicU64; BITSET_WORDS] = [const { AtomicU64::new(0) }; BITSET_WORDS];
+static OUR_TIMERS: [AtomicU64; BITSET_WORDS] = [const { AtomicU64::new(0) }; BITSET_WORDS];
+
+fn mark(set: &[AtomicU64; BITSET_WORDS], n: i32) {
+    if n >= 0 && (n as usize) < BITSET_WORDS * 64 {
+        set[n as usize / 64].fetch_or(1 << (n % 64), Ordering::Release);
     }
 }
+
+fn marked(set: &[AtomicU64; BITSET_WORDS], n: i32) -> bool {
+    n >= 0 && (n as usize) < BITSET_WORDS * 64 && set[n as usize / 64].load(Ordering::Acquire) & (1 << (n % 64)) != 0
+}
+
+/// Who sent this SIGPROF.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// The calling thread's current sampler.
+    Sampler,
+    /// A sampler of ours that was stopped (or another thread's): ignore.
+    Stale,
+    /// The program (its own itimer, kill, ...): forward.
+    Program,
+}
+
+fn origin(t: Option<&ThreadState>, code: i32, info: *const libc::siginfo_t) -> Origin {
+    // SAFETY: info is the kernel's siginfo for this signal.
+    unsafe {
+        if code == SI_TIMER {
+            let id = timer_id_of(info);
+            if t.is_some_and(|t| t.timer.load(Ordering::Relaxed) == id) {
+                return Origin::Sampler;
+            }
+            if marked(&OUR_TIMERS, id) {
+                return Origin::Stale;
+            }
+        } else if code == POLL_HUP || code == POLL_IN {
+            let fd = poll_fd_of(info);
+            if t.is_some_and(|t| t.perf_fd.load(Ordering::Relaxed) == fd) {
+                return Origin::Sampler;
+            }
+            if marked(&OUR_FDS, fd) {
+                return Origin::Stale;
+            }
+        }
+    }
+    Origin::Program
+}
+
+const JITTER_EVERY: u32 = 8;
 
 fn rearm(t: &ThreadState) {
     let fd = t.perf_fd.load(Ordering::Relaxed);
     if fd >= 0 {
-        sys::perf_rearm(fd, next_interval(t));
+        // The perf event keeps sampling by itself; re-randomise its period
+        // every JITTER_EVERY samples (an ioctl costs more than the rest of
+        // the sample).
+        let n = t.since_jitter.get() + 1;
+        if n >= JITTER_EVERY {
+            t.since_jitter.set(0);
+            sys::perf_set_period(fd, next_interval(t));
+        } else {
+            t.since_jitter.set(n);
+        }
     } else {
         let id = t.timer.load(Ordering::Relaxed);
         if id >= 0 {
@@ -211,10 +277,16 @@ extern "C" fn handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_voi
     // SAFETY: the kernel passes a valid siginfo.
     let code = unsafe { (*info).si_code };
     let t = thread::current();
-    let Some(t) = t.filter(|t| is_ours(t, code, info)) else {
-        crate::signals::forward_program_signal(sig, info, uc);
-        return;
-    };
+    match origin(t, code, info) {
+        Origin::Sampler => {}
+        Origin::Stale => return,
+        Origin::Program => {
+            crate::signals::forward_program_signal(sig, info, uc);
+            return;
+        }
+    }
+    let Some(t) = t else { return };
+    let start = sys::fast_monotonic_ns();
     rearm(t);
     let Some(guard) = t.enter() else {
         t.dropped.fetch_add(1, Ordering::Relaxed);
@@ -224,6 +296,8 @@ extern "C" fn handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_voi
     sample(t, uc);
     t.set_in_signal(false);
     drop(guard);
+    t.handler_ns
+        .fetch_add(sys::fast_monotonic_ns().saturating_sub(start), Ordering::Relaxed);
 }
 
 fn ticks_for(t: &ThreadState) -> u64 {

@@ -60,8 +60,8 @@ pub fn mmap_anon(len: usize) -> *mut u8 {
             len,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
+            -1 as libc::c_long,
+            0 as libc::c_long,
         )
     };
     if p < 0 {
@@ -112,6 +112,16 @@ pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: ts is a valid out-pointer.
     unsafe { libc::syscall(libc::SYS_clock_gettime, libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Nanoseconds of CLOCK_MONOTONIC through the vDSO (no system call;
+/// clock_gettime is async-signal-safe).
+#[inline]
+pub fn fast_monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: ts is a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
@@ -261,19 +271,31 @@ const PERF_COUNT_SW_TASK_CLOCK: u64 = 1;
 const FLAG_DISABLED: u64 = 1 << 0;
 const FLAG_EXCLUDE_KERNEL: u64 = 1 << 5;
 const FLAG_EXCLUDE_HV: u64 = 1 << 6;
-const PERF_EVENT_IOC_REFRESH: u64 = 0x2402;
+const PERF_EVENT_IOC_ENABLE: u64 = 0x2400;
 const PERF_EVENT_IOC_PERIOD: u64 = 0x4008_2404;
 const F_SETSIG: i32 = 10;
 const F_SETOWN_EX: i32 = 15;
 const F_OWNER_TID: i32 = 0;
 
+/// Size of the ring buffer mapped on each sampling perf event: the control
+/// page and one data page.
+pub const PERF_RING_BYTES: usize = 2 * 4096;
+
 /// A per-thread task-clock perf event that sends `signo` to thread `tid`
 /// every `period_ns` of the thread's CPU time (of its user time only with
 /// `user_only`). hrtimer-driven, so not limited to the scheduler tick like
-/// POSIX CPU-clock timers. The descriptor is moved up to `min_fd` or above
-/// so that it does not take the low numbers the program expects. Returns
-/// the fd or the errno.
-pub fn perf_task_clock_open(tid: i32, period_ns: u64, user_only: bool, signo: i32, min_fd: i32) -> Result<i32, i32> {
+/// POSIX CPU-clock timers. A read-only (overwrite-mode) ring buffer is
+/// mapped so that every sample wakes the event up (wakeup_events = 1), and
+/// the wake-up signals the owner thread: no system call per sample. The
+/// event starts disabled ([`perf_enable`]). The descriptor is moved up to `min_fd` or above so that it does not take the
+/// low numbers the program expects. Returns (fd, ring mapping) or the errno.
+pub fn perf_task_clock_open(
+    tid: i32,
+    period_ns: u64,
+    user_only: bool,
+    signo: i32,
+    min_fd: i32,
+) -> Result<(i32, usize), i32> {
     let mut attr = PerfEventAttr {
         type_: PERF_TYPE_SOFTWARE,
         size: core::mem::size_of::<PerfEventAttr>() as u32,
@@ -301,34 +323,66 @@ pub fn perf_task_clock_open(tid: i32, period_ns: u64, user_only: bool, signo: i3
         return Err(errno());
     }
     let mut fd = fd as i32;
-    // SAFETY: plain fcntl/close on our own descriptor.
+    // SAFETY: fcntl/mmap/ioctl/close on our own descriptor with valid arguments.
     unsafe {
         let high = libc::syscall(libc::SYS_fcntl, fd, libc::F_DUPFD_CLOEXEC, min_fd);
         if high >= 0 {
             libc::syscall(libc::SYS_close, fd);
             fd = high as i32;
         }
+        let fail = |fd: i32, ring: usize| {
+            let e = errno();
+            if ring != 0 {
+                libc::syscall(libc::SYS_munmap, ring, PERF_RING_BYTES);
+            }
+            libc::syscall(libc::SYS_close, fd);
+            Err(e)
+        };
+        let ring = libc::syscall(
+            libc::SYS_mmap,
+            core::ptr::null_mut::<c_void>(),
+            PERF_RING_BYTES,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            fd as libc::c_long,
+            0 as libc::c_long,
+        );
+        if ring < 0 {
+            return fail(fd, 0);
+        }
+        let ring = ring as usize;
         let owner = [F_OWNER_TID, tid];
         if libc::syscall(libc::SYS_fcntl, fd, libc::F_SETFL, libc::O_ASYNC) < 0
             || libc::syscall(libc::SYS_fcntl, fd, F_SETSIG, signo) < 0
             || libc::syscall(libc::SYS_fcntl, fd, F_SETOWN_EX, owner.as_ptr()) < 0
         {
-            let e = errno();
-            libc::syscall(libc::SYS_close, fd);
-            return Err(e);
+            return fail(fd, ring);
         }
+        Ok((fd, ring))
     }
-    Ok(fd)
 }
 
-/// Sets the next sampling period of a perf event and enables it for one
-/// more overflow (the overflow disables it again and signals).
-pub fn perf_rearm(fd: i32, period_ns: u64) {
+/// Starts a perf event opened by [`perf_task_clock_open`].
+pub fn perf_enable(fd: i32) -> bool {
+    // SAFETY: ioctl on our own perf descriptor.
+    unsafe { libc::syscall(libc::SYS_ioctl, fd, PERF_EVENT_IOC_ENABLE, 0 as libc::c_ulong) == 0 }
+}
+
+/// Changes the sampling period of a perf event (from its next sample on).
+pub fn perf_set_period(fd: i32, period_ns: u64) {
     let p = period_ns;
-    // SAFETY: ioctls on our own perf descriptor with valid arguments.
+    // SAFETY: ioctl on our own perf descriptor with a valid argument.
+    unsafe { libc::syscall(libc::SYS_ioctl, fd, PERF_EVENT_IOC_PERIOD, &p) };
+}
+
+/// Closes a sampling perf event and unmaps its ring.
+pub fn perf_close(fd: i32, ring: usize) {
+    // SAFETY: our own mapping and descriptor, no longer used.
     unsafe {
-        libc::syscall(libc::SYS_ioctl, fd, PERF_EVENT_IOC_PERIOD, &p);
-        libc::syscall(libc::SYS_ioctl, fd, PERF_EVENT_IOC_REFRESH, 1);
+        if ring != 0 {
+            libc::syscall(libc::SYS_munmap, ring, PERF_RING_BYTES);
+        }
+        libc::syscall(libc::SYS_close, fd);
     }
 }
 

@@ -34,9 +34,15 @@ pub struct ThreadState {
     pub timer: AtomicI32,
     /// perf_event descriptor of this thread's task-clock sampler, or -1.
     pub perf_fd: AtomicI32,
+    /// The perf event's ring-buffer mapping (0 if none).
+    pub perf_ring: core::sync::atomic::AtomicUsize,
+    /// Samples since the sampling period was last re-randomised.
+    pub since_jitter: Cell<u32>,
     pub samples: AtomicU64,
     pub dropped: AtomicU64,
     pub truncated: AtomicU64,
+    /// Nanoseconds spent in the sampling handler (our own cost per sample).
+    pub handler_ns: AtomicU64,
     /// Set when the thread has exited (its tree is still dumped).
     pub exited: AtomicBool,
     /// Set in a forked child for states inherited from the parent: not dumped.
@@ -115,9 +121,12 @@ pub fn register_current(max_depth: usize) -> Option<&'static ThreadState> {
             trace_cap: max_depth + 1,
             timer: AtomicI32::new(-1),
             perf_fd: AtomicI32::new(-1),
+            perf_ring: core::sync::atomic::AtomicUsize::new(0),
+            since_jitter: Cell::new(0),
             samples: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             truncated: AtomicU64::new(0),
+            handler_ns: AtomicU64::new(0),
             exited: AtomicBool::new(false),
             stale: AtomicBool::new(false),
             rng: Cell::new(
