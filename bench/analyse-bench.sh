@@ -17,3 +17,11 @@ echo "profile: $(du -h --apparent-size "$prof" | cut -f1) $(wc -l < "$prof") lin
 /usr/bin/time -v "$bin" -r MEM_TOTAL "$prof" > "$dir/analyse-report.txt" 2> "$dir/analyse-time.txt"
 grep -E 'Elapsed|User time|System time|Maximum resident' "$dir/analyse-time.txt"
 echo "report: $(wc -c < "$dir/analyse-report.txt") bytes in $dir/analyse-report.txt"
+# The same profile gzipped, as igprof writes profiles (ANALYSE_GZ=1).
+if [ "${ANALYSE_GZ:-0}" = 1 ]; then
+  [ -s "$prof.gz" ] || gzip -1 -c "$prof" > "$prof.gz"
+  echo "gzip: $(du -h --apparent-size "$prof.gz" | cut -f1)"
+  /usr/bin/time -v "$bin" -r MEM_TOTAL "$prof.gz" > "$dir/analyse-report-gz.txt" 2> "$dir/analyse-time-gz.txt"
+  grep -E 'Elapsed|User time|System time|Maximum resident' "$dir/analyse-time-gz.txt"
+  cmp -s "$dir/analyse-report.txt" "$dir/analyse-report-gz.txt" && echo "gzip report identical"
+fi
