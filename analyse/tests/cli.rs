@@ -487,3 +487,27 @@ fn recorded_names_are_the_fallback_for_missing_or_changed_objects() {
     assert!(flat.contains(" gone_function [3]"), "{flat}");
     assert!(flat.contains(" @{libgone.so+48} [4]"), "{flat}");
 }
+
+#[test]
+fn files_with_different_ids_merge_by_symbol_name() {
+    // Two dumps (hex and decimal) number the same functions differently.
+    let a = "P=(HEX ID=1 N=(prog) T=0.010000)\n\
+        C1 FN0=(F0=(/nonexistent/prog)+10 N=(main))+0\n\
+        C2 FN1=(F0+20 N=(work))+0 V0=(PERF_TICKS):(a,a,a)\n";
+    let b = "P=(ID=2 N=(prog) T=0.010000)\n\
+        C1 FN7=(F3=(/nonexistent/prog)+48 N=(other))+0 V5=(PERF_TICKS):(5,5,5)\n\
+        C1 FN4=(F3+16 N=(main))+0\n\
+        C2 FN9=(F3+32 N=(work))+0 V5:(5,5,5)\n";
+    let d = Dir::new();
+    std::fs::write(d.file("a.txt"), a).unwrap();
+    std::fs::write(d.file("b.txt"), b).unwrap();
+    let out = d.ok(&["a.txt", "b.txt"]);
+    let flat = section(&out, "Flat profile (cumulative");
+    assert!(
+        flat.contains("  100.0       0.20  <spontaneous> [1]"),
+        "{flat}"
+    );
+    assert!(flat.contains("   75.0       0.15  main [2]"), "{flat}");
+    assert!(flat.contains("   75.0       0.15  work [3]"), "{flat}");
+    assert!(flat.contains("   25.0       0.05  other [4]"), "{flat}");
+}
