@@ -118,13 +118,15 @@ unsafe fn store16(at: u64, bytes: &[u8]) {
         let ok: u8;
         // SAFETY: cmpxchg16b on a 16-aligned writable address; rbx is
         // saved/restored around the instruction because LLVM reserves it.
+        // The address is pinned to rdi: with `in(reg)` LLVM may pick rbx
+        // itself, which the first xchg would replace by new_lo.
         unsafe {
             std::arch::asm!(
                 "xchg {tmp}, rbx",
-                "lock cmpxchg16b xmmword ptr [{p}]",
+                "lock cmpxchg16b xmmword ptr [rdi]",
                 "sete {ok}",
                 "xchg {tmp}, rbx",
-                p = in(reg) base,
+                in("rdi") base,
                 tmp = inout(reg) new_lo => _,
                 ok = out(reg_byte) ok,
                 inout("rax") old_lo => _,
