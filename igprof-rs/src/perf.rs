@@ -16,9 +16,9 @@
 //! leaf's path in the thread's own tree: no lock, no allocation (the tree
 //! takes memory straight from mmap).
 //!
-//! -pu with the POSIX fallback: each sample is weighted by the user time
-//! (getrusage RUSAGE_THREAD) accrued since the last one, in whole intervals
-//! with the remainder carried over.
+//! POSIX-timer samples are weighted by the time of their clock since the
+//! previous sample (thread CPU time, user time for -pu, wall time for -pr),
+//! in whole intervals with the remainder carried over (see [`ticks_for`]).
 //!
 //! A sample is dropped (and counted) when it lands while the thread is
 //! already inside profiler code, or when no node could be stored.
@@ -139,6 +139,8 @@ pub fn start_thread(t: &'static ThreadState) {
             }
         }
     }
+    t.clock_seen.set(sampled_clock_ns());
+    t.clock_credit.set(0);
     match sys::timer_create_for_thread(clock_for(t.tid), SIGNAL, t.tid) {
         Ok(id) => {
             mark(&OUR_TIMERS, id);
@@ -300,19 +302,34 @@ extern "C" fn handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_voi
         .fetch_add(sys::fast_monotonic_ns().saturating_sub(start), Ordering::Relaxed);
 }
 
-fn ticks_for(t: &ThreadState) -> u64 {
+/// The reading of the clock a POSIX-timer sampler runs on.
+fn sampled_clock_ns() -> u64 {
     match options::get().perf {
-        Some(PerfClock::User) if t.perf_fd.load(Ordering::Relaxed) < 0 => {
-            let now = sys::thread_user_ns();
-            let credit = t.user_ns_credit.get() + now.saturating_sub(t.user_ns_seen.get());
-            t.user_ns_seen.set(now);
-            let iv = options::get().interval_ns;
-            t.user_ns_credit.set(credit % iv);
-            credit / iv
-        }
-        Some(_) => 1,
-        None => 0,
+        Some(PerfClock::Real) => sys::fast_monotonic_ns(),
+        Some(PerfClock::User) => sys::thread_user_ns(),
+        _ => sys::thread_cpu_ns(),
     }
+}
+
+/// How many PERF ticks this sample is worth. A perf-event sample stands for
+/// exactly one interval. A POSIX-timer sample stands for the clock time since
+/// the previous one, in whole intervals with the remainder carried: CPU-clock
+/// timers fire late (on the scheduler tick), a wall-clock timer of a thread
+/// that was runnable but not running fires once for several intervals, and
+/// -pu weighs by user time; the totals stay exact either way.
+fn ticks_for(t: &ThreadState) -> u64 {
+    if options::get().perf.is_none() {
+        return 0;
+    }
+    if t.perf_fd.load(Ordering::Relaxed) >= 0 {
+        return 1;
+    }
+    let now = sampled_clock_ns();
+    let credit = t.clock_credit.get() + now.saturating_sub(t.clock_seen.get());
+    t.clock_seen.set(now);
+    let iv = options::get().interval_ns;
+    t.clock_credit.set(credit % iv);
+    credit / iv
 }
 
 fn sample(t: &'static ThreadState, uc: *mut libc::c_void) {
@@ -339,8 +356,8 @@ fn sample(t: &'static ThreadState, uc: *mut libc::c_void) {
             let k = ticks_for(t);
             // SAFETY: node is a live node of this tree.
             let c = unsafe { &*node }.counter(slot);
-            for _ in 0..k {
-                c.tick(1);
+            if k > 0 {
+                c.add(k, k);
             }
         }
     }

@@ -125,6 +125,15 @@ pub fn fast_monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// CPU time of the calling thread in nanoseconds (clock_gettime of
+/// CLOCK_THREAD_CPUTIME_ID: a system call, async-signal-safe).
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: ts is a valid out-pointer.
+    unsafe { libc::syscall(libc::SYS_clock_gettime, libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// User CPU time of the calling thread in nanoseconds (getrusage RUSAGE_THREAD).
 pub fn thread_user_ns() -> u64 {
     // SAFETY: rusage is plain data; the kernel fills it.

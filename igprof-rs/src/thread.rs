@@ -49,9 +49,10 @@ pub struct ThreadState {
     pub stale: AtomicBool,
     /// xorshift state for interval jitter.
     pub rng: Cell<u64>,
-    /// -pu: user time already turned into ticks, and carried remainder.
-    pub user_ns_seen: Cell<u64>,
-    pub user_ns_credit: Cell<u64>,
+    /// POSIX-timer samplers: the sampled clock's reading already turned into
+    /// ticks, and the carried remainder (see perf::ticks_for).
+    pub clock_seen: Cell<u64>,
+    pub clock_credit: Cell<u64>,
     /// Program's view of SIGPROF blocking on this thread (signals module).
     pub prog_blocks_prof: Cell<bool>,
     /// A program-originated SIGPROF arrived while the program blocked it.
@@ -132,8 +133,8 @@ pub fn register_current(max_depth: usize) -> Option<&'static ThreadState> {
             rng: Cell::new(
                 0x9e37_79b9_7f4a_7c15 ^ (tid as u64).wrapping_mul(0xbf58_476d_1ce4_e5b9) ^ sys::monotonic_ns(),
             ),
-            user_ns_seen: Cell::new(sys::thread_user_ns()),
-            user_ns_credit: Cell::new(0),
+            clock_seen: Cell::new(0),
+            clock_credit: Cell::new(0),
             prog_blocks_prof: Cell::new(false),
             prog_prof_pending: Cell::new(false),
             bounds,

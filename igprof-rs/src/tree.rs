@@ -43,6 +43,18 @@ impl Counter {
         }
     }
 
+    /// Owner-thread accumulate of `ticks` events worth `amount` in total.
+    #[inline]
+    pub fn add(&self, ticks: u64, amount: u64) {
+        let t = self.ticks.load(Ordering::Relaxed);
+        self.ticks.store(t + ticks, Ordering::Relaxed);
+        let v = self.value.load(Ordering::Relaxed) + amount;
+        self.value.store(v, Ordering::Relaxed);
+        if v > self.peak.load(Ordering::Relaxed) {
+            self.peak.store(v, Ordering::Relaxed);
+        }
+    }
+
     /// Any-thread accumulate (atomic read-modify-write).
     #[inline]
     pub fn tick_shared(&self, amount: u64) {

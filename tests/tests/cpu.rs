@@ -347,3 +347,52 @@ fn fixtures_parse_with_the_strict_parser() {
         "trailing line"
     );
 }
+
+#[test]
+fn wall_clock_and_user_time_modes() {
+    let d = scratch("modes");
+    build(&d, "sleep_burn.c", "sleep_burn", &[]);
+    ok(&igprof(&d, &["-pr", "-i", "1ms", "-o", "real.gz", "./sleep_burn"]));
+    let p = parse_strict(&read_text(&d.join("real.gz"))).unwrap();
+    let s = cumulative_shares(&p, "PERF_TICKS");
+    // Wall clock: the sleep counts (400 ms of ~800 ms; generous bounds for a loaded machine).
+    let sl = s.get("sleeper").copied().unwrap_or(0.0);
+    assert!((30.0..=70.0).contains(&sl), "-pr: sleeper {sl:.1}%: {s:?}");
+    for mode in ["-pp", "-pu"] {
+        let out = format!("{mode}.gz");
+        ok(&igprof(&d, &[mode, "-i", "1ms", "-o", &out, "./sleep_burn"]));
+        let p = parse_strict(&read_text(&d.join(&out))).unwrap();
+        let s = cumulative_shares(&p, "PERF_TICKS");
+        let b = s.get("burner").copied().unwrap_or(0.0);
+        assert!(b > 90.0, "{mode}: burner {b:.1}%: {s:?}");
+        assert!(
+            s.get("sleeper").copied().unwrap_or(0.0) < 5.0,
+            "{mode}: sleeping costs no CPU: {s:?}"
+        );
+    }
+}
+
+#[test]
+fn dump_now_and_dump_signal() {
+    let d = scratch("dumpnow");
+    build(&d, "sleep_burn.c", "sleep_burn", &[]);
+    let o = igprof(&d, &["-pp", "-d", "-i", "1ms", "-o", "final.gz", "./sleep_burn", "42"]);
+    let err = ok(&o);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("dump_now 0"), "{o:?}");
+    let snap = parse_strict(&read_text(&d.join("snapshot.gz"))).unwrap();
+    assert!(
+        cumulative_shares(&snap, "PERF_TICKS")
+            .get("burner")
+            .copied()
+            .unwrap_or(0.0)
+            > 90.0
+    );
+    assert!(
+        err.contains("dump written to final.gz"),
+        "the dump signal wrote a profile: {err}"
+    );
+    parse_strict(&read_text(&d.join("final.gz"))).unwrap();
+    // Without the profiler the same program runs normally (dlsym finds nothing).
+    let plain = std::process::Command::new(d.join("sleep_burn")).output().unwrap();
+    assert!(plain.status.success() && plain.stdout.is_empty());
+}
