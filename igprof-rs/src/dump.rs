@@ -63,6 +63,11 @@ pub fn final_dump(reason: &str) {
     if !crate::runtime::active() || FINAL_DONE.swap(true, Ordering::AcqRel) {
         return;
     }
+    // The process is ending: stop sampling so the profile ends here (and no
+    // sample lands in the dump itself).
+    for t in thread::all() {
+        crate::perf::stop_thread(t);
+    }
     let path = crate::runtime::output_path();
     match thread::paused(|| dump_to(&path)) {
         Ok(stats) => {

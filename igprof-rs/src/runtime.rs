@@ -373,7 +373,8 @@ pub fn before_exec() {
     }
 }
 
-/// exec returned: keep profiling this image.
+/// exec returned (it failed): the calling thread samples again; the other
+/// threads' samplers, stopped for the exec, stay stopped.
 pub fn exec_failed() {
     dump::allow_final_again();
     if let Some(t) = thread::current() {
