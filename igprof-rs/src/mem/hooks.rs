@@ -31,6 +31,9 @@ use crate::sys::ErrnoGuard;
 /// Deferred-event kinds of this module.
 pub const KIND_ALLOC: u8 = 1;
 pub const KIND_FREE: u8 = 2;
+/// Not replayed: a failed realloc inside a signal handler nested in a hook
+/// (its block was not taken out either, see [`freeing`]).
+const KIND_ALLOC_RESTORE: u8 = 3;
 
 type Malloc = unsafe extern "C" fn(usize) -> *mut c_void;
 type Calloc = unsafe extern "C" fn(usize, usize) -> *mut c_void;
@@ -195,11 +198,7 @@ fn freeing(p: *mut c_void) -> Option<crate::live::Block> {
         return None;
     }
     let _e = ErrnoGuard::save();
-    if site::recording() {
-        site::defer_now(KIND_FREE, p as usize, 0);
-        return None;
-    }
-    account::on_free(p as usize)
+    site::unrecorded(KIND_FREE, p as usize, 0, || account::on_free(p as usize)).flatten()
 }
 
 // ---- the replacements ----
@@ -232,7 +231,7 @@ fn reallocate(p: *mut c_void, size: usize, call: impl FnOnce() -> *mut c_void) -
         if size != 0 {
             if let Some(b) = old {
                 let _e = ErrnoGuard::save();
-                account::restore(&b);
+                site::unrecorded(KIND_ALLOC_RESTORE, 0, 0, || account::restore(&b));
             }
         }
         return r;

@@ -57,6 +57,8 @@ pub struct HookTls {
     /// A second unwinder for events deferred while the thread's own one
     /// may be mid-walk (made on the thread's first recorded event).
     nested: Cell<*const crate::unwind::ThreadUnwinder>,
+    /// Nodes of the previous event's stack (made with `nested`).
+    paths: Cell<*mut PathCache>,
 }
 
 thread_local! {
@@ -67,6 +69,7 @@ thread_local! {
             head: Cell::new(0),
             tail: Cell::new(0),
             nested: Cell::new(core::ptr::null()),
+            paths: Cell::new(core::ptr::null_mut()),
         }
     };
 }
@@ -109,7 +112,7 @@ pub fn in_libc(pc: usize) -> bool {
 #[inline]
 pub fn caller_node(t: &'static ThreadState, h: &HookTls, outer_bit: u8) -> Option<*mut Node> {
     if h.nested.get().is_null() {
-        make_nested_unwinder(h);
+        make_thread_extras(h);
     }
     // SAFETY: owner thread with its guard held.
     let buf = unsafe { t.trace_buf() };
@@ -122,7 +125,14 @@ pub fn caller_node(t: &'static ThreadState, h: &HookTls, outer_bit: u8) -> Optio
     }
     // SAFETY: owner thread with its guard held.
     let tree = unsafe { t.tree_mut() };
-    let n = tree.node_for(&buf[..w.depth], w.truncated);
+    let trace = &buf[..w.depth];
+    let pc = h.paths.get();
+    let n = if pc.is_null() {
+        tree.node_for(trace, w.truncated)
+    } else {
+        // SAFETY: this thread's path cache, used only with its guard held.
+        unsafe { &mut *pc }.node_for(t, tree, trace, w.truncated)
+    };
     if n.is_null() {
         LOST.fetch_add(1, Ordering::Relaxed);
         None
@@ -131,13 +141,102 @@ pub fn caller_node(t: &'static ThreadState, h: &HookTls, outer_bit: u8) -> Optio
     }
 }
 
+/// The nodes of the thread's previous event's stack, so that the next
+/// event only looks up the frames that differ (the outer frames of two
+/// consecutive allocations are usually the same).
+pub struct PathCache {
+    owner: *const ThreadState,
+    truncated: bool,
+    /// Previous trace, leaf first, and `nodes[i]` = node of `trace[i..]`.
+    trace: Vec<usize>,
+    nodes: Vec<*mut Node>,
+}
+
+impl PathCache {
+    fn new(cap: usize) -> Self {
+        PathCache {
+            owner: core::ptr::null(),
+            truncated: false,
+            trace: Vec::with_capacity(cap),
+            nodes: Vec::with_capacity(cap),
+        }
+    }
+
+    /// The node for `trace` in `tree` (as `CallTree::node_for`), reusing the
+    /// nodes of the longest outer part shared with the previous trace.
+    fn node_for(
+        &mut self,
+        t: &'static ThreadState,
+        tree: &mut crate::tree::CallTree,
+        trace: &[usize],
+        truncated: bool,
+    ) -> *mut Node {
+        let same_tree = self.owner == t as *const ThreadState && self.truncated == truncated;
+        let (d, ld) = (trace.len(), self.trace.len());
+        let mut common = 0;
+        if same_tree {
+            while common < d && common < ld && trace[d - 1 - common] == self.trace[ld - 1 - common] {
+                common += 1;
+            }
+        }
+        if common == 0 || trace.len() > self.trace.capacity() {
+            let n = tree.node_for(trace, truncated);
+            self.owner = core::ptr::null();
+            if !n.is_null() && trace.len() <= self.trace.capacity() && !trace.is_empty() {
+                // Rebuild the node list by walking parents from the leaf.
+                self.trace.clear();
+                self.trace.extend_from_slice(trace);
+                self.nodes.clear();
+                let mut p = n;
+                for _ in 0..trace.len() {
+                    self.nodes.push(p);
+                    // SAFETY: nodes are never freed; parents of a path node exist.
+                    p = unsafe { &*p }.parent as *mut Node;
+                }
+                self.owner = t;
+                self.truncated = truncated;
+            }
+            return n;
+        }
+        if common == d && d == ld {
+            return self.nodes[0];
+        }
+        // Keep the shared outer part, look up the rest.
+        let keep_from = ld - common;
+        let mut node = self.nodes[keep_from];
+        let new_from = d - common;
+        // New trace layout: trace[..new_from] are new, trace[new_from..] shared.
+        let mut fresh: [*mut Node; 64] = [core::ptr::null_mut(); 64];
+        if new_from > fresh.len() {
+            self.owner = core::ptr::null();
+            return tree.node_for(trace, truncated);
+        }
+        for i in (0..new_from).rev() {
+            node = tree.child(node, trace[i]);
+            if node.is_null() {
+                self.owner = core::ptr::null();
+                return node;
+            }
+            fresh[i] = node;
+        }
+        // Splice: drop the old inner part, put the new one in front.
+        self.trace.drain(..keep_from);
+        self.nodes.drain(..keep_from);
+        self.trace.splice(0..0, trace[..new_from].iter().copied());
+        self.nodes.splice(0..0, fresh[..new_from].iter().copied());
+        node
+    }
+}
+
 #[cold]
 #[inline(never)]
-fn make_nested_unwinder(h: &HookTls) {
+fn make_thread_extras(h: &HookTls) {
     // Guard held, not in our signal handler: the global allocator is usable.
     if let Ok(u) = crate::unwind::ThreadUnwinder::new() {
         h.nested.set(Box::into_raw(Box::new(u)));
     }
+    let cap = thread::current().map_or(0, |t| t.trace_cap);
+    h.paths.set(Box::into_raw(Box::new(PathCache::new(cap))));
 }
 
 /// What a hook must do with an event on this thread.
@@ -232,6 +331,27 @@ pub fn record(
 #[inline]
 pub fn recording() -> bool {
     tls(|h| h.outer.get() & IN_RECORD != 0)
+}
+
+/// Runs `f` (which takes live-table locks but needs no call tree: the free
+/// path) marked as recording, so that a signal handler interrupting it
+/// defers its events instead of waiting for a lock this thread holds.
+/// Returns None, and queues the event (kind, a, b) instead, if the thread
+/// was already recording (this is such a handler).
+#[inline]
+pub fn unrecorded<R>(kind: u8, a: usize, b: u64, f: impl FnOnce() -> R) -> Option<R> {
+    let prev = tls(|h| {
+        let o = h.outer.get();
+        h.outer.set(o | IN_RECORD);
+        o
+    });
+    if prev & IN_RECORD != 0 {
+        defer_now(kind, a, b);
+        return None;
+    }
+    let r = f();
+    tls(|h| h.outer.set(h.outer.get() & !IN_RECORD));
+    Some(r)
 }
 
 /// Queues an event without a guard (the free path, which needs no call
