@@ -49,15 +49,18 @@ impl Flat {
     pub fn build(p: &mut Profile, is_max: bool) -> Flat {
         let mut infos: Vec<FlatInfo> = Vec::new();
         let mut index: FxHashMap<SymId, usize> = FxHashMap::default();
-        let mut seen: FxHashSet<SymId> = FxHashSet::default();
+        let mut path = Path {
+            presets: p.nodes.iter().any(|n| n.report.is_some()),
+            ..Path::default()
+        };
         let mut callers: Vec<FxHashSet<SymId>> = Vec::new();
         {
             let mut f = |p: &mut Profile, parent: Option<NodeId>, node: NodeId, phase: Phase| {
                 if phase == Phase::Post {
-                    seen.remove(&p.nodes[node as usize].symbol());
+                    path.pop(p, node);
                     return;
                 }
-                let sym = symfor(p, &mut seen, node);
+                let sym = symfor(p, &mut path, node);
                 let i = *index.entry(sym).or_insert_with(|| {
                     infos.push(FlatInfo {
                         sym,
@@ -67,7 +70,7 @@ impl Flat {
                     callers.push(FxHashSet::default());
                     infos.len() - 1
                 });
-                let depth = seen.len() as i32;
+                let depth = path.seen.len() as i32;
                 let info = &mut infos[i];
                 if info.depth < 0 || depth < info.depth {
                     info.depth = depth;
@@ -124,15 +127,40 @@ impl Flat {
     }
 }
 
-/// IgProf's `symfor`: the report symbol of `node`, `name'N` when a function
-/// of the same name is already on the current path.
-fn symfor(p: &mut Profile, seen: &mut FxHashSet<SymId>, node: NodeId) -> SymId {
+/// The symbols on the current path of the walk (IgProf's `m_seen`), with
+/// how many nodes of each original symbol it holds, so that the name of the
+/// k-th nested call of `f` (`f'k`) is found without trying `f'2`..`f'k-1`.
+#[derive(Default)]
+struct Path {
+    seen: FxHashSet<SymId>,
+    nesting: FxHashMap<SymId, u32>,
+    /// Some node had a report name before this walk: use IgProf's search.
+    presets: bool,
+}
+
+impl Path {
+    fn pop(&mut self, p: &Profile, node: NodeId) {
+        let n = &p.nodes[node as usize];
+        self.seen.remove(&n.symbol());
+        if let Some(c) = self.nesting.get_mut(&n.sym) {
+            *c = c.saturating_sub(1);
+        }
+    }
+}
+
+/// IgProf's `symfor`: the report symbol of `node`, `name'N` (the smallest
+/// N >= 2 not on the path) when a function of the same name is already on
+/// the current path.
+fn symfor(p: &mut Profile, path: &mut Path, node: NodeId) -> SymId {
     if let Some(r) = p.nodes[node as usize].report {
-        seen.insert(r);
+        path.seen.insert(r);
         return r;
     }
     let sym = p.nodes[node as usize].sym;
-    if seen.contains(&sym) {
+    let nesting = path.nesting.entry(sym).or_insert(0);
+    *nesting += 1;
+    let nesting = *nesting;
+    if path.seen.contains(&sym) {
         let name = p.symbols.name(sym).to_string();
         let base = match name.rfind('\'') {
             Some(i) if name[i + 1..].bytes().all(|b| b.is_ascii_digit()) && i + 1 < name.len() => {
@@ -142,18 +170,31 @@ fn symfor(p: &mut Profile, seen: &mut FxHashSet<SymId>, node: NodeId) -> SymId {
         }
         .to_string();
         let file = p.symbols.file(sym);
-        let mut k = 2;
-        let r = loop {
-            let cand = format!("{base}'{k}");
-            match p.symbols.get(&cand) {
-                Some(s) if seen.contains(&s) => k += 1,
-                _ => break p.symbols.intern(&cand, file),
+        // Without preset names the path holds f, f'2, .., f'(nesting-1): the
+        // answer is f'nesting unless a function is literally called that.
+        let guess = format!("{base}'{nesting}");
+        let fast = match p.symbols.get(&guess) {
+            Some(s) if path.seen.contains(&s) => None,
+            _ if path.presets || nesting < 2 => None,
+            _ => Some(p.symbols.intern(&guess, file)),
+        };
+        let r = match fast {
+            Some(r) => r,
+            None => {
+                let mut k = 2;
+                loop {
+                    let cand = format!("{base}'{k}");
+                    match p.symbols.get(&cand) {
+                        Some(s) if path.seen.contains(&s) => k += 1,
+                        _ => break p.symbols.intern(&cand, file),
+                    }
+                }
             }
         };
         p.nodes[node as usize].report = Some(r);
     }
     let s = p.nodes[node as usize].symbol();
-    seen.insert(s);
+    path.seen.insert(s);
     s
 }
 
@@ -341,4 +382,76 @@ pub fn rows(
         });
     }
     (out, totals)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::ReadOptions;
+    use crate::symbols::{Options, Resolver};
+
+    /// Report names along the single path of a one-path profile.
+    fn path_names(names: &[&str]) -> Vec<String> {
+        let mut text = String::from("P=(ID=1 N=(p) T=0.010000)\n");
+        let mut ids: Vec<&str> = Vec::new();
+        for (d, n) in names.iter().enumerate() {
+            let id = match ids.iter().position(|x| x == n) {
+                Some(i) => i,
+                None => {
+                    ids.push(n);
+                    usize::MAX
+                }
+            };
+            let fun = if id == usize::MAX {
+                let i = ids.len() - 1;
+                format!(
+                    "FN{i}=(F0{}+{} N=({n}))",
+                    if i == 0 { "=(/nonexistent)" } else { "" },
+                    16 * (i + 1)
+                )
+            } else {
+                format!("FN{id}")
+            };
+            let v = if d + 1 == names.len() {
+                " V0=(PERF_TICKS):(1,1,1)"
+            } else {
+                ""
+            };
+            text.push_str(&format!("C{} {fun}+0{v}\n", d + 1));
+        }
+        let mut p = Profile::new(None);
+        let mut r = Resolver::new(Options {
+            enabled: false,
+            ..Options::default()
+        });
+        p.read(text.as_bytes(), "t", &mut r, &ReadOptions::default(), false)
+            .unwrap();
+        p.finish_reading();
+        crate::filters::add_cumulative(&mut p, false);
+        Flat::build(&mut p, false);
+        let mut out = Vec::new();
+        let mut n = 0;
+        while let Some(&c) = p.nodes[n as usize].children.first() {
+            out.push(p.symbols.name(p.nodes[c as usize].symbol()).to_string());
+            n = c;
+        }
+        out
+    }
+
+    #[test]
+    fn recursion_names_are_the_smallest_free_suffix() {
+        assert_eq!(
+            path_names(&["a", "b", "a", "a", "b"]),
+            ["a", "b", "a'2", "a'3", "b'2"]
+        );
+        // A function literally called f'2 on the path: IgProf's search skips it.
+        assert_eq!(
+            path_names(&["f", "f'2", "f", "f"]),
+            ["f", "f'2", "f'3", "f'4"]
+        );
+        let deep = vec!["r"; 50];
+        let got = path_names(&deep);
+        assert_eq!(got[0], "r");
+        assert_eq!(got[49], "r'50");
+    }
 }
