@@ -163,9 +163,91 @@ pub struct Profile {
     pub tick_period: f32,
     /// Whether any value of the key counter was read.
     pub key_found: bool,
-    child_index: FxHashMap<(NodeId, SymId), NodeId>,
-    /// Children with their symbols while reading (see `child_for_read`).
-    read_kids: Vec<Vec<(SymId, NodeId)>>,
+    /// The tree while reading (see [`ReadIndex`]); None between readings.
+    reading: Option<ReadIndex>,
+}
+
+const NONE: NodeId = NodeId::MAX;
+
+/// The tree while reading, in dense arrays indexed by node id: the dump
+/// revisits nodes in the order they were created, so these stay in cache
+/// where the nodes themselves would not. Children are first-child /
+/// next-sibling chains in creation order; nodes with more than
+/// [`ReadIndex::NARROW`] children are also found through a hash index.
+#[derive(Default)]
+struct ReadIndex {
+    sym: Vec<SymId>,
+    first: Vec<NodeId>,
+    last: Vec<NodeId>,
+    next: Vec<NodeId>,
+    nkids: Vec<u32>,
+    /// (count, calls) read for each node.
+    acc: Vec<[i64; 2]>,
+    wide: FxHashMap<(NodeId, SymId), NodeId>,
+}
+
+impl ReadIndex {
+    const NARROW: u32 = 16;
+
+    fn push(&mut self, sym: SymId) -> NodeId {
+        let id = self.sym.len() as NodeId;
+        self.sym.push(sym);
+        self.first.push(NONE);
+        self.last.push(NONE);
+        self.next.push(NONE);
+        self.nkids.push(0);
+        self.acc.push([0, 0]);
+        id
+    }
+
+    fn link(&mut self, parent: NodeId, child: NodeId) {
+        let (p, c) = (parent as usize, child as usize);
+        match self.last[p] {
+            NONE => self.first[p] = child,
+            l => self.next[l as usize] = child,
+        }
+        self.last[p] = child;
+        self.nkids[p] += 1;
+        if self.nkids[p] == Self::NARROW + 1 {
+            let mut k = self.first[p];
+            while k != NONE {
+                self.wide.insert((parent, self.sym[k as usize]), k);
+                k = self.next[k as usize];
+            }
+        } else if self.nkids[p] > Self::NARROW + 1 {
+            self.wide.insert((parent, self.sym[c]), child);
+        }
+    }
+
+    /// The child of `parent` for `sym`, created if new.
+    fn child(&mut self, parent: NodeId, sym: SymId) -> NodeId {
+        if self.nkids[parent as usize] > Self::NARROW {
+            if let Some(&c) = self.wide.get(&(parent, sym)) {
+                return c;
+            }
+        } else {
+            let mut k = self.first[parent as usize];
+            while k != NONE {
+                if self.sym[k as usize] == sym {
+                    return k;
+                }
+                k = self.next[k as usize];
+            }
+        }
+        let id = self.push(sym);
+        self.link(parent, id);
+        id
+    }
+
+    fn children(&self, node: NodeId) -> Vec<NodeId> {
+        let mut out = Vec::with_capacity(self.nkids[node as usize] as usize);
+        let mut k = self.first[node as usize];
+        while k != NONE {
+            out.push(k);
+            k = self.next[k as usize];
+        }
+        out
+    }
 }
 
 /// Error while reading a dump into a profile.
@@ -203,8 +285,7 @@ impl Profile {
             counters_seen: Vec::new(),
             tick_period: 0.01,
             key_found: false,
-            child_index: FxHashMap::default(),
-            read_kids: vec![Vec::new()],
+            reading: None,
         }
     }
 
@@ -217,70 +298,40 @@ impl Profile {
             .find(|&c| self.nodes[c as usize].symbol() == sym)
     }
 
-    /// The child of `parent` for `sym`, created if new. While reading, each
-    /// node's children are kept with their symbols (`read_kids`) so that the
-    /// search touches one small array, not every child node; nodes with more
-    /// than 16 children go through a hash index.
-    fn child_for_read(&mut self, parent: NodeId, sym: SymId) -> NodeId {
-        const NARROW: usize = 16;
-        let kids = &self.read_kids[parent as usize];
-        if kids.len() <= NARROW {
-            if let Some(&(_, c)) = kids.iter().find(|(s, _)| *s == sym) {
-                return c;
+    /// Starts (or resumes) reading: the tree moves into a [`ReadIndex`].
+    fn start_reading(&mut self) -> &mut ReadIndex {
+        if self.reading.is_none() {
+            let mut ri = ReadIndex::default();
+            for n in &self.nodes {
+                ri.push(n.sym);
             }
-            if kids.len() == NARROW {
-                for &(s, c) in kids {
-                    self.child_index.insert((parent, s), c);
+            for id in 0..self.nodes.len() {
+                for c in std::mem::take(&mut self.nodes[id].children) {
+                    ri.link(id as NodeId, c);
                 }
             }
-        } else if let Some(&c) = self.child_index.get(&(parent, sym)) {
-            return c;
+            self.reading = Some(ri);
         }
-        let id = self.nodes.len() as NodeId;
-        self.nodes.push(Node {
-            sym,
-            ..Node::default()
-        });
-        self.read_kids.push(Vec::new());
-        let kids = &mut self.read_kids[parent as usize];
-        kids.push((sym, id));
-        if kids.len() > NARROW {
-            self.child_index.insert((parent, sym), id);
-        }
-        id
+        self.reading.get_or_insert_with(ReadIndex::default)
     }
 
-    /// Ends reading: children move into the nodes (filters restructure the
-    /// tree afterwards) and the read-time indexes are dropped.
+    /// Ends reading: nodes, counts and children move into [`Profile::nodes`]
+    /// (filters restructure the tree afterwards).
     pub fn finish_reading(&mut self) {
-        for (node, kids) in self
-            .nodes
-            .iter_mut()
-            .zip(std::mem::take(&mut self.read_kids))
-        {
-            node.children.extend(kids.into_iter().map(|(_, c)| c));
+        let Some(ri) = self.reading.take() else {
+            return;
+        };
+        for id in self.nodes.len()..ri.sym.len() {
+            self.nodes.push(Node {
+                sym: ri.sym[id],
+                ..Node::default()
+            });
         }
-        self.child_index = FxHashMap::default();
-    }
-
-    /// Reading again after `finish_reading`: rebuilds the read-time view.
-    fn resume_reading(&mut self) {
-        self.child_index = FxHashMap::default();
-        let mut read_kids = Vec::with_capacity(self.nodes.len());
-        for k in 0..self.nodes.len() {
-            let kids = std::mem::take(&mut self.nodes[k].children);
-            let kids: Vec<(SymId, NodeId)> = kids
-                .into_iter()
-                .map(|c| (self.nodes[c as usize].symbol(), c))
-                .collect();
-            if kids.len() > 16 {
-                for &(s, c) in &kids {
-                    self.child_index.insert((k as NodeId, s), c);
-                }
-            }
-            read_kids.push(kids);
+        for (id, node) in self.nodes.iter_mut().enumerate() {
+            node.counter.cnt += ri.acc[id][0];
+            node.counter.freq += ri.acc[id][1];
+            node.children = ri.children(id as NodeId);
         }
-        self.read_kids = read_kids;
     }
 
     /// Reads one dump into the tree. `negate` reads it as a baseline
@@ -294,9 +345,7 @@ impl Profile {
         opts: &ReadOptions,
         negate: bool,
     ) -> Result<(), LoadError> {
-        if self.read_kids.len() != self.nodes.len() {
-            self.resume_reading();
-        }
+        self.start_reading();
         let reader = Reader::new(input, name)?;
         self.tick_period = reader.header().tick_period as f32;
         std::thread::scope(|scope| {
@@ -351,7 +400,8 @@ impl Profile {
             let sym = st.fn_syms.get(function).copied().unwrap_or(0);
             st.stack.truncate(depth.saturating_sub(1));
             let parent = st.stack.last().copied().unwrap_or(0);
-            let id = self.child_for_read(parent, sym);
+            let ri = self.reading.get_or_insert_with(ReadIndex::default);
+            let id = ri.child(parent, sym);
             st.stack.push(id);
             for _ in 0..n {
                 let Some(v) = w.get(i..i + 4) else { break };
@@ -385,9 +435,10 @@ impl Profile {
                     let mut value = if opts.peak { v[3] } else { v[2] };
                     let mut freq = v[1];
                     opts.hit_filter(&mut value, &mut freq, negate);
-                    let n = &mut self.nodes[id as usize].counter;
-                    n.cnt += value;
-                    n.freq += freq;
+                    let acc =
+                        &mut self.reading.get_or_insert_with(ReadIndex::default).acc[id as usize];
+                    acc[0] += value;
+                    acc[1] += freq;
                 }
             }
         }
