@@ -213,10 +213,12 @@ pub fn sql(
     )?;
     let mut files_done = rustc_hash::FxHashSet::default();
     let mut syms_done = rustc_hash::FxHashSet::default();
-    let mut inserts = 0u64;
+    // IgProf commits every 100000 inserts.
+    let mut until_commit = 100_000u32;
     let mut bump = |out: &mut dyn Write| -> io::Result<()> {
-        inserts += 1;
-        if inserts % 100_000 == 0 {
+        until_commit -= 1;
+        if until_commit == 0 {
+            until_commit = 100_000;
             write!(out, "END TRANSACTION;\nBEGIN TRANSACTION;\n")?;
         }
         Ok(())

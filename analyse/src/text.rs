@@ -17,11 +17,15 @@ pub fn thousands(v: i64) -> String {
     if v < 0 {
         out.push('-');
     }
-    for (i, ch) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push('\'');
-        }
-        out.push(ch);
+    let lead = match digits.len() % 3 {
+        0 => 3,
+        r => r,
+    };
+    let (head, tail) = digits.split_at(lead.min(digits.len()));
+    out.push_str(head);
+    for group in tail.as_bytes().chunks(3) {
+        out.push('\'');
+        out.push_str(std::str::from_utf8(group).unwrap_or(""));
     }
     out
 }
