@@ -25,6 +25,12 @@ struct Dir(tempfile::TempDir);
 
 impl Dir {
     fn new() -> Dir {
+        // The fixture reports name libc functions from Debian 12's libc6-dbg.
+        let libc_debug = "/usr/lib/debug/.build-id/93/ac61ec5a8eb1396f9fbd350e3169a558528a40.debug";
+        assert!(
+            Path::new(libc_debug).exists(),
+            "{libc_debug} is missing: install libc6-dbg (scripts/setup does) for the libc names of the fixtures"
+        );
         let d = tempfile::tempdir().unwrap();
         for e in std::fs::read_dir(FIXTURES).unwrap() {
             let e = e.unwrap();
