@@ -264,14 +264,18 @@ pub fn enter(kind: u8, a: usize, b: u64) -> Entry {
     };
     tls(|h| {
         let prev = h.outer.get();
+        if prev & IN_RECORD != 0 {
+            // A signal handler interrupted one of our hooks on this thread
+            // (which may hold a live-table lock): record it later.
+            defer(t, h, kind, a, b);
+            return Entry::Done;
+        }
         h.outer.set(prev | IN_RECORD);
         match t.enter() {
             Some(g) => Entry::Now(t, g),
             None => {
+                // Other profiler code on this thread: its own call.
                 h.outer.set(prev);
-                if prev & IN_RECORD != 0 {
-                    defer(t, h, kind, a, b);
-                }
                 Entry::Done
             }
         }
