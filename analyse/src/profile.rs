@@ -161,8 +161,6 @@ pub struct Profile {
     pub counters_seen: Vec<String>,
     /// Seconds per tick from the last dump read (IgProf keeps a float).
     pub tick_period: f32,
-    /// Whether any value of the key counter was read.
-    pub key_found: bool,
     /// The tree while reading (see [`ReadIndex`]); None between readings.
     reading: Option<ReadIndex>,
 }
@@ -284,7 +282,6 @@ impl Profile {
             key,
             counters_seen: Vec::new(),
             tick_period: 0.01,
-            key_found: false,
             reading: None,
         }
     }
@@ -431,7 +428,6 @@ impl Profile {
                     }
                 };
                 if k {
-                    self.key_found = true;
                     let mut value = if opts.peak { v[3] } else { v[2] };
                     let mut freq = v[1];
                     opts.hit_filter(&mut value, &mut freq, negate);
