@@ -55,7 +55,10 @@ struct ObjectSyms {
     /// Function symbols of `.dynsym` as (address, size, name), sorted.
     dynsym: Vec<(u64, u64, String)>,
     /// DWARF of the object or of its debug file.
-    dwarf: Option<addr2line::Loader>,
+    /// Where the DWARF is (object or debug file, and its dwz supplement);
+    /// loaded on first use, as many lookups never need it.
+    dwarf_files: Option<(PathBuf, Option<PathBuf>)>,
+    dwarf: std::cell::OnceCell<Option<addr2line::Loader>>,
     /// Link-time address of file offset 0 (first PT_LOAD vaddr - offset).
     vmbase: u64,
 }
@@ -187,16 +190,16 @@ fn load_object(path: &Path, debug_dir: &Path) -> Option<ObjectSyms> {
         .collect();
     dynsym.sort();
     let mut debug_symtab = Vec::new();
-    let mut dwarf = None;
+    let mut dwarf_files = None;
     if has_dwarf(&file) {
-        dwarf = addr2line::Loader::new(path).ok();
+        dwarf_files = Some((path.to_path_buf(), None));
     } else if let Some(dbg) = find_debug_file(&file, path, debug_dir) {
         if let Ok(dbg_data) = std::fs::read(&dbg) {
             if let Ok(dbg_file) = object::File::parse(&*dbg_data) {
                 debug_symtab = nm_symbols(&dbg_file, false);
                 if has_dwarf(&dbg_file) {
                     let alt = find_alt_file(&dbg_file, &dbg, debug_dir);
-                    dwarf = addr2line::Loader::new_with_sup(&dbg, alt.as_deref()).ok();
+                    dwarf_files = Some((dbg.clone(), alt));
                 }
             }
         }
@@ -205,7 +208,8 @@ fn load_object(path: &Path, debug_dir: &Path) -> Option<ObjectSyms> {
         symtab,
         debug_symtab,
         dynsym,
-        dwarf,
+        dwarf_files,
+        dwarf: std::cell::OnceCell::new(),
         vmbase,
     })
 }
@@ -224,7 +228,13 @@ pub fn unresolved_name(path: &str, offset: i64, recorded: &str) -> String {
 
 impl ObjectSyms {
     fn dwarf_name(&self, addr: u64, opts: &Options) -> Option<String> {
-        let dwarf = self.dwarf.as_ref()?;
+        let dwarf = self
+            .dwarf
+            .get_or_init(|| {
+                let (path, sup) = self.dwarf_files.as_ref()?;
+                addr2line::Loader::new_with_sup(path, sup.as_deref()).ok()
+            })
+            .as_ref()?;
         let mut frames = dwarf.find_frames(addr).ok()?;
         let mut names: Vec<String> = Vec::new();
         let mut first_line = None;
