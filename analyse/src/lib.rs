@@ -17,7 +17,8 @@
 //!   and can list one name twice); `-ma` names descendants `NEW:NAME` (IgProf
 //!   appends one more `:` to NEW at every node);
 //! - `--top N` stops after the last non-zero entry (IgProf prints a dangling
-//!   `## Entry k (` line), and keeps the sign of times between -1 and 0 s;
+//!   `## Entry k (` line);
+//! - times between -1 and 0 s keep their sign (IgProf prints -0.5 as `0.50`);
 //! - JSON and SQL strings are escaped, and symbol/file ids are small integers
 //!   instead of pointer values;
 //! - `-o descending` works (IgProf reads the option name as its value).
