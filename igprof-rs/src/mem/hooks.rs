@@ -26,6 +26,7 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 
 use super::account;
 use super::site::{self, Entry, MEM_OUTER, MEM_VIA};
+use super::memo::EntryRegs;
 use crate::sys::ErrnoGuard;
 
 /// Deferred-event kinds of this module.
@@ -44,6 +45,10 @@ type Memalign = unsafe extern "C" fn(usize, usize) -> *mut c_void;
 type PosixMemalign = unsafe extern "C" fn(*mut *mut c_void, usize, usize) -> c_int;
 type Sized = unsafe extern "C" fn(*mut c_void, usize);
 type Aligned = unsafe extern "C" fn(usize, usize) -> *mut c_void;
+/// operator new(size, align, nothrow) and the nothrow/aligned deletes: the
+/// trailing arguments are passed through untouched.
+type New3 = unsafe extern "C" fn(usize, usize, usize) -> *mut c_void;
+type Delete3 = unsafe extern "C" fn(*mut c_void, usize, usize);
 
 /// Chain pointers (0 = not hooked), indexed by [`Func`].
 static CHAIN: [AtomicUsize; N] = [const { AtomicUsize::new(0) }; N];
@@ -73,17 +78,27 @@ pub enum Func {
     NewArrayAligned,
     DeleteAligned,
     DeleteArrayAligned,
+    NewNothrow,
+    NewArrayNothrow,
+    NewAlignedNothrow,
+    NewArrayAlignedNothrow,
+    DeleteNothrow,
+    DeleteArrayNothrow,
+    DeleteSizedAligned,
+    DeleteArraySizedAligned,
+    DeleteAlignedNothrow,
+    DeleteArrayAlignedNothrow,
 }
-const N: usize = 21;
+const N: usize = 31;
 
 /// (symbol, replacement, whether only an allocator other than libc's may
 /// provide it).
 pub fn funcs() -> [(Func, &'static str, *const (), bool); N] {
     use Func::*;
     [
-        (Malloc, "malloc", malloc_hook as *const (), false),
-        (Calloc, "calloc", calloc_hook as *const (), false),
-        (Realloc, "realloc", realloc_hook as *const (), false),
+        (Malloc, "malloc", super::memo::entry::malloc_entry as *const (), false),
+        (Calloc, "calloc", super::memo::entry::calloc_entry as *const (), false),
+        (Realloc, "realloc", super::memo::entry::realloc_entry as *const (), false),
         (ReallocArray, "reallocarray", reallocarray_hook as *const (), false),
         (Free, "free", free_hook as *const (), false),
         (Memalign, "memalign", memalign_hook as *const (), false),
@@ -102,6 +117,16 @@ pub fn funcs() -> [(Func, &'static str, *const (), bool); N] {
         (NewArrayAligned, "_ZnamSt11align_val_t", new_array_aligned_hook as *const (), true),
         (DeleteAligned, "_ZdlPvSt11align_val_t", delete_aligned_hook as *const (), true),
         (DeleteArrayAligned, "_ZdaPvSt11align_val_t", delete_array_aligned_hook as *const (), true),
+        (NewNothrow, "_ZnwmRKSt9nothrow_t", new_nothrow_hook as *const (), true),
+        (NewArrayNothrow, "_ZnamRKSt9nothrow_t", new_array_nothrow_hook as *const (), true),
+        (NewAlignedNothrow, "_ZnwmSt11align_val_tRKSt9nothrow_t", new_aligned_nothrow_hook as *const (), true),
+        (NewArrayAlignedNothrow, "_ZnamSt11align_val_tRKSt9nothrow_t", new_array_aligned_nothrow_hook as *const (), true),
+        (DeleteNothrow, "_ZdlPvRKSt9nothrow_t", delete_nothrow_hook as *const (), true),
+        (DeleteArrayNothrow, "_ZdaPvRKSt9nothrow_t", delete_array_nothrow_hook as *const (), true),
+        (DeleteSizedAligned, "_ZdlPvmSt11align_val_t", delete_sized_aligned_hook as *const (), true),
+        (DeleteArraySizedAligned, "_ZdaPvmSt11align_val_t", delete_array_sized_aligned_hook as *const (), true),
+        (DeleteAlignedNothrow, "_ZdlPvSt11align_val_tRKSt9nothrow_t", delete_aligned_nothrow_hook as *const (), true),
+        (DeleteArrayAlignedNothrow, "_ZdaPvSt11align_val_tRKSt9nothrow_t", delete_array_aligned_nothrow_hook as *const (), true),
     ]
 }
 
@@ -160,13 +185,13 @@ pub fn replay(node: *mut crate::tree::Node, kind: u8, a: usize, b: u64) {
 /// A successful allocation of `size` bytes at `p` by the caller.
 #[inline]
 fn allocated(p: *mut c_void, size: usize) {
-    allocated_fill(p, size, true)
+    allocated_fill(p, size, true, None)
 }
 
 /// As [`allocated`]; `fill` says whether -ei/-eu may overwrite the block
 /// (not for calloc and realloc, whose contents the program relies on).
 #[inline]
-fn allocated_fill(p: *mut c_void, size: usize, fill: bool) {
+fn allocated_fill(p: *mut c_void, size: usize, fill: bool, regs: Option<EntryRegs>) {
     if p.is_null() {
         return;
     }
@@ -178,7 +203,11 @@ fn allocated_fill(p: *mut c_void, size: usize, fill: bool) {
             t,
             g,
             |h| {
-                if let Some(n) = site::caller_node(t, h, MEM_OUTER) {
+                let n = match &regs {
+                    Some(r) => site::caller_node_at(t, h, r),
+                    None => site::caller_node(t, h, MEM_OUTER),
+                };
+                if let Some(n) = n {
                     if fill && super::empty::active() {
                         super::empty::fill(addr, size);
                     }
@@ -203,26 +232,42 @@ fn freeing(p: *mut c_void) -> Option<crate::live::Block> {
 
 // ---- the replacements ----
 
-extern "C" fn malloc_hook(size: usize) -> *mut c_void {
+// Entered through the naked stubs of `memo::entry` (the installed
+// replacements of malloc, calloc and realloc): the program's registers at
+// the call follow the real arguments.
+
+pub(super) extern "C" fn malloc_with_regs(size: usize, sp: usize, fp: usize, lr: usize) -> *mut c_void {
     // SAFETY: forwarding the program's call unchanged.
     let p = unsafe { chain!(Func::Malloc, Malloc)(size) };
-    allocated(p, size);
+    allocated_fill(p, size, true, Some(EntryRegs { sp, fp, lr }));
     p
 }
 
-extern "C" fn calloc_hook(n: usize, m: usize) -> *mut c_void {
+pub(super) extern "C" fn calloc_with_regs(n: usize, m: usize, sp: usize, fp: usize, lr: usize) -> *mut c_void {
     // SAFETY: forwarding the program's call unchanged.
     let p = unsafe { chain!(Func::Calloc, Calloc)(n, m) };
-    // On overflow calloc fails, so n * m is exact when p is not null.
-    allocated_fill(p, n.wrapping_mul(m), false);
+    allocated_fill(p, n.wrapping_mul(m), false, Some(EntryRegs { sp, fp, lr }));
     p
+}
+
+pub(super) extern "C" fn realloc_with_regs(p: *mut c_void, size: usize, sp: usize, fp: usize, lr: usize) -> *mut c_void {
+    site::tls(|h| h.outer.set(h.outer.get() & !MEM_VIA));
+    // SAFETY: forwarding the program's call unchanged.
+    reallocate(p, size, Some(EntryRegs { sp, fp, lr }), || unsafe {
+        chain!(Func::Realloc, Realloc)(p, size)
+    })
 }
 
 /// realloc and reallocarray: the old block leaves the table before the
 /// call; success records the new block as an allocation of `size` bytes
 /// (as IgProf); failure puts the old block back exactly as it was.
 #[inline]
-fn reallocate(p: *mut c_void, size: usize, call: impl FnOnce() -> *mut c_void) -> *mut c_void {
+fn reallocate(
+    p: *mut c_void,
+    size: usize,
+    regs: Option<EntryRegs>,
+    call: impl FnOnce() -> *mut c_void,
+) -> *mut c_void {
     let old = freeing(p);
     let r = site::with_outer(MEM_OUTER, call);
     if r.is_null() {
@@ -236,16 +281,8 @@ fn reallocate(p: *mut c_void, size: usize, call: impl FnOnce() -> *mut c_void) -
         }
         return r;
     }
-    allocated_fill(r, size, false);
+    allocated_fill(r, size, false, regs);
     r
-}
-
-extern "C" fn realloc_hook(p: *mut c_void, size: usize) -> *mut c_void {
-    // Reached from reallocarray (glibc tail-calls realloc): this hook
-    // records the call, the reallocarray hook does not.
-    site::tls(|h| h.outer.set(h.outer.get() & !MEM_VIA));
-    // SAFETY: forwarding the program's call unchanged.
-    reallocate(p, size, || unsafe { chain!(Func::Realloc, Realloc)(p, size) })
 }
 
 /// reallocarray: glibc checks the product and calls realloc, whose hook
@@ -262,7 +299,7 @@ extern "C" fn reallocarray_hook(p: *mut c_void, n: usize, m: usize) -> *mut c_vo
     });
     if direct && !r.is_null() {
         freeing(p);
-        allocated_fill(r, n.wrapping_mul(m), false);
+        allocated_fill(r, n.wrapping_mul(m), false, None);
     }
     r
 }
@@ -382,4 +419,43 @@ extern "C" fn delete_array_aligned_hook(p: *mut c_void, a: usize) {
     freeing(p);
     // SAFETY: forwarding the program's call unchanged.
     unsafe { chain!(Func::DeleteArrayAligned, Sized)(p, a) }
+}
+
+// Nothrow and sized+aligned forms (tcmalloc defines them separately; the
+// extra arguments are forwarded as they came).
+
+macro_rules! new_forms {
+    ($($name:ident: $f:expr;)*) => {$(
+        extern "C" fn $name(size: usize, b: usize, c: usize) -> *mut c_void {
+            // SAFETY: forwarding the program's call unchanged (registers
+            // the original does not read are passed through harmlessly).
+            let p = unsafe { chain!($f, New3)(size, b, c) };
+            allocated(p, size);
+            p
+        }
+    )*};
+}
+new_forms! {
+    new_nothrow_hook: Func::NewNothrow;
+    new_array_nothrow_hook: Func::NewArrayNothrow;
+    new_aligned_nothrow_hook: Func::NewAlignedNothrow;
+    new_array_aligned_nothrow_hook: Func::NewArrayAlignedNothrow;
+}
+
+macro_rules! delete_forms {
+    ($($name:ident: $f:expr;)*) => {$(
+        extern "C" fn $name(p: *mut c_void, b: usize, c: usize) {
+            freeing(p);
+            // SAFETY: forwarding the program's call unchanged.
+            unsafe { chain!($f, Delete3)(p, b, c) }
+        }
+    )*};
+}
+delete_forms! {
+    delete_nothrow_hook: Func::DeleteNothrow;
+    delete_array_nothrow_hook: Func::DeleteArrayNothrow;
+    delete_sized_aligned_hook: Func::DeleteSizedAligned;
+    delete_array_sized_aligned_hook: Func::DeleteArraySizedAligned;
+    delete_aligned_nothrow_hook: Func::DeleteAlignedNothrow;
+    delete_array_aligned_nothrow_hook: Func::DeleteArrayAlignedNothrow;
 }

@@ -21,6 +21,7 @@
 pub mod account;
 pub mod empty;
 pub mod hooks;
+pub mod memo;
 pub mod site;
 
 use core::sync::atomic::{AtomicU8, Ordering};
@@ -219,9 +220,11 @@ pub fn leaks(f: &mut dyn FnMut(*const Node, usize, u64, u64)) {
     let lost = site::LOST.load(Ordering::Relaxed);
     if lost > 0 || options::debug() {
         crate::igprof_log!(
-            "memory/descriptor events not recorded: {lost}; recorded late from signal handlers: {}; on threads unknown to the profiler: {}",
+            "memory/descriptor events not recorded: {lost}; recorded late from signal handlers: {}; on threads unknown to the profiler: {}; stack memo hits {} misses {}",
             site::DEFERRED.load(Ordering::Relaxed),
-            site::UNKNOWN_THREAD.load(Ordering::Relaxed)
+            site::UNKNOWN_THREAD.load(Ordering::Relaxed),
+            memo::HITS.load(Ordering::Relaxed),
+            memo::MISSES.load(Ordering::Relaxed)
         );
     }
 }

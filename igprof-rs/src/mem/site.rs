@@ -59,6 +59,8 @@ pub struct HookTls {
     nested: Cell<*const crate::unwind::ThreadUnwinder>,
     /// Nodes of the previous event's stack (made with `nested`).
     paths: Cell<*mut PathCache>,
+    /// The previous allocation's stack, registers and node (made with `nested`).
+    memo: Cell<*mut super::memo::StackMemo>,
 }
 
 thread_local! {
@@ -70,6 +72,7 @@ thread_local! {
             tail: Cell::new(0),
             nested: Cell::new(core::ptr::null()),
             paths: Cell::new(core::ptr::null_mut()),
+            memo: Cell::new(core::ptr::null_mut()),
         }
     };
 }
@@ -111,6 +114,36 @@ pub fn in_libc(pc: usize) -> bool {
 /// The caller holds the thread's guard.
 #[inline]
 pub fn caller_node(t: &'static ThreadState, h: &HookTls, outer_bit: u8) -> Option<*mut Node> {
+    walk_node(t, h, outer_bit).map(|(n, _)| n)
+}
+
+/// As [`caller_node`], for an allocation hook entered through a stub that
+/// passed the program's registers: the stack memo answers when the stack
+/// is the same as the previous event's.
+#[inline]
+pub fn caller_node_at(t: &'static ThreadState, h: &HookTls, r: &super::memo::EntryRegs) -> Option<*mut Node> {
+    if h.outer.get() & MEM_OUTER != 0 || h.memo.get().is_null() {
+        return caller_node(t, h, MEM_OUTER);
+    }
+    // SAFETY: this thread's memo, used only with its guard held.
+    let m = unsafe { &mut *h.memo.get() };
+    if !m.usable(t, r) {
+        return caller_node(t, h, MEM_OUTER);
+    }
+    if let Some(n) = m.lookup(t, r) {
+        return Some(n);
+    }
+    let (n, depth) = walk_node(t, h, MEM_OUTER)?;
+    // SAFETY: owner thread with its guard held; walk_node filled depth entries.
+    let buf = unsafe { t.trace_buf() };
+    m.store(t, r, &buf[..depth], n);
+    Some(n)
+}
+
+/// Walks the caller's stack into the thread's trace buffer and finds its
+/// node; returns the node and the trace depth.
+#[inline]
+fn walk_node(t: &'static ThreadState, h: &HookTls, outer_bit: u8) -> Option<(*mut Node, usize)> {
     if h.nested.get().is_null() {
         make_thread_extras(h);
     }
@@ -137,7 +170,7 @@ pub fn caller_node(t: &'static ThreadState, h: &HookTls, outer_bit: u8) -> Optio
         LOST.fetch_add(1, Ordering::Relaxed);
         None
     } else {
-        Some(n)
+        Some((n, w.depth))
     }
 }
 
@@ -237,6 +270,7 @@ fn make_thread_extras(h: &HookTls) {
     }
     let cap = thread::current().map_or(0, |t| t.trace_cap);
     h.paths.set(Box::into_raw(Box::new(PathCache::new(cap))));
+    h.memo.set(Box::into_raw(Box::new(super::memo::StackMemo::new())));
 }
 
 /// What a hook must do with an event on this thread.
