@@ -39,8 +39,9 @@ use profile::{Profile, ReadOptions};
 use std::io::Write;
 
 /// Output kinds (IgProf's -t, -s, -js; plus a database file).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Output {
+    #[default]
     Text,
     Sql,
     Json,
@@ -48,8 +49,9 @@ pub enum Output {
     Db(String),
 }
 
-/// Everything one run needs, from the command line.
-#[derive(Debug, Clone)]
+/// Everything one run needs, from the command line. The default is
+/// `igprof-analyse FILES...` without options.
+#[derive(Debug, Clone, Default)]
 pub struct Config {
     pub files: Vec<String>,
     pub key: Option<String>,
