@@ -49,24 +49,42 @@ const REST: u32 = 4096;
 pub static HITS: AtomicU64 = AtomicU64::new(0);
 pub static MISSES: AtomicU64 = AtomicU64::new(0);
 
-pub struct StackMemo {
-    owner: *const ThreadState,
+/// One remembered stack.
+struct Slot {
     regs: EntryRegs,
+    /// The return address at the call (first word of the region).
+    ret: usize,
     len: usize,
     node: *mut Node,
     copy: Vec<u8>,
+}
+
+/// A few remembered stacks per thread (allocation sites in one loop, such
+/// as a malloc followed by a realloc, alternate between them).
+pub struct StackMemo {
+    owner: *const ThreadState,
+    slots: [Slot; WAYS],
+    next: usize,
     misses: u32,
     rest: u32,
 }
+
+const WAYS: usize = 4;
 
 impl StackMemo {
     pub fn new() -> Self {
         StackMemo {
             owner: core::ptr::null(),
-            regs: EntryRegs::default(),
-            len: 0,
-            node: core::ptr::null_mut(),
-            copy: vec![0u8; MAX_REGION],
+            slots: core::array::from_fn(|_| Slot {
+                regs: EntryRegs::default(),
+                ret: 0,
+                len: 0,
+                node: core::ptr::null_mut(),
+                // Zeroed large blocks come from fresh mmap: untouched pages
+                // cost nothing until a stack is stored.
+                copy: vec![0u8; MAX_REGION],
+            }),
+            next: 0,
             misses: 0,
             rest: 0,
         }
@@ -80,20 +98,27 @@ impl StackMemo {
             return false;
         }
         let (lo, hi) = t.bounds.stack;
-        r.sp >= lo && r.sp < hi
+        r.sp >= lo && r.sp + 8 <= hi
     }
 
-    /// The node of the previous event if this one has the same stack.
+    /// The node of a remembered event with the same stack as this one.
     #[inline]
     pub fn lookup(&mut self, t: &ThreadState, r: &EntryRegs) -> Option<*mut Node> {
-        if self.owner == t as *const ThreadState && self.regs == *r && self.len > 0 {
-            // SAFETY: [sp, sp+len) lies in the thread's stack (checked when
-            // stored: sp + len <= hi) and is above the current frame.
-            let now = unsafe { core::slice::from_raw_parts(r.sp as *const u8, self.len) };
-            if now == &self.copy[..self.len] {
-                self.misses = 0;
-                HITS.fetch_add(1, Ordering::Relaxed);
-                return Some(self.node);
+        if self.owner == t as *const ThreadState {
+            // SAFETY: sp + 8 <= hi (usable()): the word at sp is in the stack.
+            let ret = unsafe { *(r.sp as *const usize) };
+            for s in self.slots.iter() {
+                if s.len == 0 || s.ret != ret || s.regs != *r {
+                    continue;
+                }
+                // SAFETY: [sp, sp+len) lies in the thread's stack (checked
+                // when stored: sp + len <= hi).
+                let now = unsafe { core::slice::from_raw_parts(r.sp as *const u8, s.len) };
+                if now == &s.copy[..s.len] {
+                    self.misses = 0;
+                    HITS.fetch_add(1, Ordering::Relaxed);
+                    return Some(s.node);
+                }
             }
         }
         self.misses += 1;
@@ -108,7 +133,12 @@ impl StackMemo {
     /// Remembers a full walk's result: `node` for `trace` (leaf first)
     /// reached from registers `r`.
     pub fn store(&mut self, t: &ThreadState, r: &EntryRegs, trace: &[usize], node: *mut Node) {
-        self.len = 0;
+        if self.owner != t as *const ThreadState {
+            for s in self.slots.iter_mut() {
+                s.len = 0;
+            }
+            self.owner = t;
+        }
         let Some(&outer) = trace.last() else { return };
         let (_, hi) = t.bounds.stack;
         let limit = hi.min(r.sp.saturating_add(MAX_REGION - MARGIN));
@@ -123,21 +153,25 @@ impl StackMemo {
             }
             a += 8;
         }
+        let s = &mut self.slots[self.next];
+        self.next = (self.next + 1) % WAYS;
+        s.len = 0;
         if top == 0 {
             return;
         }
         let end = (top + MARGIN).min(hi);
         let len = end - r.sp;
-        if len > self.copy.len() {
+        if len > s.copy.len() {
             return;
         }
         // SAFETY: [sp, end) is inside the thread's stack.
         let now = unsafe { core::slice::from_raw_parts(r.sp as *const u8, len) };
-        self.copy[..len].copy_from_slice(now);
-        self.len = len;
-        self.regs = *r;
-        self.node = node;
-        self.owner = t;
+        s.copy[..len].copy_from_slice(now);
+        s.len = len;
+        // SAFETY: sp + 8 <= hi.
+        s.ret = unsafe { *(r.sp as *const usize) };
+        s.regs = *r;
+        s.node = node;
     }
 }
 

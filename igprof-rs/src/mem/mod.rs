@@ -155,9 +155,25 @@ pub fn install() {
         .ok()
         .and_then(|s| object_of(s.addr));
     let is_libc = |p: &[u8]| p.ends_with(b"/libc.so.6") || p == b"libc.so.6";
+    let glibc = malloc_obj.is_none_or(is_libc);
+    // Look names up in the allocator's object (a search of every object
+    // for a name nobody defines reads their symbol tables: slow).
+    let alloc_lib: Option<String> = malloc_obj
+        .filter(|_| !glibc)
+        .map(|p| String::from_utf8_lossy(p).into_owned());
     let mut done: Vec<u64> = Vec::new();
     for (f, name, repl, allocator_only) in hooks::funcs() {
-        let Ok(sym) = trampoline::find_function(name, None) else {
+        if allocator_only && glibc {
+            // C++ operators count only when the allocator itself defines
+            // them (tcmalloc); libstdc++'s call malloc.
+            continue;
+        }
+        let found = match &alloc_lib {
+            Some(lib) => trampoline::find_function(name, Some(lib))
+                .or_else(|_| trampoline::find_function(name, Some("libc.so.6"))),
+            None => trampoline::find_function(name, Some("libc.so.6")),
+        };
+        let Ok(sym) = found else {
             continue;
         };
         if done.contains(&sym.addr) {
