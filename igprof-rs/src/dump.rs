@@ -122,6 +122,8 @@ struct Merged {
     origin: HashMap<usize, u32>,
     /// (merged node, counter slot) -> leaked (address, size).
     leaks: HashMap<(u32, usize), Vec<(u64, u64)>>,
+    /// Names of synthetic top-level functions (address SYNTHETIC_BASE + i).
+    synthetic: Vec<&'static str>,
 }
 
 impl Merged {
@@ -133,6 +135,7 @@ impl Merged {
             nslots,
             origin: HashMap::new(),
             leaks: HashMap::new(),
+            synthetic: Vec::new(),
         };
         m.push(0);
         m
@@ -179,6 +182,21 @@ impl Merged {
                 Merge::Live => *cur = (cur.0.wrapping_add(t), cur.1.wrapping_add(v), cur.2.max(p)),
             }
         }
+    }
+
+    /// Adds `ticks`/`value` (peak = value) to counter `slot` of the synthetic
+    /// top-level function `name`.
+    fn add_synthetic(&mut self, name: &'static str, slot: usize, ticks: u64, value: u64) {
+        let i = match self.synthetic.iter().position(|&n| n == name) {
+            Some(i) => i,
+            None => {
+                self.synthetic.push(name);
+                self.synthetic.len() - 1
+            }
+        };
+        let node = self.child(0, SYNTHETIC_BASE + i);
+        let cur = &mut self.values[node as usize * self.nslots + slot];
+        *cur = (cur.0 + ticks, cur.1 + value, cur.2 + value);
     }
 
     /// Merges the subtree under `from` (a tree node) into merged node `into`.
@@ -283,7 +301,20 @@ fn resolve_unloaded(addr: usize) -> Option<Resolved> {
     })
 }
 
-fn resolve(addr: usize, exe: &[u8]) -> Resolved {
+/// Addresses of synthetic top-level functions (below any code address).
+const SYNTHETIC_BASE: usize = 0x100;
+
+fn resolve(addr: usize, exe: &[u8], synthetic: &[&'static str]) -> Resolved {
+    if (SYNTHETIC_BASE..SYNTHETIC_BASE + synthetic.len()).contains(&addr) {
+        let name = synthetic[addr - SYNTHETIC_BASE].as_bytes();
+        return Resolved {
+            file_key: addr,
+            file_path: name.to_vec(),
+            sym_addr: addr,
+            name: name.to_vec(),
+            object_offset: 0,
+        };
+    }
     if addr == TRUNCATED {
         return Resolved {
             file_key: TRUNCATED,
@@ -367,6 +398,7 @@ pub fn dump_to(path: &str) -> Result<DumpStats, DumpError> {
 }
 
 fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
+    crate::runtime::each_dump_hook(|h| (h.before_dump)());
     let nslots = counters::nslots();
     let mut merged = Merged::new(nslots);
     let mut stats = DumpStats::default();
@@ -382,6 +414,9 @@ fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
             merged.merge_tree(0, root);
         }
     }
+    crate::runtime::each_dump_hook(|h| {
+        (h.synthetic)(&mut |name, slot, ticks, value| merged.add_synthetic(name, slot, ticks, value))
+    });
     stats.nodes = merged.nodes.len() - 1;
     crate::runtime::each_module(|md| {
         if let Some(f) = md.leaks {
@@ -451,7 +486,9 @@ fn write_profile<S: Sink>(sink: S, m: &Merged) -> Result<S, WriteError> {
     while let Some((id, depth)) = stack.pop() {
         let node = &m.nodes[id as usize];
         let addr = node.addr;
-        let r = cache.entry(addr).or_insert_with(|| resolve(addr, &syms.exe));
+        let r = cache
+            .entry(addr)
+            .or_insert_with(|| resolve(addr, &syms.exe, &m.synthetic));
         let next_file = syms.files.len() as u32;
         let mut new_file = false;
         let fid = syms

@@ -26,6 +26,7 @@ pub mod hooks;
 pub mod live; // live-resource tables (helper "memfd")
 pub mod log;
 pub mod mem; // -mp, -ep/-ei/-eu (helper "memfd")
+pub mod nrg; // -np glue over energy/
 pub mod options;
 pub mod perf;
 pub mod runtime;

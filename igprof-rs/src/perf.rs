@@ -118,7 +118,7 @@ pub fn start_thread(t: &'static ThreadState) {
     };
     if let Some(user_only) = perf_kind {
         if !PERF_UNAVAILABLE.load(Ordering::Relaxed) {
-            let min_fd = (sys::nofile_limit().min(1 << 20) as i32 - 128).max(3);
+            let min_fd = high_fd_base();
             match sys::perf_task_clock_open(t.tid, next_interval(t), user_only, SIGNAL, min_fd) {
                 Ok((fd, ring)) => {
                     mark(&OUR_FDS, fd);
@@ -154,6 +154,12 @@ pub fn start_thread(t: &'static ThreadState) {
             )
         }
     }
+}
+
+/// Where the profiler's own descriptors go: high enough to stay out of the
+/// way of programs that expect the lowest free numbers.
+pub fn high_fd_base() -> i32 {
+    (sys::nofile_limit().min(1 << 20) as i32 - 128).max(3)
 }
 
 static PERF_UNAVAILABLE: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
@@ -351,6 +357,7 @@ fn sample(t: &'static ThreadState, uc: *mut libc::c_void) {
     if node.is_null() {
         t.dropped.fetch_add(1, Ordering::Relaxed);
     } else {
+        t.last_sample.store(node, Ordering::Release);
         let slot = TICK_SLOT.load(Ordering::Relaxed);
         if slot != usize::MAX {
             let k = ticks_for(t);

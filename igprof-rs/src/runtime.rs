@@ -160,12 +160,38 @@ pub struct Module {
     pub header_tick: Option<f64>,
 }
 
+/// What a module adds to every dump (beside its counters in the trees).
+pub struct DumpHooks {
+    /// Whether the options select the module.
+    pub wanted: fn(&Options) -> bool,
+    /// Runs before the trees are read (e.g. settle what is owed to threads).
+    pub before_dump: fn(),
+    /// Synthetic top-level functions: calls `f(name, counter slot, ticks,
+    /// value)` for each (e.g. energy no thread is charged with).
+    pub synthetic: fn(&mut dyn FnMut(&'static str, usize, u64, u64)),
+}
+
+/// Dump hooks of the built-in modules.
+pub static DUMP_HOOKS: &[DumpHooks] = &[crate::nrg::DUMP_HOOKS];
+
+/// Runs `f` for the dump hooks of every selected module.
+pub fn each_dump_hook(mut f: impl FnMut(&'static DumpHooks)) {
+    if !active() {
+        return;
+    }
+    for h in DUMP_HOOKS.iter().filter(|h| (h.wanted)(options::get())) {
+        f(h)
+    }
+}
+
 /// The modules built into this library, in start-up order.
 pub static MODULES: &[Module] = &[
     // memory, empty memory, descriptors (helper "memfd")
     crate::mem::MODULE,
     crate::mem::EMPTY_MODULE,
     crate::fd::MODULE,
+    // energy (-np): runtime glue in nrg.rs over energy/ (helper "energy")
+    crate::nrg::MODULE,
 ];
 
 fn wanted_modules() -> impl Iterator<Item = &'static Module> {
@@ -263,8 +289,13 @@ pub fn init() {
     let mut started: Vec<&'static str> = Vec::new();
     each_module(|m| match (m.start)(options::get()) {
         Ok(()) => started.push(m.what),
+        Err(e) if e.is_empty() => {} // the module already said why
         Err(e) => crate::igprof_log!("{}: {e}; running without it", m.flag),
     });
+    if options::get().perf.is_none() && started.is_empty() {
+        crate::igprof_log!("nothing left to profile; the program runs unprofiled");
+        return;
+    }
     STARTED.store(started.len(), Ordering::Relaxed);
     each_module(|m| {
         if let Some(f) = m.thread_begin {

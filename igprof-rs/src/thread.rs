@@ -61,6 +61,12 @@ pub struct ThreadState {
     pub bounds: crate::unwind::StackBounds,
     /// The thread's unwinder (descriptor cache), None if it could not be made.
     pub unwinder: Option<crate::unwind::ThreadUnwinder>,
+    /// The node of this thread's latest sample (energy charged at exit/dump).
+    pub last_sample: AtomicPtr<crate::tree::Node>,
+    /// The thread's slot in the energy ledger (-np), published by
+    /// `energy_slot_live` (written by the owner; read by the dumper too).
+    energy_slot: core::cell::UnsafeCell<Option<crate::energy::ledger::SlotId>>,
+    energy_slot_live: AtomicBool,
     next: AtomicPtr<ThreadState>,
 }
 
@@ -139,6 +145,9 @@ pub fn register_current(max_depth: usize) -> Option<&'static ThreadState> {
             prog_prof_pending: Cell::new(false),
             bounds,
             unwinder,
+            last_sample: AtomicPtr::new(null_mut()),
+            energy_slot: core::cell::UnsafeCell::new(None),
+            energy_slot_live: AtomicBool::new(false),
             next: AtomicPtr::new(null_mut()),
         });
     }
@@ -207,6 +216,30 @@ impl ThreadState {
     pub fn tree(&self) -> &CallTree {
         // SAFETY: shared reads of the tree go through its concurrent-read interface.
         unsafe { &*self.tree.get() }
+    }
+
+    /// Sets the energy ledger slot (owner thread, at thread start).
+    pub fn set_energy_slot(&self, slot: Option<crate::energy::ledger::SlotId>) {
+        // SAFETY: written by the owner before it is published below.
+        unsafe { *self.energy_slot.get() = slot };
+        self.energy_slot_live.store(slot.is_some(), Ordering::Release);
+    }
+
+    /// The energy ledger slot, if registered (any thread).
+    pub fn energy_slot(&self) -> Option<crate::energy::ledger::SlotId> {
+        if self.energy_slot_live.load(Ordering::Acquire) {
+            // SAFETY: published with release after the write; not rewritten while live.
+            unsafe { *self.energy_slot.get() }
+        } else {
+            None
+        }
+    }
+
+    /// Unpublishes and returns the slot (owner thread, at thread exit).
+    pub fn take_energy_slot(&self) -> Option<crate::energy::ledger::SlotId> {
+        let s = self.energy_slot();
+        self.energy_slot_live.store(false, Ordering::Release);
+        s
     }
 
     /// Next pseudo-random number (owner thread only).

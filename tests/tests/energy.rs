@@ -1,0 +1,91 @@
+//! End-to-end check of -np: a fake powercap source whose counter advances
+//! with wall time (rewritten in place by a test thread, as the kernel's
+//! counter would move), read through the same code as real RAPL files.
+
+use igprof_tests::*;
+use std::io::{Seek, SeekFrom, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+fn sum_under(p: &Profile, counter: &str, func: &str) -> u64 {
+    let mut namer = Namer::new();
+    let names: Vec<String> = (0..p.nodes.len()).map(|i| namer.name(p, i)).collect();
+    let mut total = 0;
+    for (i, n) in p.nodes.iter().enumerate() {
+        for v in n.values.iter().filter(|v| v.counter == counter) {
+            let mut j = Some(i);
+            while let Some(k) = j {
+                if names[k] == func {
+                    total += v.value;
+                    break;
+                }
+                j = p.nodes[k].parent;
+            }
+        }
+    }
+    total
+}
+
+#[test]
+fn two_threads_burning_3_to_1_get_energy_3_to_1() {
+    let d = scratch("energy");
+    build(&d, "energy2.c", "energy2", &[]);
+    let root = d.join("fakeroot");
+    let zone = root.join("sys/class/powercap/intel-rapl:0");
+    std::fs::create_dir_all(&zone).unwrap();
+    std::fs::create_dir_all(root.join("sys/devices/system/cpu")).unwrap();
+    std::fs::write(root.join("sys/devices/system/cpu/online"), "0-1\n").unwrap();
+    std::fs::write(zone.join("name"), "package-0\n").unwrap();
+    std::fs::write(zone.join("max_energy_range_uj"), "262143328850\n").unwrap();
+    std::fs::write(zone.join("energy_uj"), format!("{:020}\n", 0)).unwrap();
+    // 20 W: the counter advances 20 uJ per microsecond of wall time.
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let stop = stop.clone();
+        let path = zone.join("energy_uj");
+        std::thread::spawn(move || {
+            // A real-time priority (root only) keeps the fake counter moving
+            // smoothly on a loaded machine, as a hardware counter would.
+            let param = libc::sched_param { sched_priority: 10 };
+            // SAFETY: plain call on the calling thread.
+            unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
+            let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+            let t0 = std::time::Instant::now();
+            while !stop.load(Ordering::Relaxed) {
+                let uj = t0.elapsed().as_micros() as u64 * 20;
+                f.seek(SeekFrom::Start(0)).unwrap();
+                f.write_all(format!("{uj:020}\n").as_bytes()).unwrap();
+                std::thread::sleep(std::time::Duration::from_micros(100));
+            }
+        })
+    };
+    let o = std::process::Command::new(root_dir().join("scripts/igprof"))
+        .args(["-np", "-pp", "-i", "1ms", "-o", "nrg.gz", "./energy2", "200"])
+        .current_dir(&d)
+        .env("IGPROF_LIB", lib())
+        .env("IGPROF_ENERGY_ROOT", &root)
+        .output()
+        .unwrap();
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    let err = ok(&o);
+    assert!(err.contains("energy"), "the start-up line names -np: {err}");
+    let p = parse_strict(&read_text(&d.join("nrg.gz"))).unwrap();
+    let big = sum_under(&p, "NRG_PKG", "big_burner") as f64;
+    let small = sum_under(&p, "NRG_PKG", "small_burner") as f64;
+    assert!(
+        small > 0.0 && big > 0.0,
+        "both threads charged: big {big} small {small}"
+    );
+    let ratio = big / small;
+    assert!(
+        (ratio / 3.0 - 1.0).abs() <= 0.05,
+        "energy ratio {ratio:.3} (want 3 +-5%)"
+    );
+    // The energy nobody is charged with is in the profile too.
+    assert!(p.funcs.values().any(|f| f.name == "<unattributed>"));
+}
+
+fn root_dir() -> std::path::PathBuf {
+    igprof_tests::root()
+}
