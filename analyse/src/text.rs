@@ -62,6 +62,30 @@ impl Style<'_> {
     }
 }
 
+/// Writes `n` spaces.
+fn pad(out: &mut dyn Write, mut n: usize) -> io::Result<()> {
+    const SPACES: &[u8; 64] = &[b' '; 64];
+    while n > 0 {
+        let k = n.min(SPACES.len());
+        out.write_all(&SPACES[..k])?;
+        n -= k;
+    }
+    Ok(())
+}
+
+/// printf's `%*s`: `text` right-aligned in `width` columns. (std's fill
+/// writes padding one character at a time, which shows on large reports.)
+fn right(out: &mut dyn Write, text: &str, width: usize) -> io::Result<()> {
+    pad(out, width.saturating_sub(text.chars().count()))?;
+    out.write_all(text.as_bytes())
+}
+
+/// printf's `%-*s`: `text` left-aligned in `width` columns.
+fn left(out: &mut dyn Write, text: &str, width: usize) -> io::Result<()> {
+    out.write_all(text.as_bytes())?;
+    pad(out, width.saturating_sub(text.chars().count()))
+}
+
 /// IgProf's `PercentagePrinter`.
 fn pct(out: &mut dyn Write, diff: bool, v: f32, decimals: usize) -> io::Result<()> {
     if diff && v == f32::MAX {
@@ -134,12 +158,15 @@ pub fn report(
                 (r.pct, 1, r.cum, r.cum_all[1], 1.0)
             };
             pct(out, s.diff_mode, p, decimals)?;
-            write!(out, "{:>maxval$}  ", s.value(value))?;
+            right(out, &s.value(value), maxval)?;
+            pad(out, 2)?;
             if s.show_calls {
-                write!(out, "{:>maxcnt$}  ", thousands(calls))?;
+                right(out, &thousands(calls), maxcnt)?;
+                pad(out, 2)?;
             }
             if s.show_paths {
-                write!(out, "{:>maxcnt$}  ", thousands(r.self_all[2]))?;
+                right(out, &thousands(r.self_all[2]), maxcnt)?;
+                pad(out, 2)?;
             }
             write!(out, "{} [{}]", names.name(r.sym), r.rank)?;
             if s.show_libs {
@@ -172,8 +199,12 @@ pub fn report(
         + if s.show_calls { 2 * maxcnt + 5 } else { 0 }
         + if s.show_paths { 2 * maxcnt + 5 } else { 0 };
     let sep = "- ".repeat(divlen.div_ceil(2));
-    let fraction =
-        |out: &mut dyn Write, w: usize, a: &str, b: &str| write!(out, "{a:>w$} / {b:<w$}");
+    let dots = ".".repeat(maxval);
+    let fraction = |out: &mut dyn Write, w: usize, a: &str, b: &str| -> io::Result<()> {
+        right(out, a, w)?;
+        out.write_all(b" / ")?;
+        left(out, b, w)
+    };
     for r in rows {
         write!(out, "\n{sep}\n")?;
         if r.rank % 10 == 1 {
@@ -199,7 +230,7 @@ pub fn report(
             } else {
                 write!(out, "{:7.1}  ", e.pct as f64)?;
             }
-            write!(out, "{}  ", ".".repeat(maxval))?;
+            write!(out, "{dots}  ")?;
             fraction(
                 out,
                 maxval,
@@ -234,26 +265,19 @@ pub fn report(
         for e in &r.callers {
             edge(out, e)?;
         }
-        write!(out, "{:<8}", format!("[{}]", r.rank))?;
+        left(out, &format!("[{}]", r.rank), 8)?;
         pct(out, s.diff_mode, r.pct, 1)?;
-        write!(out, "{:>maxval$}  ", s.value(r.cum))?;
+        right(out, &s.value(r.cum), maxval)?;
+        pad(out, 2)?;
         fraction(out, maxval, &s.value(r.self_), &s.value(r.kids))?;
         write!(out, "  ")?;
         if s.show_calls {
-            write!(
-                out,
-                "{:>maxcnt$}  {:>maxcnt$}   ",
-                thousands(r.cum_all[1]),
-                ""
-            )?;
+            right(out, &thousands(r.cum_all[1]), maxcnt)?;
+            pad(out, maxcnt + 5)?;
         }
         if s.show_paths {
-            write!(
-                out,
-                "{:>maxcnt$}  {:>maxcnt$}   ",
-                thousands(r.self_all[2]),
-                ""
-            )?;
+            right(out, &thousands(r.self_all[2]), maxcnt)?;
+            pad(out, maxcnt + 5)?;
         }
         write!(out, "{}", names.name(r.sym))?;
         if s.show_libs {
