@@ -127,9 +127,15 @@ impl Drop for ShardGuard<'_> {
 
 impl ShardState {
     #[inline]
-    fn slot(&self, i: usize) -> &mut Block {
+    fn slot(&mut self, i: usize) -> &mut Block {
         // SAFETY: i <= mask and slots has mask+1 entries (callers mask i).
         unsafe { &mut *self.slots.add(i) }
+    }
+
+    #[inline]
+    fn at(&self, i: usize) -> Block {
+        // SAFETY: i <= mask and slots has mask+1 entries (callers mask i).
+        unsafe { *self.slots.add(i) }
     }
 
     fn grow(&mut self) -> bool {
@@ -160,7 +166,7 @@ impl ShardState {
     /// Puts `b` in the first free slot of its probe sequence (no duplicate check).
     fn place(&mut self, b: Block) {
         let mut i = (mix(b.addr) >> SHARD_BITS) & self.mask;
-        while self.slot(i).addr != 0 {
+        while self.at(i).addr != 0 {
             i = (i + 1) & self.mask;
         }
         *self.slot(i) = b;
@@ -172,7 +178,7 @@ impl ShardState {
         }
         let mut i = (mix(addr) >> SHARD_BITS) & self.mask;
         loop {
-            let a = self.slot(i).addr;
+            let a = self.at(i).addr;
             if a == addr {
                 return Some(i);
             }
@@ -190,13 +196,17 @@ impl ShardState {
         let mut j = i;
         loop {
             j = (j + 1) & mask;
-            let b = *self.slot(j);
+            let b = self.at(j);
             if b.addr == 0 {
                 break;
             }
             let home = (mix(b.addr) >> SHARD_BITS) & mask;
             // Move b back into the hole at i unless its home lies cyclically in (i, j].
-            let stays = if i <= j { i < home && home <= j } else { i < home || home <= j };
+            let stays = if i <= j {
+                i < home && home <= j
+            } else {
+                i < home || home <= j
+            };
             if !stays {
                 *self.slot(i) = b;
                 i = j;
@@ -223,7 +233,10 @@ impl core::fmt::Display for LiveError {
                 write!(f, "no memory for a live-block table of {wanted_slots} slots")
             }
             LiveError::FdOutOfRange { fd, limit } => {
-                write!(f, "descriptor {fd} is above the descriptor limit {limit} seen at start-up")
+                write!(
+                    f,
+                    "descriptor {fd} is above the descriptor limit {limit} seen at start-up"
+                )
             }
         }
     }
@@ -260,12 +273,16 @@ impl LiveMem {
         let mut g = self.shard(addr).lock();
         let st = g.st();
         if let Some(i) = st.find(addr) {
-            let old = *st.slot(i);
+            let old = st.at(i);
             *st.slot(i) = Block { addr, size, node };
             return Ok(Some(old));
         }
         if st.slots.is_null() || (st.len + 1) * 4 > (st.mask + 1) * 3 {
-            let wanted = if st.slots.is_null() { INITIAL_CAP } else { (st.mask + 1) * 2 };
+            let wanted = if st.slots.is_null() {
+                INITIAL_CAP
+            } else {
+                (st.mask + 1) * 2
+            };
             if !st.grow() {
                 return Err(LiveError::OutOfMemory { wanted_slots: wanted });
             }
@@ -280,7 +297,7 @@ impl LiveMem {
         let mut g = self.shard(addr).lock();
         let st = g.st();
         let i = st.find(addr)?;
-        let b = *st.slot(i);
+        let b = st.at(i);
         st.delete_at(i);
         Some(b)
     }
@@ -289,7 +306,7 @@ impl LiveMem {
     pub fn get(&self, addr: usize) -> Option<Block> {
         let mut g = self.shard(addr).lock();
         let st = g.st();
-        st.find(addr).map(|i| *st.slot(i))
+        st.find(addr).map(|i| st.at(i))
     }
 
     /// Number of live blocks.
@@ -317,9 +334,9 @@ impl LiveMem {
                 continue;
             }
             for i in 0..=st.mask {
-                let b = st.slot(i);
+                let b = st.at(i);
                 if b.addr != 0 {
-                    f(b);
+                    f(&b);
                 }
             }
         }
@@ -556,8 +573,14 @@ mod tests {
         assert_eq!(f.get(3), n(2));
         assert_eq!(f.release(3), n(2));
         assert_eq!(f.release(3), core::ptr::null());
-        assert_eq!(f.acquire(4096, n(1)), Err(LiveError::FdOutOfRange { fd: 4096, limit: 4096 }));
-        assert_eq!(f.acquire(-1, n(1)), Err(LiveError::FdOutOfRange { fd: -1, limit: 4096 }));
+        assert_eq!(
+            f.acquire(4096, n(1)),
+            Err(LiveError::FdOutOfRange { fd: 4096, limit: 4096 })
+        );
+        assert_eq!(
+            f.acquire(-1, n(1)),
+            Err(LiveError::FdOutOfRange { fd: -1, limit: 4096 })
+        );
         f.acquire(7, n(3)).unwrap();
         let mut v = Vec::new();
         f.for_each(usize::MAX, |fd, node| v.push((fd, node)));

@@ -85,7 +85,10 @@ fn counter(node: *const Node, slot: usize) -> Option<&'static Counter> {
 /// snapshot is older than that peak (see the module docs).
 #[inline]
 fn snapshot_before_change(node: *const Node) {
-    let (Some(at), Some(live)) = (counter(node, AT_PEAK.load(Ordering::Relaxed)), counter(node, LIVE_SLOT.load(Ordering::Relaxed))) else {
+    let (Some(at), Some(live)) = (
+        counter(node, AT_PEAK.load(Ordering::Relaxed)),
+        counter(node, LIVE_SLOT.load(Ordering::Relaxed)),
+    ) else {
         return;
     };
     let e = PEAK_EPOCH.load(Ordering::Acquire);

@@ -25,8 +25,8 @@ use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 use super::account;
-use super::site::{self, Entry, MEM_OUTER, MEM_VIA};
 use super::memo::EntryRegs;
+use super::site::{self, Entry, MEM_OUTER, MEM_VIA};
 use crate::sys::ErrnoGuard;
 
 /// Deferred-event kinds of this module.
@@ -98,7 +98,12 @@ pub fn funcs() -> [(Func, &'static str, *const (), bool); N] {
     [
         (Malloc, "malloc", super::memo::entry::malloc_entry as *const (), false),
         (Calloc, "calloc", super::memo::entry::calloc_entry as *const (), false),
-        (Realloc, "realloc", super::memo::entry::realloc_entry as *const (), false),
+        (
+            Realloc,
+            "realloc",
+            super::memo::entry::realloc_entry as *const (),
+            false,
+        ),
         (ReallocArray, "reallocarray", reallocarray_hook as *const (), false),
         (Free, "free", free_hook as *const (), false),
         (Memalign, "memalign", memalign_hook as *const (), false),
@@ -114,19 +119,79 @@ pub fn funcs() -> [(Func, &'static str, *const (), bool); N] {
         (DeleteSized, "_ZdlPvm", delete_sized_hook as *const (), true),
         (DeleteArraySized, "_ZdaPvm", delete_array_sized_hook as *const (), true),
         (NewAligned, "_ZnwmSt11align_val_t", new_aligned_hook as *const (), true),
-        (NewArrayAligned, "_ZnamSt11align_val_t", new_array_aligned_hook as *const (), true),
-        (DeleteAligned, "_ZdlPvSt11align_val_t", delete_aligned_hook as *const (), true),
-        (DeleteArrayAligned, "_ZdaPvSt11align_val_t", delete_array_aligned_hook as *const (), true),
+        (
+            NewArrayAligned,
+            "_ZnamSt11align_val_t",
+            new_array_aligned_hook as *const (),
+            true,
+        ),
+        (
+            DeleteAligned,
+            "_ZdlPvSt11align_val_t",
+            delete_aligned_hook as *const (),
+            true,
+        ),
+        (
+            DeleteArrayAligned,
+            "_ZdaPvSt11align_val_t",
+            delete_array_aligned_hook as *const (),
+            true,
+        ),
         (NewNothrow, "_ZnwmRKSt9nothrow_t", new_nothrow_hook as *const (), true),
-        (NewArrayNothrow, "_ZnamRKSt9nothrow_t", new_array_nothrow_hook as *const (), true),
-        (NewAlignedNothrow, "_ZnwmSt11align_val_tRKSt9nothrow_t", new_aligned_nothrow_hook as *const (), true),
-        (NewArrayAlignedNothrow, "_ZnamSt11align_val_tRKSt9nothrow_t", new_array_aligned_nothrow_hook as *const (), true),
-        (DeleteNothrow, "_ZdlPvRKSt9nothrow_t", delete_nothrow_hook as *const (), true),
-        (DeleteArrayNothrow, "_ZdaPvRKSt9nothrow_t", delete_array_nothrow_hook as *const (), true),
-        (DeleteSizedAligned, "_ZdlPvmSt11align_val_t", delete_sized_aligned_hook as *const (), true),
-        (DeleteArraySizedAligned, "_ZdaPvmSt11align_val_t", delete_array_sized_aligned_hook as *const (), true),
-        (DeleteAlignedNothrow, "_ZdlPvSt11align_val_tRKSt9nothrow_t", delete_aligned_nothrow_hook as *const (), true),
-        (DeleteArrayAlignedNothrow, "_ZdaPvSt11align_val_tRKSt9nothrow_t", delete_array_aligned_nothrow_hook as *const (), true),
+        (
+            NewArrayNothrow,
+            "_ZnamRKSt9nothrow_t",
+            new_array_nothrow_hook as *const (),
+            true,
+        ),
+        (
+            NewAlignedNothrow,
+            "_ZnwmSt11align_val_tRKSt9nothrow_t",
+            new_aligned_nothrow_hook as *const (),
+            true,
+        ),
+        (
+            NewArrayAlignedNothrow,
+            "_ZnamSt11align_val_tRKSt9nothrow_t",
+            new_array_aligned_nothrow_hook as *const (),
+            true,
+        ),
+        (
+            DeleteNothrow,
+            "_ZdlPvRKSt9nothrow_t",
+            delete_nothrow_hook as *const (),
+            true,
+        ),
+        (
+            DeleteArrayNothrow,
+            "_ZdaPvRKSt9nothrow_t",
+            delete_array_nothrow_hook as *const (),
+            true,
+        ),
+        (
+            DeleteSizedAligned,
+            "_ZdlPvmSt11align_val_t",
+            delete_sized_aligned_hook as *const (),
+            true,
+        ),
+        (
+            DeleteArraySizedAligned,
+            "_ZdaPvmSt11align_val_t",
+            delete_array_sized_aligned_hook as *const (),
+            true,
+        ),
+        (
+            DeleteAlignedNothrow,
+            "_ZdlPvSt11align_val_tRKSt9nothrow_t",
+            delete_aligned_nothrow_hook as *const (),
+            true,
+        ),
+        (
+            DeleteArrayAlignedNothrow,
+            "_ZdaPvSt11align_val_tRKSt9nothrow_t",
+            delete_array_aligned_nothrow_hook as *const (),
+            true,
+        ),
     ]
 }
 
@@ -250,7 +315,13 @@ pub(super) extern "C" fn calloc_with_regs(n: usize, m: usize, sp: usize, fp: usi
     p
 }
 
-pub(super) extern "C" fn realloc_with_regs(p: *mut c_void, size: usize, sp: usize, fp: usize, lr: usize) -> *mut c_void {
+pub(super) extern "C" fn realloc_with_regs(
+    p: *mut c_void,
+    size: usize,
+    sp: usize,
+    fp: usize,
+    lr: usize,
+) -> *mut c_void {
     site::tls(|h| h.outer.set(h.outer.get() & !MEM_VIA));
     // SAFETY: forwarding the program's call unchanged.
     reallocate(p, size, Some(EntryRegs { sp, fp, lr }), || unsafe {
@@ -262,12 +333,7 @@ pub(super) extern "C" fn realloc_with_regs(p: *mut c_void, size: usize, sp: usiz
 /// call; success records the new block as an allocation of `size` bytes
 /// (as IgProf); failure puts the old block back exactly as it was.
 #[inline]
-fn reallocate(
-    p: *mut c_void,
-    size: usize,
-    regs: Option<EntryRegs>,
-    call: impl FnOnce() -> *mut c_void,
-) -> *mut c_void {
+fn reallocate(p: *mut c_void, size: usize, regs: Option<EntryRegs>, call: impl FnOnce() -> *mut c_void) -> *mut c_void {
     let old = freeing(p);
     let r = site::with_outer(MEM_OUTER, call);
     if r.is_null() {

@@ -104,7 +104,7 @@ impl StackMemo {
     /// The node of a remembered event with the same stack as this one.
     #[inline]
     pub fn lookup(&mut self, t: &ThreadState, r: &EntryRegs) -> Option<*mut Node> {
-        if self.owner == t as *const ThreadState {
+        if core::ptr::eq(self.owner, t) {
             // SAFETY: sp + 8 <= hi (usable()): the word at sp is in the stack.
             let ret = unsafe { *(r.sp as *const usize) };
             for s in self.slots.iter() {
@@ -133,7 +133,7 @@ impl StackMemo {
     /// Remembers a full walk's result: `node` for `trace` (leaf first)
     /// reached from registers `r`.
     pub fn store(&mut self, t: &ThreadState, r: &EntryRegs, trace: &[usize], node: *mut Node) {
-        if self.owner != t as *const ThreadState {
+        if !core::ptr::eq(self.owner, t) {
             for s in self.slots.iter_mut() {
                 s.len = 0;
             }

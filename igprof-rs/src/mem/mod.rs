@@ -114,7 +114,10 @@ fn start() -> Result<(), String> {
 /// Why an allocation function could not be hooked.
 #[derive(Debug)]
 pub enum InstallError {
-    Hook { name: &'static str, err: trampoline::HookError },
+    Hook {
+        name: &'static str,
+        err: trampoline::HookError,
+    },
 }
 
 impl core::fmt::Display for InstallError {

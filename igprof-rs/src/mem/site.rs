@@ -204,7 +204,7 @@ impl PathCache {
         trace: &[usize],
         truncated: bool,
     ) -> *mut Node {
-        let same_tree = self.owner == t as *const ThreadState && self.truncated == truncated;
+        let same_tree = core::ptr::eq(self.owner, t) && self.truncated == truncated;
         let (d, ld) = (trace.len(), self.trace.len());
         let mut common = 0;
         if same_tree {
