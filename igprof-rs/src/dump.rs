@@ -232,9 +232,12 @@ struct Resolved {
 /// Objects seen before a dlclose: (start, end, load base, path) of each
 /// loaded segment, so that addresses in an unloaded library still get
 /// their object and offset (names are then resolved by igprof-analyse).
+/// (segment start, segment end, load base, object path).
+type Segment = (usize, usize, usize, Vec<u8>);
+
 struct Unloaded {
     lock: AtomicBool,
-    list: std::cell::UnsafeCell<Vec<(usize, usize, usize, Vec<u8>)>>,
+    list: std::cell::UnsafeCell<Vec<Segment>>,
 }
 // SAFETY: `list` is only touched with `lock` held.
 unsafe impl Sync for Unloaded {}
@@ -244,7 +247,7 @@ static UNLOADED: Unloaded = Unloaded {
     list: std::cell::UnsafeCell::new(Vec::new()),
 };
 
-fn with_unloaded<R>(f: impl FnOnce(&mut Vec<(usize, usize, usize, Vec<u8>)>) -> R) -> R {
+fn with_unloaded<R>(f: impl FnOnce(&mut Vec<Segment>) -> R) -> R {
     while UNLOADED.lock.swap(true, Ordering::Acquire) {
         std::hint::spin_loop();
     }
@@ -260,7 +263,7 @@ pub fn remember_objects() {
     extern "C" fn cb(info: *mut libc::dl_phdr_info, _size: usize, data: *mut libc::c_void) -> i32 {
         // SAFETY: dl_iterate_phdr passes valid info; data is our Vec.
         unsafe {
-            let v = &mut *(data as *mut Vec<(usize, usize, usize, Vec<u8>)>);
+            let v = &mut *(data as *mut Vec<Segment>);
             let i = &*info;
             if i.dlpi_name.is_null() || *i.dlpi_name == 0 {
                 return 0;
@@ -276,7 +279,7 @@ pub fn remember_objects() {
         }
         0
     }
-    let mut now: Vec<(usize, usize, usize, Vec<u8>)> = Vec::new();
+    let mut now: Vec<Segment> = Vec::new();
     // SAFETY: cb matches the callback signature; `now` outlives the call.
     unsafe { libc::dl_iterate_phdr(Some(cb), &mut now as *mut _ as *mut libc::c_void) };
     with_unloaded(|list| {

@@ -26,6 +26,10 @@
 use core::cell::UnsafeCell;
 use core::fmt;
 
+/// A string too long for its fixed storage, or containing a NUL byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotStorable;
+
 /// A NUL-terminated byte string in fixed storage.
 #[derive(Clone, Copy)]
 pub struct FixedStr<const N: usize> {
@@ -37,10 +41,10 @@ impl<const N: usize> FixedStr<N> {
     pub const fn new() -> Self {
         FixedStr { buf: [0; N], len: 0 }
     }
-    /// Fails when `s` (plus the NUL) does not fit.
-    pub fn set(&mut self, s: &[u8]) -> Result<(), ()> {
+    /// Fails when `s` (plus the NUL) does not fit, or contains a NUL.
+    pub fn set(&mut self, s: &[u8]) -> Result<(), NotStorable> {
         if s.len() + 1 > N || s.contains(&0) {
-            return Err(());
+            return Err(NotStorable);
         }
         self.buf[..s.len()].copy_from_slice(s);
         self.buf[s.len()] = 0;

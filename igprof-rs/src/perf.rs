@@ -12,6 +12,7 @@
 //!   CLOCK_MONOTONIC, one-shot and re-armed by every expiry with a jittered
 //!   interval. CPU-clock POSIX timers only fire on the scheduler tick, so
 //!   there intervals below the tick become the tick.
+//!
 //! The handler walks the interrupted stack and ticks PERF_TICKS on the
 //! leaf's path in the thread's own tree: no lock, no allocation (the tree
 //! takes memory straight from mmap).

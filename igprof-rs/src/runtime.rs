@@ -119,7 +119,7 @@ fn describe(o: &Options, modules: &[&str]) -> String {
             PerfClock::Real => ("-pr", "wall-clock time"),
         };
         let iv = o.interval_ns;
-        let ivs = if iv % 1_000_000 == 0 {
+        let ivs = if iv.is_multiple_of(1_000_000) {
             format!("{}ms", iv / 1_000_000)
         } else {
             format!("{}us", iv / 1000)
@@ -155,10 +155,15 @@ pub struct Module {
     pub fork_child: Option<fn()>,
     /// Leaked resources for `LK` records: calls `f(node, counter slot,
     /// address, size)` for each one still alive at the dump.
-    pub leaks: Option<fn(&mut dyn FnMut(*const crate::tree::Node, usize, u64, u64))>,
+    pub leaks: Option<LeaksFn>,
     /// `T=` of the header when no sampling profiler sets it.
     pub header_tick: Option<f64>,
 }
+
+/// Visits leaked resources: `f(node, counter slot, address, size)`.
+pub type LeaksFn = fn(&mut dyn FnMut(*const crate::tree::Node, usize, u64, u64));
+/// Visits synthetic top-level functions: `f(name, counter slot, ticks, value)`.
+pub type SyntheticFn = fn(&mut dyn FnMut(&'static str, usize, u64, u64));
 
 /// What a module adds to every dump (beside its counters in the trees).
 pub struct DumpHooks {
@@ -168,7 +173,7 @@ pub struct DumpHooks {
     pub before_dump: fn(),
     /// Synthetic top-level functions: calls `f(name, counter slot, ticks,
     /// value)` for each (e.g. energy no thread is charged with).
-    pub synthetic: fn(&mut dyn FnMut(&'static str, usize, u64, u64)),
+    pub synthetic: SyntheticFn,
 }
 
 /// Dump hooks of the built-in modules.

@@ -27,7 +27,7 @@ static PROG_FLAGS: AtomicI32 = AtomicI32::new(0);
 static PROG_MASK: AtomicU64 = AtomicU64::new(0);
 
 /// sigaction through the original function (our hook bypassed).
-pub fn real_sigaction(sig: i32, act: *const libc::sigaction, old: *mut libc::sigaction) -> Result<(), i32> {
+pub(crate) fn real_sigaction(sig: i32, act: *const libc::sigaction, old: *mut libc::sigaction) -> Result<(), i32> {
     // SAFETY: pointers are null or valid, as for sigaction(2).
     let r = unsafe {
         match orig::sigaction() {
@@ -68,7 +68,7 @@ fn shadow_set(act: *const libc::sigaction) {
 }
 
 /// Replacement of sigaction.
-pub extern "C" fn sigaction_hook(sig: i32, act: *const libc::sigaction, old: *mut libc::sigaction) -> i32 {
+pub(crate) extern "C" fn sigaction_hook(sig: i32, act: *const libc::sigaction, old: *mut libc::sigaction) -> i32 {
     if sig == SIGNAL && !thread::is_busy() {
         let _e = sys::ErrnoGuard::save();
         shadow_get(old);

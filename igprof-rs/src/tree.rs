@@ -243,7 +243,7 @@ impl CallTree {
 
     /// The child of `parent` for `addr`, created if missing; null when out of memory.
     #[inline]
-    pub fn child(&mut self, parent: *mut Node, addr: usize) -> *mut Node {
+    pub(crate) fn child(&mut self, parent: *mut Node, addr: usize) -> *mut Node {
         let mut i = hash(parent as usize, addr) & self.mask;
         loop {
             // SAFETY: i <= mask; the table has mask+1 slots.
