@@ -562,3 +562,74 @@ fn write_profile<S: Sink>(sink: S, m: &Merged) -> Result<S, WriteError> {
     }
     Ok(w.into_sink())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::counters::{self, CounterId};
+    use crate::tree::CallTree;
+
+    #[test]
+    fn threads_merge_by_path_with_each_counters_rule() {
+        let _g = counters::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        counters::reset_for_test();
+        counters::enable(CounterId::PerfTicks);
+        counters::enable(CounterId::MemMax);
+        counters::enable(CounterId::MemLive);
+        let (ticks, max, live) = (
+            counters::slot(CounterId::PerfTicks).unwrap(),
+            counters::slot(CounterId::MemMax).unwrap(),
+            counters::slot(CounterId::MemLive).unwrap(),
+        );
+        let mut a = CallTree::new();
+        let mut b = CallTree::new();
+        // SAFETY (all derefs below): nodes returned by node_for are live.
+        let n = a.node_for(&[0x30, 0x20, 0x10], false);
+        unsafe { &*n }.counter(ticks).add(3, 3);
+        unsafe { &*n }.counter(max).record_max(100);
+        unsafe { &*n }.counter(live).tick_shared(64);
+        let n = b.node_for(&[0x30, 0x20, 0x10], false);
+        unsafe { &*n }.counter(ticks).add(2, 2);
+        unsafe { &*n }.counter(max).record_max(40);
+        unsafe { &*n }.counter(live).tick_shared(16);
+        unsafe { &*n }.counter(live).tick_shared(16);
+        unsafe { &*n }.counter(live).release_shared(16);
+        let n = b.node_for(&[0x31, 0x20, 0x10], false);
+        unsafe { &*n }.counter(ticks).add(1, 1);
+
+        let mut m = Merged::new(counters::nslots());
+        m.merge_tree(0, a.root().unwrap());
+        m.merge_tree(0, b.root().unwrap());
+        m.add_synthetic("<unattributed>", ticks, 1, 7);
+        m.add_synthetic("<unattributed>", ticks, 1, 5);
+        // root, 0x10, 0x20, 0x30, 0x31, synthetic
+        assert_eq!(m.nodes.len(), 6);
+        let find = |m: &Merged, path: &[usize]| {
+            let mut id = 0u32;
+            for &addr in path {
+                id = m.index[&(id, addr)];
+            }
+            id as usize
+        };
+        let leaf = find(&m, &[0x10, 0x20, 0x30]);
+        let v = |id: usize, s: usize| m.values[id * m.nslots + s];
+        assert_eq!(v(leaf, ticks), (5, 5, 5), "PERF_TICKS adds up");
+        assert_eq!(v(leaf, max), (2, 100, 0), "MEM_MAX keeps the largest");
+        assert_eq!(
+            v(leaf, live),
+            (2, 80, 64),
+            "MEM_LIVE adds what is live, keeps the largest peak"
+        );
+        assert_eq!(v(find(&m, &[0x10, 0x20, 0x31]), ticks), (1, 1, 1));
+        assert_eq!(
+            v(find(&m, &[0x10, 0x20]), ticks),
+            (0, 0, 0),
+            "callers carry no self counts"
+        );
+        let synth = find(&m, &[SYNTHETIC_BASE]);
+        assert_eq!(v(synth, ticks), (2, 12, 12));
+        assert_eq!(m.synthetic, vec!["<unattributed>"]);
+        assert_eq!(resolve(SYNTHETIC_BASE, b"", &m.synthetic).name, b"<unattributed>");
+        assert_eq!(resolve(TRUNCATED, b"", &m.synthetic).name, b"@igprof_stack_truncated");
+    }
+}
