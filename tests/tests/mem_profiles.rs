@@ -199,3 +199,35 @@ fn thread_destructors_dlopen_and_fork() {
     let cl = site(&sites(&child, "MEM_LIVE"), "child_site");
     assert_eq!((cl.calls, cl.bytes), (1, 333));
 }
+
+#[test]
+fn empty_memory_profilers() {
+    for mode in ["-ep", "-ei", "-eu"] {
+        let (_d, out, _err, p) = run(&format!("empty{mode}"), "mem_empty.c", &[mode], &[]);
+        // Per site: bytes of whole pages in the block, and of those no write touched.
+        let line = |name: &str| -> (u64, u64) {
+            let l = out.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("{out}"));
+            let v: Vec<u64> = l.split(' ').skip(1).map(|x| x.parse().unwrap()).collect();
+            (v[0], v[1])
+        };
+        let (uw, uc) = line("e_untouched");
+        let (_hw, hc) = line("e_half");
+        let (zw, _zc) = line("e_zeroed");
+        assert_eq!(uw, uc);
+        let want = |name: &str| -> u64 {
+            match (mode, name) {
+                (_, "e_untouched") => uw,
+                (_, "e_half") => hc,
+                ("-eu", "e_zeroed") => 0, // cleared to zero = used under -eu
+                (_, "e_zeroed") => zw,    // still all zeros under -ep / -ei
+                _ => unreachable!(),
+            }
+        };
+        let empty = sites(&p, "MEM_EMPTY");
+        for name in ["e_untouched", "e_half", "e_zeroed"] {
+            let s = site(&empty, name);
+            assert_eq!(s.bytes, want(name), "{mode} {name}: {s:?}");
+            assert_eq!(s.calls, u64::from(want(name) > 0), "{mode} {name} blocks with empty pages");
+        }
+    }
+}
