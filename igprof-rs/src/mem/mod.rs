@@ -111,23 +111,6 @@ fn start() -> Result<(), String> {
     Ok(())
 }
 
-/// Why an allocation function could not be hooked.
-#[derive(Debug)]
-pub enum InstallError {
-    Hook {
-        name: &'static str,
-        err: trampoline::HookError,
-    },
-}
-
-impl core::fmt::Display for InstallError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            InstallError::Hook { name, err } => write!(f, "cannot hook {name}: {err}"),
-        }
-    }
-}
-
 /// Hooks a function: prepared, chain stored, then enabled, so the hook
 /// never runs before its chain pointer exists.
 pub(crate) fn hook(
@@ -193,7 +176,10 @@ pub fn install() {
         }
         match hook(name, &sym, repl, |c| hooks::set_chain(f, c)) {
             Ok(()) => done.push(sym.addr),
-            Err(err) => crate::igprof_log!("{}; continuing without it", InstallError::Hook { name, err }),
+            Err(err) => crate::igprof_log!(
+                "{}; continuing without it",
+                crate::hooks::InstallError::Hook { name, err }
+            ),
         }
     }
     if let Some(o) = malloc_obj.filter(|p| !is_libc(p)) {

@@ -44,16 +44,6 @@ pub fn site(m: &BTreeMap<String, Site>, name: &str) -> Site {
     m.get(name).cloned().unwrap_or_default()
 }
 
-/// Sum of a counter's value over the whole profile.
-pub fn total_value(p: &Profile, counter: &str) -> u64 {
-    p.nodes
-        .iter()
-        .flat_map(|n| n.values.iter())
-        .filter(|v| v.counter == counter)
-        .map(|v| v.value)
-        .sum()
-}
-
 /// Builds `src` in a scratch dir named `name` and runs it under igprof with
 /// `opts`, output into `prof.gz`; returns (dir, stdout, stderr, profile).
 pub fn run(name: &str, src: &str, opts: &[&str], args: &[&str]) -> (PathBuf, String, String, Profile) {
