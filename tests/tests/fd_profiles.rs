@@ -116,3 +116,17 @@ fn memory_descriptors_and_cpu_in_one_run() {
     assert_eq!(under("MEM_LIVE"), 0, "every FILE freed by fclose");
     assert!(total(&p, "PERF_TICKS") > 0, "CPU samples in the same profile");
 }
+
+#[test]
+fn results_and_errno_are_the_programs() {
+    let d = scratch("errno");
+    build(&d, "mem_errno.c", "mem_errno", &[]);
+    let plain = std::process::Command::new(d.join("mem_errno")).output().unwrap();
+    assert!(plain.status.success());
+    let o = igprof(&d, &["-mp", "-fd", "-o", "prof.gz", "./mem_errno"]);
+    let _ = ok(&o);
+    let want = String::from_utf8_lossy(&plain.stdout);
+    let got = String::from_utf8_lossy(&o.stdout);
+    assert!(want.contains("malloc ok: errno 1234") && want.contains("close bad: -1 errno 9"), "{want}");
+    assert_eq!(got, want, "the program sees the same results and errno under -mp -fd");
+}
