@@ -396,3 +396,44 @@ fn dump_now_and_dump_signal() {
     let plain = std::process::Command::new(d.join("sleep_burn")).output().unwrap();
     assert!(plain.status.success() && plain.stdout.is_empty());
 }
+
+#[test]
+fn igprof_analyse_reads_our_profile_and_agrees() {
+    let analyse = target_dir().join("release/igprof-analyse");
+    assert!(
+        analyse.exists(),
+        "{} missing: cargo build --release -p igprof-analyse",
+        analyse.display()
+    );
+    let d = scratch("analyse");
+    build(&d, "cpu_split.c", "cpu_split", &[]);
+    ok(&igprof(
+        &d,
+        &["-pp", "-i", "1ms", "-o", "split.gz", "./cpu_split", "100"],
+    ));
+    let o = std::process::Command::new(&analyse)
+        .args(["-d", "-r", "PERF_TICKS", "split.gz"])
+        .current_dir(&d)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report = String::from_utf8_lossy(&o.stdout);
+    // Flat cumulative lines: "% total  Total  Function".
+    let share = |f: &str| -> f64 {
+        report
+            .lines()
+            .find(|l| l.split_whitespace().nth(2) == Some(f))
+            .and_then(|l| l.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("{f} not in the report:\n{report}"))
+    };
+    let ours = cumulative_shares(&parse_strict(&read_text(&d.join("split.gz"))).unwrap(), "PERF_TICKS");
+    for f in ["hot_a", "hot_b", "hot_c"] {
+        assert!(
+            (share(f) - ours[f]).abs() < 0.2,
+            "{f}: analyse {} vs parser {}",
+            share(f),
+            ours[f]
+        );
+    }
+    assert!((share("hot_a") - 50.0).abs() <= 3.0, "{report}");
+}
