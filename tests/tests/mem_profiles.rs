@@ -231,3 +231,48 @@ fn empty_memory_profilers() {
         }
     }
 }
+
+#[test]
+fn another_allocator_is_detected_and_exact() {
+    // gperftools' tcmalloc (Debian's google-perftools, installed by scripts/setup).
+    let tc = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4";
+    if cfg!(not(target_arch = "x86_64")) || !std::path::Path::new(tc).exists() {
+        eprintln!("{tc} not installed: skipped");
+        return;
+    }
+    let d = scratch("tcmalloc");
+    build(&d, "alloc_churn.c", "alloc_churn", &[]);
+    build(&d, "mem_newdel.cpp", "mem_newdel", &["-std=c++17"]);
+    let run_tc = |args: &[&str]| {
+        let o = std::process::Command::new(root().join("scripts/igprof"))
+            .args(args)
+            .current_dir(&d)
+            .env("IGPROF_LIB", lib())
+            .env("LD_PRELOAD", tc)
+            .output()
+            .unwrap();
+        ok(&o)
+    };
+    let err = run_tc(&["-mp", "-o", "churn.gz", "./alloc_churn", "20000", "5"]);
+    assert!(err.contains("the program's allocator is") && err.contains("tcmalloc"), "{err}");
+    let p = load(&d.join("churn.gz"));
+    let t = sites(&p, "MEM_TOTAL");
+    let n = 20_000u64;
+    assert_eq!((site(&t, "site_small").calls, site(&t, "site_small").bytes), (n, 32 * n));
+    assert_eq!(site(&t, "site_realloc").calls, 2 * (n / 10));
+    let l = site(&sites(&p, "MEM_LIVE"), "site_leak");
+    assert_eq!((l.calls, l.bytes), (1000, 1_000_000));
+    // tcmalloc defines operator new/delete itself (they do not call malloc).
+    run_tc(&["-mp", "-o", "newdel.gz", "./mem_newdel"]);
+    let p = load(&d.join("newdel.gz"));
+    let t = sites(&p, "MEM_TOTAL");
+    for (f, bytes) in [("_Z5f_newv", 1000), ("_Z6f_new1v", 8), ("_Z9f_alignedv", 128), ("_Z9f_nothrowv", 77)] {
+        let s = site(&t, f);
+        assert_eq!((s.calls, s.bytes), (1, bytes), "{f}");
+    }
+    let live: u64 = ["_Z5f_newv", "_Z6f_new1v", "_Z9f_alignedv", "_Z9f_nothrowv"]
+        .iter()
+        .map(|f| site(&sites(&p, "MEM_LIVE"), f).bytes)
+        .sum();
+    assert_eq!(live, 0, "every delete form released its block");
+}

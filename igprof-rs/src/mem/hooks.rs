@@ -295,6 +295,32 @@ fn freeing(p: *mut c_void) -> Option<crate::live::Block> {
     site::unrecorded(KIND_FREE, p as usize, 0, || account::on_free(p as usize)).flatten()
 }
 
+/// Marks that a hook whose original may allocate through another hooked
+/// entry point (reallocarray -> realloc, jemalloc's operator new ->
+/// malloc) is running; the inner hook clears the mark and records the call.
+#[inline]
+fn via_begin() {
+    site::tls(|h| h.outer.set(h.outer.get() | MEM_VIA));
+}
+
+/// Ends [`via_begin`]: true if no inner allocation hook ran (the outer
+/// hook must record the call itself).
+#[inline]
+fn via_end() -> bool {
+    site::tls(|h| {
+        let o = h.outer.get();
+        h.outer.set(o & !MEM_VIA);
+        o & MEM_VIA != 0
+    })
+}
+
+/// An allocation hook ran: an outer hook waiting in [`via_begin`] is
+/// covered by it.
+#[inline]
+fn via_seen() {
+    site::tls(|h| h.outer.set(h.outer.get() & !MEM_VIA));
+}
+
 // ---- the replacements ----
 
 // Entered through the naked stubs of `memo::entry` (the installed
@@ -302,6 +328,7 @@ fn freeing(p: *mut c_void) -> Option<crate::live::Block> {
 // the call follow the real arguments.
 
 pub(super) extern "C" fn malloc_with_regs(size: usize, sp: usize, fp: usize, lr: usize) -> *mut c_void {
+    via_seen();
     // SAFETY: forwarding the program's call unchanged.
     let p = unsafe { chain!(Func::Malloc, Malloc)(size) };
     allocated_fill(p, size, true, Some(EntryRegs { sp, fp, lr }));
@@ -309,6 +336,7 @@ pub(super) extern "C" fn malloc_with_regs(size: usize, sp: usize, fp: usize, lr:
 }
 
 pub(super) extern "C" fn calloc_with_regs(n: usize, m: usize, sp: usize, fp: usize, lr: usize) -> *mut c_void {
+    via_seen();
     // SAFETY: forwarding the program's call unchanged.
     let p = unsafe { chain!(Func::Calloc, Calloc)(n, m) };
     allocated_fill(p, n.wrapping_mul(m), false, Some(EntryRegs { sp, fp, lr }));
@@ -322,7 +350,7 @@ pub(super) extern "C" fn realloc_with_regs(
     fp: usize,
     lr: usize,
 ) -> *mut c_void {
-    site::tls(|h| h.outer.set(h.outer.get() & !MEM_VIA));
+    via_seen();
     // SAFETY: forwarding the program's call unchanged.
     reallocate(p, size, Some(EntryRegs { sp, fp, lr }), || unsafe {
         chain!(Func::Realloc, Realloc)(p, size)
@@ -355,14 +383,10 @@ fn reallocate(p: *mut c_void, size: usize, regs: Option<EntryRegs>, call: impl F
 /// records the call. Only a reallocarray that does not go through realloc
 /// is recorded here (the old block is then forgotten after the call).
 extern "C" fn reallocarray_hook(p: *mut c_void, n: usize, m: usize) -> *mut c_void {
-    site::tls(|h| h.outer.set(h.outer.get() | MEM_VIA));
+    via_begin();
     // SAFETY: forwarding the program's call unchanged.
     let r = unsafe { chain!(Func::ReallocArray, ReallocArray)(p, n, m) };
-    let direct = site::tls(|h| {
-        let o = h.outer.get();
-        h.outer.set(o & !MEM_VIA);
-        o & MEM_VIA != 0
-    });
+    let direct = via_end();
     if direct && !r.is_null() {
         freeing(p);
         allocated_fill(r, n.wrapping_mul(m), false, None);
@@ -383,6 +407,7 @@ extern "C" fn cfree_hook(p: *mut c_void) {
 }
 
 extern "C" fn memalign_hook(align: usize, size: usize) -> *mut c_void {
+    via_seen();
     // SAFETY: forwarding the program's call unchanged.
     let p = unsafe { chain!(Func::Memalign, Memalign)(align, size) };
     allocated(p, size);
@@ -390,6 +415,7 @@ extern "C" fn memalign_hook(align: usize, size: usize) -> *mut c_void {
 }
 
 extern "C" fn aligned_alloc_hook(align: usize, size: usize) -> *mut c_void {
+    via_seen();
     // SAFETY: forwarding the program's call unchanged.
     let p = unsafe { chain!(Func::AlignedAlloc, Memalign)(align, size) };
     allocated(p, size);
@@ -397,6 +423,7 @@ extern "C" fn aligned_alloc_hook(align: usize, size: usize) -> *mut c_void {
 }
 
 extern "C" fn posix_memalign_hook(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
+    via_seen();
     // SAFETY: forwarding the program's call unchanged.
     let r = unsafe { chain!(Func::PosixMemalign, PosixMemalign)(out, align, size) };
     if r == 0 && !out.is_null() {
@@ -407,6 +434,7 @@ extern "C" fn posix_memalign_hook(out: *mut *mut c_void, align: usize, size: usi
 }
 
 extern "C" fn valloc_hook(size: usize) -> *mut c_void {
+    via_seen();
     // SAFETY: forwarding the program's call unchanged.
     let p = unsafe { chain!(Func::Valloc, Malloc)(size) };
     allocated(p, size);
@@ -414,6 +442,7 @@ extern "C" fn valloc_hook(size: usize) -> *mut c_void {
 }
 
 extern "C" fn pvalloc_hook(size: usize) -> *mut c_void {
+    via_seen();
     // SAFETY: forwarding the program's call unchanged.
     let p = unsafe { chain!(Func::Pvalloc, Malloc)(size) };
     allocated(p, size);
@@ -423,31 +452,43 @@ extern "C" fn pvalloc_hook(size: usize) -> *mut c_void {
 // C++ operators of an allocator that defines them itself (tcmalloc).
 
 extern "C" fn new_hook(size: usize) -> *mut c_void {
+    via_begin();
     // SAFETY: forwarding the program's call unchanged (it may throw: the
     // exception passes through this frame, which has nothing to clean up).
     let p = unsafe { chain!(Func::New, Malloc)(size) };
-    allocated(p, size);
+    if via_end() {
+        allocated(p, size);
+    }
     p
 }
 
 extern "C" fn new_array_hook(size: usize) -> *mut c_void {
+    via_begin();
     // SAFETY: as new_hook.
     let p = unsafe { chain!(Func::NewArray, Malloc)(size) };
-    allocated(p, size);
+    if via_end() {
+        allocated(p, size);
+    }
     p
 }
 
 extern "C" fn new_aligned_hook(size: usize, align: usize) -> *mut c_void {
+    via_begin();
     // SAFETY: as new_hook.
     let p = unsafe { chain!(Func::NewAligned, Aligned)(size, align) };
-    allocated(p, size);
+    if via_end() {
+        allocated(p, size);
+    }
     p
 }
 
 extern "C" fn new_array_aligned_hook(size: usize, align: usize) -> *mut c_void {
+    via_begin();
     // SAFETY: as new_hook.
     let p = unsafe { chain!(Func::NewArrayAligned, Aligned)(size, align) };
-    allocated(p, size);
+    if via_end() {
+        allocated(p, size);
+    }
     p
 }
 
@@ -495,8 +536,12 @@ macro_rules! new_forms {
         extern "C" fn $name(size: usize, b: usize, c: usize) -> *mut c_void {
             // SAFETY: forwarding the program's call unchanged (registers
             // the original does not read are passed through harmlessly).
+            via_begin();
+            // SAFETY: as above.
             let p = unsafe { chain!($f, New3)(size, b, c) };
-            allocated(p, size);
+            if via_end() {
+                allocated(p, size);
+            }
             p
         }
     )*};
