@@ -12,15 +12,26 @@
 //! - x86-64, patch within one aligned 16-byte block: one `lock cmpxchg16b`;
 //!   same guarantee.
 //! - otherwise (x86-64 patches crossing a 16-byte boundary; AArch64 far
-//!   patches of several instructions): the architecture's branch-to-itself
-//!   (`Arch::SELF_LOOP`: x86-64 `jmp .`) is stored atomically over the
-//!   first bytes, then the tail is written, then the real first bytes are
-//!   stored atomically; a thread entering meanwhile spins until the patch is
-//!   complete. If even the self-loop cannot be stored atomically (x86-64: its
+//!   patches of 4 or 5 instructions): the architecture's branch-to-itself
+//!   (`Arch::SELF_LOOP`: x86-64 `jmp .`, AArch64 `b .`) is stored
+//!   atomically over the first bytes, then the tail is written, then the
+//!   real first bytes are stored atomically, with an instruction-cache
+//!   flush after each step; a thread entering meanwhile spins until the
+//!   patch is complete. On AArch64 the first instruction is 4-aligned, so
+//!   `b .` and the real first instruction always fit one aligned 8-byte
+//!   word. If even the self-loop cannot be stored atomically (x86-64: its
 //!   2 bytes straddle a 16-byte boundary) or the architecture has none,
 //!   the tail is written first and the head (up to the next 8-byte
 //!   boundary, one store) last, and a thread entering during the write may
 //!   execute a mix.
+//!
+//! AArch64 caveat (near `b` and far patch alike): a 4-aligned instruction
+//! store is single-copy atomic, so a fetch sees the old or the new word,
+//! never a torn one; but the ARM ARM promises which of the two a concurrent
+//! thread executes only when both are among B, BL, BRK, HVC, ISB, NOP, SMC,
+//! SVC. Replacing an arbitrary first instruction by `b` (and `b .` by
+//! `ldr x16`) is outside that list, as it is for every user-space hooking
+//! library; it relies on real cores fetching either word.
 //!
 //! A thread that is *already inside* the taken bytes (between their first
 //! and last instruction) when the patch lands is not protected by any of
@@ -207,6 +218,7 @@ unsafe fn write_plain(at: u64, bytes: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::RefCell;
 
     /// Every layout path writes exactly the requested bytes and nothing else.
     #[test]
@@ -230,6 +242,103 @@ mod tests {
                     assert_eq!(x, want, "off {off} len {len} byte {i}");
                 }
             }
+        }
+    }
+
+    /// 64-byte buffer aligned like a cache line, so offsets decide the layout.
+    #[repr(align(64))]
+    struct Buf([u8; 64]);
+
+    thread_local! {
+        /// Base of the buffer under test and, per flush: (addr, len, buffer).
+        static STEPS: RefCell<(u64, Vec<(u64, usize, Vec<u8>)>)> = const { RefCell::new((0, Vec::new())) };
+    }
+
+    /// The flush seam: records the whole buffer after each store step.
+    fn record(at: u64, len: usize) {
+        STEPS.with(|s| {
+            let mut s = s.borrow_mut();
+            // SAFETY: s.0 is the base of the live 64-byte test buffer.
+            let now = unsafe { std::slice::from_raw_parts(s.0 as *const u8, 64) }.to_vec();
+            s.1.push((at, len, now));
+        });
+    }
+
+    /// Run `store` with AArch64's `SELF_LOOP` at `off` over a buffer of
+    /// distinct old bytes; returns the old buffer and the recorded steps.
+    fn aarch64_steps(off: u64, new: &[u8]) -> (Vec<u8>, Vec<(u64, usize, Vec<u8>)>) {
+        use crate::aarch64::Aarch64;
+        let mut b = Buf([0; 64]);
+        for (i, x) in b.0.iter_mut().enumerate() {
+            *x = 0x40 + i as u8;
+        }
+        let old = b.0.to_vec();
+        let base = b.0.as_mut_ptr() as u64;
+        STEPS.with(|s| *s.borrow_mut() = (base, Vec::new()));
+        // SAFETY: writing inside our own buffer.
+        unsafe { store(base + off, new, Aarch64::SELF_LOOP, record) };
+        let steps = STEPS.with(|s| std::mem::take(&mut s.borrow_mut().1));
+        let steps = steps
+            .into_iter()
+            .map(|(at, len, now)| (at - base, len, now))
+            .collect();
+        (old, steps)
+    }
+
+    /// `old` with `bytes` at `off`.
+    fn with(old: &[u8], off: u64, bytes: &[u8]) -> Vec<u8> {
+        let mut v = old.to_vec();
+        v[off as usize..off as usize + bytes.len()].copy_from_slice(bytes);
+        v
+    }
+
+    #[test]
+    fn aarch64_self_loop_is_b_to_itself() {
+        use crate::aarch64::Aarch64;
+        assert_eq!(Aarch64::SELF_LOOP, [0x00, 0x00, 0x00, 0x14]);
+        let at = 0x40_1234;
+        assert_eq!(Aarch64::near_patch(at, at).unwrap(), Aarch64::SELF_LOOP);
+    }
+
+    /// AArch64 far patch: `b .` over the first instruction (one store),
+    /// then the rest, then the real first instruction (one store), a flush
+    /// after each; the first instruction is never torn.
+    #[test]
+    fn aarch64_far_patch_spins_while_the_tail_is_written() {
+        use crate::aarch64::Aarch64;
+        for off in (0x10..=0x2c).step_by(4) {
+            let new = Aarch64::far_patch(0x7f00_0000_0000 + off, 0x1234_5678_9abc_def0);
+            let len = new.len();
+            assert_eq!(len, if off % 8 == 0 { 16 } else { 20 });
+            let (old, steps) = aarch64_steps(off, &new);
+            let done = with(&old, off, &new);
+            if cfg!(target_arch = "x86_64") && (off & 15) + len as u64 <= 16 {
+                // An x86-64 host stores one aligned 16-byte block at once.
+                assert_eq!(steps, vec![(off, len, done)], "off {off:#x}");
+                continue;
+            }
+            let spin = with(&old, off, Aarch64::SELF_LOOP);
+            let spin_tail = with(&spin, off + 4, &new[4..]);
+            assert_eq!(
+                steps,
+                vec![
+                    (off, 4, spin),
+                    (off + 4, len - 4, spin_tail),
+                    (off, 4, done)
+                ],
+                "off {off:#x}"
+            );
+        }
+    }
+
+    /// AArch64 near patch (`b`): one store of the 4-byte word, one flush.
+    #[test]
+    fn aarch64_near_patch_is_one_store() {
+        use crate::aarch64::Aarch64;
+        for off in (0x10..=0x2c).step_by(4) {
+            let new = Aarch64::near_patch(0x40_0000 + off, 0x48_0000).unwrap();
+            let (old, steps) = aarch64_steps(off, &new);
+            assert_eq!(steps, vec![(off, 4, with(&old, off, &new))], "off {off:#x}");
         }
     }
 }

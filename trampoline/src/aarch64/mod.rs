@@ -62,6 +62,9 @@ impl Arch for Aarch64 {
     const MAX_TRAMPOLINE_LEN: usize = 128;
     const CODE_ALIGN: usize = 16;
     const MAX_READ: usize = 64;
+    // `b .`: a far patch (16/20 bytes) cannot be stored at once; this one
+    // instruction is, so a thread entering meanwhile spins (patch.rs).
+    const SELF_LOOP: &'static [u8] = &[0x00, 0x00, 0x00, 0x14];
 
     fn plan(
         code: &[u8],
