@@ -14,6 +14,7 @@ __attribute__((noinline)) void *f_calloc(void) { T(calloc(7, 143)); }
 __attribute__((noinline)) void *f_realloc_grow(void *p) { T(realloc(p, 3003)); }
 __attribute__((noinline)) void *f_realloc_null(void) { T(realloc(NULL, 1234)); }
 __attribute__((noinline)) void *f_reallocarray(void *p) { T(reallocarray(p, 5, 401)); }
+__attribute__((noinline)) void *f_reallocarray_null(void) { T(reallocarray(NULL, 3, 111)); }
 __attribute__((noinline)) void *f_memalign(void) { T(memalign(64, 5005)); }
 __attribute__((noinline)) void *f_posix_memalign(void) { void *p = 0; int r = posix_memalign(&p, 128, 6006); keep = p; return r == 0 ? p : 0; }
 __attribute__((noinline)) void *f_aligned_alloc(void) { T(aligned_alloc(256, 7168)); }
@@ -28,6 +29,7 @@ int main(void) {
   a = f_realloc_grow(a);          /* a: 3003 at f_realloc_grow */
   void *c = f_realloc_null();
   c = f_reallocarray(c);          /* c: 2005 at f_reallocarray */
+  void *ra = f_reallocarray_null(); /* glibc: reallocarray -> realloc -> malloc, all tail calls */
   void *d = f_memalign(), *e = f_posix_memalign(), *f = f_aligned_alloc();
   void *g = f_valloc(), *h = f_pvalloc();
   void *l = f_leak();             /* stays: 4242 */
@@ -35,7 +37,7 @@ int main(void) {
   if (x != NULL) return 3;
   void *z = malloc(16);
   f_realloc_zero(z);              /* frees z */
-  free(a); free(b); free(c); free(d); free(e); free(f); free(g); free(h);
+  free(a); free(b); free(c); free(ra); free(d); free(e); free(f); free(g); free(h);
   printf("family done %p\n", keep);
   return 0;
 }

@@ -59,7 +59,8 @@ fn every_allocation_function_counts_once() {
     assert!(out.contains("family done"), "{out}");
     let total = sites(&p, "MEM_TOTAL");
     let live = sites(&p, "MEM_LIVE");
-    let want: [(&str, u64); 11] = [
+    let want: [(&str, u64); 12] = [
+        ("f_reallocarray_null", 3 * 111),
         ("f_malloc", 1001),
         ("f_calloc", 7 * 143),
         ("f_realloc_grow", 3003),

@@ -26,7 +26,7 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 
 use super::account;
 use super::memo::EntryRegs;
-use super::site::{self, Entry, MEM_OUTER, MEM_VIA};
+use super::site::{self, Entry, MEM_OUTER};
 use crate::sys::ErrnoGuard;
 
 /// Deferred-event kinds of this module.
@@ -273,6 +273,9 @@ fn allocated_fill(p: *mut c_void, size: usize, fill: bool, regs: Option<EntryReg
                     None => site::caller_node(t, h, MEM_OUTER),
                 };
                 if let Some(n) = n {
+                    // Recorded here: an outer hook waiting for an inner one
+                    // (via_begin) must not record it again.
+                    via_seen(addr);
                     if fill && super::empty::active() {
                         super::empty::fill(addr, size);
                     }
@@ -295,30 +298,25 @@ fn freeing(p: *mut c_void) -> Option<crate::live::Block> {
     site::unrecorded(KIND_FREE, p as usize, 0, || account::on_free(p as usize)).flatten()
 }
 
-/// Marks that a hook whose original may allocate through another hooked
-/// entry point (reallocarray -> realloc, jemalloc's operator new ->
-/// malloc) is running; the inner hook clears the mark and records the call.
+/// Starts a call whose original may allocate through another hooked entry
+/// point (realloc(NULL) -> malloc, glibc tail-calls it; reallocarray ->
+/// realloc; jemalloc's operator new -> malloc).
 #[inline]
 fn via_begin() {
-    site::tls(|h| h.outer.set(h.outer.get() | MEM_VIA));
+    site::tls(|h| h.inner.set(0));
 }
 
-/// Ends [`via_begin`]: true if no inner allocation hook ran (the outer
-/// hook must record the call itself).
+/// Ends [`via_begin`]: whether the outer hook must record block `r` itself
+/// (false when an inner hook already recorded exactly that block).
 #[inline]
-fn via_end() -> bool {
-    site::tls(|h| {
-        let o = h.outer.get();
-        h.outer.set(o & !MEM_VIA);
-        o & MEM_VIA != 0
-    })
+fn via_end(r: *mut c_void) -> bool {
+    site::tls(|h| h.inner.replace(0) != r as usize || r.is_null())
 }
 
-/// An allocation hook ran: an outer hook waiting in [`via_begin`] is
-/// covered by it.
+/// An allocation hook recorded block `addr`.
 #[inline]
-fn via_seen() {
-    site::tls(|h| h.outer.set(h.outer.get() & !MEM_VIA));
+fn via_seen(addr: usize) {
+    site::tls(|h| h.inner.set(addr));
 }
 
 // ---- the replacements ----
@@ -328,7 +326,6 @@ fn via_seen() {
 // the call follow the real arguments.
 
 pub(super) extern "C" fn malloc_with_regs(size: usize, sp: usize, fp: usize, lr: usize) -> *mut c_void {
-    via_seen();
     // SAFETY: forwarding the program's call unchanged.
     let p = unsafe { chain!(Func::Malloc, Malloc)(size) };
     allocated_fill(p, size, true, Some(EntryRegs { sp, fp, lr }));
@@ -336,7 +333,6 @@ pub(super) extern "C" fn malloc_with_regs(size: usize, sp: usize, fp: usize, lr:
 }
 
 pub(super) extern "C" fn calloc_with_regs(n: usize, m: usize, sp: usize, fp: usize, lr: usize) -> *mut c_void {
-    via_seen();
     // SAFETY: forwarding the program's call unchanged.
     let p = unsafe { chain!(Func::Calloc, Calloc)(n, m) };
     allocated_fill(p, n.wrapping_mul(m), false, Some(EntryRegs { sp, fp, lr }));
@@ -350,7 +346,6 @@ pub(super) extern "C" fn realloc_with_regs(
     fp: usize,
     lr: usize,
 ) -> *mut c_void {
-    via_seen();
     // SAFETY: forwarding the program's call unchanged.
     reallocate(p, size, Some(EntryRegs { sp, fp, lr }), || unsafe {
         chain!(Func::Realloc, Realloc)(p, size)
@@ -363,7 +358,9 @@ pub(super) extern "C" fn realloc_with_regs(
 #[inline]
 fn reallocate(p: *mut c_void, size: usize, regs: Option<EntryRegs>, call: impl FnOnce() -> *mut c_void) -> *mut c_void {
     let old = freeing(p);
+    via_begin();
     let r = site::with_outer(MEM_OUTER, call);
+    let record = via_end(r);
     if r.is_null() {
         // glibc: realloc(p, 0) frees p and returns NULL; otherwise NULL
         // means failure and p is untouched.
@@ -375,7 +372,13 @@ fn reallocate(p: *mut c_void, size: usize, regs: Option<EntryRegs>, call: impl F
         }
         return r;
     }
-    allocated_fill(r, size, false, regs);
+    if record {
+        allocated_fill(r, size, false, regs);
+    } else {
+        // realloc(NULL, n) went through malloc's hook, which recorded it;
+        // keep the outer's view for an enclosing hook.
+        via_seen(r as usize);
+    }
     r
 }
 
@@ -384,9 +387,10 @@ fn reallocate(p: *mut c_void, size: usize, regs: Option<EntryRegs>, call: impl F
 /// is recorded here (the old block is then forgotten after the call).
 extern "C" fn reallocarray_hook(p: *mut c_void, n: usize, m: usize) -> *mut c_void {
     via_begin();
-    // SAFETY: forwarding the program's call unchanged.
-    let r = unsafe { chain!(Func::ReallocArray, ReallocArray)(p, n, m) };
-    let direct = via_end();
+    // SAFETY: forwarding the program's call unchanged. Allocations libc
+    // makes inside it (realloc(NULL, n) -> malloc) are not separate calls.
+    let r = site::with_outer(MEM_OUTER, || unsafe { chain!(Func::ReallocArray, ReallocArray)(p, n, m) });
+    let direct = via_end(r);
     if direct && !r.is_null() {
         freeing(p);
         allocated_fill(r, n.wrapping_mul(m), false, None);
@@ -407,7 +411,6 @@ extern "C" fn cfree_hook(p: *mut c_void) {
 }
 
 extern "C" fn memalign_hook(align: usize, size: usize) -> *mut c_void {
-    via_seen();
     // SAFETY: forwarding the program's call unchanged.
     let p = unsafe { chain!(Func::Memalign, Memalign)(align, size) };
     allocated(p, size);
@@ -415,7 +418,6 @@ extern "C" fn memalign_hook(align: usize, size: usize) -> *mut c_void {
 }
 
 extern "C" fn aligned_alloc_hook(align: usize, size: usize) -> *mut c_void {
-    via_seen();
     // SAFETY: forwarding the program's call unchanged.
     let p = unsafe { chain!(Func::AlignedAlloc, Memalign)(align, size) };
     allocated(p, size);
@@ -423,7 +425,6 @@ extern "C" fn aligned_alloc_hook(align: usize, size: usize) -> *mut c_void {
 }
 
 extern "C" fn posix_memalign_hook(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
-    via_seen();
     // SAFETY: forwarding the program's call unchanged.
     let r = unsafe { chain!(Func::PosixMemalign, PosixMemalign)(out, align, size) };
     if r == 0 && !out.is_null() {
@@ -434,7 +435,6 @@ extern "C" fn posix_memalign_hook(out: *mut *mut c_void, align: usize, size: usi
 }
 
 extern "C" fn valloc_hook(size: usize) -> *mut c_void {
-    via_seen();
     // SAFETY: forwarding the program's call unchanged.
     let p = unsafe { chain!(Func::Valloc, Malloc)(size) };
     allocated(p, size);
@@ -442,7 +442,6 @@ extern "C" fn valloc_hook(size: usize) -> *mut c_void {
 }
 
 extern "C" fn pvalloc_hook(size: usize) -> *mut c_void {
-    via_seen();
     // SAFETY: forwarding the program's call unchanged.
     let p = unsafe { chain!(Func::Pvalloc, Malloc)(size) };
     allocated(p, size);
@@ -456,7 +455,7 @@ extern "C" fn new_hook(size: usize) -> *mut c_void {
     // SAFETY: forwarding the program's call unchanged (it may throw: the
     // exception passes through this frame, which has nothing to clean up).
     let p = unsafe { chain!(Func::New, Malloc)(size) };
-    if via_end() {
+    if via_end(p) {
         allocated(p, size);
     }
     p
@@ -466,7 +465,7 @@ extern "C" fn new_array_hook(size: usize) -> *mut c_void {
     via_begin();
     // SAFETY: as new_hook.
     let p = unsafe { chain!(Func::NewArray, Malloc)(size) };
-    if via_end() {
+    if via_end(p) {
         allocated(p, size);
     }
     p
@@ -476,7 +475,7 @@ extern "C" fn new_aligned_hook(size: usize, align: usize) -> *mut c_void {
     via_begin();
     // SAFETY: as new_hook.
     let p = unsafe { chain!(Func::NewAligned, Aligned)(size, align) };
-    if via_end() {
+    if via_end(p) {
         allocated(p, size);
     }
     p
@@ -486,7 +485,7 @@ extern "C" fn new_array_aligned_hook(size: usize, align: usize) -> *mut c_void {
     via_begin();
     // SAFETY: as new_hook.
     let p = unsafe { chain!(Func::NewArrayAligned, Aligned)(size, align) };
-    if via_end() {
+    if via_end(p) {
         allocated(p, size);
     }
     p
@@ -539,7 +538,7 @@ macro_rules! new_forms {
             via_begin();
             // SAFETY: as above.
             let p = unsafe { chain!($f, New3)(size, b, c) };
-            if via_end() {
+            if via_end(p) {
                 allocated(p, size);
             }
             p

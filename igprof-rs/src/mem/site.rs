@@ -61,6 +61,10 @@ pub struct HookTls {
     paths: Cell<*mut PathCache>,
     /// The previous allocation's stack, registers and node (made with `nested`).
     memo: Cell<*mut super::memo::StackMemo>,
+    /// The block the last recorded allocation returned (see
+    /// `hooks::via_begin`): an outer hook whose original allocated through
+    /// another hooked entry point does not record the same block again.
+    pub inner: Cell<usize>,
 }
 
 thread_local! {
@@ -73,6 +77,7 @@ thread_local! {
             nested: Cell::new(core::ptr::null()),
             paths: Cell::new(core::ptr::null_mut()),
             memo: Cell::new(core::ptr::null_mut()),
+            inner: Cell::new(0),
         }
     };
 }
@@ -324,9 +329,6 @@ pub const IN_RECORD: u8 = 0x80;
 /// Bit set while a memory hook runs a real function that may call another
 /// allocation function inside libc (realloc, reallocarray).
 pub const MEM_OUTER: u8 = 0x01;
-/// Bit set by the reallocarray hook and cleared by the realloc hook: tells
-/// whether the real reallocarray went through realloc (glibc does).
-pub const MEM_VIA: u8 = 0x04;
 /// Bit set while a descriptor hook runs a real function that may open or
 /// close inside libc (fopen, tmpfile, fclose, creat).
 pub const FD_OUTER: u8 = 0x02;
