@@ -137,7 +137,9 @@ pub fn install() {
         if done.contains(&sym.addr) {
             continue;
         }
-        let r = crate::mem::hook(name, &sym, repl, |c| CHAIN[f as usize].store(c as usize, Ordering::Release));
+        let r = crate::mem::hook(name, &sym, repl, |c| {
+            CHAIN[f as usize].store(c as usize, Ordering::Release)
+        });
         match r {
             Ok(()) => done.push(sym.addr),
             Err(err) => crate::igprof_log!("-fd: cannot hook {name}: {err}; continuing without it"),

@@ -55,7 +55,7 @@ pub const MODULE: crate::runtime::Module = crate::runtime::Module {
     register_counters: |_| register_counters(),
     start: |_| start(),
     thread_begin: None,
-    thread_end: None,
+    thread_end: Some(|_| crate::mem::site::release_thread_extras()),
     fork_child: Some(reset_after_fork),
     leaks: Some(leaks),
     header_tick: None,
@@ -143,7 +143,10 @@ fn start() -> Result<(), String> {
     init_slots();
     crate::mem::site::init_libc_range();
     // The hard limit: the program may raise its soft limit up to it later.
-    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: r is a valid out-pointer (start-up, not signal context).
     let limit = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0 {
         r.rlim_max.min(1 << 24) as usize

@@ -38,8 +38,9 @@ pub struct EntryRegs {
     pub lr: usize,
 }
 
-/// Largest stack region the memo copies.
-const MAX_REGION: usize = 64 * 1024;
+/// Largest stack region the memo copies (a size class of the library's
+/// allocator, so a thread's copies never need mappings of their own).
+const MAX_REGION: usize = 32 * 1024;
 /// Extra bytes kept above the outermost return-address slot.
 const MARGIN: usize = 256;
 /// Misses in a row after which the memo rests, and for how many events.
@@ -80,9 +81,8 @@ impl StackMemo {
                 ret: 0,
                 len: 0,
                 node: core::ptr::null_mut(),
-                // Zeroed large blocks come from fresh mmap: untouched pages
-                // cost nothing until a stack is stored.
-                copy: vec![0u8; MAX_REGION],
+                // Reserved, not written: filled when a stack is stored.
+                copy: Vec::with_capacity(MAX_REGION),
             }),
             next: 0,
             misses: 0,
@@ -161,12 +161,13 @@ impl StackMemo {
         }
         let end = (top + MARGIN).min(hi);
         let len = end - r.sp;
-        if len > s.copy.len() {
+        if len > s.copy.capacity() {
             return;
         }
         // SAFETY: [sp, end) is inside the thread's stack.
         let now = unsafe { core::slice::from_raw_parts(r.sp as *const u8, len) };
-        s.copy[..len].copy_from_slice(now);
+        s.copy.clear();
+        s.copy.extend_from_slice(now);
         s.len = len;
         // SAFETY: sp + 8 <= hi.
         s.ret = unsafe { *(r.sp as *const usize) };

@@ -266,6 +266,33 @@ impl PathCache {
     }
 }
 
+/// At thread exit: frees the thread's second unwinder, path cache and
+/// stack memo (a program that makes many short threads must not keep
+/// them). An allocation after this (a later thread-local destructor)
+/// makes them again.
+pub fn release_thread_extras() {
+    thread::paused(|| {
+        tls(|h| {
+            let n = h.nested.replace(core::ptr::null());
+            let p = h.paths.replace(core::ptr::null_mut());
+            let m = h.memo.replace(core::ptr::null_mut());
+            // SAFETY: each was made by Box::into_raw in make_thread_extras on
+            // this thread and is no longer referenced (pointers cleared).
+            unsafe {
+                if !n.is_null() {
+                    drop(Box::from_raw(n as *mut crate::unwind::ThreadUnwinder));
+                }
+                if !p.is_null() {
+                    drop(Box::from_raw(p));
+                }
+                if !m.is_null() {
+                    drop(Box::from_raw(m));
+                }
+            }
+        })
+    });
+}
+
 #[cold]
 #[inline(never)]
 fn make_thread_extras(h: &HookTls) {
