@@ -1,40 +1,49 @@
 //! Survey: how many exported functions of each library could be hooked.
 //!
-//!     cargo run --release -p trampoline --example survey -- LIB...
+//!     cargo run --release -p trampoline --example survey -- [--far] LIB...
 //!
 //! Reads each ELF file (x86-64 or AArch64), plans and relocates every
 //! exported STT_FUNC of size >= 5 without executing anything, verifies each
 //! trampoline by re-decoding it, and prints counts by outcome and refusal
 //! reason, the status of the functions the profiler needs, and one line per
 //! library: `relocatable: N/M (P%) PATH`. Options: `-v` lists every refused
-//! function.
+//! function; `--far` plans the far patch form (`Arch::FAR_PATCH_LEN` bytes,
+//! trampoline 8 GiB away) instead of the near one.
 
 use std::process::ExitCode;
-use trampoline::survey::{survey_file, Outcome, Report, REQUIRED};
+use trampoline::survey::{survey_file, Outcome, PatchForm, Report, REQUIRED};
 
 fn main() -> ExitCode {
     let mut verbose = false;
+    let mut form = PatchForm::Near;
     let mut paths = Vec::new();
     for a in std::env::args().skip(1) {
         match a.as_str() {
             "-v" | "--verbose" => verbose = true,
+            "--far" => form = PatchForm::Far,
             "-h" | "--help" => {
-                println!("usage: survey [-v] LIB...   (ELF shared libraries, x86-64 or AArch64)");
+                println!(
+                    "usage: survey [-v] [--far] LIB...   (ELF shared libraries, x86-64 or AArch64)"
+                );
                 return ExitCode::SUCCESS;
+            }
+            o if o.starts_with('-') => {
+                eprintln!("survey: unknown option {o}; usage: survey [-v] [--far] LIB...");
+                return ExitCode::from(2);
             }
             _ => paths.push(a),
         }
     }
     if paths.is_empty() {
         eprintln!(
-            "survey: no library given; usage: survey [-v] /lib/x86_64-linux-gnu/libc.so.6 ..."
+            "survey: no library given; usage: survey [-v] [--far] /lib/x86_64-linux-gnu/libc.so.6 ..."
         );
         return ExitCode::from(2);
     }
     let mut reports: Vec<Report> = Vec::new();
     let mut failed = false;
     for p in &paths {
-        match survey_file(p) {
+        match survey_file(p, form) {
             Ok(r) => {
                 print_details(&r, verbose);
                 reports.push(r);
@@ -58,9 +67,10 @@ fn main() -> ExitCode {
 
 fn print_details(r: &Report, verbose: bool) {
     println!(
-        "== {} ({}, {} exported functions of size >= 5)",
+        "== {} ({}, {:?} patch, {} exported functions of size >= 5)",
         r.path,
         r.arch,
+        r.form,
         r.functions.len()
     );
     for (k, n) in r.by_outcome() {

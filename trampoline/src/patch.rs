@@ -249,9 +249,12 @@ mod tests {
     #[repr(align(64))]
     struct Buf([u8; 64]);
 
+    /// One recorded store step: flushed address, length, whole buffer after.
+    type Step = (u64, usize, Vec<u8>);
+
     thread_local! {
-        /// Base of the buffer under test and, per flush: (addr, len, buffer).
-        static STEPS: RefCell<(u64, Vec<(u64, usize, Vec<u8>)>)> = const { RefCell::new((0, Vec::new())) };
+        /// Base of the buffer under test and the steps recorded so far.
+        static STEPS: RefCell<(u64, Vec<Step>)> = const { RefCell::new((0, Vec::new())) };
     }
 
     /// The flush seam: records the whole buffer after each store step.
@@ -266,7 +269,7 @@ mod tests {
 
     /// Run `store` with AArch64's `SELF_LOOP` at `off` over a buffer of
     /// distinct old bytes; returns the old buffer and the recorded steps.
-    fn aarch64_steps(off: u64, new: &[u8]) -> (Vec<u8>, Vec<(u64, usize, Vec<u8>)>) {
+    fn aarch64_steps(off: u64, new: &[u8]) -> (Vec<u8>, Vec<Step>) {
         use crate::aarch64::Aarch64;
         let mut b = Buf([0; 64]);
         for (i, x) in b.0.iter_mut().enumerate() {

@@ -3,8 +3,9 @@
 //!
 //! Owns: reading ELF files (x86-64 or AArch64, chosen by `e_machine`),
 //! selecting exported `STT_FUNC` symbols of size >= 5, running the pure
-//! [`Arch`] functions on their bytes, and counting outcomes. Used by the
-//! `survey` example and by a test that keeps the README figures honest.
+//! [`Arch`] functions on their bytes, and counting outcomes, for the near
+//! or the far patch form ([`PatchForm`]). Used by the `survey` example and
+//! by tests that keep the README figures honest.
 //!
 //! Must never: execute or map the surveyed code.
 
@@ -56,6 +57,38 @@ pub const REQUIRED: &[&str] = &[
     "dlclose",
 ];
 
+/// Which patch the survey plans for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PatchForm {
+    /// `A::NEAR_PATCH_LEN` bytes; trampoline 16 MiB below the function
+    /// (what `install` does when near memory is free).
+    #[default]
+    Near,
+    /// `A::FAR_PATCH_LEN` bytes (AArch64: the real 16 or 20); trampoline
+    /// 8 GiB below the function, beyond both architectures' near reach
+    /// (what `install` falls back to, and what `prepare_far` forces).
+    Far,
+}
+
+impl PatchForm {
+    /// The `patch_len` passed to [`Arch::plan`].
+    pub fn patch_len<A: Arch>(self) -> usize {
+        match self {
+            PatchForm::Near => A::NEAR_PATCH_LEN,
+            PatchForm::Far => A::FAR_PATCH_LEN,
+        }
+    }
+
+    /// Where the survey pretends the trampoline of the function at `addr` lives.
+    pub fn trampoline_addr(self, addr: u64) -> u64 {
+        let below: u64 = match self {
+            PatchForm::Near => 16 << 20,
+            PatchForm::Far => 8 << 30,
+        };
+        (addr & !0xfff).wrapping_sub(below)
+    }
+}
+
 /// Outcome for one function.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -82,6 +115,8 @@ pub struct Report {
     pub path: String,
     /// Architecture name (`Arch::NAME`).
     pub arch: &'static str,
+    /// The patch form surveyed.
+    pub form: PatchForm,
     pub functions: Vec<Function>,
 }
 
@@ -128,10 +163,15 @@ impl Report {
         m
     }
 
-    /// The final line, e.g. `relocatable: 2781/2790 (99.68%) /lib/x86_64-linux-gnu/libc.so.6`.
+    /// The final line, e.g. `relocatable: 2781/2790 (99.68%) /lib/x86_64-linux-gnu/libc.so.6`
+    /// (`relocatable with the far patch: ...` for [`PatchForm::Far`]).
     pub fn summary_line(&self) -> String {
+        let form = match self.form {
+            PatchForm::Near => "",
+            PatchForm::Far => " with the far patch",
+        };
         format!(
-            "relocatable: {}/{} ({:.2}%) {}",
+            "relocatable{form}: {}/{} ({:.2}%) {}",
             self.relocatable(),
             self.functions.len(),
             self.percent(),
@@ -172,37 +212,37 @@ impl std::fmt::Display for SurveyError {
 
 impl std::error::Error for SurveyError {}
 
-/// Survey the ELF file at `path`.
-pub fn survey_file(path: &str) -> Result<Report, SurveyError> {
+/// Survey the ELF file at `path` for the patch `form`.
+pub fn survey_file(path: &str, form: PatchForm) -> Result<Report, SurveyError> {
     let data = std::fs::read(path).map_err(SurveyError::Read)?;
-    survey_elf(path, &data)
+    survey_elf(path, &data, form)
 }
 
 /// Survey ELF bytes (`path` is only used in the report).
-pub fn survey_elf(path: &str, data: &[u8]) -> Result<Report, SurveyError> {
+pub fn survey_elf(path: &str, data: &[u8], form: PatchForm) -> Result<Report, SurveyError> {
     let file =
         ElfFile64::<Endianness>::parse(data).map_err(|e| SurveyError::NotElf64(e.to_string()))?;
     let machine = file.elf_header().e_machine(file.endian());
     match machine {
-        elf::EM_X86_64 => Ok(survey_with::<crate::x86_64::X86_64>(path, &file)),
-        elf::EM_AARCH64 => Ok(survey_with::<crate::aarch64::Aarch64>(path, &file)),
+        elf::EM_X86_64 => Ok(survey_with::<crate::x86_64::X86_64>(path, &file, form)),
+        elf::EM_AARCH64 => Ok(survey_with::<crate::aarch64::Aarch64>(path, &file, form)),
         m => Err(SurveyError::UnsupportedMachine(m)),
     }
 }
 
-/// Where the survey pretends the trampoline lives: 16 MiB below the
-/// function's page (inside both architectures' near reach).
-pub fn survey_trampoline_addr(addr: u64) -> u64 {
-    (addr & !0xfff).wrapping_sub(16 << 20)
-}
-
-/// Plan, relocate and verify one function's bytes (`code` = the whole function).
-pub fn try_function<A: Arch>(code: &[u8], addr: u64, size: Option<u64>) -> Outcome {
-    let plan = match A::plan(code, addr, size, A::NEAR_PATCH_LEN) {
+/// Plan, relocate and verify one function's bytes (`code` = the whole
+/// function) for the patch `form`.
+pub fn try_function<A: Arch>(
+    code: &[u8],
+    addr: u64,
+    size: Option<u64>,
+    form: PatchForm,
+) -> Outcome {
+    let plan = match A::plan(code, addr, size, form.patch_len::<A>()) {
         Ok(p) => p,
         Err(r) => return Outcome::Refused(r),
     };
-    let tramp = survey_trampoline_addr(addr);
+    let tramp = form.trampoline_addr(addr);
     match A::relocate(code, addr, &plan, tramp) {
         Err(r) => Outcome::Refused(r),
         Ok(out) => match A::verify(code, addr, &plan, tramp, &out) {
@@ -219,7 +259,7 @@ pub fn try_function<A: Arch>(code: &[u8], addr: u64, size: Option<u64>) -> Outco
     }
 }
 
-fn survey_with<A: Arch>(path: &str, file: &ElfFile64<Endianness>) -> Report {
+fn survey_with<A: Arch>(path: &str, file: &ElfFile64<Endianness>, form: PatchForm) -> Report {
     let endian = file.endian();
     // Every symbol start: the padding used after a too-short function must
     // not reach another symbol.
@@ -258,7 +298,7 @@ fn survey_with<A: Arch>(path: &str, file: &ElfFile64<Endianness>) -> Report {
                 d.get(from..(from + (size + pad) as usize).min(d.len()))
             });
         let outcome = match code {
-            Some(code) => try_function::<A>(code, addr, Some(size)),
+            Some(code) => try_function::<A>(code, addr, Some(size), form),
             None => Outcome::Refused(Reason::NotMapped { addr }),
         };
         functions.push(Function {
@@ -271,6 +311,7 @@ fn survey_with<A: Arch>(path: &str, file: &ElfFile64<Endianness>) -> Report {
     Report {
         path: path.to_string(),
         arch: A::NAME,
+        form,
         functions,
     }
 }

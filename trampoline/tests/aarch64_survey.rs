@@ -1,12 +1,18 @@
 //! The survey over Debian's AArch64 libraries (libc6-dev-arm64-cross and
 //! the cross libstdc++): at least 99% of exported functions relocatable and
-//! verified, every function the profiler needs relocatable. Reads the ELF
-//! files only (runs on any host). Skipped, with a message naming the
-//! package to install, when the files are absent.
+//! verified, every function the profiler needs relocatable; with the far
+//! patch, at least 88% and refused only for being too short or for a
+//! branch back into the patched bytes. Reads the ELF files only (runs on
+//! any host). Skipped, with a message naming the package to install, when
+//! the files are absent.
 
+mod common;
+
+use common::{any, assert_required_relocatable, checked_survey};
 use trampoline::aarch64::Aarch64;
 use trampoline::arch::Arch;
-use trampoline::survey::{survey_file, Outcome, REQUIRED};
+use trampoline::survey::PatchForm;
+use trampoline::Reason;
 
 const LIBS: [&str; 3] = [
     "/usr/aarch64-linux-gnu/lib/libc.so.6",
@@ -14,50 +20,44 @@ const LIBS: [&str; 3] = [
     "/usr/aarch64-linux-gnu/lib/libstdc++.so.6",
 ];
 
-#[test]
-fn aarch64_libraries_are_relocatable() {
+/// False (after saying what to install) when a library is absent.
+fn libs_present() -> bool {
     if let Some(missing) = LIBS.iter().find(|p| !std::path::Path::new(p).exists()) {
         eprintln!(
             "SKIPPED aarch64 survey: {missing} is absent (apt-get install libc6-dev-arm64-cross \
              libstdc++6-arm64-cross, as the README's test command does)"
         );
+        return false;
+    }
+    true
+}
+
+#[test]
+fn aarch64_libraries_are_relocatable() {
+    if !libs_present() {
         return;
     }
-    let mut reports = Vec::new();
-    for path in LIBS {
-        let r = survey_file(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let reports: Vec<_> = LIBS
+        .iter()
+        .map(|path| checked_survey(path, PatchForm::Near, 500, 99.0, any))
+        .collect();
+    for r in &reports {
         assert_eq!(r.arch, Aarch64::NAME);
-        println!("{}", r.summary_line());
-        assert!(
-            r.functions.len() > 500,
-            "{path}: only {} functions found",
-            r.functions.len()
-        );
-        let failed: Vec<_> = r
-            .functions
-            .iter()
-            .filter(|f| matches!(f.outcome, Outcome::VerifyFailed(_)))
-            .collect();
-        assert!(
-            failed.is_empty(),
-            "{path}: verification failed for {:?}",
-            &failed[..failed.len().min(5)]
-        );
-        assert!(r.percent() >= 99.0, "{}", r.summary_line());
-        reports.push(r);
     }
-    for name in REQUIRED {
-        let found: Vec<_> = reports.iter().flat_map(|r| r.named(name)).collect();
-        assert!(
-            !found.is_empty(),
-            "{name} not exported by the AArch64 libraries"
-        );
-        for f in found {
-            assert!(
-                matches!(f.outcome, Outcome::Relocatable { .. }),
-                "{name}: {:?}",
-                f.outcome
-            );
-        }
+    assert_required_relocatable(&reports);
+}
+
+#[test]
+fn aarch64_libraries_far_patch() {
+    if !libs_present() {
+        return;
+    }
+    for path in LIBS {
+        checked_survey(path, PatchForm::Far, 500, 88.0, |r| {
+            matches!(
+                r,
+                Reason::TooShort { .. } | Reason::BranchIntoPatchedBytes { .. }
+            )
+        });
     }
 }

@@ -1,9 +1,14 @@
 //! Keeps the README's survey claim honest: run the survey logic over the
 //! libc this test process has loaded and require >= 99% relocatable and
 //! every function of `survey::REQUIRED` relocatable (all of them live in
-//! libc.so.6 with glibc >= 2.34).
+//! libc.so.6 with glibc >= 2.34). The far patch form (the fallback when no
+//! memory is free in near reach) is held to the README's lower floor.
 
-use trampoline::survey::{survey_file, Outcome, REQUIRED};
+mod common;
+
+use common::{any, assert_required_relocatable, checked_survey};
+use trampoline::survey::PatchForm;
+use trampoline::Reason;
 
 fn host_libc() -> String {
     trampoline::loaded_objects()
@@ -16,33 +21,22 @@ fn host_libc() -> String {
 #[test]
 fn host_libc_is_at_least_99_percent_relocatable() {
     let path = host_libc();
-    let report = survey_file(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    println!("{}", report.summary_line());
-    println!("{:?}", report.by_outcome());
-    assert!(
-        report.functions.len() > 1000,
-        "{path}: only {} functions",
-        report.functions.len()
-    );
-    let verify_failures: Vec<_> = report
-        .functions
-        .iter()
-        .filter(|f| matches!(f.outcome, Outcome::VerifyFailed(_)))
-        .collect();
-    assert!(
-        verify_failures.is_empty(),
-        "relocations that do not verify: {verify_failures:#?}"
-    );
-    assert!(report.percent() >= 99.0, "{}", report.summary_line());
-    for name in REQUIRED {
-        let found: Vec<_> = report.named(name).collect();
-        assert!(!found.is_empty(), "{name} not exported by {path}");
-        for f in found {
-            assert!(
-                matches!(f.outcome, Outcome::Relocatable { .. }),
-                "{name}: {:?}",
-                f.outcome
-            );
-        }
-    }
+    let report = checked_survey(&path, PatchForm::Near, 1000, 99.0, any);
+    assert_required_relocatable(&[report]);
+}
+
+/// Far form, trampoline 8 GiB away: refusals are only functions shorter
+/// than the patch, branches back into it, and (x86-64) RIP-relative
+/// operands the trampoline cannot reach.
+#[test]
+fn host_libc_far_patch_is_at_least_75_percent_relocatable() {
+    let path = host_libc();
+    checked_survey(&path, PatchForm::Far, 1000, 75.0, |r| {
+        matches!(
+            r,
+            Reason::TooShort { .. }
+                | Reason::BranchIntoPatchedBytes { .. }
+                | Reason::OutOfReach { .. }
+        )
+    });
 }
