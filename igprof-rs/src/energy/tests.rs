@@ -643,12 +643,24 @@ fn two_threads_burning_3_to_1_get_energy_3_to_1() {
     let ratio = ua as f64 / ub as f64;
     let cpu_ratio = ca as f64 / cb as f64;
     eprintln!("A {ua} uJ / {ca} ns CPU, B {ub} uJ / {cb} ns CPU: energy ratio {ratio:.3}, CPU ratio {cpu_ratio:.3}");
-    assert!((ratio / 3.0 - 1.0).abs() < 0.05, "energy ratio {ratio}");
-    // At 20 W over 2 CPUs a CPU-second costs 10 J: A ~2.4 J, B ~0.8 J.
+    // Each thread burns to a target on its own CPU clock, so the CPU split
+    // is 3:1 however loaded the machine is (preemption stops that clock);
+    // energy must follow the CPU time each thread really used.
     assert!(
-        (ua as f64 / (ca as f64 * 1e-3 * 10.0) - 1.0).abs() < 0.05,
-        "A got {ua} uJ for {ca} ns"
+        (cpu_ratio / 3.0 - 1.0).abs() < 0.01,
+        "CPU ratio {cpu_ratio}"
     );
+    assert!(
+        (ratio / cpu_ratio - 1.0).abs() < 0.05,
+        "energy ratio {ratio}, CPU ratio {cpu_ratio}"
+    );
+    // At 20 W over 2 CPUs a CPU-second costs 10 J: A ~2.4 J, B ~0.8 J.
+    for (name, uj, cpu_ns) in [("A", ua, ca), ("B", ub, cb)] {
+        assert!(
+            (uj as f64 / (cpu_ns as f64 * 1e-3 * 10.0) - 1.0).abs() < 0.05,
+            "{name} got {uj} uJ for {cpu_ns} ns"
+        );
+    }
     // Nothing lost: shares + unattributed + after-exit = energy drawn over
     // the run (the probe meter was opened just after the ledger's).
     let r = ledger.residual();
