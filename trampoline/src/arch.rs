@@ -125,6 +125,43 @@ pub trait Arch {
     fn flush_icache(addr: u64, len: usize);
 }
 
+/// Inside an `impl Arch`: [`Arch::plan`], [`Arch::relocate`] and
+/// [`Arch::verify`] forwarded to free functions of the same signatures
+/// (each architecture keeps them in its own `plan`/`relocate`/`verify`
+/// modules), so the signatures are written once.
+macro_rules! forward_pure {
+    (plan: $plan:path, relocate: $relocate:path, verify: $verify:path $(,)?) => {
+        fn plan(
+            code: &[u8],
+            addr: u64,
+            func_size: Option<u64>,
+            patch_len: usize,
+        ) -> Result<$crate::arch::Plan, $crate::error::Reason> {
+            $plan(code, addr, func_size, patch_len)
+        }
+
+        fn relocate(
+            code: &[u8],
+            addr: u64,
+            plan: &$crate::arch::Plan,
+            tramp: u64,
+        ) -> Result<Vec<u8>, $crate::error::Reason> {
+            $relocate(code, addr, plan, tramp)
+        }
+
+        fn verify(
+            code: &[u8],
+            addr: u64,
+            plan: &$crate::arch::Plan,
+            tramp: u64,
+            out: &[u8],
+        ) -> Result<(), String> {
+            $verify(code, addr, plan, tramp, out)
+        }
+    };
+}
+pub(crate) use forward_pure;
+
 /// The host architecture: the single place where `cfg(target_arch)` picks
 /// the module that [`crate::install`] uses.
 #[cfg(target_arch = "x86_64")]

@@ -15,8 +15,13 @@
 //! allocate and publish nothing but a counter increment.
 #![cfg(target_arch = "aarch64")]
 
-use std::cell::Cell;
-use std::ffi::{c_char, c_int, c_void, CStr};
+mod counting;
+
+use counting::{
+    r_close, r_free, r_getpid, r_malloc, r_open, set_measured, Slot, CLOSE, FREE, GETPID, MALLOC,
+    OPEN,
+};
+use std::ffi::{c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use trampoline::aarch64::decode::{decode, Insn};
 use trampoline::aarch64::Aarch64;
@@ -25,61 +30,6 @@ use trampoline::{find_function, prepare, prepare_far, Hook};
 
 const THREADS: usize = 4;
 const ROUNDS: usize = 500;
-
-thread_local! {
-    static MEASURED: Cell<bool> = const { Cell::new(false) };
-}
-
-struct Counter {
-    calls: AtomicUsize,
-    chain: AtomicUsize,
-}
-
-impl Counter {
-    const fn new() -> Counter {
-        Counter {
-            calls: AtomicUsize::new(0),
-            chain: AtomicUsize::new(0),
-        }
-    }
-    /// Count the call if made in a measured window; return the chain.
-    fn enter(&self) -> usize {
-        if MEASURED.with(|m| m.get()) {
-            self.calls.fetch_add(1, SeqCst);
-        }
-        self.chain.load(SeqCst)
-    }
-}
-
-static MALLOC: Counter = Counter::new();
-static FREE: Counter = Counter::new();
-static OPEN: Counter = Counter::new();
-static CLOSE: Counter = Counter::new();
-static GETPID: Counter = Counter::new();
-
-// SAFETY (all replacements): the chain was stored before the patch was
-// enabled and is the trampoline of the libc function of the same type.
-extern "C" fn r_malloc(n: usize) -> *mut c_void {
-    let f: extern "C" fn(usize) -> *mut c_void = unsafe { std::mem::transmute(MALLOC.enter()) };
-    f(n)
-}
-extern "C" fn r_free(p: *mut c_void) {
-    let f: extern "C" fn(*mut c_void) = unsafe { std::mem::transmute(FREE.enter()) };
-    f(p)
-}
-extern "C" fn r_open(path: *const c_char, flags: c_int, mode: libc::c_uint) -> c_int {
-    let f: extern "C" fn(*const c_char, c_int, libc::c_uint) -> c_int =
-        unsafe { std::mem::transmute(OPEN.enter()) };
-    f(path, flags, mode)
-}
-extern "C" fn r_close(fd: c_int) -> c_int {
-    let f: extern "C" fn(c_int) -> c_int = unsafe { std::mem::transmute(CLOSE.enter()) };
-    f(fd)
-}
-extern "C" fn r_getpid() -> libc::pid_t {
-    let f: extern "C" fn() -> libc::pid_t = unsafe { std::mem::transmute(GETPID.enter()) };
-    f()
-}
 
 const DEV_NULL: &CStr = c"/dev/null";
 
@@ -106,7 +56,7 @@ fn round(pid: libc::pid_t) -> usize {
     bad
 }
 
-fn hook(name: &str, counter: &'static Counter, replacement: *const (), far: bool) -> Hook {
+fn hook(name: &str, counter: &'static Slot, replacement: *const (), far: bool) -> Hook {
     let sym = find_function(name, Some("libc.so.6")).unwrap_or_else(|e| panic!("{e}"));
     let size = sym.size.expect("libc symbols have sizes") as usize;
     // SAFETY: the function's bytes are mapped code of libc.
@@ -169,12 +119,12 @@ fn run(far: bool) {
     std::thread::scope(|s| {
         for _ in 0..THREADS {
             s.spawn(|| {
-                MEASURED.with(|m| m.set(true));
+                set_measured(true);
                 let mut bad = 0;
                 for _ in 0..ROUNDS {
                     bad += round(pid);
                 }
-                MEASURED.with(|m| m.set(false));
+                set_measured(false);
                 errors.fetch_add(bad, SeqCst);
             });
         }
@@ -209,9 +159,9 @@ fn run(far: bool) {
         "wrong results from hooked libc calls"
     );
     // Unhooked: nothing counted any more, results still right.
-    MEASURED.with(|m| m.set(true));
+    set_measured(true);
     assert_eq!(round(pid), 0, "far: {far}");
-    MEASURED.with(|m| m.set(false));
+    set_measured(false);
     assert_eq!(
         FREE.calls.load(SeqCst),
         2 * n,

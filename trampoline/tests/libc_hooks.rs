@@ -8,91 +8,18 @@
 //! window (a const-initialised thread-local flag, no allocation), so the
 //! counts are exact: workers x iterations. The replacements never allocate.
 
-use std::cell::Cell;
-use std::ffi::{c_char, c_int, c_void, CStr};
+mod counting;
+
+use counting::{
+    r_close, r_free, r_getpid, r_malloc, r_open, r_strlen, set_measured, Slot, CLOSE, FREE, GETPID,
+    MALLOC, OPEN, STRLEN,
+};
+use std::ffi::{c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use trampoline::{find_function, prepare, Hook, Symbol};
 
 const WORKERS: usize = 8;
 const ITERATIONS: usize = 2000;
-
-thread_local! {
-    static MEASURED: Cell<bool> = const { Cell::new(false) };
-}
-
-fn measured() -> bool {
-    MEASURED.with(|m| m.get())
-}
-
-/// Per hooked function: calls counted in measured windows, chain pointer.
-struct Slot {
-    calls: AtomicUsize,
-    chain: AtomicUsize,
-}
-
-impl Slot {
-    const fn new() -> Slot {
-        Slot {
-            calls: AtomicUsize::new(0),
-            chain: AtomicUsize::new(0),
-        }
-    }
-    fn count(&self) {
-        if measured() {
-            self.calls.fetch_add(1, SeqCst);
-        }
-    }
-}
-
-static GETPID: Slot = Slot::new();
-static STRLEN: Slot = Slot::new();
-static MALLOC: Slot = Slot::new();
-static FREE: Slot = Slot::new();
-static OPEN: Slot = Slot::new();
-static CLOSE: Slot = Slot::new();
-
-// Replacements: count, then chain. Each slot's chain holds the trampoline of
-// the libc function of the same type, stored before the hook was enabled.
-extern "C" fn my_getpid() -> libc::pid_t {
-    GETPID.count();
-    // SAFETY: the slot's chain is this function's trampoline (same type).
-    let f: extern "C" fn() -> libc::pid_t =
-        unsafe { std::mem::transmute(GETPID.chain.load(SeqCst)) };
-    f()
-}
-extern "C" fn my_strlen(s: *const c_char) -> usize {
-    STRLEN.count();
-    // SAFETY: the slot's chain is this function's trampoline (same type).
-    let f: extern "C" fn(*const c_char) -> usize =
-        unsafe { std::mem::transmute(STRLEN.chain.load(SeqCst)) };
-    f(s)
-}
-extern "C" fn my_malloc(n: usize) -> *mut c_void {
-    MALLOC.count();
-    // SAFETY: the slot's chain is this function's trampoline (same type).
-    let f: extern "C" fn(usize) -> *mut c_void =
-        unsafe { std::mem::transmute(MALLOC.chain.load(SeqCst)) };
-    f(n)
-}
-extern "C" fn my_free(p: *mut c_void) {
-    FREE.count();
-    // SAFETY: the slot's chain is this function's trampoline (same type).
-    let f: extern "C" fn(*mut c_void) = unsafe { std::mem::transmute(FREE.chain.load(SeqCst)) };
-    f(p)
-}
-extern "C" fn my_open(path: *const c_char, flags: c_int, mode: libc::c_uint) -> c_int {
-    OPEN.count();
-    // SAFETY: the slot's chain is this function's trampoline (same type).
-    let f: extern "C" fn(*const c_char, c_int, libc::c_uint) -> c_int =
-        unsafe { std::mem::transmute(OPEN.chain.load(SeqCst)) };
-    f(path, flags, mode)
-}
-extern "C" fn my_close(fd: c_int) -> c_int {
-    CLOSE.count();
-    // SAFETY: the slot's chain is this function's trampoline (same type).
-    let f: extern "C" fn(c_int) -> c_int = unsafe { std::mem::transmute(CLOSE.chain.load(SeqCst)) };
-    f(fd)
-}
 
 static PHASE: AtomicUsize = AtomicUsize::new(0);
 static DONE: AtomicUsize = AtomicUsize::new(0);
@@ -140,11 +67,11 @@ fn worker(pid: libc::pid_t) {
     while PHASE.load(SeqCst) == 0 {
         round(pid);
     }
-    MEASURED.with(|m| m.set(true));
+    set_measured(true);
     for _ in 0..ITERATIONS {
         round(pid);
     }
-    MEASURED.with(|m| m.set(false));
+    set_measured(false);
     DONE.fetch_add(1, SeqCst);
     // Unmeasured calls while the hooks are being removed.
     while PHASE.load(SeqCst) < 3 {
@@ -169,12 +96,12 @@ fn main() {
         .map(|_| std::thread::spawn(move || worker(pid)))
         .collect();
     let hooks = vec![
-        hook("getpid", &GETPID, my_getpid as *const ()),
-        hook("strlen", &STRLEN, my_strlen as *const ()),
-        hook("malloc", &MALLOC, my_malloc as *const ()),
-        hook("free", &FREE, my_free as *const ()),
-        hook("open", &OPEN, my_open as *const ()),
-        hook("close", &CLOSE, my_close as *const ()),
+        hook("getpid", &GETPID, r_getpid as *const ()),
+        hook("strlen", &STRLEN, r_strlen as *const ()),
+        hook("malloc", &MALLOC, r_malloc as *const ()),
+        hook("free", &FREE, r_free as *const ()),
+        hook("open", &OPEN, r_open as *const ()),
+        hook("close", &CLOSE, r_close as *const ()),
     ];
     PHASE.store(1, SeqCst);
     while DONE.load(SeqCst) < WORKERS {
@@ -203,9 +130,9 @@ fn main() {
         failed |= got != want;
     }
     // After uninstall nothing is counted any more.
-    MEASURED.with(|m| m.set(true));
+    set_measured(true);
     round(pid);
-    MEASURED.with(|m| m.set(false));
+    set_measured(false);
     let after: usize = [&GETPID, &STRLEN, &MALLOC, &FREE, &OPEN, &CLOSE]
         .iter()
         .map(|s| s.calls.load(SeqCst))

@@ -38,8 +38,7 @@ pub mod patch;
 pub mod relocate;
 pub mod verify;
 
-use crate::arch::{Arch, Plan};
-use crate::error::Reason;
+use crate::arch::Arch;
 
 /// Length of the near patch (`b`).
 pub const NEAR_PATCH_LEN: usize = 4;
@@ -66,22 +65,11 @@ impl Arch for Aarch64 {
     // instruction is, so a thread entering meanwhile spins (patch.rs).
     const SELF_LOOP: &'static [u8] = &[0x00, 0x00, 0x00, 0x14];
 
-    fn plan(
-        code: &[u8],
-        addr: u64,
-        func_size: Option<u64>,
-        patch_len: usize,
-    ) -> Result<Plan, Reason> {
-        relocate::plan(code, addr, func_size, patch_len)
-    }
-
-    fn relocate(code: &[u8], addr: u64, plan: &Plan, tramp: u64) -> Result<Vec<u8>, Reason> {
-        relocate::relocate(code, addr, plan, tramp)
-    }
-
-    fn verify(code: &[u8], addr: u64, plan: &Plan, tramp: u64, out: &[u8]) -> Result<(), String> {
-        verify::verify(code, addr, plan, tramp, out)
-    }
+    crate::arch::forward_pure!(
+        plan: relocate::plan,
+        relocate: relocate::relocate,
+        verify: verify::verify,
+    );
 
     fn near_patch(from: u64, to: u64) -> Option<Vec<u8>> {
         patch::near_patch(from, to)

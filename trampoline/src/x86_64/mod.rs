@@ -18,8 +18,7 @@ mod plan;
 mod relocate;
 mod verify;
 
-use crate::arch::{within, Arch, Plan};
-use crate::error::Reason;
+use crate::arch::{within, Arch};
 
 /// The x86-64 architecture (unit type implementing [`Arch`]).
 #[derive(Debug, Clone, Copy)]
@@ -58,22 +57,11 @@ impl Arch for X86_64 {
     const MAX_READ: usize = 64;
     const SELF_LOOP: &'static [u8] = &[0xeb, 0xfe];
 
-    fn plan(
-        code: &[u8],
-        addr: u64,
-        func_size: Option<u64>,
-        patch_len: usize,
-    ) -> Result<Plan, Reason> {
-        plan::plan(code, addr, func_size, patch_len)
-    }
-
-    fn relocate(code: &[u8], addr: u64, plan: &Plan, tramp: u64) -> Result<Vec<u8>, Reason> {
-        relocate::relocate(code, addr, plan, tramp)
-    }
-
-    fn verify(code: &[u8], addr: u64, plan: &Plan, tramp: u64, out: &[u8]) -> Result<(), String> {
-        verify::verify(code, addr, plan, tramp, out)
-    }
+    crate::arch::forward_pure!(
+        plan: plan::plan,
+        relocate: relocate::relocate,
+        verify: verify::verify,
+    );
 
     fn near_patch(from: u64, to: u64) -> Option<Vec<u8>> {
         if !within(from + 5, to, Self::NEAR_REACH) {
