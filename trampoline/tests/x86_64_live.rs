@@ -390,6 +390,12 @@ fn far_patch_form() {
 fn hooks_stack_and_unstack_in_order() {
     counting_replacement!(first, FIRST_CALLS, FIRST_CHAIN);
     counting_replacement!(second, SECOND_CALLS, SECOND_CHAIN);
+    let counts = || {
+        (
+            FIRST_CALLS.load(Ordering::SeqCst),
+            SECOND_CALLS.load(Ordering::SeqCst),
+        )
+    };
     let f: Fn1 = std::hint::black_box(tr_stack as Fn1);
     let sym = find_function("tr_stack", None).unwrap();
     // SAFETY: the function's bytes are mapped code.
@@ -402,47 +408,24 @@ fn hooks_stack_and_unstack_in_order() {
     SECOND_CHAIN.store(p2.chain() as usize, Ordering::SeqCst);
     let h2 = p2.enable().unwrap();
     assert_eq!(f(1), 101);
-    assert_eq!(
-        (
-            FIRST_CALLS.load(Ordering::SeqCst),
-            SECOND_CALLS.load(Ordering::SeqCst)
-        ),
-        (1, 1)
-    );
+    assert_eq!(counts(), (1, 1));
     let e = h1.uninstall().unwrap_err();
     assert_eq!(e.reason, Reason::PatchChanged { at: sym.addr });
     assert_eq!(f(2), 102, "still hooked twice after the refused uninstall");
-    assert_eq!(
-        (
-            FIRST_CALLS.load(Ordering::SeqCst),
-            SECOND_CALLS.load(Ordering::SeqCst)
-        ),
-        (2, 2)
-    );
+    assert_eq!(counts(), (2, 2));
     assert!(h1.is_installed());
     h2.uninstall().unwrap();
     assert!(!h2.is_installed());
     assert_eq!(f(3), 103);
-    assert_eq!(
-        (
-            FIRST_CALLS.load(Ordering::SeqCst),
-            SECOND_CALLS.load(Ordering::SeqCst)
-        ),
-        (3, 2)
-    );
+    assert_eq!(counts(), (3, 2));
     h1.uninstall().unwrap();
-    h1.uninstall().unwrap(); // second time: no-op
-                             // SAFETY: as above.
+    // Second time: no-op.
+    h1.uninstall().unwrap();
+    // SAFETY: as above.
     assert_eq!(
         unsafe { std::slice::from_raw_parts(sym.addr as *const u8, 6) },
         &before[..]
     );
     assert_eq!(f(4), 104);
-    assert_eq!(
-        (
-            FIRST_CALLS.load(Ordering::SeqCst),
-            SECOND_CALLS.load(Ordering::SeqCst)
-        ),
-        (3, 2)
-    );
+    assert_eq!(counts(), (3, 2));
 }
