@@ -217,10 +217,15 @@ fn empty_memory_profilers() {
         assert_eq!(uw, uc);
         let want = |name: &str| -> u64 {
             match (mode, name) {
+                // -ei: filled with 0xa5 first, counts pages zero at free.
+                ("-ei", "e_zeroed") => zw,
+                ("-ei", _) => 0,
+                // -eu: filled with 0xa5, counts pages still all 0xa5.
+                ("-eu", "e_zeroed") => 0,
+                // -ep: fresh pages are zero; counts pages still zero.
                 (_, "e_untouched") => uw,
                 (_, "e_half") => hc,
-                ("-eu", "e_zeroed") => 0, // cleared to zero = used under -eu
-                (_, "e_zeroed") => zw,    // still all zeros under -ep / -ei
+                (_, "e_zeroed") => zw,
                 _ => unreachable!(),
             }
         };
@@ -276,4 +281,48 @@ fn another_allocator_is_detected_and_exact() {
         .map(|f| site(&sites(&p, "MEM_LIVE"), f).bytes)
         .sum();
     assert_eq!(live, 0, "every delete form released its block");
+}
+
+/// The rows of a report section (rank numbers dropped): `% total`, self,
+/// calls, function.
+fn flat_self_rows(report: &str) -> Vec<String> {
+    let mut rows = Vec::new();
+    let mut inside = false;
+    for l in report.lines() {
+        if l.starts_with("Flat profile (self") {
+            inside = true;
+            continue;
+        }
+        if inside && l.starts_with("----") {
+            break;
+        }
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if inside && f.len() >= 4 && f[0].contains('.') {
+            rows.push(f[..4].join(" "));
+        }
+    }
+    rows
+}
+
+#[test]
+fn igprof_analyse_reports_what_igprof_reported() {
+    // IgProf's own analyser on IgProf's own profile of the same program and
+    // arguments (fixtures README): the self profile must be the same rows.
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/fixtures/igprof-dumps/igprof-mp-alloc_churn.MEM_TOTAL.txt"
+    );
+    let analyse = target_dir().join("release/igprof-analyse");
+    assert!(analyse.exists(), "{} missing: cargo build --release -p igprof-analyse", analyse.display());
+    let (d, _out, _err, _p) = run("churn-analyse", "alloc_churn.c", &["-mp"], &["200000", "20"]);
+    let o = std::process::Command::new(&analyse)
+        .args(["-r", "MEM_TOTAL", "prof.gz"])
+        .current_dir(&d)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let ours = flat_self_rows(&String::from_utf8_lossy(&o.stdout));
+    let theirs = flat_self_rows(&std::fs::read_to_string(fixture).unwrap());
+    assert!(theirs.len() >= 5, "{theirs:?}");
+    assert_eq!(ours, theirs);
 }

@@ -11,9 +11,10 @@
 //! - `-ep`: a page counts when it is still all zero bytes. Fresh memory from
 //!   the kernel is zero, recycled heap memory usually is not, so this finds
 //!   big allocations whose pages were never written.
-//! - `-ei`: new blocks are first filled with zero bytes, and a page counts
-//!   when it is still all zeros at free: pages the program never wrote a
-//!   non-zero byte to, whatever the allocator recycled.
+//! - `-ei`: new blocks are first filled with the byte 0xa5, and a page
+//!   counts when it is all zeros at free: memory the program initialised
+//!   to zero and never put anything else in (zero-initialisation it did
+//!   not need, or data that stayed empty), whatever the allocator recycled.
 //! - `-eu`: new blocks are first filled with the byte 0xa5, and a page
 //!   counts when it still holds only that pattern: pages the program never
 //!   wrote at all (a page it cleared to zero is "used").
@@ -63,7 +64,8 @@ pub fn active() -> bool {
     MODE.load(Ordering::Relaxed) != 0
 }
 
-/// The byte value an untouched page holds in this mode.
+/// The byte value a counted page holds in this mode (zero for -ep and
+/// -ei, the fill pattern for -eu).
 fn untouched_byte() -> u8 {
     if MODE.load(Ordering::Relaxed) == 3 {
         PATTERN
@@ -72,12 +74,12 @@ fn untouched_byte() -> u8 {
     }
 }
 
-/// -ei/-eu: fills a new block (malloc family, not calloc/realloc).
+/// -ei/-eu: fills a new block with the pattern (malloc family, not
+/// calloc/realloc).
 pub fn fill(addr: usize, size: usize) {
-    let m = MODE.load(Ordering::Relaxed);
-    if m >= 2 {
+    if MODE.load(Ordering::Relaxed) >= 2 {
         // SAFETY: [addr, addr+size) is the block the allocator just returned.
-        unsafe { core::ptr::write_bytes(addr as *mut u8, untouched_byte(), size) };
+        unsafe { core::ptr::write_bytes(addr as *mut u8, PATTERN, size) };
     }
 }
 
