@@ -16,7 +16,11 @@
 //! stacks always differ pay almost nothing for it.
 //!
 //! Not used for calls on an alternate signal stack (the walk may continue
-//! on another stack) or while another hook of ours is active on the thread.
+//! on another stack), while another hook of ours is active on the thread,
+//! or for walks cut by the depth limit. A walk that ended on a broken frame
+//! is memoised like any other: it read nothing above its last return
+//! address unless that frame's rule pointed far above it (then a change
+//! up there that would have repaired the walk is not noticed).
 //! A dlclose/dlopen that maps different code at the same addresses between
 //! two identical stacks is not noticed (the addresses recorded would be the
 //! same either way).

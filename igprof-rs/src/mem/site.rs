@@ -139,9 +139,13 @@ pub fn caller_node_at(t: &'static ThreadState, h: &HookTls, r: &super::memo::Ent
         return Some(n);
     }
     let (n, depth) = walk_node(t, h, MEM_OUTER)?;
-    // SAFETY: owner thread with its guard held; walk_node filled depth entries.
-    let buf = unsafe { t.trace_buf() };
-    m.store(t, r, &buf[..depth], n);
+    // A walk cut by the depth limit may have read above its last return
+    // address (the next frame's): not memoised.
+    if depth < t.trace_cap {
+        // SAFETY: owner thread with its guard held; walk_node filled depth entries.
+        let buf = unsafe { t.trace_buf() };
+        m.store(t, r, &buf[..depth], n);
+    }
     Some(n)
 }
 
