@@ -14,7 +14,10 @@ use std::process::{Command, Output};
 
 /// The workspace root.
 pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// The cargo target directory.
@@ -152,7 +155,11 @@ struct Cur<'a> {
 
 impl<'a> Cur<'a> {
     fn err(&self, what: &str) -> String {
-        format!("line {}: {what} at '{}'", self.line, &self.s[..self.s.len().min(40)])
+        format!(
+            "line {}: {what} at '{}'",
+            self.line,
+            &self.s[..self.s.len().min(40)]
+        )
     }
     fn lit(&mut self, l: &str) -> Result<(), String> {
         match self.s.strip_prefix(l) {
@@ -207,7 +214,10 @@ pub fn parse_strict(text: &str) -> Result<Profile, String> {
     c.lit(") T=")?;
     let t = c.until(")")?;
     let (a, b) = t.split_once('.').ok_or_else(|| c.err("T= is not %f"))?;
-    if a.is_empty() || !a.bytes().all(|x| x.is_ascii_digit()) || b.len() != 6 || !b.bytes().all(|x| x.is_ascii_digit())
+    if a.is_empty()
+        || !a.bytes().all(|x| x.is_ascii_digit())
+        || b.len() != 6
+        || !b.bytes().all(|x| x.is_ascii_digit())
     {
         return Err(c.err("T= is not %f"));
     }
@@ -318,13 +328,17 @@ pub fn parse_strict(text: &str) -> Result<Profile, String> {
 
 /// Function names of an object from its symbol table: sorted (start, end, name).
 fn symbols_of(path: &str) -> Vec<(u64, u64, String)> {
-    let out = Command::new("nm").args(["--defined-only", "-S", path]).output();
+    let out = Command::new("nm")
+        .args(["--defined-only", "-S", path])
+        .output();
     let mut v = Vec::new();
     if let Ok(o) = out {
         for l in String::from_utf8_lossy(&o.stdout).lines() {
             let f: Vec<&str> = l.split_whitespace().collect();
             if f.len() == 4 && matches!(f[2], "T" | "t" | "W" | "w") {
-                if let (Ok(a), Ok(s)) = (u64::from_str_radix(f[0], 16), u64::from_str_radix(f[1], 16)) {
+                if let (Ok(a), Ok(s)) =
+                    (u64::from_str_radix(f[0], 16), u64::from_str_radix(f[1], 16))
+                {
                     v.push((a, a + s.max(1), f[3].to_string()));
                 }
             }
@@ -347,7 +361,9 @@ impl Default for Namer {
 
 impl Namer {
     pub fn new() -> Self {
-        Namer { syms: HashMap::new() }
+        Namer {
+            syms: HashMap::new(),
+        }
     }
 
     /// The function name of node `i` of `p`.
@@ -358,7 +374,10 @@ impl Namer {
             return f.name.clone();
         }
         let off = f.object_offset + n.sym_offset;
-        let syms = self.syms.entry(f.file.clone()).or_insert_with(|| symbols_of(&f.file));
+        let syms = self
+            .syms
+            .entry(f.file.clone())
+            .or_insert_with(|| symbols_of(&f.file));
         // Return addresses point after the call: look up off, then off-1.
         for o in [off, off.wrapping_sub(1)] {
             let idx = syms.partition_point(|s| s.0 <= o);
@@ -414,6 +433,28 @@ pub fn cumulative_shares(p: &Profile, counter: &str) -> BTreeMap<String, f64> {
     m.into_iter()
         .map(|(k, v)| (k, 100.0 * v as f64 / total.max(1) as f64))
         .collect()
+}
+
+/// Sum of one counter's (ticks, value) over the nodes at or below any
+/// frame of function `func` (self values, so each node counts once).
+pub fn under(p: &Profile, counter: &str, func: &str) -> (u64, u64) {
+    let mut namer = Namer::new();
+    let names: Vec<String> = (0..p.nodes.len()).map(|i| namer.name(p, i)).collect();
+    let (mut ticks, mut value) = (0, 0);
+    for (i, n) in p.nodes.iter().enumerate() {
+        for v in n.values.iter().filter(|v| v.counter == counter) {
+            let mut j = Some(i);
+            while let Some(k) = j {
+                if names[k] == func {
+                    ticks += v.ticks;
+                    value += v.value;
+                    break;
+                }
+                j = p.nodes[k].parent;
+            }
+        }
+    }
+    (ticks, value)
 }
 
 /// Total ticks of a counter.

@@ -39,7 +39,10 @@ impl core::fmt::Display for DumpError {
             DumpError::Busy => write!(f, "another dump is being written"),
             DumpError::Create { path, errno } => write!(f, "cannot create {path}: errno {errno}"),
             DumpError::Write { path, err } => write!(f, "writing {path}: {err}"),
-            DumpError::Rename { path, errno } => write!(f, "cannot rename the finished dump to {path}: errno {errno}"),
+            DumpError::Rename { path, errno } => write!(
+                f,
+                "cannot rename the finished dump to {path}: errno {errno}"
+            ),
         }
     }
 }
@@ -75,11 +78,12 @@ pub fn final_dump(reason: &str) {
             if opts.debug || stats.dropped > 0 {
                 let per = stats.handler_ns.checked_div(stats.samples).unwrap_or(0);
                 crate::igprof_log!(
-                    "wrote {} at {reason}: {} samples, {} dropped (taken inside the profiler or no memory), {} truncated stacks, {per} ns in the handler per sample",
+                    "wrote {} at {reason}: {} samples, {} dropped (taken inside the profiler or no memory), {} truncated stacks, {per} ns in the handler per sample, {} thread states",
                     path,
                     stats.samples,
                     stats.dropped,
-                    stats.truncated
+                    stats.truncated,
+                    stats.states
                 );
             }
         }
@@ -91,7 +95,9 @@ pub fn final_dump(reason: &str) {
 /// there (it needs memory and dladdr), so this only says so.
 pub fn final_dump_from_signal() {
     if crate::runtime::active() && !FINAL_DONE.load(Ordering::Acquire) {
-        crate::igprof_log!("the program's own SIGPROF (default action) ends the process; no profile written");
+        crate::igprof_log!(
+            "the program's own SIGPROF (default action) ends the process; no profile written"
+        );
     }
 }
 
@@ -103,6 +109,9 @@ pub struct DumpStats {
     pub dropped: u64,
     pub truncated: u64,
     pub handler_ns: u64,
+    /// Thread states (and so call trees) dumped: at most the peak number
+    /// of threads alive at once, since new threads adopt ended ones' states.
+    pub states: usize,
 }
 
 struct MNode {
@@ -148,7 +157,8 @@ impl Merged {
             first_child: u32::MAX,
             next_sibling: u32::MAX,
         });
-        self.values.extend(std::iter::repeat_n((0, 0, 0), self.nslots));
+        self.values
+            .extend(std::iter::repeat_n((0, 0, 0), self.nslots));
         id
     }
 
@@ -273,7 +283,12 @@ pub fn remember_objects() {
                 let ph = &*i.dlpi_phdr.add(k);
                 if ph.p_type == libc::PT_LOAD {
                     let start = i.dlpi_addr as usize + ph.p_vaddr as usize;
-                    v.push((start, start + ph.p_memsz as usize, i.dlpi_addr as usize, name.to_vec()));
+                    v.push((
+                        start,
+                        start + ph.p_memsz as usize,
+                        i.dlpi_addr as usize,
+                        name.to_vec(),
+                    ));
                 }
             }
         }
@@ -294,13 +309,16 @@ pub fn remember_objects() {
 fn resolve_unloaded(addr: usize) -> Option<Resolved> {
     with_unloaded(|list| {
         // Latest first: an address range may have been reused by a later load.
-        list.iter().rev().find(|e| e.0 <= addr && addr < e.1).map(|e| Resolved {
-            file_key: e.2,
-            file_path: e.3.clone(),
-            sym_addr: addr,
-            name: format!("@?0x{addr:x}").into_bytes(),
-            object_offset: (addr - e.2) as u64,
-        })
+        list.iter()
+            .rev()
+            .find(|e| e.0 <= addr && addr < e.1)
+            .map(|e| Resolved {
+                file_key: e.2,
+                file_path: e.3.clone(),
+                sym_addr: addr,
+                name: format!("@?0x{addr:x}").into_bytes(),
+                object_offset: (addr - e.2) as u64,
+            })
     })
 }
 
@@ -348,7 +366,9 @@ fn resolve(addr: usize, exe: &[u8], synthetic: &[&'static str]) -> Resolved {
     let mut path = if info.dli_fname.is_null() {
         Vec::new()
     } else {
-        unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }.to_bytes().to_vec()
+        unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }
+            .to_bytes()
+            .to_vec()
     };
     if path.is_empty() || !path.starts_with(b"/") && is_main_program(fbase) {
         path = exe.to_vec();
@@ -357,7 +377,9 @@ fn resolve(addr: usize, exe: &[u8], synthetic: &[&'static str]) -> Resolved {
         // SAFETY: dli_sname is a NUL-terminated string owned by the loader.
         (
             info.dli_saddr as usize,
-            unsafe { std::ffi::CStr::from_ptr(info.dli_sname) }.to_bytes().to_vec(),
+            unsafe { std::ffi::CStr::from_ptr(info.dli_sname) }
+                .to_bytes()
+                .to_vec(),
         )
     } else {
         (addr, format!("@?0x{addr:x}").into_bytes())
@@ -413,19 +435,26 @@ fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
         stats.dropped += t.dropped.load(Ordering::Relaxed);
         stats.truncated += t.truncated.load(Ordering::Relaxed);
         stats.handler_ns += t.handler_ns.load(Ordering::Relaxed);
+        stats.states += 1;
         if let Some(root) = t.tree().root() {
             merged.merge_tree(0, root);
         }
     }
     crate::runtime::each_dump_hook(|h| {
-        (h.synthetic)(&mut |name, slot, ticks, value| merged.add_synthetic(name, slot, ticks, value))
+        (h.synthetic)(&mut |name, slot, ticks, value| {
+            merged.add_synthetic(name, slot, ticks, value)
+        })
     });
     stats.nodes = merged.nodes.len() - 1;
     crate::runtime::each_module(|md| {
         if let Some(f) = md.leaks {
             f(&mut |node, slot, addr, size| {
                 if let Some(&m) = merged.origin.get(&(node as usize)) {
-                    merged.leaks.entry((m, slot)).or_default().push((addr, size));
+                    merged
+                        .leaks
+                        .entry((m, slot))
+                        .or_default()
+                        .push((addr, size));
                 }
             });
         }
@@ -437,7 +466,10 @@ fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
         path: tmp.clone(),
         errno: e.raw_os_error().unwrap_or(0),
     })?;
-    let werr = |err| DumpError::Write { path: tmp.clone(), err };
+    let werr = |err| DumpError::Write {
+        path: tmp.clone(),
+        err,
+    };
     if gzip {
         let enc = flate2::write::GzEncoder::new(file, flate2::Compression::new(6));
         let sink = write_profile(IoSink::new(enc), &merged).map_err(werr)?;
@@ -504,10 +536,13 @@ fn write_profile<S: Sink>(sink: S, m: &Merged) -> Result<S, WriteError> {
             .0;
         let next_fn = syms.funcs.len() as u32;
         let mut new_fn = false;
-        let fnid = *syms.funcs.entry((r.file_key, r.sym_addr)).or_insert_with(|| {
-            new_fn = true;
-            next_fn
-        });
+        let fnid = *syms
+            .funcs
+            .entry((r.file_key, r.sym_addr))
+            .or_insert_with(|| {
+                new_fn = true;
+                next_fn
+            });
         let func = if new_fn {
             let file = if new_file {
                 FileRef::New {
@@ -571,7 +606,9 @@ mod tests {
 
     #[test]
     fn threads_merge_by_path_with_each_counters_rule() {
-        let _g = counters::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let _g = counters::TEST_LOCK
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         counters::reset_for_test();
         counters::enable(CounterId::PerfTicks);
         counters::enable(CounterId::MemMax);
@@ -629,7 +666,13 @@ mod tests {
         let synth = find(&m, &[SYNTHETIC_BASE]);
         assert_eq!(v(synth, ticks), (2, 12, 12));
         assert_eq!(m.synthetic, vec!["<unattributed>"]);
-        assert_eq!(resolve(SYNTHETIC_BASE, b"", &m.synthetic).name, b"<unattributed>");
-        assert_eq!(resolve(TRUNCATED, b"", &m.synthetic).name, b"@igprof_stack_truncated");
+        assert_eq!(
+            resolve(SYNTHETIC_BASE, b"", &m.synthetic).name,
+            b"<unattributed>"
+        );
+        assert_eq!(
+            resolve(TRUNCATED, b"", &m.synthetic).name,
+            b"@igprof_stack_truncated"
+        );
     }
 }

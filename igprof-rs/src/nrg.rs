@@ -101,7 +101,13 @@ fn start(o: &Options) -> Result<(), String> {
     };
     let policy = energy::default_policy(&root());
     if LEDGER
-        .set(Ledger::new(Some(meter), policy, CAPACITY, t, MIN_INTERVAL_NS))
+        .set(Ledger::new(
+            Some(meter),
+            policy,
+            CAPACITY,
+            t,
+            MIN_INTERVAL_NS,
+        ))
         .is_err()
     {
         return Err("started twice".into());
@@ -114,7 +120,7 @@ fn start(o: &Options) -> Result<(), String> {
 
 fn thread_begin(t: &'static ThreadState) {
     if let Some(l) = LEDGER.get() {
-        t.set_energy_slot(l.register(t.tid));
+        t.set_energy_slot(l.register(t.tid()));
     }
 }
 

@@ -96,7 +96,12 @@ fn clock_for(tid: i32) -> libc::clockid_t {
 fn next_interval(t: &ThreadState) -> u64 {
     let base = options::get().interval_ns;
     let spread = base / 5;
-    base - base / 10 + if spread > 0 { t.next_random() % spread } else { 0 }
+    base - base / 10
+        + if spread > 0 {
+            t.next_random() % spread
+        } else {
+            0
+        }
 }
 
 /// Starts sampling the calling thread (its state must be registered).
@@ -109,7 +114,10 @@ fn next_interval(t: &ThreadState) -> u64 {
 /// -pr uses a POSIX CLOCK_MONOTONIC timer.
 pub fn start_thread(t: &'static ThreadState) {
     let o = options::get();
-    if !o.needs_timers() || t.timer.load(Ordering::Relaxed) >= 0 || t.perf_fd.load(Ordering::Relaxed) >= 0 {
+    if !o.needs_timers()
+        || t.timer.load(Ordering::Relaxed) >= 0
+        || t.perf_fd.load(Ordering::Relaxed) >= 0
+    {
         return;
     }
     let perf_kind = match o.perf {
@@ -120,7 +128,7 @@ pub fn start_thread(t: &'static ThreadState) {
     if let Some(user_only) = perf_kind {
         if !PERF_UNAVAILABLE.load(Ordering::Relaxed) {
             let min_fd = high_fd_base();
-            match sys::perf_task_clock_open(t.tid, next_interval(t), user_only, SIGNAL, min_fd) {
+            match sys::perf_task_clock_open(t.tid(), next_interval(t), user_only, SIGNAL, min_fd) {
                 Ok((fd, ring)) => {
                     mark(&OUR_FDS, fd);
                     t.perf_ring.store(ring, Ordering::Release);
@@ -142,7 +150,7 @@ pub fn start_thread(t: &'static ThreadState) {
     }
     t.clock_seen.set(sampled_clock_ns());
     t.clock_credit.set(0);
-    match sys::timer_create_for_thread(clock_for(t.tid), SIGNAL, t.tid) {
+    match sys::timer_create_for_thread(clock_for(t.tid()), SIGNAL, t.tid()) {
         Ok(id) => {
             mark(&OUR_TIMERS, id);
             t.timer.store(id, Ordering::Release);
@@ -151,7 +159,7 @@ pub fn start_thread(t: &'static ThreadState) {
         Err(e) => {
             crate::igprof_log!(
                 "cannot create the sampling timer of thread {} (errno {e}); it is not sampled",
-                t.tid
+                t.tid()
             )
         }
     }
@@ -163,7 +171,8 @@ pub fn high_fd_base() -> i32 {
     (sys::nofile_limit().min(1 << 20) as i32 - 128).max(3)
 }
 
-static PERF_UNAVAILABLE: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+static PERF_UNAVAILABLE: core::sync::atomic::AtomicBool =
+    core::sync::atomic::AtomicBool::new(false);
 
 /// Stops sampling the calling thread (thread exit, exec).
 pub fn stop_thread(t: &ThreadState) {
@@ -220,7 +229,9 @@ fn mark(set: &[AtomicU64; BITSET_WORDS], n: i32) {
 }
 
 fn marked(set: &[AtomicU64; BITSET_WORDS], n: i32) -> bool {
-    n >= 0 && (n as usize) < BITSET_WORDS * 64 && set[n as usize / 64].load(Ordering::Acquire) & (1 << (n % 64)) != 0
+    n >= 0
+        && (n as usize) < BITSET_WORDS * 64
+        && set[n as usize / 64].load(Ordering::Acquire) & (1 << (n % 64)) != 0
 }
 
 /// Who sent this SIGPROF.
@@ -305,8 +316,10 @@ extern "C" fn handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_voi
     sample(t, uc);
     t.set_in_signal(false);
     drop(guard);
-    t.handler_ns
-        .fetch_add(sys::fast_monotonic_ns().saturating_sub(start), Ordering::Relaxed);
+    t.handler_ns.fetch_add(
+        sys::fast_monotonic_ns().saturating_sub(start),
+        Ordering::Relaxed,
+    );
 }
 
 /// The reading of the clock a POSIX-timer sampler runs on.

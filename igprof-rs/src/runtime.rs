@@ -234,7 +234,9 @@ fn unavailable(o: &Options) -> Vec<(&'static str, &'static str)> {
 
 /// The library constructor's work. Never panics into the program.
 pub fn init() {
-    let Some(raw) = getenv(b"IGPROF\0") else { return };
+    let Some(raw) = getenv(b"IGPROF\0") else {
+        return;
+    };
     let mut o = match options::parse(raw) {
         Ok(o) => o,
         Err(e) => {
@@ -245,12 +247,17 @@ pub fn init() {
     let exe = read_exe();
     if !o.targets_match(&exe) {
         if o.debug {
-            crate::igprof_log!("{} does not match -t; not profiled", crate::log::Bytes(&exe));
+            crate::igprof_log!(
+                "{} does not match -t; not profiled",
+                crate::log::Bytes(&exe)
+            );
         }
         return;
     }
     for (flag, what) in unavailable(&o) {
-        crate::igprof_log!("{flag}: {what} is not built into this libigprof yet; running without it");
+        crate::igprof_log!(
+            "{flag}: {what} is not built into this libigprof yet; running without it"
+        );
         match flag {
             "-mp" => o.mem = false,
             "-fd" => o.fd = false,
@@ -260,7 +267,9 @@ pub fn init() {
         }
     }
     if o.perf.is_none() && !MODULES.iter().any(|m| (m.wanted)(&o)) {
-        crate::igprof_log!("nothing to profile (no available module selected); the program runs unprofiled");
+        crate::igprof_log!(
+            "nothing to profile (no available module selected); the program runs unprofiled"
+        );
         return;
     }
     // SAFETY: constructor, single-threaded as far as we are concerned.
@@ -270,7 +279,9 @@ pub fn init() {
         exe,
     });
     PID.store(sys::getpid(), Ordering::Relaxed);
-    if let Some(r) = getenv(b"IGPROF_ROOT_PID\0").and_then(|s| std::str::from_utf8(s).ok()?.parse().ok()) {
+    if let Some(r) =
+        getenv(b"IGPROF_ROOT_PID\0").and_then(|s| std::str::from_utf8(s).ok()?.parse().ok())
+    {
         ROOT_PID.store(r, Ordering::Relaxed);
     }
 
@@ -280,13 +291,17 @@ pub fn init() {
     perf::init_slots();
 
     if let Err(e) = perf::install_handler() {
-        crate::igprof_log!("cannot install the SIGPROF handler (errno {e}); the program runs unprofiled");
+        crate::igprof_log!(
+            "cannot install the SIGPROF handler (errno {e}); the program runs unprofiled"
+        );
         return;
     }
     init_thread_key();
     crate::trace::modules_changed();
     let Some(main) = thread::register_current(options::get().max_depth) else {
-        crate::igprof_log!("out of memory for the profiler's thread state; the program runs unprofiled");
+        crate::igprof_log!(
+            "out of memory for the profiler's thread state; the program runs unprofiled"
+        );
         return;
     };
     let guard = main.enter();
@@ -354,7 +369,9 @@ pub fn thread_begin() {
     };
     let g = t.enter();
     // SAFETY: THREAD_KEY was created in init; t is never freed.
-    unsafe { libc::pthread_setspecific(THREAD_KEY, t as *const ThreadState as *const libc::c_void) };
+    unsafe {
+        libc::pthread_setspecific(THREAD_KEY, t as *const ThreadState as *const libc::c_void)
+    };
     each_module(|m| {
         if let Some(f) = m.thread_begin {
             f(t)
@@ -460,7 +477,9 @@ fn start_watcher() {
     let r = unsafe {
         match real {
             Some(f) => f(&mut th, std::ptr::null(), watcher, std::ptr::null_mut()),
-            None => libc::pthread_create(&mut th, std::ptr::null(), watcher_c, std::ptr::null_mut()),
+            None => {
+                libc::pthread_create(&mut th, std::ptr::null(), watcher_c, std::ptr::null_mut())
+            }
         }
     };
     if r == 0 {
@@ -482,10 +501,9 @@ extern "C" fn watcher(_: *mut libc::c_void) -> *mut libc::c_void {
         sys::rt_sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
     }
     // A state so hooks triggered by dumping pass through; never sampled.
-    let Some(me) = thread::register_current(16) else {
+    let Some(me) = thread::register_unsampled(16) else {
         return std::ptr::null_mut();
     };
-    me.stale.store(true, Ordering::Release);
     let o = options::get();
     let rd = WAKE_RD.load(Ordering::Relaxed);
     let timeout = if o.flag_file.is_empty() { -1 } else { 200 };

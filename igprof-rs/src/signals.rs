@@ -27,7 +27,11 @@ static PROG_FLAGS: AtomicI32 = AtomicI32::new(0);
 static PROG_MASK: AtomicU64 = AtomicU64::new(0);
 
 /// sigaction through the original function (our hook bypassed).
-pub(crate) fn real_sigaction(sig: i32, act: *const libc::sigaction, old: *mut libc::sigaction) -> Result<(), i32> {
+pub(crate) fn real_sigaction(
+    sig: i32,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> Result<(), i32> {
     // SAFETY: pointers are null or valid, as for sigaction(2).
     let r = unsafe {
         match orig::sigaction() {
@@ -51,7 +55,8 @@ fn shadow_get(old: *mut libc::sigaction) {
         core::ptr::write_bytes(old, 0, 1);
         (*old).sa_sigaction = PROG_HANDLER.load(Ordering::Acquire);
         (*old).sa_flags = PROG_FLAGS.load(Ordering::Relaxed);
-        *(&mut (*old).sa_mask as *mut libc::sigset_t as *mut u64) = PROG_MASK.load(Ordering::Relaxed);
+        *(&mut (*old).sa_mask as *mut libc::sigset_t as *mut u64) =
+            PROG_MASK.load(Ordering::Relaxed);
     }
 }
 
@@ -68,7 +73,11 @@ fn shadow_set(act: *const libc::sigaction) {
 }
 
 /// Replacement of sigaction.
-pub(crate) extern "C" fn sigaction_hook(sig: i32, act: *const libc::sigaction, old: *mut libc::sigaction) -> i32 {
+pub(crate) extern "C" fn sigaction_hook(
+    sig: i32,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> i32 {
     if sig == SIGNAL && !thread::is_busy() {
         let _e = sys::ErrnoGuard::save();
         shadow_get(old);
@@ -149,27 +158,43 @@ fn mask_common(
             t.prog_blocks_prof.set(b);
             if !b && t.prog_prof_pending.replace(false) {
                 // Deliver what the program's "blocked" SIGPROF held back.
-                sys::tgkill(t.tid, SIGNAL);
+                sys::tgkill(t.tid(), SIGNAL);
             }
         }
     }
     r
 }
 
-unsafe extern "C" fn libc_sigprocmask(how: i32, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> i32 {
+unsafe extern "C" fn libc_sigprocmask(
+    how: i32,
+    set: *const libc::sigset_t,
+    old: *mut libc::sigset_t,
+) -> i32 {
     libc::sigprocmask(how, set, old)
 }
-unsafe extern "C" fn libc_pthread_sigmask(how: i32, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> i32 {
+unsafe extern "C" fn libc_pthread_sigmask(
+    how: i32,
+    set: *const libc::sigset_t,
+    old: *mut libc::sigset_t,
+) -> i32 {
     libc::pthread_sigmask(how, set, old)
 }
 
 /// Replacement of sigprocmask.
-pub extern "C" fn sigprocmask_hook(how: i32, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> i32 {
+pub extern "C" fn sigprocmask_hook(
+    how: i32,
+    set: *const libc::sigset_t,
+    old: *mut libc::sigset_t,
+) -> i32 {
     mask_common(how, set, old, orig::sigprocmask(), libc_sigprocmask)
 }
 
 /// Replacement of pthread_sigmask.
-pub extern "C" fn pthread_sigmask_hook(how: i32, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> i32 {
+pub extern "C" fn pthread_sigmask_hook(
+    how: i32,
+    set: *const libc::sigset_t,
+    old: *mut libc::sigset_t,
+) -> i32 {
     mask_common(how, set, old, orig::pthread_sigmask(), libc_pthread_sigmask)
 }
 
@@ -210,7 +235,8 @@ pub fn forward_program_signal(sig: i32, info: *mut libc::siginfo_t, uc: *mut lib
     // SAFETY: the program installed this handler for SIGPROF with these flags.
     unsafe {
         if flags & libc::SA_SIGINFO != 0 {
-            let f: extern "C" fn(i32, *mut libc::siginfo_t, *mut libc::c_void) = core::mem::transmute(h);
+            let f: extern "C" fn(i32, *mut libc::siginfo_t, *mut libc::c_void) =
+                core::mem::transmute(h);
             f(sig, info, uc);
         } else {
             let f: extern "C" fn(i32) = core::mem::transmute(h);

@@ -109,7 +109,10 @@ pub fn sched_yield() {
 
 /// Nanoseconds of CLOCK_MONOTONIC.
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: ts is a valid out-pointer.
     unsafe { libc::syscall(libc::SYS_clock_gettime, libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -119,7 +122,10 @@ pub fn monotonic_ns() -> u64 {
 /// clock_gettime is async-signal-safe).
 #[inline]
 pub fn fast_monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: ts is a valid out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -128,9 +134,18 @@ pub fn fast_monotonic_ns() -> u64 {
 /// CPU time of the calling thread in nanoseconds (clock_gettime of
 /// CLOCK_THREAD_CPUTIME_ID: a system call, async-signal-safe).
 pub fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: ts is a valid out-pointer.
-    unsafe { libc::syscall(libc::SYS_clock_gettime, libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    unsafe {
+        libc::syscall(
+            libc::SYS_clock_gettime,
+            libc::CLOCK_THREAD_CPUTIME_ID,
+            &mut ts,
+        )
+    };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
@@ -185,7 +200,10 @@ pub fn timer_create_for_thread(clock: libc::clockid_t, signo: i32, tid: i32) -> 
 /// Arms `timer` once, `ns` from now (no interval: the handler re-arms).
 pub fn timer_arm_once(timer: i32, ns: u64) -> bool {
     let spec = libc::itimerspec {
-        it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
+        it_interval: libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        },
         it_value: libc::timespec {
             tv_sec: (ns / 1_000_000_000) as i64,
             tv_nsec: (ns % 1_000_000_000) as i64,
@@ -214,11 +232,25 @@ pub fn tgkill(tid: i32, sig: i32) {
     unsafe { libc::syscall(libc::SYS_tgkill, getpid(), tid, sig) };
 }
 
+/// Whether the thread `tid` of this process still exists: false only when
+/// `tgkill(pid, tid, 0)` fails with ESRCH (the task is gone and runs no more
+/// code). Leaves errno as it was.
+pub fn thread_alive(tid: i32) -> bool {
+    let _e = ErrnoGuard::save();
+    // SAFETY: plain syscall; signal 0 only checks that the target exists.
+    let r = unsafe { libc::syscall(libc::SYS_tgkill, getpid(), tid, 0) };
+    r == 0 || errno() != libc::ESRCH
+}
+
 /// rt_sigprocmask(2) directly (bypasses any hook on the libc functions).
 ///
 /// # Safety
 /// `set` and `old` must be null or valid `sigset_t`.
-pub unsafe fn rt_sigprocmask(how: i32, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> i32 {
+pub unsafe fn rt_sigprocmask(
+    how: i32,
+    set: *const libc::sigset_t,
+    old: *mut libc::sigset_t,
+) -> i32 {
     libc::syscall(libc::SYS_rt_sigprocmask, how, set, old, 8) as i32
 }
 
@@ -242,7 +274,15 @@ pub fn close(fd: i32) {
 /// Whether `path` (NUL-terminated) exists (faccessat F_OK).
 pub fn exists(path: &[u8]) -> bool {
     // SAFETY: path is NUL-terminated.
-    unsafe { libc::syscall(libc::SYS_faccessat, libc::AT_FDCWD, path.as_ptr(), libc::F_OK, 0) == 0 }
+    unsafe {
+        libc::syscall(
+            libc::SYS_faccessat,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::F_OK,
+            0,
+        ) == 0
+    }
 }
 
 /// rename(2) of NUL-terminated paths.
@@ -374,7 +414,14 @@ pub fn perf_task_clock_open(
 /// Starts a perf event opened by [`perf_task_clock_open`].
 pub fn perf_enable(fd: i32) -> bool {
     // SAFETY: ioctl on our own perf descriptor.
-    unsafe { libc::syscall(libc::SYS_ioctl, fd, PERF_EVENT_IOC_ENABLE, 0 as libc::c_ulong) == 0 }
+    unsafe {
+        libc::syscall(
+            libc::SYS_ioctl,
+            fd,
+            PERF_EVENT_IOC_ENABLE,
+            0 as libc::c_ulong,
+        ) == 0
+    }
 }
 
 /// Changes the sampling period of a perf event (from its next sample on).

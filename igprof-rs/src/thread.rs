@@ -7,12 +7,30 @@
 //! compiles to a plain TLS slot: reading it in a signal handler allocates
 //! nothing (the library is preloaded, so its TLS is in the static block).
 //!
+//! **Thread exit.** A state is never freed: the dumper may be reading its
+//! tree, and call-tree nodes are referenced from outside the tree (live
+//! heap blocks and descriptors in `live.rs` point at the node that acquired
+//! them, and a release by another thread, even long after the acquiring
+//! thread exited, is charged there; memfd's per-thread caches and the
+//! energy module hold node pointers too). So an exited thread's tree is
+//! not folded into another tree and freed: instead the next new thread
+//! *adopts* the exited thread's whole state, tree included, once the old
+//! thread has really ended (`tgkill(tid, 0)` fails with ESRCH; until then it
+//! may still run TLS destructors that allocate and record into its tree).
+//! The newcomer's samples go into the same tree, so the exited thread's
+//! counts are merged with them path by path as they arrive, every node
+//! pointer held elsewhere stays valid, and the number of states (and of
+//! trees) is bounded by the peak number of threads alive at once, not by
+//! the number of threads ever created. The dump merges the states' trees.
+//!
 //! Must never: allocate through the global allocator from signal context
 //! (states come from mmap), free a state (other threads and the dumper may
-//! still read it), or let a hook run profiler code while the thread is
+//! still read it), hand a state to a new thread while its previous owner
+//! can still run, or let a hook run profiler code while the thread is
 //! already inside the profiler ([`Guard`]).
 
-use core::cell::Cell;
+use core::cell::{Cell, UnsafeCell};
+use core::ops::Deref;
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, Ordering};
 
@@ -21,7 +39,8 @@ use crate::tree::CallTree;
 
 /// The profiler state of one thread.
 pub struct ThreadState {
-    pub tid: i32,
+    /// Kernel thread id of the current owner (changes when adopted).
+    tid: AtomicI32,
     /// Whether the thread is inside profiler code (hook, handler, dump).
     busy: Cell<bool>,
     /// Whether the thread is inside our signal handler (allocation check).
@@ -43,7 +62,8 @@ pub struct ThreadState {
     pub truncated: AtomicU64,
     /// Nanoseconds spent in the sampling handler (our own cost per sample).
     pub handler_ns: AtomicU64,
-    /// Set when the thread has exited (its tree is still dumped).
+    /// Set when the thread has exited (its tree is still dumped, and the
+    /// state may be adopted by a new thread once the old one has ended).
     pub exited: AtomicBool,
     /// Set in a forked child for states inherited from the parent: not dumped.
     pub stale: AtomicBool,
@@ -58,7 +78,7 @@ pub struct ThreadState {
     /// A program-originated SIGPROF arrived while the program blocked it.
     pub prog_prof_pending: Cell<bool>,
     /// Where the unwinder may read this thread's stack.
-    pub bounds: crate::unwind::StackBounds,
+    pub bounds: OwnerCell<crate::unwind::StackBounds>,
     /// The thread's unwinder (descriptor cache), None if it could not be made.
     pub unwinder: Option<crate::unwind::ThreadUnwinder>,
     /// The node of this thread's latest sample (energy charged at exit/dump).
@@ -73,6 +93,24 @@ pub struct ThreadState {
 // SAFETY: Cell fields are only touched by the owning thread; cross-thread
 // readers use the atomics and the tree's concurrent-read interface.
 unsafe impl Sync for ThreadState {}
+
+/// A value of a [`ThreadState`] that only the state's owner thread reads
+/// or writes (set again by a thread that adopts the state).
+pub struct OwnerCell<T>(UnsafeCell<T>);
+
+impl<T> Deref for OwnerCell<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: only the owner accesses the value, and it writes it only
+        // while adopting the state, before the state is reachable from its
+        // CURRENT slot (so no reference obtained here is alive then).
+        unsafe { &*self.0.get() }
+    }
+}
+
+/// How many exited states a new thread examines for adoption (one
+/// `tgkill` probe each) before it makes a fresh one.
+const ADOPT_TRIES: usize = 8;
 
 thread_local! {
     static CURRENT: Cell<*mut ThreadState> = const { Cell::new(null_mut()) };
@@ -104,23 +142,85 @@ pub fn assert_not_in_signal() {
     }
 }
 
-/// Creates and registers the calling thread's state (not from signal context).
+/// Registers the calling thread's state (not from signal context): adopts
+/// the state of a thread that has ended (see the module docs), or makes one.
 pub fn register_current(max_depth: usize) -> Option<&'static ThreadState> {
     if let Some(t) = current() {
         return Some(t);
     }
+    let tid = sys::gettid();
+    if let Some(t) = adopt_ended(tid, max_depth + 1) {
+        t.tid.store(tid, Ordering::Release);
+        t.busy.set(false);
+        t.in_signal.set(false);
+        t.since_jitter.set(0);
+        t.rng.set(seed(tid));
+        t.clock_seen.set(0);
+        t.clock_credit.set(0);
+        t.prog_blocks_prof.set(false);
+        t.prog_prof_pending.set(false);
+        t.last_sample.store(null_mut(), Ordering::Release);
+        t.set_energy_slot(None);
+        // SAFETY: the state is ours (claimed in adopt_ended) and not yet
+        // reachable as any thread's current state, so no one reads bounds.
+        unsafe {
+            *t.bounds.0.get() = crate::unwind::StackBounds::for_current_thread().unwrap_or_default()
+        };
+        CURRENT.with(|c| c.set(t as *const ThreadState as *mut ThreadState));
+        return Some(t);
+    }
+    new_state(max_depth, false)
+}
+
+/// Registers a fresh state for a profiler thread that is never sampled
+/// nor dumped (stale from the start, so never adopted either).
+pub fn register_unsampled(max_depth: usize) -> Option<&'static ThreadState> {
+    if let Some(t) = current() {
+        return Some(t);
+    }
+    new_state(max_depth, true)
+}
+
+fn seed(tid: i32) -> u64 {
+    0x9e37_79b9_7f4a_7c15 ^ (tid as u64).wrapping_mul(0xbf58_476d_1ce4_e5b9) ^ sys::monotonic_ns()
+}
+
+/// Claims an exited, non-stale state with a trace buffer of `trace_cap`
+/// whose thread has ended (no task `tid` left in the process; a thread
+/// id is never held by two live threads, so our own `tid` proves it too).
+fn adopt_ended(tid: i32, trace_cap: usize) -> Option<&'static ThreadState> {
+    all()
+        .filter(|t| {
+            t.trace_cap == trace_cap
+                && t.exited.load(Ordering::Acquire)
+                && !t.stale.load(Ordering::Acquire)
+        })
+        .take(ADOPT_TRIES)
+        .find(|t| {
+            let old = t.tid();
+            (old == tid || !sys::thread_alive(old))
+                && t.exited
+                    .compare_exchange(true, false, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+        })
+}
+
+fn new_state(max_depth: usize, stale: bool) -> Option<&'static ThreadState> {
     let size = core::mem::size_of::<ThreadState>();
-    let mem = sys::mmap_anon(size + (max_depth + 2) * core::mem::size_of::<usize>()) as *mut ThreadState;
+    let mem =
+        sys::mmap_anon(size + (max_depth + 2) * core::mem::size_of::<usize>()) as *mut ThreadState;
     if mem.is_null() {
         return None;
     }
     let tid = sys::gettid();
-    let bounds = crate::unwind::StackBounds::for_current_thread().unwrap_or_default();
+    let bounds = OwnerCell(UnsafeCell::new(
+        crate::unwind::StackBounds::for_current_thread().unwrap_or_default(),
+    ));
     let unwinder = crate::unwind::ThreadUnwinder::new().ok();
     // SAFETY: fresh mapping big enough for the state plus the trace buffer.
     unsafe {
         mem.write(ThreadState {
-            tid,
+            tid: AtomicI32::new(tid),
             busy: Cell::new(false),
             in_signal: Cell::new(false),
             tree: core::cell::UnsafeCell::new(CallTree::new()),
@@ -135,10 +235,8 @@ pub fn register_current(max_depth: usize) -> Option<&'static ThreadState> {
             truncated: AtomicU64::new(0),
             handler_ns: AtomicU64::new(0),
             exited: AtomicBool::new(false),
-            stale: AtomicBool::new(false),
-            rng: Cell::new(
-                0x9e37_79b9_7f4a_7c15 ^ (tid as u64).wrapping_mul(0xbf58_476d_1ce4_e5b9) ^ sys::monotonic_ns(),
-            ),
+            stale: AtomicBool::new(stale),
+            rng: Cell::new(seed(tid)),
             clock_seen: Cell::new(0),
             clock_credit: Cell::new(0),
             prog_blocks_prof: Cell::new(false),
@@ -186,6 +284,12 @@ pub fn all() -> impl Iterator<Item = &'static ThreadState> {
 }
 
 impl ThreadState {
+    /// Kernel thread id of the thread that owns the state now.
+    #[inline]
+    pub fn tid(&self) -> i32 {
+        self.tid.load(Ordering::Acquire)
+    }
+
     /// Enters profiler code on this thread; None if already inside (the
     /// caller must then pass straight through / drop the sample).
     #[inline]
@@ -222,7 +326,8 @@ impl ThreadState {
     pub fn set_energy_slot(&self, slot: Option<crate::energy::ledger::SlotId>) {
         // SAFETY: written by the owner before it is published below.
         unsafe { *self.energy_slot.get() = slot };
-        self.energy_slot_live.store(slot.is_some(), Ordering::Release);
+        self.energy_slot_live
+            .store(slot.is_some(), Ordering::Release);
     }
 
     /// The energy ledger slot, if registered (any thread).

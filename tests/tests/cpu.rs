@@ -510,3 +510,76 @@ fn igprof_analyse_reads_our_profile_and_agrees() {
     }
     assert!((share("hot_a") - 50.0).abs() <= 3.0, "{report}");
 }
+
+/// 1,100 short-lived threads, 4 at a time: new threads adopt the states
+/// (call trees) of threads that ended, so the profiler's memory and number
+/// of trees stay bounded, and nothing counted by an ended thread is lost:
+/// its blocks freed by main after its state was adopted are charged to the
+/// nodes that allocated them.
+#[test]
+fn thread_churn_keeps_totals_with_bounded_memory() {
+    let d = scratch("churn");
+    build(&d, "churn.c", "churn", &["-pthread"]);
+    let o = igprof(
+        &d,
+        &[
+            "-pp", "-mp", "-d", "-i", "200us", "-o", "churn.gz", "./churn", "25", "250", "1000",
+        ],
+    );
+    let err = ok(&o);
+    let out = String::from_utf8_lossy(&o.stdout);
+    let field = |name: &str| -> Vec<i64> {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{name}: {out}"));
+        line.split_whitespace()
+            .skip(1)
+            .map(|x| x.parse().unwrap())
+            .collect()
+    };
+    let (rss, cpu_ns, bytes) = (field("rss_kib"), field("cpu_ns")[0], field("bytes")[0]);
+    // Before adoption each thread left ~90 KiB (-pp) to ~460 KiB (-mp) behind.
+    assert!(
+        rss[1] - rss[0] < 2048,
+        "RSS grew {} KiB over 1,000 threads after warm-up",
+        rss[1] - rss[0]
+    );
+    let states: usize = err
+        .lines()
+        .find_map(|l| {
+            l.strip_suffix(" thread states")?
+                .rsplit(", ")
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no thread-state count: {err}"));
+    // 4 workers + main at a time, plus a few whose thread was still ending.
+    assert!(
+        states <= 16,
+        "{states} thread states for at most 5 threads at once"
+    );
+    let p = parse_strict(&read_text(&d.join("churn.gz"))).unwrap();
+    // Exact: every allocation of every worker, under the function that made it.
+    let (n, total) = under(&p, "MEM_TOTAL", "allocator");
+    assert_eq!(
+        (n, total as i64),
+        (1100 * 10, bytes),
+        "MEM_TOTAL under allocator"
+    );
+    // All freed (half of them by main, after the allocating thread ended).
+    assert_eq!(
+        under(&p, "MEM_LIVE", "allocator"),
+        (0, 0),
+        "MEM_LIVE under allocator"
+    );
+    // CPU: 1 ms per thread at 200 us; each thread's last partial interval
+    // is lost, so expect a little under the workers' CPU time.
+    let ticks = under(&p, "PERF_TICKS", "worker").0;
+    let ratio = ticks as f64 * 200e3 / cpu_ns as f64;
+    assert!(
+        (0.75..=1.1).contains(&ratio),
+        "worker ticks x interval / workers' CPU time = {ratio:.3} ({ticks} ticks, {cpu_ns} ns)"
+    );
+}

@@ -7,25 +7,6 @@ use std::io::{Seek, SeekFrom, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-fn sum_under(p: &Profile, counter: &str, func: &str) -> u64 {
-    let mut namer = Namer::new();
-    let names: Vec<String> = (0..p.nodes.len()).map(|i| namer.name(p, i)).collect();
-    let mut total = 0;
-    for (i, n) in p.nodes.iter().enumerate() {
-        for v in n.values.iter().filter(|v| v.counter == counter) {
-            let mut j = Some(i);
-            while let Some(k) = j {
-                if names[k] == func {
-                    total += v.value;
-                    break;
-                }
-                j = p.nodes[k].parent;
-            }
-        }
-    }
-    total
-}
-
 #[test]
 fn two_threads_burning_3_to_1_get_energy_3_to_1() {
     let d = scratch("energy");
@@ -60,7 +41,16 @@ fn two_threads_burning_3_to_1_get_energy_3_to_1() {
         })
     };
     let o = std::process::Command::new(root_dir().join("scripts/igprof"))
-        .args(["-np", "-pp", "-i", "1ms", "-o", "nrg.gz", "./energy2", "200"])
+        .args([
+            "-np",
+            "-pp",
+            "-i",
+            "1ms",
+            "-o",
+            "nrg.gz",
+            "./energy2",
+            "200",
+        ])
         .current_dir(&d)
         .env("IGPROF_LIB", lib())
         .env("IGPROF_ENERGY_ROOT", &root)
@@ -71,8 +61,8 @@ fn two_threads_burning_3_to_1_get_energy_3_to_1() {
     let err = ok(&o);
     assert!(err.contains("energy"), "the start-up line names -np: {err}");
     let p = parse_strict(&read_text(&d.join("nrg.gz"))).unwrap();
-    let big = sum_under(&p, "NRG_PKG", "big_burner") as f64;
-    let small = sum_under(&p, "NRG_PKG", "small_burner") as f64;
+    let big = under(&p, "NRG_PKG", "big_burner").1 as f64;
+    let small = under(&p, "NRG_PKG", "small_burner").1 as f64;
     assert!(
         small > 0.0 && big > 0.0,
         "both threads charged: big {big} small {small}"
