@@ -120,12 +120,27 @@ pub const MALLOC_FAMILY: [&str; 13] = [
     "_Znam",
 ];
 
+/// Allocation entry points igprof-rs hooks beyond IgProf's list, folded the
+/// same way: otherwise a report would charge the bytes to libc's or
+/// libstdc++'s wrapper instead of the program's code.
+pub const MALLOC_FAMILY_EXTRA: [&str; 3] = ["aligned_alloc", "reallocarray", "pvalloc"];
+
+/// Whether `name` is an allocation function folded into its caller: IgProf's
+/// list, [`MALLOC_FAMILY_EXTRA`], and every `operator new`/`new[]` variant
+/// (nothrow, aligned: mangled `_Znw...`/`_Zna...`, which reach malloc
+/// through each other, e.g. `_ZnamRKSt9nothrow_t` -> `_Znwm`).
+pub fn is_malloc_family(name: &str) -> bool {
+    MALLOC_FAMILY.contains(&name)
+        || MALLOC_FAMILY_EXTRA.contains(&name)
+        || name.starts_with("_Znw")
+        || name.starts_with("_Zna")
+}
+
 /// Folds malloc-family leaves into their caller (counts move up, the node and
-/// anything below it go).
+/// anything below it go). Post-order, so a chain of wrappers folds entirely.
 pub fn fold_malloc(p: &mut Profile, is_max: bool) {
-    let ids: FxHashSet<SymId> = MALLOC_FAMILY
-        .iter()
-        .filter_map(|n| p.symbols.get(n))
+    let ids: FxHashSet<SymId> = (0..p.symbols.len() as SymId)
+        .filter(|&s| is_malloc_family(p.symbols.name(s)))
         .collect();
     if ids.is_empty() {
         return;

@@ -517,3 +517,24 @@ fn files_with_different_ids_merge_by_symbol_name() {
     assert!(flat.contains("   75.0       0.15  work [3]"), "{flat}");
     assert!(flat.contains("   25.0       0.05  other [4]"), "{flat}");
 }
+
+#[test]
+fn every_operator_new_variant_and_hooked_allocator_folds_into_its_caller() {
+    // What igprof-rs records for `new (std::nothrow) int[5]` (operator new[]
+    // nothrow reaching operator new), an aligned `new`, and aligned_alloc.
+    let text = "P=(ID=1 N=(prog) T=0.000000)\n\
+        C1 FN0=(F0=(/nonexistent/prog)+16 N=(main))+0\n\
+        C2 FN1=(F0+32 N=(work))+0\n\
+        C3 FN2=(F1=(/nonexistent/libstdc++.so.6)+16 N=(_ZnamRKSt9nothrow_t))+0\n\
+        C4 FN3=(F1+32 N=(_Znwm))+0 V0=(MEM_TOTAL):(10,200,200)\n\
+        C3 FN4=(F1+48 N=(_ZnwmSt11align_val_t))+0 V0:(10,640,640)\n\
+        C3 FN5=(F2=(/nonexistent/libc.so.6)+16 N=(aligned_alloc))+0 V0:(10,1280,1280)\n";
+    let d = Dir::new();
+    std::fs::write(d.file("new.txt"), text).unwrap();
+    let out = d.ok(&["-r", "MEM_TOTAL", "new.txt"]);
+    let flat = section(&out, "Flat profile (self");
+    assert!(flat.contains("2'120        30  work"), "{flat}");
+    for wrapper in ["_Znam", "_Znwm", "aligned_alloc"] {
+        assert!(!out.contains(wrapper), "{wrapper} not folded:\n{out}");
+    }
+}
