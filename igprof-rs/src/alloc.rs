@@ -57,19 +57,7 @@ static CLASS: [Class; CLASSES] = [EMPTY_CLASS; CLASSES];
 
 impl Class {
     fn lock(&self) {
-        let mut spins = 0u32;
-        while self
-            .lock
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            spins += 1;
-            if spins > 64 {
-                sys::sched_yield();
-            } else {
-                core::hint::spin_loop();
-            }
-        }
+        sys::spin_lock(&self.lock);
     }
     fn unlock(&self) {
         self.lock.store(false, Ordering::Release);
@@ -201,7 +189,11 @@ pub struct Bump {
 
 impl Bump {
     pub const fn new(chunk: usize) -> Self {
-        Bump { cur: 0, end: 0, chunk }
+        Bump {
+            cur: 0,
+            end: 0,
+            chunk,
+        }
     }
 
     /// `size` zeroed bytes aligned to `align` (a power of two <= 4096), or null

@@ -20,20 +20,6 @@ use crate::thread;
 pub mod orig {
     use super::*;
 
-    pub(crate) static PTHREAD_CREATE: AtomicUsize = AtomicUsize::new(0);
-    pub(crate) static FORK: AtomicUsize = AtomicUsize::new(0);
-    pub(crate) static EXECVE: AtomicUsize = AtomicUsize::new(0);
-    pub(crate) static SIGACTION: AtomicUsize = AtomicUsize::new(0);
-    pub(crate) static SIGNAL: AtomicUsize = AtomicUsize::new(0);
-    pub(crate) static SIGPROCMASK: AtomicUsize = AtomicUsize::new(0);
-    pub(crate) static PTHREAD_SIGMASK: AtomicUsize = AtomicUsize::new(0);
-    pub(crate) static EXIT_: AtomicUsize = AtomicUsize::new(0);
-    pub(crate) static ABORT: AtomicUsize = AtomicUsize::new(0);
-    pub(crate) static KILL: AtomicUsize = AtomicUsize::new(0);
-    pub(crate) static RAISE: AtomicUsize = AtomicUsize::new(0);
-    pub(crate) static DLOPEN: AtomicUsize = AtomicUsize::new(0);
-    pub(crate) static DLCLOSE: AtomicUsize = AtomicUsize::new(0);
-
     pub type PthreadCreate = unsafe extern "C" fn(
         *mut libc::pthread_t,
         *const libc::pthread_attr_t,
@@ -41,10 +27,13 @@ pub mod orig {
         *mut c_void,
     ) -> c_int;
     pub type Fork = unsafe extern "C" fn() -> libc::pid_t;
-    pub type Execve = unsafe extern "C" fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
-    pub type Sigaction = unsafe extern "C" fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int;
+    pub type Execve =
+        unsafe extern "C" fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
+    pub type Sigaction =
+        unsafe extern "C" fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int;
     pub type Signal = unsafe extern "C" fn(c_int, libc::sighandler_t) -> libc::sighandler_t;
-    pub type Mask = unsafe extern "C" fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int;
+    pub type Mask =
+        unsafe extern "C" fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int;
     pub type Exit = unsafe extern "C" fn(c_int) -> !;
     pub type Abort = unsafe extern "C" fn() -> !;
     pub type Kill = unsafe extern "C" fn(libc::pid_t, c_int) -> c_int;
@@ -52,29 +41,33 @@ pub mod orig {
     pub type Dlopen = unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void;
     pub type Dlclose = unsafe extern "C" fn(*mut c_void) -> c_int;
 
-    macro_rules! getter {
-        ($f:ident, $s:ident, $t:ty) => {
+    /// One chain pointer (`$s`, 0 = not hooked) and its typed getter `$f`.
+    macro_rules! chains {
+        ($($f:ident, $s:ident, $t:ty;)*) => {$(
+            pub(crate) static $s: AtomicUsize = AtomicUsize::new(0);
             #[inline]
             pub fn $f() -> Option<$t> {
                 let p = $s.load(Ordering::Acquire);
                 // SAFETY: only chain pointers of functions of type $t are stored in $s.
                 (p != 0).then(|| unsafe { core::mem::transmute::<usize, $t>(p) })
             }
-        };
+        )*};
     }
-    getter!(pthread_create, PTHREAD_CREATE, PthreadCreate);
-    getter!(fork, FORK, Fork);
-    getter!(execve, EXECVE, Execve);
-    getter!(sigaction, SIGACTION, Sigaction);
-    getter!(signal, SIGNAL, Signal);
-    getter!(sigprocmask, SIGPROCMASK, Mask);
-    getter!(pthread_sigmask, PTHREAD_SIGMASK, Mask);
-    getter!(exit_, EXIT_, Exit);
-    getter!(abort, ABORT, Abort);
-    getter!(kill, KILL, Kill);
-    getter!(raise, RAISE, Raise);
-    getter!(dlopen, DLOPEN, Dlopen);
-    getter!(dlclose, DLCLOSE, Dlclose);
+    chains! {
+        pthread_create, PTHREAD_CREATE, PthreadCreate;
+        fork, FORK, Fork;
+        execve, EXECVE, Execve;
+        sigaction, SIGACTION, Sigaction;
+        signal, SIGNAL, Signal;
+        sigprocmask, SIGPROCMASK, Mask;
+        pthread_sigmask, PTHREAD_SIGMASK, Mask;
+        exit_, EXIT_, Exit;
+        abort, ABORT, Abort;
+        kill, KILL, Kill;
+        raise, RAISE, Raise;
+        dlopen, DLOPEN, Dlopen;
+        dlclose, DLCLOSE, Dlclose;
+    }
 }
 
 /// Why a core hook could not be installed.
@@ -100,11 +93,17 @@ impl core::fmt::Display for InstallError {
 }
 
 /// Hooks `name` in libc with `replacement`, storing the chain in `slot`.
-pub fn install(name: &'static str, replacement: *const (), slot: &AtomicUsize) -> Result<(), InstallError> {
-    let sym = trampoline::find_function(name, Some("libc.so.6")).map_err(|err| InstallError::Lookup { name, err })?;
+pub fn install(
+    name: &'static str,
+    replacement: *const (),
+    slot: &AtomicUsize,
+) -> Result<(), InstallError> {
+    let sym = trampoline::find_function(name, Some("libc.so.6"))
+        .map_err(|err| InstallError::Lookup { name, err })?;
     // Publish the chain before the patch goes live: a call that reaches the
     // replacement in between (another thread) must find it.
-    let prepared = trampoline::prepare(&sym, replacement).map_err(|err| InstallError::Hook { name, err })?;
+    let prepared =
+        trampoline::prepare(&sym, replacement).map_err(|err| InstallError::Hook { name, err })?;
     slot.store(prepared.chain() as usize, Ordering::Release);
     let hook = match prepared.enable() {
         Ok(h) => h,
@@ -123,7 +122,11 @@ pub fn install(name: &'static str, replacement: *const (), slot: &AtomicUsize) -
 pub fn install_core() {
     use orig::*;
     let list: [(&'static str, *const (), &AtomicUsize); 13] = [
-        ("sigaction", crate::signals::sigaction_hook as *const (), &SIGACTION),
+        (
+            "sigaction",
+            crate::signals::sigaction_hook as *const (),
+            &SIGACTION,
+        ),
         ("signal", crate::signals::signal_hook as *const (), &SIGNAL),
         (
             "sigprocmask",
@@ -135,7 +138,11 @@ pub fn install_core() {
             crate::signals::pthread_sigmask_hook as *const (),
             &PTHREAD_SIGMASK,
         ),
-        ("pthread_create", pthread_create_hook as *const (), &PTHREAD_CREATE),
+        (
+            "pthread_create",
+            pthread_create_hook as *const (),
+            &PTHREAD_CREATE,
+        ),
         ("fork", fork_hook as *const (), &FORK),
         ("execve", execve_hook as *const (), &EXECVE),
         ("_exit", exit_hook as *const (), &EXIT_),
@@ -215,7 +222,11 @@ extern "C" fn fork_hook() -> libc::pid_t {
     pid
 }
 
-extern "C" fn execve_hook(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+extern "C" fn execve_hook(
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
     let real = orig::execve().expect("execve hook without chain");
     // In a vfork/posix_spawn child (shared memory, different pid) or inside
     // the profiler: just exec.
@@ -232,20 +243,32 @@ extern "C" fn execve_hook(path: *const c_char, argv: *const *const c_char, envp:
     r
 }
 
+/// Runs profiler code from a hook: the program's errno is kept and hooks
+/// that `f` triggers pass through.
+fn aside(f: impl FnOnce()) {
+    let _errno = sys::ErrnoGuard::save();
+    thread::paused(f);
+}
+
+/// Writes the profile before the process ends through `how`, if `ends()`
+/// says it will (checked only outside the profiler and in our own process,
+/// not in a vfork child).
+fn dump_before_end(how: &str, ends: impl FnOnce() -> bool) {
+    if !thread::is_busy() && crate::runtime::is_own_process() && ends() {
+        aside(|| crate::dump::final_dump(how));
+    }
+}
+
 extern "C" fn exit_hook(status: c_int) -> ! {
     let real = orig::exit_().expect("_exit hook without chain");
-    if !thread::is_busy() && crate::runtime::is_own_process() {
-        crate::dump::final_dump("_exit");
-    }
+    dump_before_end("_exit", || true);
     // SAFETY: plain forward.
     unsafe { real(status) }
 }
 
 extern "C" fn abort_hook() -> ! {
     let real = orig::abort().expect("abort hook without chain");
-    if !thread::is_busy() && crate::runtime::is_own_process() {
-        crate::dump::final_dump("abort");
-    }
+    dump_before_end("abort", || true);
     // SAFETY: plain forward.
     unsafe { real() }
 }
@@ -279,31 +302,22 @@ fn fatal_to_self(sig: c_int) -> bool {
     }
     // SAFETY: a zeroed sigaction is a valid out-buffer.
     let mut old: libc::sigaction = unsafe { core::mem::zeroed() };
-    crate::signals::real_sigaction(sig, core::ptr::null(), &mut old).is_ok() && old.sa_sigaction == libc::SIG_DFL
+    crate::signals::real_sigaction(sig, core::ptr::null(), &mut old).is_ok()
+        && old.sa_sigaction == libc::SIG_DFL
 }
 
 extern "C" fn kill_hook(pid: libc::pid_t, sig: c_int) -> c_int {
     let real = orig::kill().expect("kill hook without chain");
-    if !thread::is_busy()
-        && crate::runtime::is_own_process()
-        && (pid == sys::getpid() || pid == 0)
-        && fatal_to_self(sig)
-    {
-        let e = sys::ErrnoGuard::save();
-        crate::dump::final_dump("kill");
-        drop(e);
-    }
+    dump_before_end("kill", || {
+        (pid == sys::getpid() || pid == 0) && fatal_to_self(sig)
+    });
     // SAFETY: plain forward.
     unsafe { real(pid, sig) }
 }
 
 extern "C" fn raise_hook(sig: c_int) -> c_int {
     let real = orig::raise().expect("raise hook without chain");
-    if !thread::is_busy() && crate::runtime::is_own_process() && fatal_to_self(sig) {
-        let e = sys::ErrnoGuard::save();
-        crate::dump::final_dump("raise");
-        drop(e);
-    }
+    dump_before_end("raise", || fatal_to_self(sig));
     // SAFETY: plain forward.
     unsafe { real(sig) }
 }
@@ -315,9 +329,7 @@ extern "C" fn dlopen_hook(file: *const c_char, mode: c_int) -> *mut c_void {
     // SAFETY: plain forward.
     let h = unsafe { real(file, mode) };
     if !h.is_null() && !thread::is_busy() {
-        let e = sys::ErrnoGuard::save();
-        thread::paused(crate::runtime::modules_changed);
-        drop(e);
+        aside(crate::runtime::modules_changed);
     }
     h
 }
@@ -325,16 +337,12 @@ extern "C" fn dlopen_hook(file: *const c_char, mode: c_int) -> *mut c_void {
 extern "C" fn dlclose_hook(handle: *mut c_void) -> c_int {
     let real = orig::dlclose().expect("dlclose hook without chain");
     if !thread::is_busy() && crate::runtime::active() {
-        let e = sys::ErrnoGuard::save();
-        thread::paused(crate::dump::remember_objects);
-        drop(e);
+        aside(crate::dump::remember_objects);
     }
     // SAFETY: plain forward.
     let r = unsafe { real(handle) };
     if r == 0 && !thread::is_busy() {
-        let e = sys::ErrnoGuard::save();
-        thread::paused(crate::runtime::modules_changed);
-        drop(e);
+        aside(crate::runtime::modules_changed);
     }
     r
 }

@@ -107,6 +107,25 @@ pub fn sched_yield() {
     unsafe { libc::syscall(libc::SYS_sched_yield) };
 }
 
+/// Takes a spin lock (`false` = free): spins briefly, then yields the CPU
+/// between attempts, so a holder that was preempted can finish. For the
+/// profiler's short critical sections (a few loads and stores).
+pub fn spin_lock(lock: &core::sync::atomic::AtomicBool) {
+    use core::sync::atomic::Ordering;
+    let mut spins = 0u32;
+    while lock
+        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        spins += 1;
+        if spins > 64 {
+            sched_yield();
+        } else {
+            core::hint::spin_loop();
+        }
+    }
+}
+
 /// Nanoseconds of CLOCK_MONOTONIC.
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -299,24 +318,34 @@ pub fn rename(from: &[u8], to: &[u8]) -> bool {
     }
 }
 
-/// perf_event_attr (the fields we set; the rest stays zero). Size = 128
-/// (PERF_ATTR_SIZE_VER7 and later accept a zero-extended shorter struct).
+/// `struct perf_event_attr`, 136 bytes (PERF_ATTR_SIZE_VER8): the fields
+/// igprof sets by name, the rest zero. `size` tells the kernel how much of
+/// it to read (a shorter, older layout such as [`PERF_ATTR_SIZE_VER0`] is
+/// accepted by every kernel; a longer one by kernels that know it).
 #[repr(C)]
-struct PerfEventAttr {
-    type_: u32,
-    size: u32,
-    config: u64,
-    sample_period: u64,
-    sample_type: u64,
-    read_format: u64,
-    flags: u64,
-    wakeup_events: u32,
-    bp_type: u32,
-    rest: [u64; 10],
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PerfEventAttr {
+    pub type_: u32,
+    pub size: u32,
+    pub config: u64,
+    pub sample_period: u64,
+    pub sample_type: u64,
+    pub read_format: u64,
+    pub flags: u64,
+    pub wakeup_events: u32,
+    pub bp_type: u32,
+    pub config1: u64,
+    pub rest: [u64; 9],
 }
 
-const PERF_TYPE_SOFTWARE: u32 = 1;
+const _: () = assert!(core::mem::size_of::<PerfEventAttr>() == 136);
+
+/// The first published perf_event_attr layout, up to `config1`.
+pub const PERF_ATTR_SIZE_VER0: u32 = 64;
+pub const PERF_TYPE_SOFTWARE: u32 = 1;
+pub const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
 const PERF_COUNT_SW_TASK_CLOCK: u64 = 1;
+const PERF_FLAG_FD_CLOEXEC: u64 = 8;
 const FLAG_DISABLED: u64 = 1 << 0;
 const FLAG_EXCLUDE_KERNEL: u64 = 1 << 5;
 const FLAG_EXCLUDE_HV: u64 = 1 << 6;
@@ -329,6 +358,31 @@ const F_OWNER_TID: i32 = 0;
 /// Size of the ring buffer mapped on each sampling perf event: the control
 /// page and one data page.
 pub const PERF_RING_BYTES: usize = 2 * 4096;
+
+/// perf_event_open(2) with a close-on-exec descriptor and no group: the
+/// descriptor or the errno (EINVAL for an `attr.size` beyond the struct).
+pub fn perf_event_open(attr: &PerfEventAttr, pid: i32, cpu: i32) -> Result<i32, i32> {
+    if attr.size as usize > core::mem::size_of::<PerfEventAttr>() {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: attr is a valid perf_event_attr with at least `size` bytes;
+    // the other arguments are plain integers.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            attr as *const PerfEventAttr,
+            pid,
+            cpu,
+            -1,
+            PERF_FLAG_FD_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        Err(errno())
+    } else {
+        Ok(fd as i32)
+    }
+}
 
 /// A per-thread task-clock perf event that sends `signo` to thread `tid`
 /// every `period_ns` of the thread's CPU time (of its user time only with
@@ -345,33 +399,16 @@ pub fn perf_task_clock_open(
     signo: i32,
     min_fd: i32,
 ) -> Result<(i32, usize), i32> {
-    let mut attr = PerfEventAttr {
+    let attr = PerfEventAttr {
         type_: PERF_TYPE_SOFTWARE,
         size: core::mem::size_of::<PerfEventAttr>() as u32,
         config: PERF_COUNT_SW_TASK_CLOCK,
         sample_period: period_ns,
-        sample_type: 0,
-        read_format: 0,
         flags: FLAG_DISABLED | FLAG_EXCLUDE_HV | if user_only { FLAG_EXCLUDE_KERNEL } else { 0 },
         wakeup_events: 1,
-        bp_type: 0,
-        rest: [0; 10],
+        ..Default::default()
     };
-    // SAFETY: attr is a valid perf_event_attr of the size it declares.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_perf_event_open,
-            &mut attr,
-            tid,
-            -1,
-            -1,
-            8u64, /* PERF_FLAG_FD_CLOEXEC */
-        )
-    };
-    if fd < 0 {
-        return Err(errno());
-    }
-    let mut fd = fd as i32;
+    let mut fd = perf_event_open(&attr, tid, -1)?;
     // SAFETY: fcntl/mmap/ioctl/close on our own descriptor with valid arguments.
     unsafe {
         let high = libc::syscall(libc::SYS_fcntl, fd, libc::F_DUPFD_CLOEXEC, min_fd);

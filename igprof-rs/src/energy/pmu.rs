@@ -21,6 +21,7 @@ use super::counter::{Access, RawCounter, Wrap};
 use super::error::SourceError;
 use super::root::{parse_cpu_list, read_text, Fs, Root};
 use super::Domain;
+use crate::sys;
 
 pub const PMU_DIR: &str = "/sys/bus/event_source/devices/power";
 /// Linux 6.13+ on AMD: per-core energy in its own PMU (one CPU per core in
@@ -79,54 +80,19 @@ pub trait PerfOpener {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SyscallPerf;
 
-/// `struct perf_event_attr` up to `config1` (PERF_ATTR_SIZE_VER0 = 64 bytes),
-/// which is all a counting RAPL event needs.
-#[repr(C)]
-#[derive(Default)]
-struct PerfEventAttrV0 {
-    type_: u32,
-    size: u32,
-    config: u64,
-    sample_period: u64,
-    sample_type: u64,
-    read_format: u64,
-    flags: u64,
-    wakeup_events: u32,
-    bp_type: u32,
-    config1: u64,
-}
-
-const _: () = assert!(std::mem::size_of::<PerfEventAttrV0>() == 64);
-const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
-
 impl PerfOpener for SyscallPerf {
     fn open(&self, spec: &PerfSpec<'_>) -> io::Result<(OwnedFd, Access)> {
-        let attr = PerfEventAttrV0 {
+        // Up to `config1` (the first layout) is all a counting RAPL event needs.
+        let attr = sys::PerfEventAttr {
             type_: spec.pmu_type,
-            size: 64,
+            size: sys::PERF_ATTR_SIZE_VER0,
             config: spec.config,
             ..Default::default()
         };
-        // SAFETY: attr is a valid, initialised perf_event_attr of the size it
-        // declares; the other arguments are plain integers.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_perf_event_open,
-                &attr as *const PerfEventAttrV0,
-                -1 as libc::pid_t,
-                spec.cpu as libc::c_int,
-                -1 as libc::c_int,
-                PERF_FLAG_FD_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let fd = sys::perf_event_open(&attr, -1, spec.cpu as libc::c_int)
+            .map_err(io::Error::from_raw_os_error)?;
         // SAFETY: the kernel just returned this descriptor; nothing else owns it.
-        Ok((
-            unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) },
-            Access::Read,
-        ))
+        Ok((unsafe { OwnedFd::from_raw_fd(fd) }, Access::Read))
     }
 }
 
@@ -163,11 +129,9 @@ impl PerfOpener for FilePerf<'_> {
         let mut head = [0u8; WALL_CLOCK_FAKE.len()];
         let n = std::fs::File::from(fd.try_clone()?).read_at(&mut head, 0)?;
         if n == head.len() && head == WALL_CLOCK_FAKE {
-            const PERF_TYPE_SOFTWARE: u32 = 1;
-            const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
             let clock = PerfSpec {
-                pmu_type: PERF_TYPE_SOFTWARE,
-                config: PERF_COUNT_SW_CPU_CLOCK,
+                pmu_type: sys::PERF_TYPE_SOFTWARE,
+                config: sys::PERF_COUNT_SW_CPU_CLOCK,
                 ..*spec
             };
             return SyscallPerf.open(&clock);
