@@ -562,15 +562,15 @@ fn write_profile<S: Sink>(sink: S, m: &Merged) -> Result<S, WriteError> {
             FuncRef::Known(fnid)
         };
         w.node(depth, func, (addr - r.sym_addr) as u64)?;
-        for s in 0..m.nslots {
+        for (s, defined) in counter_defined.iter_mut().enumerate() {
             let (t, v, p) = m.values[id as usize * m.nslots + s];
             if t == 0 && v == 0 && p == 0 {
                 continue;
             }
-            let cref = if counter_defined[s] {
+            let cref = if *defined {
                 CounterRef::Known(s as u32)
             } else {
-                counter_defined[s] = true;
+                *defined = true;
                 CounterRef::New {
                     id: s as u32,
                     name: counters::def_of_slot(s).name.as_bytes(),

@@ -187,8 +187,8 @@ fn synthetic(f: &mut dyn FnMut(&'static str, usize, u64, u64)) {
     let Some(l) = LEDGER.get() else { return };
     let r = l.residual();
     let closes = l.closes();
-    for d in 0..DOMAINS {
-        let s = SLOT[d].load(Ordering::Relaxed);
+    for (d, slot) in SLOT.iter().enumerate() {
+        let s = slot.load(Ordering::Relaxed);
         let v = r.unattributed[d] + r.after_exit[d];
         if s != usize::MAX && v > 0 {
             f("<unattributed>", s, closes.max(1), v);

@@ -19,7 +19,7 @@
 //!
 //! POSIX-timer samples are weighted by the time of their clock since the
 //! previous sample (thread CPU time, user time for -pu, wall time for -pr),
-//! in whole intervals with the remainder carried over (see [`ticks_for`]).
+//! in whole intervals with the remainder carried over (see `ticks_for`).
 //!
 //! A sample is dropped (and counted) when it lands while the thread is
 //! already inside profiler code, or when no node could be stored.

@@ -26,7 +26,7 @@ static WAKE_WR: AtomicI32 = AtomicI32::new(-1);
 
 /// Facts about the profiled program, fixed at start-up.
 pub struct Info {
-    /// The program as launched (argv[0]), for the header's N=().
+    /// The program as launched (`argv[0]`), for the header's N=().
     pub program: Vec<u8>,
     /// Absolute path of the executable (/proc/self/exe).
     pub exe: Vec<u8>,
