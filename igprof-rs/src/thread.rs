@@ -405,3 +405,77 @@ pub fn paused<R>(f: impl FnOnce() -> R) -> R {
 pub fn is_busy() -> bool {
     current().is_some_and(|t| t.busy.get())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::counters::{self, CounterId};
+    use std::sync::mpsc;
+
+    /// The state's address, its owner's tid and the node of a fixed path.
+    fn register_and_sample(depth: usize) -> (usize, i32, usize) {
+        let t = register_current(depth).unwrap();
+        let g = t.enter().unwrap();
+        // SAFETY: our own state, guard held.
+        let n = unsafe { t.tree_mut() }.node_for(&[0x20, 0x10], false);
+        let slot = counters::slot(CounterId::PerfTicks).unwrap();
+        // SAFETY: a live node of our tree.
+        unsafe { &*n }.counter(slot).tick(1);
+        drop(g);
+        (t as *const ThreadState as usize, t.tid(), n as usize)
+    }
+
+    #[test]
+    fn an_ended_threads_state_and_tree_are_adopted_a_running_ones_not() {
+        let _g = counters::TEST_LOCK
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        counters::reset_for_test();
+        counters::enable(CounterId::PerfTicks);
+        // A trace size no other test uses, so only these states qualify.
+        const DEPTH: usize = 77;
+        let state_of = |p: usize| -> &'static ThreadState {
+            // SAFETY: states are never freed.
+            unsafe { &*(p as *const ThreadState) }
+        };
+        // A exits (as far as the profiler knows) but its thread still runs.
+        let (go, wait) = mpsc::channel::<()>();
+        let (tx, rx) = mpsc::channel();
+        let a = std::thread::spawn(move || {
+            let r = register_and_sample(DEPTH);
+            state_of(r.0).exited.store(true, Ordering::Release);
+            tx.send(r).unwrap();
+            wait.recv().unwrap();
+        });
+        let (sa, tid_a, node_a) = rx.recv().unwrap();
+        let b = std::thread::spawn(|| register_and_sample(DEPTH))
+            .join()
+            .unwrap();
+        assert_ne!(b.0, sa, "adopted the state of a thread that still runs");
+        go.send(()).unwrap();
+        a.join().unwrap();
+        // Once A has ended, the next thread takes its state and tree.
+        while sys::thread_alive(tid_a) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let c = std::thread::spawn(|| register_and_sample(DEPTH))
+            .join()
+            .unwrap();
+        assert_eq!(c.0, sa, "the ended thread's state is reused");
+        assert_eq!(
+            c.2, node_a,
+            "same path, same node: A's node pointers stay valid"
+        );
+        let slot = counters::slot(CounterId::PerfTicks).unwrap();
+        // SAFETY: nodes are never freed.
+        assert_eq!(
+            unsafe { &*(c.2 as *const crate::tree::Node) }
+                .counter(slot)
+                .get()
+                .0,
+            2
+        );
+        assert_eq!(state_of(sa).tid(), c.1);
+        assert!(!state_of(sa).exited.load(Ordering::Acquire));
+    }
+}

@@ -1,5 +1,7 @@
-//! Call trees: one per thread, nodes keyed by return address, each node
-//! carrying one (ticks, value, peak) triple per enabled counter.
+//! Call trees: one per thread state (a new thread adopts the state, tree
+//! included, of a thread that ended: see `thread.rs`), nodes keyed by
+//! return address, each node carrying one (ticks, value, peak) triple per
+//! enabled counter.
 //!
 //! Owns node layout, the per-thread child lookup, and counter updates.
 //! Only the owning thread inserts (from its signal handler or hooks), so
@@ -214,7 +216,14 @@ impl CallTree {
         if t.is_null() {
             return false;
         }
-        let (old, old_cap) = (self.table, if self.table.is_null() { 0 } else { self.mask + 1 });
+        let (old, old_cap) = (
+            self.table,
+            if self.table.is_null() {
+                0
+            } else {
+                self.mask + 1
+            },
+        );
         self.table = t;
         self.mask = cap - 1;
         for i in 0..old_cap {
@@ -340,7 +349,9 @@ mod tests {
     use crate::counters::{self, CounterId};
 
     fn setup() -> std::sync::MutexGuard<'static, ()> {
-        let g = counters::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let g = counters::TEST_LOCK
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         counters::reset_for_test();
         counters::enable(CounterId::PerfTicks);
         counters::enable(CounterId::MemLive);
@@ -366,7 +377,10 @@ mod tests {
         assert_eq!(top[0].addr, 0x10);
         let mid: Vec<_> = top[0].children().collect();
         assert_eq!(mid[0].addr, 0x20);
-        let mut leaves: Vec<_> = mid[0].children().map(|c| (c.addr, c.counter(slot).get())).collect();
+        let mut leaves: Vec<_> = mid[0]
+            .children()
+            .map(|c| (c.addr, c.counter(slot).get()))
+            .collect();
         leaves.sort();
         assert_eq!(leaves, vec![(0x30, (3, 3, 3)), (0x31, (1, 1, 1))]);
         let live = counters::slot(CounterId::MemLive).unwrap();
