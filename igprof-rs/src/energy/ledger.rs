@@ -36,6 +36,8 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering};
 use super::attribution::{attribute, SharePolicy};
 use super::error::ReadError;
 use super::{Energy, EnergyMeter, DOMAINS};
+use crate::sys;
+use crate::sys::fast_monotonic_ns as monotonic_ns;
 
 /// Energy is credited in nanojoules (a u64 holds 18 GJ).
 const NJ: f64 = 1e9;
@@ -90,25 +92,8 @@ pub struct KernelCpuClock;
 
 impl CpuClock for KernelCpuClock {
     fn thread_cpu_ns(&self, tid: i32) -> Option<u64> {
-        let clock = ((!(tid as libc::clockid_t)) << 3) | 6;
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: ts is a valid timespec to write; a bad clock id is an error return.
-        let r = unsafe { libc::clock_gettime(clock, &mut ts) };
-        (r == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+        sys::clock_ns(sys::thread_cpu_clock(tid))
     }
-}
-
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid timespec to write.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// State only the closer touches (guarded by `closing`).
