@@ -473,6 +473,18 @@ fn start_watcher() {
     }
     let real = crate::hooks::orig::pthread_create();
     let mut th: libc::pthread_t = 0;
+    // The watcher must start with every signal blocked: a process-directed
+    // signal arriving between its creation and its first instruction would
+    // otherwise run the program's handler on the watcher. A new thread
+    // inherits the creator's mask, so block all here and restore after.
+    // SAFETY: valid sigset pointers; raw syscall, so the program's
+    // sigprocmask shadow is untouched.
+    let mut saved: libc::sigset_t = unsafe { std::mem::zeroed() };
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        sys::rt_sigprocmask(libc::SIG_SETMASK, &all, &mut saved);
+    }
     // SAFETY: watcher matches the start-routine ABI; no attributes.
     let r = unsafe {
         match real {
@@ -482,6 +494,8 @@ fn start_watcher() {
             }
         }
     };
+    // SAFETY: restores the mask saved above.
+    unsafe { sys::rt_sigprocmask(libc::SIG_SETMASK, &saved, std::ptr::null_mut()) };
     if r == 0 {
         // SAFETY: th is a valid thread we never join.
         unsafe { libc::pthread_detach(th) };

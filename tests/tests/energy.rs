@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 #[test]
-fn two_threads_burning_3_to_1_get_energy_3_to_1() {
+fn two_threads_burning_3_to_1_get_energy_3_to_1_with_pp_and_mp() {
     let d = scratch("energy");
     build(&d, "energy2.c", "energy2", &[]);
     let root = d.join("fakeroot");
@@ -44,6 +44,7 @@ fn two_threads_burning_3_to_1_get_energy_3_to_1() {
         .args([
             "-np",
             "-pp",
+            "-mp",
             "-i",
             "1ms",
             "-o",
@@ -60,7 +61,13 @@ fn two_threads_burning_3_to_1_get_energy_3_to_1() {
     writer.join().unwrap();
     let err = ok(&o);
     assert!(err.contains("energy"), "the start-up line names -np: {err}");
-    let p = parse_strict(&read_text(&d.join("nrg.gz"))).unwrap();
+    let text = read_text(&d.join("nrg.gz"));
+    // -np, -pp and -mp together: each module's counters in the one profile
+    // (printf's stdout buffer is at least one malloc).
+    for counter in ["(NRG_PKG)", "(PERF_TICKS)", "(MEM_TOTAL)", "(MEM_LIVE)"] {
+        assert!(text.contains(counter), "{counter} missing from the profile");
+    }
+    let p = parse_strict(&text).unwrap();
     let big = under(&p, "NRG_PKG", "big_burner").1 as f64;
     let small = under(&p, "NRG_PKG", "small_burner").1 as f64;
     assert!(
