@@ -1,5 +1,5 @@
 //! IgProf's profile dump format, owned in one place for the writer (in the
-//! injected library, [`write`]) and the reader (in igprof-analyse, [`read`]).
+//! injected library, [`write`](mod@write)) and the reader (in igprof-analyse, [`read`]).
 //!
 //! # Grammar
 //!

@@ -8,7 +8,7 @@
 //! live table *before* the real free/realloc (after it, another thread may
 //! already have been given the same address).
 //!
-//! Which functions: every name in [`FUNCS`] is looked up as the process
+//! Which functions: every name in [`funcs`] is looked up as the process
 //! resolves it (first definition in load order), so when jemalloc or
 //! tcmalloc is linked or preloaded, their `malloc`, `free`, ... are the
 //! ones hooked; their extra entry points (jemalloc's `mallocx`-family is
