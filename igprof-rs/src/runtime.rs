@@ -507,13 +507,8 @@ extern "C" fn watcher_c(p: *mut libc::c_void) -> *mut libc::c_void {
 }
 
 extern "C" fn watcher(_: *mut libc::c_void) -> *mut libc::c_void {
-    // Block every signal: process-directed signals go to the program's threads.
-    // SAFETY: a filled set is valid.
-    unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        sys::rt_sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
-    }
+    // Every signal is already blocked here (start_watcher creates this
+    // thread with a full mask): process-directed signals go to the program.
     // A state so hooks triggered by dumping pass through; never sampled.
     let Some(me) = thread::register_unsampled(16) else {
         return std::ptr::null_mut();
