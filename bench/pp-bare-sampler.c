@@ -1,8 +1,12 @@
-/* Baseline for bench/pp-bench: the bare sampling mechanism libigprof uses
-   for -pp (a task-clock perf event on the thread, ring-buffer wake-up ->
-   SIGPROF), with an empty handler and nothing else: what the kernel (and a
+/* Baseline for bench/pp-bench: the bare sampling mechanisms libigprof uses
+   for -pp, with an empty handler and nothing else: what the kernel (and a
    VM's timer exits) charge per sample before any profiler work. Main thread
-   only. Period in ns from BARE_PERIOD (default 1000000). Preload it. */
+   only. Preload it. Environment:
+     BARE_MODE    sigtrap (default): a task-clock perf event with attr.sigtrap,
+                  the kernel raises SIGTRAP in the thread (Linux 5.13+);
+                  sigprof: the same event waking a ring buffer, whose
+                  wake-up sends SIGPROF through fasync.
+     BARE_PERIOD  period in ns (default 1000000). */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <linux/perf_event.h>
@@ -17,12 +21,13 @@
 static volatile long samples;
 static void on_sample(int s, siginfo_t *si, void *uc) { (void)s; (void)si; (void)uc; samples++; }
 __attribute__((constructor)) static void start(void) {
-  const char *p = getenv("BARE_PERIOD");
+  const char *p = getenv("BARE_PERIOD"), *m = getenv("BARE_MODE");
+  int trap = !m || strcmp(m, "sigprof") != 0;
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_sigaction = on_sample;
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
-  sigaction(SIGPROF, &sa, 0);
+  sigaction(trap ? SIGTRAP : SIGPROF, &sa, 0);
   struct perf_event_attr a;
   memset(&a, 0, sizeof a);
   a.size = sizeof a;
@@ -31,13 +36,21 @@ __attribute__((constructor)) static void start(void) {
   a.sample_period = p ? strtoul(p, 0, 10) : 1000000;
   a.disabled = 1;
   a.exclude_hv = 1;
-  a.wakeup_events = 1;
+  if (trap) {
+    a.sigtrap = 1;
+    a.remove_on_exec = 1;
+  } else {
+    a.wakeup_events = 1;
+  }
   int fd = syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
-  if (fd < 0 || mmap(0, 2 * 4096, PROT_READ, MAP_SHARED, fd, 0) == MAP_FAILED) { perror("pp-bare-sampler"); return; }
-  struct f_owner_ex o = {F_OWNER_TID, gettid()};
-  fcntl(fd, F_SETFL, O_ASYNC);
-  fcntl(fd, F_SETSIG, SIGPROF);
-  fcntl(fd, F_SETOWN_EX, &o);
+  if (fd < 0) { perror("pp-bare-sampler: perf_event_open"); return; }
+  if (!trap) {
+    if (mmap(0, 2 * 4096, PROT_READ, MAP_SHARED, fd, 0) == MAP_FAILED) { perror("pp-bare-sampler: mmap"); return; }
+    struct f_owner_ex o = {F_OWNER_TID, gettid()};
+    fcntl(fd, F_SETFL, O_ASYNC);
+    fcntl(fd, F_SETSIG, SIGPROF);
+    fcntl(fd, F_SETOWN_EX, &o);
+  }
   ioctl(fd, PERF_EVENT_IOC_ENABLE, 0);
 }
 __attribute__((destructor)) static void stop(void) { fprintf(stderr, "pp-bare-sampler: %ld samples\n", samples); }

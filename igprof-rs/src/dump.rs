@@ -93,10 +93,10 @@ pub fn final_dump(reason: &str) {
 
 /// A fatal signal arrived in signal context: a dump cannot be written safely
 /// there (it needs memory and dladdr), so this only says so.
-pub fn final_dump_from_signal() {
+pub fn final_dump_from_signal(sig: i32) {
     if crate::runtime::active() && !FINAL_DONE.load(Ordering::Acquire) {
         crate::igprof_log!(
-            "the program's own SIGPROF (default action) ends the process; no profile written"
+            "the program's own signal {sig} (default action) ends the process; no profile written"
         );
     }
 }

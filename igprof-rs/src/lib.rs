@@ -9,7 +9,7 @@
 //! - `options` the `IGPROF` option string; `counters` the counter registry;
 //!   `thread` per-thread state and the re-entrancy guard; `tree` call trees;
 //! - `trace` the runtime's stack-trace adapter; `perf` timers and the
-//!   sampling handler; `signals` SIGPROF ownership; `hooks` core hooks;
+//!   sampling handler; `signals` sampling-signal ownership; `hooks` core hooks;
 //! - `dump` profile writing; `runtime` start-up and life cycle.
 //!
 //! This file holds only the exported C symbols and the constructor and

@@ -8,7 +8,7 @@
 //! `<unattributed>` node written at every dump.
 //!
 //! Must never: allocate or lock in the sample consumer (it runs in the
-//! SIGPROF handler; the ledger's calls there are async-signal-safe).
+//! sampling-signal handler; the ledger's calls there are async-signal-safe).
 
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, OnceLock};

@@ -18,6 +18,7 @@
 //! | `--interval TIME` | sampling interval: `5ms` (default), `100us`, `0.001s`, bare number = ms; 100us..1s |
 //! | `--depth N` | stack depth limit (default 1024, 16..65536) |
 //! | `--dump-signal N` | signal number that triggers a dump (default SIGRTMIN+8 = 42; 0 = none) |
+//! | `--sampler KIND` | how samples are delivered: `auto` (default), `sigtrap`, `sigprof`, `timer` (see `perf`) |
 //!
 //! Must never: allocate or panic. Parsing is pure over a byte string so that
 //! it is unit-tested; [`init`] runs once in the constructor, before any hook
@@ -80,6 +81,19 @@ pub enum PerfClock {
     Real,
 }
 
+/// How the sampling signal is delivered (`--sampler`; see the `perf` module).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sampler {
+    /// sigtrap when the kernel has it (5.13+), else sigprof, else timer.
+    Auto,
+    /// A task-clock perf event that raises SIGTRAP itself (attr.sigtrap).
+    Sigtrap,
+    /// A task-clock perf event whose ring-buffer wake-up sends SIGPROF.
+    Sigprof,
+    /// POSIX timers (SIGPROF) on the thread CPU clock: scheduler-tick resolution.
+    Timer,
+}
+
 /// IgProf's `-mo` (memory overhead accounting).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MemOverhead {
@@ -116,6 +130,7 @@ pub struct Options {
     pub interval_ns: u64,
     pub max_depth: usize,
     pub dump_signal: i32,
+    pub sampler: Sampler,
 }
 
 pub const DEFAULT_INTERVAL_NS: u64 = 5_000_000;
@@ -140,6 +155,7 @@ impl Options {
             interval_ns: DEFAULT_INTERVAL_NS,
             max_depth: DEFAULT_DEPTH,
             dump_signal: DEFAULT_DUMP_SIGNAL,
+            sampler: Sampler::Auto,
         }
     }
 
@@ -425,6 +441,22 @@ pub fn parse(s: &[u8]) -> Result<Options, OptionError<'_>> {
                     }
                 }
             }
+            b"--sampler" => {
+                let v = value("--sampler")?;
+                o.sampler = match v {
+                    b"auto" => Sampler::Auto,
+                    b"sigtrap" => Sampler::Sigtrap,
+                    b"sigprof" => Sampler::Sigprof,
+                    b"timer" => Sampler::Timer,
+                    _ => {
+                        return Err(OptionError::BadValue {
+                            option: "--sampler",
+                            value: v,
+                            expected: "auto, sigtrap, sigprof or timer",
+                        })
+                    }
+                };
+            }
             _ => return Err(OptionError::Unknown { word: w }),
         }
     }
@@ -504,6 +536,11 @@ mod tests {
         assert_eq!(parse(b"-o").err(), Some(OptionError::MissingValue { option: "-o" }));
         assert_eq!(parse(b"-o 'abc").err(), Some(OptionError::UnterminatedQuote));
         assert_eq!(parse(b"-pp -pr").err(), Some(OptionError::TwoPerfClocks));
+        assert_eq!(parse(b"-pp --sampler timer").unwrap().sampler, Sampler::Timer);
+        assert!(matches!(
+            parse(b"-pp --sampler itimer").err(),
+            Some(OptionError::BadValue { option: "--sampler", .. })
+        ));
         let mut line = crate::log::Line::new();
         core::fmt::Write::write_fmt(&mut line, format_args!("{}", parse(b"-mo lots").err().unwrap())).unwrap();
         assert_eq!(

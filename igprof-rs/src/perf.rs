@@ -1,17 +1,30 @@
 //! The sampling profiler (-pp, -pu, -pr) and the per-thread timers that
 //! also drive other sampling consumers (the energy module).
 //!
-//! Each profiled thread owns its own sampler that signals only that thread:
-//! - -pp / -pu: a task-clock perf event on the thread (hrtimer-driven, so
-//!   1 ms and 100 us intervals are honoured; -pu excludes kernel time) whose
-//!   overflow wakes a mapped ring buffer and sends SIGPROF through fasync
-//!   (F_SETOWN_EX to the thread): no system call per sample. Its period is
-//!   re-randomised (+-10%) every 8 samples against aliasing.
-//! - fallback when perf events are refused (perf_event_paranoid, seccomp),
-//!   and -pr: a POSIX timer (SIGEV_THREAD_ID) on the thread CPU clock or on
-//!   CLOCK_MONOTONIC, one-shot and re-armed by every expiry with a jittered
-//!   interval. CPU-clock POSIX timers only fire on the scheduler tick, so
-//!   there intervals below the tick become the tick.
+//! Each profiled thread owns its own sampler that signals only that thread.
+//! One kind of sampler is chosen for the process at start-up
+//! ([`choose_sampler`], `--sampler` to force one):
+//! - sigtrap (-pp / -pu, default when the kernel has it, Linux 5.13+): a
+//!   task-clock perf event on the thread (hrtimer-driven, so 1 ms and 100 us
+//!   intervals are honoured; -pu skips kernel-mode samples) with
+//!   `attr.sigtrap`: the kernel raises SIGTRAP in the thread from task work
+//!   on its way back to user space. No ring buffer and no wake-up interrupt,
+//!   which on a VM is most of a sample's cost (bench/pp-bench measures it).
+//!   Our SIGTRAPs carry si_code TRAP_PERF and our cookie in si_perf_data;
+//!   every other SIGTRAP (int3, raise, the program's own perf events) goes
+//!   to the program as it set up (`signals`).
+//! - sigprof: the same event, whose overflow wakes a mapped ring buffer and
+//!   sends SIGPROF through fasync (F_SETOWN_EX to the thread).
+//! - timer, the fallback when perf events are refused (perf_event_paranoid,
+//!   seccomp), and -pr: a POSIX timer (SIGEV_THREAD_ID) on the thread CPU
+//!   clock or on CLOCK_MONOTONIC sending SIGPROF (SIGTRAP when the process
+//!   uses sigtrap and one thread's event could not be opened), one-shot and
+//!   re-armed by every expiry with a jittered interval. CPU-clock POSIX
+//!   timers only fire on the scheduler tick, so there intervals below the
+//!   tick become the tick.
+//!
+//! A perf event's period is re-randomised (+-10%) every 8 samples against
+//! aliasing.
 //!
 //! The handler walks the interrupted stack and ticks PERF_TICKS on the
 //! leaf's path in the thread's own tree: no lock, no allocation (the tree
@@ -25,17 +38,82 @@
 //! already inside profiler code, or when no node could be stored.
 //!
 //! Must never: allocate, lock, use stdio, or leave errno changed, in the
-//! handler; deliver our timer signals to the program's own SIGPROF handler.
+//! handler; deliver our timer signals to the program's own handler.
 
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use crate::counters::{self, CounterId};
-use crate::options::{self, PerfClock};
-use crate::sys;
+use crate::options::{self, PerfClock, Sampler};
+use crate::sys::{self, PerfDelivery};
 use crate::thread::{self, ThreadState};
 
-/// The signal our timers send.
-pub const SIGNAL: i32 = libc::SIGPROF;
+/// The signal our samplers send (0 when nothing is sampled); see [`signal`].
+static SIGNAL: AtomicI32 = AtomicI32::new(0);
+/// The chosen kind of sampler, a [`Sampler`] other than `Auto` (as u8).
+static MODE: AtomicU8 = AtomicU8::new(Sampler::Timer as u8);
+/// `si_perf_data` of our sigtrap samples ("igprof-r").
+const COOKIE: u64 = 0x6967_7072_6f66_2d72;
+
+/// The signal our samplers send: SIGTRAP with sigtrap perf events, SIGPROF
+/// otherwise, 0 when the process is not sampled (the program then keeps
+/// every signal to itself).
+pub fn signal() -> i32 {
+    SIGNAL.load(Ordering::Relaxed)
+}
+
+fn mode() -> Sampler {
+    match MODE.load(Ordering::Relaxed) {
+        m if m == Sampler::Sigtrap as u8 => Sampler::Sigtrap,
+        m if m == Sampler::Sigprof as u8 => Sampler::Sigprof,
+        _ => Sampler::Timer,
+    }
+}
+
+/// Chooses the sampler and its signal (constructor, before the handler is
+/// installed and before any hook): `--sampler`, else sigtrap when a probe
+/// event on this thread opens, else sigprof. -pr always uses timers.
+pub fn choose_sampler() {
+    let o = options::get();
+    if !o.needs_timers() {
+        return;
+    }
+    let want = match (o.perf, o.sampler) {
+        (Some(PerfClock::Real), _) => Sampler::Timer,
+        (_, Sampler::Auto) => Sampler::Sigtrap,
+        (_, s) => s,
+    };
+    let got = match want {
+        Sampler::Sigtrap => {
+            let how = PerfDelivery::Sigtrap { cookie: COOKIE };
+            match sys::perf_task_clock_open(sys::gettid(), 1_000_000_000, false, how, 0) {
+                Ok((fd, ring)) => {
+                    sys::perf_close(fd, ring);
+                    Sampler::Sigtrap
+                }
+                Err(e) => {
+                    if o.sampler == Sampler::Sigtrap || o.debug {
+                        crate::igprof_log!(
+                            "sigtrap perf events are not available (errno {e}, Linux 5.13+ needed); sampling with SIGPROF"
+                        );
+                    }
+                    Sampler::Sigprof
+                }
+            }
+        }
+        s => s,
+    };
+    MODE.store(got as u8, Ordering::Relaxed);
+    let sig = if got == Sampler::Sigtrap { libc::SIGTRAP } else { libc::SIGPROF };
+    SIGNAL.store(sig, Ordering::Relaxed);
+    if o.debug {
+        let name = match got {
+            Sampler::Sigtrap => "sigtrap",
+            Sampler::Sigprof => "sigprof",
+            _ => "timer",
+        };
+        crate::igprof_log!("sampler {name} (signal {sig})");
+    }
+}
 
 const SI_TIMER: i32 = -2;
 
@@ -75,15 +153,19 @@ pub fn init_slots() {
     }
 }
 
-/// Installs our SIGPROF handler with the real sigaction.
+/// Installs our handler for [`signal`] with the real sigaction (nothing to
+/// do when the process is not sampled).
 pub fn install_handler() -> Result<(), i32> {
+    if signal() == 0 {
+        return Ok(());
+    }
     // SAFETY: a zeroed sigaction is a valid starting point; fields set below.
     let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
     sa.sa_sigaction = handler as *const () as usize;
     sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
     // SAFETY: sa_mask is a valid sigset_t.
     unsafe { libc::sigemptyset(&mut sa.sa_mask) };
-    crate::signals::real_sigaction(SIGNAL, &sa, core::ptr::null_mut())
+    crate::signals::real_sigaction(signal(), &sa, core::ptr::null_mut())
 }
 
 fn clock_for(tid: i32) -> libc::clockid_t {
@@ -106,12 +188,12 @@ fn next_interval(t: &ThreadState) -> u64 {
 
 /// Starts sampling the calling thread (its state must be registered).
 ///
-/// -pp / -pu use a task-clock perf event on the thread (hrtimer-driven, so
-/// 1 ms and 100 us intervals are honoured; -pu counts user time only). When
-/// perf events are not allowed (perf_event_paranoid, seccomp) they fall back
-/// to a POSIX timer on the thread CPU clock, which the kernel only checks at
-/// the scheduler tick (HZ): intervals below the tick are then coarser.
-/// -pr uses a POSIX CLOCK_MONOTONIC timer.
+/// -pp / -pu use a task-clock perf event on the thread (sigtrap or sigprof,
+/// see the module doc). When perf events are not allowed
+/// (perf_event_paranoid, seccomp) they fall back to a POSIX timer on the
+/// thread CPU clock, which the kernel only checks at the scheduler tick
+/// (HZ): intervals below the tick are then coarser. -pr uses a POSIX
+/// CLOCK_MONOTONIC timer.
 pub fn start_thread(t: &'static ThreadState) {
     let o = options::get();
     if !o.needs_timers()
@@ -120,15 +202,16 @@ pub fn start_thread(t: &'static ThreadState) {
     {
         return;
     }
-    let perf_kind = match o.perf {
-        Some(PerfClock::Cpu) | None => Some(false),
-        Some(PerfClock::User) => Some(true),
-        Some(PerfClock::Real) => None,
+    let user_only = o.perf == Some(PerfClock::User);
+    let how = match mode() {
+        Sampler::Sigtrap => Some(PerfDelivery::Sigtrap { cookie: COOKIE }),
+        Sampler::Sigprof => Some(PerfDelivery::Fasync { signo: signal() }),
+        _ => None,
     };
-    if let Some(user_only) = perf_kind {
+    if let Some(how) = how {
         if !PERF_UNAVAILABLE.load(Ordering::Relaxed) {
             let min_fd = high_fd_base();
-            match sys::perf_task_clock_open(t.tid(), next_interval(t), user_only, SIGNAL, min_fd) {
+            match sys::perf_task_clock_open(t.tid(), next_interval(t), user_only, how, min_fd) {
                 Ok((fd, ring)) => {
                     mark(&OUR_FDS, fd);
                     t.perf_ring.store(ring, Ordering::Release);
@@ -150,7 +233,7 @@ pub fn start_thread(t: &'static ThreadState) {
     }
     t.clock_seen.set(sampled_clock_ns());
     t.clock_credit.set(0);
-    match sys::timer_create_for_thread(clock_for(t.tid()), SIGNAL, t.tid()) {
+    match sys::timer_create_for_thread(clock_for(t.tid()), signal(), t.tid()) {
         Ok(id) => {
             mark(&OUR_TIMERS, id);
             t.timer.store(id, Ordering::Release);
@@ -212,6 +295,14 @@ unsafe fn poll_fd_of(info: *const libc::siginfo_t) -> i32 {
     *((info as *const u8).add(24) as *const i32)
 }
 
+/// The `si_perf_data` of a TRAP_PERF siginfo (`_sigfault._perf._data`).
+///
+/// # Safety
+/// `info` must be a valid siginfo.
+unsafe fn perf_data_of(info: *const libc::siginfo_t) -> u64 {
+    *((info as *const u8).add(24) as *const u64)
+}
+
 const POLL_IN: i32 = 1;
 const POLL_HUP: i32 = 6;
 
@@ -234,7 +325,7 @@ fn marked(set: &[AtomicU64; BITSET_WORDS], n: i32) -> bool {
         && set[n as usize / 64].load(Ordering::Acquire) & (1 << (n % 64)) != 0
 }
 
-/// Who sent this SIGPROF.
+/// Who sent this signal.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Origin {
     /// The calling thread's current sampler.
@@ -248,7 +339,14 @@ enum Origin {
 fn origin(t: Option<&ThreadState>, code: i32, info: *const libc::siginfo_t) -> Origin {
     // SAFETY: info is the kernel's siginfo for this signal.
     unsafe {
-        if code == SI_TIMER {
+        if code == sys::TRAP_PERF && signal() == libc::SIGTRAP {
+            if perf_data_of(info) == COOKIE {
+                if t.is_some_and(|t| t.perf_fd.load(Ordering::Relaxed) >= 0) {
+                    return Origin::Sampler;
+                }
+                return Origin::Stale;
+            }
+        } else if code == SI_TIMER {
             let id = timer_id_of(info);
             if t.is_some_and(|t| t.timer.load(Ordering::Relaxed) == id) {
                 return Origin::Sampler;
@@ -256,7 +354,7 @@ fn origin(t: Option<&ThreadState>, code: i32, info: *const libc::siginfo_t) -> O
             if marked(&OUR_TIMERS, id) {
                 return Origin::Stale;
             }
-        } else if code == POLL_HUP || code == POLL_IN {
+        } else if (code == POLL_HUP || code == POLL_IN) && signal() == libc::SIGPROF {
             let fd = poll_fd_of(info);
             if t.is_some_and(|t| t.perf_fd.load(Ordering::Relaxed) == fd) {
                 return Origin::Sampler;

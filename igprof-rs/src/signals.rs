@@ -1,23 +1,28 @@
-//! Keeps the profiling signal (SIGPROF) ours while the program believes it
-//! owns it.
+//! Keeps the sampling signal ([`perf::signal`]: SIGTRAP with sigtrap perf
+//! events, else SIGPROF) ours while the program believes it owns it. The
+//! other signal, and every signal of an unsampled process, is left alone.
 //!
-//! Policy (documented in the README): our per-thread timers always reach our
-//! handler. The program's own view of SIGPROF is kept in a shadow:
-//! `sigaction`/`signal` on SIGPROF store the program's action and return the
-//! previous shadow action, without touching the real one; `sigprocmask` /
-//! `pthread_sigmask` never really block SIGPROF, but remember per thread that
-//! the program asked for it and report it as blocked. A SIGPROF that is not
-//! from our timers (the program's own `setitimer(ITIMER_PROF)`, `kill`) is
-//! forwarded to the program's handler as it would have been delivered: held
-//! while the program "blocks" it and delivered when it unblocks, ignored
-//! under SIG_IGN, and fatal under SIG_DFL (the profile is written first).
+//! Policy (documented in the README): our per-thread samplers always reach
+//! our handler. The program's own view of the signal is kept in a shadow:
+//! `sigaction`/`signal` store the program's action and return the previous
+//! shadow action, without touching the real one; `sigprocmask` /
+//! `pthread_sigmask` never really block the signal, but remember per thread
+//! that the program asked for it and report it as blocked. A signal that is
+//! not from our samplers (the program's own `setitimer(ITIMER_PROF)`, `kill`,
+//! `raise(SIGTRAP)`, an `int3`) is forwarded to the program's handler as it
+//! would have been delivered: held while the program "blocks" it and
+//! delivered when it unblocks, ignored under SIG_IGN, fatal under SIG_DFL,
+//! and run with the program's `sa_mask` (plus the signal itself unless
+//! SA_NODEFER) blocked; the signal itself is held in the shadow for the
+//! handler's duration rather than blocked for real, so sampling goes on.
 //!
-//! Must never: block SIGPROF for real, or let the program replace our handler.
+//! Must never: block the sampling signal for real, or let the program
+//! replace our handler.
 
 use core::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::hooks::orig;
-use crate::perf::SIGNAL;
+use crate::perf::signal as sampling_signal;
 use crate::sys;
 use crate::thread;
 
@@ -78,7 +83,7 @@ pub(crate) extern "C" fn sigaction_hook(
     act: *const libc::sigaction,
     old: *mut libc::sigaction,
 ) -> i32 {
-    if sig == SIGNAL && !thread::is_busy() {
+    if sig == sampling_signal() && sig != 0 && !thread::is_busy() {
         let _e = sys::ErrnoGuard::save();
         shadow_get(old);
         if !act.is_null() {
@@ -98,7 +103,7 @@ pub(crate) extern "C" fn sigaction_hook(
 
 /// Replacement of signal (and bsd_signal).
 pub extern "C" fn signal_hook(sig: i32, handler: libc::sighandler_t) -> libc::sighandler_t {
-    if sig == SIGNAL && !thread::is_busy() {
+    if sig == sampling_signal() && sig != 0 && !thread::is_busy() {
         let old = PROG_HANDLER.swap(handler, Ordering::AcqRel);
         PROG_FLAGS.store(libc::SA_RESTART, Ordering::Relaxed);
         PROG_MASK.store(0, Ordering::Relaxed);
@@ -124,7 +129,8 @@ fn mask_common(
     fallback: MaskFn,
 ) -> i32 {
     let t = thread::current();
-    let busy = thread::is_busy();
+    let sig = sampling_signal();
+    let busy = thread::is_busy() || sig == 0;
     let _g = t.and_then(|t| t.enter());
     let prev_blocked = t.is_some_and(|t| t.prog_blocks_prof.get());
     let mut copy: libc::sigset_t;
@@ -134,7 +140,7 @@ fn mask_common(
         // SAFETY: set is a valid sigset from the program; we edit a copy.
         unsafe {
             copy = *set;
-            let has = libc::sigismember(&copy, SIGNAL) == 1;
+            let has = libc::sigismember(&copy, sig) == 1;
             wants_block = match how {
                 libc::SIG_BLOCK => has.then_some(true),
                 libc::SIG_UNBLOCK => has.then_some(false),
@@ -142,7 +148,7 @@ fn mask_common(
                 _ => None,
             };
             if has {
-                libc::sigdelset(&mut copy, SIGNAL);
+                libc::sigdelset(&mut copy, sig);
             }
             set_ptr = &copy;
         }
@@ -152,13 +158,13 @@ fn mask_common(
     if r == 0 && !busy {
         if !old.is_null() && prev_blocked {
             // SAFETY: old was filled by the real call.
-            unsafe { libc::sigaddset(old, SIGNAL) };
+            unsafe { libc::sigaddset(old, sig) };
         }
         if let (Some(t), Some(b)) = (t, wants_block) {
             t.prog_blocks_prof.set(b);
             if !b && t.prog_prof_pending.replace(false) {
-                // Deliver what the program's "blocked" SIGPROF held back.
-                sys::tgkill(t.tid(), SIGNAL);
+                // Deliver what the program's "blocked" signal held back.
+                sys::tgkill(t.tid(), sig);
             }
         }
     }
@@ -198,17 +204,17 @@ pub extern "C" fn pthread_sigmask_hook(
     mask_common(how, set, old, orig::pthread_sigmask(), libc_pthread_sigmask)
 }
 
-/// A SIGPROF that is not from our timers: deliver it as the program set up.
-/// Runs in signal context.
+/// A sampling-signal delivery that is not from our samplers: deliver it as
+/// the program set up. Runs in signal context.
 pub fn forward_program_signal(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     let h = PROG_HANDLER.load(Ordering::Acquire);
     if h == libc::SIG_IGN {
         return;
     }
     if h == libc::SIG_DFL {
-        // Default action of SIGPROF: terminate. Write the profile, then die
-        // the way the program would have.
-        crate::dump::final_dump_from_signal();
+        // Default action (terminate; SIGTRAP also dumps core). Say that no
+        // profile is written, then die the way the program would have.
+        crate::dump::final_dump_from_signal(sig);
         // SAFETY: a zeroed sigaction with SIG_DFL is valid.
         let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
         sa.sa_sigaction = libc::SIG_DFL;
@@ -222,7 +228,8 @@ pub fn forward_program_signal(sig: i32, info: *mut libc::siginfo_t, uc: *mut lib
         sys::tgkill(sys::gettid(), sig);
         return;
     }
-    if let Some(t) = thread::current() {
+    let t = thread::current();
+    if let Some(t) = t {
         if t.prog_blocks_prof.get() {
             t.prog_prof_pending.set(true);
             return;
@@ -232,7 +239,25 @@ pub fn forward_program_signal(sig: i32, info: *mut libc::siginfo_t, uc: *mut lib
     if flags & libc::SA_RESETHAND != 0 {
         PROG_HANDLER.store(libc::SIG_DFL, Ordering::Release);
     }
-    // SAFETY: the program installed this handler for SIGPROF with these flags.
+    // The kernel would run the handler with sa_mask (and the signal itself
+    // unless SA_NODEFER) blocked: the other signals for real, ours in the
+    // shadow (a second one is held and delivered after the handler).
+    // SAFETY: all-zero sigsets are empty sets; the first word of a sigset_t
+    // holds signals 1..64; rt_sigprocmask gets valid pointers.
+    let saved = unsafe {
+        let mut mask: libc::sigset_t = core::mem::zeroed();
+        *(&mut mask as *mut libc::sigset_t as *mut u64) = PROG_MASK.load(Ordering::Relaxed);
+        libc::sigdelset(&mut mask, sig);
+        let mut saved: libc::sigset_t = core::mem::zeroed();
+        sys::rt_sigprocmask(libc::SIG_BLOCK, &mask, &mut saved);
+        saved
+    };
+    let defer = flags & libc::SA_NODEFER == 0;
+    let was_blocked = t.is_some_and(|t| t.prog_blocks_prof.get());
+    if let (Some(t), true) = (t, defer) {
+        t.prog_blocks_prof.set(true);
+    }
+    // SAFETY: the program installed this handler for the signal with these flags.
     unsafe {
         if flags & libc::SA_SIGINFO != 0 {
             let f: extern "C" fn(i32, *mut libc::siginfo_t, *mut libc::c_void) =
@@ -241,6 +266,16 @@ pub fn forward_program_signal(sig: i32, info: *mut libc::siginfo_t, uc: *mut lib
         } else {
             let f: extern "C" fn(i32) = core::mem::transmute(h);
             f(sig);
+        }
+    }
+    if let (Some(t), true) = (t, defer) {
+        t.prog_blocks_prof.set(was_blocked);
+    }
+    // SAFETY: restoring the mask saved above.
+    unsafe { sys::rt_sigprocmask(libc::SIG_SETMASK, &saved, core::ptr::null_mut()) };
+    if let Some(t) = t {
+        if !was_blocked && t.prog_prof_pending.replace(false) {
+            sys::tgkill(t.tid(), sig);
         }
     }
 }

@@ -354,6 +354,12 @@ const PERF_FLAG_FD_CLOEXEC: u64 = 8;
 const FLAG_DISABLED: u64 = 1 << 0;
 const FLAG_EXCLUDE_KERNEL: u64 = 1 << 5;
 const FLAG_EXCLUDE_HV: u64 = 1 << 6;
+const FLAG_REMOVE_ON_EXEC: u64 = 1 << 36;
+const FLAG_SIGTRAP: u64 = 1 << 37;
+/// Index of `sig_data` (byte 120 of the attr) in [`PerfEventAttr::rest`].
+const REST_SIG_DATA: usize = 7;
+/// `si_code` of a SIGTRAP raised by a perf event with `sigtrap` set.
+pub const TRAP_PERF: i32 = 6;
 const PERF_EVENT_IOC_ENABLE: u64 = 0x2400;
 const PERF_EVENT_IOC_PERIOD: u64 = 0x4008_2404;
 const F_SETSIG: i32 = 10;
@@ -389,30 +395,50 @@ pub fn perf_event_open(attr: &PerfEventAttr, pid: i32, cpu: i32) -> Result<i32, 
     }
 }
 
-/// A per-thread task-clock perf event that sends `signo` to thread `tid`
-/// every `period_ns` of the thread's CPU time (of its user time only with
-/// `user_only`). hrtimer-driven, so not limited to the scheduler tick like
-/// POSIX CPU-clock timers. A read-only (overwrite-mode) ring buffer is
-/// mapped so that every sample wakes the event up (wakeup_events = 1), and
-/// the wake-up signals the owner thread: no system call per sample. The
-/// event starts disabled ([`perf_enable`]). The descriptor is moved up to `min_fd` or above so that it does not take the
-/// low numbers the program expects. Returns (fd, ring mapping) or the errno.
+/// How a sampling perf event's overflow reaches its thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PerfDelivery {
+    /// `attr.sigtrap`: the kernel raises SIGTRAP (si_code [`TRAP_PERF`],
+    /// `si_perf_data` = `cookie`) in the thread itself, from task work on its
+    /// way back to user space. No ring buffer, no wake-up interrupt. Linux
+    /// 5.13+; the event is removed at exec (the kernel requires it).
+    Sigtrap { cookie: u64 },
+    /// A ring buffer whose wake-up (every sample) sends `signo` to the
+    /// thread through fasync (F_SETOWN_EX). Costs an extra interrupt per
+    /// sample (irq_work), which a VM turns into exits.
+    Fasync { signo: i32 },
+}
+
+/// A per-thread task-clock perf event that signals thread `tid` (the
+/// caller: sigtrap events may only target their own thread) every
+/// `period_ns` of its CPU time, as `how` says; kernel-mode samples are
+/// skipped with `user_only`. hrtimer-driven, so not limited to the
+/// scheduler tick like POSIX CPU-clock timers; no system call per sample.
+/// The event starts disabled ([`perf_enable`]). The descriptor is moved up
+/// to `min_fd` or above so that it does not take the low numbers the
+/// program expects. Returns (fd, ring mapping or 0) or the errno.
 pub fn perf_task_clock_open(
     tid: i32,
     period_ns: u64,
     user_only: bool,
-    signo: i32,
+    how: PerfDelivery,
     min_fd: i32,
 ) -> Result<(i32, usize), i32> {
-    let attr = PerfEventAttr {
+    let mut attr = PerfEventAttr {
         type_: PERF_TYPE_SOFTWARE,
         size: core::mem::size_of::<PerfEventAttr>() as u32,
         config: PERF_COUNT_SW_TASK_CLOCK,
         sample_period: period_ns,
         flags: FLAG_DISABLED | FLAG_EXCLUDE_HV | if user_only { FLAG_EXCLUDE_KERNEL } else { 0 },
-        wakeup_events: 1,
         ..Default::default()
     };
+    match how {
+        PerfDelivery::Sigtrap { cookie } => {
+            attr.flags |= FLAG_SIGTRAP | FLAG_REMOVE_ON_EXEC;
+            attr.rest[REST_SIG_DATA] = cookie;
+        }
+        PerfDelivery::Fasync { .. } => attr.wakeup_events = 1,
+    }
     let mut fd = perf_event_open(&attr, tid, -1)?;
     // SAFETY: fcntl/mmap/ioctl/close on our own descriptor with valid arguments.
     unsafe {
@@ -421,6 +447,9 @@ pub fn perf_task_clock_open(
             libc::syscall(libc::SYS_close, fd);
             fd = high as i32;
         }
+        let PerfDelivery::Fasync { signo } = how else {
+            return Ok((fd, 0));
+        };
         let fail = |fd: i32, ring: usize| {
             let e = errno();
             if ring != 0 {
@@ -429,6 +458,8 @@ pub fn perf_task_clock_open(
             libc::syscall(libc::SYS_close, fd);
             Err(e)
         };
+        // A read-only (overwrite-mode) ring: wakeup_events = 1 makes every
+        // sample wake it, and the wake-up signals the owner thread.
         let ring = libc::syscall(
             libc::SYS_mmap,
             core::ptr::null_mut::<c_void>(),

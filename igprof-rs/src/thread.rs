@@ -73,9 +73,9 @@ pub struct ThreadState {
     /// ticks, and the carried remainder (see perf::ticks_for).
     pub clock_seen: Cell<u64>,
     pub clock_credit: Cell<u64>,
-    /// Program's view of SIGPROF blocking on this thread (signals module).
+    /// Program's view of the sampling signal's blocking on this thread (signals module).
     pub prog_blocks_prof: Cell<bool>,
-    /// A program-originated SIGPROF arrived while the program blocked it.
+    /// A program-originated sampling signal arrived while the program blocked it.
     pub prog_prof_pending: Cell<bool>,
     /// Where the unwinder may read this thread's stack.
     pub bounds: OwnerCell<crate::unwind::StackBounds>,
