@@ -235,7 +235,10 @@ extern "C" fn execve_hook(
         return unsafe { real(path, argv, envp) };
     }
     crate::runtime::before_exec();
-    // SAFETY: plain forward.
+    // SAFETY: envp is the program's argument, as execve(2) takes it.
+    let env = thread::paused(|| unsafe { crate::runtime::exec_env(envp) });
+    let envp = env.as_ref().map_or(envp, |e| e.as_ptr());
+    // SAFETY: forward, with the environment extended as exec_env says.
     let r = unsafe { real(path, argv, envp) };
     let e = sys::ErrnoGuard::save();
     crate::runtime::exec_failed();

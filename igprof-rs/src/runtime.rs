@@ -10,7 +10,7 @@
 //! something went wrong), or change the program's behaviour when the
 //! options are invalid (it then runs unprofiled).
 
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::sync::OnceLock;
 
 use crate::options::{self, Options, PerfClock};
@@ -87,8 +87,79 @@ fn basename(p: &[u8]) -> &[u8] {
     }
 }
 
-/// The file this process's profile goes to.
+/// How many profiled images this process (pid) ran before this one through
+/// exec: 0 for the first. Handed over by [`exec_env`].
+static EXEC_GEN: AtomicU32 = AtomicU32::new(0);
+/// Set while the image is about to be replaced by exec (see [`output_path`]).
+static EXECING: AtomicBool = AtomicBool::new(false);
+const EXEC_OF: &[u8] = b"IGPROF_EXEC_OF=";
+
+/// The environment for an exec from this image: `envp` with
+/// `IGPROF_EXEC_OF=<pid>.<generation + 1>` in place of any previous one, so
+/// that the new image (same pid) knows it follows this one. None when
+/// `envp` does not profile the new image (no `IGPROF=`).
+pub struct ExecEnv {
+    _entry: Vec<u8>,
+    ptrs: Vec<*const libc::c_char>,
+}
+
+impl ExecEnv {
+    pub fn as_ptr(&self) -> *const *const libc::c_char {
+        self.ptrs.as_ptr()
+    }
+}
+
+/// See [`ExecEnv`].
+///
+/// # Safety
+/// `envp` is null or a null-terminated array of NUL-terminated strings.
+pub unsafe fn exec_env(envp: *const *const libc::c_char) -> Option<ExecEnv> {
+    if envp.is_null() {
+        return None;
+    }
+    let mut ptrs = Vec::new();
+    let mut profiled = false;
+    let mut i = 0;
+    loop {
+        let e = *envp.add(i);
+        if e.is_null() {
+            break;
+        }
+        let bytes = core::ffi::CStr::from_ptr(e).to_bytes();
+        profiled |= bytes.starts_with(b"IGPROF=");
+        if !bytes.starts_with(EXEC_OF) {
+            ptrs.push(e);
+        }
+        i += 1;
+    }
+    if !profiled {
+        return None;
+    }
+    let gen = EXEC_GEN.load(Ordering::Relaxed) + 1;
+    let mut entry = EXEC_OF.to_vec();
+    entry.extend_from_slice(format!("{}.{gen}\0", sys::getpid()).as_bytes());
+    ptrs.push(entry.as_ptr() as *const libc::c_char);
+    ptrs.push(core::ptr::null());
+    Some(ExecEnv { _entry: entry, ptrs })
+}
+
+/// The file this process's profile goes to: the name from -o (or the
+/// default), with `.<pid>` for other processes of the run, and with
+/// `.exec<N>` when this image (the N-th of its pid, from 0) is being
+/// replaced by exec, so that the image that follows does not overwrite it.
 pub fn output_path() -> String {
+    let name = base_output_path();
+    if !EXECING.load(Ordering::Acquire) {
+        return name;
+    }
+    let gen = EXEC_GEN.load(Ordering::Relaxed);
+    match name.strip_suffix(".gz") {
+        Some(stem) => format!("{stem}.exec{gen}.gz"),
+        None => format!("{name}.exec{gen}"),
+    }
+}
+
+fn base_output_path() -> String {
     let o = options::get();
     let pid = sys::getpid();
     let root = ROOT_PID.load(Ordering::Relaxed);
@@ -279,6 +350,14 @@ pub fn init() {
         exe,
     });
     PID.store(sys::getpid(), Ordering::Relaxed);
+    if let Some(v) = getenv(b"IGPROF_EXEC_OF\0") {
+        let v = String::from_utf8_lossy(v);
+        if let Some((p, g)) = v.split_once('.') {
+            if p.parse() == Ok(sys::getpid()) {
+                EXEC_GEN.store(g.parse().unwrap_or(0), Ordering::Relaxed);
+            }
+        }
+    }
     if let Some(r) =
         getenv(b"IGPROF_ROOT_PID\0").and_then(|s| std::str::from_utf8(s).ok()?.parse().ok())
     {
@@ -290,9 +369,10 @@ pub fn init() {
     counters::freeze();
     perf::init_slots();
 
+    perf::choose_sampler();
     if let Err(e) = perf::install_handler() {
         crate::igprof_log!(
-            "cannot install the SIGPROF handler (errno {e}); the program runs unprofiled"
+            "cannot install the sampling signal's handler (errno {e}); the program runs unprofiled"
         );
         return;
     }
@@ -416,10 +496,11 @@ pub fn after_fork_child() {
 }
 
 /// Before exec: write the profile and stop this thread's timer so that no
-/// SIGPROF is pending when the new image starts (its default action would
-/// kill it before its own libigprof is ready).
+/// sampling signal is pending when the new image starts (its default action
+/// would kill it before its own libigprof is ready).
 pub fn before_exec() {
     crate::fd::before_exec(); // close-on-exec descriptors end here (helper "memfd")
+    EXECING.store(true, Ordering::Release);
     dump::final_dump("exec");
     for t in thread::all() {
         perf::stop_thread(t);
@@ -429,6 +510,7 @@ pub fn before_exec() {
 /// exec returned (it failed): the calling thread samples again; the other
 /// threads' samplers, stopped for the exec, stay stopped.
 pub fn exec_failed() {
+    EXECING.store(false, Ordering::Release);
     dump::allow_final_again();
     if let Some(t) = thread::current() {
         perf::start_thread(t);

@@ -1,5 +1,6 @@
 /* fork without exec, fork+exec of itself, and system(): each process burns
-   CPU in its own function. Usage: procs [child|exec-child] */
+   CPU in its own function. Usage: procs [exec-child|reexec|reexec-second];
+   reexec: burns, then replaces itself (same pid) by exec, and burns again. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,8 +15,16 @@ __attribute__((noinline)) static unsigned long burn(unsigned long n) {
 __attribute__((noinline)) void parent_work(void) { sink += burn(60000000); }
 __attribute__((noinline)) void forked_child_work(void) { sink += burn(60000000); }
 __attribute__((noinline)) void exec_child_work(void) { sink += burn(60000000); }
+__attribute__((noinline)) void first_image_work(void) { sink += burn(60000000); }
+__attribute__((noinline)) void second_image_work(void) { sink += burn(60000000); }
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "exec-child")) { exec_child_work(); return 0; }
+  if (argc > 1 && !strcmp(argv[1], "reexec")) {
+    first_image_work();
+    execl("/proc/self/exe", argv[0], "reexec-second", (char *)0);
+    return 127;
+  }
+  if (argc > 1 && !strcmp(argv[1], "reexec-second")) { second_image_work(); return 0; }
   pid_t a = fork();
   if (a == 0) { forked_child_work(); exit(0); }
   pid_t b = fork();

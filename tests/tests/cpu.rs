@@ -134,6 +134,8 @@ fn cpp_exception_through_50_frames_at_100us() {
     assert!(total(&p, "PERF_TICKS") > 100);
 }
 
+/// The program's SIGPROF under each sampler: the default (sigtrap) leaves it
+/// alone; sigprof and timer shadow it (see igprof-rs/src/signals.rs).
 #[test]
 fn program_using_sigprof_behaves_the_same_and_is_profiled() {
     let d = scratch("sigprof");
@@ -144,21 +146,49 @@ fn program_using_sigprof_behaves_the_same_and_is_profiled() {
         "unprofiled run: {}",
         String::from_utf8_lossy(&plain.stdout)
     );
-    let o = igprof(&d, &["-pp", "-i", "1ms", "./own_sigprof"]);
-    ok(&o);
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.starts_with("during=0 after_unblock=1 "), "{out}");
+    for sampler in ["auto", "sigprof", "timer"] {
+        let o = igprof(&d, &["-pp", "-i", "1ms", "--sampler", sampler, "./own_sigprof"]);
+        ok(&o);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.starts_with("during=0 after_unblock=1 "), "{sampler}: {out}");
+        let p = one_profile(&d);
+        let s = cumulative_shares(&p, "PERF_TICKS");
+        // Sampling continued while the program had SIGPROF blocked.
+        for phase in ["blocked_phase", "unblocked_phase"] {
+            assert!(s.get(phase).copied().unwrap_or(0.0) > 30.0, "{sampler}: {s:?}");
+        }
+        for p in profiles(&d) {
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+}
+
+/// The program's SIGTRAP (raise, int3) under the default sampler, which
+/// raises SIGTRAP itself: delivered exactly as without the profiler, with the
+/// program's mask, held while blocked, and fatal under SIG_DFL.
+#[test]
+fn program_using_sigtrap_behaves_the_same_and_is_profiled() {
+    let d = scratch("sigtrap");
+    let exe = build(&d, "own_sigtrap.c", "own_sigtrap", &[]);
+    let plain = std::process::Command::new(&exe).output().unwrap();
+    let want = String::from_utf8_lossy(&plain.stdout).to_string();
+    assert!(plain.status.success(), "unprofiled run: {want}");
+    let o = igprof(&d, &["-pp", "-d", "-i", "1ms", "./own_sigtrap"]);
+    let err = ok(&o);
+    assert!(err.contains("sampler sigtrap"), "{err}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), want);
     let p = one_profile(&d);
     let s = cumulative_shares(&p, "PERF_TICKS");
-    // Sampling continued while the program had SIGPROF blocked.
-    assert!(
-        s.get("blocked_phase").copied().unwrap_or(0.0) > 30.0,
-        "{s:?}"
-    );
-    assert!(
-        s.get("unblocked_phase").copied().unwrap_or(0.0) > 30.0,
-        "{s:?}"
-    );
+    // Sampling continued while the program had SIGTRAP blocked.
+    for phase in ["blocked_phase", "trapping_phase"] {
+        assert!(s.get(phase).copied().unwrap_or(0.0) > 30.0, "{s:?}");
+    }
+    use std::os::unix::process::ExitStatusExt;
+    let plain = std::process::Command::new(&exe).arg("die").output().unwrap();
+    const SIGTRAP: i32 = 5;
+    assert_eq!(plain.status.signal(), Some(SIGTRAP), "{:?}", plain.status);
+    let o = igprof(&d, &["-pp", "-i", "1ms", "-o", "die.gz", "./own_sigtrap", "die"]);
+    assert_eq!(o.status.signal(), Some(SIGTRAP), "{:?}", o.status);
 }
 
 #[test]
@@ -170,9 +200,15 @@ fn fork_exec_and_system_each_write_their_own_profile() {
     let ps = profiles(&d);
     let mut by_work = std::collections::BTreeMap::new();
     let mut shells = 0;
+    let mut pre_exec = 0;
     for f in &ps {
         let p = parse_strict(&read_text(f)).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
         let name = f.file_name().unwrap().to_string_lossy().into_owned();
+        if name.ends_with(&format!(".{}.exec0.gz", p.pid)) {
+            // The forked child's own image, which ended by exec.
+            pre_exec += 1;
+            continue;
+        }
         assert!(
             name.ends_with(&format!(".{}.gz", p.pid)),
             "{name} names its pid {}",
@@ -201,6 +237,33 @@ fn fork_exec_and_system_each_write_their_own_profile() {
         shells >= 1,
         "system()'s shell wrote its own profile: {ps:?}"
     );
+    assert_eq!(pre_exec, 1, "the fork+exec child's first image: {ps:?}");
+}
+
+/// An image replaced by exec (same pid) keeps its profile: it is written
+/// with `.exec0` and the new image writes the usual name, with -o and without.
+#[test]
+fn exec_in_place_keeps_both_images_profiles() {
+    let d = scratch("reexec");
+    build(&d, "procs.c", "procs", &[]);
+    let dominant = |f: &std::path::Path| {
+        let p = parse_strict(&read_text(f)).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        let s = cumulative_shares(&p, "PERF_TICKS");
+        ["first_image_work", "second_image_work"]
+            .into_iter()
+            .find(|w| s.get(*w).copied().unwrap_or(0.0) > 80.0)
+            .unwrap_or_else(|| panic!("{}: no dominant work function: {s:?}", f.display()))
+    };
+    ok(&igprof(&d, &["-pp", "-o", "out.gz", "./procs", "reexec"]));
+    assert_eq!(dominant(&d.join("out.exec0.gz")), "first_image_work");
+    assert_eq!(dominant(&d.join("out.gz")), "second_image_work");
+    ok(&igprof(&d, &["-pp", "./procs", "reexec"]));
+    let ps = profiles(&d);
+    assert_eq!(ps.len(), 2, "{ps:?}");
+    let (first, second): (Vec<_>, Vec<_>) =
+        ps.iter().partition(|p| p.to_string_lossy().ends_with(".exec0.gz"));
+    assert_eq!(dominant(first[0]), "first_image_work", "{ps:?}");
+    assert_eq!(dominant(second[0]), "second_image_work", "{ps:?}");
 }
 
 #[test]
@@ -209,7 +272,9 @@ fn target_filter_profiles_only_matching_programs() {
     build(&d, "procs.c", "procs", &[]);
     ok(&igprof(&d, &["-pp", "-t", "procs", "./procs"]));
     let ps = profiles(&d);
-    assert_eq!(ps.len(), 3, "the shell of system() is filtered out: {ps:?}");
+    // parent, forked child, and the fork+exec child's two images (exec0
+    // before the exec): the shell of system() is filtered out.
+    assert_eq!(ps.len(), 4, "the shell of system() is filtered out: {ps:?}");
     assert!(ps.iter().all(|p| p
         .file_name()
         .unwrap()
