@@ -160,15 +160,22 @@ fn mask_common(
             // SAFETY: old was filled by the real call.
             unsafe { libc::sigaddset(old, sig) };
         }
-        if let (Some(t), Some(b)) = (t, wants_block) {
-            t.prog_blocks_prof.set(b);
-            if !b && t.prog_prof_pending.replace(false) {
-                // Deliver what the program's "blocked" signal held back.
-                sys::tgkill(t.tid(), sig);
-            }
+        match (t, wants_block) {
+            (Some(t), Some(true)) => t.prog_blocks_prof.set(true),
+            (Some(t), Some(false)) => end_shadow_block(t, sig),
+            _ => {}
         }
     }
     r
+}
+
+/// The program's (shadow) block of the sampling signal on `t` ends: deliver
+/// what it held back.
+fn end_shadow_block(t: &thread::ThreadState, sig: i32) {
+    t.prog_blocks_prof.set(false);
+    if t.prog_prof_pending.replace(false) {
+        sys::tgkill(t.tid(), sig);
+    }
 }
 
 unsafe extern "C" fn libc_sigprocmask(
@@ -252,9 +259,9 @@ pub fn forward_program_signal(sig: i32, info: *mut libc::siginfo_t, uc: *mut lib
         sys::rt_sigprocmask(libc::SIG_BLOCK, &mask, &mut saved);
         saved
     };
-    let defer = flags & libc::SA_NODEFER == 0;
-    let was_blocked = t.is_some_and(|t| t.prog_blocks_prof.get());
-    if let (Some(t), true) = (t, defer) {
+    // Not blocked in the shadow here (that returned above): block it there
+    // for the handler's duration unless SA_NODEFER.
+    if let Some(t) = t.filter(|_| flags & libc::SA_NODEFER == 0) {
         t.prog_blocks_prof.set(true);
     }
     // SAFETY: the program installed this handler for the signal with these flags.
@@ -268,14 +275,11 @@ pub fn forward_program_signal(sig: i32, info: *mut libc::siginfo_t, uc: *mut lib
             f(sig);
         }
     }
-    if let (Some(t), true) = (t, defer) {
-        t.prog_blocks_prof.set(was_blocked);
-    }
     // SAFETY: restoring the mask saved above.
     unsafe { sys::rt_sigprocmask(libc::SIG_SETMASK, &saved, core::ptr::null_mut()) };
+    // As sigreturn restores the mask from before the handler (where the
+    // signal was not blocked), whatever the handler did to it.
     if let Some(t) = t {
-        if !was_blocked && t.prog_prof_pending.replace(false) {
-            sys::tgkill(t.tid(), sig);
-        }
+        end_shadow_block(t, sig);
     }
 }
