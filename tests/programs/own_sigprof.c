@@ -7,18 +7,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/time.h>
-#include <time.h>
+#include "burn_ms.h"
 static volatile sig_atomic_t calls;
 static void on_prof(int s) { (void)s; calls++; }
-static volatile unsigned long sink;
-__attribute__((noinline)) static void burn_ms(int ms) {
-  struct timespec a, b;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &a);
-  do {
-    for (int i = 0; i < 10000; i++) sink = sink * 31 + i;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &b);
-  } while ((b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000 < ms);
-}
 __attribute__((noinline)) void blocked_phase(void) { burn_ms(300); sink++; }
 __attribute__((noinline)) void unblocked_phase(void) { burn_ms(300); sink++; }
 int main(void) {

@@ -10,7 +10,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
+#include "burn_ms.h"
 static volatile sig_atomic_t calls, bad_mask;
 static void on_trap(int s, siginfo_t *si, void *uc) {
   (void)s; (void)si; (void)uc;
@@ -18,15 +18,6 @@ static void on_trap(int s, siginfo_t *si, void *uc) {
   sigprocmask(SIG_BLOCK, 0, &cur);
   if (!sigismember(&cur, SIGUSR1) || !sigismember(&cur, SIGTRAP)) bad_mask++;
   calls++;
-}
-static volatile unsigned long sink;
-__attribute__((noinline)) static void burn_ms(int ms) {
-  struct timespec a, b;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &a);
-  do {
-    for (int i = 0; i < 10000; i++) sink = sink * 31 + i;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &b);
-  } while ((b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000 < ms);
 }
 __attribute__((noinline)) void blocked_phase(void) { burn_ms(300); sink++; }
 __attribute__((noinline)) void trapping_phase(void) {
