@@ -350,12 +350,12 @@ pub fn init() {
         exe,
     });
     PID.store(sys::getpid(), Ordering::Relaxed);
-    if let Some(v) = getenv(b"IGPROF_EXEC_OF\0") {
-        let v = String::from_utf8_lossy(v);
-        if let Some((p, g)) = v.split_once('.') {
-            if p.parse() == Ok(sys::getpid()) {
-                EXEC_GEN.store(g.parse().unwrap_or(0), Ordering::Relaxed);
-            }
+    // <pid>.<generation> from the exec hook of a previous image (exec_env).
+    let exec_of =
+        getenv(b"IGPROF_EXEC_OF\0").and_then(|s| std::str::from_utf8(s).ok()?.split_once('.'));
+    if let Some((p, g)) = exec_of {
+        if p.parse() == Ok(sys::getpid()) {
+            EXEC_GEN.store(g.parse().unwrap_or(0), Ordering::Relaxed);
         }
     }
     if let Some(r) =
