@@ -72,7 +72,7 @@ pub fn final_dump(reason: &str) {
         crate::perf::stop_thread(t);
     }
     let path = crate::runtime::output_path();
-    match thread::paused(|| dump_to(&path)) {
+    match thread::paused(|| dump_after_others(&path)) {
         Ok(stats) => {
             let opts = crate::options::get();
             if opts.debug || stats.dropped > 0 {
@@ -91,12 +91,14 @@ pub fn final_dump(reason: &str) {
     }
 }
 
-/// A fatal signal arrived in signal context: a dump cannot be written safely
-/// there (it needs memory and dladdr), so this only says so.
+/// The process dies by `sig` and its profile could not be written (no
+/// watcher thread, or the signal interrupted the profiler itself, which may
+/// hold what a dump needs): says so. Signal context.
 pub fn final_dump_from_signal(sig: i32) {
     if crate::runtime::active() && !FINAL_DONE.load(Ordering::Acquire) {
         crate::igprof_log!(
-            "the program's own signal {sig} (default action) ends the process; no profile written"
+            "{} (default action) ends the process; no profile written",
+            crate::watcher::signal_name(sig)
         );
     }
 }
@@ -422,6 +424,20 @@ pub fn dump_to(path: &str) -> Result<DumpStats, DumpError> {
     r
 }
 
+/// [`dump_to`], after waiting (at most a minute) for a dump another thread
+/// is writing (a snapshot just before exit must not cost the final profile).
+fn dump_after_others(path: &str) -> Result<DumpStats, DumpError> {
+    let deadline = crate::sys::monotonic_ns() + 60_000_000_000;
+    loop {
+        match dump_to(path) {
+            Err(DumpError::Busy) if crate::sys::monotonic_ns() < deadline => {
+                crate::sys::sleep_ns(1_000_000)
+            }
+            r => return r,
+        }
+    }
+}
+
 fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
     crate::runtime::each_dump_hook(|h| (h.before_dump)());
     let nslots = counters::nslots();
@@ -461,38 +477,189 @@ fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
     });
 
     let gzip = crate::options::get().gzip || path.ends_with(".gz");
-    let tmp = format!("{path}.tmp");
-    let file = std::fs::File::create(&tmp).map_err(|e| DumpError::Create {
-        path: tmp.clone(),
+    let out = Output::create(path)?;
+    let written = {
+        let _fsize = FsizeGuard::block();
+        write_file(&out.file, gzip, &merged)
+    };
+    if let Err(err) = written {
+        let path = out.written_path().to_string();
+        out.discard();
+        return Err(DumpError::Write { path, err });
+    }
+    out.finish(path)?;
+    Ok(stats)
+}
+
+/// Streams the merged profile into `file`, gzipped or plain.
+fn write_file(file: &std::fs::File, gzip: bool, merged: &Merged) -> Result<(), WriteError> {
+    let io = |e: std::io::Error| WriteError::Io {
         errno: e.raw_os_error().unwrap_or(0),
-    })?;
-    let werr = |err| DumpError::Write {
-        path: tmp.clone(),
-        err,
     };
     if gzip {
         let enc = flate2::write::GzEncoder::new(file, flate2::Compression::new(6));
-        let sink = write_profile(IoSink::new(enc), &merged).map_err(werr)?;
-        let enc = sink.finish().map_err(werr)?;
-        enc.finish().map_err(|e| {
-            werr(WriteError::Io {
-                errno: e.raw_os_error().unwrap_or(0),
-            })
-        })?;
+        let enc = write_profile(IoSink::new(enc), merged)?.finish()?;
+        enc.finish().map_err(io)?;
     } else {
-        let sink = write_profile(IoSink::new(file), &merged).map_err(werr)?;
-        let mut f = sink.finish().map_err(werr)?;
-        f.flush().map_err(|e| {
-            werr(WriteError::Io {
-                errno: e.raw_os_error().unwrap_or(0),
-            })
-        })?;
+        let mut f = write_profile(IoSink::new(file), merged)?.finish()?;
+        f.flush().map_err(io)?;
     }
-    std::fs::rename(&tmp, path).map_err(|e| DumpError::Rename {
-        path: path.to_string(),
-        errno: e.raw_os_error().unwrap_or(0),
-    })?;
-    Ok(stats)
+    Ok(())
+}
+
+/// The file a dump is written into: `<path>.tmp`, renamed over `path` when
+/// complete; or, when the process may no longer create files there (it
+/// dropped its privileges: see [`prepare_for_setuid`]), the prepared
+/// `path` itself, written in place.
+struct Output {
+    file: std::fs::File,
+    tmp: Option<String>,
+    path: String,
+}
+
+impl Output {
+    fn create(path: &str) -> Result<Output, DumpError> {
+        let tmp = format!("{path}.tmp");
+        match std::fs::File::create(&tmp) {
+            Ok(file) => Ok(Output {
+                file,
+                tmp: Some(tmp),
+                path: path.to_string(),
+            }),
+            Err(e) => {
+                let errno = e.raw_os_error().unwrap_or(0);
+                let prepared = (errno == libc::EACCES || errno == libc::EPERM)
+                    .then(|| {
+                        std::fs::OpenOptions::new()
+                            .write(true)
+                            .truncate(true)
+                            .open(path)
+                            .ok()
+                    })
+                    .flatten();
+                match prepared {
+                    Some(file) => Ok(Output {
+                        file,
+                        tmp: None,
+                        path: path.to_string(),
+                    }),
+                    None => Err(DumpError::Create { path: tmp, errno }),
+                }
+            }
+        }
+    }
+
+    fn written_path(&self) -> &str {
+        self.tmp.as_deref().unwrap_or(&self.path)
+    }
+
+    /// A failed write: no partial `.tmp` is left behind.
+    fn discard(self) {
+        if let Some(tmp) = self.tmp {
+            let _ = std::fs::remove_file(tmp);
+        }
+    }
+
+    fn finish(self, path: &str) -> Result<(), DumpError> {
+        let Some(tmp) = self.tmp else {
+            return Ok(());
+        };
+        std::fs::rename(&tmp, path).map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            DumpError::Rename {
+                path: path.to_string(),
+                errno: e.raw_os_error().unwrap_or(0),
+            }
+        })
+    }
+}
+
+/// Before the process gives up its privileges (setuid and friends, to the
+/// effective user `uid`): makes sure the profile can still be written where
+/// the user asked, by creating the output file now, owned by `uid`; a dump
+/// that can no longer create `<path>.tmp` writes it in place. Not signal
+/// context.
+pub fn prepare_for_setuid(uid: libc::uid_t) {
+    if !crate::runtime::active() {
+        return;
+    }
+    let path = crate::runtime::output_path();
+    if let Ok(f) = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: fchown on a descriptor we own; -1 keeps the group.
+        unsafe { libc::fchown(f.as_raw_fd(), uid, u32::MAX) };
+    }
+}
+
+/// Blocks SIGXFSZ on the dumping thread while a profile is written, so a
+/// file size limit (RLIMIT_FSIZE) fails the write (EFBIG) instead of killing
+/// the program; a SIGXFSZ the write raised is taken back afterwards.
+struct FsizeGuard {
+    saved: libc::sigset_t,
+    was_pending: bool,
+}
+
+fn xfsz_set() -> libc::sigset_t {
+    // SAFETY: an all-zero sigset_t is empty; sigaddset on a valid set.
+    unsafe {
+        let mut set: libc::sigset_t = core::mem::zeroed();
+        libc::sigaddset(&mut set, libc::SIGXFSZ);
+        set
+    }
+}
+
+fn xfsz_pending() -> bool {
+    // SAFETY: sigpending fills a valid set; sigismember reads it.
+    unsafe {
+        let mut p: libc::sigset_t = core::mem::zeroed();
+        libc::sigpending(&mut p);
+        libc::sigismember(&p, libc::SIGXFSZ) == 1
+    }
+}
+
+impl FsizeGuard {
+    fn block() -> Self {
+        let set = xfsz_set();
+        // SAFETY: valid sigset pointers.
+        let mut saved: libc::sigset_t = unsafe { core::mem::zeroed() };
+        // SAFETY: as above; raw syscall, the program's mask shadow is untouched.
+        unsafe { crate::sys::rt_sigprocmask(libc::SIG_BLOCK, &set, &mut saved) };
+        FsizeGuard {
+            saved,
+            was_pending: xfsz_pending(),
+        }
+    }
+}
+
+impl Drop for FsizeGuard {
+    fn drop(&mut self) {
+        if !self.was_pending && xfsz_pending() {
+            let set = xfsz_set();
+            let zero = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: takes the pending SIGXFSZ of this thread, without waiting.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_rt_sigtimedwait,
+                    &set,
+                    core::ptr::null_mut::<libc::siginfo_t>(),
+                    &zero,
+                    8,
+                )
+            };
+        }
+        // SAFETY: restores the mask saved in `block`.
+        unsafe {
+            crate::sys::rt_sigprocmask(libc::SIG_SETMASK, &self.saved, core::ptr::null_mut())
+        };
+    }
 }
 
 fn write_profile<S: Sink>(sink: S, m: &Merged) -> Result<S, WriteError> {

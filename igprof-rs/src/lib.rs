@@ -21,6 +21,7 @@ pub mod alloc;
 pub mod counters;
 pub mod dump;
 pub mod energy;
+pub mod fatal;
 pub mod fd; // -fd (helper "memfd")
 pub mod hooks;
 pub mod live; // live-resource tables (helper "memfd")
@@ -36,6 +37,7 @@ pub mod thread;
 pub mod trace;
 pub mod tree;
 pub mod unwind;
+pub mod watcher;
 
 /// The library never uses the program's malloc (which may be hooked).
 #[global_allocator]

@@ -139,8 +139,16 @@ impl ShardState {
     }
 
     fn grow(&mut self) -> bool {
-        let old_cap = if self.slots.is_null() { 0 } else { self.mask + 1 };
-        let cap = if old_cap == 0 { INITIAL_CAP } else { old_cap * 2 };
+        let old_cap = if self.slots.is_null() {
+            0
+        } else {
+            self.mask + 1
+        };
+        let cap = if old_cap == 0 {
+            INITIAL_CAP
+        } else {
+            old_cap * 2
+        };
         let bytes = cap * core::mem::size_of::<Block>();
         let new = sys::mmap_anon(bytes) as *mut Block;
         if new.is_null() {
@@ -158,7 +166,12 @@ impl ShardState {
         }
         if !old.is_null() {
             // SAFETY: the old array is ours alone (lock held) and no longer used.
-            unsafe { sys::munmap(old as *mut u8, (old_mask + 1) * core::mem::size_of::<Block>()) };
+            unsafe {
+                sys::munmap(
+                    old as *mut u8,
+                    (old_mask + 1) * core::mem::size_of::<Block>(),
+                )
+            };
         }
         true
     }
@@ -230,7 +243,10 @@ impl core::fmt::Display for LiveError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             LiveError::OutOfMemory { wanted_slots } => {
-                write!(f, "no memory for a live-block table of {wanted_slots} slots")
+                write!(
+                    f,
+                    "no memory for a live-block table of {wanted_slots} slots"
+                )
             }
             LiveError::FdOutOfRange { fd, limit } => {
                 write!(
@@ -268,7 +284,12 @@ impl LiveMem {
     /// Records block `addr`. If `addr` was already recorded (its free was
     /// not seen, e.g. it happened before profiling started), the stale
     /// entry is replaced and returned so the caller can release it.
-    pub fn insert(&self, addr: usize, size: u64, node: *const Node) -> Result<Option<Block>, LiveError> {
+    pub fn insert(
+        &self,
+        addr: usize,
+        size: u64,
+        node: *const Node,
+    ) -> Result<Option<Block>, LiveError> {
         debug_assert!(addr != 0);
         let mut g = self.shard(addr).lock();
         let st = g.st();
@@ -284,7 +305,9 @@ impl LiveMem {
                 (st.mask + 1) * 2
             };
             if !st.grow() {
-                return Err(LiveError::OutOfMemory { wanted_slots: wanted });
+                return Err(LiveError::OutOfMemory {
+                    wanted_slots: wanted,
+                });
             }
         }
         st.place(Block { addr, size, node });
@@ -382,9 +405,12 @@ impl LiveFds {
     /// only backed when touched).
     pub fn init(&self, limit: usize) -> Result<(), LiveError> {
         let limit = limit.clamp(1024, 1 << 24);
-        let p = sys::mmap_anon(limit * core::mem::size_of::<AtomicPtr<Node>>()) as *mut AtomicPtr<Node>;
+        let p =
+            sys::mmap_anon(limit * core::mem::size_of::<AtomicPtr<Node>>()) as *mut AtomicPtr<Node>;
         if p.is_null() {
-            return Err(LiveError::OutOfMemory { wanted_slots: limit });
+            return Err(LiveError::OutOfMemory {
+                wanted_slots: limit,
+            });
         }
         self.limit.store(limit, Ordering::Relaxed);
         self.slots.store(p, Ordering::Release);
@@ -569,17 +595,27 @@ mod tests {
         assert!(f.acquire(3, n(1)).is_err(), "not initialised");
         f.init(4096).unwrap();
         assert_eq!(f.acquire(3, n(1)).unwrap(), core::ptr::null());
-        assert_eq!(f.acquire(3, n(2)).unwrap(), n(1), "a replaced descriptor is reported");
+        assert_eq!(
+            f.acquire(3, n(2)).unwrap(),
+            n(1),
+            "a replaced descriptor is reported"
+        );
         assert_eq!(f.get(3), n(2));
         assert_eq!(f.release(3), n(2));
         assert_eq!(f.release(3), core::ptr::null());
         assert_eq!(
             f.acquire(4096, n(1)),
-            Err(LiveError::FdOutOfRange { fd: 4096, limit: 4096 })
+            Err(LiveError::FdOutOfRange {
+                fd: 4096,
+                limit: 4096
+            })
         );
         assert_eq!(
             f.acquire(-1, n(1)),
-            Err(LiveError::FdOutOfRange { fd: -1, limit: 4096 })
+            Err(LiveError::FdOutOfRange {
+                fd: -1,
+                limit: 4096
+            })
         );
         f.acquire(7, n(3)).unwrap();
         let mut v = Vec::new();

@@ -15,7 +15,10 @@ pub struct Line {
 
 impl Line {
     pub fn new() -> Self {
-        let mut l = Line { buf: [0; 1024], len: 0 };
+        let mut l = Line {
+            buf: [0; 1024],
+            len: 0,
+        };
         l.push(b"igprof: ");
         l
     }

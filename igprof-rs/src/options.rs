@@ -40,7 +40,10 @@ pub struct FixedStr<const N: usize> {
 
 impl<const N: usize> FixedStr<N> {
     pub const fn new() -> Self {
-        FixedStr { buf: [0; N], len: 0 }
+        FixedStr {
+            buf: [0; N],
+            len: 0,
+        }
     }
     /// Fails when `s` (plus the NUL) does not fit, or contains a NUL.
     pub fn set(&mut self, s: &[u8]) -> Result<(), NotStorable> {
@@ -131,6 +134,8 @@ pub struct Options {
     pub max_depth: usize,
     pub dump_signal: i32,
     pub sampler: Sampler,
+    /// `--dump-every`: write a snapshot this often (0: never).
+    pub dump_every_ns: u64,
 }
 
 pub const DEFAULT_INTERVAL_NS: u64 = 5_000_000;
@@ -156,6 +161,7 @@ impl Options {
             max_depth: DEFAULT_DEPTH,
             dump_signal: DEFAULT_DUMP_SIGNAL,
             sampler: Sampler::Auto,
+            dump_every_ns: 0,
         }
     }
 
@@ -214,14 +220,22 @@ impl fmt::Display for OptionError<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         use crate::log::Bytes;
         match self {
-            OptionError::Unknown { word } => write!(f, "unknown option '{}' in IGPROF (see igprof -h)", Bytes(word)),
+            OptionError::Unknown { word } => write!(
+                f,
+                "unknown option '{}' in IGPROF (see igprof -h)",
+                Bytes(word)
+            ),
             OptionError::MissingValue { option } => write!(f, "option {option} needs a value"),
             OptionError::BadValue {
                 option,
                 value,
                 expected,
             } => {
-                write!(f, "option {option}: bad value '{}', expected {expected}", Bytes(value))
+                write!(
+                    f,
+                    "option {option}: bad value '{}', expected {expected}",
+                    Bytes(value)
+                )
             }
             OptionError::UnterminatedQuote => write!(f, "unterminated ' quote in IGPROF"),
             OptionError::TwoPerfClocks => write!(f, "only one of -pp, -pu, -pr may be given"),
@@ -431,12 +445,34 @@ pub fn parse(s: &[u8]) -> Result<Options, OptionError<'_>> {
             b"--dump-signal" => {
                 let v = value("--dump-signal")?;
                 match parse_u64(v) {
-                    Some(n) if n == 0 || (1..=64).contains(&n) && ![9, 19, 27].contains(&n) => o.dump_signal = n as i32,
+                    Some(n) if n == 0 || (1..=64).contains(&n) && ![9, 19, 27].contains(&n) => {
+                        o.dump_signal = n as i32
+                    }
                     _ => {
                         return Err(OptionError::BadValue {
                             option: "--dump-signal",
                             value: v,
-                            expected: "a signal number 1..64 other than SIGKILL, SIGSTOP, SIGPROF, or 0",
+                            expected:
+                                "a signal number 1..64 other than SIGKILL, SIGSTOP, SIGPROF, or 0",
+                        })
+                    }
+                }
+            }
+            b"--dump-every" => {
+                let v = value("--dump-every")?;
+                // A bare number is seconds here.
+                let ns = if v.iter().all(|b| b.is_ascii_digit()) {
+                    parse_u64(v).and_then(|n| n.checked_mul(1_000_000_000))
+                } else {
+                    parse_interval(v)
+                };
+                match ns {
+                    Some(ns) if ns >= 100_000_000 => o.dump_every_ns = ns,
+                    _ => {
+                        return Err(OptionError::BadValue {
+                            option: "--dump-every",
+                            value: v,
+                            expected: "a time of at least 100ms, e.g. 60 (seconds), 10s, 500ms",
                         })
                     }
                 }
@@ -532,17 +568,36 @@ mod tests {
 
     #[test]
     fn errors_name_the_problem() {
-        assert_eq!(parse(b"-pp -q").err(), Some(OptionError::Unknown { word: b"-q" }));
-        assert_eq!(parse(b"-o").err(), Some(OptionError::MissingValue { option: "-o" }));
-        assert_eq!(parse(b"-o 'abc").err(), Some(OptionError::UnterminatedQuote));
+        assert_eq!(
+            parse(b"-pp -q").err(),
+            Some(OptionError::Unknown { word: b"-q" })
+        );
+        assert_eq!(
+            parse(b"-o").err(),
+            Some(OptionError::MissingValue { option: "-o" })
+        );
+        assert_eq!(
+            parse(b"-o 'abc").err(),
+            Some(OptionError::UnterminatedQuote)
+        );
         assert_eq!(parse(b"-pp -pr").err(), Some(OptionError::TwoPerfClocks));
-        assert_eq!(parse(b"-pp --sampler timer").unwrap().sampler, Sampler::Timer);
+        assert_eq!(
+            parse(b"-pp --sampler timer").unwrap().sampler,
+            Sampler::Timer
+        );
         assert!(matches!(
             parse(b"-pp --sampler itimer").err(),
-            Some(OptionError::BadValue { option: "--sampler", .. })
+            Some(OptionError::BadValue {
+                option: "--sampler",
+                ..
+            })
         ));
         let mut line = crate::log::Line::new();
-        core::fmt::Write::write_fmt(&mut line, format_args!("{}", parse(b"-mo lots").err().unwrap())).unwrap();
+        core::fmt::Write::write_fmt(
+            &mut line,
+            format_args!("{}", parse(b"-mo lots").err().unwrap()),
+        )
+        .unwrap();
         assert_eq!(
             line.as_bytes(),
             b"igprof: option -mo: bad value 'lots', expected none, include or delta"

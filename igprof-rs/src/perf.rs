@@ -37,8 +37,11 @@
 //! previous sample (thread CPU time, user time for -pu, wall time for -pr),
 //! in whole intervals with the remainder carried over (see `ticks_for`).
 //!
-//! A sample is dropped (and counted) when it lands while the thread is
-//! already inside profiler code, or when no node could be stored.
+//! A sample that lands while the thread is inside profiler code (a hook:
+//! the program called malloc or open) is the program's time: it is charged
+//! to the program's stack when the thread leaves the profiler
+//! ([`settle_pending`]). A sample is dropped (and counted) only when no
+//! stack or node could be stored.
 //!
 //! Must never: allocate, lock, use stdio, or leave errno changed, in the
 //! handler; deliver our timer signals to the program's own handler.
@@ -106,7 +109,11 @@ pub fn choose_sampler() {
         s => s,
     };
     MODE.store(got as u8, Ordering::Relaxed);
-    let sig = if got == Sampler::Sigtrap { libc::SIGTRAP } else { libc::SIGPROF };
+    let sig = if got == Sampler::Sigtrap {
+        libc::SIGTRAP
+    } else {
+        libc::SIGPROF
+    };
     SIGNAL.store(sig, Ordering::Relaxed);
     if o.debug {
         let name = match got {
@@ -166,8 +173,11 @@ pub fn install_handler() -> Result<(), i32> {
     let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
     sa.sa_sigaction = handler as *const () as usize;
     sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+    // Every signal blocked while a sample is taken: a program handler that
+    // interrupted it and left by longjmp (SIGALRM timeouts, SIGSEGV
+    // recovery) would leave the thread marked inside the profiler for good.
     // SAFETY: sa_mask is a valid sigset_t.
-    unsafe { libc::sigemptyset(&mut sa.sa_mask) };
+    unsafe { libc::sigfillset(&mut sa.sa_mask) };
     crate::signals::real_sigaction(signal(), &sa, core::ptr::null_mut())
 }
 
@@ -199,10 +209,7 @@ fn next_interval(t: &ThreadState) -> u64 {
 /// CLOCK_MONOTONIC timer.
 pub fn start_thread(t: &'static ThreadState) {
     let o = options::get();
-    if !o.needs_timers()
-        || t.timer.load(Ordering::Relaxed) >= 0
-        || t.perf_fd.load(Ordering::Relaxed) >= 0
-    {
+    if !o.needs_timers() || t.timer.load(Ordering::Relaxed) >= 0 || has_event(t) {
         return;
     }
     let user_only = o.perf == Some(PerfClock::User);
@@ -213,17 +220,8 @@ pub fn start_thread(t: &'static ThreadState) {
     };
     if let Some(how) = how {
         if !PERF_UNAVAILABLE.load(Ordering::Relaxed) {
-            let min_fd = high_fd_base();
-            match sys::perf_task_clock_open(t.tid(), next_interval(t), user_only, how, min_fd) {
-                Ok((fd, ring)) => {
-                    mark(&OUR_FDS, fd);
-                    t.perf_ring.store(ring, Ordering::Release);
-                    t.perf_fd.store(fd, Ordering::Release);
-                    if sys::perf_enable(fd) {
-                        return;
-                    }
-                    stop_thread(t);
-                }
+            match open_event(t, user_only, how) {
+                Ok(()) => return,
                 Err(e) => {
                     if !PERF_UNAVAILABLE.swap(true, Ordering::Relaxed) && o.debug {
                         crate::igprof_log!(
@@ -251,6 +249,57 @@ pub fn start_thread(t: &'static ThreadState) {
     }
 }
 
+/// Opens and enables the calling thread's sampling perf event.
+///
+/// A sigtrap event is held by a one-page mapping and its descriptor closed
+/// at once, so the program never sees a descriptor of ours (it could close
+/// it, reuse its number, or run out of descriptors one early). When the
+/// mapping is refused (the locked-memory limit for perf mappings), and for
+/// the sigprof sampler (whose signal names the descriptor), the descriptor
+/// is kept, moved up out of the program's way.
+fn open_event(t: &'static ThreadState, user_only: bool, how: PerfDelivery) -> Result<(), i32> {
+    if let PerfDelivery::Sigtrap { .. } = how {
+        if !HOLD_REFUSED.load(Ordering::Relaxed) {
+            let (fd, _) = sys::perf_task_clock_open(t.tid(), next_interval(t), user_only, how, 0)?;
+            match sys::perf_hold(fd) {
+                Ok(hold) => {
+                    let enabled = sys::perf_enable(fd);
+                    sys::close(fd);
+                    if !enabled {
+                        sys::perf_release(hold);
+                        return Err(sys::errno());
+                    }
+                    t.perf_ring.store(hold, Ordering::Release);
+                    return Ok(());
+                }
+                Err(_) => {
+                    HOLD_REFUSED.store(true, Ordering::Relaxed);
+                    sys::close(fd);
+                }
+            }
+        }
+    }
+    let (fd, ring) =
+        sys::perf_task_clock_open(t.tid(), next_interval(t), user_only, how, high_fd_base())?;
+    mark(&OUR_FDS, fd);
+    t.perf_ring.store(ring, Ordering::Release);
+    t.perf_fd.store(fd, Ordering::Release);
+    if sys::perf_enable(fd) {
+        return Ok(());
+    }
+    let e = sys::errno();
+    stop_thread(t);
+    Err(e)
+}
+
+/// Set once a perf mapping was refused: events keep their descriptor.
+static HOLD_REFUSED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// Whether the thread's sampler is a perf event (held by descriptor or mapping).
+fn has_event(t: &ThreadState) -> bool {
+    t.perf_fd.load(Ordering::Relaxed) >= 0 || t.perf_ring.load(Ordering::Relaxed) != 0
+}
+
 /// Where the profiler's own descriptors go: high enough to stay out of the
 /// way of programs that expect the lowest free numbers.
 pub fn high_fd_base() -> i32 {
@@ -266,9 +315,17 @@ pub fn stop_thread(t: &ThreadState) {
     if id >= 0 {
         sys::timer_delete(id);
     }
+    release_event(t);
+}
+
+/// Ends the thread's perf event, whichever way it is held.
+fn release_event(t: &ThreadState) {
     let fd = t.perf_fd.swap(-1, Ordering::AcqRel);
+    let ring = t.perf_ring.swap(0, Ordering::AcqRel);
     if fd >= 0 {
-        sys::perf_close(fd, t.perf_ring.swap(0, Ordering::AcqRel));
+        sys::perf_close(fd, ring);
+    } else if ring != 0 {
+        sys::perf_release(ring);
     }
 }
 
@@ -276,10 +333,7 @@ pub fn stop_thread(t: &ThreadState) {
 /// are inherited and would keep signalling the parent's threads' owner).
 pub fn forget_inherited(t: &ThreadState) {
     t.timer.store(-1, Ordering::Release);
-    let fd = t.perf_fd.swap(-1, Ordering::AcqRel);
-    if fd >= 0 {
-        sys::perf_close(fd, t.perf_ring.swap(0, Ordering::AcqRel));
-    }
+    release_event(t);
 }
 
 /// The kernel timer id of an SI_TIMER siginfo (the `_timer._tid` field).
@@ -344,7 +398,7 @@ fn origin(t: Option<&ThreadState>, code: i32, info: *const libc::siginfo_t) -> O
     unsafe {
         if code == sys::TRAP_PERF && signal() == libc::SIGTRAP {
             if perf_data_of(info) == COOKIE {
-                if t.is_some_and(|t| t.perf_fd.load(Ordering::Relaxed) >= 0) {
+                if t.is_some_and(has_event) {
                     return Origin::Sampler;
                 }
                 return Origin::Stale;
@@ -372,25 +426,61 @@ fn origin(t: Option<&ThreadState>, code: i32, info: *const libc::siginfo_t) -> O
 
 /// Samples between period changes (see the module doc).
 const JITTER_EVERY: u32 = 64;
+/// Samples between renewals of a held event (a new event with a new
+/// period): opening, mapping and ending an event costs about 60 us here,
+/// so it is done less often than an ioctl.
+const RENEW_EVERY: u32 = 512;
 
-fn rearm(t: &ThreadState) {
-    let fd = t.perf_fd.load(Ordering::Relaxed);
-    if fd >= 0 {
+fn rearm(t: &'static ThreadState) {
+    if has_event(t) {
         // The perf event keeps sampling by itself; re-randomise its period
         // every JITTER_EVERY samples (an ioctl costs more than the rest of
-        // the sample).
+        // the sample). A held event has no descriptor to change: a new one
+        // with the new period replaces it.
+        let fd = t.perf_fd.load(Ordering::Relaxed);
+        let every = if fd >= 0 { JITTER_EVERY } else { RENEW_EVERY };
         let n = t.since_jitter.get() + 1;
-        if n >= JITTER_EVERY {
-            t.since_jitter.set(0);
+        if n < every {
+            t.since_jitter.set(n);
+            return;
+        }
+        t.since_jitter.set(0);
+        if fd >= 0 {
             sys::perf_set_period(fd, next_interval(t));
         } else {
-            t.since_jitter.set(n);
+            renew_held_event(t);
         }
     } else {
         let id = t.timer.load(Ordering::Relaxed);
         if id >= 0 {
             sys::timer_arm_once(id, next_interval(t));
         }
+    }
+}
+
+/// Replaces a held sigtrap event by one with a new random period (signal
+/// context: system calls only). The new event is held before the old one
+/// ends, so the thread is never left unsampled; if it cannot be made, the
+/// old one stays.
+fn renew_held_event(t: &'static ThreadState) {
+    let user_only = options::get().perf == Some(PerfClock::User);
+    let how = PerfDelivery::Sigtrap { cookie: COOKIE };
+    let Ok((fd, _)) = sys::perf_task_clock_open(t.tid(), next_interval(t), user_only, how, 0)
+    else {
+        return;
+    };
+    let held = sys::perf_hold(fd);
+    let enabled = held.is_ok() && sys::perf_enable(fd);
+    sys::close(fd);
+    match held {
+        Ok(new) if enabled => {
+            let old = t.perf_ring.swap(new, Ordering::AcqRel);
+            if old != 0 {
+                sys::perf_release(old);
+            }
+        }
+        Ok(new) => sys::perf_release(new),
+        Err(_) => {}
     }
 }
 
@@ -411,7 +501,10 @@ extern "C" fn handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_voi
     let start = sys::fast_monotonic_ns();
     rearm(t);
     let Some(guard) = t.enter() else {
-        t.dropped.fetch_add(1, Ordering::Relaxed);
+        // The thread is inside the profiler (a hook: the program called
+        // malloc, open...): the time is the program's. Charged to the
+        // program's stack when the profiler code leaves ([`settle_pending`]).
+        PENDING.with(|p| p.set(p.get() + ticks_for(t)));
         return;
     };
     t.set_in_signal(true);
@@ -422,6 +515,51 @@ extern "C" fn handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_voi
         sys::fast_monotonic_ns().saturating_sub(start),
         Ordering::Relaxed,
     );
+}
+
+thread_local! {
+    /// Ticks of samples that landed while this thread was inside profiler
+    /// code, not yet charged.
+    static PENDING: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+}
+
+/// Charges the samples that landed while the thread was inside profiler
+/// code to the stack of the program code that called into it (profiler
+/// frames skipped). Called as profiler code is left, guard still held.
+#[inline]
+pub fn settle_pending(t: &'static ThreadState) {
+    if PENDING.with(|p| p.get()) != 0 {
+        settle_slow(t);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn settle_slow(t: &'static ThreadState) {
+    // A sample taken meanwhile adds to PENDING again: a few rounds at most.
+    for _ in 0..4 {
+        let k = PENDING.with(|p| p.replace(0));
+        if k == 0 {
+            return;
+        }
+        // SAFETY: the owning thread, still inside its guard.
+        let buf = unsafe { t.trace_buf() };
+        let walk = crate::trace::here(t, buf);
+        t.samples.fetch_add(1, Ordering::Relaxed);
+        if walk.refused {
+            t.dropped.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        // SAFETY: owner thread, guard held.
+        let node = unsafe { t.tree_mut() }.node_for(&buf[..walk.depth], walk.truncated);
+        let slot = TICK_SLOT.load(Ordering::Relaxed);
+        if node.is_null() {
+            t.dropped.fetch_add(1, Ordering::Relaxed);
+        } else if slot != usize::MAX {
+            // SAFETY: node is a live node of this tree.
+            unsafe { &*node }.counter(slot).add(k, k);
+        }
+    }
 }
 
 /// The reading of the clock a POSIX-timer sampler runs on.
@@ -443,7 +581,7 @@ fn ticks_for(t: &ThreadState) -> u64 {
     if options::get().perf.is_none() {
         return 0;
     }
-    if t.perf_fd.load(Ordering::Relaxed) >= 0 {
+    if has_event(t) {
         return 1;
     }
     let now = sampled_clock_ns();

@@ -1,16 +1,16 @@
 //! Start-up, process and thread life cycle of the profiler.
 //!
 //! Owns: the constructor's sequence (options, counters, handler, hooks,
-//! main thread, watcher), the one start-up line, per-thread set-up and
-//! teardown, what happens around fork and exec, the output file name, and
-//! the watcher thread that writes dumps when the `-D` flag file appears or
-//! the dump signal arrives.
+//! main thread, watcher, fatal-signal handlers), the one start-up line,
+//! per-thread set-up and teardown (and the count of the program's live
+//! threads, which ends the watcher with the last of them), what happens
+//! around fork and exec, and the output file name.
 //!
 //! Must never: print more than the one start-up line unless `-d` (or
 //! something went wrong), or change the program's behaviour when the
 //! options are invalid (it then runs unprofiled).
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use crate::options::{self, Options, PerfClock};
@@ -21,8 +21,9 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 static PID: AtomicI32 = AtomicI32::new(0);
 /// The pid the launcher exec'd into (IGPROF_ROOT_PID); 0 if unknown.
 static ROOT_PID: AtomicI32 = AtomicI32::new(0);
-static WAKE_RD: AtomicI32 = AtomicI32::new(-1);
-static WAKE_WR: AtomicI32 = AtomicI32::new(-1);
+/// Threads of the program that have started and not ended (the watcher
+/// is not one): when the last ends, the watcher ends too.
+static LIVE_THREADS: AtomicUsize = AtomicUsize::new(0);
 
 /// Facts about the profiled program, fixed at start-up.
 pub struct Info {
@@ -140,7 +141,10 @@ pub unsafe fn exec_env(envp: *const *const libc::c_char) -> Option<ExecEnv> {
     entry.extend_from_slice(format!("{}.{gen}\0", sys::getpid()).as_bytes());
     ptrs.push(entry.as_ptr() as *const libc::c_char);
     ptrs.push(core::ptr::null());
-    Some(ExecEnv { _entry: entry, ptrs })
+    Some(ExecEnv {
+        _entry: entry,
+        ptrs,
+    })
 }
 
 /// The file this process's profile goes to: the name from -o (or the
@@ -402,17 +406,35 @@ pub fn init() {
             f(main)
         }
     });
-    start_watcher();
+    LIVE_THREADS.store(1, Ordering::Release);
+    // SAFETY: THREAD_KEY was created above; main is never freed. Its
+    // destructor runs if the main thread ends through pthread_exit.
+    unsafe {
+        libc::pthread_setspecific(
+            THREAD_KEY,
+            main as *const ThreadState as *const libc::c_void,
+        )
+    };
+    crate::watcher::start();
     ACTIVE.store(true, Ordering::Release);
+    crate::fatal::install();
     drop(guard);
     let o = options::get();
-    crate::igprof_log!(
-        "profiling {} (pid {}): {}; profile -> {}",
-        crate::log::Bytes(&info().program),
-        sys::getpid(),
-        describe(o, &started),
-        output_path()
-    );
+    // One line for the run: from the process the user started, not from
+    // every process it runs (those say it with -d).
+    let first = {
+        let root = ROOT_PID.load(Ordering::Relaxed);
+        (root == 0 || root == sys::getpid()) && EXEC_GEN.load(Ordering::Relaxed) == 0
+    };
+    if first || o.debug {
+        crate::igprof_log!(
+            "profiling {} (pid {}): {}; profile -> {}",
+            crate::log::Bytes(&info().program),
+            sys::getpid(),
+            describe(o, &started),
+            output_path()
+        );
+    }
     perf::start_thread(main);
 }
 
@@ -435,6 +457,9 @@ extern "C" fn thread_end(p: *mut libc::c_void) {
         }
     });
     t.exited.store(true, Ordering::Release);
+    if LIVE_THREADS.fetch_sub(1, Ordering::AcqRel) == 1 {
+        crate::watcher::quit();
+    }
 }
 
 fn init_thread_key() {
@@ -447,6 +472,7 @@ pub fn thread_begin() {
     let Some(t) = thread::paused(|| thread::register_current(options::get().max_depth)) else {
         return;
     };
+    LIVE_THREADS.fetch_add(1, Ordering::AcqRel);
     let g = t.enter();
     // SAFETY: THREAD_KEY was created in init; t is never freed.
     unsafe {
@@ -487,9 +513,14 @@ pub fn after_fork_child() {
         }
     });
     thread::detach_current();
+    LIVE_THREADS.store(1, Ordering::Release);
     if let Some(t) = thread::register_current(options::get().max_depth) {
+        // SAFETY: THREAD_KEY exists (created in init); t is never freed.
+        unsafe {
+            libc::pthread_setspecific(THREAD_KEY, t as *const ThreadState as *const libc::c_void)
+        };
         let g = t.enter();
-        start_watcher();
+        crate::watcher::start();
         drop(g);
         perf::start_thread(t);
     }
@@ -520,114 +551,6 @@ pub fn exec_failed() {
 /// After a successful dlopen/dlclose (calling thread busy).
 pub fn modules_changed() {
     crate::trace::modules_changed();
-}
-
-// ---- watcher: -D flag file and the dump signal ----
-
-extern "C" fn dump_signal_handler(_sig: i32) {
-    let _e = sys::ErrnoGuard::save();
-    let fd = WAKE_WR.load(Ordering::Relaxed);
-    if fd >= 0 {
-        sys::write_all(fd, b"d");
-    }
-}
-
-fn start_watcher() {
-    let o = options::get();
-    if o.flag_file.is_empty() && o.dump_signal == 0 {
-        return;
-    }
-    if WAKE_RD.load(Ordering::Relaxed) < 0 {
-        let mut fds = [0i32; 2];
-        // SAFETY: fds is a valid out-array of two ints.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
-            return;
-        }
-        WAKE_RD.store(fds[0], Ordering::Relaxed);
-        WAKE_WR.store(fds[1], Ordering::Relaxed);
-        if o.dump_signal != 0 {
-            // SAFETY: zeroed sigaction then fields set; the handler only writes to a pipe.
-            let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
-            sa.sa_sigaction = dump_signal_handler as *const () as usize;
-            sa.sa_flags = libc::SA_RESTART;
-            let _ = crate::signals::real_sigaction(o.dump_signal, &sa, std::ptr::null_mut());
-        }
-    }
-    let real = crate::hooks::orig::pthread_create();
-    let mut th: libc::pthread_t = 0;
-    // The watcher must start with every signal blocked: a process-directed
-    // signal arriving between its creation and its first instruction would
-    // otherwise run the program's handler on the watcher. A new thread
-    // inherits the creator's mask, so block all here and restore after.
-    // SAFETY: valid sigset pointers; raw syscall, so the program's
-    // sigprocmask shadow is untouched.
-    let mut saved: libc::sigset_t = unsafe { std::mem::zeroed() };
-    unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        sys::rt_sigprocmask(libc::SIG_SETMASK, &all, &mut saved);
-    }
-    // SAFETY: watcher matches the start-routine ABI; no attributes.
-    let r = unsafe {
-        match real {
-            Some(f) => f(&mut th, std::ptr::null(), watcher, std::ptr::null_mut()),
-            None => {
-                libc::pthread_create(&mut th, std::ptr::null(), watcher_c, std::ptr::null_mut())
-            }
-        }
-    };
-    // SAFETY: restores the mask saved above.
-    unsafe { sys::rt_sigprocmask(libc::SIG_SETMASK, &saved, std::ptr::null_mut()) };
-    if r == 0 {
-        // SAFETY: th is a valid thread we never join.
-        unsafe { libc::pthread_detach(th) };
-    }
-}
-
-extern "C" fn watcher_c(p: *mut libc::c_void) -> *mut libc::c_void {
-    watcher(p)
-}
-
-extern "C" fn watcher(_: *mut libc::c_void) -> *mut libc::c_void {
-    // Every signal is already blocked here (start_watcher creates this
-    // thread with a full mask): process-directed signals go to the program.
-    // A state so hooks triggered by dumping pass through; never sampled.
-    let Some(me) = thread::register_unsampled(16) else {
-        return std::ptr::null_mut();
-    };
-    let o = options::get();
-    let rd = WAKE_RD.load(Ordering::Relaxed);
-    let timeout = if o.flag_file.is_empty() { -1 } else { 200 };
-    loop {
-        let mut pfd = libc::pollfd {
-            fd: rd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        let n = unsafe { libc::poll(&mut pfd, 1, timeout) };
-        let mut want = false;
-        if n > 0 {
-            let mut buf = [0u8; 64];
-            // SAFETY: reading into a local buffer from our own pipe.
-            while unsafe { libc::read(rd, buf.as_mut_ptr() as *mut libc::c_void, buf.len()) } > 0 {}
-            want = true;
-        }
-        if !o.flag_file.is_empty() && sys::exists(o.flag_file.as_bytes_nul()) {
-            // SAFETY: NUL-terminated path.
-            unsafe { libc::unlink(o.flag_file.as_bytes_nul().as_ptr() as *const libc::c_char) };
-            want = true;
-        }
-        if want && is_own_process() {
-            let g = me.enter();
-            let path = output_path();
-            match dump::dump_to(&path) {
-                Ok(_) => crate::igprof_debug!("dump written to {path}"),
-                Err(e) => crate::igprof_log!("requested dump failed: {e}"),
-            }
-            drop(g);
-        }
-    }
 }
 
 /// `igprof_dump_now(path)`: a snapshot into `path` (NULL: the output file).

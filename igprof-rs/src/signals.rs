@@ -91,6 +91,11 @@ pub(crate) extern "C" fn sigaction_hook(
         }
         return 0;
     }
+    if !thread::is_busy() {
+        if let Some(r) = crate::fatal::sigaction(sig, act, old) {
+            return r;
+        }
+    }
     let _g = thread::current().and_then(|t| t.enter());
     // SAFETY: forwarding the program's arguments unchanged.
     unsafe {
@@ -108,6 +113,11 @@ pub extern "C" fn signal_hook(sig: i32, handler: libc::sighandler_t) -> libc::si
         PROG_FLAGS.store(libc::SA_RESTART, Ordering::Relaxed);
         PROG_MASK.store(0, Ordering::Relaxed);
         return old;
+    }
+    if !thread::is_busy() {
+        if let Some(r) = crate::fatal::signal(sig, handler) {
+            return r;
+        }
     }
     let _g = thread::current().and_then(|t| t.enter());
     // SAFETY: forwarding the program's arguments unchanged.
@@ -219,20 +229,9 @@ pub fn forward_program_signal(sig: i32, info: *mut libc::siginfo_t, uc: *mut lib
         return;
     }
     if h == libc::SIG_DFL {
-        // Default action (terminate; SIGTRAP also dumps core). Say that no
-        // profile is written, then die the way the program would have.
-        crate::dump::final_dump_from_signal(sig);
-        // SAFETY: a zeroed sigaction with SIG_DFL is valid.
-        let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
-        sa.sa_sigaction = libc::SIG_DFL;
-        let _ = real_sigaction(sig, &sa, core::ptr::null_mut());
-        // SAFETY: a zeroed set with one signal, for unblocking it.
-        unsafe {
-            let mut set: libc::sigset_t = core::mem::zeroed();
-            libc::sigaddset(&mut set, sig);
-            sys::rt_sigprocmask(libc::SIG_UNBLOCK, &set, core::ptr::null_mut());
-        }
-        sys::tgkill(sys::gettid(), sig);
+        // Default action (terminate; SIGTRAP also dumps core): the profile
+        // first, then die the way the program would have.
+        crate::fatal::die_after_dump(sig);
         return;
     }
     let t = thread::current();
@@ -246,17 +245,21 @@ pub fn forward_program_signal(sig: i32, info: *mut libc::siginfo_t, uc: *mut lib
     if flags & libc::SA_RESETHAND != 0 {
         PROG_HANDLER.store(libc::SIG_DFL, Ordering::Release);
     }
-    // The kernel would run the handler with sa_mask (and the signal itself
-    // unless SA_NODEFER) blocked: the other signals for real, ours in the
-    // shadow (a second one is held and delivered after the handler).
-    // SAFETY: all-zero sigsets are empty sets; the first word of a sigset_t
-    // holds signals 1..64; rt_sigprocmask gets valid pointers.
+    // The kernel would run the handler with the interrupted context's mask
+    // plus sa_mask (and the signal itself unless SA_NODEFER) blocked: the
+    // other signals for real, ours in the shadow (a second one is held and
+    // delivered after the handler). Our handler itself runs with every
+    // signal blocked, so this mask is set explicitly; a handler that
+    // leaves by longjmp keeps it, as it would unprofiled.
+    // SAFETY: uc is the kernel's ucontext for this delivery; all-zero
+    // sigsets are empty sets; the first word of a sigset_t holds signals
+    // 1..64; rt_sigprocmask gets valid pointers.
     let saved = unsafe {
-        let mut mask: libc::sigset_t = core::mem::zeroed();
-        *(&mut mask as *mut libc::sigset_t as *mut u64) = PROG_MASK.load(Ordering::Relaxed);
+        let mut mask: libc::sigset_t = (*(uc as *const libc::ucontext_t)).uc_sigmask;
+        *(&mut mask as *mut libc::sigset_t as *mut u64) |= PROG_MASK.load(Ordering::Relaxed);
         libc::sigdelset(&mut mask, sig);
         let mut saved: libc::sigset_t = core::mem::zeroed();
-        sys::rt_sigprocmask(libc::SIG_BLOCK, &mask, &mut saved);
+        sys::rt_sigprocmask(libc::SIG_SETMASK, &mask, &mut saved);
         saved
     };
     // Not blocked in the shadow here (that returned above): block it there

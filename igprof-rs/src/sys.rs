@@ -442,7 +442,11 @@ pub fn perf_task_clock_open(
     let mut fd = perf_event_open(&attr, tid, -1)?;
     // SAFETY: fcntl/mmap/ioctl/close on our own descriptor with valid arguments.
     unsafe {
-        let high = libc::syscall(libc::SYS_fcntl, fd, libc::F_DUPFD_CLOEXEC, min_fd);
+        let high = if min_fd > 0 {
+            libc::syscall(libc::SYS_fcntl, fd, libc::F_DUPFD_CLOEXEC, min_fd)
+        } else {
+            -1
+        };
         if high >= 0 {
             libc::syscall(libc::SYS_close, fd);
             fd = high as i32;
@@ -482,6 +486,40 @@ pub fn perf_task_clock_open(
         }
         Ok((fd, ring))
     }
+}
+
+/// Bytes of the mapping that holds a perf event without its descriptor.
+const PERF_HOLD_BYTES: usize = 4096;
+
+/// Keeps the perf event of `fd` alive without the descriptor: maps its
+/// control page (a mapping holds a reference to the event's file), so the
+/// caller can close `fd` and the program sees no descriptor of ours.
+/// Returns the mapping, or the errno (e.g. EPERM past the locked-memory
+/// limit for perf mappings).
+pub fn perf_hold(fd: i32) -> Result<usize, i32> {
+    // SAFETY: mapping one page of our own perf descriptor, read-only.
+    let m = unsafe {
+        libc::syscall(
+            libc::SYS_mmap,
+            core::ptr::null_mut::<c_void>(),
+            PERF_HOLD_BYTES,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            fd as libc::c_long,
+            0 as libc::c_long,
+        )
+    };
+    if m < 0 {
+        Err(errno())
+    } else {
+        Ok(m as usize)
+    }
+}
+
+/// Ends a perf event held by [`perf_hold`] (its last reference).
+pub fn perf_release(hold: usize) {
+    // SAFETY: unmapping our own perf mapping, no longer used.
+    unsafe { libc::syscall(libc::SYS_munmap, hold, PERF_HOLD_BYTES) };
 }
 
 /// Starts a perf event opened by [`perf_task_clock_open`].
@@ -532,4 +570,54 @@ pub fn nofile_limit() -> u64 {
         )
     };
     r.rlim_cur
+}
+
+/// futex(FUTEX_WAIT_PRIVATE): sleeps while `*word == expected`, at most
+/// `timeout_ns` (None: without limit). Returns on a wake, a signal, a
+/// timeout or a changed word; the caller re-checks the word.
+pub fn futex_wait(word: &core::sync::atomic::AtomicU32, expected: u32, timeout_ns: Option<u64>) {
+    let _e = ErrnoGuard::save();
+    let ts = timeout_ns.map(|ns| libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    });
+    let tsp = ts
+        .as_ref()
+        .map_or(core::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: word is a valid, aligned u32 for the call; tsp null or valid.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            tsp,
+        )
+    };
+}
+
+/// futex(FUTEX_WAKE_PRIVATE): wakes every thread waiting on `word`.
+pub fn futex_wake(word: &core::sync::atomic::AtomicU32) {
+    let _e = ErrnoGuard::save();
+    // SAFETY: word is a valid, aligned u32.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            i32::MAX,
+        )
+    };
+}
+
+/// Sleeps `ns` nanoseconds (restarted after signals).
+pub fn sleep_ns(ns: u64) {
+    let _e = ErrnoGuard::save();
+    let mut ts = libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    };
+    let p: *mut libc::timespec = &mut ts;
+    // SAFETY: p is valid for reading the request and writing the remainder.
+    while unsafe { libc::syscall(libc::SYS_nanosleep, p, p) } != 0 && errno() == libc::EINTR {}
 }

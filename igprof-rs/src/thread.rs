@@ -382,6 +382,7 @@ impl Guard {
 impl Drop for Guard {
     #[inline]
     fn drop(&mut self) {
+        crate::perf::settle_pending(self.t);
         self.t.busy.set(false);
     }
 }

@@ -147,15 +147,24 @@ fn program_using_sigprof_behaves_the_same_and_is_profiled() {
         String::from_utf8_lossy(&plain.stdout)
     );
     for sampler in ["auto", "sigprof", "timer"] {
-        let o = igprof(&d, &["-pp", "-i", "1ms", "--sampler", sampler, "./own_sigprof"]);
+        let o = igprof(
+            &d,
+            &["-pp", "-i", "1ms", "--sampler", sampler, "./own_sigprof"],
+        );
         ok(&o);
         let out = String::from_utf8_lossy(&o.stdout);
-        assert!(out.starts_with("during=0 after_unblock=1 "), "{sampler}: {out}");
+        assert!(
+            out.starts_with("during=0 after_unblock=1 "),
+            "{sampler}: {out}"
+        );
         let p = one_profile(&d);
         let s = cumulative_shares(&p, "PERF_TICKS");
         // Sampling continued while the program had SIGPROF blocked.
         for phase in ["blocked_phase", "unblocked_phase"] {
-            assert!(s.get(phase).copied().unwrap_or(0.0) > 30.0, "{sampler}: {s:?}");
+            assert!(
+                s.get(phase).copied().unwrap_or(0.0) > 30.0,
+                "{sampler}: {s:?}"
+            );
         }
         for p in profiles(&d) {
             std::fs::remove_file(p).unwrap();
@@ -184,10 +193,16 @@ fn program_using_sigtrap_behaves_the_same_and_is_profiled() {
         assert!(s.get(phase).copied().unwrap_or(0.0) > 30.0, "{s:?}");
     }
     use std::os::unix::process::ExitStatusExt;
-    let plain = std::process::Command::new(&exe).arg("die").output().unwrap();
+    let plain = std::process::Command::new(&exe)
+        .arg("die")
+        .output()
+        .unwrap();
     const SIGTRAP: i32 = 5;
     assert_eq!(plain.status.signal(), Some(SIGTRAP), "{:?}", plain.status);
-    let o = igprof(&d, &["-pp", "-i", "1ms", "-o", "die.gz", "./own_sigtrap", "die"]);
+    let o = igprof(
+        &d,
+        &["-pp", "-i", "1ms", "-o", "die.gz", "./own_sigtrap", "die"],
+    );
     assert_eq!(o.status.signal(), Some(SIGTRAP), "{:?}", o.status);
 }
 
@@ -260,8 +275,9 @@ fn exec_in_place_keeps_both_images_profiles() {
     ok(&igprof(&d, &["-pp", "./procs", "reexec"]));
     let ps = profiles(&d);
     assert_eq!(ps.len(), 2, "{ps:?}");
-    let (first, second): (Vec<_>, Vec<_>) =
-        ps.iter().partition(|p| p.to_string_lossy().ends_with(".exec0.gz"));
+    let (first, second): (Vec<_>, Vec<_>) = ps
+        .iter()
+        .partition(|p| p.to_string_lossy().ends_with(".exec0.gz"));
     assert_eq!(dominant(first[0]), "first_image_work", "{ps:?}");
     assert_eq!(dominant(second[0]), "second_image_work", "{ps:?}");
 }

@@ -14,10 +14,22 @@ fn fd_churn_is_exact() {
     let used = sites(&p, "FD_USED");
     let live = sites(&p, "FD_LIVE");
     assert_eq!(site(&used, "fd_open_close").calls, n);
-    assert_eq!(site(&used, "fd_dup").calls, n + 1, "n dups and the open they dup");
-    assert_eq!(site(&used, "fd_pipe").calls, 2 * n, "pipe makes two descriptors");
+    assert_eq!(
+        site(&used, "fd_dup").calls,
+        n + 1,
+        "n dups and the open they dup"
+    );
+    assert_eq!(
+        site(&used, "fd_pipe").calls,
+        2 * n,
+        "pipe makes two descriptors"
+    );
     assert_eq!(site(&used, "fd_socket").calls, n);
-    assert_eq!(site(&used, "fd_fopen").calls, n, "fopen counted at its caller");
+    assert_eq!(
+        site(&used, "fd_fopen").calls,
+        n,
+        "fopen counted at its caller"
+    );
     // fd_leak leaves an open, a dup and a socket (the socket call is a tail
     // call, so it is charged to main).
     let live_total: u64 = live.values().map(|s| s.bytes).sum();
@@ -25,10 +37,19 @@ fn fd_churn_is_exact() {
     let leaked: usize = live.values().map(|s| s.leaks.len()).sum();
     assert_eq!(leaked, 3);
     assert_eq!(site(&live, "fd_leak").bytes + site(&live, "main").bytes, 3);
-    for f in ["fd_open_close", "fd_dup", "fd_pipe", "fd_socket", "fd_fopen"] {
+    for f in [
+        "fd_open_close",
+        "fd_dup",
+        "fd_pipe",
+        "fd_socket",
+        "fd_fopen",
+    ] {
         assert_eq!(site(&live, f).bytes, 0, "{f} closed everything");
     }
-    assert!(live.values().flat_map(|s| &s.leaks).all(|&(fd, one)| fd >= 3 && one == 1));
+    assert!(live
+        .values()
+        .flat_map(|s| &s.leaks)
+        .all(|&(fd, one)| fd >= 3 && one == 1));
 }
 
 #[test]
@@ -74,7 +95,11 @@ fn every_descriptor_function() {
     }
     let t = site(&used, "f_thread_open");
     assert_eq!(t.calls, 1);
-    assert_eq!(site(&live, "f_thread_open").bytes, 0, "closed by the main thread");
+    assert_eq!(
+        site(&live, "f_thread_open").bytes,
+        0,
+        "closed by the main thread"
+    );
     // Nothing else creates descriptors in this program.
     let all: u64 = used.values().map(|s| s.calls).sum();
     assert_eq!(all, want.iter().map(|w| w.1).sum::<u64>() + 1, "{used:?}");
@@ -88,21 +113,33 @@ fn close_on_exec_descriptors_end_at_exec() {
     let _ = ok(&o);
     let mine: Vec<_> = profiles(&d)
         .into_iter()
-        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("igprof.fd_exec."))
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("igprof.fd_exec.")
+        })
         .collect();
     assert_eq!(mine.len(), 1, "{:?}", profiles(&d));
     let p = load(&mine[0]);
     let live = sites(&p, "FD_LIVE");
     assert_eq!(site(&sites(&p, "FD_USED"), "f_cloexec").calls, 1);
     assert_eq!(site(&live, "f_cloexec").bytes, 0, "O_CLOEXEC: gone at exec");
-    assert_eq!(site(&live, "f_keep").bytes, 1, "no O_CLOEXEC: survives exec");
+    assert_eq!(
+        site(&live, "f_keep").bytes,
+        1,
+        "no O_CLOEXEC: survives exec"
+    );
 }
 
 #[test]
 fn memory_descriptors_and_cpu_in_one_run() {
     let (_d, out, err, p) = run("together", "fd_churn.c", &["-pp", "-mp", "-fd"], &["20000"]);
     assert!(out.contains("fd done 20000"), "{out}");
-    assert!(err.contains("memory") && err.contains("file descriptors"), "start-up line: {err}");
+    assert!(
+        err.contains("memory") && err.contains("file descriptors"),
+        "start-up line: {err}"
+    );
     assert_eq!(site(&sites(&p, "FD_USED"), "fd_pipe").calls, 40_000);
     // fopen allocates its FILE inside libc: count everything under fd_fopen.
     let under = |counter: &str| -> u64 {
@@ -114,19 +151,30 @@ fn memory_descriptors_and_cpu_in_one_run() {
     };
     assert_eq!(under("MEM_TOTAL"), 20_000, "one FILE per fopen");
     assert_eq!(under("MEM_LIVE"), 0, "every FILE freed by fclose");
-    assert!(total(&p, "PERF_TICKS") > 0, "CPU samples in the same profile");
+    assert!(
+        total(&p, "PERF_TICKS") > 0,
+        "CPU samples in the same profile"
+    );
 }
 
 #[test]
 fn results_and_errno_are_the_programs() {
     let d = scratch("errno");
     build(&d, "mem_errno.c", "mem_errno", &[]);
-    let plain = std::process::Command::new(d.join("mem_errno")).output().unwrap();
+    let plain = std::process::Command::new(d.join("mem_errno"))
+        .output()
+        .unwrap();
     assert!(plain.status.success());
     let o = igprof(&d, &["-mp", "-fd", "-o", "prof.gz", "./mem_errno"]);
     let _ = ok(&o);
     let want = String::from_utf8_lossy(&plain.stdout);
     let got = String::from_utf8_lossy(&o.stdout);
-    assert!(want.contains("malloc ok: errno 1234") && want.contains("close bad: -1 errno 9"), "{want}");
-    assert_eq!(got, want, "the program sees the same results and errno under -mp -fd");
+    assert!(
+        want.contains("malloc ok: errno 1234") && want.contains("close bad: -1 errno 9"),
+        "{want}"
+    );
+    assert_eq!(
+        got, want,
+        "the program sees the same results and errno under -mp -fd"
+    );
 }

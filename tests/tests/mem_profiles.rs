@@ -23,22 +23,44 @@ fn alloc_churn_is_exact() {
     // site_mixed: sizes 16 + (i * 7919) % 4096.
     let sizes: Vec<u64> = (0..n).map(|i| 16 + (i * 7919) % 4096).collect();
     let s = site(&total, "site_mixed");
-    assert_eq!((s.calls, s.bytes), (n, sizes.iter().sum::<u64>()), "site_mixed MEM_TOTAL");
-    assert_eq!(site(&max, "site_mixed").max_value, *sizes.iter().max().unwrap());
+    assert_eq!(
+        (s.calls, s.bytes),
+        (n, sizes.iter().sum::<u64>()),
+        "site_mixed MEM_TOTAL"
+    );
+    assert_eq!(
+        site(&max, "site_mixed").max_value,
+        *sizes.iter().max().unwrap()
+    );
     // site_calloc: N/10 x (10 x 24).
     let s = site(&total, "site_calloc");
-    assert_eq!((s.calls, s.bytes), (n / 10, n / 10 * 240), "site_calloc MEM_TOTAL");
+    assert_eq!(
+        (s.calls, s.bytes),
+        (n / 10, n / 10 * 240),
+        "site_calloc MEM_TOTAL"
+    );
     // site_realloc: N/10 x (malloc 64 + realloc to 256), two calls each.
     let s = site(&total, "site_realloc");
-    assert_eq!((s.calls, s.bytes), (2 * (n / 10), n / 10 * (64 + 256)), "site_realloc MEM_TOTAL");
+    assert_eq!(
+        (s.calls, s.bytes),
+        (2 * (n / 10), n / 10 * (64 + 256)),
+        "site_realloc MEM_TOTAL"
+    );
     assert_eq!(site(&max, "site_realloc").max_value, 256);
     // site_leak: 1000 x 1000 bytes, all still live with an LK record each.
     let s = site(&total, "site_leak");
     assert_eq!((s.calls, s.bytes), (1000, 1_000_000));
     let l = site(&live, "site_leak");
-    assert_eq!((l.calls, l.bytes), (1000, 1_000_000), "site_leak MEM_LIVE at exit");
+    assert_eq!(
+        (l.calls, l.bytes),
+        (1000, 1_000_000),
+        "site_leak MEM_LIVE at exit"
+    );
     assert_eq!(l.leaks.len(), 1000);
-    assert!(l.leaks.iter().all(|&(_, sz)| sz == 1000), "every leak is 1000 bytes");
+    assert!(
+        l.leaks.iter().all(|&(_, sz)| sz == 1000),
+        "every leak is 1000 bytes"
+    );
     let mut addrs: Vec<u64> = l.leaks.iter().map(|x| x.0).collect();
     addrs.sort();
     addrs.dedup();
@@ -50,7 +72,11 @@ fn alloc_churn_is_exact() {
     }
     assert_eq!(site(&live, "site_small").peak, 32);
     // Nothing of the profiler's own memory appears.
-    assert!(total.keys().all(|k| !k.contains("igprof")), "{:?}", total.keys());
+    assert!(
+        total.keys().all(|k| !k.contains("igprof")),
+        "{:?}",
+        total.keys()
+    );
 }
 
 #[test]
@@ -84,7 +110,11 @@ fn every_allocation_function_counts_once() {
     assert_eq!((l.calls, l.bytes, l.leaks.len()), (1, 4242, 1));
     for (f, _) in want.iter().filter(|w| w.0 != "f_leak") {
         let l = site(&live, f);
-        assert_eq!((l.calls, l.bytes), (0, 0), "{f} MEM_LIVE (freed or reallocated)");
+        assert_eq!(
+            (l.calls, l.bytes),
+            (0, 0),
+            "{f} MEM_LIVE (freed or reallocated)"
+        );
     }
 }
 
@@ -93,12 +123,25 @@ fn usable_size_modes() {
     let (_d, _o, _e, none) = run("mo-none", "mem_family.c", &["-mp", "-mo", "none"], &[]);
     let (_d, _o, _e, incl) = run("mo-incl", "mem_family.c", &["-mp", "-mo", "include"], &[]);
     let (_d, _o, _e, delta) = run("mo-delta", "mem_family.c", &["-mp", "-mo", "delta"], &[]);
-    let (n, i, d) = (sites(&none, "MEM_TOTAL"), sites(&incl, "MEM_TOTAL"), sites(&delta, "MEM_TOTAL"));
+    let (n, i, d) = (
+        sites(&none, "MEM_TOTAL"),
+        sites(&incl, "MEM_TOTAL"),
+        sites(&delta, "MEM_TOTAL"),
+    );
     for f in ["f_malloc", "f_calloc", "f_valloc", "f_leak"] {
         let (a, b, c) = (site(&n, f), site(&i, f), site(&d, f));
         assert_eq!((a.calls, b.calls), (1, 1), "{f}: same calls in every mode");
-        assert!(b.bytes >= a.bytes, "{f}: usable {} >= requested {}", b.bytes, a.bytes);
-        assert_eq!(c.bytes, b.bytes - a.bytes, "{f}: delta = usable - requested");
+        assert!(
+            b.bytes >= a.bytes,
+            "{f}: usable {} >= requested {}",
+            b.bytes,
+            a.bytes
+        );
+        assert_eq!(
+            c.bytes,
+            b.bytes - a.bytes,
+            "{f}: delta = usable - requested"
+        );
     }
     // glibc: a chunk is request + 8-byte header rounded up to 16; the
     // usable part is the chunk minus that header.
@@ -115,9 +158,17 @@ fn frees_on_other_threads_are_charged_to_the_allocating_stack() {
     let total = sites(&p, "MEM_TOTAL");
     let s = site(&total, "produce");
     let bytes: u64 = (0..8).map(|k| m * 16 * (k + 1)).sum();
-    assert_eq!((s.calls, s.bytes), (8 * m, bytes), "produce MEM_TOTAL over 8 threads");
+    assert_eq!(
+        (s.calls, s.bytes),
+        (8 * m, bytes),
+        "produce MEM_TOTAL over 8 threads"
+    );
     let l = site(&sites(&p, "MEM_LIVE"), "produce");
-    assert_eq!((l.calls, l.bytes, l.leaks.len()), (0, 0, 0), "every handed-off block was freed");
+    assert_eq!(
+        (l.calls, l.bytes, l.leaks.len()),
+        (0, 0, 0),
+        "every handed-off block was freed"
+    );
     assert!(l.peak >= 16, "per-stack peak recorded: {l:?}");
 }
 
@@ -129,7 +180,11 @@ fn live_at_the_process_peak() {
     let c = site(&at, "phase_c");
     assert_eq!((b.calls, b.bytes), (20, 20 * 40_000), "phase_b at the peak");
     assert_eq!((c.calls, c.bytes), (3, 3 * 500_000), "phase_c at the peak");
-    assert_eq!(site(&at, "phase_a").bytes, 0, "phase_a was freed before the peak");
+    assert_eq!(
+        site(&at, "phase_a").bytes,
+        0,
+        "phase_a was freed before the peak"
+    );
     assert_eq!(site(&at, "phase_d").bytes, 0, "phase_d came after the peak");
     // MEM_LIVE's per-stack peaks cannot tell: phase_a's and phase_d's are high too.
     let live = sites(&p, "MEM_LIVE");
@@ -150,7 +205,11 @@ fn allocations_in_signal_handlers_are_all_counted() {
     assert!(hits > 100, "the timer fired: {hits}");
     let total = sites(&p, "MEM_TOTAL");
     assert_eq!(site(&total, "churn").calls, 2_000_000, "main loop");
-    assert_eq!(site(&total, "in_handler").calls, hits, "every handler allocation; stderr: {err}");
+    assert_eq!(
+        site(&total, "in_handler").calls,
+        hits,
+        "every handler allocation; stderr: {err}"
+    );
     assert_eq!(site(&total, "in_handler").bytes, 200 * hits);
     let live = sites(&p, "MEM_LIVE");
     assert_eq!(site(&live, "in_handler").bytes, 0);
@@ -169,7 +228,16 @@ fn thread_destructors_dlopen_and_fork() {
         .unwrap();
     assert!(st.success());
     let plugin = d.join("libmemplugin.so");
-    let o = igprof(&d, &["-mp", "-o", "prof.gz", "./mem_lifecycle", plugin.to_str().unwrap()]);
+    let o = igprof(
+        &d,
+        &[
+            "-mp",
+            "-o",
+            "prof.gz",
+            "./mem_lifecycle",
+            plugin.to_str().unwrap(),
+        ],
+    );
     let _ = ok(&o);
     assert!(String::from_utf8_lossy(&o.stdout).contains("lifecycle done 0"));
     let parent = load(&d.join("prof.gz"));
@@ -181,22 +249,41 @@ fn thread_destructors_dlopen_and_fork() {
             n.starts_with("prof.") && n.ends_with(".gz") && n != "prof.gz"
         })
         .collect();
-    assert_eq!(children.len(), 1, "the fork child's own profile: {children:?}");
+    assert_eq!(
+        children.len(),
+        1,
+        "the fork child's own profile: {children:?}"
+    );
     let child = load(&children[0]);
     let pt = sites(&parent, "MEM_TOTAL");
     let s = site(&pt, "tls_dtor");
     assert_eq!((s.calls, s.bytes), (4, 4 * 777), "thread-local destructors");
     let s = site(&pt, "plugin_init_site");
     assert_eq!((s.calls, s.bytes), (3, 3 * 555), "inside dlopen");
-    assert_eq!(site(&sites(&parent, "MEM_LIVE"), "plugin_init_site").bytes, 3 * 555);
+    assert_eq!(
+        site(&sites(&parent, "MEM_LIVE"), "plugin_init_site").bytes,
+        3 * 555
+    );
     assert_eq!(site(&pt, "parent_site").calls, 5);
-    assert_eq!(site(&pt, "child_site").calls, 0, "the child's allocations are not the parent's");
+    assert_eq!(
+        site(&pt, "child_site").calls,
+        0,
+        "the child's allocations are not the parent's"
+    );
     assert_eq!(site(&pt, "before_fork").calls, 1);
     let ct = sites(&child, "MEM_TOTAL");
     let s = site(&ct, "child_site");
-    assert_eq!((s.calls, s.bytes), (11, 10 * 222 + 333), "the child's own allocations");
+    assert_eq!(
+        (s.calls, s.bytes),
+        (11, 10 * 222 + 333),
+        "the child's own allocations"
+    );
     assert_eq!(site(&ct, "parent_site").calls, 0);
-    assert_eq!(site(&ct, "before_fork").calls, 0, "the parent's allocations stay with the parent");
+    assert_eq!(
+        site(&ct, "before_fork").calls,
+        0,
+        "the parent's allocations stay with the parent"
+    );
     let cl = site(&sites(&child, "MEM_LIVE"), "child_site");
     assert_eq!((cl.calls, cl.bytes), (1, 333));
 }
@@ -207,7 +294,10 @@ fn empty_memory_profilers() {
         let (_d, out, _err, p) = run(&format!("empty{mode}"), "mem_empty.c", &[mode], &[]);
         // Per site: bytes of whole pages in the block, and of those no write touched.
         let line = |name: &str| -> (u64, u64) {
-            let l = out.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("{out}"));
+            let l = out
+                .lines()
+                .find(|l| l.starts_with(&format!("{name} ")))
+                .unwrap_or_else(|| panic!("{out}"));
             let v: Vec<u64> = l.split(' ').skip(1).map(|x| x.parse().unwrap()).collect();
             (v[0], v[1])
         };
@@ -233,7 +323,11 @@ fn empty_memory_profilers() {
         for name in ["e_untouched", "e_half", "e_zeroed"] {
             let s = site(&empty, name);
             assert_eq!(s.bytes, want(name), "{mode} {name}: {s:?}");
-            assert_eq!(s.calls, u64::from(want(name) > 0), "{mode} {name} blocks with empty pages");
+            assert_eq!(
+                s.calls,
+                u64::from(want(name) > 0),
+                "{mode} {name} blocks with empty pages"
+            );
         }
     }
 }
@@ -260,11 +354,17 @@ fn another_allocator_is_detected_and_exact() {
         ok(&o)
     };
     let err = run_tc(&["-mp", "-o", "churn.gz", "./alloc_churn", "20000", "5"]);
-    assert!(err.contains("the program's allocator is") && err.contains("tcmalloc"), "{err}");
+    assert!(
+        err.contains("the program's allocator is") && err.contains("tcmalloc"),
+        "{err}"
+    );
     let p = load(&d.join("churn.gz"));
     let t = sites(&p, "MEM_TOTAL");
     let n = 20_000u64;
-    assert_eq!((site(&t, "site_small").calls, site(&t, "site_small").bytes), (n, 32 * n));
+    assert_eq!(
+        (site(&t, "site_small").calls, site(&t, "site_small").bytes),
+        (n, 32 * n)
+    );
     assert_eq!(site(&t, "site_realloc").calls, 2 * (n / 10));
     let l = site(&sites(&p, "MEM_LIVE"), "site_leak");
     assert_eq!((l.calls, l.bytes), (1000, 1_000_000));
@@ -272,7 +372,12 @@ fn another_allocator_is_detected_and_exact() {
     run_tc(&["-mp", "-o", "newdel.gz", "./mem_newdel"]);
     let p = load(&d.join("newdel.gz"));
     let t = sites(&p, "MEM_TOTAL");
-    for (f, bytes) in [("_Z5f_newv", 1000), ("_Z6f_new1v", 8), ("_Z9f_alignedv", 128), ("_Z9f_nothrowv", 77)] {
+    for (f, bytes) in [
+        ("_Z5f_newv", 1000),
+        ("_Z6f_new1v", 8),
+        ("_Z9f_alignedv", 128),
+        ("_Z9f_nothrowv", 77),
+    ] {
         let s = site(&t, f);
         assert_eq!((s.calls, s.bytes), (1, bytes), "{f}");
     }
@@ -313,8 +418,17 @@ fn igprof_analyse_reports_what_igprof_reported() {
         "/../../shared/fixtures/igprof-dumps/igprof-mp-alloc_churn.MEM_TOTAL.txt"
     );
     let analyse = target_dir().join("release/igprof-analyse");
-    assert!(analyse.exists(), "{} missing: cargo build --release -p igprof-analyse", analyse.display());
-    let (d, _out, _err, _p) = run("churn-analyse", "alloc_churn.c", &["-mp"], &["200000", "20"]);
+    assert!(
+        analyse.exists(),
+        "{} missing: cargo build --release -p igprof-analyse",
+        analyse.display()
+    );
+    let (d, _out, _err, _p) = run(
+        "churn-analyse",
+        "alloc_churn.c",
+        &["-mp"],
+        &["200000", "20"],
+    );
     let o = std::process::Command::new(&analyse)
         .args(["-r", "MEM_TOTAL", "prof.gz"])
         .current_dir(&d)

@@ -136,6 +136,18 @@ pub fn size_of_function_at(addr: u64) -> Option<u64> {
     file_symbol_size(&path, bias, addr)
 }
 
+/// Whether a symbol is *defined* at `addr` (dladdr names a symbol that
+/// starts there). False for the canonical PLT entry a non-PIE executable
+/// exports for a function it only calls (`dlsym` returns that address, but
+/// the symbol is undefined there and the code is a jump to the real one).
+pub fn defined_at(addr: u64) -> bool {
+    // SAFETY: Dl_info is plain data filled by dladdr; any address is allowed.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out-pointer.
+    let ok = unsafe { libc::dladdr(addr as *const c_void, &mut info) };
+    ok != 0 && info.dli_saddr as u64 == addr
+}
+
 /// How many of the `max` bytes from `end` (the end of a function) are not
 /// the start of another dynamic symbol, i.e. may be alignment padding.
 pub(crate) fn padding_after(end: u64, max: u64) -> u64 {

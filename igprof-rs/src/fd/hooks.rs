@@ -82,7 +82,8 @@ type Pipe = unsafe extern "C" fn(*mut c_int) -> c_int;
 type Pipe2 = unsafe extern "C" fn(*mut c_int, c_int) -> c_int;
 type Socketpair = unsafe extern "C" fn(c_int, c_int, c_int, *mut c_int) -> c_int;
 type Accept = unsafe extern "C" fn(c_int, *mut libc::sockaddr, *mut libc::socklen_t) -> c_int;
-type Accept4 = unsafe extern "C" fn(c_int, *mut libc::sockaddr, *mut libc::socklen_t, c_int) -> c_int;
+type Accept4 =
+    unsafe extern "C" fn(c_int, *mut libc::sockaddr, *mut libc::socklen_t, c_int) -> c_int;
 type Eventfd = unsafe extern "C" fn(c_uint, c_int) -> c_int;
 type Signalfd = unsafe extern "C" fn(c_int, *const libc::sigset_t, c_int) -> c_int;
 type Memfd = unsafe extern "C" fn(*const c_char, c_uint) -> c_int;
@@ -111,13 +112,25 @@ fn list() -> [(F, &'static str, *const ()); N] {
         (Accept, "accept", accept_hook as *const ()),
         (Accept4, "accept4", accept4_hook as *const ()),
         (EpollCreate, "epoll_create", epoll_create_hook as *const ()),
-        (EpollCreate1, "epoll_create1", epoll_create1_hook as *const ()),
+        (
+            EpollCreate1,
+            "epoll_create1",
+            epoll_create1_hook as *const (),
+        ),
         (Eventfd, "eventfd", eventfd_hook as *const ()),
-        (TimerfdCreate, "timerfd_create", timerfd_create_hook as *const ()),
+        (
+            TimerfdCreate,
+            "timerfd_create",
+            timerfd_create_hook as *const (),
+        ),
         (Signalfd, "signalfd", signalfd_hook as *const ()),
         (MemfdCreate, "memfd_create", memfd_create_hook as *const ()),
         (InotifyInit, "inotify_init", inotify_init_hook as *const ()),
-        (InotifyInit1, "inotify_init1", inotify_init1_hook as *const ()),
+        (
+            InotifyInit1,
+            "inotify_init1",
+            inotify_init1_hook as *const (),
+        ),
         (Fopen, "fopen", fopen_hook as *const ()),
         (Fopen64, "fopen64", fopen64_hook as *const ()),
         (Tmpfile, "tmpfile", tmpfile_hook as *const ()),
@@ -211,14 +224,24 @@ extern "C" fn open64_hook(path: *const c_char, flags: c_int, mode: libc::mode_t)
     fd
 }
 
-extern "C" fn openat_hook(dir: c_int, path: *const c_char, flags: c_int, mode: libc::mode_t) -> c_int {
+extern "C" fn openat_hook(
+    dir: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: libc::mode_t,
+) -> c_int {
     // SAFETY: as open_hook.
     let fd = unsafe { chain!(F::Openat, Openat)(dir, path, flags, mode) };
     created(fd);
     fd
 }
 
-extern "C" fn openat64_hook(dir: c_int, path: *const c_char, flags: c_int, mode: libc::mode_t) -> c_int {
+extern "C" fn openat64_hook(
+    dir: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: libc::mode_t,
+) -> c_int {
     // SAFETY: as open_hook.
     let fd = unsafe { chain!(F::Openat64, Openat)(dir, path, flags, mode) };
     created(fd);
@@ -234,7 +257,9 @@ extern "C" fn creat_hook(path: *const c_char, mode: libc::mode_t) -> c_int {
 
 extern "C" fn creat64_hook(path: *const c_char, mode: libc::mode_t) -> c_int {
     // SAFETY: forwarding the program's call unchanged.
-    let fd = site::with_outer(FD_OUTER, || unsafe { chain!(F::Creat64, Creat)(path, mode) });
+    let fd = site::with_outer(FD_OUTER, || unsafe {
+        chain!(F::Creat64, Creat)(path, mode)
+    });
     created(fd);
     fd
 }
@@ -329,7 +354,12 @@ extern "C" fn accept_hook(s: c_int, a: *mut libc::sockaddr, l: *mut libc::sockle
     fd
 }
 
-extern "C" fn accept4_hook(s: c_int, a: *mut libc::sockaddr, l: *mut libc::socklen_t, f: c_int) -> c_int {
+extern "C" fn accept4_hook(
+    s: c_int,
+    a: *mut libc::sockaddr,
+    l: *mut libc::socklen_t,
+    f: c_int,
+) -> c_int {
     // SAFETY: forwarding the program's call unchanged.
     let fd = unsafe { chain!(F::Accept4, Accept4)(s, a, l, f) };
     created(fd);
@@ -404,7 +434,9 @@ extern "C" fn fopen_hook(path: *const c_char, mode: *const c_char) -> *mut libc:
 
 extern "C" fn fopen64_hook(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
     // SAFETY: forwarding the program's call unchanged.
-    let f = site::with_outer(FD_OUTER, || unsafe { chain!(F::Fopen64, Fopen)(path, mode) });
+    let f = site::with_outer(FD_OUTER, || unsafe {
+        chain!(F::Fopen64, Fopen)(path, mode)
+    });
     stream_created(f);
     f
 }

@@ -38,8 +38,14 @@ pub fn register_counters() {
 }
 
 pub fn init_slots() {
-    USED.store(counters::slot(CounterId::FdUsed).unwrap_or(NONE), Ordering::Relaxed);
-    LIVE_SLOT.store(counters::slot(CounterId::FdLive).unwrap_or(NONE), Ordering::Relaxed);
+    USED.store(
+        counters::slot(CounterId::FdUsed).unwrap_or(NONE),
+        Ordering::Relaxed,
+    );
+    LIVE_SLOT.store(
+        counters::slot(CounterId::FdLive).unwrap_or(NONE),
+        Ordering::Relaxed,
+    );
 }
 
 /// Whether the descriptor hooks are needed in this run.

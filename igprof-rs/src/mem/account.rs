@@ -69,7 +69,10 @@ pub fn init_slots() {
 
 /// The process's live bytes now and at their highest.
 pub fn process_live() -> (u64, u64) {
-    (LIVE_BYTES.load(Ordering::Relaxed), PEAK_BYTES.load(Ordering::Relaxed))
+    (
+        LIVE_BYTES.load(Ordering::Relaxed),
+        PEAK_BYTES.load(Ordering::Relaxed),
+    )
 }
 
 #[inline]
@@ -93,8 +96,10 @@ fn snapshot_before_change(node: *const Node) {
     };
     let e = PEAK_EPOCH.load(Ordering::Acquire);
     if at.peak.load(Ordering::Relaxed) != e {
-        at.ticks.store(live.ticks.load(Ordering::Relaxed), Ordering::Relaxed);
-        at.value.store(live.value.load(Ordering::Relaxed), Ordering::Relaxed);
+        at.ticks
+            .store(live.ticks.load(Ordering::Relaxed), Ordering::Relaxed);
+        at.value
+            .store(live.value.load(Ordering::Relaxed), Ordering::Relaxed);
         at.peak.store(e, Ordering::Release);
     }
 }
@@ -108,7 +113,8 @@ pub fn on_alloc(node: *mut Node, addr: usize, size: u64) {
     }
     if let Some(c) = counter(node, MAX.load(Ordering::Relaxed)) {
         // Owner-only update: plain load/store, IgProf's (calls, max, 0).
-        c.ticks.store(c.ticks.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        c.ticks
+            .store(c.ticks.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         if size > c.value.load(Ordering::Relaxed) {
             c.value.store(size, Ordering::Relaxed);
         }
@@ -127,7 +133,8 @@ pub fn on_alloc(node: *mut Node, addr: usize, size: u64) {
     snapshot_before_change(node);
     live.tick_shared(size);
     let now = LIVE_BYTES.fetch_add(size, Ordering::AcqRel) + size;
-    if now > PEAK_BYTES.load(Ordering::Relaxed) && now > PEAK_BYTES.fetch_max(now, Ordering::AcqRel) {
+    if now > PEAK_BYTES.load(Ordering::Relaxed) && now > PEAK_BYTES.fetch_max(now, Ordering::AcqRel)
+    {
         PEAK_EPOCH.fetch_add(1, Ordering::AcqRel);
     }
 }
@@ -179,10 +186,16 @@ pub fn at_peak_view(node: &Node, slot: usize) -> Option<(u64, u64, u64)> {
     }
     let at = node.counter(slot);
     let (t, v) = if at.peak.load(Ordering::Acquire) == PEAK_EPOCH.load(Ordering::Acquire) {
-        (at.ticks.load(Ordering::Relaxed), at.value.load(Ordering::Relaxed))
+        (
+            at.ticks.load(Ordering::Relaxed),
+            at.value.load(Ordering::Relaxed),
+        )
     } else {
         let live = node.counter(LIVE_SLOT.load(Ordering::Relaxed));
-        (live.ticks.load(Ordering::Relaxed), live.value.load(Ordering::Relaxed))
+        (
+            live.ticks.load(Ordering::Relaxed),
+            live.value.load(Ordering::Relaxed),
+        )
     };
     Some((t, v, v))
 }

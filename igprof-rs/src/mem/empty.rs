@@ -93,7 +93,9 @@ pub fn untouched_bytes(addr: usize, size: usize, byte: u8) -> u64 {
     while p + PAGE <= end {
         // SAFETY: the page lies inside the live block (checked above) and
         // is aligned for usize reads.
-        let page = unsafe { core::slice::from_raw_parts(p as *const usize, PAGE / core::mem::size_of::<usize>()) };
+        let page = unsafe {
+            core::slice::from_raw_parts(p as *const usize, PAGE / core::mem::size_of::<usize>())
+        };
         if page.iter().all(|&w| w == word) {
             n += PAGE as u64;
         }

@@ -96,19 +96,44 @@ const N: usize = 31;
 pub fn funcs() -> [(Func, &'static str, *const (), bool); N] {
     use Func::*;
     [
-        (Malloc, "malloc", super::memo::entry::malloc_entry as *const (), false),
-        (Calloc, "calloc", super::memo::entry::calloc_entry as *const (), false),
+        (
+            Malloc,
+            "malloc",
+            super::memo::entry::malloc_entry as *const (),
+            false,
+        ),
+        (
+            Calloc,
+            "calloc",
+            super::memo::entry::calloc_entry as *const (),
+            false,
+        ),
         (
             Realloc,
             "realloc",
             super::memo::entry::realloc_entry as *const (),
             false,
         ),
-        (ReallocArray, "reallocarray", reallocarray_hook as *const (), false),
+        (
+            ReallocArray,
+            "reallocarray",
+            reallocarray_hook as *const (),
+            false,
+        ),
         (Free, "free", free_hook as *const (), false),
         (Memalign, "memalign", memalign_hook as *const (), false),
-        (PosixMemalign, "posix_memalign", posix_memalign_hook as *const (), false),
-        (AlignedAlloc, "aligned_alloc", aligned_alloc_hook as *const (), false),
+        (
+            PosixMemalign,
+            "posix_memalign",
+            posix_memalign_hook as *const (),
+            false,
+        ),
+        (
+            AlignedAlloc,
+            "aligned_alloc",
+            aligned_alloc_hook as *const (),
+            false,
+        ),
         (Valloc, "valloc", valloc_hook as *const (), false),
         (Pvalloc, "pvalloc", pvalloc_hook as *const (), false),
         (Cfree, "cfree", cfree_hook as *const (), false),
@@ -117,8 +142,18 @@ pub fn funcs() -> [(Func, &'static str, *const (), bool); N] {
         (Delete, "_ZdlPv", delete_hook as *const (), true),
         (DeleteArray, "_ZdaPv", delete_array_hook as *const (), true),
         (DeleteSized, "_ZdlPvm", delete_sized_hook as *const (), true),
-        (DeleteArraySized, "_ZdaPvm", delete_array_sized_hook as *const (), true),
-        (NewAligned, "_ZnwmSt11align_val_t", new_aligned_hook as *const (), true),
+        (
+            DeleteArraySized,
+            "_ZdaPvm",
+            delete_array_sized_hook as *const (),
+            true,
+        ),
+        (
+            NewAligned,
+            "_ZnwmSt11align_val_t",
+            new_aligned_hook as *const (),
+            true,
+        ),
         (
             NewArrayAligned,
             "_ZnamSt11align_val_t",
@@ -137,7 +172,12 @@ pub fn funcs() -> [(Func, &'static str, *const (), bool); N] {
             delete_array_aligned_hook as *const (),
             true,
         ),
-        (NewNothrow, "_ZnwmRKSt9nothrow_t", new_nothrow_hook as *const (), true),
+        (
+            NewNothrow,
+            "_ZnwmRKSt9nothrow_t",
+            new_nothrow_hook as *const (),
+            true,
+        ),
         (
             NewArrayNothrow,
             "_ZnamRKSt9nothrow_t",
@@ -325,14 +365,25 @@ fn via_seen(addr: usize) {
 // replacements of malloc, calloc and realloc): the program's registers at
 // the call follow the real arguments.
 
-pub(super) extern "C" fn malloc_with_regs(size: usize, sp: usize, fp: usize, lr: usize) -> *mut c_void {
+pub(super) extern "C" fn malloc_with_regs(
+    size: usize,
+    sp: usize,
+    fp: usize,
+    lr: usize,
+) -> *mut c_void {
     // SAFETY: forwarding the program's call unchanged.
     let p = unsafe { chain!(Func::Malloc, Malloc)(size) };
     allocated_fill(p, size, true, Some(EntryRegs { sp, fp, lr }));
     p
 }
 
-pub(super) extern "C" fn calloc_with_regs(n: usize, m: usize, sp: usize, fp: usize, lr: usize) -> *mut c_void {
+pub(super) extern "C" fn calloc_with_regs(
+    n: usize,
+    m: usize,
+    sp: usize,
+    fp: usize,
+    lr: usize,
+) -> *mut c_void {
     // SAFETY: forwarding the program's call unchanged.
     let p = unsafe { chain!(Func::Calloc, Calloc)(n, m) };
     allocated_fill(p, n.wrapping_mul(m), false, Some(EntryRegs { sp, fp, lr }));
@@ -356,7 +407,12 @@ pub(super) extern "C" fn realloc_with_regs(
 /// call; success records the new block as an allocation of `size` bytes
 /// (as IgProf); failure puts the old block back exactly as it was.
 #[inline]
-fn reallocate(p: *mut c_void, size: usize, regs: Option<EntryRegs>, call: impl FnOnce() -> *mut c_void) -> *mut c_void {
+fn reallocate(
+    p: *mut c_void,
+    size: usize,
+    regs: Option<EntryRegs>,
+    call: impl FnOnce() -> *mut c_void,
+) -> *mut c_void {
     let old = freeing(p);
     via_begin();
     let r = site::with_outer(MEM_OUTER, call);
@@ -389,7 +445,9 @@ extern "C" fn reallocarray_hook(p: *mut c_void, n: usize, m: usize) -> *mut c_vo
     via_begin();
     // SAFETY: forwarding the program's call unchanged. Allocations libc
     // makes inside it (realloc(NULL, n) -> malloc) are not separate calls.
-    let r = site::with_outer(MEM_OUTER, || unsafe { chain!(Func::ReallocArray, ReallocArray)(p, n, m) });
+    let r = site::with_outer(MEM_OUTER, || unsafe {
+        chain!(Func::ReallocArray, ReallocArray)(p, n, m)
+    });
     let direct = via_end(r);
     if direct && !r.is_null() {
         freeing(p);

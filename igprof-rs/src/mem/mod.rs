@@ -137,8 +137,11 @@ fn object_of(addr: u64) -> Option<&'static [u8]> {
 pub fn install() {
     site::init_libc_range();
     // The allocator the process uses is whoever defines `malloc` first.
+    // (A non-PIE program that calls malloc exports a PLT entry for it,
+    // which is not a definition.)
     let malloc_obj = trampoline::find_function("malloc", None)
         .ok()
+        .filter(|s| trampoline::defined_at(s.addr))
         .and_then(|s| object_of(s.addr));
     let is_libc = |p: &[u8]| p.ends_with(b"/libc.so.6") || p == b"libc.so.6";
     let glibc = malloc_obj.is_none_or(is_libc);
@@ -183,7 +186,10 @@ pub fn install() {
         }
     }
     if let Some(o) = malloc_obj.filter(|p| !is_libc(p)) {
-        crate::igprof_log!("memory: the program's allocator is {}", crate::log::Bytes(o));
+        crate::igprof_log!(
+            "memory: the program's allocator is {}",
+            crate::log::Bytes(o)
+        );
     }
 }
 

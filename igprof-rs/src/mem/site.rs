@@ -126,7 +126,11 @@ pub fn caller_node(t: &'static ThreadState, h: &HookTls, outer_bit: u8) -> Optio
 /// passed the program's registers: the stack memo answers when the stack
 /// is the same as the previous event's.
 #[inline]
-pub fn caller_node_at(t: &'static ThreadState, h: &HookTls, r: &super::memo::EntryRegs) -> Option<*mut Node> {
+pub fn caller_node_at(
+    t: &'static ThreadState,
+    h: &HookTls,
+    r: &super::memo::EntryRegs,
+) -> Option<*mut Node> {
     if h.outer.get() & MEM_OUTER != 0 || h.memo.get().is_null() {
         return caller_node(t, h, MEM_OUTER);
     }
@@ -217,7 +221,8 @@ impl PathCache {
         let (d, ld) = (trace.len(), self.trace.len());
         let mut common = 0;
         if same_tree {
-            while common < d && common < ld && trace[d - 1 - common] == self.trace[ld - 1 - common] {
+            while common < d && common < ld && trace[d - 1 - common] == self.trace[ld - 1 - common]
+            {
                 common += 1;
             }
         }
@@ -306,7 +311,8 @@ fn make_thread_extras(h: &HookTls) {
     }
     let cap = thread::current().map_or(0, |t| t.trace_cap);
     h.paths.set(Box::into_raw(Box::new(PathCache::new(cap))));
-    h.memo.set(Box::into_raw(Box::new(super::memo::StackMemo::new())));
+    h.memo
+        .set(Box::into_raw(Box::new(super::memo::StackMemo::new())));
 }
 
 /// What a hook must do with an event on this thread.

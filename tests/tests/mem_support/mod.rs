@@ -46,7 +46,12 @@ pub fn site(m: &BTreeMap<String, Site>, name: &str) -> Site {
 
 /// Builds `src` in a scratch dir named `name` and runs it under igprof with
 /// `opts`, output into `prof.gz`; returns (dir, stdout, stderr, profile).
-pub fn run(name: &str, src: &str, opts: &[&str], args: &[&str]) -> (PathBuf, String, String, Profile) {
+pub fn run(
+    name: &str,
+    src: &str,
+    opts: &[&str],
+    args: &[&str],
+) -> (PathBuf, String, String, Profile) {
     let d = scratch(name);
     let exe = src.rsplit_once('.').unwrap().0;
     build(&d, src, exe, &[]);

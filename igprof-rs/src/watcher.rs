@@ -1,0 +1,211 @@
+//! The watcher thread: writes profiles on request while the program runs.
+//!
+//! Owns the one thread of ours in the program and the requests it serves:
+//! a snapshot when the dump signal arrives (`--dump-signal`), when the `-D`
+//! flag file appears, or every `--dump-every` interval; the final profile
+//! when the process is about to die by a signal ([`dump_before_death`]);
+//! and its own end when no thread of the program is left (the program's
+//! main thread called `pthread_exit`: glibc ends the process only when its
+//! last thread ends, and this one must not keep it alive).
+//!
+//! Requests reach the thread through one futex word, so nothing here holds
+//! a descriptor the program could see, close or reuse.
+//!
+//! Must never: run the program's signal handlers (it runs with every signal
+//! blocked), or take part in sampling.
+
+use core::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+
+use crate::{dump, options, sys, thread};
+
+/// Request bits in [`REQ`].
+const SNAPSHOT: u32 = 1;
+const FINAL: u32 = 2;
+const QUIT: u32 = 4;
+static REQ: AtomicU32 = AtomicU32::new(0);
+/// Final dumps completed for [`dump_before_death`] (a futex word).
+static FINAL_WRITTEN: AtomicU32 = AtomicU32::new(0);
+/// The signal whose default action ends the process (for the message).
+static DEATH_SIGNAL: AtomicI32 = AtomicI32::new(0);
+/// Whether the watcher thread is running (0/1, a futex word is not needed).
+static RUNNING: AtomicU32 = AtomicU32::new(0);
+
+/// How long a thread about to die by a signal waits for the profile.
+const FINAL_WAIT_NS: u64 = 60_000_000_000;
+
+fn post(bit: u32) {
+    REQ.fetch_or(bit, Ordering::AcqRel);
+    sys::futex_wake(&REQ);
+}
+
+extern "C" fn dump_signal_handler(_sig: i32) {
+    post(SNAPSHOT);
+}
+
+/// Starts the watcher (constructor, fork child). Installs the dump
+/// signal's handler the first time.
+pub fn start() {
+    let o = options::get();
+    REQ.store(0, Ordering::Release);
+    FINAL_WRITTEN.store(0, Ordering::Release);
+    static HANDLER_SET: AtomicU32 = AtomicU32::new(0);
+    if o.dump_signal != 0 && HANDLER_SET.swap(1, Ordering::AcqRel) == 0 {
+        // SAFETY: zeroed sigaction then fields set; the handler only posts a request.
+        let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
+        sa.sa_sigaction = dump_signal_handler as *const () as usize;
+        sa.sa_flags = libc::SA_RESTART;
+        let _ = crate::signals::real_sigaction(o.dump_signal, &sa, core::ptr::null_mut());
+    }
+    let real = crate::hooks::orig::pthread_create();
+    let mut th: libc::pthread_t = 0;
+    // The watcher must start with every signal blocked: a process-directed
+    // signal arriving between its creation and its first instruction would
+    // otherwise run the program's handler on it. A new thread inherits the
+    // creator's mask, so block all here and restore after.
+    // SAFETY: valid sigset pointers; raw syscall, so the program's
+    // sigprocmask shadow is untouched.
+    let mut saved: libc::sigset_t = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe {
+        let mut all: libc::sigset_t = core::mem::zeroed();
+        libc::sigfillset(&mut all);
+        sys::rt_sigprocmask(libc::SIG_SETMASK, &all, &mut saved);
+    }
+    // SAFETY: watcher matches the start-routine ABI; no attributes.
+    let r = unsafe {
+        match real {
+            Some(f) => f(&mut th, core::ptr::null(), watcher, core::ptr::null_mut()),
+            None => {
+                libc::pthread_create(&mut th, core::ptr::null(), watcher_c, core::ptr::null_mut())
+            }
+        }
+    };
+    // SAFETY: restores the mask saved above.
+    unsafe { sys::rt_sigprocmask(libc::SIG_SETMASK, &saved, core::ptr::null_mut()) };
+    if r == 0 {
+        RUNNING.store(1, Ordering::Release);
+        // SAFETY: th is a valid thread we never join.
+        unsafe { libc::pthread_detach(th) };
+    }
+}
+
+/// No thread of the program is left: the watcher ends too, so that glibc
+/// ends the process as it would unprofiled.
+pub fn quit() {
+    post(QUIT);
+}
+
+/// Called in signal context when the process is about to die by `sig`
+/// (its default action): asks the watcher for the final profile and waits
+/// for it (at most a minute). Returns whether a profile was written.
+pub fn dump_before_death(sig: i32) -> bool {
+    if RUNNING.load(Ordering::Acquire) == 0 || !crate::runtime::is_own_process() {
+        return false;
+    }
+    let _ = DEATH_SIGNAL.compare_exchange(0, sig, Ordering::AcqRel, Ordering::Relaxed);
+    post(FINAL);
+    let deadline = sys::monotonic_ns() + FINAL_WAIT_NS;
+    loop {
+        if FINAL_WRITTEN.load(Ordering::Acquire) != 0 {
+            return true;
+        }
+        let now = sys::monotonic_ns();
+        if now >= deadline || RUNNING.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        sys::futex_wait(&FINAL_WRITTEN, 0, Some((deadline - now).min(100_000_000)));
+    }
+}
+
+extern "C" fn watcher_c(p: *mut libc::c_void) -> *mut libc::c_void {
+    watcher(p)
+}
+
+/// How long the watcher sleeps before it looks again without a request:
+/// the flag file is polled, periodic dumps are due.
+fn poll_interval(o: &options::Options) -> Option<u64> {
+    let mut t: Option<u64> = None;
+    if !o.flag_file.is_empty() {
+        t = Some(200_000_000);
+    }
+    if o.dump_every_ns != 0 {
+        t = Some(t.map_or(o.dump_every_ns, |x| x.min(o.dump_every_ns)));
+    }
+    t
+}
+
+extern "C" fn watcher(_: *mut libc::c_void) -> *mut libc::c_void {
+    // Every signal is already blocked here (start creates this thread with
+    // a full mask): process-directed signals go to the program.
+    // A state so hooks triggered by dumping pass through; never sampled.
+    let Some(me) = thread::register_unsampled(16) else {
+        RUNNING.store(0, Ordering::Release);
+        return core::ptr::null_mut();
+    };
+    let o = options::get();
+    let wait = poll_interval(o);
+    let mut next_periodic = sys::monotonic_ns() + o.dump_every_ns;
+    loop {
+        let mut req = REQ.swap(0, Ordering::AcqRel);
+        if req == 0 {
+            sys::futex_wait(&REQ, 0, wait);
+            req = REQ.swap(0, Ordering::AcqRel);
+        }
+        if req & FINAL != 0 {
+            let sig = DEATH_SIGNAL.load(Ordering::Acquire);
+            let g = me.enter();
+            dump::final_dump(signal_name(sig));
+            drop(g);
+            FINAL_WRITTEN.store(1, Ordering::Release);
+            sys::futex_wake(&FINAL_WRITTEN);
+            continue;
+        }
+        if req & QUIT != 0 {
+            RUNNING.store(0, Ordering::Release);
+            return core::ptr::null_mut();
+        }
+        let mut want = req & SNAPSHOT != 0;
+        if !o.flag_file.is_empty() && sys::exists(o.flag_file.as_bytes_nul()) {
+            // SAFETY: NUL-terminated path.
+            unsafe { libc::unlink(o.flag_file.as_bytes_nul().as_ptr() as *const libc::c_char) };
+            want = true;
+        }
+        if o.dump_every_ns != 0 && sys::monotonic_ns() >= next_periodic {
+            next_periodic = sys::monotonic_ns() + o.dump_every_ns;
+            want = true;
+        }
+        if want && crate::runtime::is_own_process() {
+            let g = me.enter();
+            let path = crate::runtime::output_path();
+            match dump::dump_to(&path) {
+                Ok(_) => crate::igprof_debug!("dump written to {path}"),
+                Err(e) => crate::igprof_log!("requested dump failed: {e}"),
+            }
+            drop(g);
+        }
+    }
+}
+
+/// The name of a signal for messages ("SIGTERM"), or "a signal".
+pub fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGUSR2 => "SIGUSR2",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGXCPU => "SIGXCPU",
+        libc::SIGVTALRM => "SIGVTALRM",
+        libc::SIGSYS => "SIGSYS",
+        _ => "a signal",
+    }
+}
