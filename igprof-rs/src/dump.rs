@@ -520,7 +520,7 @@ struct Output {
 impl Output {
     fn create(path: &str) -> Result<Output, DumpError> {
         let tmp = format!("{path}.tmp");
-        match std::fs::File::create(&tmp) {
+        match create_with_room(&tmp) {
             Ok(file) => Ok(Output {
                 file,
                 tmp: Some(tmp),
@@ -571,6 +571,38 @@ impl Output {
                 errno: e.raw_os_error().unwrap_or(0),
             }
         })
+    }
+}
+
+/// Creates `path`; when the program holds every descriptor its limit
+/// allows (EMFILE), raises the soft limit by one for the call (and the hard
+/// limit too, where the process may), then puts the limits back.
+fn create_with_room(path: &str) -> std::io::Result<std::fs::File> {
+    match std::fs::File::create(path) {
+        Err(e) if e.raw_os_error() == Some(libc::EMFILE) => {
+            let mut old = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            // SAFETY: reading the limit into a valid struct.
+            if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut old) } != 0 {
+                return Err(e);
+            }
+            let more = libc::rlimit {
+                rlim_cur: old.rlim_cur + 1,
+                rlim_max: old.rlim_max.max(old.rlim_cur + 1),
+            };
+            // SAFETY: setting the limit from a valid struct.
+            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &more) } != 0 {
+                return Err(e);
+            }
+            let r = std::fs::File::create(path);
+            // SAFETY: as above; the program's limits are restored (the
+            // descriptor just opened stays valid above the soft limit).
+            unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &old) };
+            r
+        }
+        r => r,
     }
 }
 

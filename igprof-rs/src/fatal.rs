@@ -19,7 +19,7 @@
 //! Must never: keep a signal the program handles or ignores, or return
 //! from a fatal signal into the program.
 
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 
 use crate::{signals, sys, thread};
 
@@ -91,10 +91,14 @@ extern "C" fn handler(sig: i32, _info: *mut libc::siginfo_t, _uc: *mut libc::c_v
 /// unblocked, so the process ends as it would have. Signal context.
 pub fn die_after_dump(sig: i32) {
     let _e = sys::ErrnoGuard::save();
-    let busy = thread::is_busy();
-    // A thread inside the profiler may hold a lock the dump needs: then
-    // the dump cannot be waited for.
-    if busy || !crate::watcher::dump_before_death(sig) {
+    if thread::is_busy() {
+        // The signal interrupted the profiler on this thread (a hook, or
+        // the profile being written at exit), which may hold what a dump
+        // needs: the death waits until it leaves ([`die_if_pending`]).
+        let _ = PENDING_DEATH.compare_exchange(0, sig, Ordering::AcqRel, Ordering::Relaxed);
+        return;
+    }
+    if !crate::watcher::dump_before_death(sig) {
         crate::dump::final_dump_from_signal(sig);
     }
     OURS.fetch_and(!(1 << sig), Ordering::AcqRel);
@@ -111,6 +115,29 @@ pub fn die_after_dump(sig: i32) {
     // A signal raised by an instruction (SIGSEGV, SIGBUS, SIGFPE, SIGILL)
     // comes again when the handler returns; any other is sent again.
     sys::tgkill(sys::gettid(), sig);
+}
+
+/// A fatal signal that arrived while its thread was inside the profiler.
+static PENDING_DEATH: AtomicI32 = AtomicI32::new(0);
+
+/// Called as a thread has left profiler code: a fatal signal deferred by
+/// [`die_after_dump`] now takes its course.
+#[inline]
+pub fn die_if_pending() {
+    if PENDING_DEATH.load(Ordering::Relaxed) != 0 {
+        let sig = PENDING_DEATH.swap(0, Ordering::AcqRel);
+        if sig != 0 {
+            // Blocked as in our handler: nothing of the program runs on
+            // this thread any more.
+            // SAFETY: a full set, for blocking every signal on this thread.
+            unsafe {
+                let mut all: libc::sigset_t = core::mem::zeroed();
+                libc::sigfillset(&mut all);
+                sys::rt_sigprocmask(libc::SIG_BLOCK, &all, core::ptr::null_mut());
+            }
+            die_after_dump(sig);
+        }
+    }
 }
 
 /// The program's `sigaction(sig, act, old)` for a watched signal: Some(result)

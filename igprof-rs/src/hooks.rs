@@ -1,6 +1,7 @@
 //! The core hooks, installed with trampolines (DESIGN.md): thread creation,
 //! fork, exec, the signal functions, the ways a process ends (_exit, abort,
-//! kill/raise of itself) and dlopen/dlclose.
+//! kill/raise of itself), dlopen/dlclose, and the setuid family (a process
+//! that gives up its privileges must still be able to write its profile).
 //!
 //! Owns the list of core hooks and their chain pointers ([`orig`]). Every
 //! replacement passes straight through when the calling thread is already
@@ -40,6 +41,9 @@ pub mod orig {
     pub type Raise = unsafe extern "C" fn(c_int) -> c_int;
     pub type Dlopen = unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void;
     pub type Dlclose = unsafe extern "C" fn(*mut c_void) -> c_int;
+    pub type SetId1 = unsafe extern "C" fn(libc::uid_t) -> c_int;
+    pub type SetId2 = unsafe extern "C" fn(libc::uid_t, libc::uid_t) -> c_int;
+    pub type SetId3 = unsafe extern "C" fn(libc::uid_t, libc::uid_t, libc::uid_t) -> c_int;
 
     /// One chain pointer (`$s`, 0 = not hooked) and its typed getter `$f`.
     macro_rules! chains {
@@ -67,6 +71,10 @@ pub mod orig {
         raise, RAISE, Raise;
         dlopen, DLOPEN, Dlopen;
         dlclose, DLCLOSE, Dlclose;
+        setuid, SETUID, SetId1;
+        seteuid, SETEUID, SetId1;
+        setreuid, SETREUID, SetId2;
+        setresuid, SETRESUID, SetId3;
     }
 }
 
@@ -121,7 +129,7 @@ pub fn install(
 /// run continues without that hook.
 pub fn install_core() {
     use orig::*;
-    let list: [(&'static str, *const (), &AtomicUsize); 13] = [
+    let list: [(&'static str, *const (), &AtomicUsize); 17] = [
         (
             "sigaction",
             crate::signals::sigaction_hook as *const (),
@@ -151,6 +159,10 @@ pub fn install_core() {
         ("raise", raise_hook as *const (), &RAISE),
         ("dlopen", dlopen_hook as *const (), &DLOPEN),
         ("dlclose", dlclose_hook as *const (), &DLCLOSE),
+        ("setuid", setuid_hook as *const (), &SETUID),
+        ("seteuid", seteuid_hook as *const (), &SETEUID),
+        ("setreuid", setreuid_hook as *const (), &SETREUID),
+        ("setresuid", setresuid_hook as *const (), &SETRESUID),
     ];
     for (name, f, slot) in list {
         if let Err(e) = install(name, f, slot) {
@@ -348,4 +360,48 @@ extern "C" fn dlclose_hook(handle: *mut c_void) -> c_int {
         aside(crate::runtime::modules_changed);
     }
     r
+}
+
+// ---- privileges ----
+
+/// Before the effective user changes to `euid` (-1: unchanged): the output
+/// file is prepared while the process may still create it (a daemon that
+/// drops root could not write its profile into the user's directory).
+fn before_setuid(euid: libc::uid_t) {
+    // SAFETY: geteuid has no preconditions.
+    if euid != libc::uid_t::MAX
+        && euid != unsafe { libc::geteuid() }
+        && !thread::is_busy()
+        && crate::runtime::is_own_process()
+    {
+        aside(|| crate::dump::prepare_for_setuid(euid));
+    }
+}
+
+extern "C" fn setuid_hook(uid: libc::uid_t) -> c_int {
+    let real = orig::setuid().expect("setuid hook without chain");
+    before_setuid(uid);
+    // SAFETY: plain forward.
+    unsafe { real(uid) }
+}
+
+extern "C" fn seteuid_hook(euid: libc::uid_t) -> c_int {
+    let real = orig::seteuid().expect("seteuid hook without chain");
+    before_setuid(euid);
+    // SAFETY: plain forward.
+    unsafe { real(euid) }
+}
+
+extern "C" fn setreuid_hook(ruid: libc::uid_t, euid: libc::uid_t) -> c_int {
+    let real = orig::setreuid().expect("setreuid hook without chain");
+    before_setuid(euid);
+    // SAFETY: plain forward.
+    unsafe { real(ruid, euid) }
+}
+
+extern "C" fn setresuid_hook(ruid: libc::uid_t, euid: libc::uid_t, suid: libc::uid_t) -> c_int {
+    let real = orig::setresuid().expect("setresuid hook without chain");
+    before_setuid(euid);
+    // SAFETY: plain forward.
+    unsafe { real(ruid, euid, suid) }
 }

@@ -260,7 +260,8 @@ pub fn start_thread(t: &'static ThreadState) {
 fn open_event(t: &'static ThreadState, user_only: bool, how: PerfDelivery) -> Result<(), i32> {
     if let PerfDelivery::Sigtrap { .. } = how {
         if !HOLD_REFUSED.load(Ordering::Relaxed) {
-            let (fd, _) = sys::perf_task_clock_open(t.tid(), next_interval(t), user_only, how, 0)?;
+            let period = next_interval(t);
+            let (fd, _) = sys::perf_task_clock_open(t.tid(), period, user_only, how, 0)?;
             match sys::perf_hold(fd) {
                 Ok(hold) => {
                     let enabled = sys::perf_enable(fd);
@@ -270,6 +271,7 @@ fn open_event(t: &'static ThreadState, user_only: bool, how: PerfDelivery) -> Re
                         return Err(sys::errno());
                     }
                     t.perf_ring.store(hold, Ordering::Release);
+                    set_event_period(t, period);
                     return Ok(());
                 }
                 Err(_) => {
@@ -279,8 +281,9 @@ fn open_event(t: &'static ThreadState, user_only: bool, how: PerfDelivery) -> Re
             }
         }
     }
-    let (fd, ring) =
-        sys::perf_task_clock_open(t.tid(), next_interval(t), user_only, how, high_fd_base())?;
+    let period = next_interval(t);
+    let (fd, ring) = sys::perf_task_clock_open(t.tid(), period, user_only, how, high_fd_base())?;
+    set_event_period(t, period);
     mark(&OUR_FDS, fd);
     t.perf_ring.store(ring, Ordering::Release);
     t.perf_fd.store(fd, Ordering::Release);
@@ -290,6 +293,14 @@ fn open_event(t: &'static ThreadState, user_only: bool, how: PerfDelivery) -> Re
     let e = sys::errno();
     stop_thread(t);
     Err(e)
+}
+
+/// A perf event samples every `period` ns of thread time (the interval
+/// with its random part): remembered so that each sample counts for what it
+/// stands for ([`ticks_for`]).
+fn set_event_period(t: &ThreadState, period: u64) {
+    t.clock_seen.set(period);
+    t.clock_credit.set(0);
 }
 
 /// Set once a perf mapping was refused: events keep their descriptor.
@@ -446,7 +457,9 @@ fn rearm(t: &'static ThreadState) {
         }
         t.since_jitter.set(0);
         if fd >= 0 {
-            sys::perf_set_period(fd, next_interval(t));
+            let period = next_interval(t);
+            sys::perf_set_period(fd, period);
+            t.clock_seen.set(period);
         } else {
             renew_held_event(t);
         }
@@ -465,8 +478,8 @@ fn rearm(t: &'static ThreadState) {
 fn renew_held_event(t: &'static ThreadState) {
     let user_only = options::get().perf == Some(PerfClock::User);
     let how = PerfDelivery::Sigtrap { cookie: COOKIE };
-    let Ok((fd, _)) = sys::perf_task_clock_open(t.tid(), next_interval(t), user_only, how, 0)
-    else {
+    let period = next_interval(t);
+    let Ok((fd, _)) = sys::perf_task_clock_open(t.tid(), period, user_only, how, 0) else {
         return;
     };
     let held = sys::perf_hold(fd);
@@ -475,6 +488,7 @@ fn renew_held_event(t: &'static ThreadState) {
     match held {
         Ok(new) if enabled => {
             let old = t.perf_ring.swap(new, Ordering::AcqRel);
+            t.clock_seen.set(period);
             if old != 0 {
                 sys::perf_release(old);
             }
@@ -572,7 +586,7 @@ fn sampled_clock_ns() -> u64 {
 }
 
 /// How many PERF ticks this sample is worth. A perf-event sample stands for
-/// exactly one interval. A POSIX-timer sample stands for the clock time since
+/// one period of its event (the interval, randomised by +-10%). A POSIX-timer sample stands for the clock time since
 /// the previous one, in whole intervals with the remainder carried: CPU-clock
 /// timers fire late (on the scheduler tick), a wall-clock timer of a thread
 /// that was runnable but not running fires once for several intervals, and
@@ -581,13 +595,18 @@ fn ticks_for(t: &ThreadState) -> u64 {
     if options::get().perf.is_none() {
         return 0;
     }
+    let iv = options::get().interval_ns;
     if has_event(t) {
-        return 1;
+        // One event period (clock_seen holds it), in whole intervals with
+        // the remainder carried: a run of samples at a period 10% longer
+        // than the interval counts 10% more.
+        let credit = t.clock_credit.get() + t.clock_seen.get();
+        t.clock_credit.set(credit % iv);
+        return credit / iv;
     }
     let now = sampled_clock_ns();
     let credit = t.clock_credit.get() + now.saturating_sub(t.clock_seen.get());
     t.clock_seen.set(now);
-    let iv = options::get().interval_ns;
     t.clock_credit.set(credit % iv);
     credit / iv
 }

@@ -141,7 +141,7 @@ fn mask_common(
     let t = thread::current();
     let sig = sampling_signal();
     let busy = thread::is_busy() || sig == 0;
-    let _g = t.and_then(|t| t.enter());
+    let g = t.and_then(|t| t.enter());
     let prev_blocked = t.is_some_and(|t| t.prog_blocks_prof.get());
     let mut copy: libc::sigset_t;
     let mut set_ptr = set;
@@ -165,6 +165,9 @@ fn mask_common(
     }
     // SAFETY: forwarding valid pointers.
     let r = unsafe { real.unwrap_or(fallback)(how, set_ptr, old) };
+    // Leave the profiler before a held signal is delivered: the program's
+    // handler runs as the program's code.
+    drop(g);
     if r == 0 && !busy {
         if !old.is_null() && prev_blocked {
             // SAFETY: old was filled by the real call.

@@ -384,6 +384,7 @@ impl Drop for Guard {
     fn drop(&mut self) {
         crate::perf::settle_pending(self.t);
         self.t.busy.set(false);
+        crate::fatal::die_if_pending();
     }
 }
 

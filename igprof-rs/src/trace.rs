@@ -33,14 +33,16 @@ const NONE: Walk = Walk {
     refused: true,
 };
 
-/// Stack trace of the context a signal interrupted. `out[0]` is the PC.
+/// Stack trace of the context a signal interrupted. `out[0]` is the PC, or,
+/// when the signal interrupted the profiler's own code (a hook), the return
+/// address into the program code that called it.
 ///
 /// # Safety
 /// `uc` must be the `ucontext_t` passed to an SA_SIGINFO handler running on
 /// the thread that owns `ts`.
 pub unsafe fn from_ucontext(ts: &ThreadState, uc: *const libc::c_void, out: &mut [usize]) -> Walk {
     match &ts.unwinder {
-        Some(u) => walk_of(u.trace_from_ucontext(uc, &ts.bounds, out)),
+        Some(u) => walk_of(u.trace_program_from_ucontext(uc, &ts.bounds, out)),
         None => NONE,
     }
 }

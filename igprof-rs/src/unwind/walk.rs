@@ -70,6 +70,23 @@ impl ThreadUnwinder {
         self.guarded(|this, table| this.walk(table, regs, bounds, out, None, None))
     }
 
+    /// [`Self::trace_from_ucontext`] for a profiled program: a signal that
+    /// interrupted the profiler's own code (a hook the program called) is
+    /// traced from the program's frame that called into it.
+    ///
+    /// # Safety
+    /// As for [`Self::trace_from_ucontext`].
+    pub unsafe fn trace_program_from_ucontext(
+        &self,
+        uc: *const libc::c_void,
+        bounds: &StackBounds,
+        out: &mut [usize],
+    ) -> Trace {
+        // SAFETY: guaranteed by the caller.
+        let regs = unsafe { arch::regs_from_ucontext(uc) };
+        self.guarded(|this, table| this.walk(table, regs, bounds, out, Some(table.self_text), None))
+    }
+
     /// Trace the caller of the profiler: the frames of the object that
     /// contains this unwinder are skipped. See `unwind/mod.rs`.
     #[inline(never)]

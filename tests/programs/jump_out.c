@@ -1,0 +1,44 @@
+/* A 1 ms SIGALRM itimer whose handler leaves by siglongjmp (as runtimes
+ * recover from timeouts and faults), 1000 times, while the program burns CPU;
+ * then a last phase in after_jumps() that must still be sampled. */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include "burn_ms.h"
+
+static sigjmp_buf env;
+static volatile int jumps;
+
+static void on_alarm(int sig) { (void)sig; siglongjmp(env, 1); }
+
+__attribute__((noinline)) static void spin_until_alarm(void) {
+    for (;;) {
+        void *volatile p = malloc(64);
+        free(p);
+        burn_ms(1);
+    }
+}
+
+__attribute__((noinline)) static void after_jumps(void) {
+    burn_ms(300);
+    sink++; /* not a tail call: keeps this frame on the stack */
+}
+
+int main(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alarm;
+    sigaction(SIGALRM, &sa, 0);
+    struct itimerval it = {{0, 1000}, {0, 1000}};
+    setitimer(ITIMER_REAL, &it, 0);
+    sigsetjmp(env, 1);
+    if (++jumps <= 1000) spin_until_alarm();
+    struct itimerval off = {{0, 0}, {0, 0}};
+    setitimer(ITIMER_REAL, &off, 0);
+    after_jumps();
+    printf("%d jumps\n", jumps - 1);
+    return 0;
+}

@@ -1,0 +1,426 @@
+//! Edge cases of how a program treats its process: descriptors closed and
+//! reused under the profiler, every way it can end (pthread_exit from main,
+//! fatal signals with and without its own handlers, resource limits, a dump
+//! request just before exit), longjmp out of signal handlers, dropping root
+//! privileges, and time spent inside the profiler's hooks. Each program runs
+//! unprofiled and under the launcher; what it prints and how it ends must be
+//! the same, and its profile must be there and hold what it did.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use igprof_tests::*;
+
+/// The module combinations every program runs under.
+const MODES: &[&[&str]] = &[
+    &["-pp", "-i", "1ms"],
+    &["-mp"],
+    &["-fd"],
+    &["-pp", "-i", "1ms", "-mp", "-fd"],
+];
+
+/// Runs `cmd` to its end, at most `secs` seconds (then kills it and fails).
+fn finish(mut cmd: Command, secs: u64, what: &str) -> Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let start = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if start.elapsed() > Duration::from_secs(secs) {
+            let _ = child.kill();
+            let o = child.wait_with_output().unwrap();
+            panic!(
+                "{what}: still running after {secs} s (hung); stderr: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn plain(dir: &Path, prog: &str, args: &[&str]) -> Output {
+    let mut c = Command::new(dir.join(prog));
+    c.args(args).current_dir(dir);
+    finish(c, 60, prog)
+}
+
+fn profiled(dir: &Path, mode: &[&str], prog: &str, args: &[&str]) -> Output {
+    let mut c = Command::new(root().join("scripts/igprof"));
+    c.args(mode)
+        .arg(format!("./{prog}"))
+        .args(args)
+        .current_dir(dir)
+        .env("IGPROF_LIB", lib());
+    finish(c, 60, &format!("{prog} under {mode:?}"))
+}
+
+/// A fresh directory per mode, with the program built into it.
+fn dir_for(name: &str, src: &str, mode: &[&str]) -> PathBuf {
+    let d = scratch(&format!("{name}{}", mode.join("")));
+    build(&d, src, name, &[]);
+    d
+}
+
+fn the_profile(dir: &Path) -> Profile {
+    let ps = profiles(dir);
+    assert_eq!(
+        ps.len(),
+        1,
+        "one profile expected in {}: {ps:?}",
+        dir.display()
+    );
+    parse_strict(&read_text(&ps[0])).unwrap_or_else(|e| panic!("{}: {e}", ps[0].display()))
+}
+
+fn leftovers(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn uses(mode: &[&str], flag: &str) -> bool {
+    mode.contains(&flag)
+}
+
+#[test]
+fn descriptors_closed_and_reused_by_the_program_stay_its_own() {
+    for variant in ["", "stderr"] {
+        for &mode in MODES {
+            let d = dir_for("fd_closeall", "fd_closeall.c", mode);
+            let args: Vec<&str> = ["data.txt", variant]
+                .into_iter()
+                .filter(|a| !a.is_empty())
+                .collect();
+            let want = plain(&d, "fd_closeall", &args);
+            assert!(want.status.success(), "unprofiled run failed");
+            let want_data = std::fs::read_to_string(d.join("data.txt")).unwrap();
+            std::fs::remove_file(d.join("data.txt")).unwrap();
+            // Ask for a dump while the program's file is open (signal 42).
+            let mut c = Command::new(root().join("scripts/igprof"));
+            c.args(mode)
+                .args(["./fd_closeall"])
+                .args(&args)
+                .current_dir(&d)
+                .env("IGPROF_LIB", lib())
+                .env("DUMP_SIGNAL", "42");
+            let got = finish(c, 60, "fd_closeall");
+            let ctx = format!("{mode:?} {variant}");
+            assert_eq!(
+                text(&got.stdout),
+                text(&want.stdout),
+                "{ctx}: output differs"
+            );
+            assert_eq!(got.status.code(), Some(0), "{ctx}: {}", text(&got.stderr));
+            let data = std::fs::read_to_string(d.join("data.txt")).unwrap();
+            assert_eq!(
+                data, want_data,
+                "{ctx}: the program's data file was changed"
+            );
+            let p = the_profile(&d);
+            if uses(mode, "-pp") {
+                // after_close_all runs after every descriptor was closed:
+                // 100 ms of process CPU time, at least half of it its own
+                // (the worker may still be burning beside it).
+                let (ticks, _) = under(&p, "PERF_TICKS", "after_close_all");
+                assert!(
+                    ticks >= 25,
+                    "{ctx}: sampling stopped after close-all ({ticks} ticks of 1 ms in after_close_all)"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn pthread_exit_from_main_ends_the_process() {
+    for &mode in MODES {
+        let d = dir_for("pthread_exit_main", "pthread_exit_main.c", mode);
+        let got = profiled(&d, mode, "pthread_exit_main", &[]);
+        assert_eq!(
+            got.status.code(),
+            Some(0),
+            "{mode:?}: {}",
+            text(&got.stderr)
+        );
+        let mut lines: Vec<String> = text(&got.stdout).lines().map(String::from).collect();
+        lines.sort();
+        assert_eq!(lines, ["worker 0 done", "worker 1 done"], "{mode:?}");
+        let p = the_profile(&d);
+        if uses(mode, "-mp") {
+            let (calls, _) = under(&p, "MEM_TOTAL", "work");
+            // 2 x 1000 allocations, and stdout's buffer if printf made it there.
+            assert!(
+                (2000..=2001).contains(&calls),
+                "{mode:?}: {calls} allocations under work"
+            );
+        }
+    }
+}
+
+#[test]
+fn longjmp_out_of_signal_handlers_keeps_the_thread_sampled() {
+    for mode in [
+        &["-pp", "-i", "100us"][..],
+        &["-pp", "-i", "100us", "-mp"][..],
+    ] {
+        let d = dir_for("jump_out", "jump_out.c", mode);
+        let got = profiled(&d, mode, "jump_out", &[]);
+        assert_eq!(
+            got.status.code(),
+            Some(0),
+            "{mode:?}: {}",
+            text(&got.stderr)
+        );
+        assert_eq!(text(&got.stdout), "1000 jumps\n");
+        let p = the_profile(&d);
+        // after_jumps burns 300 ms of CPU after the last jump.
+        let (ticks, _) = under(&p, "PERF_TICKS", "after_jumps");
+        assert!(
+            ticks as f64 * 0.1 >= 150.0,
+            "{mode:?}: after the jumps only {ticks} samples of 100 us in after_jumps"
+        );
+        if uses(mode, "-mp") {
+            let (calls, _) = under(&p, "MEM_TOTAL", "spin_until_alarm");
+            assert!(calls >= 1000, "{mode:?}: {calls} allocations counted");
+        }
+    }
+}
+
+/// Starts `die_by_signal <arg>` (profiled when `mode` is given), waits for
+/// its "ready", sends `sig`, and returns what it printed and how it ended.
+fn killed(d: &Path, mode: Option<&[&str]>, arg: &str, sig: i32) -> Output {
+    let mut c = match mode {
+        Some(m) => {
+            let mut c = Command::new(root().join("scripts/igprof"));
+            c.args(m).arg("./die_by_signal").env("IGPROF_LIB", lib());
+            c
+        }
+        None => Command::new(d.join("die_by_signal")),
+    };
+    let mut child = c
+        .arg(arg)
+        .current_dir(d)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut seen = String::new();
+    loop {
+        let mut l = String::new();
+        assert!(out.read_line(&mut l).unwrap() > 0, "no ready line: {seen}");
+        seen.push_str(&l);
+        if l == "ready\n" {
+            break;
+        }
+    }
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, sig) };
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let mut o = child.wait_with_output().unwrap();
+    o.stdout = format!("{seen}{rest}").into_bytes();
+    o
+}
+
+#[test]
+fn fatal_signals_write_the_profile_and_end_the_same_way() {
+    use std::os::unix::process::ExitStatusExt;
+    for (sig, mode) in [
+        (libc::SIGTERM, &["-pp"][..]),
+        (libc::SIGINT, &["-mp"][..]),
+        (libc::SIGHUP, &["-pp", "-mp", "-fd"][..]),
+    ] {
+        let d = dir_for("die_by_signal", "die_by_signal.c", mode);
+        let want = killed(&d, None, "default", sig);
+        let got = killed(&d, Some(mode), "default", sig);
+        let ctx = format!("signal {sig} under {mode:?}");
+        assert_eq!(want.status.signal(), Some(sig));
+        assert_eq!(
+            got.status.signal(),
+            Some(sig),
+            "{ctx}: {}",
+            text(&got.stderr)
+        );
+        assert_eq!(text(&got.stdout), text(&want.stdout), "{ctx}");
+        assert!(leftovers(&d).is_empty(), "{ctx}: {:?}", leftovers(&d));
+        let p = the_profile(&d);
+        let counter = if uses(mode, "-pp") {
+            "PERF_TICKS"
+        } else {
+            "MEM_TOTAL"
+        };
+        let (n, _) = under(&p, counter, "until_killed");
+        assert!(n > 0, "{ctx}: nothing in until_killed");
+    }
+    // The program's own handler still runs, and it still sees SIG_DFL where
+    // it set nothing.
+    let d = dir_for("die_by_signal", "die_by_signal.c", &["-pp", "handler"]);
+    for arg in ["handler", "query"] {
+        let want = killed(&d, None, arg, libc::SIGTERM);
+        let got = killed(&d, Some(&["-pp"]), arg, libc::SIGTERM);
+        assert_eq!(text(&got.stdout), text(&want.stdout), "{arg}");
+        assert_eq!(got.status.code(), want.status.code(), "{arg}");
+        assert_eq!(got.status.signal(), want.status.signal(), "{arg}");
+    }
+}
+
+#[test]
+fn a_file_size_limit_fails_the_profile_not_the_program() {
+    for &mode in MODES {
+        let d = dir_for("limits_end", "limits_end.c", mode);
+        let got = profiled(&d, mode, "limits_end", &["fsize"]);
+        assert_eq!(
+            got.status.code(),
+            Some(0),
+            "{mode:?}: {}",
+            text(&got.stderr)
+        );
+        assert_eq!(text(&got.stdout), "done\n");
+        assert!(
+            text(&got.stderr).contains("could not write the profile"),
+            "{mode:?}: the failure must be said: {}",
+            text(&got.stderr)
+        );
+        assert!(leftovers(&d).is_empty(), "{mode:?}: {:?}", leftovers(&d));
+    }
+}
+
+#[test]
+fn a_dump_requested_just_before_exit_does_not_cost_the_final_profile() {
+    for _ in 0..5 {
+        let d = dir_for("limits_end", "limits_end.c", &["-mp", "dump"]);
+        let got = profiled(&d, &["-mp"], "limits_end", &["dump", "300000"]);
+        assert_eq!(got.status.code(), Some(0), "{}", text(&got.stderr));
+        let p = the_profile(&d);
+        let (calls, _) = under(&p, "MEM_TOTAL", "allocate");
+        assert_eq!(
+            calls, 300000,
+            "the final profile must have every allocation"
+        );
+    }
+}
+
+#[test]
+fn a_process_that_drops_root_privileges_keeps_its_profile() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("not root: setuid cannot be tested here (the test needs to start as root)");
+        return;
+    }
+    let d = dir_for("drop_privileges", "drop_privileges.c", &["-mp"]);
+    let got = profiled(&d, &["-mp"], "drop_privileges", &[]);
+    assert_eq!(got.status.code(), Some(0), "{}", text(&got.stderr));
+    assert_eq!(text(&got.stdout), "uid 65534\n");
+    let p = the_profile(&d);
+    assert_eq!(under(&p, "MEM_TOTAL", "allocate").0, 1000);
+}
+
+#[test]
+fn time_inside_the_hooks_is_charged_to_the_program() {
+    let mode = ["-d", "-pp", "-mp", "-fd"];
+    let d = dir_for("hook_time", "hook_time.c", &mode);
+    let got = profiled(&d, &mode, "hook_time", &["3000000"]);
+    let err = ok(&got);
+    let cpu_ms: f64 = err
+        .lines()
+        .find_map(|l| l.strip_prefix("cpu_ms "))
+        .expect("cpu_ms line")
+        .parse()
+        .unwrap();
+    let p = the_profile(&d);
+    let ticks = total(&p, "PERF_TICKS") as f64;
+    let profiled_ms = ticks * 5.0;
+    assert!(
+        (profiled_ms - cpu_ms).abs() <= cpu_ms * 0.05 + 10.0,
+        "PERF_TICKS say {profiled_ms} ms, the process used {cpu_ms} ms"
+    );
+    // "wrote ... at exit: N samples, M dropped ..."
+    let stats = err
+        .lines()
+        .find(|l| l.contains(" samples, "))
+        .expect("-d statistics line");
+    let nums: Vec<u64> = stats
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().unwrap())
+        .collect();
+    let words: Vec<&str> = stats.split_whitespace().collect();
+    let at = |w: &str| {
+        let i = words
+            .iter()
+            .position(|x| x.trim_end_matches(',') == w)
+            .unwrap();
+        words[i - 1].parse::<u64>().unwrap()
+    };
+    let (samples, dropped) = (at("samples"), at("dropped"));
+    assert!(!nums.is_empty());
+    assert!(
+        dropped * 100 <= samples,
+        "{dropped} of {samples} samples dropped: {stats}"
+    );
+    let (in_churn, _) = under(&p, "PERF_TICKS", "churn");
+    assert!(
+        in_churn > 0,
+        "no time charged to churn, which calls the hooks"
+    );
+}
+
+#[test]
+fn one_start_up_line_for_a_run_of_many_processes() {
+    let d = scratch("startline");
+    let o = igprof(
+        &d,
+        &[
+            "-pp",
+            "sh",
+            "-c",
+            "/bin/true; /bin/true; ls / >/dev/null; echo hi",
+        ],
+    );
+    let err = ok(&o);
+    assert_eq!(text(&o.stdout), "hi\n");
+    let lines = err
+        .lines()
+        .filter(|l| l.starts_with("igprof: profiling"))
+        .count();
+    assert_eq!(lines, 1, "{err}");
+}
+
+#[test]
+fn python_multiprocessing_pool_terminate_leaves_every_profile() {
+    let script = "from multiprocessing import Pool\n\
+                  def f(x):\n    return sum(i * i for i in range(x))\n\
+                  if __name__ == '__main__':\n    \
+                  with Pool(2) as p:\n        print(sum(p.map(f, [20000] * 200)))\n";
+    let want = Command::new("python3")
+        .args(["-c", script])
+        .output()
+        .unwrap();
+    assert!(want.status.success());
+    for _ in 0..3 {
+        let d = scratch("pool");
+        let o = igprof(&d, &["-pp", "python3", "-c", script]);
+        ok(&o);
+        assert_eq!(text(&o.stdout), text(&want.stdout));
+        assert!(leftovers(&d).is_empty(), "{:?}", leftovers(&d));
+        let ps = profiles(&d);
+        assert!(ps.len() >= 3, "parent and two workers: {ps:?}");
+        for p in &ps {
+            parse_strict(&read_text(p)).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        }
+    }
+}
