@@ -2,10 +2,12 @@
 //! stderr, written with one raw write(2) per line from a stack buffer.
 //!
 //! Must never: allocate, use stdio, or take a lock (so it may be used from
-//! hooks and, sparingly, from signal handlers). Lines longer than the buffer
-//! are cut, never split.
+//! hooks and, sparingly, from signal handlers), or write into a file the
+//! program put at descriptor 2 after closing its stderr. Lines longer than
+//! the buffer are cut, never split.
 
 use core::fmt::{self, Write};
+use core::sync::atomic::{AtomicU64, Ordering};
 
 /// A fixed-size line being formatted on the stack.
 pub struct Line {
@@ -31,12 +33,17 @@ impl Line {
         self.len += n;
     }
 
-    /// Writes the line (with a newline) to stderr.
+    /// Writes the line (with a newline) to stderr, if descriptor 2 is
+    /// still the stderr the program started with ([`remember_stderr`]): a
+    /// program that closed stderr and reused the number for its own file
+    /// must not find our lines in it.
     pub fn emit(mut self) {
         self.buf[self.len] = b'\n';
         self.len += 1;
         let _errno = crate::sys::ErrnoGuard::save();
-        crate::sys::write_all(2, &self.buf[..self.len]);
+        if stderr_is_ours() {
+            crate::sys::write_all(2, &self.buf[..self.len]);
+        }
     }
 
     pub fn as_bytes(&self) -> &[u8] {
@@ -55,6 +62,33 @@ impl Write for Line {
         self.push(s.as_bytes());
         Ok(())
     }
+}
+
+/// (device, inode) of descriptor 2 at start-up; 0 if not known yet.
+static STDERR_ID: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
+fn fd2_id() -> Option<(u64, u64)> {
+    // SAFETY: fstat into a valid, zeroed struct; a raw syscall (no lock).
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    let r = unsafe { libc::syscall(libc::SYS_fstat, 2, &mut st) };
+    (r == 0).then_some((st.st_dev, st.st_ino))
+}
+
+/// Remembers what descriptor 2 is (constructor, before the program runs).
+pub fn remember_stderr() {
+    if let Some((dev, ino)) = fd2_id() {
+        STDERR_ID[0].store(dev, Ordering::Relaxed);
+        STDERR_ID[1].store(ino, Ordering::Release);
+    }
+}
+
+fn stderr_is_ours() -> bool {
+    let ino = STDERR_ID[1].load(Ordering::Acquire);
+    if ino == 0 {
+        // Not remembered (messages before start-up): stderr as it is.
+        return true;
+    }
+    fd2_id() == Some((STDERR_ID[0].load(Ordering::Relaxed), ino))
 }
 
 /// Bytes that may not be UTF-8 (paths), shown lossily without allocating.

@@ -312,6 +312,7 @@ pub fn init() {
     let Some(raw) = getenv(b"IGPROF\0") else {
         return;
     };
+    crate::log::remember_stderr();
     let mut o = match options::parse(raw) {
         Ok(o) => o,
         Err(e) => {
