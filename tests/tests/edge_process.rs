@@ -429,3 +429,28 @@ fn python_multiprocessing_pool_terminate_leaves_every_profile() {
         }
     }
 }
+
+#[test]
+fn a_program_that_refuses_perf_events_to_itself_is_still_sampled() {
+    for mode in [&["-pp", "-i", "1ms"][..], &["-pr", "-i", "1ms"][..]] {
+        let d = dir_for("sandboxed", "sandboxed.c", mode);
+        let got = profiled(&d, mode, "sandboxed", &[]);
+        assert_eq!(
+            got.status.code(),
+            Some(0),
+            "{mode:?}: {}",
+            text(&got.stderr)
+        );
+        assert_eq!(text(&got.stdout), "perf_event_open now refused\n");
+        let p = the_profile(&d);
+        // Each thread burns 200 ms of CPU after the filter is in place
+        // (the fallback timers tick at the scheduler's 4 ms).
+        for f in ["first", "second"] {
+            let (ticks, _) = under(&p, "PERF_TICKS", f);
+            assert!(
+                (140..=260).contains(&ticks),
+                "{mode:?}: {f} has {ticks} ticks of 1 ms, 200 ms burnt"
+            );
+        }
+    }
+}
