@@ -15,8 +15,18 @@
 //!   to the program as it set up (`signals`).
 //! - sigprof: the same event, whose overflow wakes a mapped ring buffer and
 //!   sends SIGPROF through fasync (F_SETOWN_EX to the thread).
+//! - -pr with sigtrap events: the task-clock event above for the time on
+//!   the CPU, and a context-switch event (period 1, sigtrap) whose SIGTRAP
+//!   comes when the thread runs in user space again after being switched
+//!   out: the handler charges the wall time it spent off the CPU (wall
+//!   minus thread CPU time since the last charge) to the stack where it
+//!   waited. Both signals come from task work on the way back to user
+//!   space, so no blocking call (poll, select, nanosleep, read, futex) is
+//!   ever interrupted, which a wall-clock timer signal does (EINTR). Time a
+//!   thread is still blocked in when the profile is written is not counted.
 //! - timer, the fallback when perf events are refused (perf_event_paranoid,
-//!   seccomp), and -pr: a POSIX timer (SIGEV_THREAD_ID) on the thread CPU
+//!   seccomp), and -pr without sigtrap events: a POSIX timer
+//!   (SIGEV_THREAD_ID) on the thread CPU
 //!   clock or on CLOCK_MONOTONIC sending SIGPROF (SIGTRAP when the process
 //!   uses sigtrap and one thread's event could not be opened), one-shot and
 //!   re-armed by every expiry with a jittered interval. CPU-clock POSIX
@@ -83,9 +93,13 @@ pub fn choose_sampler() {
     if !o.needs_timers() {
         return;
     }
+    // -pr samples with sigtrap events too (CPU time, plus off-CPU time
+    // charged after each context switch: see the module doc); with any
+    // other sampler it uses wall-clock POSIX timers.
     let want = match (o.perf, o.sampler) {
-        (Some(PerfClock::Real), _) => Sampler::Timer,
         (_, Sampler::Auto) => Sampler::Sigtrap,
+        (Some(PerfClock::Real), Sampler::Sigtrap) => Sampler::Sigtrap,
+        (Some(PerfClock::Real), _) => Sampler::Timer,
         (_, s) => s,
     };
     let got = match want {
@@ -220,7 +234,7 @@ pub fn start_thread(t: &'static ThreadState) {
     };
     if let Some(how) = how {
         if !PERF_UNAVAILABLE.load(Ordering::Relaxed) {
-            match open_event(t, user_only, how) {
+            match open_event(t, user_only, how).and_then(|()| open_switch_event(t)) {
                 Ok(()) => return,
                 Err(e) => {
                     if !PERF_UNAVAILABLE.swap(true, Ordering::Relaxed) && o.debug {
@@ -295,6 +309,54 @@ fn open_event(t: &'static ThreadState, user_only: bool, how: PerfDelivery) -> Re
     Err(e)
 }
 
+/// -pr with sigtrap events: a second event on the thread signals it after
+/// every context switch, once it runs again in user space, so that the
+/// time it spent off the CPU is charged where it waited ([`off_cpu_ticks`]).
+/// Nothing to do for the other clocks. On failure the task-clock event is
+/// closed too (the caller falls back to wall-clock timers).
+fn open_switch_event(t: &'static ThreadState) -> Result<(), i32> {
+    if options::get().perf != Some(PerfClock::Real) {
+        return Ok(());
+    }
+    let held = sys::perf_switch_open(t.tid(), SWITCH_COOKIE).and_then(|fd| {
+        let h = sys::perf_hold(fd);
+        sys::close(fd);
+        h
+    });
+    match held {
+        Ok(hold) => {
+            t.wall_mark.set(sys::monotonic_ns());
+            t.cpu_mark.set(sys::thread_cpu_ns());
+            t.switch_hold.store(hold, Ordering::Release);
+            Ok(())
+        }
+        Err(e) => {
+            release_event(t);
+            Err(e)
+        }
+    }
+}
+
+/// `si_perf_data` of the context-switch events of -pr ("igprof-s").
+const SWITCH_COOKIE: u64 = 0x6967_7072_6f66_2d73;
+
+/// -pr: ticks for the time the thread spent off the CPU (blocked, or
+/// runnable and waiting) since the last charge: wall time minus the
+/// thread's CPU time (which its task-clock samples count), in whole
+/// intervals with the remainder carried.
+fn off_cpu_ticks(t: &ThreadState) -> u64 {
+    let (wall, cpu) = (sys::monotonic_ns(), sys::thread_cpu_ns());
+    let off = wall
+        .saturating_sub(t.wall_mark.get())
+        .saturating_sub(cpu.saturating_sub(t.cpu_mark.get()));
+    t.wall_mark.set(wall);
+    t.cpu_mark.set(cpu);
+    let iv = options::get().interval_ns;
+    let credit = t.clock_credit.get() + off;
+    t.clock_credit.set(credit % iv);
+    credit / iv
+}
+
 /// A perf event samples every `period` ns of thread time (the interval
 /// with its random part): remembered so that each sample counts for what it
 /// stands for ([`ticks_for`]).
@@ -337,6 +399,10 @@ fn release_event(t: &ThreadState) {
         sys::perf_close(fd, ring);
     } else if ring != 0 {
         sys::perf_release(ring);
+    }
+    let switch = t.switch_hold.swap(0, Ordering::AcqRel);
+    if switch != 0 {
+        sys::perf_release(switch);
     }
 }
 
@@ -398,6 +464,8 @@ fn marked(set: &[AtomicU64; BITSET_WORDS], n: i32) -> bool {
 enum Origin {
     /// The calling thread's current sampler.
     Sampler,
+    /// The calling thread's context-switch event (-pr): it ran again.
+    Switched,
     /// A sampler of ours that was stopped (or another thread's): ignore.
     Stale,
     /// The program (its own itimer, kill, ...): forward.
@@ -411,6 +479,12 @@ fn origin(t: Option<&ThreadState>, code: i32, info: *const libc::siginfo_t) -> O
             if perf_data_of(info) == COOKIE {
                 if t.is_some_and(has_event) {
                     return Origin::Sampler;
+                }
+                return Origin::Stale;
+            }
+            if perf_data_of(info) == SWITCH_COOKIE {
+                if t.is_some_and(|t| t.switch_hold.load(Ordering::Relaxed) != 0) {
+                    return Origin::Switched;
                 }
                 return Origin::Stale;
             }
@@ -503,26 +577,36 @@ extern "C" fn handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_voi
     // SAFETY: the kernel passes a valid siginfo.
     let code = unsafe { (*info).si_code };
     let t = thread::current();
-    match origin(t, code, info) {
-        Origin::Sampler => {}
+    let switched = match origin(t, code, info) {
+        Origin::Sampler => false,
+        Origin::Switched => true,
         Origin::Stale => return,
         Origin::Program => {
             crate::signals::forward_program_signal(sig, info, uc);
             return;
         }
-    }
+    };
     let Some(t) = t else { return };
     let start = sys::fast_monotonic_ns();
-    rearm(t);
+    let ticks = if switched {
+        off_cpu_ticks(t)
+    } else {
+        rearm(t);
+        ticks_for(t)
+    };
+    if ticks == 0 && switched {
+        // Off the CPU for less than what is still owed of an interval.
+        return;
+    }
     let Some(guard) = t.enter() else {
         // The thread is inside the profiler (a hook: the program called
         // malloc, open...): the time is the program's. Charged to the
         // program's stack when the profiler code leaves ([`settle_pending`]).
-        PENDING.with(|p| p.set(p.get() + ticks_for(t)));
+        PENDING.with(|p| p.set(p.get() + ticks));
         return;
     };
     t.set_in_signal(true);
-    sample(t, uc);
+    sample(t, uc, ticks);
     t.set_in_signal(false);
     drop(guard);
     t.handler_ns.fetch_add(
@@ -611,7 +695,7 @@ fn ticks_for(t: &ThreadState) -> u64 {
     credit / iv
 }
 
-fn sample(t: &'static ThreadState, uc: *mut libc::c_void) {
+fn sample(t: &'static ThreadState, uc: *mut libc::c_void, k: u64) {
     // SAFETY: we are the owning thread with the guard held.
     let buf = unsafe { t.trace_buf() };
     // SAFETY: uc comes from the kernel for this thread's signal.
@@ -633,7 +717,6 @@ fn sample(t: &'static ThreadState, uc: *mut libc::c_void) {
         t.last_sample.store(node, Ordering::Release);
         let slot = TICK_SLOT.load(Ordering::Relaxed);
         if slot != usize::MAX {
-            let k = ticks_for(t);
             // SAFETY: node is a live node of this tree.
             let c = unsafe { &*node }.counter(slot);
             if k > 0 {

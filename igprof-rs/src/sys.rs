@@ -488,6 +488,26 @@ pub fn perf_task_clock_open(
     }
 }
 
+const PERF_COUNT_SW_CONTEXT_SWITCHES: u64 = 3;
+
+/// A per-thread perf event on the calling thread `tid` that raises SIGTRAP
+/// (si_perf_data `cookie`) after every context switch away from it, when
+/// it next returns to user space: from task work, so a blocking system
+/// call is never interrupted (the signal comes once it has returned).
+/// Enabled from the start; the descriptor is the caller's to hold.
+pub fn perf_switch_open(tid: i32, cookie: u64) -> Result<i32, i32> {
+    let mut attr = PerfEventAttr {
+        type_: PERF_TYPE_SOFTWARE,
+        size: core::mem::size_of::<PerfEventAttr>() as u32,
+        config: PERF_COUNT_SW_CONTEXT_SWITCHES,
+        sample_period: 1,
+        flags: FLAG_EXCLUDE_HV | FLAG_SIGTRAP | FLAG_REMOVE_ON_EXEC,
+        ..Default::default()
+    };
+    attr.rest[REST_SIG_DATA] = cookie;
+    perf_event_open(&attr, tid, -1)
+}
+
 /// Bytes of the mapping that holds a perf event without its descriptor.
 const PERF_HOLD_BYTES: usize = 4096;
 

@@ -55,6 +55,12 @@ pub struct ThreadState {
     pub perf_fd: AtomicI32,
     /// The perf event's ring-buffer mapping (0 if none).
     pub perf_ring: core::sync::atomic::AtomicUsize,
+    /// -pr: the context-switch perf event's holding mapping (0 if none).
+    pub switch_hold: core::sync::atomic::AtomicUsize,
+    /// -pr: wall-clock and thread CPU time when off-CPU time was last
+    /// charged (see perf::off_cpu_ticks).
+    pub wall_mark: Cell<u64>,
+    pub cpu_mark: Cell<u64>,
     /// Samples since the sampling period was last re-randomised.
     pub since_jitter: Cell<u32>,
     pub samples: AtomicU64,
@@ -229,6 +235,9 @@ fn new_state(max_depth: usize, stale: bool) -> Option<&'static ThreadState> {
             timer: AtomicI32::new(-1),
             perf_fd: AtomicI32::new(-1),
             perf_ring: core::sync::atomic::AtomicUsize::new(0),
+            switch_hold: core::sync::atomic::AtomicUsize::new(0),
+            wall_mark: Cell::new(0),
+            cpu_mark: Cell::new(0),
             since_jitter: Cell::new(0),
             samples: AtomicU64::new(0),
             dropped: AtomicU64::new(0),

@@ -454,3 +454,35 @@ fn a_program_that_refuses_perf_events_to_itself_is_still_sampled() {
         }
     }
 }
+
+#[test]
+fn wall_clock_profiling_never_interrupts_blocking_calls() {
+    for mode in [&["-pr", "-i", "1ms"][..], &["-pp", "-i", "1ms"][..]] {
+        let d = dir_for("blocking", "blocking.c", mode);
+        let got = profiled(&d, mode, "blocking", &[]);
+        assert_eq!(
+            got.status.code(),
+            Some(0),
+            "{mode:?}: {}",
+            text(&got.stderr)
+        );
+        assert_eq!(
+            text(&got.stdout),
+            "eintr 0\n",
+            "{mode:?}: calls interrupted"
+        );
+        if mode[0] != "-pr" {
+            continue;
+        }
+        // Each thread waits 200 ms (ten 20 ms waits, or one of 200 ms):
+        // its wall-clock time is charged where it waited.
+        let p = the_profile(&d);
+        for f in ["in_poll", "in_select", "in_nanosleep", "in_read", "in_cond"] {
+            let (ticks, _) = under(&p, "PERF_TICKS", f);
+            assert!(
+                (160..=260).contains(&ticks),
+                "{f}: {ticks} ticks of 1 ms for about 200 ms of waiting"
+            );
+        }
+    }
+}
