@@ -7,7 +7,7 @@
 //! the buffer are cut, never split.
 
 use core::fmt::{self, Write};
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// A fixed-size line being formatted on the stack.
 pub struct Line {
@@ -41,7 +41,7 @@ impl Line {
         self.buf[self.len] = b'\n';
         self.len += 1;
         let _errno = crate::sys::ErrnoGuard::save();
-        if stderr_is_ours() {
+        if !QUIET.load(Ordering::Relaxed) && stderr_is_ours() {
             crate::sys::write_all(2, &self.buf[..self.len]);
         }
     }
@@ -61,6 +61,29 @@ impl Write for Line {
     fn write_str(&mut self, s: &str) -> fmt::Result {
         self.push(s.as_bytes());
         Ok(())
+    }
+}
+
+/// Set while a process other than the one the user started is starting up
+/// without -d: its start-up lines are the run's, said once by that one.
+static QUIET: AtomicBool = AtomicBool::new(false);
+
+/// Silences `igprof:` lines until dropped (the constructor's start-up).
+pub struct StartupQuiet(bool);
+
+impl StartupQuiet {
+    /// Quiet unless `speak`.
+    pub fn unless(speak: bool) -> Self {
+        QUIET.store(!speak, Ordering::Relaxed);
+        StartupQuiet(!speak)
+    }
+}
+
+impl Drop for StartupQuiet {
+    fn drop(&mut self) {
+        if self.0 {
+            QUIET.store(false, Ordering::Relaxed);
+        }
     }
 }
 

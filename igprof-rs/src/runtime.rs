@@ -147,6 +147,13 @@ pub unsafe fn exec_env(envp: *const *const libc::c_char) -> Option<ExecEnv> {
     })
 }
 
+/// Whether this is the image the user started (the launcher's pid, its
+/// first image), or the launcher is not known.
+fn is_first_image() -> bool {
+    let root = ROOT_PID.load(Ordering::Relaxed);
+    (root == 0 || root == sys::getpid()) && EXEC_GEN.load(Ordering::Relaxed) == 0
+}
+
 /// The file this process's profile goes to: the name from -o (or the
 /// default), with `.<pid>` for other processes of the run, and with
 /// `.exec<N>` when this image (the N-th of its pid, from 0) is being
@@ -313,7 +320,26 @@ pub fn init() {
         return;
     };
     crate::log::remember_stderr();
-    let mut o = match options::parse(raw) {
+    // <pid>.<generation> from the exec hook of a previous image (exec_env).
+    let exec_of =
+        getenv(b"IGPROF_EXEC_OF\0").and_then(|s| std::str::from_utf8(s).ok()?.split_once('.'));
+    if let Some((p, g)) = exec_of {
+        if p.parse() == Ok(sys::getpid()) {
+            EXEC_GEN.store(g.parse().unwrap_or(0), Ordering::Relaxed);
+        }
+    }
+    if let Some(r) =
+        getenv(b"IGPROF_ROOT_PID\0").and_then(|s| std::str::from_utf8(s).ok()?.parse().ok())
+    {
+        ROOT_PID.store(r, Ordering::Relaxed);
+    }
+    let parsed = options::parse(raw);
+    // What start-up has to say is said once for the run, by the process
+    // the user started; its other processes say it with -d only.
+    let _quiet = crate::log::StartupQuiet::unless(
+        is_first_image() || parsed.as_ref().is_ok_and(|o| o.debug),
+    );
+    let mut o = match parsed {
         Ok(o) => o,
         Err(e) => {
             crate::igprof_log!("{e}; the program runs unprofiled");
@@ -355,19 +381,6 @@ pub fn init() {
         exe,
     });
     PID.store(sys::getpid(), Ordering::Relaxed);
-    // <pid>.<generation> from the exec hook of a previous image (exec_env).
-    let exec_of =
-        getenv(b"IGPROF_EXEC_OF\0").and_then(|s| std::str::from_utf8(s).ok()?.split_once('.'));
-    if let Some((p, g)) = exec_of {
-        if p.parse() == Ok(sys::getpid()) {
-            EXEC_GEN.store(g.parse().unwrap_or(0), Ordering::Relaxed);
-        }
-    }
-    if let Some(r) =
-        getenv(b"IGPROF_ROOT_PID\0").and_then(|s| std::str::from_utf8(s).ok()?.parse().ok())
-    {
-        ROOT_PID.store(r, Ordering::Relaxed);
-    }
 
     perf::register_counters();
     each_module(|m| (m.register_counters)(options::get()));
@@ -421,13 +434,7 @@ pub fn init() {
     crate::fatal::install();
     drop(guard);
     let o = options::get();
-    // One line for the run: from the process the user started, not from
-    // every process it runs (those say it with -d).
-    let first = {
-        let root = ROOT_PID.load(Ordering::Relaxed);
-        (root == 0 || root == sys::getpid()) && EXEC_GEN.load(Ordering::Relaxed) == 0
-    };
-    if first || o.debug {
+    {
         crate::igprof_log!(
             "profiling {} (pid {}): {}; profile -> {}",
             crate::log::Bytes(&info().program),
