@@ -403,12 +403,14 @@ pub fn init() {
         return;
     };
     let guard = main.enter();
-    crate::hooks::install_core();
     let mut started: Vec<&'static str> = Vec::new();
-    each_module(|m| match (m.start)(options::get()) {
-        Ok(()) => started.push(m.what),
-        Err(e) if e.is_empty() => {} // the module already said why
-        Err(e) => crate::igprof_log!("{}: {e}; running without it", m.flag),
+    trampoline::maps::batch(|| {
+        crate::hooks::install_core();
+        each_module(|m| match (m.start)(options::get()) {
+            Ok(()) => started.push(m.what),
+            Err(e) if e.is_empty() => {} // the module already said why
+            Err(e) => crate::igprof_log!("{}: {e}; running without it", m.flag),
+        });
     });
     if options::get().perf.is_none() && started.is_empty() {
         crate::igprof_log!("nothing left to profile; the program runs unprofiled");

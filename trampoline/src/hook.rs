@@ -84,10 +84,17 @@ fn err(sym: &Symbol, reason: Reason) -> HookError {
 /// Copy the function's bytes out of live memory: the whole function when its
 /// size is known, else up to `A::MAX_READ` bytes, never past its mapping.
 fn read_code<A: Arch>(sym: &Symbol) -> Result<Vec<u8>, Reason> {
-    let map = maps::read_self().map_err(|e| Reason::Protect(e.raw_os_error().unwrap_or(0)))?;
-    let m = maps::find(&map, sym.addr)
-        .filter(|m| m.read && m.exec)
-        .ok_or(Reason::NotMapped { addr: sym.addr })?;
+    let io = |e: std::io::Error| Reason::Protect(e.raw_os_error().unwrap_or(0));
+    let code_at = |map: &[maps::Mapping]| {
+        maps::find(map, sym.addr)
+            .filter(|m| m.read && m.exec)
+            .cloned()
+    };
+    let m = match code_at(&maps::read_self().map_err(io)?) {
+        Some(m) => m,
+        None => code_at(&maps::read_self_fresh().map_err(io)?)
+            .ok_or(Reason::NotMapped { addr: sym.addr })?,
+    };
     let want = match sym.size {
         Some(s) => s + symbols::padding_after(sym.addr + s, crate::arch::PADDING_READ as u64),
         None => A::MAX_READ as u64,

@@ -61,8 +61,60 @@ fn rest_after_fields(line: &str, n: usize) -> &str {
 }
 
 /// Read and parse `/proc/self/maps`.
+///
+/// Inside [`batch`] the first read is kept and served again until
+/// [`invalidate`] (the trampoline calls it whenever it maps memory itself).
 pub fn read_self() -> std::io::Result<Vec<Mapping>> {
-    Ok(parse(&std::fs::read_to_string("/proc/self/maps")?))
+    let mut b = BATCH.lock().unwrap_or_else(|e| e.into_inner());
+    if b.depth > 0 {
+        if let Some(m) = &b.snapshot {
+            return Ok(m.clone());
+        }
+    }
+    let m = parse(&std::fs::read_to_string("/proc/self/maps")?);
+    if b.depth > 0 {
+        b.snapshot = Some(m.clone());
+    }
+    Ok(m)
+}
+
+/// [`read_self`] after [`invalidate`]: for a caller that did not find what
+/// it looked for in a batch's snapshot (something was mapped since).
+pub fn read_self_fresh() -> std::io::Result<Vec<Mapping>> {
+    invalidate();
+    read_self()
+}
+
+struct Batch {
+    depth: u32,
+    snapshot: Option<Vec<Mapping>>,
+}
+
+static BATCH: std::sync::Mutex<Batch> = std::sync::Mutex::new(Batch {
+    depth: 0,
+    snapshot: None,
+});
+
+/// Runs `f` (a series of hook installations) reading `/proc/self/maps` at
+/// most once, instead of three times per hook: a process's maps are
+/// hundreds of lines, and start-up cost counts in every profiled process.
+/// Code mappings do not move while `f` runs; what the trampoline maps
+/// itself invalidates the snapshot, and a look-up that misses in it reads
+/// the maps again.
+pub fn batch<R>(f: impl FnOnce() -> R) -> R {
+    BATCH.lock().unwrap_or_else(|e| e.into_inner()).depth += 1;
+    let r = f();
+    let mut b = BATCH.lock().unwrap_or_else(|e| e.into_inner());
+    b.depth -= 1;
+    if b.depth == 0 {
+        b.snapshot = None;
+    }
+    r
+}
+
+/// Drops the snapshot of the current [`batch`], if any.
+pub fn invalidate() {
+    BATCH.lock().unwrap_or_else(|e| e.into_inner()).snapshot = None;
 }
 
 /// The mapping containing `addr`.

@@ -138,10 +138,12 @@ fn new_page_near(near: u64, reach: u64, len: u64) -> Result<Page, Reason> {
         if p == libc::MAP_FAILED {
             let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
             if errno == libc::EEXIST {
+                maps::invalidate();
                 continue; // raced with another mapping; re-read the map
             }
             return Err(Reason::Protect(errno));
         }
+        maps::invalidate();
         if p as u64 != addr {
             // Old kernels ignore MAP_FIXED_NOREPLACE and treat it as a hint.
             // SAFETY: unmapping the mapping we just created.

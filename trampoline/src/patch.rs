@@ -48,7 +48,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Write `bytes` at `at` in live code with the guarantees in the module docs,
 /// flushing the instruction cache (`A::flush_icache`) after each step.
 pub fn write_code<A: Arch>(at: u64, bytes: &[u8]) -> Result<(), Reason> {
-    let map = maps::read_self().map_err(|e| Reason::Protect(e.raw_os_error().unwrap_or(0)))?;
+    let io = |e: std::io::Error| Reason::Protect(e.raw_os_error().unwrap_or(0));
+    let mut map = maps::read_self().map_err(io)?;
     let page = crate::nearmem::page_size();
     let first = at & !(page - 1);
     let last = (at + bytes.len() as u64 - 1) & !(page - 1);
@@ -56,6 +57,9 @@ pub fn write_code<A: Arch>(at: u64, bytes: &[u8]) -> Result<(), Reason> {
     let mut pages = Vec::new();
     let mut p = first;
     while p <= last {
+        if maps::find(&map, p).is_none() {
+            map = maps::read_self_fresh().map_err(io)?;
+        }
         let m = maps::find(&map, p).ok_or(Reason::NotMapped { addr: p })?;
         let prot = (if m.read { libc::PROT_READ } else { 0 })
             | (if m.write { libc::PROT_WRITE } else { 0 })

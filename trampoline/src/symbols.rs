@@ -11,7 +11,9 @@
 
 use crate::error::LookupError;
 use object::{Object, ObjectSymbol};
+use std::collections::HashMap;
 use std::ffi::{c_void, CStr, CString};
+use std::sync::{Arc, Mutex};
 
 /// A function in the process.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -150,16 +152,38 @@ pub fn defined_at(addr: u64) -> bool {
 
 /// How many of the `max` bytes from `end` (the end of a function) are not
 /// the start of another dynamic symbol, i.e. may be alignment padding.
+/// (dladdr names the symbol that starts at or before an address: asking
+/// for the last byte, then before each start found, needs one or two
+/// look-ups instead of one per byte, and each scans the object's symbols.)
 pub(crate) fn padding_after(end: u64, max: u64) -> u64 {
-    (0..max)
-        .find(|&k| {
-            // SAFETY: Dl_info is plain data filled by dladdr; any address is allowed.
-            let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-            // SAFETY: valid out-pointer.
-            let ok = unsafe { libc::dladdr((end + k) as *const c_void, &mut info) };
-            ok != 0 && info.dli_saddr as u64 == end + k
-        })
-        .unwrap_or(max)
+    let start_at_or_before = |a: u64| {
+        // SAFETY: Dl_info is plain data filled by dladdr; any address is allowed.
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        // SAFETY: valid out-pointer.
+        let ok = unsafe { libc::dladdr(a as *const c_void, &mut info) };
+        (ok != 0 && !info.dli_saddr.is_null()).then_some(info.dli_saddr as u64)
+    };
+    if max == 0 {
+        return 0;
+    }
+    // dladdr answers only for an address inside a symbol (or past one of
+    // unknown size): when the last byte is in no symbol, a tiny one may
+    // still start before it, so look byte by byte then.
+    let Some(last) = start_at_or_before(end + max - 1) else {
+        return (0..max)
+            .find(|&k| start_at_or_before(end + k) == Some(end + k))
+            .unwrap_or(max);
+    };
+    let mut first = None;
+    let mut next = Some(last);
+    while let Some(s) = next.filter(|&s| s >= end) {
+        first = Some(s);
+        if s == end {
+            break;
+        }
+        next = start_at_or_before(s - 1);
+    }
+    first.map_or(max, |s| s - end)
 }
 
 /// Sizes from the ELF file's symbol tables: the function symbol whose
@@ -210,26 +234,56 @@ fn elf_fallback(name: &str, version: Option<&str>, lib: Option<&str>) -> Option<
         } else {
             path.clone()
         };
-        let Ok(data) = std::fs::read(&file_path) else {
-            continue;
-        };
-        let Ok(file) = object::File::parse(&*data) else {
-            continue;
-        };
-        let bias = load_bias(&file, base);
-        let hit = file.symbols().chain(file.dynamic_symbols()).find(|s| {
-            s.kind() == object::SymbolKind::Text && s.is_definition() && s.name() == Ok(name)
-        });
-        if let Some(s) = hit {
-            let size = (s.size() > 0).then_some(s.size());
+        let defs = text_definitions(&file_path, base);
+        if let Some(&(addr, size)) = defs.get(name) {
             return Some(Symbol {
                 name: name.to_string(),
-                addr: s.address().wrapping_add(bias),
-                size,
+                addr,
+                size: (size > 0).then_some(size),
             });
         }
     }
     None
+}
+
+/// Run-time address and size of every function defined in the symbol
+/// tables of the file at `path` loaded at `base`, parsed once per object:
+/// looking up several names that an object does not export (an allocator's
+/// entry points, C++ operators) would otherwise read and parse the whole
+/// file for each, which every profiled process paid at start-up.
+fn text_definitions(path: &str, base: u64) -> Arc<HashMap<String, (u64, u64)>> {
+    static CACHE: Mutex<Vec<((String, u64), Arc<HashMap<String, (u64, u64)>>)>> =
+        Mutex::new(Vec::new());
+    let key = (path.to_string(), base);
+    if let Some((_, d)) = CACHE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .find(|(k, _)| *k == key)
+    {
+        return d.clone();
+    }
+    let mut defs = HashMap::new();
+    if let Ok(data) = std::fs::read(path) {
+        if let Ok(file) = object::File::parse(&*data) {
+            let bias = load_bias(&file, base);
+            // The first definition of a name wins (.symtab before .dynsym).
+            for s in file.symbols().chain(file.dynamic_symbols()) {
+                if s.kind() == object::SymbolKind::Text && s.is_definition() {
+                    if let Ok(n) = s.name() {
+                        defs.entry(n.to_string())
+                            .or_insert((s.address().wrapping_add(bias), s.size()));
+                    }
+                }
+            }
+        }
+    }
+    let d = Arc::new(defs);
+    CACHE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((key, d.clone()));
+    d
 }
 
 /// (path, load address) of every object in the process, main program first

@@ -128,6 +128,12 @@ pub(crate) fn hook(
     Ok(())
 }
 
+/// The symbol version of glibc's first release on this architecture.
+#[cfg(target_arch = "aarch64")]
+const GLIBC_BASE_VERSION: &str = "GLIBC_2.17";
+#[cfg(not(target_arch = "aarch64"))]
+const GLIBC_BASE_VERSION: &str = "GLIBC_2.2.5";
+
 fn object_of(addr: u64) -> Option<&'static [u8]> {
     crate::unwind::module_of(addr as usize).map(|m| m.path)
 }
@@ -157,7 +163,12 @@ pub fn install() {
             // them (tcmalloc); libstdc++'s call malloc.
             continue;
         }
+        // cfree is only a compatibility symbol of glibc: dlsym does not see
+        // it, and the fallback reads the whole library file to find it.
         let found = match &alloc_lib {
+            None if name == "cfree" => {
+                trampoline::find_function_versioned(name, GLIBC_BASE_VERSION, Some("libc.so.6"))
+            }
             Some(lib) => trampoline::find_function(name, Some(lib))
                 .or_else(|_| trampoline::find_function(name, Some("libc.so.6"))),
             None => trampoline::find_function(name, Some("libc.so.6")),
