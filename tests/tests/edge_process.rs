@@ -486,3 +486,38 @@ fn wall_clock_profiling_never_interrupts_blocking_calls() {
         }
     }
 }
+
+#[test]
+fn periodic_dumps_leave_a_profile_when_the_program_is_killed_by_sigkill() {
+    use std::os::unix::process::ExitStatusExt;
+    let mode = ["-pp", "--dump-every", "100ms"];
+    let d = dir_for("die_by_signal", "die_by_signal.c", &mode);
+    let mut child = Command::new(root().join("scripts/igprof"))
+        .args(mode)
+        .args(["-o", "killed.gz", "./die_by_signal", "default"])
+        .env("IGPROF_LIB", lib())
+        .current_dir(&d)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut l = String::new();
+    out.read_line(&mut l).unwrap();
+    assert_eq!(l, "ready\n");
+    // A snapshot written after "ready": until_killed has run by then.
+    let _ = std::fs::remove_file(d.join("killed.gz"));
+    let start = Instant::now();
+    while !d.join("killed.gz").exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no periodic dump"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.signal(), Some(libc::SIGKILL));
+    let p = parse_strict(&read_text(&d.join("killed.gz"))).unwrap();
+    assert!(under(&p, "PERF_TICKS", "until_killed").0 > 0);
+}
