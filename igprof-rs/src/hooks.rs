@@ -1,6 +1,7 @@
 //! The core hooks, installed with trampolines (DESIGN.md): thread creation,
 //! fork, exec, the signal functions, the ways a process ends (_exit, abort,
-//! kill/raise of itself), dlopen/dlclose, and the setuid family (a process
+//! kill/raise of itself), longjmp out of profiler code, dlopen/dlclose, and
+//! the setuid family (a process
 //! that gives up its privileges must still be able to write its profile).
 //!
 //! Owns the list of core hooks and their chain pointers ([`orig`]). Every
@@ -41,6 +42,7 @@ pub mod orig {
     pub type Raise = unsafe extern "C" fn(c_int) -> c_int;
     pub type Dlopen = unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void;
     pub type Dlclose = unsafe extern "C" fn(*mut c_void) -> c_int;
+    pub type Longjmp = unsafe extern "C" fn(*mut c_void, c_int) -> !;
     pub type SetId1 = unsafe extern "C" fn(libc::uid_t) -> c_int;
     pub type SetId2 = unsafe extern "C" fn(libc::uid_t, libc::uid_t) -> c_int;
     pub type SetId3 = unsafe extern "C" fn(libc::uid_t, libc::uid_t, libc::uid_t) -> c_int;
@@ -71,6 +73,8 @@ pub mod orig {
         raise, RAISE, Raise;
         dlopen, DLOPEN, Dlopen;
         dlclose, DLCLOSE, Dlclose;
+        siglongjmp, SIGLONGJMP, Longjmp;
+        longjmp_chk, LONGJMP_CHK, Longjmp;
         setuid, SETUID, SetId1;
         seteuid, SETEUID, SetId1;
         setreuid, SETREUID, SetId2;
@@ -129,7 +133,7 @@ pub fn install(
 /// run continues without that hook.
 pub fn install_core() {
     use orig::*;
-    let list: [(&'static str, *const (), &AtomicUsize); 17] = [
+    let list: [(&'static str, *const (), &AtomicUsize); 19] = [
         (
             "sigaction",
             crate::signals::sigaction_hook as *const (),
@@ -159,6 +163,9 @@ pub fn install_core() {
         ("raise", raise_hook as *const (), &RAISE),
         ("dlopen", dlopen_hook as *const (), &DLOPEN),
         ("dlclose", dlclose_hook as *const (), &DLCLOSE),
+        // longjmp and _longjmp are the same code as siglongjmp in glibc.
+        ("siglongjmp", siglongjmp_hook as *const (), &SIGLONGJMP),
+        ("__longjmp_chk", longjmp_chk_hook as *const (), &LONGJMP_CHK),
         ("setuid", setuid_hook as *const (), &SETUID),
         ("seteuid", seteuid_hook as *const (), &SETEUID),
         ("setreuid", setreuid_hook as *const (), &SETREUID),
@@ -360,6 +367,34 @@ extern "C" fn dlclose_hook(handle: *mut c_void) -> c_int {
         aside(crate::runtime::modules_changed);
     }
     r
+}
+
+// ---- non-local exits ----
+
+/// Before a longjmp: the profiler never calls it, so a thread that is
+/// inside the profiler here runs a program signal handler that interrupted
+/// profiler code (a SIGALRM timeout, a SIGSEGV recovery) and is about to
+/// leave it for good. Without this the thread would stay marked busy: never
+/// sampled again, its allocations no longer counted.
+fn before_longjmp() {
+    if let Some(t) = thread::current().filter(|_| thread::is_busy()) {
+        t.left_by_jump();
+        crate::mem::site::left_by_jump();
+    }
+}
+
+extern "C" fn siglongjmp_hook(env: *mut c_void, val: c_int) -> ! {
+    let real = orig::siglongjmp().expect("siglongjmp hook without chain");
+    before_longjmp();
+    // SAFETY: plain forward.
+    unsafe { real(env, val) }
+}
+
+extern "C" fn longjmp_chk_hook(env: *mut c_void, val: c_int) -> ! {
+    let real = orig::longjmp_chk().expect("__longjmp_chk hook without chain");
+    before_longjmp();
+    // SAFETY: plain forward.
+    unsafe { real(env, val) }
 }
 
 // ---- privileges ----

@@ -310,6 +310,14 @@ impl ThreadState {
         Some(Guard { t: self })
     }
 
+    /// The thread left profiler code without returning from it: a program
+    /// signal handler that interrupted it called longjmp. Nothing of that
+    /// code runs any more, so the thread is no longer inside the profiler.
+    pub fn left_by_jump(&self) {
+        self.busy.set(false);
+        self.in_signal.set(false);
+    }
+
     /// Marks the handler's extent for the allocation check.
     #[inline]
     pub fn set_in_signal(&self, v: bool) {

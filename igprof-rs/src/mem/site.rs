@@ -358,6 +358,12 @@ pub fn enter(kind: u8, a: usize, b: u64) -> Entry {
     })
 }
 
+/// The thread left a hook by longjmp (a program's signal handler that
+/// interrupted it): it is no longer recording nor inside a real call.
+pub fn left_by_jump() {
+    tls(|h| h.outer.set(0));
+}
+
 /// Events on threads the profiler has no state for (passed through).
 pub static UNKNOWN_THREAD: AtomicU64 = AtomicU64::new(0);
 
