@@ -143,11 +143,17 @@ pub fn size_of_function_at(addr: u64) -> Option<u64> {
 /// exports for a function it only calls (`dlsym` returns that address, but
 /// the symbol is undefined there and the code is a jump to the real one).
 pub fn defined_at(addr: u64) -> bool {
-    // SAFETY: Dl_info is plain data filled by dladdr; any address is allowed.
+    // SAFETY: Dl_info is plain data; dladdr1 fills it (and `sym`) or returns 0.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: valid out-pointer.
-    let ok = unsafe { libc::dladdr(addr as *const c_void, &mut info) };
-    ok != 0 && info.dli_saddr as u64 == addr
+    let mut sym: *mut c_void = std::ptr::null_mut();
+    // SAFETY: valid out-pointers; RTLD_DL_SYMENT makes `sym` an ElfW(Sym)*.
+    let ok = unsafe { libc::dladdr1(addr as *const c_void, &mut info, &mut sym, RTLD_DL_SYMENT) };
+    // dladdr also names an undefined symbol that has a value (the PLT entry
+    // of a non-PIE program): the section index tells them apart.
+    ok != 0
+        && info.dli_saddr as u64 == addr
+        // SAFETY: glibc returns a pointer into the object's mapped .dynsym.
+        && (sym.is_null() || unsafe { (*(sym as *const libc::Elf64_Sym)).st_shndx } != 0)
 }
 
 /// How many of the `max` bytes from `end` (the end of a function) are not
