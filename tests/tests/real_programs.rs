@@ -1,0 +1,428 @@
+//! Programs nobody here wrote, under every module: python3 (threads and a
+//! multiprocessing pool), perl, sqlite3, a C++ compile through the g++
+//! driver, `make -j2` of a small C project, a bash pipeline, and node when
+//! it is installed. Each runs unprofiled and under `-pp`, `-pp -i 1ms`,
+//! `-mp`, `-fd` and `-pp -mp -fd`; the output and exit status must be the
+//! same, every process must leave a profile that parses with IgProf's
+//! grammar (and no `.tmp`), and for sqlite3, python3 and sort the number of
+//! allocation calls must equal heaptrack's on the same run.
+//!
+//! Every failing (program, mode) is reported, not only the first.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use igprof_tests::*;
+
+const MODES: &[&[&str]] = &[
+    &["-pp"],
+    &["-pp", "-i", "1ms"],
+    &["-mp"],
+    &["-fd"],
+    &["-pp", "-mp", "-fd"],
+];
+
+/// A program of the suite: its command line, run in a directory that
+/// `setup` prepares, and the fewest processes (profiles) a run makes.
+struct Program {
+    name: &'static str,
+    argv: Vec<String>,
+    setup: fn(&Path),
+    min_profiles: usize,
+}
+
+fn argv(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+fn installed(cmd: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {cmd}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+const PYTHON: &str = "\
+import hashlib, multiprocessing, threading
+def f(x):
+    return sum(i * i for i in range(x))
+def digest(n, out):
+    out.append(hashlib.sha256(str(n).encode() * 20000).hexdigest()[:8])
+if __name__ == '__main__':
+    out = []
+    ts = [threading.Thread(target=digest, args=(i, out)) for i in range(4)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    with multiprocessing.Pool(2) as p:
+        print(sum(p.map(f, [20000] * 60)))
+    print(sorted(out))
+    d = {}
+    for i in range(30000):
+        d.setdefault(i % 1000, []).append(str(i))
+    print(len(d), sum(len(v) for v in d.values()))
+";
+
+const PERL: &str = r#"my %h; for my $i (1..100000) { $h{$i % 1000} .= "x$i" } my $n = 0; $n += length($h{$_}) for keys %h; print scalar(keys %h), " $n\n";"#;
+
+const SQL: &str = "\
+create table t(a integer primary key, b text);
+with recursive c(x) as (select 1 union all select x+1 from c where x < 50000)
+  insert into t select x, printf('row %d', x) from c;
+create index tb on t(b);
+select count(*), sum(length(b)) from t where b like 'row 1%';
+select count(*) from t a join t b on a.a = b.a + 1 where a.b > 'row 4';
+";
+
+fn no_setup(_: &Path) {}
+
+fn write_sql(d: &Path) {
+    std::fs::write(d.join("q.sql"), SQL).unwrap();
+}
+
+fn write_numbers(d: &Path) {
+    // A fixed permutation of 1..20000 (no randomness: same input each run).
+    let nums: Vec<String> = (0..20000u64)
+        .map(|i| ((i * 7919) % 20000 + 1).to_string())
+        .collect();
+    std::fs::write(d.join("nums.txt"), nums.join("\n") + "\n").unwrap();
+}
+
+fn write_cpp(d: &Path) {
+    std::fs::copy(
+        root().join("tests/inputs/templates.cpp"),
+        d.join("templates.cpp"),
+    )
+    .unwrap();
+}
+
+fn write_project(d: &Path) {
+    let p = d.join("proj");
+    std::fs::create_dir_all(&p).unwrap();
+    let mut objs = vec!["main.o".to_string()];
+    let mut main = String::from("#include <stdio.h>\n");
+    for i in 1..=8 {
+        std::fs::write(
+            p.join(format!("f{i}.c")),
+            format!("int f{i}(int x) {{ int s = 0; for (int k = 0; k < x; k++) s += k * {i}; return s; }}\n"),
+        )
+        .unwrap();
+        main.push_str(&format!("int f{i}(int);\n"));
+        objs.push(format!("f{i}.o"));
+    }
+    main.push_str("int main(void) { printf(\"%d\\n\", f1(10) + f8(10)); return 0; }\n");
+    std::fs::write(p.join("main.c"), main).unwrap();
+    let mk = format!(
+        "OBJ = {}\nprog: $(OBJ)\n\t$(CC) -o $@ $(OBJ)\n%.o: %.c\n\t$(CC) -O1 -c $< -o $@\n",
+        objs.join(" ")
+    );
+    std::fs::write(p.join("Makefile"), mk).unwrap();
+}
+
+fn programs() -> Vec<Program> {
+    let mut v = vec![
+        Program {
+            name: "python3",
+            argv: argv(&["/usr/bin/python3", "-c", PYTHON]),
+            setup: no_setup,
+            // The interpreter and the pool's two workers.
+            min_profiles: 3,
+        },
+        Program {
+            name: "perl",
+            argv: argv(&["perl", "-e", PERL]),
+            setup: no_setup,
+            min_profiles: 1,
+        },
+        Program {
+            name: "sqlite3",
+            argv: argv(&["sqlite3", ":memory:", ".read q.sql"]),
+            setup: write_sql,
+            min_profiles: 1,
+        },
+        Program {
+            name: "g++",
+            argv: argv(&[
+                "g++",
+                "-std=c++17",
+                "-O1",
+                "-c",
+                "templates.cpp",
+                "-o",
+                "templates.o",
+            ]),
+            setup: write_cpp,
+            // The driver, cc1plus and as.
+            min_profiles: 3,
+        },
+        Program {
+            name: "make",
+            argv: argv(&["make", "-s", "-j2", "-C", "proj", "prog"]),
+            setup: write_project,
+            // make, and a shell, cc, cc1 and as for each of the 9 files.
+            min_profiles: 10,
+        },
+        Program {
+            name: "bash",
+            argv: argv(&[
+                "bash",
+                "-c",
+                "sort -n nums.txt | uniq | awk '{s += $1} END {print s, NR}' | cat; \
+                 for i in $(seq 1 300); do x=$((x + i)); done; echo $x",
+            ]),
+            setup: write_numbers,
+            min_profiles: 4,
+        },
+    ];
+    if installed("node") {
+        v.push(Program {
+            name: "node",
+            argv: argv(&[
+                "node",
+                "-e",
+                "let s = 0; for (let i = 0; i < 2e6; i++) s += i % 7; \
+                 const a = []; for (let i = 0; i < 1e5; i++) a.push({ i, s: String(i) }); \
+                 console.log(s, a.length, JSON.stringify(a).length)",
+            ]),
+            setup: no_setup,
+            min_profiles: 1,
+        });
+    }
+    v
+}
+
+fn run_in(dir: &Path, args: &[String]) -> Output {
+    Command::new(&args[0])
+        .args(&args[1..])
+        .current_dir(dir)
+        .env("PYTHONHASHSEED", "0")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", args[0]))
+}
+
+/// A fresh working directory for one run of `p`.
+fn workdir(p: &Program, tag: &str) -> PathBuf {
+    let d = scratch(&format!("real-{}-{tag}", p.name.replace('+', "x")));
+    (p.setup)(&d);
+    d
+}
+
+/// Runs `p` under `mode`; what went wrong, if anything.
+fn check(p: &Program, mode: &[&str], want: &Output) -> Vec<String> {
+    let d = workdir(p, &mode.concat());
+    let out = d.join("profiles");
+    std::fs::create_dir_all(&out).unwrap();
+    let mut args: Vec<String> = argv(mode);
+    args.extend(["-o".to_string(), out.join("p.gz").display().to_string()]);
+    args.extend(p.argv.iter().cloned());
+    let got = Command::new(root().join("scripts/igprof"))
+        .args(&args)
+        .current_dir(&d)
+        .env("IGPROF_LIB", lib())
+        .env("PYTHONHASHSEED", "0")
+        .output()
+        .unwrap();
+    let mut bad = Vec::new();
+    if got.stdout != want.stdout {
+        bad.push(format!(
+            "output differs: {:?} profiled vs {:?}",
+            String::from_utf8_lossy(&got.stdout),
+            String::from_utf8_lossy(&want.stdout)
+        ));
+    }
+    if got.status.code() != want.status.code() {
+        bad.push(format!(
+            "exit status {:?} profiled vs {:?}; stderr: {}",
+            got.status,
+            want.status,
+            String::from_utf8_lossy(&got.stderr)
+        ));
+    }
+    let mut n = 0;
+    for e in std::fs::read_dir(&out).unwrap() {
+        let path = e.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name.ends_with(".tmp") {
+            bad.push(format!("{name} left behind"));
+            continue;
+        }
+        n += 1;
+        if let Err(e) = parse_strict(&read_text(&path)) {
+            bad.push(format!("{name}: {e}"));
+        }
+    }
+    if n < p.min_profiles {
+        bad.push(format!(
+            "{n} profiles, at least {} processes ran",
+            p.min_profiles
+        ));
+    }
+    bad
+}
+
+#[test]
+fn real_programs_behave_the_same_and_leave_their_profiles() {
+    let mut failures = Vec::new();
+    for p in programs() {
+        let want = run_in(&workdir(&p, "plain"), &p.argv);
+        assert!(
+            want.status.success(),
+            "{} fails unprofiled: {}",
+            p.name,
+            String::from_utf8_lossy(&want.stderr)
+        );
+        for &mode in MODES {
+            for what in check(&p, mode, &want) {
+                failures.push(format!("{} {}: {what}", p.name, mode.join(" ")));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// heaptrack's count of allocation calls, less the one of its own (its
+/// libstdc++'s exception pool).
+fn heaptrack_calls(dir: &Path, args: &[String]) -> u64 {
+    let o = Command::new("heaptrack")
+        .arg("-o")
+        .arg(dir.join("ht"))
+        .args(args)
+        .current_dir(dir)
+        .env("PYTHONHASHSEED", "0")
+        .output()
+        .expect("heaptrack (scripts/setup installs it)");
+    assert!(
+        o.status.success(),
+        "heaptrack failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let p = Command::new("heaptrack_print")
+        .arg(dir.join("ht.zst"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&p.stdout);
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("calls to allocation functions: "))
+        .unwrap_or_else(|| panic!("no call count from heaptrack_print: {text}"));
+    let n: u64 = line.split_whitespace().next().unwrap().parse().unwrap();
+    n - 1
+}
+
+#[test]
+fn allocation_calls_equal_heaptracks() {
+    let cases: Vec<(&str, Vec<String>, fn(&Path))> = vec![
+        ("sqlite3", argv(&["sqlite3", ":memory:", ".read q.sql"]), write_sql),
+        (
+            "python3",
+            argv(&[
+                "/usr/bin/python3",
+                "-c",
+                "d = {}\nfor i in range(30000): d.setdefault(i % 1000, []).append(str(i))\nprint(len(d))",
+            ]),
+            no_setup,
+        ),
+        ("sort", argv(&["sort", "-n", "nums.txt"]), write_numbers),
+    ];
+    let mut failures = Vec::new();
+    for (name, args, setup) in cases {
+        let d = scratch(&format!("heaptrack-{name}"));
+        setup(&d);
+        let theirs = heaptrack_calls(&d, &args);
+        let mut cmd = vec!["-mp".to_string(), "-o".to_string(), "mp.gz".to_string()];
+        cmd.extend(args.iter().cloned());
+        let o = Command::new(root().join("scripts/igprof"))
+            .args(&cmd)
+            .current_dir(&d)
+            .env("IGPROF_LIB", lib())
+            .env("PYTHONHASHSEED", "0")
+            .output()
+            .unwrap();
+        ok(&o);
+        let p = parse_strict(&read_text(&d.join("mp.gz"))).unwrap();
+        let ours = total(&p, "MEM_TOTAL");
+        if ours != theirs {
+            failures.push(format!(
+                "{name}: igprof -mp {ours} calls, heaptrack {theirs}"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Runs `args` in `dir` and returns its CPU time (user + system, seconds)
+/// with its output.
+fn run_timed(dir: &Path, args: &[String]) -> (f64, Output) {
+    use std::os::unix::process::ExitStatusExt;
+    let child = Command::new(&args[0])
+        .args(&args[1..])
+        .current_dir(dir)
+        .env("IGPROF_LIB", lib())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    // SAFETY: rusage and status are plain out-parameters; pid is our child.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let mut status = 0;
+    // The pipes are small: the programs below print one line.
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+    assert_eq!(r, pid);
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    let mut out = child.wait_with_output().unwrap_or_else(|_| Output {
+        status: std::process::ExitStatus::from_raw(status),
+        stdout: Vec::new(),
+        stderr: Vec::new(),
+    });
+    out.status = std::process::ExitStatus::from_raw(status);
+    (secs(ru.ru_utime) + secs(ru.ru_stime), out)
+}
+
+#[test]
+fn perf_ticks_add_up_to_the_cpu_time_with_every_module() {
+    // About a second of CPU each, most of it allocating (inside the hooks).
+    let heavy = [
+        (
+            "perl",
+            argv(&[
+                "perl",
+                "-e",
+                r#"my %h; for my $i (1..1500000) { $h{$i % 5000} .= "x" } print scalar(keys %h), "\n";"#,
+            ]),
+        ),
+        (
+            "sqlite3",
+            argv(&[
+                "sqlite3",
+                ":memory:",
+                "with recursive c(x) as (select 1 union all select x+1 from c where x < 300000) \
+                 select count(*), sum(length(printf('%x-%s', x, x))) from c;",
+            ]),
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (name, cmd) in heavy {
+        let d = scratch(&format!("ticks-{name}"));
+        let launcher = root().join("scripts/igprof");
+        let mut args = argv(&[
+            launcher.to_str().unwrap(),
+            "-pp",
+            "-mp",
+            "-fd",
+            "-o",
+            "t.gz",
+        ]);
+        args.extend(cmd);
+        let (cpu, o) = run_timed(&d, &args);
+        assert!(o.status.success(), "{name}: {:?}", o.status);
+        let prof = parse_strict(&read_text(&d.join("t.gz"))).unwrap();
+        let sampled = total(&prof, "PERF_TICKS") as f64 * 0.005;
+        // The launcher's own few ms and the exit dump are not sampled.
+        if (sampled - cpu).abs() > cpu * 0.05 + 0.03 {
+            failures.push(format!(
+                "{name}: PERF_TICKS {sampled:.3} s, CPU time {cpu:.3} s"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
