@@ -238,9 +238,7 @@ pub fn start_thread(t: &'static ThreadState) {
                 Ok(()) => return,
                 Err(e) => {
                     if !PERF_UNAVAILABLE.swap(true, Ordering::Relaxed) && o.debug {
-                        crate::igprof_log!(
-                            "perf_event_open(task-clock) failed (errno {e}); sampling with CPU-clock timers (scheduler-tick resolution)"
-                        );
+                        no_perf_events(e);
                     }
                 }
             }
@@ -254,13 +252,26 @@ pub fn start_thread(t: &'static ThreadState) {
             t.timer.store(id, Ordering::Release);
             sys::timer_arm_once(id, next_interval(t));
         }
-        Err(e) => {
-            crate::igprof_log!(
-                "cannot create the sampling timer of thread {} (errno {e}); it is not sampled",
-                t.tid()
-            )
-        }
+        Err(e) => no_timer(t.tid(), e),
     }
+}
+
+/// Says why a thread is not sampled: out of line, so that the line buffer
+/// is not in [`start_thread`]'s frame on every thread's (maybe small) stack.
+#[cold]
+#[inline(never)]
+fn no_timer(tid: i32, e: i32) {
+    crate::igprof_log!(
+        "cannot create the sampling timer of thread {tid} (errno {e}); it is not sampled"
+    );
+}
+
+#[cold]
+#[inline(never)]
+fn no_perf_events(e: i32) {
+    crate::igprof_log!(
+        "perf_event_open(task-clock) failed (errno {e}); sampling with CPU-clock timers (scheduler-tick resolution)"
+    );
 }
 
 /// Opens and enables the calling thread's sampling perf event.

@@ -48,6 +48,11 @@ pub struct ThreadState {
     pub tree: core::cell::UnsafeCell<CallTree>,
     /// Buffer for one stack trace (max_depth + 1 entries), from mmap.
     pub trace: *mut usize,
+    /// The lowest address of the stack stack walks run on ([`WALK_STACK`]
+    /// bytes, from mmap; 0 if it could not be mapped): a walk that parses
+    /// DWARF needs several KiB, which a small thread stack or alternate
+    /// signal stack does not have.
+    pub walk_stack: usize,
     pub trace_cap: usize,
     /// Kernel timer id of this thread's sampling timer, or -1.
     pub timer: AtomicI32,
@@ -113,6 +118,9 @@ impl<T> Deref for OwnerCell<T> {
         unsafe { &*self.0.get() }
     }
 }
+
+/// Bytes of a state's walk stack (pages are committed only when touched).
+pub const WALK_STACK: usize = 64 * 1024;
 
 /// How many exited states a new thread examines for adoption (one
 /// `tgkill` probe each) before it makes a fresh one.
@@ -211,7 +219,16 @@ fn adopt_ended(tid: i32, trace_cap: usize) -> Option<&'static ThreadState> {
         })
 }
 
+/// Makes and registers a fresh state for the calling thread. Built on a
+/// stack of its own: the state and its unwinder are large values (framehop's
+/// rule cache), which a thread made with a 16 KiB stack cannot hold.
 fn new_state(max_depth: usize, stale: bool) -> Option<&'static ThreadState> {
+    let p = sys::with_big_stack(|| build_state(max_depth, stale).map(|t| t as *const ThreadState));
+    // SAFETY: states are never freed.
+    p.map(|p| unsafe { &*p })
+}
+
+fn build_state(max_depth: usize, stale: bool) -> Option<&'static ThreadState> {
     let size = core::mem::size_of::<ThreadState>();
     let mem =
         sys::mmap_anon(size + (max_depth + 2) * core::mem::size_of::<usize>()) as *mut ThreadState;
@@ -231,6 +248,7 @@ fn new_state(max_depth: usize, stale: bool) -> Option<&'static ThreadState> {
             in_signal: Cell::new(false),
             tree: core::cell::UnsafeCell::new(CallTree::new()),
             trace: (mem as *mut u8).add(size) as *mut usize,
+            walk_stack: sys::mmap_anon(WALK_STACK) as usize,
             trace_cap: max_depth + 1,
             timer: AtomicI32::new(-1),
             perf_fd: AtomicI32::new(-1),
@@ -403,6 +421,13 @@ impl Drop for Guard {
         self.t.busy.set(false);
         crate::fatal::die_if_pending();
     }
+}
+
+/// An address in the caller's stack frame (its stack pointer, near enough).
+#[inline(always)]
+pub fn stack_pointer() -> usize {
+    let here = 0u8;
+    core::hint::black_box(&here) as *const u8 as usize
 }
 
 /// Runs `f` with the calling thread marked busy, so hooks it triggers pass

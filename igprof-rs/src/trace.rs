@@ -41,10 +41,43 @@ const NONE: Walk = Walk {
 /// `uc` must be the `ucontext_t` passed to an SA_SIGINFO handler running on
 /// the thread that owns `ts`.
 pub unsafe fn from_ucontext(ts: &ThreadState, uc: *const libc::c_void, out: &mut [usize]) -> Walk {
+    let bounds = with_current_altstack(*ts.bounds);
     match &ts.unwinder {
-        Some(u) => walk_of(u.trace_program_from_ucontext(uc, &ts.bounds, out)),
+        // SAFETY: as the caller guarantees.
+        Some(u) => on_walk_stack(ts, || {
+            walk_of(unsafe { u.trace_program_from_ucontext(uc, &bounds, out) })
+        }),
         None => NONE,
     }
+}
+
+/// The thread's bounds, with the alternate signal stack it is running on
+/// now if that is not the one known at thread start (a program may set one
+/// up at any time). Our handler (and a hook) runs on the stack the code it
+/// traces was on, so its own stack pointer tells. Signal-safe: one system
+/// call, and only when running outside the known stacks.
+fn with_current_altstack(mut b: crate::unwind::StackBounds) -> crate::unwind::StackBounds {
+    let sp = crate::thread::stack_pointer();
+    let within = |(lo, hi): (usize, usize)| lo <= sp && sp < hi;
+    if within(b.stack) || within(b.altstack) {
+        return b;
+    }
+    // SAFETY: a zeroed stack_t is a valid out-buffer; no new stack is set.
+    let mut ss: libc::stack_t = unsafe { core::mem::zeroed() };
+    let _e = crate::sys::ErrnoGuard::save();
+    // SAFETY: sigaltstack with a null new stack only reads the current one.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_sigaltstack,
+            core::ptr::null::<libc::stack_t>(),
+            &mut ss,
+        )
+    };
+    if r == 0 && ss.ss_flags & libc::SS_ONSTACK != 0 {
+        let lo = ss.ss_sp as usize;
+        b.altstack = (lo, lo + ss.ss_size);
+    }
+    b
 }
 
 /// Stack trace of the code that called into the profiler (a hooked
@@ -52,10 +85,31 @@ pub unsafe fn from_ucontext(ts: &ThreadState, uc: *const libc::c_void, out: &mut
 /// address into the caller of the hooked function.
 #[inline(never)]
 pub fn here(ts: &ThreadState, out: &mut [usize]) -> Walk {
-    match &ts.unwinder {
-        Some(u) => walk_of(u.trace_here(&ts.bounds, out)),
+    let regs = crate::unwind::ThreadUnwinder::capture();
+    let bounds = with_current_altstack(*ts.bounds);
+    let w = match &ts.unwinder {
+        Some(u) => on_walk_stack(ts, || walk_of(u.trace_from_regs(regs, &bounds, out))),
         None => NONE,
+    };
+    // This frame, whose registers were captured, stays alive until the walk
+    // is done.
+    core::hint::black_box(&regs);
+    w
+}
+
+/// Runs a walk on the thread's walk stack, so that what it needs (several
+/// KiB to parse DWARF) never comes from the program's stack, which may be a
+/// 16 KiB thread stack or a small alternate signal stack. A walk that is
+/// already on it (a signal handler nested in one) goes on where it is.
+fn on_walk_stack(ts: &ThreadState, f: impl FnOnce() -> Walk) -> Walk {
+    let lo = ts.walk_stack;
+    let sp = crate::thread::stack_pointer();
+    if lo == 0 || (lo <= sp && sp < lo + crate::thread::WALK_STACK) {
+        return f();
     }
+    // SAFETY: the state's own mapping, used only by its owner thread, and
+    // not in use (the thread is not on it, checked above).
+    unsafe { crate::sys::run_on_stack(lo, crate::thread::WALK_STACK, f) }
 }
 
 /// Builds the unwinder's module table (start-up, after dlopen/dlclose).

@@ -521,3 +521,32 @@ fn periodic_dumps_leave_a_profile_when_the_program_is_killed_by_sigkill() {
     let p = parse_strict(&read_text(&d.join("killed.gz"))).unwrap();
     assert!(under(&p, "PERF_TICKS", "until_killed").0 > 0);
 }
+
+#[test]
+fn small_thread_stacks_and_alternate_signal_stacks_are_enough() {
+    for &mode in MODES.iter().chain([&["-pp", "-i", "100us"][..]].iter()) {
+        let d = dir_for("small_stacks", "small_stacks.c", mode);
+        let want = plain(&d, "small_stacks", &[]);
+        let got = profiled(&d, mode, "small_stacks", &[]);
+        assert_eq!(
+            got.status.code(),
+            Some(0),
+            "{mode:?}: {}",
+            text(&got.stderr)
+        );
+        assert_eq!(text(&got.stdout), text(&want.stdout), "{mode:?}");
+        let p = the_profile(&d);
+        if uses(mode, "-mp") {
+            // Two small-stack threads, the deep thread and the handler.
+            assert_eq!(under(&p, "MEM_TOTAL", "allocate_1000").0, 4000, "{mode:?}");
+        }
+        if uses(mode, "-pp") {
+            for f in ["on_small_stack", "deep", "on_altstack"] {
+                assert!(
+                    under(&p, "PERF_TICKS", f).0 > 0,
+                    "{mode:?}: no samples in {f}"
+                );
+            }
+        }
+    }
+}

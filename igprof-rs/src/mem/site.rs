@@ -11,7 +11,7 @@
 //!
 //! Must never: allocate, lock, or leave `errno` changed.
 
-use core::cell::{Cell, UnsafeCell};
+use core::cell::Cell;
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::thread::{self, Guard, ThreadState};
@@ -50,8 +50,10 @@ pub struct HookTls {
     /// fopen -> open): such inner calls from libc are not separate events.
     pub outer: Cell<u8>,
     /// Deferred events: written by a signal handler on this thread, read by
-    /// the thread itself; `head`/`tail` count pushes and pops.
-    queue: UnsafeCell<[Deferred; DEFERRED_MAX]>,
+    /// the thread itself; `head`/`tail` count pushes and pops. On the heap
+    /// (made with the thread's first recorded event; null before): in TLS
+    /// it took 8.7 KB from every thread's stack, where glibc puts TLS.
+    queue: Cell<*mut [Deferred; DEFERRED_MAX]>,
     head: Cell<usize>,
     tail: Cell<usize>,
     /// A second unwinder for events deferred while the thread's own one
@@ -71,7 +73,7 @@ thread_local! {
     static TLS: HookTls = const {
         HookTls {
             outer: Cell::new(0),
-            queue: UnsafeCell::new([NO_EVENT; DEFERRED_MAX]),
+            queue: Cell::new(core::ptr::null_mut()),
             head: Cell::new(0),
             tail: Cell::new(0),
             nested: Cell::new(core::ptr::null()),
@@ -285,6 +287,13 @@ pub fn release_thread_extras() {
             let n = h.nested.replace(core::ptr::null());
             let p = h.paths.replace(core::ptr::null_mut());
             let m = h.memo.replace(core::ptr::null_mut());
+            // The queue goes too when nothing waits in it (an event deferred
+            // from now on is counted as lost).
+            let q = if h.head.get() == h.tail.get() {
+                h.queue.replace(core::ptr::null_mut())
+            } else {
+                core::ptr::null_mut()
+            };
             // SAFETY: each was made by Box::into_raw in make_thread_extras on
             // this thread and is no longer referenced (pointers cleared).
             unsafe {
@@ -297,6 +306,9 @@ pub fn release_thread_extras() {
                 if !m.is_null() {
                     drop(Box::from_raw(m));
                 }
+                if !q.is_null() {
+                    drop(Box::from_raw(q));
+                }
             }
         })
     });
@@ -306,13 +318,21 @@ pub fn release_thread_extras() {
 #[inline(never)]
 fn make_thread_extras(h: &HookTls) {
     // Guard held, not in our signal handler: the global allocator is usable.
-    if let Ok(u) = crate::unwind::ThreadUnwinder::new() {
-        h.nested.set(Box::into_raw(Box::new(u)));
-    }
-    let cap = thread::current().map_or(0, |t| t.trace_cap);
-    h.paths.set(Box::into_raw(Box::new(PathCache::new(cap))));
-    h.memo
-        .set(Box::into_raw(Box::new(super::memo::StackMemo::new())));
+    // On a stack of its own: these are large values, built before they are
+    // boxed, and the thread's stack may be 16 KiB.
+    crate::sys::with_big_stack(|| {
+        if let Ok(u) = crate::unwind::ThreadUnwinder::new() {
+            h.nested.set(Box::into_raw(Box::new(u)));
+        }
+        let cap = thread::current().map_or(0, |t| t.trace_cap);
+        h.paths.set(Box::into_raw(Box::new(PathCache::new(cap))));
+        h.memo
+            .set(Box::into_raw(Box::new(super::memo::StackMemo::new())));
+        if h.queue.get().is_null() {
+            h.queue
+                .set(Box::into_raw(Box::new([NO_EVENT; DEFERRED_MAX])));
+        }
+    });
 }
 
 /// What a hook must do with an event on this thread.
@@ -456,7 +476,12 @@ fn defer(t: &'static ThreadState, h: &HookTls, kind: u8, a: usize, b: u64) {
     }
     // SAFETY: only this thread touches its queue; the slot at `tail` is
     // not visible to the reader until `tail` is advanced below.
-    let e = unsafe { &mut (*h.queue.get())[tail % DEFERRED_MAX] };
+    let q = h.queue.get();
+    if q.is_null() {
+        LOST.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let e = unsafe { &mut (*q)[tail % DEFERRED_MAX] };
     e.kind = kind;
     e.a = a;
     e.b = b;

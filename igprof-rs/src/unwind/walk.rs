@@ -101,6 +101,24 @@ impl ThreadUnwinder {
         t
     }
 
+    /// The registers of the calling frame, for [`Self::trace_from_regs`]
+    /// (a walk run on another stack than the frames it walks).
+    #[inline(always)]
+    pub(crate) fn capture() -> Regs {
+        arch::capture()
+    }
+
+    /// `trace_here` from registers captured earlier by [`Self::capture`]
+    /// in a frame that is still live: the profiler's frames are skipped.
+    pub(crate) fn trace_from_regs(
+        &self,
+        regs: Regs,
+        bounds: &StackBounds,
+        out: &mut [usize],
+    ) -> Trace {
+        self.guarded(|this, table| this.walk(table, regs, bounds, out, Some(table.self_text), None))
+    }
+
     /// For benchmarks only: `trace_here` with framehop unwinding every frame
     /// using the caller's framehop cache `fh` (pass a fresh one for framehop
     /// with a cold rule cache); the descriptor cache is not used.
