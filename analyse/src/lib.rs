@@ -34,6 +34,7 @@ pub mod profile;
 pub mod symbols;
 pub mod text;
 pub mod tree_top;
+pub mod views;
 
 use profile::{Profile, ReadOptions};
 use std::io::Write;
@@ -72,6 +73,9 @@ pub struct Config {
     pub diff_mode: bool,
     pub symbols: symbols::Options,
     pub verbose: bool,
+    /// Other output formats (`--folded`, `--flame`...), written instead of
+    /// the report.
+    pub views: views::Views,
 }
 
 /// A failed run: the message is printed as one line.
@@ -191,6 +195,9 @@ impl text::Names for DisplayNames {
 
 /// Runs one invocation, writing the report to `out`.
 pub fn run(cfg: &Config, out: &mut dyn Write) -> Result<(), Error> {
+    if !cfg.views.requests.is_empty() && cfg.views.sink.is_none() {
+        return views::run(cfg, out);
+    }
     let mut resolver = symbols::Resolver::new(cfg.symbols.clone());
     let mut prof = Profile::new(cfg.key.clone());
     let mut base_flat = None;
@@ -237,6 +244,10 @@ pub fn run(cfg: &Config, out: &mut dyn Write) -> Result<(), Error> {
     }
     let order = fl.ranked(&prof, cfg.descending);
     let names = DisplayNames::new(&prof, cfg.demangle);
+    if let Some(sink) = &cfg.views.sink {
+        let base = base_flat.as_ref().map(|(bp, _)| bp);
+        return sink.take(&key, &prof, base, &names, cfg.demangle);
+    }
     verbose(cfg, "writing the report");
     let io = |e: std::io::Error| {
         if e.kind() == std::io::ErrorKind::BrokenPipe {

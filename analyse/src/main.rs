@@ -2,7 +2,7 @@
 //! single-dash forms such as `-mr`, `-ml`, `-nf`, `-js`), turned into a
 //! [`Config`]. Errors are one line on stderr and exit status 1.
 use clap::{CommandFactory, Parser, ValueEnum};
-use igprof_analyse::{filters, profile::ReadOptions, symbols, Config, Output};
+use igprof_analyse::{filters, profile::ReadOptions, symbols, views, Config, Output};
 use std::io::Write;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -128,6 +128,17 @@ struct Args {
     /// Ignore call paths whose count per call is below VALUE.
     #[arg(long = "min-average-value", value_name = "VALUE")]
     min_average: Option<i64>,
+    /// Write folded stacks (`a;b;c VALUE`, root first) to FILE ('-': stdout)
+    /// instead of the report; with -b, two values: baseline and profiles.
+    #[arg(long, value_name = "FILE")]
+    folded: Option<String>,
+    /// Write an interactive SVG flame graph to FILE; with -b a differential
+    /// one (red: grew, blue: shrank).
+    #[arg(long, value_name = "FILE.svg")]
+    flame: Option<String>,
+    /// With --flame: draw it top-down (an icicle graph).
+    #[arg(long, requires = "flame")]
+    icicle: bool,
     /// Profiles to read (merged).
     #[arg(value_name = "FILE", required = true)]
     files: Vec<String>,
@@ -245,6 +256,19 @@ fn parse() -> Config {
         Output::Text
     };
     let _ = (args.text, args.gdb);
+    let mut views = views::Views::default();
+    let mut view = |format, path: Option<String>| {
+        if let Some(path) = path {
+            views.requests.push(views::Request { format, path });
+        }
+    };
+    view(views::Format::Folded, args.folded);
+    view(
+        views::Format::Flame {
+            icicle: args.icicle,
+        },
+        args.flame,
+    );
     Config {
         files: args.files,
         key: args.report,
@@ -278,6 +302,7 @@ fn parse() -> Config {
             debug_dir: args.debug_dir.into(),
         },
         verbose: args.verbose,
+        views,
     }
 }
 

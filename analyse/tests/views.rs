@@ -1,0 +1,378 @@
+//! The views (--folded, --flame, --icicle, --pprof, --callgrind) on IgProf's
+//! own dumps: snapshots of the text formats, and each file read back by its
+//! real consumer (go tool pprof, callgrind_annotate, an XML parser), whose
+//! totals must equal the text report's. A missing consumer fails the test.
+//!
+//! Runs happen in a temporary copy of /work/shared/fixtures/igprof-dumps,
+//! as in tests/cli.rs (the dumps name the programs relative to it).
+//! Snapshots: tests/snapshots/views_*.txt; `UPDATE_SNAPSHOTS=1` rewrites them.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const FIXTURES: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../shared/fixtures/igprof-dumps"
+);
+const CPU: &str = "igprof-pp-cpu_split.gz";
+const MEM: &str = "igprof-mp-alloc_churn.gz";
+const FD: &str = "igprof-fd-fd_churn.gz";
+
+struct Dir(tempfile::TempDir);
+
+impl Dir {
+    fn new() -> Dir {
+        let libc_debug = "/usr/lib/debug/.build-id/93/ac61ec5a8eb1396f9fbd350e3169a558528a40.debug";
+        assert!(
+            Path::new(libc_debug).exists(),
+            "{libc_debug} is missing: install libc6-dbg (scripts/setup does) for the libc names of the fixtures"
+        );
+        let d = tempfile::tempdir().unwrap();
+        for e in std::fs::read_dir(FIXTURES).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), d.path().join(e.file_name())).unwrap();
+        }
+        Dir(d)
+    }
+    fn path(&self) -> &Path {
+        self.0.path()
+    }
+    fn file(&self, name: &str) -> PathBuf {
+        self.path().join(name)
+    }
+    fn run(&self, args: &[&str]) -> (String, String, bool) {
+        let out = Command::new(env!("CARGO_BIN_EXE_igprof-analyse"))
+            .args(args)
+            .current_dir(self.path())
+            .output()
+            .unwrap();
+        (
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+            out.status.success(),
+        )
+    }
+    fn ok(&self, args: &[&str]) -> String {
+        let (out, err, ok) = self.run(args);
+        assert!(ok, "igprof-analyse {args:?} failed: {err}");
+        out
+    }
+    fn read(&self, name: &str) -> String {
+        std::fs::read_to_string(self.file(name)).unwrap()
+    }
+    /// The CPU dump with hot_a's first sample count halved (0x54 -> 0x2a
+    /// ticks), written as `base.txt`: the dump has 42 ticks more, in hot_a.
+    fn cpu_baseline(&self) -> &'static str {
+        let mut plain = String::new();
+        std::io::Read::read_to_string(
+            &mut flate2::read::GzDecoder::new(std::fs::File::open(self.file(CPU)).unwrap()),
+            &mut plain,
+        )
+        .unwrap();
+        let base = plain.replacen("(PERF_TICKS):(54,54,54)", "(PERF_TICKS):(2a,2a,2a)", 1);
+        assert_ne!(base, plain);
+        std::fs::write(self.file("base.txt"), base).unwrap();
+        "base.txt"
+    }
+}
+
+fn snapshot(name: &str, actual: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/snapshots")
+        .join(format!("{name}.txt"));
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run with UPDATE_SNAPSHOTS=1 to create)",
+            path.display()
+        )
+    });
+    assert!(
+        expected == actual,
+        "snapshot {name} differs:\n--- expected\n{expected}\n--- actual\n{actual}"
+    );
+}
+
+/// `1'234` or `1.96` as a number.
+fn number(s: &str) -> f64 {
+    s.replace('\'', "").parse().unwrap()
+}
+
+/// A flat table of a text report (`Flat profile (self` or `(cumulative`):
+/// function name (recursion suffix `'N` kept) -> value as printed.
+fn flat_table(report: &str, heading: &str) -> BTreeMap<String, f64> {
+    let start = report
+        .find(heading)
+        .unwrap_or_else(|| panic!("no {heading} in\n{report}"));
+    let mut out = BTreeMap::new();
+    for line in report[start..].lines().skip(3) {
+        if line.trim().is_empty() {
+            break;
+        }
+        // pct value [calls] name [rank]
+        // The name starts after the numeric columns.
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let numeric = fields
+            .iter()
+            .take_while(|f| f.chars().all(|c| c.is_ascii_digit() || "'.-".contains(c)))
+            .count();
+        let name = fields[numeric..].join(" ");
+        let name = name[..name.rfind(" [").unwrap()].to_string();
+        out.insert(name, number(fields[1]));
+    }
+    out
+}
+
+/// Full text report's self table with every function listed: `-mc`-free,
+/// so the table stops only at the first zero (as IgProf prints it).
+fn report_self(d: &Dir, args: &[&str]) -> BTreeMap<String, f64> {
+    flat_table(&d.ok(args), "Flat profile (self")
+}
+
+/// Per-leaf sums of a folded file: function -> sum of its lines' values.
+fn folded_self(folded: &str) -> BTreeMap<String, i64> {
+    let mut out = BTreeMap::new();
+    for line in folded.lines() {
+        let (stack, v) = line.rsplit_once(' ').unwrap();
+        let leaf = stack.rsplit(';').next().unwrap();
+        *out.entry(leaf.to_string()).or_default() += v.parse::<i64>().unwrap();
+    }
+    out
+}
+
+/// `f'2` -> `f`.
+fn base_name(name: &str) -> &str {
+    match name.rfind('\'') {
+        Some(i) if name[i + 1..].bytes().all(|b| b.is_ascii_digit()) && i + 1 < name.len() => {
+            &name[..i]
+        }
+        _ => name,
+    }
+}
+
+/// The text report's self table summed by function (recursion levels
+/// `f'N` together, as stacks name them), times `scale`, as integers.
+fn report_self_by_function(table: &BTreeMap<String, f64>, scale: f64) -> BTreeMap<String, i64> {
+    let mut out = BTreeMap::new();
+    for (n, v) in table {
+        if *v != 0.0 {
+            *out.entry(base_name(n).to_string()).or_default() += (v * scale).round() as i64;
+        }
+    }
+    out
+}
+
+#[test]
+fn folded_snapshots() {
+    let d = Dir::new();
+    let cases: &[(&str, &[&str])] = &[
+        ("views_folded_perf", &["-d", CPU]),
+        ("views_folded_mem_total", &["-d", "-r", "MEM_TOTAL", MEM]),
+        (
+            "views_folded_mem_live_peak",
+            &["-d", "-r", "MEM_LIVE", "--value", "peak", MEM],
+        ),
+        ("views_folded_fd_used_ml", &["-ml", "-r", "FD_USED", FD]),
+    ];
+    for (name, args) in cases {
+        let mut a = args.to_vec();
+        a.extend(["--folded", "-"]);
+        let out = d.ok(&a);
+        // Object paths contain the temporary directory.
+        let real = std::fs::canonicalize(d.path()).unwrap();
+        snapshot(name, &out.replace(real.to_str().unwrap(), "<fixtures>"));
+    }
+}
+
+#[test]
+fn folded_values_are_the_reports_self_values() {
+    let d = Dir::new();
+    for (dump, counter, scale) in [
+        (MEM, "MEM_TOTAL", 1.0),
+        (MEM, "MEM_LIVE", 1.0),
+        (FD, "FD_USED", 1.0),
+        (FD, "FD_LIVE", 1.0),
+        // PERF_TICKS: ticks of 5 ms; the report prints seconds.
+        (CPU, "PERF_TICKS", 200.0),
+    ] {
+        d.ok(&["-d", "-r", counter, "--folded", "out.folded", dump]);
+        let folded = folded_self(&d.read("out.folded"));
+        let report = report_self(&d, &["-d", "-r", counter, dump]);
+        assert_eq!(
+            folded,
+            report_self_by_function(&report, scale),
+            "{counter}: folded leaves vs the report's self column"
+        );
+        let total: i64 = folded.values().sum();
+        assert!(total > 0, "{counter}");
+    }
+}
+
+#[test]
+fn folded_follows_the_reports_options() {
+    let d = Dir::new();
+    let folded = |args: &[&str]| {
+        let mut a = vec!["-d"];
+        a.extend(args);
+        a.extend(["--folded", "-"]);
+        d.ok(&a)
+    };
+    // -mr renames and merges.
+    let mr = folded(&["-mr", "s/^hot_(.)$/HOT/", CPU]);
+    assert!(mr.contains(";work;HOT;spin 392\n"), "{mr}");
+    // -ml: one frame per library.
+    let ml = folded(&["-ml", "-r", "MEM_TOTAL", MEM]);
+    assert!(
+        ml.lines().all(|l| l.starts_with('/') || l.starts_with("<")),
+        "{ml}"
+    );
+    // Hit filters: only call paths with at least 100'000'000 bytes.
+    let mc = folded(&["-r", "MEM_TOTAL", "-mc", "100000000", MEM]);
+    assert!(
+        mc.contains(";site_mixed 412621984\n") && mc.lines().count() == 1,
+        "{mc}"
+    );
+    // --value peak differs from normal for MEM_LIVE.
+    let normal = folded(&["-r", "MEM_LIVE", MEM]);
+    let peak = folded(&["-r", "MEM_LIVE", "--value", "peak", MEM]);
+    assert_ne!(normal, peak);
+    // -nf keeps the profiler's own frames.
+    let nf = folded(&["-nf", "-r", "MEM_TOTAL", MEM]);
+    assert!(nf.contains(";@{libigprof.so+"), "{nf}");
+    assert!(!folded(&["-r", "MEM_TOTAL", MEM]).contains("libigprof"));
+    // -b: two columns, baseline then profiles; only hot_a changed.
+    let base = d.cpu_baseline();
+    let diff = folded(&["-b", base, CPU]);
+    assert!(diff.contains(";work;hot_a;spin 157 199\n"), "{diff}");
+    assert!(diff.contains(";work;hot_b;spin 115 115\n"), "{diff}");
+    assert!(diff.lines().all(|l| l.split(' ').count() == 3), "{diff}");
+}
+
+/// Every `<title>` of an SVG, parsed as XML.
+fn svg_titles(svg: &str) -> Vec<String> {
+    let doc = roxmltree::Document::parse_with_options(
+        svg,
+        roxmltree::ParsingOptions {
+            allow_dtd: true,
+            ..Default::default()
+        },
+    )
+    .unwrap_or_else(|e| panic!("the SVG is not well-formed XML: {e}"));
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    doc.descendants()
+        .filter(|n| n.tag_name().name() == "title")
+        .filter_map(|n| n.text().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn flame_graph_is_xml_with_functions_and_units() {
+    let d = Dir::new();
+    d.ok(&["-d", "-r", "MEM_TOTAL", "--flame", "mem.svg", MEM]);
+    let titles = svg_titles(&d.read("mem.svg"));
+    for f in ["main", "site_small", "site_calloc", "site_leak", "recurse"] {
+        assert!(
+            titles.iter().any(|t| t.starts_with(&format!("{f} ("))),
+            "{f} not in {titles:?}"
+        );
+    }
+    assert!(
+        titles.contains(&"all (431,226,080 bytes, 100%)".to_string()),
+        "{titles:?}"
+    );
+    assert!(
+        titles.contains(&"site_leak (1,000,000 bytes, 0.23%)".to_string()),
+        "{titles:?}"
+    );
+
+    // Time in seconds: 392 ticks of 5 ms.
+    d.ok(&["-d", "--flame", "cpu.svg", CPU]);
+    let titles = svg_titles(&d.read("cpu.svg"));
+    assert!(
+        titles.contains(&"all (1.960 seconds, 100%)".to_string()),
+        "{titles:?}"
+    );
+    assert!(
+        titles.contains(&"hot_a (0.995 seconds, 50.77%)".to_string()),
+        "{titles:?}"
+    );
+
+    // Descriptors; and the icicle graph is the same graph upside down.
+    d.ok(&["-r", "FD_USED", "--flame", "fd.svg", FD]);
+    d.ok(&["-r", "FD_USED", "--flame", "fd-icicle.svg", "--icicle", FD]);
+    let (flame, icicle) = (d.read("fd.svg"), d.read("fd-icicle.svg"));
+    let mut a = svg_titles(&flame);
+    let mut b = svg_titles(&icicle);
+    a.sort();
+    b.sort();
+    assert_eq!(a, b);
+    assert!(a.iter().any(|t| t.contains(" descriptors, ")), "{a:?}");
+    assert!(icicle.contains("Icicle graph: FD_USED") && flame.contains("Flame graph: FD_USED"));
+    assert_ne!(flame, icicle);
+}
+
+#[test]
+fn differential_flame_graph_against_a_baseline() {
+    let d = Dir::new();
+    let base = d.cpu_baseline();
+    d.ok(&["-d", "-b", base, "--flame", "diff.svg", CPU]);
+    let svg = d.read("diff.svg");
+    let titles = svg_titles(&svg);
+    assert!(svg.contains("Differential flame graph: PERF_TICKS"));
+    // spin under hot_a: 157 -> 199 ticks, +42 of 392 (10.71%); frames show
+    // the change of their own amount (flamegraph.pl's differential).
+    let grew = "spin (0.995 seconds, 50.77%; +10.71%)";
+    let same = "spin (0.575 seconds, 29.34%; 0.00%)";
+    assert!(titles.contains(&grew.to_string()), "{titles:?}");
+    assert!(titles.contains(&same.to_string()), "{titles:?}");
+    assert!(titles.contains(&"hot_a (0.995 seconds, 50.77%; 0.00%)".to_string()));
+    // Red grew, white unchanged.
+    let fill = |title: &str| -> String {
+        let doc = roxmltree::Document::parse_with_options(
+            &svg,
+            roxmltree::ParsingOptions {
+                allow_dtd: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let g = doc
+            .descendants()
+            .find(|n| {
+                n.tag_name().name() == "g"
+                    && n.children()
+                        .any(|t| t.tag_name().name() == "title" && t.text() == Some(title))
+            })
+            .unwrap_or_else(|| panic!("no frame {title}"));
+        let rect = g
+            .children()
+            .find(|n| n.tag_name().name() == "rect")
+            .unwrap();
+        rect.attribute("fill").unwrap().to_string()
+    };
+    let red = fill(grew);
+    assert!(
+        red.starts_with("rgb(255,") && red != "rgb(255,255,255)",
+        "grew: red, not {red}"
+    );
+    assert_eq!(fill(same), "rgb(250,250,250)", "unchanged: near white");
+    // A shrink is blue: the baseline against the dump.
+    d.ok(&["-d", "-b", CPU, "--flame", "shrank.svg", base]);
+    let titles = svg_titles(&d.read("shrank.svg"));
+    assert!(
+        titles.contains(&"spin (0.785 seconds, 44.86%; -12.00%)".to_string()),
+        "{titles:?}"
+    );
+    let svg = d.read("shrank.svg");
+    let at = svg.find("spin (0.785 seconds, 44.86%; -12.00%)").unwrap();
+    let fill = &svg[at..][svg[at..].find("fill=\"").unwrap() + 6..];
+    let fill = &fill[..fill.find('"').unwrap()];
+    assert!(
+        fill.ends_with(",255)") && fill != "rgb(255,255,255)",
+        "shrank: blue, not {fill}"
+    );
+}
