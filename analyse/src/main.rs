@@ -139,6 +139,10 @@ struct Args {
     /// With --flame: draw it top-down (an icicle graph).
     #[arg(long, requires = "flame")]
     icicle: bool,
+    /// Write a gzipped pprof profile (profile.proto) to FILE: one or two
+    /// sample types per counter, every counter of the profile without -r.
+    #[arg(long, value_name = "FILE.pb.gz")]
+    pprof: Option<String>,
     /// Profiles to read (merged).
     #[arg(value_name = "FILE", required = true)]
     files: Vec<String>,
@@ -269,6 +273,7 @@ fn parse() -> Config {
         },
         args.flame,
     );
+    view(views::Format::Pprof, args.pprof);
     Config {
         files: args.files,
         key: args.report,

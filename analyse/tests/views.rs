@@ -376,3 +376,252 @@ fn differential_flame_graph_against_a_baseline() {
         "shrank: blue, not {fill}"
     );
 }
+
+/// Runs a consumer of the views; a missing one fails with what to install.
+fn consumer(program: &str, args: &[&str], dir: &Path, install: &str) -> String {
+    let out = Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run {program} ({e}): it reads the views in these tests; install {install} (scripts/setup does)")
+        });
+    assert!(
+        out.status.success(),
+        "{program} {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn go_pprof(d: &Dir, args: &[&str]) -> String {
+    let mut a = vec!["tool", "pprof"];
+    a.extend(args);
+    consumer("go", &a, d.path(), "golang-go")
+}
+
+/// A number as pprof prints it with an explicit unit (`412621984B`,
+/// `1960000000ns`, `392`).
+fn pprof_number(s: &str) -> i64 {
+    s.trim_end_matches(|c: char| c.is_ascii_alphabetic())
+        .parse()
+        .unwrap_or_else(|_| panic!("not a pprof number: {s}"))
+}
+
+/// `go tool pprof -top` of one sample type, every node: name -> (flat, cum).
+fn pprof_top(d: &Dir, file: &str, sample: &str, unit: &str) -> BTreeMap<String, (i64, i64)> {
+    let top = go_pprof(
+        d,
+        &[
+            "-top",
+            "-nodecount=100000",
+            "-nodefraction=0",
+            "-edgefraction=0",
+            &format!("-sample_index={sample}"),
+            &format!("-unit={unit}"),
+            file,
+        ],
+    );
+    assert!(top.contains(&format!("Type: {sample}\n")), "{top}");
+    let mut out = BTreeMap::new();
+    for line in top
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("flat"))
+        .skip(1)
+    {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        out.insert(f[5..].join(" "), (pprof_number(f[0]), pprof_number(f[3])));
+    }
+    out
+}
+
+/// The call-graph section of a text report: every function with a
+/// non-zero cumulative value: name -> (self, cumulative), as printed.
+fn report_rows(report: &str) -> BTreeMap<String, (f64, f64)> {
+    let start = report.find("Call tree profile").unwrap();
+    let mut out = BTreeMap::new();
+    for line in report[start..].lines().filter(|l| l.starts_with('[')) {
+        // [rank] pct cum self / children [calls] name
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let numeric = f[1..]
+            .iter()
+            .take_while(|x| x.chars().all(|c| c.is_ascii_digit() || "'./-".contains(c)))
+            .count();
+        out.insert(f[1 + numeric..].join(" "), (number(f[3]), number(f[2])));
+    }
+    out
+}
+
+/// pprof's flat per function must be the report's self values summed over
+/// recursion levels (`f`, `f'2`...: one function in pprof), and its cum
+/// the report's cumulative value of `f` (the outermost level holds all).
+fn assert_pprof_equals_report(
+    top: &BTreeMap<String, (i64, i64)>,
+    report: &BTreeMap<String, (f64, f64)>,
+    scale: f64,
+    what: &str,
+) {
+    // The report prints seconds with 2 decimals: equal to that precision.
+    let same = |pprof: i64, printed: f64| (pprof as f64 / scale - printed).abs() < 0.005 + 1e-9;
+    let mut flat: BTreeMap<String, f64> = BTreeMap::new();
+    for (name, (s, _)) in report {
+        *flat.entry(base_name(name).to_string()).or_default() += s;
+    }
+    for (name, &(f, c)) in top {
+        assert!(
+            same(f, flat[name]),
+            "{what}: flat of {name}: {f} vs {}",
+            flat[name]
+        );
+        assert!(
+            same(c, report[name].1),
+            "{what}: cum of {name}: {c} vs {}",
+            report[name].1
+        );
+    }
+    let named: Vec<&String> = report
+        .keys()
+        .filter(|n| base_name(n) == n.as_str())
+        .collect();
+    let mut seen: Vec<&String> = top.keys().collect();
+    seen.sort();
+    let mut named = named;
+    named.retain(|n| n.as_str() != "<spontaneous>");
+    assert_eq!(seen, named, "{what}: functions");
+}
+
+#[test]
+fn pprof_flat_and_cum_totals_equal_the_report() {
+    let d = Dir::new();
+    // (dump, counter, pprof sample type, unit, pprof units per report unit)
+    let cases = [
+        (CPU, "PERF_TICKS", "cpu", "ns", 1e9),
+        // Ticks of 5 ms.
+        (CPU, "PERF_TICKS", "samples", "count", 200.0),
+        (MEM, "MEM_TOTAL", "alloc_space", "byte", 1.0),
+        (MEM, "MEM_LIVE", "inuse_space", "byte", 1.0),
+        (FD, "FD_USED", "fd_used", "count", 1.0),
+        (FD, "FD_LIVE", "fd_live", "count", 1.0),
+    ];
+    for dump in [CPU, MEM, FD] {
+        // Without -r: every counter of the profile in one file.
+        let file = format!("{dump}.pb.gz");
+        d.ok(&["-d", "--pprof", &file, dump]);
+        for &(_, counter, sample, unit, scale) in cases.iter().filter(|c| c.0 == dump) {
+            let report = report_rows(&d.ok(&["-d", "-r", counter, dump]));
+            let top = pprof_top(&d, &file, sample, unit);
+            assert_pprof_equals_report(&top, &report, scale, &format!("{dump} {sample}"));
+        }
+        // -traces reads it too: every sample has a stack ending at a root.
+        let traces = go_pprof(&d, &["-traces", &file]);
+        assert!(traces.contains("-----------+"), "{traces}");
+        assert!(traces.contains("_start"), "{traces}");
+    }
+    // The object count of memory: the report's calls (-c column).
+    let top = pprof_top(&d, &format!("{MEM}.pb.gz"), "alloc_objects", "count");
+    assert_eq!(top["site_small"].0, 200_000);
+    assert_eq!(top["site_calloc"].0, 20_000);
+    assert_eq!(top["site_leak"].0, 1_000);
+    let live = pprof_top(&d, &format!("{MEM}.pb.gz"), "inuse_objects", "count");
+    assert_eq!(live["site_leak"].0, 1_000);
+}
+
+#[test]
+fn pprof_traces_are_the_folded_stacks() {
+    let d = Dir::new();
+    for (dump, counter, sample, unit) in [
+        (MEM, "MEM_TOTAL", "alloc_space", "byte"),
+        (CPU, "PERF_TICKS", "samples", "count"),
+    ] {
+        d.ok(&[
+            "-d", "-r", counter, "--pprof", "t.pb.gz", "--folded", "t.folded", dump,
+        ]);
+        let traces = go_pprof(
+            &d,
+            &[
+                "-traces",
+                &format!("-sample_index={sample}"),
+                &format!("-unit={unit}"),
+                "t.pb.gz",
+            ],
+        );
+        // Blocks: "VALUE leaf" then one caller per line, up to the root.
+        let mut got: Vec<String> = Vec::new();
+        for block in traces.split("-----------+").skip(1) {
+            let mut lines = block.lines().skip(1).filter(|l| !l.trim().is_empty());
+            let Some(first) = lines.next() else { continue };
+            let (value, leaf) = first.trim().split_once(char::is_whitespace).unwrap();
+            let mut stack: Vec<String> = vec![leaf.trim().to_string()];
+            stack.extend(lines.map(|l| l.trim().to_string()));
+            stack.reverse();
+            got.push(format!("{} {}", stack.join(";"), pprof_number(value)));
+        }
+        let mut want: Vec<String> = d.read("t.folded").lines().map(str::to_string).collect();
+        got.sort();
+        want.sort();
+        assert_eq!(got, want, "{counter}: pprof -traces vs --folded");
+    }
+}
+
+#[test]
+fn pprof_types_units_mappings_and_options() {
+    let d = Dir::new();
+    d.ok(&["--pprof", "mem.pb.gz", MEM]);
+    let raw = go_pprof(&d, &["-raw", "mem.pb.gz"]);
+    // MEM_MAX's values are maxima: only with -r MEM_MAX.
+    assert!(
+        raw.contains(
+            "alloc_objects/count alloc_space/bytes[dflt] inuse_objects/count inuse_space/bytes\n"
+        ),
+        "{raw}"
+    );
+    // -r: that counter alone, its main type the default.
+    d.ok(&["-r", "MEM_LIVE", "--pprof", "live.pb.gz", MEM]);
+    let raw_live = go_pprof(&d, &["-raw", "live.pb.gz"]);
+    assert!(
+        raw_live.contains("inuse_objects/count inuse_space/bytes[dflt]\n"),
+        "{raw_live}"
+    );
+    d.ok(&["-r", "MEM_MAX", "--pprof", "max.pb.gz", MEM]);
+    assert!(go_pprof(&d, &["-raw", "max.pb.gz"]).contains("mem_max/bytes[dflt]\n"));
+    d.ok(&["--pprof", "cpu.pb.gz", CPU]);
+    let raw = go_pprof(&d, &["-raw", "cpu.pb.gz"]);
+    assert!(
+        raw.contains("PeriodType: cpu nanoseconds\nPeriod: 5000000\n"),
+        "{raw}"
+    );
+    assert!(
+        raw.contains("samples/count cpu/nanoseconds[dflt]\n"),
+        "{raw}"
+    );
+    // Mappings: object paths with their build ids.
+    let mappings = &raw[raw.find("Mappings").unwrap()..];
+    assert!(
+        mappings.contains("/libc.so.6 93ac61ec5a8eb1396f9fbd350e3169a558528a40 [FN]"),
+        "{mappings}"
+    );
+    assert!(
+        mappings.contains("/cpu_split 6ba464c40ffc7742a4318d2581f91f1d19c2b5f6 [FN]"),
+        "{mappings}"
+    );
+    // --lines: file and line in the functions and locations.
+    d.ok(&["--lines", "--pprof", "lines.pb.gz", CPU]);
+    let top = go_pprof(&d, &["-top", "-lines", "lines.pb.gz"]);
+    assert!(top.contains(" spin cpu_split.c:8\n"), "{top}");
+    assert!(top.contains(" hot_a cpu_split.c:11\n"), "{top}");
+    // -b: the differences; -mr renames.
+    let base = d.cpu_baseline();
+    d.ok(&[
+        "-b",
+        base,
+        "-mr",
+        "s/^spin$/SPIN/",
+        "--pprof",
+        "diff.pb.gz",
+        CPU,
+    ]);
+    let top = pprof_top(&d, "diff.pb.gz", "samples", "count");
+    assert_eq!(top["SPIN"], (42, 42));
+    assert_eq!(top["hot_a"], (0, 42));
+    assert!(!top.contains_key("hot_b"), "{top:?}");
+}

@@ -1,7 +1,7 @@
 //! Views: output formats other than IgProf's reports. A view writes one
 //! output format from the merged, filtered tree and the selected counter(s):
 //! folded stacks (`--folded`), flame and icicle graphs (`--flame`,
-//! `--icicle`), pprof (`--pprof`) and callgrind (`--callgrind`).
+//! `--icicle`) and pprof (`--pprof`).
 //!
 //! Every view reads [`CounterTree`]s taken from the run at the point where
 //! the text report would be printed ([`Sink::take`], called from
@@ -17,6 +17,7 @@
 
 pub mod flame;
 pub mod folded;
+pub mod pprof;
 
 use crate::profile::Profile;
 use crate::text::Names;
@@ -305,6 +306,7 @@ pub trait View {
 pub enum Format {
     Folded,
     Flame { icicle: bool },
+    Pprof,
 }
 
 impl Format {
@@ -312,6 +314,7 @@ impl Format {
         match self {
             Format::Folded => Box::new(folded::Folded),
             Format::Flame { icicle } => Box::new(flame::Flame { icicle }),
+            Format::Pprof => Box::new(pprof::Pprof),
         }
     }
 }
