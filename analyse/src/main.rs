@@ -143,6 +143,10 @@ struct Args {
     /// sample types per counter, every counter of the profile without -r.
     #[arg(long, value_name = "FILE.pb.gz")]
     pprof: Option<String>,
+    /// Write a callgrind file (KCachegrind, callgrind_annotate) to FILE
+    /// ('-': stdout): one event per counter, every counter without -r.
+    #[arg(long, value_name = "FILE")]
+    callgrind: Option<String>,
     /// Profiles to read (merged).
     #[arg(value_name = "FILE", required = true)]
     files: Vec<String>,
@@ -274,6 +278,7 @@ fn parse() -> Config {
         args.flame,
     );
     view(views::Format::Pprof, args.pprof);
+    view(views::Format::Callgrind, args.callgrind);
     Config {
         files: args.files,
         key: args.report,

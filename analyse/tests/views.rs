@@ -625,3 +625,122 @@ fn pprof_types_units_mappings_and_options() {
     assert_eq!(top["hot_a"], (0, 42));
     assert!(!top.contains_key("hot_b"), "{top:?}");
 }
+
+/// `callgrind_annotate` of a file, every function: name -> costs per event.
+fn callgrind_annotate(d: &Dir, file: &str, inclusive: bool) -> BTreeMap<String, Vec<i64>> {
+    let out = consumer(
+        "callgrind_annotate",
+        &[
+            &format!("--inclusive={}", if inclusive { "yes" } else { "no" }),
+            "--threshold=100",
+            file,
+        ],
+        d.path(),
+        "valgrind",
+    );
+    let mut rows = BTreeMap::new();
+    let table = &out[out.find("file:function").unwrap_or_else(|| panic!("{out}"))..];
+    for line in table.lines().skip(2) {
+        let Some(at) = line.find("???:") else {
+            continue;
+        };
+        let name = &line[at + 4..line.rfind(" [").unwrap()];
+        // "1,234 (12.3%)" per event; "0" alone for a zero.
+        let costs: Vec<i64> = line[..at]
+            .split_whitespace()
+            .filter(|f| !f.starts_with('('))
+            .filter(|f| !f.ends_with("%)"))
+            .map(|f| {
+                if f == "." {
+                    0
+                } else {
+                    f.replace(',', "").parse().unwrap()
+                }
+            })
+            .collect();
+        rows.insert(name.to_string(), costs);
+    }
+    rows
+}
+
+#[test]
+fn callgrind_snapshots() {
+    let d = Dir::new();
+    for (name, args) in [
+        ("views_callgrind_perf", &["-d", CPU][..]),
+        ("views_callgrind_fd", &["-d", FD][..]),
+    ] {
+        let mut a = args.to_vec();
+        a.extend(["--callgrind", "-"]);
+        let real = std::fs::canonicalize(d.path()).unwrap();
+        snapshot(
+            name,
+            &d.ok(&a).replace(real.to_str().unwrap(), "<fixtures>"),
+        );
+    }
+}
+
+#[test]
+fn callgrind_annotate_totals_equal_the_report() {
+    let d = Dir::new();
+    for (dump, counters) in [
+        (MEM, &["MEM_TOTAL", "MEM_LIVE"][..]),
+        (FD, &["FD_USED", "FD_LIVE"][..]),
+        (CPU, &["PERF_TICKS"][..]),
+    ] {
+        // Without -r: one event per counter, MEM_MAX left out.
+        d.ok(&["-d", "--callgrind", "out.cg", dump]);
+        let events = d.read("out.cg");
+        let events = events.lines().find(|l| l.starts_with("events: ")).unwrap();
+        assert_eq!(events, format!("events: {}", counters.join(" ")));
+        let inclusive = callgrind_annotate(&d, "out.cg", true);
+        let exclusive = callgrind_annotate(&d, "out.cg", false);
+        for (k, counter) in counters.iter().enumerate() {
+            let report = report_rows(&d.ok(&["-d", "-r", counter, dump]));
+            let scale = if *counter == "PERF_TICKS" { 200.0 } else { 1.0 };
+            let same = |cg: i64, printed: f64| (cg as f64 / scale - printed).abs() < 0.005 + 1e-9;
+            for (name, (self_, cum)) in &report {
+                let incl = inclusive
+                    .get(name)
+                    .unwrap_or_else(|| panic!("{counter}: no {name}"));
+                assert!(
+                    same(incl[k], *cum),
+                    "{counter}: inclusive of {name}: {incl:?} vs {cum}"
+                );
+                let excl = exclusive[name][k];
+                assert!(
+                    same(excl, *self_),
+                    "{counter}: self of {name}: {excl} vs {self_}"
+                );
+            }
+            // And nothing the report does not have (functions with a zero
+            // cumulative value are left out of both).
+            for (name, costs) in &inclusive {
+                assert!(
+                    report.contains_key(name) || costs[k] == 0,
+                    "{counter}: {name}"
+                );
+            }
+        }
+    }
+    // Recursion: IgProf's nested levels are callgrind functions of their own.
+    d.ok(&["-d", "-r", "MEM_TOTAL", "--callgrind", "mem.cg", MEM]);
+    let incl = callgrind_annotate(&d, "mem.cg", true);
+    assert_eq!(incl["recurse"], [430_221_984]);
+    assert_eq!(incl["recurse'21"], [423_821_984]);
+}
+
+#[test]
+fn callgrind_refuses_what_it_cannot_show() {
+    let d = Dir::new();
+    let base = d.cpu_baseline();
+    let (_, err, ok) = d.run(&["-b", base, "--callgrind", "x.cg", CPU]);
+    assert!(!ok);
+    assert!(
+        err.contains("cannot be negative") && err.lines().count() == 1,
+        "{err}"
+    );
+    let (_, err, ok) = d.run(&["-r", "MEM_MAX", "--callgrind", "x.cg", MEM]);
+    assert!(!ok);
+    assert!(err.contains("MEM_MAX holds maxima"), "{err}");
+}

@@ -1,7 +1,7 @@
 //! Views: output formats other than IgProf's reports. A view writes one
 //! output format from the merged, filtered tree and the selected counter(s):
 //! folded stacks (`--folded`), flame and icicle graphs (`--flame`,
-//! `--icicle`) and pprof (`--pprof`).
+//! `--icicle`), pprof (`--pprof`) and callgrind (`--callgrind`).
 //!
 //! Every view reads [`CounterTree`]s taken from the run at the point where
 //! the text report would be printed ([`Sink::take`], called from
@@ -15,6 +15,7 @@
 //! Must never: filter, merge or rename on its own (the report pipeline
 //! does), or recurse per tree level (trees can be thousands deep).
 
+pub mod callgrind;
 pub mod flame;
 pub mod folded;
 pub mod pprof;
@@ -307,6 +308,7 @@ pub enum Format {
     Folded,
     Flame { icicle: bool },
     Pprof,
+    Callgrind,
 }
 
 impl Format {
@@ -315,6 +317,7 @@ impl Format {
             Format::Folded => Box::new(folded::Folded),
             Format::Flame { icicle } => Box::new(flame::Flame { icicle }),
             Format::Pprof => Box::new(pprof::Pprof),
+            Format::Callgrind => Box::new(callgrind::Callgrind),
         }
     }
 }
