@@ -137,7 +137,7 @@ struct Args {
     #[arg(long, value_name = "FILE.svg")]
     flame: Option<String>,
     /// With --flame: draw it top-down (an icicle graph).
-    #[arg(long, requires = "flame")]
+    #[arg(long)]
     icicle: bool,
     /// Write a gzipped pprof profile (profile.proto) to FILE: one or two
     /// sample types per counter, every counter of the profile without -r.
@@ -264,6 +264,9 @@ fn parse() -> Config {
         Output::Text
     };
     let _ = (args.text, args.gdb);
+    if args.icicle && args.flame.is_none() {
+        fail("--icicle draws the --flame graph top-down: it needs --flame FILE.svg");
+    }
     let mut views = views::Views::default();
     let mut view = |format, path: Option<String>| {
         if let Some(path) = path {

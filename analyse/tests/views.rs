@@ -316,6 +316,31 @@ fn flame_graph_is_xml_with_functions_and_units() {
 }
 
 #[test]
+fn flame_errors_are_one_clear_line() {
+    let d = Dir::new();
+    let (_, err, ok) = d.run(&["--icicle", CPU]);
+    assert!(!ok && err == "igprof-analyse: --icicle draws the --flame graph top-down: it needs --flame FILE.svg\n", "{err}");
+    let (_, err, ok) = d.run(&[
+        "-r",
+        "MEM_LIVE",
+        "-mc",
+        "999999999",
+        "--flame",
+        "x.svg",
+        MEM,
+    ]);
+    assert!(
+        !ok && err.contains("no call path has a MEM_LIVE value left to draw"),
+        "{err}"
+    );
+    let (_, err, ok) = d.run(&["--folded", "no/such/dir/x", CPU]);
+    assert!(
+        !ok && err.contains("no/such/dir/x: cannot create (--folded)"),
+        "{err}"
+    );
+}
+
+#[test]
 fn differential_flame_graph_against_a_baseline() {
     let d = Dir::new();
     let base = d.cpu_baseline();

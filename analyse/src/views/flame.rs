@@ -45,6 +45,12 @@ impl View for Flame {
             }
             lines.push(l);
         });
+        if lines.is_empty() {
+            return Err(ViewError::Unsupported {
+                view: self.name(),
+                reason: format!("no call path has a {} value left to draw", c.name),
+            });
+        }
         let scaled = matches!(c.unit, Unit::Seconds | Unit::Joules);
         let mut opts = Options::default();
         let kind = match (ct.baseline.is_some(), self.icicle) {
