@@ -147,6 +147,10 @@ struct Args {
     /// ('-': stdout): one event per counter, every counter without -r.
     #[arg(long, value_name = "FILE")]
     callgrind: Option<String>,
+    /// Write a self-contained HTML page to FILE: counter selector, sortable
+    /// table, callers and callees, flame graph with zoom and search.
+    #[arg(long, value_name = "FILE.html")]
+    html: Option<String>,
     /// Profiles to read (merged).
     #[arg(value_name = "FILE", required = true)]
     files: Vec<String>,
@@ -282,6 +286,7 @@ fn parse() -> Config {
     );
     view(views::Format::Pprof, args.pprof);
     view(views::Format::Callgrind, args.callgrind);
+    view(views::Format::Html, args.html);
     Config {
         files: args.files,
         key: args.report,

@@ -769,3 +769,163 @@ fn callgrind_refuses_what_it_cannot_show() {
     assert!(!ok);
     assert!(err.contains("MEM_MAX holds maxima"), "{err}");
 }
+
+/// Runs the page's own self-test in headless Chromium (it clicks through
+/// the page as a user would) and returns what it saw, and the page's DOM.
+fn html_selftest(d: &Dir, page: &str) -> (String, String) {
+    let dom = html_dom(d, page, "#selftest");
+    assert!(
+        dom.contains("data-selftest=\"done\""),
+        "the page's self-test did not finish:\n{dom}"
+    );
+    let start = dom.find("<pre id=\"selftest\"").unwrap();
+    let text = &dom[start..];
+    let text = &text[text.find('>').unwrap() + 1..text.find("</pre>").unwrap()];
+    (
+        text.replace("&gt;", ">")
+            .replace("&lt;", "<")
+            .replace("&amp;", "&"),
+        dom,
+    )
+}
+
+/// The page's DOM in headless Chromium after its scripts ran.
+fn html_dom(d: &Dir, page: &str, fragment: &str) -> String {
+    let url = format!("file://{}{fragment}", d.file(page).display());
+    let dom = consumer(
+        "chromium",
+        &[
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--virtual-time-budget=10000",
+            "--dump-dom",
+            &url,
+        ],
+        d.path(),
+        "chromium",
+    );
+    assert!(
+        dom.contains("data-ready=\"yes\""),
+        "the page did not start:\n{dom}"
+    );
+    dom
+}
+
+#[test]
+fn html_page_is_self_contained_and_works_in_a_browser() {
+    let d = Dir::new();
+    d.ok(&["-d", "--html", "mem.html", MEM]);
+    let page = d.read("mem.html");
+    for banned in [
+        "http:", "https:", "<link", "@import", "url(", " src=", " href=",
+    ] {
+        assert!(
+            !page.contains(banned),
+            "the page refers to something outside it: {banned}"
+        );
+    }
+    let (seen, dom) = html_selftest(&d, "mem.html");
+    assert_eq!(
+        seen,
+        "counters MEM_TOTAL MEM_LIVE\n\
+         rows 37 of 37\n\
+         first by cumulative <spontaneous>\n\
+         first by self site_mixed 412,621,984 B\n\
+         filtered site_mixed,site_realloc,site_small,site_calloc,site_leak\n\
+         function main callers __libc_start_call_main\n\
+         callees recurse,site_leak,__printf\n\
+         clicked recurse\n\
+         back main\n\
+         forward recurse\n\
+         zoom site_leak width 788 of 788, frames 31 -> 6\n\
+         Matched: 100.00% (431,221,984 B)\n\
+         counter MEM_LIVE rows 12\n\
+         ok"
+        .replace("788", &seen_width(&seen)),
+        "{dom}"
+    );
+    // The printf path (4'096 of 431'226'080 bytes) is below 0.01%: out of
+    // the flame graph, and the page says so; still in the table.
+    let dom = html_dom(&d, "mem.html", "#c=0");
+    assert!(
+        dom.contains("Left out: 1 frame(s) below 0.01% of the total."),
+        "{dom}"
+    );
+    assert!(dom.contains(">__printf</a>"), "{dom}");
+
+    // Time in seconds.
+    d.ok(&["-d", "--html", "cpu.html", CPU]);
+    let (seen, _) = html_selftest(&d, "cpu.html");
+    assert!(seen.contains("first by self spin 1.960 s\n"), "{seen}");
+}
+
+/// The flame graph's width depends on the browser window.
+fn seen_width(seen: &str) -> String {
+    let l = seen.lines().find(|l| l.starts_with("zoom ")).unwrap_or("");
+    l.split(" of ")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .unwrap_or("")
+        .to_string()
+}
+
+#[test]
+fn html_data_equals_the_report() {
+    let d = Dir::new();
+    for (dump, counters) in [
+        (MEM, &["MEM_TOTAL", "MEM_LIVE"][..]),
+        (FD, &["FD_USED", "FD_LIVE"][..]),
+        (CPU, &["PERF_TICKS"][..]),
+    ] {
+        d.ok(&["-d", "--html", "p.html", dump]);
+        let page = d.read("p.html");
+        let start = page
+            .find("<script type=\"application/json\" id=\"data\">")
+            .unwrap();
+        let json = &page[start..];
+        let json = &json[json.find('>').unwrap() + 1..json.find("</script>").unwrap()];
+        let data: serde_json::Value = serde_json::from_str(json).unwrap();
+        let names: Vec<&str> = data["names"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_str().unwrap())
+            .collect();
+        let cs = data["counters"].as_array().unwrap();
+        assert_eq!(cs.len(), counters.len());
+        for (c, counter) in cs.iter().zip(counters) {
+            assert_eq!(c["name"], *counter);
+            let report = report_rows(&d.ok(&["-d", "-r", counter, dump]));
+            let scale = c["scale"].as_f64().unwrap();
+            let mut page_rows = BTreeMap::new();
+            for r in c["flat"].as_array().unwrap() {
+                let v: Vec<i64> = r
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_i64().unwrap())
+                    .collect();
+                page_rows.insert(names[v[0] as usize].to_string(), (v[1], v[2]));
+            }
+            assert_eq!(page_rows.len(), report.len(), "{counter}: functions");
+            for (name, (s, cum)) in &report {
+                let (ps, pc) = page_rows[name];
+                assert!(
+                    (ps as f64 * scale - s).abs() < 0.005 + 1e-9,
+                    "{counter} {name}: self {ps} vs {s}"
+                );
+                assert!(
+                    (pc as f64 * scale - cum).abs() < 0.005 + 1e-9,
+                    "{counter} {name}: cum {pc} vs {cum}"
+                );
+            }
+        }
+    }
+    let base = d.cpu_baseline();
+    let (_, err, ok) = d.run(&["-b", base, "--html", "x.html", CPU]);
+    assert!(
+        !ok && err.contains("not a difference against a baseline"),
+        "{err}"
+    );
+}

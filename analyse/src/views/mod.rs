@@ -1,7 +1,8 @@
 //! Views: output formats other than IgProf's reports. A view writes one
 //! output format from the merged, filtered tree and the selected counter(s):
 //! folded stacks (`--folded`), flame and icicle graphs (`--flame`,
-//! `--icicle`), pprof (`--pprof`) and callgrind (`--callgrind`).
+//! `--icicle`), pprof (`--pprof`), callgrind (`--callgrind`) and a
+//! self-contained page to explore them (`--html`).
 //!
 //! Every view reads [`CounterTree`]s taken from the run at the point where
 //! the text report would be printed ([`Sink::take`], called from
@@ -18,6 +19,7 @@
 pub mod callgrind;
 pub mod flame;
 pub mod folded;
+pub mod html;
 pub mod pprof;
 
 use crate::profile::Profile;
@@ -309,6 +311,7 @@ pub enum Format {
     Flame { icicle: bool },
     Pprof,
     Callgrind,
+    Html,
 }
 
 impl Format {
@@ -318,6 +321,7 @@ impl Format {
             Format::Flame { icicle } => Box::new(flame::Flame { icicle }),
             Format::Pprof => Box::new(pprof::Pprof),
             Format::Callgrind => Box::new(callgrind::Callgrind),
+            Format::Html => Box::new(html::Html),
         }
     }
 }
