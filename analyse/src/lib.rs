@@ -21,7 +21,12 @@
 //! - times between -1 and 0 s keep their sign (IgProf prints -0.5 as `0.50`);
 //! - JSON and SQL strings are escaped, and symbol/file ids are small integers
 //!   instead of pointer values;
-//! - `-o descending` works (IgProf reads the option name as its value).
+//! - `-o descending` works (IgProf reads the option name as its value);
+//! - a profile without any counter value (a process that recorded nothing)
+//!   gives the empty report IgProf prints for an absent counter, with a
+//!   warning, and status 0 (IgProf stops: "No counter values in profile
+//!   data.", status 1); the absent counter itself also gets a warning naming
+//!   the counters that are there.
 //!
 //! Must never: link the injected profiler (its hooks would profile us), or
 //! panic on bad input: every failure is an [`Error`] with a one-line message.
@@ -79,10 +84,6 @@ pub struct Config {
 pub enum Error {
     /// A profile could not be opened or read.
     Input(String),
-    /// The requested counter is not in the profiles.
-    UnknownCounter { key: String, available: Vec<String> },
-    /// The profiles hold no counter values at all.
-    NoCounters,
     /// Nothing left to print after filtering.
     NothingToPrint,
     /// Writing the report failed.
@@ -95,12 +96,6 @@ impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Error::Input(m) | Error::Output(m) => write!(f, "{m}"),
-            Error::UnknownCounter { key, available } => write!(
-                f,
-                "counter '{key}' is not in the profile; it has: {} (choose one with -r)",
-                available.join(", ")
-            ),
-            Error::NoCounters => write!(f, "no counter values in the profile data"),
             Error::NothingToPrint => write!(f, "could not find any information to print"),
             Error::BrokenPipe => write!(f, "output closed"),
         }
@@ -108,6 +103,38 @@ impl std::fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+/// Something the user should know about a run that still gives a report;
+/// printed as `igprof-analyse: warning: ...` by the command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Warning {
+    /// The requested counter is not in the profiles: the report is empty,
+    /// as IgProf's analyser prints it.
+    CounterMissing { key: String, available: Vec<String> },
+    /// No profile holds any counter value (a process that recorded nothing
+    /// writes a header alone): the report is empty.
+    NothingRecorded,
+}
+
+impl std::fmt::Display for Warning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Warning::CounterMissing { key, available } => write!(
+                f,
+                "counter '{key}' is not in the profile; it has: {} (choose one with -r)",
+                available.join(", ")
+            ),
+            Warning::NothingRecorded => write!(
+                f,
+                "no counter values in the profile data: nothing was recorded"
+            ),
+        }
+    }
+}
+
+/// The counter named in the report when no profile has any counter and none
+/// was asked for with `-r`.
+pub const NO_COUNTER: &str = "<none>";
 
 fn verbose(cfg: &Config, msg: &str) {
     if cfg.verbose {
@@ -189,8 +216,13 @@ impl text::Names for DisplayNames {
     }
 }
 
-/// Runs one invocation, writing the report to `out`.
-pub fn run(cfg: &Config, out: &mut dyn Write) -> Result<(), Error> {
+/// Runs one invocation, writing the report to `out` and handing each
+/// warning to `warn` as it arises.
+pub fn run(
+    cfg: &Config,
+    out: &mut dyn Write,
+    warn: &mut dyn FnMut(Warning),
+) -> Result<(), Error> {
     let mut resolver = symbols::Resolver::new(cfg.symbols.clone());
     let mut prof = Profile::new(cfg.key.clone());
     let mut base_flat = None;
@@ -213,19 +245,17 @@ pub fn run(cfg: &Config, out: &mut dyn Write) -> Result<(), Error> {
         read_file(&mut prof, f, &mut resolver, &cfg.read, false)?;
     }
     prof.finish_reading();
-    let key = match &prof.key {
-        None => return Err(Error::NoCounters),
-        Some(k) => k.clone(),
-    };
-    if !prof.counters_seen.contains(&key) {
-        if prof.counters_seen.is_empty() {
-            return Err(Error::NoCounters);
-        }
-        return Err(Error::UnknownCounter {
-            key,
+    // A counter without values gives IgProf's empty report: the same
+    // headings, no rows (every count is zero).
+    if prof.counters_seen.is_empty() {
+        warn(Warning::NothingRecorded);
+    } else if let Some(key) = prof.key.as_ref().filter(|k| !prof.counters_seen.contains(k)) {
+        warn(Warning::CounterMissing {
+            key: key.clone(),
             available: prof.counters_seen.clone(),
         });
     }
+    let key = prof.key.clone().unwrap_or_else(|| NO_COUNTER.to_string());
     let is_max = key.ends_with("_MAX");
     let is_perf_ticks = key == "PERF_TICKS" || key.starts_with("NRG_");
     verbose(cfg, "applying filters");

@@ -289,7 +289,9 @@ fn main() {
         .spawn(move || {
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
-            let r = igprof_analyse::run(&cfg, &mut out);
+            let r = igprof_analyse::run(&cfg, &mut out, &mut |w| {
+                let _ = writeln!(std::io::stderr(), "igprof-analyse: warning: {w}");
+            });
             let flushed = out.flush();
             match (r, flushed) {
                 (Err(igprof_analyse::Error::BrokenPipe), _) => Ok(()),

@@ -95,7 +95,7 @@ fn random_profile(rng: &mut Rng) -> (String, i64) {
 
 fn report(cfg: &Config) -> String {
     let mut out = Vec::new();
-    match run(cfg, &mut out) {
+    match run(cfg, &mut out, &mut |_| {}) {
         Ok(()) => String::from_utf8(out).unwrap(),
         Err(e) => format!("error: {e}"),
     }
