@@ -40,6 +40,7 @@ pub mod symbols;
 pub mod text;
 pub mod tree_top;
 
+use igprof_format::read::ReadError;
 use profile::{Profile, ReadOptions};
 use std::io::Write;
 
@@ -82,8 +83,12 @@ pub struct Config {
 /// A failed run: the message is printed as one line.
 #[derive(Debug)]
 pub enum Error {
-    /// A profile could not be opened or read.
-    Input(String),
+    /// A profile or directory could not be opened.
+    Open(input::OpenError),
+    /// A profile is not readable as one (the message has file and line).
+    Read(profile::LoadError),
+    /// Every one of several inputs was skipped (each with a warning).
+    NothingReadable { skipped: usize },
     /// Nothing left to print after filtering.
     NothingToPrint,
     /// Writing the report failed.
@@ -95,7 +100,13 @@ pub enum Error {
 impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Error::Input(m) | Error::Output(m) => write!(f, "{m}"),
+            Error::Open(e) => e.fmt(f),
+            Error::Read(e) => e.fmt(f),
+            Error::NothingReadable { skipped } => write!(
+                f,
+                "none of the {skipped} input files is a readable profile (see the warnings above)"
+            ),
+            Error::Output(m) => write!(f, "{m}"),
             Error::NothingToPrint => write!(f, "could not find any information to print"),
             Error::BrokenPipe => write!(f, "output closed"),
         }
@@ -114,6 +125,13 @@ pub enum Warning {
     /// No profile holds any counter value (a process that recorded nothing
     /// writes a header alone): the report is empty.
     NothingRecorded,
+    /// One of several inputs is left out of the report: a leftover of the
+    /// run, or a damaged profile (`line` is where reading stopped).
+    Skipped {
+        file: String,
+        reason: String,
+        line: Option<u64>,
+    },
 }
 
 impl std::fmt::Display for Warning {
@@ -128,6 +146,13 @@ impl std::fmt::Display for Warning {
                 f,
                 "no counter values in the profile data: nothing was recorded"
             ),
+            Warning::Skipped { file, reason, line } => {
+                write!(f, "skipping {file}: {reason}")?;
+                match line {
+                    Some(n) => write!(f, " (line {n})"),
+                    None => Ok(()),
+                }
+            }
         }
     }
 }
@@ -151,9 +176,85 @@ fn read_file(
     opts: &ReadOptions,
     negate: bool,
 ) -> Result<(), Error> {
-    let input = input::open(path).map_err(Error::Input)?;
-    p.read(input, path, res, opts, negate)
-        .map_err(|e| Error::Input(e.to_string()))
+    let input = input::open(path).map_err(Error::Open)?;
+    p.read(input, path, res, opts, negate).map_err(Error::Read)
+}
+
+/// What a read error says without its `file:line:` prefix, and the line.
+fn skip_reason(e: &ReadError) -> (String, Option<u64>) {
+    let full = e.to_string();
+    let (prefix, line) = match e {
+        ReadError::Empty { file } => (format!("{file}: "), None),
+        ReadError::Syntax { at, column, .. } => (format!("{at}:{column}: "), Some(at.line)),
+        ReadError::Io { at, .. }
+        | ReadError::Truncated { at }
+        | ReadError::Undefined { at, .. }
+        | ReadError::Redefined { at, .. }
+        | ReadError::IdTooLarge { at, .. }
+        | ReadError::BadDepth { at, .. } => (format!("{at}: "), Some(at.line)),
+    };
+    let reason = full.strip_prefix(&prefix).unwrap_or(&full).to_string();
+    let reason = match e {
+        ReadError::Syntax { column, .. } => reason.replacen(
+            "syntax error:",
+            &format!("syntax error at column {column}:"),
+            1,
+        ),
+        _ => reason,
+    };
+    (reason, line)
+}
+
+/// Reads the profiles of several inputs (a run directory, or files of
+/// several processes) into `p`, leaving out, each with a warning, `.tmp`
+/// and 0-byte leftovers, damaged profiles (taken back entirely when they
+/// fail part-way) and listed files that vanished. Errors only when nothing
+/// is left.
+fn read_several(
+    p: &mut Profile,
+    sources: &[input::Source],
+    cfg: &Config,
+    res: &mut symbols::Resolver,
+    warn: &mut dyn FnMut(Warning),
+) -> Result<(), Error> {
+    let mut skipped = 0;
+    for src in sources {
+        let path = &src.path;
+        let mut skip = |reason: String, line: Option<u64>| {
+            skipped += 1;
+            warn(Warning::Skipped {
+                file: path.clone(),
+                reason,
+                line,
+            });
+        };
+        if let Some(why) = input::leftover(path) {
+            skip(why.to_string(), None);
+            continue;
+        }
+        verbose(cfg, &format!("reading {path}"));
+        let opened = match input::open(path) {
+            Ok(i) => i,
+            Err(e) if src.listed => {
+                let msg = e.to_string();
+                let prefix = format!("{path}: ");
+                skip(msg.strip_prefix(&prefix).unwrap_or(&msg).to_string(), None);
+                continue;
+            }
+            Err(e) => return Err(Error::Open(e)),
+        };
+        match p.read_whole(opened, path, res, &cfg.read, false) {
+            Ok(()) => {}
+            Err(profile::LoadError::Read(e)) => {
+                let (reason, line) = skip_reason(&e);
+                skip(reason, line);
+            }
+        }
+    }
+    if skipped == sources.len() {
+        return Err(Error::NothingReadable { skipped });
+    }
+    Ok(())
 }
 
 /// IgProf's `prepdata`: default filters, merges, cumulative counts.
@@ -240,9 +341,14 @@ pub fn run(
         read_file(&mut prof, b, &mut resolver, &cfg.read, true)?;
         base_flat = Some((bp, f));
     }
-    for f in &cfg.files {
-        verbose(cfg, &format!("reading {f}"));
-        read_file(&mut prof, f, &mut resolver, &cfg.read, false)?;
+    let sources = input::expand(&cfg.files).map_err(Error::Open)?;
+    if sources.several {
+        read_several(&mut prof, &sources.files, cfg, &mut resolver, warn)?;
+    } else {
+        for f in &sources.files {
+            verbose(cfg, &format!("reading {}", f.path));
+            read_file(&mut prof, &f.path, &mut resolver, &cfg.read, false)?;
+        }
     }
     prof.finish_reading();
     // A counter without values gives IgProf's empty report: the same

@@ -22,7 +22,8 @@ enum Order {
 /// Reports from IgProf-format profiles (IgProf's and igprof-rs's): flat
 /// cumulative and self profiles and a call graph, as IgProf prints them.
 ///
-/// Profiles may be plain, gzip or bzip2; several files are merged by symbol.
+/// Profiles may be plain, gzip or bzip2; several files, or a directory of
+/// them, are merged by symbol.
 /// Function names come from the program and libraries named in the profile
 /// (symbol tables, DWARF, separate debug files), else from the profile.
 #[derive(Parser, Debug)]
@@ -128,8 +129,11 @@ struct Args {
     /// Ignore call paths whose count per call is below VALUE.
     #[arg(long = "min-average-value", value_name = "VALUE")]
     min_average: Option<i64>,
-    /// Profiles to read (merged).
-    #[arg(value_name = "FILE", required = true)]
+    /// Profiles to read, merged into one report. A directory stands for
+    /// every file in it (a run directory: one profile per process). With
+    /// several inputs, `.tmp` leftovers, empty and damaged files are skipped
+    /// with a warning each.
+    #[arg(value_name = "FILE|DIR", required = true)]
     files: Vec<String>,
 }
 

@@ -379,6 +379,29 @@ fn errors_are_one_clear_line() {
     );
     let e = d.fails(&["missing.gz"]);
     assert!(e.contains("missing.gz: cannot open"), "{e}");
+    // Among several inputs too: a name the user typed must exist.
+    let e = d.fails(&[CPU, "missing.gz"]);
+    assert!(e.contains("missing.gz: cannot open"), "{e}");
+    std::fs::create_dir(d.file("empty-run")).unwrap();
+    let e = d.fails(&["empty-run"]);
+    assert!(e.contains("empty-run: no files in this directory"), "{e}");
+    std::fs::create_dir(d.file("leftovers")).unwrap();
+    std::fs::write(d.file("leftovers/p.gz"), b"").unwrap();
+    std::fs::write(d.file("leftovers/p.gz.tmp"), b"P=(ID=1 N=(a) T=0.0)\n").unwrap();
+    let (_, err, ok) = d.run(&["leftovers"]);
+    assert!(!ok);
+    assert_eq!(
+        err.lines().collect::<Vec<_>>(),
+        [
+            "igprof-analyse: warning: skipping leftovers/p.gz: empty file (0 bytes)",
+            "igprof-analyse: warning: skipping leftovers/p.gz.tmp: unfinished profile \
+             (.tmp: its process was still writing it, or died while writing)",
+            "igprof-analyse: none of the 2 input files is a readable profile (see the warnings above)",
+        ]
+    );
+    // Named alone, a .tmp is read as the profile it may be.
+    let (out, err, ok) = d.run(&["-r", "MEM_TOTAL", "leftovers/p.gz.tmp"]);
+    assert!(ok && out.starts_with("Counter: MEM_TOTAL\n"), "{err}");
     let e = d.fails(&["-D", CPU]);
     assert!(e.contains("--baseline"), "{e}");
     let e = d.fails(&["-mr", "s/a/b", CPU]);
@@ -592,4 +615,82 @@ fn every_operator_new_variant_and_hooked_allocator_folds_into_its_caller() {
     for wrapper in ["_Znam", "_Znwm", "aligned_alloc"] {
         assert!(!out.contains(wrapper), "{wrapper} not folded:\n{out}");
     }
+}
+
+/// The decompressed text of a fixture.
+fn plain_text(d: &Dir, name: &str) -> String {
+    let mut s = String::new();
+    std::io::Read::read_to_string(
+        &mut flate2::read::GzDecoder::new(std::fs::File::open(d.file(name)).unwrap()),
+        &mut s,
+    )
+    .unwrap();
+    s
+}
+
+#[test]
+fn a_run_directory_is_read_as_one_profile_without_its_leftovers() {
+    // What `igprof -o run/prof.gz` leaves after a run of several processes,
+    // plus what a crash, a full disk or a live process can leave next to it.
+    let d = Dir::new();
+    std::fs::create_dir(d.file("run")).unwrap();
+    let cpu = plain_text(&d, CPU);
+    let mem = plain_text(&d, MEM);
+    // Read first: a memory profile cut in the middle of line 30. Taken back
+    // entirely, it neither picks the counter nor adds nodes (paths).
+    let cut = &mem[..mem.match_indices('\n').nth(28).unwrap().0 + 12];
+    assert_eq!(cut.lines().count(), 30);
+    std::fs::write(d.file("run/a-cut.txt"), cut).unwrap();
+    // A large profile (the reader hands over lines in batches, so most of it
+    // is merged before the damage at its end shows) with new functions and
+    // a counter of its own, ending in the middle of a line.
+    let mut big = String::from("P=(ID=9 N=(big) T=0.005000)\n");
+    big += "C1 FN0=(F0=(/nonexistent/big)+0 N=(big_0))+0 V0=(MEM_TOTAL):(1,8,8)\n";
+    for i in 1..20_000 {
+        big += &format!("C{} FN{i}=(F0+{i} N=(big_{i}))+0 V0:(1,8,8)\n", 1 + i % 2);
+    }
+    big += "C1 FN7+0 V0:(1,";
+    std::fs::write(d.file("run/a-big.txt"), big).unwrap();
+    std::fs::copy(d.file(CPU), d.file("run/b.gz")).unwrap();
+    // A process still writing (the first half of a gzip stream).
+    let gz = std::fs::read(d.file(CPU)).unwrap();
+    std::fs::write(d.file("run/c.gz.tmp"), &gz[..gz.len() / 2]).unwrap();
+    std::fs::write(d.file("run/d.gz"), b"").unwrap();
+    // A process that recorded nothing: valid, adds nothing.
+    std::fs::write(d.file("run/e.gz"), "P=(HEX ID=7f69 N=(sh) T=0.005000)\n").unwrap();
+    // The CPU profile again, damaged on line 19 after 18 lines of values.
+    let lines: Vec<&str> = cpu.lines().collect();
+    assert!(lines[18].contains("V0:("), "{}", lines[18]);
+    let bad = cpu.replacen(lines[18], &lines[18].replace("V0:(", "V0:["), 1);
+    std::fs::write(d.file("run/f-bad.txt"), bad).unwrap();
+
+    let alone = d.ok(&["-p", CPU]);
+    let warnings = "igprof-analyse: warning: skipping run/a-big.txt: file ends in the middle of a line (truncated profile?) (line 20002)\n\
+        igprof-analyse: warning: skipping run/a-cut.txt: file ends in the middle of a line (truncated profile?) (line 30)\n\
+        igprof-analyse: warning: skipping run/c.gz.tmp: unfinished profile (.tmp: its process was still writing it, or died while writing)\n\
+        igprof-analyse: warning: skipping run/d.gz: empty file (0 bytes)\n";
+    let (out, err, ok) = d.run(&["-p", "run"]);
+    assert!(ok, "{err}");
+    assert_eq!(out, alone);
+    let (last, first) = err.split_at(err.find("igprof-analyse: warning: skipping run/f-bad.txt").unwrap());
+    assert_eq!(last, warnings, "{err}");
+    assert_eq!(
+        first,
+        "igprof-analyse: warning: skipping run/f-bad.txt: syntax error at column 12: \
+         expected ':(<ticks>,<value>,<peak>)' after the counter, found ':[1b,1b,1b)' (line 19)\n"
+    );
+    // The same files named one by one (a shell's run/*), in another order.
+    let (out2, err2, ok) = d.run(&[
+        "-p",
+        "run/f-bad.txt",
+        "run/e.gz",
+        "run/d.gz",
+        "run/c.gz.tmp",
+        "run/b.gz",
+        "run/a-cut.txt",
+        "run/a-big.txt",
+    ]);
+    assert!(ok, "{err2}");
+    assert_eq!(out2, out);
+    assert_eq!(err2.lines().count(), 5, "{err2}");
 }
