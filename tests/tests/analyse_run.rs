@@ -1,0 +1,147 @@
+//! igprof-analyse on what real runs leave: the run directory of a program
+//! that forks, execs and runs a shell (one profile per process, some of them
+//! empty, plus the leftovers a crash or a live process can leave), and the
+//! names of code without symbols (stripped programs, JIT code).
+//!
+//! Needs the release library and analyser: `cargo build --release --workspace`.
+
+use igprof_tests::*;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn analyser() -> PathBuf {
+    let p = target_dir().join("release/igprof-analyse");
+    assert!(
+        p.exists(),
+        "{} missing: cargo build --release --workspace",
+        p.display()
+    );
+    p
+}
+
+/// Runs igprof-analyse in `dir`.
+fn analyse(dir: &Path, args: &[&str]) -> Output {
+    Command::new(analyser())
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
+/// stdout of a successful igprof-analyse run, and its stderr.
+fn analyse_ok(dir: &Path, args: &[&str]) -> (String, String) {
+    let o = analyse(dir, args);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "igprof-analyse {args:?}: {err}");
+    (String::from_utf8(o.stdout).unwrap(), err)
+}
+
+/// `"total_counts": N` of a JSON report.
+fn json_total(json: &str) -> i64 {
+    let at = json.find("\"total_counts\": ").expect("total_counts") + 16;
+    json[at..]
+        .split(|c: char| !c.is_ascii_digit() && c != '-')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// The cumulative percentage of `func` in a text report's first table.
+fn share(report: &str, func: &str) -> f64 {
+    let flat = report.split("Flat profile (self").next().unwrap();
+    flat.lines()
+        .find(|l| l.split_whitespace().nth(2) == Some(func))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{func} not in the report:\n{report}"))
+}
+
+fn gzip(text: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    e.write_all(text).unwrap();
+    e.finish().unwrap()
+}
+
+#[test]
+fn a_run_directory_of_several_processes_is_one_report() {
+    let d = scratch("analyse-run");
+    build(&d, "procs.c", "procs", &[]);
+    std::fs::create_dir(d.join("run")).unwrap();
+    ok(&igprof(&d, &["-pp", "-o", "run/prof.gz", "./procs"]));
+    let written = profiles_in(&d.join("run"));
+    // The parent, its forked child, its exec'd child (and that child's
+    // image before exec), and system()'s shell.
+    assert!(written.len() >= 4, "{written:?}");
+    let parsed: Vec<Profile> = written
+        .iter()
+        .map(|p| parse_strict(&read_text(p)).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+        .collect();
+    let ticks: u64 = parsed.iter().map(|p| total(p, "PERF_TICKS")).sum();
+    let empty = parsed.iter().filter(|p| p.nodes.is_empty()).count();
+    assert!(empty >= 1, "the shell records nothing: {written:?}");
+
+    // A profile that recorded nothing, alone: the empty report, status 0.
+    let nothing = &written[parsed.iter().position(|p| p.nodes.is_empty()).unwrap()];
+    let (out, err) = analyse_ok(&d, &[nothing.to_str().unwrap()]);
+    assert!(out.starts_with("Counter: <none>\n") && !out.contains(" ["), "{out}");
+    assert_eq!(
+        err,
+        "igprof-analyse: warning: no counter values in the profile data: nothing was recorded\n"
+    );
+
+    // What else a run directory can hold: a profile still being written, a
+    // file created by a process killed before it wrote anything, and a
+    // profile cut short (a full disk).
+    let parent = std::fs::read(d.join("run/prof.gz")).unwrap();
+    std::fs::write(d.join("run/prof.1.gz.tmp"), &parent[..parent.len() / 2]).unwrap();
+    std::fs::write(d.join("run/prof.2.gz"), b"").unwrap();
+    let text = read_text(&d.join("run/prof.gz"));
+    let cut_at = text.trim_end().rfind(':').unwrap();
+    let cut_line = text[..cut_at].lines().count();
+    std::fs::write(d.join("run/prof.3.gz"), gzip(&text.as_bytes()[..cut_at])).unwrap();
+
+    let (json, err) = analyse_ok(&d, &["-js", "run"]);
+    assert_eq!(
+        err,
+        format!(
+            "igprof-analyse: warning: skipping run/prof.1.gz.tmp: unfinished profile (.tmp: its process was still writing it, or died while writing)\n\
+             igprof-analyse: warning: skipping run/prof.2.gz: empty file (0 bytes)\n\
+             igprof-analyse: warning: skipping run/prof.3.gz: file ends in the middle of a line (truncated profile?) (line {cut_line})\n"
+        )
+    );
+    // Every tick of every process, once.
+    assert_eq!(json_total(&json), ticks as i64, "{json}");
+    let (report, _) = analyse_ok(&d, &["run"]);
+    assert!(report.starts_with("Counter: PERF_TICKS\n"), "{report}");
+    for f in ["parent_work", "forked_child_work", "exec_child_work"] {
+        let s = share(&report, f);
+        assert!((20.0..=46.0).contains(&s), "{f}: {s}%\n{report}");
+    }
+    // The same as naming the profiles one by one.
+    let names: Vec<&str> = written.iter().map(|p| p.to_str().unwrap()).collect();
+    let (named, err) = analyse_ok(&d, &names);
+    assert_eq!(named, report);
+    assert_eq!(err, "");
+
+    // The damaged profile alone is an error with its line, not a report.
+    let o = analyse(&d, &["run/prof.3.gz"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(
+        err,
+        format!(
+            "igprof-analyse: run/prof.3.gz:{cut_line}: file ends in the middle of a line (truncated profile?)\n"
+        )
+    );
+}
+
+/// The profiles in a run directory.
+fn profiles_in(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    v.sort();
+    v
+}
