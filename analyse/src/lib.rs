@@ -319,11 +319,7 @@ impl text::Names for DisplayNames {
 
 /// Runs one invocation, writing the report to `out` and handing each
 /// warning to `warn` as it arises.
-pub fn run(
-    cfg: &Config,
-    out: &mut dyn Write,
-    warn: &mut dyn FnMut(Warning),
-) -> Result<(), Error> {
+pub fn run(cfg: &Config, out: &mut dyn Write, warn: &mut dyn FnMut(Warning)) -> Result<(), Error> {
     let mut resolver = symbols::Resolver::new(cfg.symbols.clone());
     let mut prof = Profile::new(cfg.key.clone());
     let mut base_flat = None;
@@ -355,7 +351,11 @@ pub fn run(
     // headings, no rows (every count is zero).
     if prof.counters_seen.is_empty() {
         warn(Warning::NothingRecorded);
-    } else if let Some(key) = prof.key.as_ref().filter(|k| !prof.counters_seen.contains(k)) {
+    } else if let Some(key) = prof
+        .key
+        .as_ref()
+        .filter(|k| !prof.counters_seen.contains(k))
+    {
         warn(Warning::CounterMissing {
             key: key.clone(),
             available: prof.counters_seen.clone(),

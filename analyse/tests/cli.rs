@@ -672,7 +672,10 @@ fn a_run_directory_is_read_as_one_profile_without_its_leftovers() {
     let (out, err, ok) = d.run(&["-p", "run"]);
     assert!(ok, "{err}");
     assert_eq!(out, alone);
-    let (last, first) = err.split_at(err.find("igprof-analyse: warning: skipping run/f-bad.txt").unwrap());
+    let (last, first) = err.split_at(
+        err.find("igprof-analyse: warning: skipping run/f-bad.txt")
+            .unwrap(),
+    );
     assert_eq!(last, warnings, "{err}");
     assert_eq!(
         first,

@@ -84,7 +84,10 @@ fn a_run_directory_of_several_processes_is_one_report() {
     // A profile that recorded nothing, alone: the empty report, status 0.
     let nothing = &written[parsed.iter().position(|p| p.nodes.is_empty()).unwrap()];
     let (out, err) = analyse_ok(&d, &[nothing.to_str().unwrap()]);
-    assert!(out.starts_with("Counter: <none>\n") && !out.contains(" ["), "{out}");
+    assert!(
+        out.starts_with("Counter: <none>\n") && !out.contains(" ["),
+        "{out}"
+    );
     assert_eq!(
         err,
         "igprof-analyse: warning: no counter values in the profile data: nothing was recorded\n"
