@@ -99,9 +99,12 @@ struct Args {
     /// Append the source file and line of each call site to names.
     #[arg(long)]
     lines: bool,
-    /// Root of separate debug files (build-id and .gnu_debuglink).
-    #[arg(long, value_name = "DIR", default_value = "/usr/lib/debug")]
-    debug_dir: String,
+    /// Also look for separate debug files under DIR (by build id,
+    /// DIR/.build-id/xx/yyyy.debug, and by .gnu_debuglink, DIR/NAME and
+    /// DIR/<object's directory>/NAME); repeatable, searched in order before
+    /// /usr/lib/debug.
+    #[arg(long, value_name = "DIR")]
+    debug_dir: Vec<String>,
     /// Print progress messages on stderr (-v).
     #[arg(short = 'v', long)]
     verbose: bool,
@@ -279,7 +282,13 @@ fn parse() -> Config {
             enabled: !args.no_symbols,
             inline: args.inline,
             lines: args.lines,
-            debug_dir: args.debug_dir.into(),
+            debug_dirs: args
+                .debug_dir
+                .iter()
+                .map(String::as_str)
+                .chain([symbols::SYSTEM_DEBUG_DIR])
+                .map(Into::into)
+                .collect(),
         },
         verbose: args.verbose,
     }
