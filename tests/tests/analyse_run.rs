@@ -1,7 +1,7 @@
 //! igprof-analyse on what real runs leave: the run directory of a program
 //! that forks, execs and runs a shell (one profile per process, some of them
 //! empty, plus the leftovers a crash or a live process can leave), and the
-//! names of code without symbols (stripped programs, JIT code).
+//! names of code without symbols (a stripped program, JIT code).
 //!
 //! Needs the release library and analyser: `cargo build --release --workspace`.
 
@@ -147,4 +147,103 @@ fn profiles_in(dir: &Path) -> Vec<PathBuf> {
         .collect();
     v.sort();
     v
+}
+
+/// Function start offsets of an unstripped PIE program, from `nm`.
+fn function_starts(program: &Path) -> Vec<(String, u64)> {
+    let o = Command::new("nm").arg(program).output().expect("run nm");
+    assert!(o.status.success());
+    String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let (addr, kind, name) = (w.next()?, w.next()?, w.next()?);
+            if !matches!(kind, "t" | "T") {
+                return None;
+            }
+            Some((name.to_string(), u64::from_str_radix(addr, 16).ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn a_stripped_program_has_one_entry_per_function() {
+    let d = scratch("analyse-stripped");
+    let full = build(&d, "stripped_hot.c", "full", &["-fPIE", "-pie"]);
+    let st = Command::new("strip")
+        .arg("-o")
+        .arg(d.join("stripped_hot"))
+        .arg(&full)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    ok(&igprof(
+        &d,
+        &["-pp", "-o", "hot.gz", "./stripped_hot", "150"],
+    ));
+    let (report, _) = analyse_ok(&d, &["hot.gz"]);
+    let starts = function_starts(&full);
+    let start_of = |f: &str| {
+        starts
+            .iter()
+            .find(|(n, _)| n == f || n.starts_with(&format!("{f}.")))
+            .unwrap_or_else(|| panic!("{f} not in {starts:?}"))
+            .1
+    };
+    // Every name of the program is a function start, each hot function is
+    // one entry with its share of the time (50/30/20).
+    let flat = report.split("Flat profile (self").next().unwrap();
+    let named: Vec<&str> = flat
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .filter(|n| n.starts_with("@{stripped_hot+"))
+        .collect();
+    for n in &named {
+        let offset: u64 = n["@{stripped_hot+".len()..n.len() - 1].parse().unwrap();
+        assert!(
+            starts.iter().any(|(_, s)| *s == offset),
+            "{n} is not a function start: {starts:?}\n{report}"
+        );
+    }
+    for (f, want) in [("hot_a", 50.0), ("hot_b", 30.0), ("hot_c", 20.0)] {
+        let s = share(&report, &format!("@{{stripped_hot+{}}}", start_of(f)));
+        assert!((s - want).abs() <= 8.0, "{f}: {s}%\n{report}");
+    }
+    let (work, main) = (start_of("work"), start_of("main"));
+    for f in [work, main] {
+        assert!(
+            named.contains(&format!("@{{stripped_hot+{f}}}").as_str()),
+            "{report}"
+        );
+    }
+}
+
+#[test]
+fn jit_code_is_named_by_its_address() {
+    let d = scratch("analyse-jit");
+    build(&d, "jit_loop.c", "jit_loop", &[]);
+    let o = igprof(&d, &["-pp", "-o", "jit.gz", "./jit_loop", "300"]);
+    ok(&o);
+    let page = String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    let page = u64::from_str_radix(page.trim_start_matches("0x"), 16).unwrap();
+    let (report, _) = analyse_ok(&d, &["jit.gz"]);
+    assert!(!report.contains("@{<unknown>"), "{report}");
+    // Almost all the time is in the copied loop, named @?0x<address in the page>.
+    let flat = report.split("Flat profile (self").next().unwrap();
+    let jit: f64 = flat
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let pct: f64 = w.next()?.parse().ok()?;
+            let name = w.nth(1)?;
+            let addr = u64::from_str_radix(name.strip_prefix("@?0x")?, 16).ok()?;
+            (page..page + 4096).contains(&addr).then_some(pct)
+        })
+        .fold(0.0, f64::max);
+    assert!(jit >= 80.0, "{report}");
 }
