@@ -1,8 +1,8 @@
 //! igprof-analyse: reads IgProf-format profiles (IgProf's own and igprof-rs's)
 //! and prints IgProf's reports.
 //!
-//! Data flow: `input` opens (and decompresses, on a thread) each file,
-//! `profile` reads it with the streaming reader of `igprof-format` (parsing on
+//! Data flow: `input` expands run directories into their files and opens
+//! (and decompresses, on a thread) each file, `profile` reads it with the streaming reader of `igprof-format` (parsing on
 //! a second thread) into one merged call tree, naming functions through
 //! `symbols`; `filters` rewrite the tree as IgProf's analyser does; `flat`
 //! turns it into per-function rows; `text`, `tree_top` and `formats` print
@@ -26,7 +26,13 @@
 //!   gives the empty report IgProf prints for an absent counter, with a
 //!   warning, and status 0 (IgProf stops: "No counter values in profile
 //!   data.", status 1); the absent counter itself also gets a warning naming
-//!   the counters that are there.
+//!   the counters that are there;
+//! - among several inputs, leftovers of a run (`.tmp`, 0-byte files) and
+//!   damaged profiles are skipped with a warning (IgProf stops at the first
+//!   one), and a directory stands for the files in it;
+//! - an address without a symbol in a stripped object is named after the
+//!   start of its function (from `.eh_frame`), not after itself, so one
+//!   function is one entry (see `symbols`).
 //!
 //! Must never: link the injected profiler (its hooks would profile us), or
 //! panic on bad input: every failure is an [`Error`] with a one-line message.
