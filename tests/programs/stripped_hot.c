@@ -1,8 +1,8 @@
 /* Three hot functions with loops of several instructions (so that samples
-   land on many addresses of each): hot_a 50%, hot_b 30%, hot_c 20% of the
-   work, each reached from main through work(). Built stripped by the tests,
-   to check that all addresses of one unnamed function are one entry.
-   Units default to 100. */
+   land on many addresses of each), run for 5:3:2 iterations (hot_a's loop
+   costs the most: about 60/25/15% of the time), each reached from main
+   through work(). Built stripped by the tests, to check that all addresses
+   of one unnamed function are one entry. Units default to 100. */
 #include <stdio.h>
 #include <stdlib.h>
 static volatile unsigned long sink;
