@@ -67,6 +67,8 @@ pub struct HookTls {
     /// `hooks::via_begin`): an outer hook whose original allocated through
     /// another hooked entry point does not record the same block again.
     pub inner: Cell<usize>,
+    /// The allocation sampler's countdown and generator (`--sample-bytes`).
+    pub sampler: super::sample::ThreadSampler,
 }
 
 thread_local! {
@@ -80,6 +82,7 @@ thread_local! {
             paths: Cell::new(core::ptr::null_mut()),
             memo: Cell::new(core::ptr::null_mut()),
             inner: Cell::new(0),
+            sampler: super::sample::ThreadSampler::new(),
         }
     };
 }
