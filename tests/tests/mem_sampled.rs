@@ -83,14 +83,21 @@ fn std_errors(sizes: &[u64]) -> (f64, f64) {
 struct Bench {
     dir: PathBuf,
     exe: String,
+    /// A library preloaded before the profiler (another allocator).
+    preload: Option<&'static str>,
 }
 
 impl Bench {
     fn new(name: &str, src: &str) -> Self {
         let dir = scratch(name);
         let exe = src.rsplit_once('.').unwrap().0.to_string();
-        build(&dir, src, &exe, &[]);
-        Bench { dir, exe }
+        let flags: &[&str] = if src.ends_with(".cpp") { &["-std=c++17"] } else { &[] };
+        build(&dir, src, &exe, flags);
+        Bench {
+            dir,
+            exe,
+            preload: None,
+        }
     }
 
     /// Runs the program under `opts` with `args`; returns its stdout and
@@ -100,7 +107,16 @@ impl Bench {
         let mut a: Vec<&str> = opts.to_vec();
         a.extend(["-o", out, &exe]);
         a.extend(args);
-        let o = igprof(&self.dir, &a);
+        let o = match self.preload {
+            None => igprof(&self.dir, &a),
+            Some(lib_path) => std::process::Command::new(root().join("scripts/igprof"))
+                .args(&a)
+                .current_dir(&self.dir)
+                .env("IGPROF_LIB", lib())
+                .env("LD_PRELOAD", lib_path)
+                .output()
+                .unwrap(),
+        };
         ok(&o);
         (
             String::from_utf8_lossy(&o.stdout).into_owned(),
@@ -303,18 +319,33 @@ fn comparable(p: &Profile) -> BTreeMap<String, BTreeMap<String, (u64, u64, u64, 
 #[test]
 fn one_byte_mean_is_the_exact_profile() {
     // q(s) = 1 and w = 1 for every size: every allocation is recorded at
-    // its own size, through every entry point.
-    for (src, args, marker) in [
-        ("mem_family.c", &[][..], "family done"),
-        ("alloc_churn.c", &["20000", "5"][..], "done 20000"),
-    ] {
-        let b = Bench::new(&format!("one-byte-{src}"), src);
+    // its own size, through every entry point (glibc's, and tcmalloc's own
+    // C++ operators when it is installed).
+    let tc = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4";
+    let tc = (cfg!(target_arch = "x86_64") && Path::new(tc).exists()).then_some(tc);
+    let mut cases = vec![
+        ("mem_family.c", &[][..], "family done", None),
+        ("alloc_churn.c", &["20000", "5"][..], "done 20000", None),
+        ("mem_newdel.cpp", &[][..], "", None),
+    ];
+    match tc {
+        Some(tc) => cases.extend([
+            ("alloc_churn.c", &["20000", "5"][..], "done 20000", Some(tc)),
+            ("mem_newdel.cpp", &[][..], "", Some(tc)),
+        ]),
+        None => eprintln!("tcmalloc not installed: its entry points are not checked"),
+    }
+    for (src, args, marker, preload) in cases {
+        let mut b = Bench::new(&format!("one-byte-{src}-{}", preload.is_some()), src);
+        b.preload = preload;
         let (out, exact) = b.run(&["-mp"], args, "exact.gz");
         assert!(out.contains(marker), "{out}");
         let (out, one) = b.run(&["-mp", "--sample-bytes", "1"], args, "one.gz");
         assert!(out.contains(marker), "{out}");
         assert!(one.program.contains("[sampled: --sample-bytes 1 --sample-seed "));
-        assert_eq!(comparable(&exact), comparable(&one), "{src}");
+        let (e, o) = (comparable(&exact), comparable(&one));
+        assert!(e["MEM_TOTAL"].len() >= 3, "{src}: {:?}", e["MEM_TOTAL"]);
+        assert_eq!(e, o, "{src} {preload:?}");
     }
 }
 
