@@ -350,6 +350,45 @@ fn one_byte_mean_is_the_exact_profile() {
 }
 
 #[test]
+fn usable_sizes_and_signal_handlers_under_sampling() {
+    // -mo include: the weight applies to the usable size; at N = 1 it is
+    // the exact -mo include profile.
+    let b = Bench::new("sampled-mo", "mem_family.c");
+    let (_, exact) = b.run(&["-mp", "-mo", "include"], &[], "e.gz");
+    let (_, one) = b.run(&["-mp", "-mo", "include", "--sample-bytes", "1"], &[], "o.gz");
+    assert_eq!(comparable(&exact), comparable(&one));
+
+    // Allocations and frees from a 100 us timer's handler, some of them
+    // while the interrupted code is inside a hook (deferred, replayed
+    // later): at N = 1 every one is counted; at N = 64 the frees still
+    // take back exactly what was added.
+    let b = Bench::new("sampled-signal", "mem_signal.c");
+    for (nb, exact) in [("1", true), ("64", false)] {
+        let (out, p) = b.run(&["-mp", "--sample-bytes", nb], &["2000000"], &format!("sig{nb}.gz"));
+        let hits: u64 = out
+            .trim()
+            .strip_prefix("hits ")
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no hit count in {out}"));
+        assert!(hits > 100, "the timer fired: {hits}");
+        let m = all_sites(&p);
+        let (tot, live) = (counter(&m, "MEM_TOTAL"), counter(&m, "MEM_LIVE"));
+        if exact {
+            assert_eq!(site(tot, "churn").calls, 2_000_000);
+            let h = site(tot, "in_handler");
+            assert_eq!((h.calls, h.bytes), (hits, 200 * hits));
+        } else {
+            // 2,000,000 small blocks at N = 64: standard error well under 1%.
+            let c = site(tot, "churn").calls as f64 / 2_000_000.0 - 1.0;
+            assert!(c.abs() < 0.05, "churn calls off by {c}");
+        }
+        for f in ["in_handler", "churn"] {
+            assert_eq!(site(live, f).bytes, 0, "N = {nb}: {f} MEM_LIVE at exit");
+        }
+    }
+}
+
+#[test]
 fn a_seed_gives_the_same_profile_again() {
     let b = Bench::new("sampled-seed", "alloc_churn.c");
     let opts = ["-mp", "--sample-bytes", "4K", "--sample-seed", "77"];
