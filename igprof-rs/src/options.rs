@@ -584,7 +584,8 @@ pub fn parse(s: &[u8]) -> Result<Options, OptionError<'_>> {
     if o.sample_bytes != 0 && o.empty.is_some() {
         return Err(OptionError::Conflict {
             option: "--sample-bytes",
-            problem: "cannot be combined with -ep/-ei/-eu (they inspect every block): drop one of them",
+            problem:
+                "cannot be combined with -ep/-ei/-eu (they inspect every block): drop one of them",
         });
     }
     Ok(o)
@@ -702,9 +703,24 @@ mod tests {
         assert_eq!(o.sample_seed, Some(u64::MAX));
         assert_eq!(parse(b"-mp").unwrap().sample_bytes, 0);
         assert_eq!(parse(b"-mp --sample-bytes 1").unwrap().sample_bytes, 1);
-        assert_eq!(parse(b"-mp --sample-bytes 2MiB").unwrap().sample_bytes, 2 << 20);
-        assert_eq!(parse(b"-mp --sample-bytes 16M").unwrap().sample_bytes, 16 << 20);
-        for bad in [&b"0"[..], b"17M", b"1G", b"-5", b"512X", b"", b"K", b"99999999999999999999"] {
+        assert_eq!(
+            parse(b"-mp --sample-bytes 2MiB").unwrap().sample_bytes,
+            2 << 20
+        );
+        assert_eq!(
+            parse(b"-mp --sample-bytes 16M").unwrap().sample_bytes,
+            16 << 20
+        );
+        for bad in [
+            &b"0"[..],
+            b"17M",
+            b"1G",
+            b"-5",
+            b"512X",
+            b"",
+            b"K",
+            b"99999999999999999999",
+        ] {
             let mut s = b"-mp --sample-bytes ".to_vec();
             s.extend_from_slice(bad);
             if bad.is_empty() {
@@ -713,8 +729,12 @@ mod tests {
             assert!(
                 matches!(
                     parse(&s).err(),
-                    Some(OptionError::BadValue { option: "--sample-bytes", .. })
-                        | Some(OptionError::MissingValue { option: "--sample-bytes" })
+                    Some(OptionError::BadValue {
+                        option: "--sample-bytes",
+                        ..
+                    }) | Some(OptionError::MissingValue {
+                        option: "--sample-bytes"
+                    })
                 ),
                 "{}",
                 String::from_utf8_lossy(bad)
@@ -722,19 +742,31 @@ mod tests {
         }
         assert!(matches!(
             parse(b"-mp --sample-bytes 1K --sample-seed x1").err(),
-            Some(OptionError::BadValue { option: "--sample-seed", .. })
+            Some(OptionError::BadValue {
+                option: "--sample-seed",
+                ..
+            })
         ));
         assert!(matches!(
             parse(b"-pp --sample-bytes 512K").err(),
-            Some(OptionError::Conflict { option: "--sample-bytes", .. })
+            Some(OptionError::Conflict {
+                option: "--sample-bytes",
+                ..
+            })
         ));
         assert!(matches!(
             parse(b"-mp --sample-seed 3").err(),
-            Some(OptionError::Conflict { option: "--sample-seed", .. })
+            Some(OptionError::Conflict {
+                option: "--sample-seed",
+                ..
+            })
         ));
         assert!(matches!(
             parse(b"-mp -ep --sample-bytes 512K").err(),
-            Some(OptionError::Conflict { option: "--sample-bytes", .. })
+            Some(OptionError::Conflict {
+                option: "--sample-bytes",
+                ..
+            })
         ));
         let mut line = crate::log::Line::new();
         core::fmt::Write::write_fmt(

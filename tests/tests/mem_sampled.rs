@@ -35,7 +35,9 @@ fn program_sizes() -> BTreeMap<&'static str, Vec<u64>> {
     let mut m: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
     m.insert(
         "site_mixed",
-        (0..1_500_000u64).map(|i| 1024 + (i * 7919) % 7168).collect(),
+        (0..1_500_000u64)
+            .map(|i| 1024 + (i * 7919) % 7168)
+            .collect(),
     );
     m.insert(
         "site_calloc",
@@ -91,7 +93,11 @@ impl Bench {
     fn new(name: &str, src: &str) -> Self {
         let dir = scratch(name);
         let exe = src.rsplit_once('.').unwrap().0.to_string();
-        let flags: &[&str] = if src.ends_with(".cpp") { &["-std=c++17"] } else { &[] };
+        let flags: &[&str] = if src.ends_with(".cpp") {
+            &["-std=c++17"]
+        } else {
+            &[]
+        };
         build(&dir, src, &exe, flags);
         Bench {
             dir,
@@ -150,7 +156,10 @@ fn all_sites(p: &Profile) -> BTreeMap<String, BTreeMap<String, Site>> {
     m
 }
 
-fn counter<'a>(m: &'a BTreeMap<String, BTreeMap<String, Site>>, c: &str) -> &'a BTreeMap<String, Site> {
+fn counter<'a>(
+    m: &'a BTreeMap<String, BTreeMap<String, Site>>,
+    c: &str,
+) -> &'a BTreeMap<String, Site> {
     m.get(c).unwrap_or_else(|| panic!("no {c} in the profile"))
 }
 
@@ -177,8 +186,14 @@ fn sampled_sites_and_live_bytes_match_the_exact_profile_over_ten_seeds() {
         );
     }
     let exact_live = live_total(&exact);
-    let leaked: u64 = sizes["site_leak_big"].iter().chain(&sizes["site_leak_small"]).sum();
-    assert!(exact_live >= leaked && exact_live < leaked + MIB, "{exact_live}");
+    let leaked: u64 = sizes["site_leak_big"]
+        .iter()
+        .chain(&sizes["site_leak_small"])
+        .sum();
+    assert!(
+        exact_live >= leaked && exact_live < leaked + MIB,
+        "{exact_live}"
+    );
 
     // Which bound each site is held to.
     let mut bounds: BTreeMap<&str, (f64, f64, bool)> = BTreeMap::new();
@@ -217,8 +232,9 @@ fn sampled_sites_and_live_bytes_match_the_exact_profile_over_ten_seeds() {
         );
         assert!(out.contains("sites done 1"), "{out}");
         assert!(
-            p.program
-                .ends_with(&format!(" [sampled: --sample-bytes {N} --sample-seed {seed}]")),
+            p.program.ends_with(&format!(
+                " [sampled: --sample-bytes {N} --sample-seed {seed}]"
+            )),
             "header names N and the seed: {}",
             p.program
         );
@@ -234,11 +250,7 @@ fn sampled_sites_and_live_bytes_match_the_exact_profile_over_ten_seeds() {
             let ec = (s.calls as f64 - e.calls as f64) / e.calls as f64;
             let eb = (s.bytes as f64 - e.bytes as f64) / e.bytes as f64;
             report.push(format!("seed {seed} {f}: calls {ec:+.4} bytes {eb:+.4}"));
-            let (tc, tb) = if five {
-                (0.05, 0.05)
-            } else {
-                (Z * rc, Z * rb)
-            };
+            let (tc, tb) = if five { (0.05, 0.05) } else { (Z * rc, Z * rb) };
             assert!(
                 ec.abs() <= tc && eb.abs() <= tb,
                 "seed {seed}, {f}: calls {} vs {} ({ec:+.4}), bytes {} vs {} ({eb:+.4}); allowed {tc:.4} / {tb:.4}",
@@ -259,7 +271,14 @@ fn sampled_sites_and_live_bytes_match_the_exact_profile_over_ten_seeds() {
         // Freed sites hold nothing live: every sampled block's free took
         // back exactly what its allocation added, and no unsampled free
         // took anything.
-        for f in ["site_mixed", "site_calloc", "site_realloc", "site_align", "site_big", "site_small"] {
+        for f in [
+            "site_mixed",
+            "site_calloc",
+            "site_realloc",
+            "site_align",
+            "site_big",
+            "site_small",
+        ] {
             let l = site(live, f);
             assert_eq!(
                 (l.calls, l.bytes, l.leaks.len()),
@@ -297,9 +316,12 @@ fn sampled_sites_and_live_bytes_match_the_exact_profile_over_ten_seeds() {
     }
 }
 
+/// A site's (calls, bytes, peak, largest value, leak sizes sorted).
+type SiteValues = (u64, u64, u64, u64, Vec<u64>);
+
 /// The per-site values of every memory counter, leak sizes sorted
 /// (addresses differ between runs).
-fn comparable(p: &Profile) -> BTreeMap<String, BTreeMap<String, (u64, u64, u64, u64, Vec<u64>)>> {
+fn comparable(p: &Profile) -> BTreeMap<String, BTreeMap<String, SiteValues>> {
     all_sites(p)
         .into_iter()
         .map(|(c, m)| {
@@ -342,7 +364,9 @@ fn one_byte_mean_is_the_exact_profile() {
         assert!(out.contains(marker), "{out}");
         let (out, one) = b.run(&["-mp", "--sample-bytes", "1"], args, "one.gz");
         assert!(out.contains(marker), "{out}");
-        assert!(one.program.contains("[sampled: --sample-bytes 1 --sample-seed "));
+        assert!(one
+            .program
+            .contains("[sampled: --sample-bytes 1 --sample-seed "));
         let (e, o) = (comparable(&exact), comparable(&one));
         assert!(e["MEM_TOTAL"].len() >= 3, "{src}: {:?}", e["MEM_TOTAL"]);
         assert_eq!(e, o, "{src} {preload:?}");
@@ -355,7 +379,11 @@ fn usable_sizes_and_signal_handlers_under_sampling() {
     // the exact -mo include profile.
     let b = Bench::new("sampled-mo", "mem_family.c");
     let (_, exact) = b.run(&["-mp", "-mo", "include"], &[], "e.gz");
-    let (_, one) = b.run(&["-mp", "-mo", "include", "--sample-bytes", "1"], &[], "o.gz");
+    let (_, one) = b.run(
+        &["-mp", "-mo", "include", "--sample-bytes", "1"],
+        &[],
+        "o.gz",
+    );
     assert_eq!(comparable(&exact), comparable(&one));
 
     // Allocations and frees from a 100 us timer's handler, some of them
@@ -364,7 +392,11 @@ fn usable_sizes_and_signal_handlers_under_sampling() {
     // take back exactly what was added.
     let b = Bench::new("sampled-signal", "mem_signal.c");
     for (nb, exact) in [("1", true), ("64", false)] {
-        let (out, p) = b.run(&["-mp", "--sample-bytes", nb], &["2000000"], &format!("sig{nb}.gz"));
+        let (out, p) = b.run(
+            &["-mp", "--sample-bytes", nb],
+            &["2000000"],
+            &format!("sig{nb}.gz"),
+        );
         let hits: u64 = out
             .trim()
             .strip_prefix("hits ")
@@ -406,14 +438,22 @@ fn a_seed_gives_the_same_profile_again() {
     // Without a seed, the header names the random one it used.
     let (_, p4) = b.run(&["-mp", "--sample-bytes", "4K"], &["1000", "5"], "d.gz");
     let seed = p4.program.rsplit("--sample-seed ").next().unwrap();
-    assert!(seed.trim_end_matches(']').parse::<u64>().is_ok(), "{}", p4.program);
+    assert!(
+        seed.trim_end_matches(']').parse::<u64>().is_ok(),
+        "{}",
+        p4.program
+    );
 }
 
 #[test]
 fn frees_on_other_threads_and_forked_children_stay_consistent() {
     let m: u64 = 50_000;
     let b = Bench::new("sampled-handoff", "mem_handoff.c");
-    let (out, p) = b.run(&["-mp", "--sample-bytes", "2K", "--sample-seed", "5"], &["50000"], "h.gz");
+    let (out, p) = b.run(
+        &["-mp", "--sample-bytes", "2K", "--sample-seed", "5"],
+        &["50000"],
+        "h.gz",
+    );
     assert!(out.contains("handoff done 50000"), "{out}");
     let s = all_sites(&p);
     let t = site(counter(&s, "MEM_TOTAL"), "produce");
@@ -422,7 +462,11 @@ fn frees_on_other_threads_and_forked_children_stay_consistent() {
     let eb = (t.bytes as f64 - bytes as f64) / bytes as f64;
     assert!(eb.abs() < 0.03, "produce bytes {} vs {bytes}", t.bytes);
     let l = site(counter(&s, "MEM_LIVE"), "produce");
-    assert_eq!((l.calls, l.bytes, l.leaks.len()), (0, 0, 0), "all freed, on other threads");
+    assert_eq!(
+        (l.calls, l.bytes, l.leaks.len()),
+        (0, 0, 0),
+        "all freed, on other threads"
+    );
 
     // fork, thread-local destructors and dlopen: at N = 1 the sampled
     // profiles of parent and child are the exact ones.
@@ -438,7 +482,15 @@ fn frees_on_other_threads_and_forked_children_stay_consistent() {
     let exe = format!("./{}", b.exe);
     let o = igprof(
         &b.dir,
-        &["-mp", "--sample-bytes", "1", "-o", "f.gz", &exe, plugin.to_str().unwrap()],
+        &[
+            "-mp",
+            "--sample-bytes",
+            "1",
+            "-o",
+            "f.gz",
+            &exe,
+            plugin.to_str().unwrap(),
+        ],
     );
     ok(&o);
     assert!(String::from_utf8_lossy(&o.stdout).contains("lifecycle done 0"));
@@ -509,7 +561,11 @@ fn bad_values_are_refused_on_one_line() {
 #[test]
 fn igprof_analyse_reads_a_sampled_profile() {
     let b = Bench::new("sampled-analyse", "alloc_churn.c");
-    let (_, _) = b.run(&["-mp", "--sample-bytes", "64K", "--sample-seed", "1"], &["200000", "20"], "prof.gz");
+    let (_, _) = b.run(
+        &["-mp", "--sample-bytes", "64K", "--sample-seed", "1"],
+        &["200000", "20"],
+        "prof.gz",
+    );
     let analyse = target_dir().join("release/igprof-analyse");
     assert!(analyse.exists(), "{} missing", analyse.display());
     for c in ["MEM_TOTAL", "MEM_LIVE", "MEM_MAX"] {
@@ -518,8 +574,16 @@ fn igprof_analyse_reads_a_sampled_profile() {
             .current_dir(&b.dir)
             .output()
             .unwrap();
-        assert!(o.status.success(), "{c}: {}", String::from_utf8_lossy(&o.stderr));
-        let site = if c == "MEM_LIVE" { "site_leak" } else { "site_mixed" };
+        assert!(
+            o.status.success(),
+            "{c}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let site = if c == "MEM_LIVE" {
+            "site_leak"
+        } else {
+            "site_mixed"
+        };
         assert!(String::from_utf8_lossy(&o.stdout).contains(site), "{c}");
     }
 }

@@ -86,6 +86,8 @@ static GIVEN_SEED: AtomicU64 = AtomicU64::new(0);
 const BYTES_BITS: u32 = 40;
 const BYTES_MAX: u64 = (1 << BYTES_BITS) - 1;
 const CALLS_MAX: u64 = (1 << (64 - BYTES_BITS)) - 1;
+// A weight is at most N calls (w(1) = N), which must fit its field.
+const _: () = assert!(crate::options::MAX_SAMPLE_BYTES <= CALLS_MAX + 1);
 
 /// Per-thread sampler state (kept in the memory hooks' thread-local
 /// state, `site::HookTls`, so a hook reaches it with the same lookup).
@@ -412,7 +414,11 @@ pub fn describe() -> String {
     if !active() {
         return String::new();
     }
-    format!("sampled: --sample-bytes {} --sample-seed {}", mean(), seed())
+    format!(
+        "sampled: --sample-bytes {} --sample-seed {}",
+        mean(),
+        seed()
+    )
 }
 
 #[cfg(test)]
@@ -423,8 +429,10 @@ mod tests {
     fn packing_round_trips_and_caps() {
         assert_eq!(unpack(pack(1, 0)), (1, 0));
         assert_eq!(unpack(pack(524_288, 524_300)), (524_288, 524_300));
-        assert_eq!(unpack(pack(CALLS_MAX + 5, u64::MAX)), (CALLS_MAX, BYTES_MAX));
-        assert!((16u64 << 20) <= CALLS_MAX + 1);
+        assert_eq!(
+            unpack(pack(CALLS_MAX + 5, u64::MAX)),
+            (CALLS_MAX, BYTES_MAX)
+        );
     }
 
     #[test]
@@ -473,7 +481,10 @@ mod tests {
         }
         // Geometric: mean N, sd ~N, so the sample mean's sd is N/sqrt(n).
         let mean = sum as f64 / n as f64;
-        assert!((mean - 1000.0).abs() < 5.0 * 1000.0 / (n as f64).sqrt(), "{mean}");
+        assert!(
+            (mean - 1000.0).abs() < 5.0 * 1000.0 / (n as f64).sqrt(),
+            "{mean}"
+        );
         assert_eq!(min, 1);
         let r: u64 = (0..n).map(|_| t.round(2.25)).sum();
         assert!((r as f64 / n as f64 - 2.25).abs() < 0.01);
@@ -503,10 +514,18 @@ mod tests {
             let q = 1.0 - 0.999f64.powi(s.max(1) as i32);
             let n = rounds as f64;
             let se = (n * q * (1.0 - q)).sqrt().max(1.0);
-            assert!((got[i].0 as f64 - n * q).abs() < 5.0 * se, "size {s}: {:?}", got[i]);
+            assert!(
+                (got[i].0 as f64 - n * q).abs() < 5.0 * se,
+                "size {s}: {:?}",
+                got[i]
+            );
             // sd of the calls estimate: sqrt(n (1-q)/q).
             let sd = (n * (1.0 - q) / q).sqrt().max(1.0);
-            assert!((got[i].1 as f64 - n).abs() < 5.0 * sd + 1.0, "size {s}: {:?}", got[i]);
+            assert!(
+                (got[i].1 as f64 - n).abs() < 5.0 * sd + 1.0,
+                "size {s}: {:?}",
+                got[i]
+            );
             assert!(
                 (got[i].2 as f64 - n * s as f64).abs() < 5.0 * sd * s as f64 + 1.0,
                 "size {s}: {:?}",
@@ -520,7 +539,9 @@ mod tests {
         let p = Params::new(1);
         let t = sampler(3);
         for s in [1u64, 2, 1000, 1 << 33] {
-            let pick = t.decide(s, || (p, 1)).expect("every allocation is recorded");
+            let pick = t
+                .decide(s, || (p, 1))
+                .expect("every allocation is recorded");
             assert_eq!(unpack(t.weigh(p, pick, s)), (1, s));
         }
     }
