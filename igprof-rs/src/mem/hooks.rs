@@ -414,7 +414,7 @@ fn freeing(p: *mut c_void) -> Option<crate::live::Block> {
     freeing_recorded(p)
 }
 
-#[inline(never)]
+#[inline]
 fn freeing_recorded(p: *mut c_void) -> Option<crate::live::Block> {
     let _e = ErrnoGuard::save();
     site::unrecorded(KIND_FREE, p as usize, 0, || account::on_free(p as usize)).flatten()
