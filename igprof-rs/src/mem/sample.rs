@@ -235,7 +235,9 @@ impl ThreadSampler {
         if p.mean <= 1 {
             return 1;
         }
-        // P(G > k) = P(ln U <= k ln(1-p)) = (1-p)^k.
+        // P(G > k) = P(ln U <= k ln(1-p)) = (1-p)^k. U is in (0, 1], so
+        // ln never reports an error through errno here (this runs on the
+        // hooks' fast path, outside their ErrnoGuard).
         let g = (self.open0().ln() / p.ln_keep).floor() + 1.0;
         if g >= (1u64 << 62) as f64 {
             1 << 62
