@@ -139,7 +139,10 @@ pub fn init(mean: u64, seed: Option<u64>) {
     SEED.store(s, Ordering::Relaxed);
     PROCESS_SEED.store(s, Ordering::Relaxed);
     GIVEN_SEED.store(seed.is_some() as u64, Ordering::Relaxed);
-    LN_KEEP.store(Params::new(mean).ln_keep.to_bits(), Ordering::Relaxed);
+    let p = Params::new(mean);
+    LN_KEEP.store(p.ln_keep.to_bits(), Ordering::Relaxed);
+    // Binds libm's log and expm1 now, not in the first hook that needs them.
+    core::hint::black_box((ThreadSampler::new().gap(p), p.weight(2)));
     MEAN.store(mean, Ordering::Release);
 }
 
