@@ -43,8 +43,10 @@
 //!
 //! A sampled block's live-table entry keeps `calls << 40 | bytes` in its
 //! size field ([`pack`], [`unpack`]), so a free subtracts exactly what the
-//! allocation added: calls below 2^24 (N is at most 16 MiB, and w <= N),
-//! bytes below 2^40 (a larger estimate is capped).
+//! allocation added. Calls get 24 bits: w <= N <= 16 MiB, and the one
+//! value that does not fit (w = 2^24, a 1-byte allocation at N = 16 MiB)
+//! is capped, one call in 16 million. Bytes get 40 bits (1 TiB; a larger
+//! estimate is capped).
 //!
 //! A free first looks at [`FILTER`]: per hash bucket of addresses, how many
 //! sampled blocks are live there. A zero means the block was not sampled
