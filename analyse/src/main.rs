@@ -22,7 +22,8 @@ enum Order {
 /// Reports from IgProf-format profiles (IgProf's and igprof-rs's): flat
 /// cumulative and self profiles and a call graph, as IgProf prints them.
 ///
-/// Profiles may be plain, gzip or bzip2; several files are merged by symbol.
+/// Profiles may be plain, gzip or bzip2; several files, or a directory of
+/// them, are merged by symbol.
 /// Function names come from the program and libraries named in the profile
 /// (symbol tables, DWARF, separate debug files), else from the profile.
 #[derive(Parser, Debug)]
@@ -98,9 +99,12 @@ struct Args {
     /// Append the source file and line of each call site to names.
     #[arg(long)]
     lines: bool,
-    /// Root of separate debug files (build-id and .gnu_debuglink).
-    #[arg(long, value_name = "DIR", default_value = "/usr/lib/debug")]
-    debug_dir: String,
+    /// Also look for separate debug files under DIR (by build id,
+    /// DIR/.build-id/xx/yyyy.debug, and by .gnu_debuglink, DIR/NAME and
+    /// DIR/<object's directory>/NAME); repeatable, searched in order before
+    /// /usr/lib/debug.
+    #[arg(long, value_name = "DIR")]
+    debug_dir: Vec<String>,
     /// Print progress messages on stderr (-v).
     #[arg(short = 'v', long)]
     verbose: bool,
@@ -151,8 +155,11 @@ struct Args {
     /// table, callers and callees, flame graph with zoom and search.
     #[arg(long, value_name = "FILE.html")]
     html: Option<String>,
-    /// Profiles to read (merged).
-    #[arg(value_name = "FILE", required = true)]
+    /// Profiles to read, merged into one report. A directory stands for
+    /// every file in it (a run directory: one profile per process). With
+    /// several inputs, `.tmp` leftovers, empty and damaged files are skipped
+    /// with a warning each.
+    #[arg(value_name = "FILE|DIR", required = true)]
     files: Vec<String>,
 }
 
@@ -317,7 +324,13 @@ fn parse() -> Config {
             enabled: !args.no_symbols,
             inline: args.inline,
             lines: args.lines,
-            debug_dir: args.debug_dir.into(),
+            debug_dirs: args
+                .debug_dir
+                .iter()
+                .map(String::as_str)
+                .chain([symbols::SYSTEM_DEBUG_DIR])
+                .map(Into::into)
+                .collect(),
         },
         verbose: args.verbose,
         views,
@@ -332,7 +345,9 @@ fn main() {
         .spawn(move || {
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
-            let r = igprof_analyse::run(&cfg, &mut out);
+            let r = igprof_analyse::run(&cfg, &mut out, &mut |w| {
+                let _ = writeln!(std::io::stderr(), "igprof-analyse: warning: {w}");
+            });
             let flushed = out.flush();
             match (r, flushed) {
                 (Err(igprof_analyse::Error::BrokenPipe), _) => Ok(()),

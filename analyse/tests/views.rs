@@ -929,3 +929,30 @@ fn html_data_equals_the_report() {
         "{err}"
     );
 }
+
+#[test]
+fn views_read_run_directories_and_warn_once() {
+    // A run directory of two processes and a leftover: every counter of the
+    // views is read from both, and the leftover is said once, not once per
+    // counter read.
+    let d = Dir::new();
+    std::fs::create_dir(d.file("run")).unwrap();
+    std::fs::copy(d.file(MEM), d.file("run/a.gz")).unwrap();
+    std::fs::copy(d.file(MEM), d.file("run/b.gz")).unwrap();
+    std::fs::write(d.file("run/c.gz.tmp"), "").unwrap();
+    let (_, err, ok) = d.run(&[
+        "-d",
+        "--pprof",
+        "run.pb.gz",
+        "--folded",
+        "run.folded",
+        "run",
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("skipping run/c.gz.tmp"), "{err}");
+    let top = pprof_top(&d, "run.pb.gz", "inuse_space", "byte");
+    assert_eq!(top["site_leak"], (2_000_000, 2_000_000));
+    let folded = folded_self(&d.read("run.folded"));
+    assert_eq!(folded["site_mixed"], 2 * 412_621_984);
+}

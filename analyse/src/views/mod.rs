@@ -398,11 +398,23 @@ impl Sink {
 
 /// Writes every requested view: reads the profiles once per counter shown
 /// (through [`crate::run`], so every option applies), then each view.
-pub fn run(cfg: &Config, out: &mut dyn Write) -> Result<(), Error> {
+pub fn run(
+    cfg: &Config,
+    out: &mut dyn Write,
+    warn: &mut dyn FnMut(crate::Warning),
+) -> Result<(), Error> {
     let sink = Sink::default();
     let mut c = cfg.clone();
     c.views.sink = Some(sink.clone());
-    crate::run(&c, out)?;
+    // Each counter's reading says the same warnings: say each once.
+    let mut said: Vec<crate::Warning> = Vec::new();
+    let mut warn_once = |w: crate::Warning| {
+        if !said.contains(&w) {
+            said.push(w.clone());
+            warn(w);
+        }
+    };
+    crate::run(&c, out, &mut warn_once)?;
     let views: Vec<(Box<dyn View>, &Request)> = cfg
         .views
         .requests
@@ -426,7 +438,7 @@ pub fn run(cfg: &Config, out: &mut dyn Write) -> Result<(), Error> {
         {
             crate::verbose(cfg, &format!("reading counter {k} for the views"));
             c.key = Some(k);
-            match crate::run(&c, out) {
+            match crate::run(&c, out, &mut warn_once) {
                 Ok(()) | Err(Error::NothingToPrint) => {}
                 Err(e) => return Err(e),
             }

@@ -67,6 +67,8 @@ pub struct HookTls {
     /// `hooks::via_begin`): an outer hook whose original allocated through
     /// another hooked entry point does not record the same block again.
     pub inner: Cell<usize>,
+    /// The allocation sampler's countdown and generator (`--sample-bytes`).
+    pub sampler: super::sample::ThreadSampler,
 }
 
 #[allow(clippy::declare_interior_mutable_const)] // a fresh record per use
@@ -79,6 +81,7 @@ const HOOK_TLS_INIT: HookTls = HookTls {
     paths: Cell::new(core::ptr::null_mut()),
     memo: Cell::new(core::ptr::null_mut()),
     inner: Cell::new(0),
+    sampler: super::sample::ThreadSampler::new(),
 };
 
 thread_local! {
