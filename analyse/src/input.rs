@@ -1,7 +1,11 @@
-//! Opening profiles: plain, gzip or bzip2 (by magic bytes, as IgProf does),
-//! with a progress bar on stderr for long reads when stderr is a terminal.
+//! Which files a command line names, and opening them: plain, gzip or bzip2
+//! (by magic bytes, as IgProf does), with a progress bar on stderr for long
+//! reads when stderr is a terminal.
 //!
-//! Owns: file access errors (named, one line) and decompression.
+//! Owns: expanding a run directory into the profiles in it, recognising the
+//! leftovers of a run that are not profiles (`.tmp` files a process was
+//! still writing, 0-byte files), file access errors (named, one line) and
+//! decompression.
 //! Must never: spawn `gzip`/`bzip2` processes, or print progress to a pipe.
 
 use std::fs::File;
@@ -152,9 +156,137 @@ impl BufRead for Threaded {
     }
 }
 
+/// A file or directory that could not be used.
+#[derive(Debug)]
+pub enum OpenError {
+    /// open(2) failed.
+    Open { path: String, source: io::Error },
+    /// The first bytes could not be read.
+    Read { path: String, source: io::Error },
+    /// A directory given as input could not be listed.
+    List { path: String, source: io::Error },
+    /// A directory given as input holds no files.
+    EmptyDirectory { path: String },
+}
+
+impl std::fmt::Display for OpenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpenError::Open { path, source } => write!(f, "{path}: cannot open: {source}"),
+            OpenError::Read { path, source } => write!(f, "{path}: cannot read: {source}"),
+            OpenError::List { path, source } => {
+                write!(f, "{path}: cannot list the directory: {source}")
+            }
+            OpenError::EmptyDirectory { path } => {
+                write!(f, "{path}: no files in this directory")
+            }
+        }
+    }
+}
+
+impl std::error::Error for OpenError {}
+
+/// One profile to read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Source {
+    pub path: String,
+    /// Found by listing a directory (it may vanish before it is opened, as
+    /// a `.tmp` does when its process renames it), not named by the user.
+    pub listed: bool,
+}
+
+/// The profiles named by the command line's inputs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sources {
+    pub files: Vec<Source>,
+    /// Several profiles, or a directory: a run of several processes, where
+    /// leftovers and damaged files are skipped with a warning instead of
+    /// ending the run.
+    pub several: bool,
+}
+
+/// Expands the inputs: a directory stands for every file in it (not its
+/// subdirectories), in name order; a file stands for itself.
+pub fn expand(inputs: &[String]) -> Result<Sources, OpenError> {
+    let mut files = Vec::new();
+    let mut directory = false;
+    for input in inputs {
+        let path = std::path::Path::new(input);
+        if !path.is_dir() {
+            files.push(Source {
+                path: input.clone(),
+                listed: false,
+            });
+            continue;
+        }
+        directory = true;
+        let list = |source| OpenError::List {
+            path: input.clone(),
+            source,
+        };
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir(path).map_err(list)? {
+            let entry = entry.map_err(list)?;
+            // Follows symbolic links, as opening the file will.
+            if entry.path().is_file() {
+                found.push(entry.path().to_string_lossy().into_owned());
+            }
+        }
+        if found.is_empty() {
+            return Err(OpenError::EmptyDirectory {
+                path: input.clone(),
+            });
+        }
+        found.sort();
+        files.extend(found.into_iter().map(|path| Source { path, listed: true }));
+    }
+    Ok(Sources {
+        several: directory || files.len() > 1,
+        files,
+    })
+}
+
+/// Why a file of a multi-process run is not a profile to read, known from
+/// its name and size alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leftover {
+    /// `<profile>.tmp`: a process was writing it (or died while writing).
+    Unfinished,
+    /// 0 bytes.
+    Empty,
+}
+
+impl std::fmt::Display for Leftover {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Leftover::Unfinished => write!(
+                f,
+                "unfinished profile (.tmp: its process was still writing it, or died while writing)"
+            ),
+            Leftover::Empty => write!(f, "empty file (0 bytes)"),
+        }
+    }
+}
+
+/// A leftover of a run, or None for a file to read. A file that cannot be
+/// examined is left for [`open`] to report.
+pub fn leftover(path: &str) -> Option<Leftover> {
+    if path.ends_with(".tmp") {
+        return Some(Leftover::Unfinished);
+    }
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() && m.len() == 0 => Some(Leftover::Empty),
+        _ => None,
+    }
+}
+
 /// Opens `path` for reading, decompressing gzip and bzip2 by content.
-pub fn open(path: &str) -> Result<Box<dyn BufRead + Send>, String> {
-    let mut file = File::open(path).map_err(|e| format!("{path}: cannot open: {e}"))?;
+pub fn open(path: &str) -> Result<Box<dyn BufRead + Send>, OpenError> {
+    let cannot_open = |source| OpenError::Open {
+        path: path.to_string(),
+        source,
+    };
+    let mut file = File::open(path).map_err(cannot_open)?;
     let total = file.metadata().map(|m| m.len()).unwrap_or(0);
     let mut magic = [0u8; 3];
     let mut got = 0;
@@ -162,10 +294,15 @@ pub fn open(path: &str) -> Result<Box<dyn BufRead + Send>, String> {
         match file.read(&mut magic[got..]) {
             Ok(0) => break,
             Ok(n) => got += n,
-            Err(e) => return Err(format!("{path}: cannot read: {e}")),
+            Err(source) => {
+                return Err(OpenError::Read {
+                    path: path.to_string(),
+                    source,
+                })
+            }
         }
     }
-    let file = File::open(path).map_err(|e| format!("{path}: cannot open: {e}"))?;
+    let file = File::open(path).map_err(cannot_open)?;
     let bar = Bar::new(path, total);
     const BUF: usize = 1 << 20;
     let gzip = got >= 2 && magic[..2] == [0x1f, 0x8b];

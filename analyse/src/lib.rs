@@ -1,8 +1,8 @@
 //! igprof-analyse: reads IgProf-format profiles (IgProf's own and igprof-rs's)
 //! and prints IgProf's reports.
 //!
-//! Data flow: `input` opens (and decompresses, on a thread) each file,
-//! `profile` reads it with the streaming reader of `igprof-format` (parsing on
+//! Data flow: `input` expands run directories into their files and opens
+//! (and decompresses, on a thread) each file, `profile` reads it with the streaming reader of `igprof-format` (parsing on
 //! a second thread) into one merged call tree, naming functions through
 //! `symbols`; `filters` rewrite the tree as IgProf's analyser does; `flat`
 //! turns it into per-function rows; `text`, `tree_top` and `formats` print
@@ -21,7 +21,18 @@
 //! - times between -1 and 0 s keep their sign (IgProf prints -0.5 as `0.50`);
 //! - JSON and SQL strings are escaped, and symbol/file ids are small integers
 //!   instead of pointer values;
-//! - `-o descending` works (IgProf reads the option name as its value).
+//! - `-o descending` works (IgProf reads the option name as its value);
+//! - a profile without any counter value (a process that recorded nothing)
+//!   gives the empty report IgProf prints for an absent counter, with a
+//!   warning, and status 0 (IgProf stops: "No counter values in profile
+//!   data.", status 1); the absent counter itself also gets a warning naming
+//!   the counters that are there;
+//! - among several inputs, leftovers of a run (`.tmp`, 0-byte files) and
+//!   damaged profiles are skipped with a warning (IgProf stops at the first
+//!   one), and a directory stands for the files in it;
+//! - an address without a symbol in a stripped object is named after the
+//!   start of its function (from `.eh_frame`), not after itself, so one
+//!   function is one entry (see `symbols`).
 //!
 //! Must never: link the injected profiler (its hooks would profile us), or
 //! panic on bad input: every failure is an [`Error`] with a one-line message.
@@ -34,7 +45,9 @@ pub mod profile;
 pub mod symbols;
 pub mod text;
 pub mod tree_top;
+pub mod views;
 
+use igprof_format::read::ReadError;
 use profile::{Profile, ReadOptions};
 use std::io::Write;
 
@@ -72,17 +85,20 @@ pub struct Config {
     pub diff_mode: bool,
     pub symbols: symbols::Options,
     pub verbose: bool,
+    /// Other output formats (`--folded`, `--flame`...), written instead of
+    /// the report.
+    pub views: views::Views,
 }
 
 /// A failed run: the message is printed as one line.
 #[derive(Debug)]
 pub enum Error {
-    /// A profile could not be opened or read.
-    Input(String),
-    /// The requested counter is not in the profiles.
-    UnknownCounter { key: String, available: Vec<String> },
-    /// The profiles hold no counter values at all.
-    NoCounters,
+    /// A profile or directory could not be opened.
+    Open(input::OpenError),
+    /// A profile is not readable as one (the message has file and line).
+    Read(profile::LoadError),
+    /// Every one of several inputs was skipped (each with a warning).
+    NothingReadable { skipped: usize },
     /// Nothing left to print after filtering.
     NothingToPrint,
     /// Writing the report failed.
@@ -94,13 +110,13 @@ pub enum Error {
 impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Error::Input(m) | Error::Output(m) => write!(f, "{m}"),
-            Error::UnknownCounter { key, available } => write!(
+            Error::Open(e) => e.fmt(f),
+            Error::Read(e) => e.fmt(f),
+            Error::NothingReadable { skipped } => write!(
                 f,
-                "counter '{key}' is not in the profile; it has: {} (choose one with -r)",
-                available.join(", ")
+                "none of the {skipped} input files is a readable profile (see the warnings above)"
             ),
-            Error::NoCounters => write!(f, "no counter values in the profile data"),
+            Error::Output(m) => write!(f, "{m}"),
             Error::NothingToPrint => write!(f, "could not find any information to print"),
             Error::BrokenPipe => write!(f, "output closed"),
         }
@@ -108,6 +124,52 @@ impl std::fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+/// Something the user should know about a run that still gives a report;
+/// printed as `igprof-analyse: warning: ...` by the command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Warning {
+    /// The requested counter is not in the profiles: the report is empty,
+    /// as IgProf's analyser prints it.
+    CounterMissing { key: String, available: Vec<String> },
+    /// No profile holds any counter value (a process that recorded nothing
+    /// writes a header alone): the report is empty.
+    NothingRecorded,
+    /// One of several inputs is left out of the report: a leftover of the
+    /// run, or a damaged profile (`line` is where reading stopped).
+    Skipped {
+        file: String,
+        reason: String,
+        line: Option<u64>,
+    },
+}
+
+impl std::fmt::Display for Warning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Warning::CounterMissing { key, available } => write!(
+                f,
+                "counter '{key}' is not in the profile; it has: {} (choose one with -r)",
+                available.join(", ")
+            ),
+            Warning::NothingRecorded => write!(
+                f,
+                "no counter values in the profile data: nothing was recorded"
+            ),
+            Warning::Skipped { file, reason, line } => {
+                write!(f, "skipping {file}: {reason}")?;
+                match line {
+                    Some(n) => write!(f, " (line {n})"),
+                    None => Ok(()),
+                }
+            }
+        }
+    }
+}
+
+/// The counter named in the report when no profile has any counter and none
+/// was asked for with `-r`.
+pub const NO_COUNTER: &str = "<none>";
 
 fn verbose(cfg: &Config, msg: &str) {
     if cfg.verbose {
@@ -124,9 +186,85 @@ fn read_file(
     opts: &ReadOptions,
     negate: bool,
 ) -> Result<(), Error> {
-    let input = input::open(path).map_err(Error::Input)?;
-    p.read(input, path, res, opts, negate)
-        .map_err(|e| Error::Input(e.to_string()))
+    let input = input::open(path).map_err(Error::Open)?;
+    p.read(input, path, res, opts, negate).map_err(Error::Read)
+}
+
+/// What a read error says without its `file:line:` prefix, and the line.
+fn skip_reason(e: &ReadError) -> (String, Option<u64>) {
+    let full = e.to_string();
+    let (prefix, line) = match e {
+        ReadError::Empty { file } => (format!("{file}: "), None),
+        ReadError::Syntax { at, column, .. } => (format!("{at}:{column}: "), Some(at.line)),
+        ReadError::Io { at, .. }
+        | ReadError::Truncated { at }
+        | ReadError::Undefined { at, .. }
+        | ReadError::Redefined { at, .. }
+        | ReadError::IdTooLarge { at, .. }
+        | ReadError::BadDepth { at, .. } => (format!("{at}: "), Some(at.line)),
+    };
+    let reason = full.strip_prefix(&prefix).unwrap_or(&full).to_string();
+    let reason = match e {
+        ReadError::Syntax { column, .. } => reason.replacen(
+            "syntax error:",
+            &format!("syntax error at column {column}:"),
+            1,
+        ),
+        _ => reason,
+    };
+    (reason, line)
+}
+
+/// Reads the profiles of several inputs (a run directory, or files of
+/// several processes) into `p`, leaving out, each with a warning, `.tmp`
+/// and 0-byte leftovers, damaged profiles (taken back entirely when they
+/// fail part-way) and listed files that vanished. Errors only when nothing
+/// is left.
+fn read_several(
+    p: &mut Profile,
+    sources: &[input::Source],
+    cfg: &Config,
+    res: &mut symbols::Resolver,
+    warn: &mut dyn FnMut(Warning),
+) -> Result<(), Error> {
+    let mut skipped = 0;
+    for src in sources {
+        let path = &src.path;
+        let mut skip = |reason: String, line: Option<u64>| {
+            skipped += 1;
+            warn(Warning::Skipped {
+                file: path.clone(),
+                reason,
+                line,
+            });
+        };
+        if let Some(why) = input::leftover(path) {
+            skip(why.to_string(), None);
+            continue;
+        }
+        verbose(cfg, &format!("reading {path}"));
+        let opened = match input::open(path) {
+            Ok(i) => i,
+            Err(e) if src.listed => {
+                let msg = e.to_string();
+                let prefix = format!("{path}: ");
+                skip(msg.strip_prefix(&prefix).unwrap_or(&msg).to_string(), None);
+                continue;
+            }
+            Err(e) => return Err(Error::Open(e)),
+        };
+        match p.read_whole(opened, path, res, &cfg.read, false) {
+            Ok(()) => {}
+            Err(profile::LoadError::Read(e)) => {
+                let (reason, line) = skip_reason(&e);
+                skip(reason, line);
+            }
+        }
+    }
+    if skipped == sources.len() {
+        return Err(Error::NothingReadable { skipped });
+    }
+    Ok(())
 }
 
 /// IgProf's `prepdata`: default filters, merges, cumulative counts.
@@ -189,8 +327,12 @@ impl text::Names for DisplayNames {
     }
 }
 
-/// Runs one invocation, writing the report to `out`.
-pub fn run(cfg: &Config, out: &mut dyn Write) -> Result<(), Error> {
+/// Runs one invocation, writing the report to `out` and handing each
+/// warning to `warn` as it arises.
+pub fn run(cfg: &Config, out: &mut dyn Write, warn: &mut dyn FnMut(Warning)) -> Result<(), Error> {
+    if !cfg.views.requests.is_empty() && cfg.views.sink.is_none() {
+        return views::run(cfg, out, warn);
+    }
     let mut resolver = symbols::Resolver::new(cfg.symbols.clone());
     let mut prof = Profile::new(cfg.key.clone());
     let mut base_flat = None;
@@ -208,24 +350,31 @@ pub fn run(cfg: &Config, out: &mut dyn Write) -> Result<(), Error> {
         read_file(&mut prof, b, &mut resolver, &cfg.read, true)?;
         base_flat = Some((bp, f));
     }
-    for f in &cfg.files {
-        verbose(cfg, &format!("reading {f}"));
-        read_file(&mut prof, f, &mut resolver, &cfg.read, false)?;
+    let sources = input::expand(&cfg.files).map_err(Error::Open)?;
+    if sources.several {
+        read_several(&mut prof, &sources.files, cfg, &mut resolver, warn)?;
+    } else {
+        for f in &sources.files {
+            verbose(cfg, &format!("reading {}", f.path));
+            read_file(&mut prof, &f.path, &mut resolver, &cfg.read, false)?;
+        }
     }
     prof.finish_reading();
-    let key = match &prof.key {
-        None => return Err(Error::NoCounters),
-        Some(k) => k.clone(),
-    };
-    if !prof.counters_seen.contains(&key) {
-        if prof.counters_seen.is_empty() {
-            return Err(Error::NoCounters);
-        }
-        return Err(Error::UnknownCounter {
-            key,
+    // A counter without values gives IgProf's empty report: the same
+    // headings, no rows (every count is zero).
+    if prof.counters_seen.is_empty() {
+        warn(Warning::NothingRecorded);
+    } else if let Some(key) = prof
+        .key
+        .as_ref()
+        .filter(|k| !prof.counters_seen.contains(k))
+    {
+        warn(Warning::CounterMissing {
+            key: key.clone(),
             available: prof.counters_seen.clone(),
         });
     }
+    let key = prof.key.clone().unwrap_or_else(|| NO_COUNTER.to_string());
     let is_max = key.ends_with("_MAX");
     let is_perf_ticks = key == "PERF_TICKS" || key.starts_with("NRG_");
     verbose(cfg, "applying filters");
@@ -237,6 +386,10 @@ pub fn run(cfg: &Config, out: &mut dyn Write) -> Result<(), Error> {
     }
     let order = fl.ranked(&prof, cfg.descending);
     let names = DisplayNames::new(&prof, cfg.demangle);
+    if let Some(sink) = &cfg.views.sink {
+        let base = base_flat.as_ref().map(|(bp, _)| bp);
+        return sink.take(&key, &prof, base, &names, cfg.demangle);
+    }
     verbose(cfg, "writing the report");
     let io = |e: std::io::Error| {
         if e.kind() == std::io::ErrorKind::BrokenPipe {

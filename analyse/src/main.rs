@@ -2,7 +2,7 @@
 //! single-dash forms such as `-mr`, `-ml`, `-nf`, `-js`), turned into a
 //! [`Config`]. Errors are one line on stderr and exit status 1.
 use clap::{CommandFactory, Parser, ValueEnum};
-use igprof_analyse::{filters, profile::ReadOptions, symbols, Config, Output};
+use igprof_analyse::{filters, profile::ReadOptions, symbols, views, Config, Output};
 use std::io::Write;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -22,7 +22,8 @@ enum Order {
 /// Reports from IgProf-format profiles (IgProf's and igprof-rs's): flat
 /// cumulative and self profiles and a call graph, as IgProf prints them.
 ///
-/// Profiles may be plain, gzip or bzip2; several files are merged by symbol.
+/// Profiles may be plain, gzip or bzip2; several files, or a directory of
+/// them, are merged by symbol.
 /// Function names come from the program and libraries named in the profile
 /// (symbol tables, DWARF, separate debug files), else from the profile.
 #[derive(Parser, Debug)]
@@ -98,9 +99,12 @@ struct Args {
     /// Append the source file and line of each call site to names.
     #[arg(long)]
     lines: bool,
-    /// Root of separate debug files (build-id and .gnu_debuglink).
-    #[arg(long, value_name = "DIR", default_value = "/usr/lib/debug")]
-    debug_dir: String,
+    /// Also look for separate debug files under DIR (by build id,
+    /// DIR/.build-id/xx/yyyy.debug, and by .gnu_debuglink, DIR/NAME and
+    /// DIR/<object's directory>/NAME); repeatable, searched in order before
+    /// /usr/lib/debug.
+    #[arg(long, value_name = "DIR")]
+    debug_dir: Vec<String>,
     /// Print progress messages on stderr (-v).
     #[arg(short = 'v', long)]
     verbose: bool,
@@ -128,8 +132,34 @@ struct Args {
     /// Ignore call paths whose count per call is below VALUE.
     #[arg(long = "min-average-value", value_name = "VALUE")]
     min_average: Option<i64>,
-    /// Profiles to read (merged).
-    #[arg(value_name = "FILE", required = true)]
+    /// Write folded stacks (`a;b;c VALUE`, root first) to FILE ('-': stdout)
+    /// instead of the report; with -b, two values: baseline and profiles.
+    #[arg(long, value_name = "FILE")]
+    folded: Option<String>,
+    /// Write an interactive SVG flame graph to FILE; with -b a differential
+    /// one (red: grew, blue: shrank).
+    #[arg(long, value_name = "FILE.svg")]
+    flame: Option<String>,
+    /// With --flame: draw it top-down (an icicle graph).
+    #[arg(long)]
+    icicle: bool,
+    /// Write a gzipped pprof profile (profile.proto) to FILE: one or two
+    /// sample types per counter, every counter of the profile without -r.
+    #[arg(long, value_name = "FILE.pb.gz")]
+    pprof: Option<String>,
+    /// Write a callgrind file (KCachegrind, callgrind_annotate) to FILE
+    /// ('-': stdout): one event per counter, every counter without -r.
+    #[arg(long, value_name = "FILE")]
+    callgrind: Option<String>,
+    /// Write a self-contained HTML page to FILE: counter selector, sortable
+    /// table, callers and callees, flame graph with zoom and search.
+    #[arg(long, value_name = "FILE.html")]
+    html: Option<String>,
+    /// Profiles to read, merged into one report. A directory stands for
+    /// every file in it (a run directory: one profile per process). With
+    /// several inputs, `.tmp` leftovers, empty and damaged files are skipped
+    /// with a warning each.
+    #[arg(value_name = "FILE|DIR", required = true)]
     files: Vec<String>,
 }
 
@@ -245,6 +275,25 @@ fn parse() -> Config {
         Output::Text
     };
     let _ = (args.text, args.gdb);
+    if args.icicle && args.flame.is_none() {
+        fail("--icicle draws the --flame graph top-down: it needs --flame FILE.svg");
+    }
+    let mut views = views::Views::default();
+    let mut view = |format, path: Option<String>| {
+        if let Some(path) = path {
+            views.requests.push(views::Request { format, path });
+        }
+    };
+    view(views::Format::Folded, args.folded);
+    view(
+        views::Format::Flame {
+            icicle: args.icicle,
+        },
+        args.flame,
+    );
+    view(views::Format::Pprof, args.pprof);
+    view(views::Format::Callgrind, args.callgrind);
+    view(views::Format::Html, args.html);
     Config {
         files: args.files,
         key: args.report,
@@ -275,9 +324,16 @@ fn parse() -> Config {
             enabled: !args.no_symbols,
             inline: args.inline,
             lines: args.lines,
-            debug_dir: args.debug_dir.into(),
+            debug_dirs: args
+                .debug_dir
+                .iter()
+                .map(String::as_str)
+                .chain([symbols::SYSTEM_DEBUG_DIR])
+                .map(Into::into)
+                .collect(),
         },
         verbose: args.verbose,
+        views,
     }
 }
 
@@ -289,7 +345,9 @@ fn main() {
         .spawn(move || {
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
-            let r = igprof_analyse::run(&cfg, &mut out);
+            let r = igprof_analyse::run(&cfg, &mut out, &mut |w| {
+                let _ = writeln!(std::io::stderr(), "igprof-analyse: warning: {w}");
+            });
             let flushed = out.flush();
             match (r, flushed) {
                 (Err(igprof_analyse::Error::BrokenPipe), _) => Ok(()),

@@ -64,6 +64,17 @@ impl Symbols {
     pub fn len(&self) -> usize {
         self.names.len()
     }
+    /// Forgets the symbols and files created after there were `symbols`
+    /// and `files` of them.
+    fn truncate(&mut self, symbols: usize, files: usize) {
+        for name in self.names.drain(symbols.min(self.names.len())..) {
+            self.by_name.remove(&name);
+        }
+        self.files.truncate(symbols);
+        for name in self.file_names.drain(files.min(self.file_names.len())..) {
+            self.file_ids.remove(&name);
+        }
+    }
     pub fn is_empty(&self) -> bool {
         self.names.is_empty()
     }
@@ -182,6 +193,25 @@ struct ReadIndex {
     /// (count, calls) read for each node.
     acc: Vec<[i64; 2]>,
     wide: FxHashMap<(NodeId, SymId), NodeId>,
+    /// Per node, the last [`Undo::generation`] that saved its `acc`.
+    saved_in: Vec<u32>,
+    /// How to take back the dump being read, when it must be all or nothing.
+    undo: Option<Undo>,
+    /// Generations handed out to [`Undo`]s so far.
+    generations: u32,
+}
+
+/// What reading one dump changed in nodes that existed before it, so that
+/// a dump that fails half-way leaves no trace. Proportional to the nodes
+/// the dump touched, not to its lines.
+struct Undo {
+    /// Nodes from this id on were created by the dump.
+    first_new: NodeId,
+    generation: u32,
+    /// `acc` of older nodes before the dump added to them.
+    acc: Vec<(NodeId, [i64; 2])>,
+    /// Older parents given a new child: (parent, its `last` before).
+    links: Vec<(NodeId, NodeId)>,
 }
 
 impl ReadIndex {
@@ -195,11 +225,69 @@ impl ReadIndex {
         self.next.push(NONE);
         self.nkids.push(0);
         self.acc.push([0, 0]);
+        self.saved_in.push(0);
         id
+    }
+
+    /// Adds (count, calls) to a node's values.
+    fn add(&mut self, node: NodeId, value: i64, freq: i64) {
+        let n = node as usize;
+        if let Some(u) = self.undo.as_mut() {
+            if node < u.first_new && self.saved_in[n] != u.generation {
+                self.saved_in[n] = u.generation;
+                u.acc.push((node, self.acc[n]));
+            }
+        }
+        self.acc[n][0] += value;
+        self.acc[n][1] += freq;
+    }
+
+    /// From now on, record what is needed to take back what follows.
+    fn begin_undo(&mut self) {
+        self.generations += 1;
+        self.undo = Some(Undo {
+            first_new: self.sym.len() as NodeId,
+            generation: self.generations,
+            acc: Vec::new(),
+            links: Vec::new(),
+        });
+    }
+
+    /// Takes back everything since [`ReadIndex::begin_undo`].
+    fn roll_back(&mut self) {
+        let Some(u) = self.undo.take() else {
+            return;
+        };
+        for &(node, acc) in &u.acc {
+            self.acc[node as usize] = acc;
+        }
+        for &(parent, last) in u.links.iter().rev() {
+            let p = parent as usize;
+            self.last[p] = last;
+            match last {
+                NONE => self.first[p] = NONE,
+                l => self.next[l as usize] = NONE,
+            }
+            self.nkids[p] -= 1;
+        }
+        let keep = u.first_new as usize;
+        self.wide.retain(|_, child| *child < u.first_new);
+        self.sym.truncate(keep);
+        self.first.truncate(keep);
+        self.last.truncate(keep);
+        self.next.truncate(keep);
+        self.nkids.truncate(keep);
+        self.acc.truncate(keep);
+        self.saved_in.truncate(keep);
     }
 
     fn link(&mut self, parent: NodeId, child: NodeId) {
         let (p, c) = (parent as usize, child as usize);
+        if let Some(u) = self.undo.as_mut() {
+            if parent < u.first_new {
+                u.links.push((parent, self.last[p]));
+            }
+        }
         match self.last[p] {
             NONE => self.first[p] = child,
             l => self.next[l as usize] = child,
@@ -356,6 +444,39 @@ impl Profile {
         })
     }
 
+    /// [`Profile::read`], all or nothing: a dump that fails part-way (a
+    /// truncated or corrupt file) leaves the profile as it was before.
+    pub fn read_whole<R: BufRead + Send>(
+        &mut self,
+        input: R,
+        name: &str,
+        resolver: &mut Resolver,
+        opts: &ReadOptions,
+        negate: bool,
+    ) -> Result<(), LoadError> {
+        let before = (
+            self.symbols.names.len(),
+            self.symbols.file_names.len(),
+            self.key.clone(),
+            self.counters_seen.len(),
+            self.tick_period,
+        );
+        self.start_reading().begin_undo();
+        let result = self.read(input, name, resolver, opts, negate);
+        let ri = self.reading.get_or_insert_with(ReadIndex::default);
+        if result.is_ok() {
+            ri.undo = None;
+            return result;
+        }
+        ri.roll_back();
+        let (symbols, files, key, counters, tick_period) = before;
+        self.symbols.truncate(symbols, files);
+        self.key = key;
+        self.counters_seen.truncate(counters);
+        self.tick_period = tick_period;
+        result
+    }
+
     fn consume(
         &mut self,
         b: Batch,
@@ -431,10 +552,9 @@ impl Profile {
                     let mut value = if opts.peak { v[3] } else { v[2] };
                     let mut freq = v[1];
                     opts.hit_filter(&mut value, &mut freq, negate);
-                    let acc =
-                        &mut self.reading.get_or_insert_with(ReadIndex::default).acc[id as usize];
-                    acc[0] += value;
-                    acc[1] += freq;
+                    self.reading
+                        .get_or_insert_with(ReadIndex::default)
+                        .add(id, value, freq);
                 }
             }
         }

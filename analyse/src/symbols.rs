@@ -4,22 +4,44 @@
 //!
 //! Owns: finding the object named in a profile (relative paths, `$PATH` for
 //! bare names, symlinks), its separate debug file (build id and
-//! `.gnu_debuglink` under the debug directory, `.gnu_debugaltlink`), and one
-//! cache per object. Order of lookup, chosen to give IgProf's own names:
+//! `.gnu_debuglink`, whose CRC must match, under the debug directories;
+//! `.gnu_debugaltlink`), and one cache per object. Order of lookup, chosen to
+//! give IgProf's own names:
 //! 1. the object's own `.symtab` (what `nm -n` shows; among aliases at one
 //!    address the last name in `nm`'s order wins, as in IgProf);
 //! 2. DWARF of the object or its debug file (what gdb prints: the function's
 //!    linkage name, e.g. `__GI__IO_file_doallocate`, else its name);
 //! 3. the debug file's `.symtab`, then the object's `.dynsym`;
 //! 4. the name recorded in the profile (also used when the object is missing,
-//!    or changed: the recorded dynamic symbol no longer covers the offset).
+//!    or changed: the recorded dynamic symbol no longer covers the offset);
+//! 5. for an address nothing names (code of a stripped object), IgProf's
+//!    `@{object+offset}` with the offset of the start of the enclosing
+//!    function, known from the call-frame descriptions (FDEs) of the
+//!    object's `.eh_frame`, so that every address of that function is one
+//!    entry (IgProf names each return address, and splits one function into
+//!    as many entries as it has call sites); the return address itself where
+//!    no FDE covers it.
+//!
+//! Code outside any object (JIT code, recorded with the object [`UNKNOWN_OBJECT`])
+//! keeps its recorded name, `@?0x<address>`, as IgProf shows it.
 //!
 //! Must never: run external programs, abort on a broken or foreign object
 //! file (it is skipped and the recorded name is used), or read an object twice.
 
+// gimli as addr2line uses it (its re-export keeps the two versions in step).
+use addr2line::gimli::{self, UnwindSection};
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
 use rustc_hash::FxHashMap;
 use std::path::{Path, PathBuf};
+
+/// The object path the profiler records for an address outside every
+/// loaded object (JIT code, a stack that went astray); the offset is then
+/// the address itself.
+pub const UNKNOWN_OBJECT: &str = "<unknown>";
+
+/// Where separate debug files are looked for when no `--debug-dir` is given,
+/// and after those given.
+pub const SYSTEM_DEBUG_DIR: &str = "/usr/lib/debug";
 
 /// How names are looked up.
 #[derive(Debug, Clone)]
@@ -31,8 +53,10 @@ pub struct Options {
     pub inline: bool,
     /// Append the source file and line of the call site.
     pub lines: bool,
-    /// Root of separate debug files (`/usr/lib/debug`).
-    pub debug_dir: PathBuf,
+    /// Roots of separate debug files, searched in order (by build id:
+    /// `DIR/.build-id/xx/yyyy.debug`; by `.gnu_debuglink`: `DIR/NAME` and
+    /// `DIR/<object's directory>/NAME`).
+    pub debug_dirs: Vec<PathBuf>,
 }
 
 impl Default for Options {
@@ -41,7 +65,7 @@ impl Default for Options {
             enabled: true,
             inline: false,
             lines: false,
-            debug_dir: PathBuf::from("/usr/lib/debug"),
+            debug_dirs: vec![PathBuf::from(SYSTEM_DEBUG_DIR)],
         }
     }
 }
@@ -61,6 +85,10 @@ struct ObjectSyms {
     dwarf: std::cell::OnceCell<Option<addr2line::Loader>>,
     /// Link-time address of file offset 0 (first PT_LOAD vaddr - offset).
     vmbase: u64,
+    /// Function ranges [start, end) at link-time addresses from the FDEs of
+    /// `.eh_frame`, sorted by start; only for objects without `.symtab`
+    /// (with one, every address has a name).
+    functions: Vec<(u64, u64)>,
 }
 
 /// Resolves (object, offset) to a function name; one cache entry per object.
@@ -128,35 +156,49 @@ fn build_id_path(debug_dir: &Path, id: &[u8]) -> Option<PathBuf> {
     )
 }
 
-/// The separate debug file of `object` at `path`, through its build id or
-/// `.gnu_debuglink` (same directory, `.debug/`, or under the debug dir).
-fn find_debug_file(file: &object::File<'_>, path: &Path, debug_dir: &Path) -> Option<PathBuf> {
+/// The separate debug file of `object` at `path`, with its contents:
+/// through its build id under each debug dir, else through its
+/// `.gnu_debuglink` (the object's directory, its `.debug/`, then each debug
+/// dir and the object's directory under it), where a file only counts if
+/// its CRC-32 is the one the link records (a debug file of another build
+/// would name every address wrongly).
+fn find_debug_file(
+    file: &object::File<'_>,
+    path: &Path,
+    debug_dirs: &[PathBuf],
+) -> Option<(PathBuf, Vec<u8>)> {
     if let Ok(Some(id)) = file.build_id() {
-        if let Some(p) = build_id_path(debug_dir, id) {
-            if p.is_file() {
-                return Some(p);
+        for dir in debug_dirs {
+            if let Some(p) = build_id_path(dir, id) {
+                if let Ok(data) = std::fs::read(&p) {
+                    return Some((p, data));
+                }
             }
         }
     }
-    if let Ok(Some((name, _crc))) = file.gnu_debuglink() {
-        let name = std::str::from_utf8(name).ok()?;
-        let dir = path.parent().unwrap_or(Path::new("/"));
-        let rel = dir.strip_prefix("/").unwrap_or(dir);
-        for cand in [
-            dir.join(name),
-            dir.join(".debug").join(name),
-            debug_dir.join(rel).join(name),
-        ] {
-            if cand.is_file() && cand != path {
-                return Some(cand);
-            }
-        }
+    let (name, crc) = file.gnu_debuglink().ok()??;
+    let name = std::str::from_utf8(name).ok()?;
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let rel = dir.strip_prefix("/").unwrap_or(dir);
+    let mut candidates = vec![dir.join(name), dir.join(".debug").join(name)];
+    for debug_dir in debug_dirs {
+        candidates.push(debug_dir.join(name));
+        candidates.push(debug_dir.join(rel).join(name));
     }
-    None
+    candidates
+        .into_iter()
+        .filter(|c| c != path && c.is_file())
+        .find_map(|c| {
+            let data = std::fs::read(&c).ok()?;
+            // The link's CRC is zlib's (and gzip's) CRC-32.
+            let mut sum = flate2::Crc::new();
+            sum.update(&data);
+            (sum.sum() == crc).then_some((c, data))
+        })
 }
 
 /// The `.gnu_debugaltlink` (dwz) file of a debug file, if any.
-fn find_alt_file(file: &object::File<'_>, path: &Path, debug_dir: &Path) -> Option<PathBuf> {
+fn find_alt_file(file: &object::File<'_>, path: &Path, debug_dirs: &[PathBuf]) -> Option<PathBuf> {
     let data = file.section_by_name(".gnu_debugaltlink")?.data().ok()?;
     let nul = data.iter().position(|&b| b == 0)?;
     let name = std::str::from_utf8(&data[..nul]).ok()?;
@@ -165,7 +207,63 @@ fn find_alt_file(file: &object::File<'_>, path: &Path, debug_dir: &Path) -> Opti
     if cand.is_file() {
         return Some(cand);
     }
-    build_id_path(debug_dir, id).filter(|p| p.is_file())
+    debug_dirs
+        .iter()
+        .filter_map(|d| build_id_path(d, id))
+        .find(|p| p.is_file())
+}
+
+/// The function ranges [start, end) the FDEs of `.eh_frame` describe, at
+/// link-time addresses, sorted. Stops at the first entry it cannot parse
+/// (what was read before stays usable).
+fn fde_functions(file: &object::File<'_>) -> Vec<(u64, u64)> {
+    let Some(section) = file.section_by_name(".eh_frame") else {
+        return Vec::new();
+    };
+    let Ok(data) = section.uncompressed_data() else {
+        return Vec::new();
+    };
+    let endian = if file.is_little_endian() {
+        gimli::RunTimeEndian::Little
+    } else {
+        gimli::RunTimeEndian::Big
+    };
+    let mut eh_frame = gimli::EhFrame::new(&data, endian);
+    eh_frame.set_address_size(if file.is_64() { 8 } else { 4 });
+    let mut bases = gimli::BaseAddresses::default().set_eh_frame(section.address());
+    for (name, set) in [
+        (".text", gimli::BaseAddresses::set_text as fn(_, _) -> _),
+        (".got", gimli::BaseAddresses::set_got),
+        (".eh_frame_hdr", gimli::BaseAddresses::set_eh_frame_hdr),
+    ] {
+        if let Some(s) = file.section_by_name(name) {
+            bases = set(bases, s.address());
+        }
+    }
+    let mut out = Vec::new();
+    let mut entries = eh_frame.entries(&bases);
+    while let Ok(Some(entry)) = entries.next() {
+        let gimli::CieOrFde::Fde(partial) = entry else {
+            continue;
+        };
+        if let Ok(fde) =
+            partial.parse(|section, bases, offset| section.cie_from_offset(bases, offset))
+        {
+            let start = fde.initial_address();
+            if fde.len() > 0 {
+                out.push((start, start.saturating_add(fde.len())));
+            }
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+/// The range in `functions` (sorted by start) that holds `addr`.
+fn enclosing(functions: &[(u64, u64)], addr: u64) -> Option<(u64, u64)> {
+    let i = functions.partition_point(|(start, _)| *start <= addr);
+    let range = *functions.get(i.checked_sub(1)?)?;
+    (addr < range.1).then_some(range)
 }
 
 fn has_dwarf(file: &object::File<'_>) -> bool {
@@ -174,7 +272,7 @@ fn has_dwarf(file: &object::File<'_>) -> bool {
         .unwrap_or(false)
 }
 
-fn load_object(path: &Path, debug_dir: &Path) -> Option<ObjectSyms> {
+fn load_object(path: &Path, debug_dirs: &[PathBuf]) -> Option<ObjectSyms> {
     let data = std::fs::read(path).ok()?;
     let file = object::File::parse(&*data).ok()?;
     let vmbase = file
@@ -193,17 +291,20 @@ fn load_object(path: &Path, debug_dir: &Path) -> Option<ObjectSyms> {
     let mut dwarf_files = None;
     if has_dwarf(&file) {
         dwarf_files = Some((path.to_path_buf(), None));
-    } else if let Some(dbg) = find_debug_file(&file, path, debug_dir) {
-        if let Ok(dbg_data) = std::fs::read(&dbg) {
-            if let Ok(dbg_file) = object::File::parse(&*dbg_data) {
-                debug_symtab = nm_symbols(&dbg_file, false);
-                if has_dwarf(&dbg_file) {
-                    let alt = find_alt_file(&dbg_file, &dbg, debug_dir);
-                    dwarf_files = Some((dbg.clone(), alt));
-                }
+    } else if let Some((dbg, dbg_data)) = find_debug_file(&file, path, debug_dirs) {
+        if let Ok(dbg_file) = object::File::parse(&*dbg_data) {
+            debug_symtab = nm_symbols(&dbg_file, false);
+            if has_dwarf(&dbg_file) {
+                let alt = find_alt_file(&dbg_file, &dbg, debug_dirs);
+                dwarf_files = Some((dbg.clone(), alt));
             }
         }
     }
+    let functions = if symtab.is_empty() {
+        fde_functions(&file)
+    } else {
+        Vec::new()
+    };
     Some(ObjectSyms {
         symtab,
         debug_symtab,
@@ -211,6 +312,7 @@ fn load_object(path: &Path, debug_dir: &Path) -> Option<ObjectSyms> {
         dwarf_files,
         dwarf: std::cell::OnceCell::new(),
         vmbase,
+        functions,
     })
 }
 
@@ -285,6 +387,13 @@ impl ObjectSyms {
         !found
     }
 
+    /// The offset of the start of the function that holds `offset`, from
+    /// the FDEs (objects without `.symtab` only).
+    fn function_start(&self, offset: u64) -> Option<u64> {
+        let (start, _) = enclosing(&self.functions, offset.wrapping_add(self.vmbase))?;
+        Some(start.wrapping_sub(self.vmbase))
+    }
+
     fn name(&self, offset: u64, recorded: &str, opts: &Options) -> Option<String> {
         let addr = offset.wrapping_add(self.vmbase);
         if !self.matches_recorded(addr, recorded) {
@@ -322,6 +431,9 @@ impl Resolver {
         if let Some(p) = self.paths.get(recorded) {
             return p.clone();
         }
+        if recorded == UNKNOWN_OBJECT {
+            return recorded.to_string();
+        }
         let mut candidate = PathBuf::from(recorded);
         if !recorded.is_empty() && !recorded.contains('/') {
             if let Some(path) = std::env::var_os("PATH") {
@@ -354,16 +466,24 @@ impl Resolver {
     /// The name of the function at `offset` in object `recorded_path`,
     /// falling back to the `recorded` name from the profile.
     pub fn resolve(&mut self, recorded_path: &str, offset: i64, recorded: &str) -> String {
+        if recorded_path == UNKNOWN_OBJECT {
+            return recorded.to_string();
+        }
         if self.options.enabled && offset >= 0 && !recorded_path.is_empty() {
             let path = self.canonical_path(recorded_path);
-            let debug_dir = self.options.debug_dir.clone();
+            let debug_dirs = &self.options.debug_dirs;
             let syms = self
                 .objects
                 .entry(path.clone())
-                .or_insert_with(|| load_object(Path::new(&path), &debug_dir));
+                .or_insert_with(|| load_object(Path::new(&path), debug_dirs));
             if let Some(syms) = syms {
                 if let Some(n) = syms.name(offset as u64, recorded, &self.options) {
                     return n;
+                }
+                if recorded.starts_with("@?") {
+                    if let Some(start) = syms.function_start(offset as u64) {
+                        return unresolved_name(recorded_path, start as i64, recorded);
+                    }
                 }
             }
         }
@@ -421,6 +541,29 @@ mod tests {
             unresolved_name("", 16, "@?0x10"),
             "@?0x10{<dynamically-generated>}"
         );
+    }
+
+    #[test]
+    fn addresses_map_to_the_fde_range_that_holds_them() {
+        let f = vec![(0x100, 0x180), (0x180, 0x200), (0x300, 0x340)];
+        assert_eq!(enclosing(&f, 0x100), Some((0x100, 0x180)));
+        assert_eq!(enclosing(&f, 0x17f), Some((0x100, 0x180)));
+        assert_eq!(enclosing(&f, 0x180), Some((0x180, 0x200)));
+        // Between functions, before the first and after the last: none.
+        assert_eq!(enclosing(&f, 0x250), None);
+        assert_eq!(enclosing(&f, 0xff), None);
+        assert_eq!(enclosing(&f, 0x340), None);
+        assert_eq!(enclosing(&[], 0x100), None);
+    }
+
+    #[test]
+    fn code_outside_any_object_keeps_its_recorded_address() {
+        let mut r = Resolver::new(Options::default());
+        assert_eq!(
+            r.resolve(UNKNOWN_OBJECT, 0x7f29_ccee_dd70, "@?0x7f29cceedd70"),
+            "@?0x7f29cceedd70"
+        );
+        assert_eq!(r.canonical_path(UNKNOWN_OBJECT), UNKNOWN_OBJECT);
     }
 
     #[test]

@@ -377,15 +377,31 @@ fn errors_are_one_clear_line() {
             && e.contains("-r/--report"),
         "{e}"
     );
-    let e = d.fails(&["-r", "MEM_LIVE", CPU]);
-    assert!(
-        e.contains("counter 'MEM_LIVE' is not in the profile; it has: PERF_TICKS"),
-        "{e}"
-    );
-    let e = d.fails(&["-r", "NOPE", MEM]);
-    assert!(e.contains("it has: MEM_TOTAL, MEM_MAX, MEM_LIVE"), "{e}");
     let e = d.fails(&["missing.gz"]);
     assert!(e.contains("missing.gz: cannot open"), "{e}");
+    // Among several inputs too: a name the user typed must exist.
+    let e = d.fails(&[CPU, "missing.gz"]);
+    assert!(e.contains("missing.gz: cannot open"), "{e}");
+    std::fs::create_dir(d.file("empty-run")).unwrap();
+    let e = d.fails(&["empty-run"]);
+    assert!(e.contains("empty-run: no files in this directory"), "{e}");
+    std::fs::create_dir(d.file("leftovers")).unwrap();
+    std::fs::write(d.file("leftovers/p.gz"), b"").unwrap();
+    std::fs::write(d.file("leftovers/p.gz.tmp"), b"P=(ID=1 N=(a) T=0.0)\n").unwrap();
+    let (_, err, ok) = d.run(&["leftovers"]);
+    assert!(!ok);
+    assert_eq!(
+        err.lines().collect::<Vec<_>>(),
+        [
+            "igprof-analyse: warning: skipping leftovers/p.gz: empty file (0 bytes)",
+            "igprof-analyse: warning: skipping leftovers/p.gz.tmp: unfinished profile \
+             (.tmp: its process was still writing it, or died while writing)",
+            "igprof-analyse: none of the 2 input files is a readable profile (see the warnings above)",
+        ]
+    );
+    // Named alone, a .tmp is read as the profile it may be.
+    let (out, err, ok) = d.run(&["-r", "MEM_TOTAL", "leftovers/p.gz.tmp"]);
+    assert!(ok && out.starts_with("Counter: MEM_TOTAL\n"), "{err}");
     let e = d.fails(&["-D", CPU]);
     assert!(e.contains("--baseline"), "{e}");
     let e = d.fails(&["-mr", "s/a/b", CPU]);
@@ -420,13 +436,75 @@ fn errors_are_one_clear_line() {
         e.contains("bad.txt:2:38: syntax error: expected ','"),
         "{e}"
     );
+}
+
+/// IgProf's report of a counter with no values, byte for byte (its
+/// `igprof-analyse -r PERF_TICKS` on a memory profile, `-r MEM_LIVE` and
+/// `-r FD_USED` on a CPU profile): headings, no rows. Time counters have a
+/// wider value column, MEM_* counters a Calls column.
+fn empty_report(counter: &str) -> String {
+    let rule = "-".repeat(70);
+    let (total, own) = if counter == "PERF_TICKS" {
+        ("      Total", "       Self")
+    } else if counter.starts_with("MEM_") {
+        ("     Total     Calls", "      Self     Calls")
+    } else {
+        ("     Total", "      Self")
+    };
+    format!(
+        "Counter: {counter}\n\n{rule}\nFlat profile (cumulative >= 1%)\n\n\
+         % total{total}  Function\n\n\n{rule}\nFlat profile (self >= 0.01%)\n\n\
+         % total{own}  Function\n\n\n{rule}\nCall tree profile (cumulative)\n"
+    )
+}
+
+#[test]
+fn a_counter_without_values_gives_igprofs_empty_report() {
+    // IgProf's analyser prints the empty report and exits 0 when the
+    // requested counter is not in the profile; a warning on stderr says
+    // which counters are there.
+    let d = Dir::new();
+    let (out, err, ok) = d.run(&["-r", "PERF_TICKS", MEM]);
+    assert!(ok, "{err}");
+    assert_eq!(out, empty_report("PERF_TICKS"));
+    assert_eq!(
+        err,
+        "igprof-analyse: warning: counter 'PERF_TICKS' is not in the profile; \
+         it has: MEM_TOTAL, MEM_MAX, MEM_LIVE (choose one with -r)\n"
+    );
+    for counter in ["MEM_LIVE", "FD_USED"] {
+        let (out, err, ok) = d.run(&["-r", counter, CPU]);
+        assert!(ok, "{err}");
+        assert_eq!(out, empty_report(counter));
+        assert!(err.contains("it has: PERF_TICKS"), "{err}");
+    }
+    // JSON and SQL hold their headers and no rows.
+    let (json, _, ok) = d.run(&["-js", "-r", "PERF_TICKS", MEM]);
+    assert!(ok && json.contains("\"mainrows\": [\n],"), "{json}");
+
+    // A process that recorded nothing writes a header and no node, or nodes
+    // without values: an empty report too (IgProf's analyser stops with "No
+    // counter values in profile data." and status 1). Without -r there is no
+    // counter to name.
+    std::fs::write(d.file("header.txt"), "P=(HEX ID=1 N=(a) T=0.005000)\n").unwrap();
     std::fs::write(
         d.file("nocounter.txt"),
         "P=(ID=1 N=(a) T=0.0)\nC1 FN0=(F0=(a)+0 N=(b))+0\n",
     )
     .unwrap();
-    let e = d.fails(&["nocounter.txt"]);
-    assert!(e.contains("no counter values"), "{e}");
+    for file in ["header.txt", "nocounter.txt"] {
+        let (out, err, ok) = d.run(&["-r", "MEM_LIVE", file]);
+        assert!(ok, "{file}: {err}");
+        assert_eq!(out, empty_report("MEM_LIVE"), "{file}");
+        assert_eq!(
+            err,
+            "igprof-analyse: warning: no counter values in the profile data: nothing was recorded\n",
+            "{file}"
+        );
+        let (out, _, ok) = d.run(&[file]);
+        assert!(ok, "{file}");
+        assert_eq!(out, empty_report("<none>"), "{file}");
+    }
 }
 
 #[test]
@@ -537,4 +615,85 @@ fn every_operator_new_variant_and_hooked_allocator_folds_into_its_caller() {
     for wrapper in ["_Znam", "_Znwm", "aligned_alloc"] {
         assert!(!out.contains(wrapper), "{wrapper} not folded:\n{out}");
     }
+}
+
+/// The decompressed text of a fixture.
+fn plain_text(d: &Dir, name: &str) -> String {
+    let mut s = String::new();
+    std::io::Read::read_to_string(
+        &mut flate2::read::GzDecoder::new(std::fs::File::open(d.file(name)).unwrap()),
+        &mut s,
+    )
+    .unwrap();
+    s
+}
+
+#[test]
+fn a_run_directory_is_read_as_one_profile_without_its_leftovers() {
+    // What `igprof -o run/prof.gz` leaves after a run of several processes,
+    // plus what a crash, a full disk or a live process can leave next to it.
+    let d = Dir::new();
+    std::fs::create_dir(d.file("run")).unwrap();
+    let cpu = plain_text(&d, CPU);
+    let mem = plain_text(&d, MEM);
+    // Read first: a memory profile cut in the middle of line 30. Taken back
+    // entirely, it neither picks the counter nor adds nodes (paths).
+    let cut = &mem[..mem.match_indices('\n').nth(28).unwrap().0 + 12];
+    assert_eq!(cut.lines().count(), 30);
+    std::fs::write(d.file("run/a-cut.txt"), cut).unwrap();
+    // A large profile (the reader hands over lines in batches, so most of it
+    // is merged before the damage at its end shows) with new functions and
+    // a counter of its own, ending in the middle of a line.
+    let mut big = String::from("P=(ID=9 N=(big) T=0.005000)\n");
+    big += "C1 FN0=(F0=(/nonexistent/big)+0 N=(big_0))+0 V0=(MEM_TOTAL):(1,8,8)\n";
+    for i in 1..20_000 {
+        big += &format!("C{} FN{i}=(F0+{i} N=(big_{i}))+0 V0:(1,8,8)\n", 1 + i % 2);
+    }
+    big += "C1 FN7+0 V0:(1,";
+    std::fs::write(d.file("run/a-big.txt"), big).unwrap();
+    std::fs::copy(d.file(CPU), d.file("run/b.gz")).unwrap();
+    // A process still writing (the first half of a gzip stream).
+    let gz = std::fs::read(d.file(CPU)).unwrap();
+    std::fs::write(d.file("run/c.gz.tmp"), &gz[..gz.len() / 2]).unwrap();
+    std::fs::write(d.file("run/d.gz"), b"").unwrap();
+    // A process that recorded nothing: valid, adds nothing.
+    std::fs::write(d.file("run/e.gz"), "P=(HEX ID=7f69 N=(sh) T=0.005000)\n").unwrap();
+    // The CPU profile again, damaged on line 19 after 18 lines of values.
+    let lines: Vec<&str> = cpu.lines().collect();
+    assert!(lines[18].contains("V0:("), "{}", lines[18]);
+    let bad = cpu.replacen(lines[18], &lines[18].replace("V0:(", "V0:["), 1);
+    std::fs::write(d.file("run/f-bad.txt"), bad).unwrap();
+
+    let alone = d.ok(&["-p", CPU]);
+    let warnings = "igprof-analyse: warning: skipping run/a-big.txt: file ends in the middle of a line (truncated profile?) (line 20002)\n\
+        igprof-analyse: warning: skipping run/a-cut.txt: file ends in the middle of a line (truncated profile?) (line 30)\n\
+        igprof-analyse: warning: skipping run/c.gz.tmp: unfinished profile (.tmp: its process was still writing it, or died while writing)\n\
+        igprof-analyse: warning: skipping run/d.gz: empty file (0 bytes)\n";
+    let (out, err, ok) = d.run(&["-p", "run"]);
+    assert!(ok, "{err}");
+    assert_eq!(out, alone);
+    let (last, first) = err.split_at(
+        err.find("igprof-analyse: warning: skipping run/f-bad.txt")
+            .unwrap(),
+    );
+    assert_eq!(last, warnings, "{err}");
+    assert_eq!(
+        first,
+        "igprof-analyse: warning: skipping run/f-bad.txt: syntax error at column 12: \
+         expected ':(<ticks>,<value>,<peak>)' after the counter, found ':[1b,1b,1b)' (line 19)\n"
+    );
+    // The same files named one by one (a shell's run/*), in another order.
+    let (out2, err2, ok) = d.run(&[
+        "-p",
+        "run/f-bad.txt",
+        "run/e.gz",
+        "run/d.gz",
+        "run/c.gz.tmp",
+        "run/b.gz",
+        "run/a-cut.txt",
+        "run/a-big.txt",
+    ]);
+    assert!(ok, "{err2}");
+    assert_eq!(out2, out);
+    assert_eq!(err2.lines().count(), 5, "{err2}");
 }

@@ -701,7 +701,15 @@ fn write_profile<S: Sink>(sink: S, m: &Merged) -> Result<S, WriteError> {
     if tick == 0.0 {
         crate::runtime::each_module(|md| tick = md.header_tick.unwrap_or(tick));
     }
-    w.header(crate::sys::getpid() as u64, &rt.program, tick)?;
+    // A sampled memory profile says so after the program's name (IgProf's
+    // grammar has no other room; both readers ignore the name).
+    let note = crate::mem::sample::describe();
+    let program = if note.is_empty() {
+        std::borrow::Cow::Borrowed(&rt.program[..])
+    } else {
+        std::borrow::Cow::Owned([&rt.program[..], b" [", note.as_bytes(), b"]"].concat())
+    };
+    w.header(crate::sys::getpid() as u64, &program, tick)?;
     let mut syms = Symbols {
         files: HashMap::new(),
         funcs: HashMap::new(),

@@ -142,7 +142,11 @@ pub fn die_if_pending() {
 
 /// The program's `sigaction(sig, act, old)` for a watched signal: Some(result)
 /// when handled here, None when `sig` is not ours to mediate.
-pub fn sigaction(sig: i32, act: *const libc::sigaction, old: *mut libc::sigaction) -> Option<i32> {
+///
+/// # Safety
+/// `act` is null or points to a valid `sigaction`; `old` is null or valid
+/// for writing one (what the program passed to `sigaction`).
+pub unsafe fn sigaction(sig: i32, act: *const libc::sigaction, old: *mut libc::sigaction) -> Option<i32> {
     if !(1..64).contains(&sig) || !watched(sig) || !crate::runtime::active() {
         return None;
     }
@@ -184,7 +188,8 @@ pub fn signal(sig: i32, h: libc::sighandler_t) -> Option<libc::sighandler_t> {
     act.sa_flags = libc::SA_RESTART;
     // SAFETY: a zeroed sigaction is a valid out-buffer.
     let mut old: libc::sigaction = unsafe { core::mem::zeroed() };
-    match sigaction(sig, &act, &mut old) {
+    // SAFETY: both point to values on this frame.
+    match unsafe { sigaction(sig, &act, &mut old) } {
         Some(0) => Some(old.sa_sigaction),
         _ => Some(libc::SIG_ERR),
     }

@@ -46,6 +46,17 @@ pub mod orig {
     pub type SetId1 = unsafe extern "C" fn(libc::uid_t) -> c_int;
     pub type SetId2 = unsafe extern "C" fn(libc::uid_t, libc::uid_t) -> c_int;
     pub type SetId3 = unsafe extern "C" fn(libc::uid_t, libc::uid_t, libc::uid_t) -> c_int;
+    /// glibc's variadic `clone`, called with all seven arguments (the last
+    /// three are read by the kernel only when `flags` asks for them).
+    pub type Clone = unsafe extern "C" fn(
+        super::CloneFn,
+        *mut c_void,
+        c_int,
+        *mut c_void,
+        *mut libc::pid_t,
+        *mut c_void,
+        *mut libc::pid_t,
+    ) -> c_int;
 
     /// One chain pointer (`$s`, 0 = not hooked) and its typed getter `$f`.
     macro_rules! chains {
@@ -61,6 +72,7 @@ pub mod orig {
     }
     chains! {
         pthread_create, PTHREAD_CREATE, PthreadCreate;
+        clone, CLONE, Clone;
         fork, FORK, Fork;
         execve, EXECVE, Execve;
         sigaction, SIGACTION, Sigaction;
@@ -133,7 +145,7 @@ pub fn install(
 /// run continues without that hook.
 pub fn install_core() {
     use orig::*;
-    let list: [(&'static str, *const (), &AtomicUsize); 19] = [
+    let list: [(&'static str, *const (), &AtomicUsize); 20] = [
         (
             "sigaction",
             crate::signals::sigaction_hook as *const (),
@@ -155,6 +167,7 @@ pub fn install_core() {
             pthread_create_hook as *const (),
             &PTHREAD_CREATE,
         ),
+        ("clone", clone_hook as *const (), &CLONE),
         ("fork", fork_hook as *const (), &FORK),
         ("execve", execve_hook as *const (), &EXECVE),
         ("_exit", exit_hook as *const (), &EXIT_),
@@ -213,6 +226,73 @@ extern "C" fn pthread_create_hook(
     if r != 0 {
         // SAFETY: the thread was not created, so boxed is still ours.
         thread::paused(|| drop(unsafe { Box::from_raw(boxed) }));
+    }
+    r
+}
+
+/// The function a `clone()` child runs.
+pub type CloneFn = extern "C" fn(*mut c_void) -> c_int;
+
+struct CloneArgs {
+    f: CloneFn,
+    arg: *mut c_void,
+    top: usize,
+}
+
+/// A raw `clone()` that makes a thread of this process without a TLS of its
+/// own (no `CLONE_SETTLS`): the child shares its creator's TLS, so it is
+/// registered by thread id (see `thread::current`) and its function is
+/// wrapped to start and end its sampling. pthread_create does not come
+/// here (glibc calls its internal clone); other clones pass through.
+#[allow(clippy::too_many_arguments)]
+extern "C" fn clone_hook(
+    f: CloneFn,
+    stack: *mut c_void,
+    flags: c_int,
+    arg: *mut c_void,
+    ptid: *mut libc::pid_t,
+    tls: *mut c_void,
+    ctid: *mut libc::pid_t,
+) -> c_int {
+    let real = orig::clone().expect("clone hook without chain");
+    let thread_flags = libc::CLONE_VM | libc::CLONE_THREAD;
+    if flags & thread_flags != thread_flags
+        || flags & libc::CLONE_SETTLS != 0
+        || stack.is_null()
+        || thread::is_busy()
+        || !crate::runtime::is_own_process()
+    {
+        // SAFETY: forwarding the program's arguments unchanged.
+        return unsafe { real(f, stack, flags, arg, ptid, tls, ctid) };
+    }
+    thread::expect_shared_tls();
+    let boxed = thread::paused(|| {
+        Box::into_raw(Box::new(CloneArgs {
+            f,
+            arg,
+            top: stack as usize,
+        }))
+    });
+    // SAFETY: clone_start takes ownership of boxed in the child.
+    let r = unsafe { real(clone_start, stack, flags, boxed as *mut c_void, ptid, tls, ctid) };
+    if r == -1 {
+        let e = sys::ErrnoGuard::save();
+        // SAFETY: no child was made, so boxed is still ours.
+        thread::paused(|| drop(unsafe { Box::from_raw(boxed) }));
+        drop(e);
+    }
+    r
+}
+
+extern "C" fn clone_start(p: *mut c_void) -> c_int {
+    // SAFETY: p is the Box<CloneArgs> made by clone_hook.
+    let a = unsafe { Box::from_raw(p as *mut CloneArgs) };
+    let (f, arg, top) = (a.f, a.arg, a.top);
+    drop(a);
+    let t = crate::runtime::shared_tls_thread_begin(top);
+    let r = f(arg);
+    if let Some(t) = t {
+        crate::runtime::end_thread(t);
     }
     r
 }

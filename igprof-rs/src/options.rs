@@ -19,6 +19,8 @@
 //! | `--depth N` | stack depth limit (default 1024, 16..65536) |
 //! | `--dump-signal N` | signal number that triggers a dump (default SIGRTMIN+8 = 42; 0 = none) |
 //! | `--sampler KIND` | how samples are delivered: `auto` (default), `sigtrap`, `sigprof`, `timer` (see `perf`) |
+//! | `--sample-bytes N` | -mp records a sample of allocations, one per N allocated bytes on average (`512K`, `1M`, bytes; 1..16M; see `mem::sample`) |
+//! | `--sample-seed S` | seed of the allocation sampler (a u64; random by default) |
 //!
 //! Must never: allocate or panic. Parsing is pure over a byte string so that
 //! it is unit-tested; [`init`] runs once in the constructor, before any hook
@@ -136,11 +138,19 @@ pub struct Options {
     pub sampler: Sampler,
     /// `--dump-every`: write a snapshot this often (0: never).
     pub dump_every_ns: u64,
+    /// `--sample-bytes`: mean bytes between two recorded allocations of
+    /// -mp (0: every allocation is recorded).
+    pub sample_bytes: u64,
+    /// `--sample-seed`: the sampler's seed (None: random).
+    pub sample_seed: Option<u64>,
 }
 
 pub const DEFAULT_INTERVAL_NS: u64 = 5_000_000;
 pub const DEFAULT_DEPTH: usize = 1024;
 pub const DEFAULT_DUMP_SIGNAL: i32 = 42;
+/// Largest `--sample-bytes`: a sampled block's call estimate (up to N)
+/// must fit the 24 bits the live table keeps for it (see `mem::sample`).
+pub const MAX_SAMPLE_BYTES: u64 = 16 << 20;
 
 impl Options {
     pub const fn new() -> Self {
@@ -162,6 +172,8 @@ impl Options {
             dump_signal: DEFAULT_DUMP_SIGNAL,
             sampler: Sampler::Auto,
             dump_every_ns: 0,
+            sample_bytes: 0,
+            sample_seed: None,
         }
     }
 
@@ -214,6 +226,11 @@ pub enum OptionError<'a> {
     },
     UnterminatedQuote,
     TwoPerfClocks,
+    /// An option that cannot be used with the others given.
+    Conflict {
+        option: &'static str,
+        problem: &'static str,
+    },
 }
 
 impl fmt::Display for OptionError<'_> {
@@ -239,6 +256,7 @@ impl fmt::Display for OptionError<'_> {
             }
             OptionError::UnterminatedQuote => write!(f, "unterminated ' quote in IGPROF"),
             OptionError::TwoPerfClocks => write!(f, "only one of -pp, -pu, -pr may be given"),
+            OptionError::Conflict { option, problem } => write!(f, "option {option} {problem}"),
         }
     }
 }
@@ -326,6 +344,35 @@ pub fn parse_interval(s: &[u8]) -> Option<u64> {
         ns = ns.checked_add(f.checked_mul(scale)? / div)?;
     }
     Some(ns)
+}
+
+/// Parses a byte count: digits with an optional binary suffix `K`, `M`,
+/// `G` (also `KiB`, `k`...): `512K` = 524288.
+pub fn parse_bytes(s: &[u8]) -> Option<u64> {
+    let digits = s.iter().take_while(|b| b.is_ascii_digit()).count();
+    let (num, unit) = s.split_at(digits);
+    let shift = match unit {
+        b"" => 0,
+        b"K" | b"k" | b"KiB" | b"kiB" => 10,
+        b"M" | b"m" | b"MiB" => 20,
+        b"G" | b"g" | b"GiB" => 30,
+        _ => return None,
+    };
+    parse_u64(num)?.checked_mul(1 << shift)
+}
+
+/// Parses a decimal u64 (the whole range, for seeds).
+fn parse_u64_full(s: &[u8]) -> Option<u64> {
+    if s.is_empty() {
+        return None;
+    }
+    s.iter().try_fold(0u64, |acc, &b| {
+        if b.is_ascii_digit() {
+            acc.checked_mul(10)?.checked_add((b - b'0') as u64)
+        } else {
+            None
+        }
+    })
 }
 
 /// Parses the whole option string.
@@ -493,8 +540,53 @@ pub fn parse(s: &[u8]) -> Result<Options, OptionError<'_>> {
                     }
                 };
             }
+            b"--sample-bytes" => {
+                let v = value("--sample-bytes")?;
+                match parse_bytes(v) {
+                    Some(n) if (1..=MAX_SAMPLE_BYTES).contains(&n) => o.sample_bytes = n,
+                    _ => {
+                        return Err(OptionError::BadValue {
+                            option: "--sample-bytes",
+                            value: v,
+                            expected: "a mean number of bytes between samples from 1 to 16M, e.g. 512K (K = 1024)",
+                        })
+                    }
+                }
+            }
+            b"--sample-seed" => {
+                let v = value("--sample-seed")?;
+                match parse_u64_full(v) {
+                    Some(n) => o.sample_seed = Some(n),
+                    None => {
+                        return Err(OptionError::BadValue {
+                            option: "--sample-seed",
+                            value: v,
+                            expected: "a decimal number from 0 to 18446744073709551615",
+                        })
+                    }
+                }
+            }
             _ => return Err(OptionError::Unknown { word: w }),
         }
+    }
+    if o.sample_bytes != 0 && !o.mem {
+        return Err(OptionError::Conflict {
+            option: "--sample-bytes",
+            problem: "samples the memory profiler's allocations: add -mp",
+        });
+    }
+    if o.sample_seed.is_some() && o.sample_bytes == 0 {
+        return Err(OptionError::Conflict {
+            option: "--sample-seed",
+            problem: "seeds the allocation sampler: add --sample-bytes N",
+        });
+    }
+    if o.sample_bytes != 0 && o.empty.is_some() {
+        return Err(OptionError::Conflict {
+            option: "--sample-bytes",
+            problem:
+                "cannot be combined with -ep/-ei/-eu (they inspect every block): drop one of them",
+        });
     }
     Ok(o)
 }
@@ -601,6 +693,90 @@ mod tests {
         assert_eq!(
             line.as_bytes(),
             b"igprof: option -mo: bad value 'lots', expected none, include or delta"
+        );
+    }
+
+    #[test]
+    fn sample_bytes_and_seed() {
+        let o = parse(b"-mp --sample-bytes 512K --sample-seed 18446744073709551615").unwrap();
+        assert_eq!(o.sample_bytes, 512 * 1024);
+        assert_eq!(o.sample_seed, Some(u64::MAX));
+        assert_eq!(parse(b"-mp").unwrap().sample_bytes, 0);
+        assert_eq!(parse(b"-mp --sample-bytes 1").unwrap().sample_bytes, 1);
+        assert_eq!(
+            parse(b"-mp --sample-bytes 2MiB").unwrap().sample_bytes,
+            2 << 20
+        );
+        assert_eq!(
+            parse(b"-mp --sample-bytes 16M").unwrap().sample_bytes,
+            16 << 20
+        );
+        for bad in [
+            &b"0"[..],
+            b"17M",
+            b"1G",
+            b"-5",
+            b"512X",
+            b"",
+            b"K",
+            b"99999999999999999999",
+        ] {
+            let mut s = b"-mp --sample-bytes ".to_vec();
+            s.extend_from_slice(bad);
+            if bad.is_empty() {
+                s.pop();
+            }
+            assert!(
+                matches!(
+                    parse(&s).err(),
+                    Some(OptionError::BadValue {
+                        option: "--sample-bytes",
+                        ..
+                    }) | Some(OptionError::MissingValue {
+                        option: "--sample-bytes"
+                    })
+                ),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        assert!(matches!(
+            parse(b"-mp --sample-bytes 1K --sample-seed x1").err(),
+            Some(OptionError::BadValue {
+                option: "--sample-seed",
+                ..
+            })
+        ));
+        assert!(matches!(
+            parse(b"-pp --sample-bytes 512K").err(),
+            Some(OptionError::Conflict {
+                option: "--sample-bytes",
+                ..
+            })
+        ));
+        assert!(matches!(
+            parse(b"-mp --sample-seed 3").err(),
+            Some(OptionError::Conflict {
+                option: "--sample-seed",
+                ..
+            })
+        ));
+        assert!(matches!(
+            parse(b"-mp -ep --sample-bytes 512K").err(),
+            Some(OptionError::Conflict {
+                option: "--sample-bytes",
+                ..
+            })
+        ));
+        let mut line = crate::log::Line::new();
+        core::fmt::Write::write_fmt(
+            &mut line,
+            format_args!("{}", parse(b"-mp --sample-bytes 0").err().unwrap()),
+        )
+        .unwrap();
+        assert_eq!(
+            line.as_bytes(),
+            &b"igprof: option --sample-bytes: bad value '0', expected a mean number of bytes between samples from 1 to 16M, e.g. 512K (K = 1024)"[..]
         );
     }
 

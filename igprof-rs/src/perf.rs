@@ -613,7 +613,7 @@ extern "C" fn handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_voi
         // The thread is inside the profiler (a hook: the program called
         // malloc, open...): the time is the program's. Charged to the
         // program's stack when the profiler code leaves ([`settle_pending`]).
-        PENDING.with(|p| p.set(p.get() + ticks));
+        t.pending_ticks.set(t.pending_ticks.get() + ticks);
         return;
     };
     t.set_in_signal(true);
@@ -626,18 +626,12 @@ extern "C" fn handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_voi
     );
 }
 
-thread_local! {
-    /// Ticks of samples that landed while this thread was inside profiler
-    /// code, not yet charged.
-    static PENDING: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
-}
-
 /// Charges the samples that landed while the thread was inside profiler
 /// code to the stack of the program code that called into it (profiler
 /// frames skipped). Called as profiler code is left, guard still held.
 #[inline]
 pub fn settle_pending(t: &'static ThreadState) {
-    if PENDING.with(|p| p.get()) != 0 {
+    if t.pending_ticks.get() != 0 {
         settle_slow(t);
     }
 }
@@ -645,9 +639,9 @@ pub fn settle_pending(t: &'static ThreadState) {
 #[cold]
 #[inline(never)]
 fn settle_slow(t: &'static ThreadState) {
-    // A sample taken meanwhile adds to PENDING again: a few rounds at most.
+    // A sample taken meanwhile adds to the pending ticks again: a few rounds at most.
     for _ in 0..4 {
-        let k = PENDING.with(|p| p.replace(0));
+        let k = t.pending_ticks.replace(0);
         if k == 0 {
             return;
         }

@@ -459,7 +459,12 @@ static mut THREAD_KEY: libc::pthread_key_t = 0;
 
 extern "C" fn thread_end(p: *mut libc::c_void) {
     // SAFETY: the key's value is the thread's &'static ThreadState.
-    let t = unsafe { &*(p as *const ThreadState) };
+    end_thread(unsafe { &*(p as *const ThreadState) });
+}
+
+/// Last thing in a thread the profiler knows (pthread key destructor, or
+/// the return of a raw clone()'s function).
+pub fn end_thread(t: &'static ThreadState) {
     perf::stop_thread(t);
     each_module(|m| {
         if let Some(f) = m.thread_end {
@@ -482,12 +487,27 @@ pub fn thread_begin() {
     let Some(t) = thread::paused(|| thread::register_current(options::get().max_depth)) else {
         return;
     };
-    LIVE_THREADS.fetch_add(1, Ordering::AcqRel);
-    let g = t.enter();
     // SAFETY: THREAD_KEY was created in init; t is never freed.
     unsafe {
         libc::pthread_setspecific(THREAD_KEY, t as *const ThreadState as *const libc::c_void)
     };
+    begin_thread(t);
+}
+
+/// First thing in a thread made by a raw `clone()` that shares its
+/// creator's TLS (no pthread key destructor runs for it: its function's
+/// return calls [`end_thread`]), running on the stack that ends at `top`.
+pub fn shared_tls_thread_begin(top: usize) -> Option<&'static ThreadState> {
+    let bounds = crate::unwind::StackBounds::for_stack_top(top);
+    let t = thread::register_shared_tls(options::get().max_depth, bounds)?;
+    begin_thread(t);
+    Some(t)
+}
+
+/// The modules' and the sampler's part of a new thread's start.
+fn begin_thread(t: &'static ThreadState) {
+    LIVE_THREADS.fetch_add(1, Ordering::AcqRel);
+    let g = t.enter();
     each_module(|m| {
         if let Some(f) = m.thread_begin {
             f(t)

@@ -92,7 +92,8 @@ pub(crate) extern "C" fn sigaction_hook(
         return 0;
     }
     if !thread::is_busy() {
-        if let Some(r) = crate::fatal::sigaction(sig, act, old) {
+        // SAFETY: the program's own arguments to sigaction.
+        if let Some(r) = unsafe { crate::fatal::sigaction(sig, act, old) } {
             return r;
         }
     }

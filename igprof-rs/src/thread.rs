@@ -78,6 +78,17 @@ pub struct ThreadState {
     pub exited: AtomicBool,
     /// Set in a forked child for states inherited from the parent: not dumped.
     pub stale: AtomicBool,
+    /// The thread was made with a raw `clone()` and shares its creator's
+    /// thread pointer, hence its TLS: it is found by thread id, not through
+    /// [`CURRENT`] (see [`current`]).
+    shares_tls: bool,
+    /// For a thread that shares TLS: a private copy of a module's
+    /// thread-local record (the hooks' [`crate::mem::site::HookTls`]), made
+    /// by that module on first use; null otherwise.
+    pub private_tls: AtomicPtr<u8>,
+    /// Ticks of samples that landed while the thread was inside profiler
+    /// code, not yet charged (see perf::settle_pending).
+    pub pending_ticks: Cell<u64>,
     /// xorshift state for interval jitter.
     pub rng: Cell<u64>,
     /// POSIX-timer samplers: the sampled clock's reading already turned into
@@ -132,16 +143,61 @@ thread_local! {
 
 static ALL: AtomicPtr<ThreadState> = AtomicPtr::new(null_mut());
 
+/// Set once a thread that shares its creator's TLS exists (a raw `clone()`
+/// without `CLONE_SETTLS`): from then on [`CURRENT`] may belong to another
+/// thread, and the calling thread is identified by its thread id.
+static SHARED_TLS: AtomicBool = AtomicBool::new(false);
+
 /// The calling thread's state, if it has one.
 #[inline]
 pub fn current() -> Option<&'static ThreadState> {
     let p = CURRENT.with(|c| c.get());
+    if SHARED_TLS.load(Ordering::Relaxed) {
+        return current_by_tid(p);
+    }
     if p.is_null() {
         None
     } else {
         // SAFETY: states are never freed.
         Some(unsafe { &*p })
     }
+}
+
+/// [`current`] in a process with threads that share TLS: the TLS slot's
+/// state if the calling thread owns it, else the TLS-sharing state whose
+/// owner is the calling thread. Costs a `gettid` system call per lookup,
+/// paid only by processes that made such threads. Async-signal-safe.
+#[cold]
+#[inline(never)]
+fn current_by_tid(p: *mut ThreadState) -> Option<&'static ThreadState> {
+    let tid = sys::gettid();
+    // SAFETY: states are never freed.
+    if let Some(t) = unsafe { p.as_ref() } {
+        if t.tid() == tid {
+            return Some(t);
+        }
+    }
+    all().find(|t| t.shares_tls && t.tid() == tid && !t.exited.load(Ordering::Acquire))
+}
+
+/// Whether threads that share their creator's TLS may exist.
+#[inline]
+pub fn tls_is_shared() -> bool {
+    SHARED_TLS.load(Ordering::Relaxed)
+}
+
+/// Whether the TLS the calling thread runs on is its own: false for a
+/// thread that shares another's TLS and has no state yet. Async-signal-safe.
+pub fn tls_is_callers() -> bool {
+    let p = CURRENT.with(|c| c.get());
+    // SAFETY: states are never freed.
+    unsafe { p.as_ref() }.is_none_or(|t| t.tid() == sys::gettid())
+}
+
+/// Announces that threads sharing their creator's TLS may exist from now
+/// on (called before such a thread is made).
+pub fn expect_shared_tls() {
+    SHARED_TLS.store(true, Ordering::Release);
 }
 
 /// Aborts (with a message) if the global allocator is used in our signal handler.
@@ -162,28 +218,50 @@ pub fn register_current(max_depth: usize) -> Option<&'static ThreadState> {
     if let Some(t) = current() {
         return Some(t);
     }
+    let bounds = crate::unwind::StackBounds::for_current_thread().unwrap_or_default();
+    register(max_depth, false, bounds)
+}
+
+/// Registers the calling thread, made by a raw `clone()` that shares its
+/// creator's TLS, with the stack it runs on (not from signal context). Its
+/// state is found by thread id ([`current`]); [`expect_shared_tls`] must
+/// have been called before the thread was made.
+pub fn register_shared_tls(
+    max_depth: usize,
+    bounds: crate::unwind::StackBounds,
+) -> Option<&'static ThreadState> {
+    register(max_depth, true, bounds)
+}
+
+fn register(
+    max_depth: usize,
+    shares_tls: bool,
+    bounds: crate::unwind::StackBounds,
+) -> Option<&'static ThreadState> {
     let tid = sys::gettid();
-    if let Some(t) = adopt_ended(tid, max_depth + 1) {
-        t.tid.store(tid, Ordering::Release);
+    if let Some(t) = adopt_ended(tid, max_depth + 1, shares_tls) {
         t.busy.set(false);
         t.in_signal.set(false);
         t.since_jitter.set(0);
         t.rng.set(seed(tid));
         t.clock_seen.set(0);
         t.clock_credit.set(0);
+        t.pending_ticks.set(0);
         t.prog_blocks_prof.set(false);
         t.prog_prof_pending.set(false);
         t.last_sample.store(null_mut(), Ordering::Release);
         t.set_energy_slot(None);
         // SAFETY: the state is ours (claimed in adopt_ended) and not yet
         // reachable as any thread's current state, so no one reads bounds.
-        unsafe {
-            *t.bounds.0.get() = crate::unwind::StackBounds::for_current_thread().unwrap_or_default()
-        };
-        CURRENT.with(|c| c.set(t as *const ThreadState as *mut ThreadState));
+        unsafe { *t.bounds.0.get() = bounds };
+        // Published last: a thread that shares TLS is found by this id.
+        t.tid.store(tid, Ordering::Release);
+        if !shares_tls {
+            CURRENT.with(|c| c.set(t as *const ThreadState as *mut ThreadState));
+        }
         return Some(t);
     }
-    new_state(max_depth, false)
+    new_state(max_depth, false, shares_tls, bounds)
 }
 
 /// Registers a fresh state for a profiler thread that is never sampled
@@ -192,7 +270,8 @@ pub fn register_unsampled(max_depth: usize) -> Option<&'static ThreadState> {
     if let Some(t) = current() {
         return Some(t);
     }
-    new_state(max_depth, true)
+    let bounds = crate::unwind::StackBounds::for_current_thread().unwrap_or_default();
+    new_state(max_depth, true, false, bounds)
 }
 
 fn seed(tid: i32) -> u64 {
@@ -202,10 +281,13 @@ fn seed(tid: i32) -> u64 {
 /// Claims an exited, non-stale state with a trace buffer of `trace_cap`
 /// whose thread has ended (no task `tid` left in the process; a thread
 /// id is never held by two live threads, so our own `tid` proves it too).
-fn adopt_ended(tid: i32, trace_cap: usize) -> Option<&'static ThreadState> {
+/// A state is adopted only by a thread of the same kind (TLS of its own
+/// or shared), whose lookup it was made for.
+fn adopt_ended(tid: i32, trace_cap: usize, shares_tls: bool) -> Option<&'static ThreadState> {
     all()
         .filter(|t| {
             t.trace_cap == trace_cap
+                && t.shares_tls == shares_tls
                 && t.exited.load(Ordering::Acquire)
                 && !t.stale.load(Ordering::Acquire)
         })
@@ -222,13 +304,25 @@ fn adopt_ended(tid: i32, trace_cap: usize) -> Option<&'static ThreadState> {
 /// Makes and registers a fresh state for the calling thread. Built on a
 /// stack of its own: the state and its unwinder are large values (framehop's
 /// rule cache), which a thread made with a 16 KiB stack cannot hold.
-fn new_state(max_depth: usize, stale: bool) -> Option<&'static ThreadState> {
-    let p = sys::with_big_stack(|| build_state(max_depth, stale).map(|t| t as *const ThreadState));
+fn new_state(
+    max_depth: usize,
+    stale: bool,
+    shares_tls: bool,
+    bounds: crate::unwind::StackBounds,
+) -> Option<&'static ThreadState> {
+    let p = sys::with_big_stack(|| {
+        build_state(max_depth, stale, shares_tls, bounds).map(|t| t as *const ThreadState)
+    });
     // SAFETY: states are never freed.
     p.map(|p| unsafe { &*p })
 }
 
-fn build_state(max_depth: usize, stale: bool) -> Option<&'static ThreadState> {
+fn build_state(
+    max_depth: usize,
+    stale: bool,
+    shares_tls: bool,
+    bounds: crate::unwind::StackBounds,
+) -> Option<&'static ThreadState> {
     let size = core::mem::size_of::<ThreadState>();
     let mem =
         sys::mmap_anon(size + (max_depth + 2) * core::mem::size_of::<usize>()) as *mut ThreadState;
@@ -236,9 +330,7 @@ fn build_state(max_depth: usize, stale: bool) -> Option<&'static ThreadState> {
         return None;
     }
     let tid = sys::gettid();
-    let bounds = OwnerCell(UnsafeCell::new(
-        crate::unwind::StackBounds::for_current_thread().unwrap_or_default(),
-    ));
+    let bounds = OwnerCell(UnsafeCell::new(bounds));
     let unwinder = crate::unwind::ThreadUnwinder::new().ok();
     // SAFETY: fresh mapping big enough for the state plus the trace buffer.
     unsafe {
@@ -263,6 +355,9 @@ fn build_state(max_depth: usize, stale: bool) -> Option<&'static ThreadState> {
             handler_ns: AtomicU64::new(0),
             exited: AtomicBool::new(false),
             stale: AtomicBool::new(stale),
+            shares_tls,
+            private_tls: AtomicPtr::new(null_mut()),
+            pending_ticks: Cell::new(0),
             rng: Cell::new(seed(tid)),
             clock_seen: Cell::new(0),
             clock_credit: Cell::new(0),
@@ -286,7 +381,9 @@ fn build_state(max_depth: usize, stale: bool) -> Option<&'static ThreadState> {
             Err(h) => head = h,
         }
     }
-    CURRENT.with(|c| c.set(mem));
+    if !shares_tls {
+        CURRENT.with(|c| c.set(mem));
+    }
     // SAFETY: never freed.
     Some(unsafe { &*mem })
 }
@@ -311,6 +408,11 @@ pub fn all() -> impl Iterator<Item = &'static ThreadState> {
 }
 
 impl ThreadState {
+    /// Whether the state's thread shares its creator's TLS (raw `clone()`).
+    pub fn shares_tls(&self) -> bool {
+        self.shares_tls
+    }
+
     /// Kernel thread id of the thread that owns the state now.
     #[inline]
     pub fn tid(&self) -> i32 {

@@ -1,6 +1,8 @@
 /* A 1 ms SIGALRM itimer whose handler leaves by siglongjmp (as runtimes
  * recover from timeouts and faults), 1000 times, while the program burns CPU;
- * then a last phase in after_jumps() that must still be sampled. */
+ * then a last phase in after_jumps() that must still be sampled. Prints on
+ * stderr how many malloc calls returned ("mallocs N"; a jump can also land
+ * inside malloc). */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
@@ -11,12 +13,14 @@
 
 static sigjmp_buf env;
 static volatile int jumps;
+static volatile int mallocs;
 
 static void on_alarm(int sig) { (void)sig; siglongjmp(env, 1); }
 
 __attribute__((noinline)) static void spin_until_alarm(void) {
     for (;;) {
         void *volatile p = malloc(64);
+        mallocs++;
         free(p);
         burn_ms(1);
     }
@@ -40,5 +44,6 @@ int main(void) {
     setitimer(ITIMER_REAL, &off, 0);
     after_jumps();
     printf("%d jumps\n", jumps - 1);
+    fprintf(stderr, "mallocs %d\n", mallocs);
     return 0;
 }

@@ -308,9 +308,12 @@ fn heaptrack_calls(dir: &Path, args: &[String]) -> u64 {
     n - 1
 }
 
+/// A program's name, its command line, and what writes its input files.
+type Case = (&'static str, Vec<String>, fn(&Path));
+
 #[test]
 fn allocation_calls_equal_heaptracks() {
-    let cases: Vec<(&str, Vec<String>, fn(&Path))> = vec![
+    let cases: Vec<Case> = vec![
         ("sqlite3", argv(&["sqlite3", ":memory:", ".read q.sql"]), write_sql),
         (
             "python3",

@@ -252,14 +252,18 @@ fn elf_fallback(name: &str, version: Option<&str>, lib: Option<&str>) -> Option<
     None
 }
 
+/// Function name -> (run-time address, size).
+type Definitions = HashMap<String, (u64, u64)>;
+
 /// Run-time address and size of every function defined in the symbol
 /// tables of the file at `path` loaded at `base`, parsed once per object:
 /// looking up several names that an object does not export (an allocator's
 /// entry points, C++ operators) would otherwise read and parse the whole
 /// file for each, which every profiled process paid at start-up.
-fn text_definitions(path: &str, base: u64) -> Arc<HashMap<String, (u64, u64)>> {
-    static CACHE: Mutex<Vec<((String, u64), Arc<HashMap<String, (u64, u64)>>)>> =
-        Mutex::new(Vec::new());
+fn text_definitions(path: &str, base: u64) -> Arc<Definitions> {
+    /// (path, load address) of each object parsed, with its definitions.
+    type Parsed = ((String, u64), Arc<Definitions>);
+    static CACHE: Mutex<Vec<Parsed>> = Mutex::new(Vec::new());
     let key = (path.to_string(), base);
     if let Some((_, d)) = CACHE
         .lock()

@@ -20,6 +20,11 @@
 //! peak). One thread: exact. Several threads: exact up to the operations in
 //! flight on other threads at the peak moment (at most one per thread).
 //!
+//! Sampled mode (`--sample-bytes`, see [`super::sample`]): a recorded
+//! allocation adds the calls and bytes it stands for to every counter, and
+//! its live-table entry keeps that packed weight, so its free subtracts
+//! exactly what it added.
+//!
 //! Must never: allocate, lock (beyond a live-table shard), or panic.
 
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -139,6 +144,50 @@ pub fn on_alloc(node: *mut Node, addr: usize, size: u64) {
     }
 }
 
+/// A sampled allocation at `addr` by the stack of `node` (owner thread,
+/// guard held): `stored` is its packed weight ([`super::sample::weigh`]),
+/// `largest` its own accounted size, for MEM_MAX. The sampler's free
+/// filter already counts `addr` ([`super::sample::remember`]).
+#[inline]
+pub fn on_alloc_sampled(node: *mut Node, addr: usize, stored: u64, largest: u64) {
+    let (calls, bytes) = super::sample::unpack(stored);
+    if let Some(c) = counter(node, TOTAL.load(Ordering::Relaxed)) {
+        c.add(calls, bytes);
+    }
+    if let Some(c) = counter(node, MAX.load(Ordering::Relaxed)) {
+        c.ticks
+            .store(c.ticks.load(Ordering::Relaxed) + calls, Ordering::Relaxed);
+        if largest > c.value.load(Ordering::Relaxed) {
+            c.value.store(largest, Ordering::Relaxed);
+        }
+    }
+    match LIVE.insert(addr, stored, node) {
+        Ok(Some(stale)) => {
+            // One entry for two counts in the filter.
+            super::sample::forget(addr);
+            release(&stale);
+        }
+        Ok(None) => {}
+        Err(_) => {
+            super::sample::forget(addr);
+            super::site::LOST.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    }
+    let Some(live) = counter(node, LIVE_SLOT.load(Ordering::Relaxed)) else {
+        return;
+    };
+    snapshot_before_change(node);
+    live.ticks.fetch_add(calls, Ordering::Relaxed);
+    let v = live.value.fetch_add(bytes, Ordering::Relaxed) + bytes;
+    live.peak.fetch_max(v, Ordering::Relaxed);
+    let now = LIVE_BYTES.fetch_add(bytes, Ordering::AcqRel) + bytes;
+    if now > PEAK_BYTES.load(Ordering::Relaxed) && now > PEAK_BYTES.fetch_max(now, Ordering::AcqRel)
+    {
+        PEAK_EPOCH.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
 /// Block `addr` is being freed: forget it and release it from the stack
 /// that allocated it. Returns what was recorded (None if untracked).
 #[inline]
@@ -147,6 +196,9 @@ pub fn on_free(addr: usize) -> Option<Block> {
         return None;
     }
     let b = LIVE.remove(addr)?;
+    if super::sample::active() {
+        super::sample::forget(addr);
+    }
     if super::empty::active() {
         super::empty::on_free(&b);
     }
@@ -162,19 +214,25 @@ pub fn restore(b: &Block) {
         super::site::LOST.fetch_add(1, Ordering::Relaxed);
         return;
     }
+    if super::sample::active() {
+        super::sample::remember(b.addr);
+    }
+    let (calls, bytes) = super::sample::weight_of(b.size);
     if let Some(live) = counter(b.node, LIVE_SLOT.load(Ordering::Relaxed)) {
         snapshot_before_change(b.node);
-        live.ticks.fetch_add(1, Ordering::Relaxed);
-        live.value.fetch_add(b.size, Ordering::Relaxed);
-        LIVE_BYTES.fetch_add(b.size, Ordering::AcqRel);
+        live.ticks.fetch_add(calls, Ordering::Relaxed);
+        live.value.fetch_add(bytes, Ordering::Relaxed);
+        LIVE_BYTES.fetch_add(bytes, Ordering::AcqRel);
     }
 }
 
 fn release(b: &Block) {
     if let Some(live) = counter(b.node, LIVE_SLOT.load(Ordering::Relaxed)) {
         snapshot_before_change(b.node);
-        live.release_shared(b.size);
-        LIVE_BYTES.fetch_sub(b.size, Ordering::AcqRel);
+        let (calls, bytes) = super::sample::weight_of(b.size);
+        live.ticks.fetch_sub(calls, Ordering::Relaxed);
+        live.value.fetch_sub(bytes, Ordering::Relaxed);
+        LIVE_BYTES.fetch_sub(bytes, Ordering::AcqRel);
     }
 }
 

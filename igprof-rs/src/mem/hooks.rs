@@ -18,6 +18,15 @@
 //! twice). Two names at one address (glibc: `aligned_alloc` = `memalign`,
 //! `cfree` = `free`) are hooked once.
 //!
+//! Sampled mode (`--sample-bytes`): every allocation entry point goes
+//! through [`allocated_fill`], which asks [`super::sample::decide`] once per
+//! allocation the program asked for (an allocation made inside the real
+//! realloc/reallocarray is left to the outer hook's decision, and an inner
+//! hook that decided marks the block so that an outer one does not decide
+//! again); only a recorded allocation walks the stack. Every free goes
+//! through [`freeing`], which skips the live table for a block the
+//! sampler's filter says was never recorded.
+//!
 //! Must never: call a hooked function except through its chain pointer
 //! while recording, allocate, or change the program's view of the call.
 
@@ -279,6 +288,12 @@ fn accounted(addr: usize, requested: usize) -> u64 {
 /// Replays one deferred memory event.
 pub fn replay(node: *mut crate::tree::Node, kind: u8, a: usize, b: u64) {
     match kind {
+        KIND_ALLOC if super::sample::active() => {
+            // The deferred event kept the packed weight, not the size:
+            // MEM_MAX gets the size it implies.
+            let (calls, bytes) = super::sample::unpack(b);
+            account::on_alloc_sampled(node, a, b, bytes / calls.max(1))
+        }
         KIND_ALLOC => account::on_alloc(node, a, b),
         KIND_FREE => {
             account::on_free(a);
@@ -295,11 +310,21 @@ fn allocated(p: *mut c_void, size: usize) {
 
 /// As [`allocated`]; `fill` says whether -ei/-eu may overwrite the block
 /// (not for calloc and realloc, whose contents the program relies on).
-#[inline]
+#[inline(always)]
 fn allocated_fill(p: *mut c_void, size: usize, fill: bool, regs: Option<EntryRegs>) {
     if p.is_null() {
         return;
     }
+    if super::sample::active() {
+        // -ei/-eu (fill) are refused with sampling.
+        return allocated_sampled(p as usize, size, regs);
+    }
+    allocated_exact(p, size, fill, regs)
+}
+
+/// Records every allocation (exact mode).
+#[inline]
+fn allocated_exact(p: *mut c_void, size: usize, fill: bool, regs: Option<EntryRegs>) {
     let _e = ErrnoGuard::save();
     let addr = p as usize;
     let bytes = accounted(addr, size);
@@ -327,13 +352,70 @@ fn allocated_fill(p: *mut c_void, size: usize, fill: bool, regs: Option<EntryReg
     }
 }
 
+/// Sampled mode: decides whether the allocation of `size` bytes at `addr`
+/// is recorded, and records it if so.
+#[inline(always)]
+fn allocated_sampled(addr: usize, size: usize, regs: Option<EntryRegs>) {
+    let pick = site::tls(|h| {
+        if h.outer.get() & MEM_OUTER != 0 {
+            // Inside the real realloc/reallocarray: the outer hook decides
+            // for the block it returns.
+            return None;
+        }
+        // Decided here, whatever the outcome: an outer hook waiting for an
+        // inner one (via_begin) must not decide again.
+        h.inner.set(addr);
+        super::sample::decide(&h.sampler, size)
+    });
+    if let Some(pick) = pick {
+        record_sampled(addr, size, pick, regs);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn record_sampled(addr: usize, size: usize, pick: super::sample::Pick, regs: Option<EntryRegs>) {
+    let _e = ErrnoGuard::save();
+    let bytes = accounted(addr, size);
+    let stored = site::tls(|h| super::sample::weigh(&h.sampler, pick, bytes));
+    // Counted in the free filter before the program sees the block, so a
+    // free of it (even one deferred from a signal handler) is not skipped.
+    super::sample::remember(addr);
+    if let Entry::Now(t, g) = site::enter(KIND_ALLOC, addr, stored) {
+        site::record(
+            t,
+            g,
+            |h| {
+                let n = match &regs {
+                    Some(r) => site::caller_node_at(t, h, r),
+                    None => site::caller_node(t, h, MEM_OUTER),
+                };
+                match n {
+                    Some(n) => account::on_alloc_sampled(n, addr, stored, bytes),
+                    None => super::sample::forget(addr),
+                }
+            },
+            super::replay_any,
+        );
+    }
+}
+
 /// `p` is about to be freed: take it out of the live table. Returns the
 /// block's record (for a realloc that may fail and must put it back).
-#[inline]
+#[inline(always)]
 fn freeing(p: *mut c_void) -> Option<crate::live::Block> {
     if p.is_null() {
         return None;
     }
+    if super::sample::active() && !super::sample::may_be_sampled(p as usize) {
+        // Never recorded: nothing to take out.
+        return None;
+    }
+    freeing_recorded(p)
+}
+
+#[inline]
+fn freeing_recorded(p: *mut c_void) -> Option<crate::live::Block> {
     let _e = ErrnoGuard::save();
     site::unrecorded(KIND_FREE, p as usize, 0, || account::on_free(p as usize)).flatten()
 }

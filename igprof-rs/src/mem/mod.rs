@@ -13,7 +13,9 @@
 //! `-mo none` (default) counts requested bytes, `-mo include` the
 //! allocator's usable size of the block (malloc_usable_size), `-mo delta`
 //! the difference (the allocator's rounding); call counts are the same in
-//! every mode.
+//! every mode. With `--sample-bytes N` only a sample of the allocations is
+//! recorded, each standing for the calls and bytes it represents
+//! ([`sample`]).
 //!
 //! Must never: use the program's allocator for itself, take a lock the
 //! interrupted program may hold, or let a hook change what the program sees.
@@ -22,6 +24,7 @@ pub mod account;
 pub mod empty;
 pub mod hooks;
 pub mod memo;
+pub mod sample;
 pub mod site;
 
 use core::sync::atomic::{AtomicU8, Ordering};
@@ -104,6 +107,15 @@ fn start() -> Result<(), String> {
         return Ok(());
     }
     init_slots();
+    let o = options::get();
+    sample::init(o.sample_bytes, o.sample_seed);
+    if sample::active() {
+        crate::igprof_debug!(
+            "memory: {}: one allocation recorded per {} bytes on average, counting for the calls and bytes it stands for",
+            sample::describe(),
+            sample::mean()
+        );
+    }
     install();
     if !hooks::hooked(hooks::Func::Malloc) || !hooks::hooked(hooks::Func::Free) {
         return Err("malloc or free could not be hooked".to_string());
@@ -207,6 +219,7 @@ pub fn install() {
 /// In a forked child: the parent's live blocks are the parent's.
 fn after_fork_child() {
     account::reset_after_fork();
+    site::tls(|h| sample::after_fork_child(&h.sampler));
 }
 
 /// Replays an event deferred by [`site`], whichever module it belongs to.
@@ -236,7 +249,9 @@ pub fn leaks(f: &mut dyn FnMut(*const Node, usize, u64, u64)) {
         site::with_outer(site::IN_RECORD, || account::LIVE.for_each(|b| v.push(*b)));
         v.sort_unstable_by_key(|b| b.addr);
         for b in v {
-            f(b.node, slot, b.addr as u64, b.size);
+            // Sampled: the bytes the block stands for, so the LK sizes of
+            // a stack add up to its MEM_LIVE.
+            f(b.node, slot, b.addr as u64, sample::weight_of(b.size).1);
         }
     }
     let lost = site::LOST.load(Ordering::Relaxed);

@@ -67,27 +67,77 @@ pub struct HookTls {
     /// `hooks::via_begin`): an outer hook whose original allocated through
     /// another hooked entry point does not record the same block again.
     pub inner: Cell<usize>,
+    /// The allocation sampler's countdown and generator (`--sample-bytes`).
+    pub sampler: super::sample::ThreadSampler,
 }
 
+#[allow(clippy::declare_interior_mutable_const)] // a fresh record per use
+const HOOK_TLS_INIT: HookTls = HookTls {
+    outer: Cell::new(0),
+    queue: Cell::new(core::ptr::null_mut()),
+    head: Cell::new(0),
+    tail: Cell::new(0),
+    nested: Cell::new(core::ptr::null()),
+    paths: Cell::new(core::ptr::null_mut()),
+    memo: Cell::new(core::ptr::null_mut()),
+    inner: Cell::new(0),
+    sampler: super::sample::ThreadSampler::new(),
+};
+
 thread_local! {
-    static TLS: HookTls = const {
-        HookTls {
-            outer: Cell::new(0),
-            queue: Cell::new(core::ptr::null_mut()),
-            head: Cell::new(0),
-            tail: Cell::new(0),
-            nested: Cell::new(core::ptr::null()),
-            paths: Cell::new(core::ptr::null_mut()),
-            memo: Cell::new(core::ptr::null_mut()),
-            inner: Cell::new(0),
-        }
-    };
+    static TLS: HookTls = const { HOOK_TLS_INIT };
 }
 
 /// Runs `f` with the calling thread's hook state.
 #[inline]
 pub fn tls<R>(f: impl FnOnce(&HookTls) -> R) -> R {
+    if thread::tls_is_shared() {
+        return shared_tls(f);
+    }
     TLS.with(f)
+}
+
+/// [`tls`] in a process with threads that share their creator's TLS (raw
+/// `clone()`): such a thread's hook state is kept with its thread state,
+/// made on first use (mmap, so also from signal context); a thread that
+/// has no state and runs on another thread's TLS gets a blank record for
+/// the call (its events pass through) and never touches the owner's.
+#[cold]
+#[inline(never)]
+fn shared_tls<R>(f: impl FnOnce(&HookTls) -> R) -> R {
+    match private_tls() {
+        Some(Some(h)) => f(h),
+        // A blank record for this call only.
+        #[allow(clippy::borrow_interior_mutable_const)]
+        Some(None) => f(&HOOK_TLS_INIT),
+        None => TLS.with(f),
+    }
+}
+
+/// The calling thread's record when it is not the TLS slot's: its own
+/// (`Some(Some)`), or none to keep (`Some(None)`: a thread without state
+/// on another's TLS, or no memory); `None` when the TLS record is its own.
+fn private_tls() -> Option<Option<&'static HookTls>> {
+    let Some(t) = thread::current() else {
+        return (!thread::tls_is_callers()).then_some(None);
+    };
+    if !t.shares_tls() {
+        return None;
+    }
+    let p = t.private_tls.load(Ordering::Acquire) as *const HookTls;
+    if !p.is_null() {
+        // SAFETY: made below for this state, never freed, owner thread only.
+        return Some(Some(unsafe { &*p }));
+    }
+    let m = crate::sys::mmap_anon(core::mem::size_of::<HookTls>()) as *mut HookTls;
+    if m.is_null() {
+        return Some(None);
+    }
+    // SAFETY: a fresh private mapping large enough for the record.
+    unsafe { m.write(HOOK_TLS_INIT) };
+    t.private_tls.store(m as *mut u8, Ordering::Release);
+    // SAFETY: as above; the state keeps it for its owners from now on.
+    Some(Some(unsafe { &*m }))
 }
 
 /// Events that could not be recorded at all (no thread state, queue full,

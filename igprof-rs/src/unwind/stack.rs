@@ -80,6 +80,26 @@ impl StackBounds {
         Ok(bounds)
     }
 
+    /// Bounds for a thread that runs on a stack whose highest address + 1
+    /// is `top`, given to it by the program (a raw `clone()`): from the
+    /// start of the mapping that holds the stack to `top`. Not
+    /// async-signal-safe (reads `/proc/self/maps`).
+    pub fn for_stack_top(top: usize) -> Self {
+        let _errno = KeepErrno::new();
+        let lo = trampoline::maps::read_self_fresh()
+            .ok()
+            .and_then(|maps| {
+                trampoline::maps::find(&maps, top.saturating_sub(1) as u64).map(|m| m.start as usize)
+            })
+            .unwrap_or(top);
+        let mut bounds = StackBounds {
+            stack: (lo, top),
+            altstack: (0, 0),
+        };
+        bounds.update_altstack();
+        bounds
+    }
+
     /// Re-read the calling thread's alternate signal stack (`sigaltstack`).
     pub fn update_altstack(&mut self) {
         let mut ss = core::mem::MaybeUninit::<libc::stack_t>::zeroed();
