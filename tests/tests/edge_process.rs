@@ -629,3 +629,45 @@ fn a_thread_after_asynchronous_cancellations_is_sampled() {
         );
     }
 }
+
+#[test]
+fn more_ways_to_end_or_multiply_keep_the_program_and_its_profiles() {
+    // (ending, profiles written, calls of work() across them: 100 allocations each)
+    let endings = [
+        ("thread-exit", 1, 200),
+        ("cancel", 1, 100),
+        ("spawn", 3, 100),
+        ("fork-mt", 2, 200),
+        ("segv", 1, 200),
+        ("exec-chain", 4, 300),
+    ];
+    for &mode in MODES {
+        let d = dir_for("more_endings", "more_endings.c", mode);
+        for (how, n, calls) in endings {
+            let want = plain(&d, "more_endings", &[how]);
+            for p in profiles(&d) {
+                std::fs::remove_file(p).unwrap();
+            }
+            let got = profiled(&d, mode, "more_endings", &[how]);
+            assert_eq!(
+                got.status.code(),
+                want.status.code(),
+                "{mode:?} {how}: {}",
+                text(&got.stderr)
+            );
+            assert_eq!(text(&got.stdout), text(&want.stdout), "{mode:?} {how}");
+            let ps = profiles(&d);
+            assert_eq!(ps.len(), n, "{mode:?} {how}: {ps:?}");
+            assert!(leftovers(&d).is_empty(), "{mode:?} {how}: {:?}", leftovers(&d));
+            let mut seen = 0;
+            for p in &ps {
+                let prof = parse_strict(&read_text(p))
+                    .unwrap_or_else(|e| panic!("{mode:?} {how}: {}: {e}", p.display()));
+                seen += under(&prof, "MEM_TOTAL", "work").0;
+            }
+            if uses(mode, "-mp") {
+                assert_eq!(seen, calls, "{mode:?} {how}: allocations of work()");
+            }
+        }
+    }
+}
