@@ -671,3 +671,22 @@ fn more_ways_to_end_or_multiply_keep_the_program_and_its_profiles() {
         }
     }
 }
+
+#[test]
+fn a_relative_output_path_holds_in_processes_that_change_directory() {
+    let d = scratch("relative_output");
+    std::fs::create_dir_all(d.join("sub")).unwrap();
+    std::fs::create_dir_all(d.join("prof")).unwrap();
+    std::fs::write(d.join("sub/Makefile"), "all:\n\t@sh -c true\n").unwrap();
+    let mut c = Command::new(root().join("scripts/igprof"));
+    c.args(["-pp", "-o", "prof/x.gz", "make", "-s", "-C", "sub"])
+        .current_dir(&d)
+        .env("IGPROF_LIB", lib());
+    let o = finish(c, 60, "make -C under -pp");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(!text(&o.stderr).contains("cannot create"), "{}", text(&o.stderr));
+    // make and the shell it starts in sub/ both write into prof/.
+    let n = std::fs::read_dir(d.join("prof")).unwrap().count();
+    assert!(n >= 2, "{n} profiles in prof/");
+    assert!(!d.join("sub/prof").exists());
+}
