@@ -2,10 +2,14 @@
 //! streaming IgProf's format (format::write) through flate2 into a file.
 //!
 //! Owns the dump triggers' common path ([`dump_to`], [`final_dump`]), the
-//! output file name, and symbol naming at dump time (dladdr here is fine:
-//! dumps never run in signal context). Unknown names are written as IgProf
-//! does, `@?0x<address>`, and igprof-analyse resolves them from the object
-//! and offset. Dumps run with profiling paused on the dumping thread; other
+//! output file name, and how records name addresses: each distinct address
+//! of the profile is named once per dump by `names` (the names `dladdr`
+//! gives, from a per-object index; dumps never run in signal context).
+//! Unknown names are written as IgProf does, `@?0x<address>`, and
+//! igprof-analyse resolves them from the object and offset. With
+//! `IGPROF_NAMES_CHECK=1` in the environment, every dump also writes
+//! `<file>.dladdr`, the same profile named by `dladdr` itself, for
+//! `bench/names-compare`. Dumps run with profiling paused on the dumping thread; other
 //! threads keep sampling into their own trees, which are safe to read
 //! concurrently.
 //!
@@ -86,6 +90,9 @@ pub fn final_dump(reason: &str) {
                     stats.states
                 );
             }
+            if opts.debug {
+                log_dump_time(&stats);
+            }
         }
         Err(e) => crate::igprof_log!("could not write the profile at {reason}: {e}"),
     }
@@ -103,6 +110,25 @@ pub fn final_dump_from_signal(sig: i32) {
     }
 }
 
+/// `-d`: how long the dump took and how much of it was naming.
+fn log_dump_time(stats: &DumpStats) {
+    let ms = |ns: u64| ns as f64 / 1e6;
+    crate::igprof_log!(
+        "dump: {} nodes, {} addresses named in {:.1} ms ({} from .symtab), {:.1} ms in all",
+        stats.nodes,
+        stats.addresses,
+        ms(stats.naming_ns),
+        stats.from_symtab,
+        ms(stats.dump_ns)
+    );
+    if let Some(ns) = stats.dladdr_naming_ns {
+        crate::igprof_log!(
+            "dump: the same addresses named by dladdr in {:.1} ms (IGPROF_NAMES_CHECK)",
+            ms(ns)
+        );
+    }
+}
+
 /// What a dump contained.
 #[derive(Default, Debug, Clone, Copy)]
 pub struct DumpStats {
@@ -114,6 +140,14 @@ pub struct DumpStats {
     /// Thread states (and so call trees) dumped: at most the peak number
     /// of threads alive at once, since new threads adopt ended ones' states.
     pub states: usize,
+    /// Distinct code addresses named, and how many of them from `.symtab`.
+    pub addresses: usize,
+    pub from_symtab: usize,
+    /// Time spent naming them, and on the whole dump (merge, name, write).
+    pub naming_ns: u64,
+    pub dump_ns: u64,
+    /// With `IGPROF_NAMES_CHECK`: time `dladdr` took to name them.
+    pub dladdr_naming_ns: Option<u64>,
 }
 
 struct MNode {
@@ -209,6 +243,20 @@ impl Merged {
         let node = self.child(0, SYNTHETIC_BASE + i);
         let cur = &mut self.values[node as usize * self.nslots + slot];
         *cur = (cur.0 + ticks, cur.1 + value, cur.2 + value);
+    }
+
+    /// The distinct code addresses of the profile (not the synthetic
+    /// functions' or the truncation marker), sorted.
+    fn code_addresses(&self) -> Vec<usize> {
+        let synthetic = SYNTHETIC_BASE..SYNTHETIC_BASE + self.synthetic.len();
+        let mut v: Vec<usize> = self.nodes[1..]
+            .iter()
+            .map(|n| n.addr)
+            .filter(|a| *a != TRUNCATED && !synthetic.contains(a))
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
     }
 
     /// Merges the subtree under `from` (a tree node) into merged node `into`.
@@ -327,7 +375,15 @@ fn resolve_unloaded(addr: usize) -> Option<Resolved> {
 /// Addresses of synthetic top-level functions (below any code address).
 const SYNTHETIC_BASE: usize = 0x100;
 
-fn resolve(addr: usize, exe: &[u8], synthetic: &[&'static str]) -> Resolved {
+/// How a dump names code addresses.
+enum Naming {
+    /// Names found for every address of the profile beforehand.
+    Index(crate::names::Names),
+    /// `dladdr` per address (the comparison dump of `IGPROF_NAMES_CHECK`).
+    Dladdr,
+}
+
+fn resolve(addr: usize, exe: &[u8], synthetic: &[&'static str], naming: &Naming) -> Resolved {
     if (SYNTHETIC_BASE..SYNTHETIC_BASE + synthetic.len()).contains(&addr) {
         let name = synthetic[addr - SYNTHETIC_BASE].as_bytes();
         return Resolved {
@@ -347,21 +403,40 @@ fn resolve(addr: usize, exe: &[u8], synthetic: &[&'static str]) -> Resolved {
             object_offset: 0,
         };
     }
+    let found = match naming {
+        Naming::Index(names) => names.get(addr).map(|(o, s)| Resolved {
+            file_key: o.base,
+            file_path: o.path.clone(),
+            sym_addr: s.map_or(addr, |s| s.addr),
+            name: s.map_or_else(|| format!("@?0x{addr:x}").into_bytes(), |s| s.name.clone()),
+            object_offset: (addr - o.base) as u64,
+        }),
+        Naming::Dladdr => resolve_dladdr(addr, exe),
+    };
+    if let Some(r) = found {
+        return r;
+    }
+    if let Some(r) = resolve_unloaded(addr) {
+        return r;
+    }
+    Resolved {
+        file_key: 0,
+        file_path: b"<unknown>".to_vec(),
+        sym_addr: addr,
+        name: format!("@?0x{addr:x}").into_bytes(),
+        object_offset: addr as u64,
+    }
+}
+
+/// `addr`'s object and symbol as `dladdr` names them; None when no loaded
+/// object holds it.
+fn resolve_dladdr(addr: usize, exe: &[u8]) -> Option<Resolved> {
     // SAFETY: Dl_info is plain data filled by dladdr.
     let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
     // SAFETY: dladdr only reads the loader's tables; not in signal context.
     let ok = unsafe { libc::dladdr(addr as *const libc::c_void, &mut info) } != 0;
     if !ok || info.dli_fbase.is_null() {
-        if let Some(r) = resolve_unloaded(addr) {
-            return r;
-        }
-        return Resolved {
-            file_key: 0,
-            file_path: b"<unknown>".to_vec(),
-            sym_addr: addr,
-            name: format!("@?0x{addr:x}").into_bytes(),
-            object_offset: addr as u64,
-        };
+        return None;
     }
     let fbase = info.dli_fbase as usize;
     // SAFETY: dli_fname is a NUL-terminated string owned by the loader.
@@ -386,19 +461,21 @@ fn resolve(addr: usize, exe: &[u8], synthetic: &[&'static str]) -> Resolved {
     } else {
         (addr, format!("@?0x{addr:x}").into_bytes())
     };
-    Resolved {
+    Some(Resolved {
         file_key: fbase,
         file_path: path,
         sym_addr,
         name,
         object_offset: (addr - fbase) as u64,
-    }
+    })
 }
 
+/// Whether `fbase` is the main program's (the first object
+/// `dl_iterate_phdr` reports). For a program that is not position
+/// independent (load bias 0) this says yes for every object: the
+/// `dladdr` comparison dump keeps what dumps wrote before the index, which
+/// named the vDSO of such a program after the executable.
 fn is_main_program(fbase: usize) -> bool {
-    // SAFETY: dlopen(NULL) returns the main program's handle; dlinfo is not
-    // needed: compare with the load address of the main program's _DYNAMIC
-    // via dl_iterate_phdr's first entry.
     extern "C" fn cb(info: *mut libc::dl_phdr_info, _size: usize, data: *mut libc::c_void) -> i32 {
         // SAFETY: called by dl_iterate_phdr with valid pointers; first entry is the main program.
         unsafe { *(data as *mut usize) = (*info).dlpi_addr as usize };
@@ -439,6 +516,7 @@ fn dump_after_others(path: &str) -> Result<DumpStats, DumpError> {
 }
 
 fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
+    let started = crate::sys::monotonic_ns();
     crate::runtime::each_dump_hook(|h| (h.before_dump)());
     let nslots = counters::nslots();
     let mut merged = Merged::new(nslots);
@@ -477,31 +555,70 @@ fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
     });
 
     let gzip = crate::options::get().gzip || path.ends_with(".gz");
+    let exe = &crate::runtime::info().exe;
+    let named_at = crate::sys::monotonic_ns();
+    let addrs = merged.code_addresses();
+    let names = crate::names::name_all(&addrs, exe);
+    stats.naming_ns = crate::sys::monotonic_ns() - named_at;
+    if crate::options::get().debug {
+        for (file, e) in &names.symtab_errors {
+            crate::igprof_log!(
+                "dump: no names from the .symtab of {}: {e}",
+                crate::log::Bytes(file)
+            );
+        }
+    }
+    stats.addresses = addrs.len();
+    stats.from_symtab = addrs
+        .iter()
+        .filter(|&&a| names.source(a) == Some(crate::names::Source::Symtab))
+        .count();
+    write_named(path, gzip, &merged, &Naming::Index(names))?;
+    if names_check() {
+        let at = crate::sys::monotonic_ns();
+        write_named(&format!("{path}.dladdr"), gzip, &merged, &Naming::Dladdr)?;
+        stats.dladdr_naming_ns = Some(crate::sys::monotonic_ns() - at);
+    }
+    stats.dump_ns = crate::sys::monotonic_ns() - started;
+    Ok(stats)
+}
+
+/// Whether `IGPROF_NAMES_CHECK` asks for a second profile named by `dladdr`.
+fn names_check() -> bool {
+    std::env::var_os("IGPROF_NAMES_CHECK").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// Writes the merged profile to `path` (through `<path>.tmp`).
+fn write_named(path: &str, gzip: bool, merged: &Merged, naming: &Naming) -> Result<(), DumpError> {
     let out = Output::create(path)?;
     let written = {
         let _fsize = FsizeGuard::block();
-        write_file(&out.file, gzip, &merged)
+        write_file(&out.file, gzip, merged, naming)
     };
     if let Err(err) = written {
         let path = out.written_path().to_string();
         out.discard();
         return Err(DumpError::Write { path, err });
     }
-    out.finish(path)?;
-    Ok(stats)
+    out.finish(path)
 }
 
 /// Streams the merged profile into `file`, gzipped or plain.
-fn write_file(file: &std::fs::File, gzip: bool, merged: &Merged) -> Result<(), WriteError> {
+fn write_file(
+    file: &std::fs::File,
+    gzip: bool,
+    merged: &Merged,
+    naming: &Naming,
+) -> Result<(), WriteError> {
     let io = |e: std::io::Error| WriteError::Io {
         errno: e.raw_os_error().unwrap_or(0),
     };
     if gzip {
         let enc = flate2::write::GzEncoder::new(file, flate2::Compression::new(6));
-        let enc = write_profile(IoSink::new(enc), merged)?.finish()?;
+        let enc = write_profile(IoSink::new(enc), merged, naming)?.finish()?;
         enc.finish().map_err(io)?;
     } else {
-        let mut f = write_profile(IoSink::new(file), merged)?.finish()?;
+        let mut f = write_profile(IoSink::new(file), merged, naming)?.finish()?;
         f.flush().map_err(io)?;
     }
     Ok(())
@@ -694,7 +811,7 @@ impl Drop for FsizeGuard {
     }
 }
 
-fn write_profile<S: Sink>(sink: S, m: &Merged) -> Result<S, WriteError> {
+fn write_profile<S: Sink>(sink: S, m: &Merged, naming: &Naming) -> Result<S, WriteError> {
     let mut w = Writer::new(sink);
     let rt = crate::runtime::info();
     let mut tick = crate::perf::tick_seconds();
@@ -722,7 +839,7 @@ fn write_profile<S: Sink>(sink: S, m: &Merged) -> Result<S, WriteError> {
         let addr = node.addr;
         let r = cache
             .entry(addr)
-            .or_insert_with(|| resolve(addr, &syms.exe, &m.synthetic));
+            .or_insert_with(|| resolve(addr, &syms.exe, &m.synthetic, naming));
         let next_file = syms.files.len() as u32;
         let mut new_file = false;
         let fid = syms
@@ -866,11 +983,11 @@ mod tests {
         assert_eq!(v(synth, ticks), (2, 12, 12));
         assert_eq!(m.synthetic, vec!["<unattributed>"]);
         assert_eq!(
-            resolve(SYNTHETIC_BASE, b"", &m.synthetic).name,
+            resolve(SYNTHETIC_BASE, b"", &m.synthetic, &Naming::Dladdr).name,
             b"<unattributed>"
         );
         assert_eq!(
-            resolve(TRUNCATED, b"", &m.synthetic).name,
+            resolve(TRUNCATED, b"", &m.synthetic, &Naming::Dladdr).name,
             b"@igprof_stack_truncated"
         );
     }
