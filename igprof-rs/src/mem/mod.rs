@@ -248,5 +248,6 @@ pub fn leaks(f: &mut dyn FnMut(*const Node, usize, u64, u64)) {
             memo::HITS.load(Ordering::Relaxed),
             memo::MISSES.load(Ordering::Relaxed)
         );
+        memo::report_check();
     }
 }
