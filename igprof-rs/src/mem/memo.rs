@@ -66,8 +66,43 @@ const WAYS: usize = 32;
 /// Stack words a remembered walk may have read (two a frame, at most).
 const MAX_WORDS: usize = 64;
 
-pub static HITS: AtomicU64 = AtomicU64::new(0);
-pub static MISSES: AtomicU64 = AtomicU64::new(0);
+/// Hits and misses, counted per thread in one of `SHARDS` cache lines
+/// (by thread id) without a locked instruction: a hit costs a few
+/// nanoseconds, and a shared atomic counter cost as much as the rest of it.
+/// Two threads that share a shard may lose a count to each other.
+const SHARDS: usize = 64;
+
+#[repr(align(64))]
+struct Shard {
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+static COUNTS: [Shard; SHARDS] = [const {
+    Shard {
+        hits: AtomicU64::new(0),
+        misses: AtomicU64::new(0),
+    }
+}; SHARDS];
+
+#[inline]
+fn bump(c: &AtomicU64) {
+    c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+}
+
+/// Stack memo hits so far, all threads.
+pub fn hits() -> u64 {
+    COUNTS.iter().map(|s| s.hits.load(Ordering::Relaxed)).sum()
+}
+
+/// Stack memo misses so far (events that walked while the memo was not
+/// resting), all threads.
+pub fn misses() -> u64 {
+    COUNTS
+        .iter()
+        .map(|s| s.misses.load(Ordering::Relaxed))
+        .sum()
+}
 
 /// `IGPROF_MEMO_CHECK=1`: every hit also walks, and a hit whose node is not
 /// the walk's is counted (a test of the memo's soundness; `-d` reports it).
@@ -257,13 +292,13 @@ impl StackMemo {
                 } == v);
                 if same {
                     self.misses = 0;
-                    HITS.fetch_add(1, Ordering::Relaxed);
+                    bump(&COUNTS[t.tid() as usize % SHARDS].hits);
                     return Some(s.node);
                 }
             }
         }
         self.misses += 1;
-        MISSES.fetch_add(1, Ordering::Relaxed);
+        bump(&COUNTS[t.tid() as usize % SHARDS].misses);
         if self.misses >= MISS_LIMIT {
             self.misses = 0;
             self.rest = REST;
