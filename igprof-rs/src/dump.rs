@@ -80,9 +80,8 @@ pub fn final_dump(reason: &str) {
         Ok(stats) => {
             let opts = crate::options::get();
             if opts.debug || stats.dropped > 0 {
-                let per = stats.handler_ns.checked_div(stats.samples).unwrap_or(0);
                 crate::igprof_log!(
-                    "wrote {} at {reason}: {} samples, {} dropped (taken inside the profiler or no memory), {} truncated stacks, {per} ns in the handler per sample, {} thread states",
+                    "wrote {} at {reason}: {} samples, {} dropped (taken inside the profiler or no memory), {} truncated stacks, {} thread states",
                     path,
                     stats.samples,
                     stats.dropped,
@@ -91,6 +90,7 @@ pub fn final_dump(reason: &str) {
                 );
             }
             if opts.debug {
+                log_handler_cost(&stats);
                 log_dump_time(&stats);
             }
         }
@@ -110,11 +110,27 @@ pub fn final_dump_from_signal(sig: i32) {
     }
 }
 
+/// `-d`: the sampling handler's CPU time per sample.
+fn log_handler_cost(stats: &DumpStats) {
+    let Some((median, p99)) = crate::perf::cost::percentiles() else {
+        return;
+    };
+    let mean = stats.handler_ns.checked_div(stats.samples).unwrap_or(0);
+    let d = stats.descriptors;
+
+    crate::igprof_log!(
+        "sampling handler CPU time per sample: mean {mean} ns, median {median} ns, 99th percentile {p99} ns (thread CPU clock; percentiles to 19%); frame descriptors: {} hits, {} misses, {} frames unwound by framehop",
+        d.hits,
+        d.misses,
+        d.framehop
+    );
+}
+
 /// `-d`: how long the dump took and how much of it was naming.
 fn log_dump_time(stats: &DumpStats) {
     let ms = |ns: u64| ns as f64 / 1e6;
     crate::igprof_log!(
-        "dump: {} nodes, {} addresses named in {:.1} ms ({} from .symtab), {:.1} ms in all",
+        "dump: {} nodes, {} addresses named in {:.1} ms ({} from .symtab), {:.1} ms in all (thread CPU time)",
         stats.nodes,
         stats.addresses,
         ms(stats.naming_ns),
@@ -123,7 +139,7 @@ fn log_dump_time(stats: &DumpStats) {
     );
     if let Some(ns) = stats.dladdr_naming_ns {
         crate::igprof_log!(
-            "dump: the same addresses named by dladdr in {:.1} ms (IGPROF_NAMES_CHECK)",
+            "dump: the same profile named by dladdr and written in {:.1} ms (IGPROF_NAMES_CHECK)",
             ms(ns)
         );
     }
@@ -143,11 +159,15 @@ pub struct DumpStats {
     /// Distinct code addresses named, and how many of them from `.symtab`.
     pub addresses: usize,
     pub from_symtab: usize,
-    /// Time spent naming them, and on the whole dump (merge, name, write).
+    /// CPU time spent naming them, and on the whole dump (merge, name,
+    /// write), on the dumping thread.
     pub naming_ns: u64,
     pub dump_ns: u64,
-    /// With `IGPROF_NAMES_CHECK`: time `dladdr` took to name them.
+    /// With `IGPROF_NAMES_CHECK`: CPU time of the second profile, named by
+    /// `dladdr` (naming and writing).
     pub dladdr_naming_ns: Option<u64>,
+    /// The threads' descriptor caches (samples and hooks alike).
+    pub descriptors: crate::unwind::CacheStats,
 }
 
 struct MNode {
@@ -516,7 +536,7 @@ fn dump_after_others(path: &str) -> Result<DumpStats, DumpError> {
 }
 
 fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
-    let started = crate::sys::monotonic_ns();
+    let started = crate::sys::thread_cpu_ns();
     crate::runtime::each_dump_hook(|h| (h.before_dump)());
     let nslots = counters::nslots();
     let mut merged = Merged::new(nslots);
@@ -529,6 +549,12 @@ fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
         stats.dropped += t.dropped.load(Ordering::Relaxed);
         stats.truncated += t.truncated.load(Ordering::Relaxed);
         stats.handler_ns += t.handler_ns.load(Ordering::Relaxed);
+        if let Some(u) = &t.unwinder {
+            let c = u.stats();
+            stats.descriptors.hits += c.hits;
+            stats.descriptors.misses += c.misses;
+            stats.descriptors.framehop += c.framehop;
+        }
         stats.states += 1;
         if let Some(root) = t.tree().root() {
             merged.merge_tree(0, root);
@@ -556,10 +582,10 @@ fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
 
     let gzip = crate::options::get().gzip || path.ends_with(".gz");
     let exe = &crate::runtime::info().exe;
-    let named_at = crate::sys::monotonic_ns();
+    let named_at = crate::sys::thread_cpu_ns();
     let addrs = merged.code_addresses();
     let names = crate::names::name_all(&addrs, exe);
-    stats.naming_ns = crate::sys::monotonic_ns() - named_at;
+    stats.naming_ns = crate::sys::thread_cpu_ns() - named_at;
     if crate::options::get().debug {
         for (file, e) in &names.symtab_errors {
             crate::igprof_log!(
@@ -575,11 +601,11 @@ fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
         .count();
     write_named(path, gzip, &merged, &Naming::Index(names))?;
     if names_check() {
-        let at = crate::sys::monotonic_ns();
+        let at = crate::sys::thread_cpu_ns();
         write_named(&format!("{path}.dladdr"), gzip, &merged, &Naming::Dladdr)?;
-        stats.dladdr_naming_ns = Some(crate::sys::monotonic_ns() - at);
+        stats.dladdr_naming_ns = Some(crate::sys::thread_cpu_ns() - at);
     }
-    stats.dump_ns = crate::sys::monotonic_ns() - started;
+    stats.dump_ns = crate::sys::thread_cpu_ns() - started;
     Ok(stats)
 }
 

@@ -39,6 +39,8 @@ pub struct ThreadUnwinder {
 pub struct CacheStats {
     pub hits: u64,
     pub misses: u64,
+    /// Frames unwound by framehop (a rule no descriptor holds).
+    pub framehop: u64,
 }
 
 impl ThreadUnwinder {
@@ -157,6 +159,7 @@ impl ThreadUnwinder {
         CacheStats {
             hits: c.hits,
             misses: c.misses,
+            framehop: c.framehop,
         }
     }
 
@@ -286,6 +289,7 @@ impl ThreadUnwinder {
                         }
                     };
                     if d.kind == Kind::Framehop {
+                        cache.framehop += 1;
                         step::framehop_step(table, fh, &mut regs, first, &reader)
                     } else {
                         step::apply(d, &mut regs, first, &reader)
