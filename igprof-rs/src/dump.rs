@@ -16,7 +16,7 @@
 //! Must never: run from a signal handler, fork a compressor, or write a
 //! partial file under the final name (it writes `<name>.tmp` and renames).
 
-use std::collections::HashMap;
+use std::collections::HashMap as StdHashMap;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -25,6 +25,41 @@ use igprof_format::write::{CounterRef, FileRef, FuncRef, IoSink, Sink, WriteErro
 use crate::counters::{self, Merge};
 use crate::thread;
 use crate::tree::{Node, TRUNCATED};
+
+/// The dump's maps are keyed by addresses and node ids, which need no
+/// protection against chosen collisions: a multiply-rotate hash (FxHash's)
+/// instead of SipHash, a third of the merge's time on a large profile.
+#[derive(Default, Clone, Copy)]
+struct FastHasher(u64);
+
+impl core::hash::Hasher for FastHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(w));
+        }
+    }
+    #[inline]
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    #[inline]
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(v as u64);
+    }
+    #[inline]
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type HashMap<K, V> = StdHashMap<K, V, core::hash::BuildHasherDefault<FastHasher>>;
 
 /// Why a dump failed.
 #[derive(Debug)]
@@ -196,10 +231,10 @@ impl Merged {
         let mut m = Merged {
             nodes: Vec::new(),
             values: Vec::new(),
-            index: HashMap::new(),
+            index: HashMap::default(),
             nslots,
-            origin: HashMap::new(),
-            leaks: HashMap::new(),
+            origin: HashMap::default(),
+            leaks: HashMap::default(),
             synthetic: Vec::new(),
         };
         m.push(0);
@@ -640,7 +675,9 @@ fn write_file(
         errno: e.raw_os_error().unwrap_or(0),
     };
     if gzip {
-        let enc = flate2::write::GzEncoder::new(file, flate2::Compression::new(6));
+        // Level 3: a third less CPU than 6 for 13% more bytes (cc1plus -mp
+        // profile: 1.54 MB in 246 ms against 1.36 MB in 386 ms).
+        let enc = flate2::write::GzEncoder::new(file, flate2::Compression::new(3));
         let enc = write_profile(IoSink::new(enc), merged, naming)?.finish()?;
         enc.finish().map_err(io)?;
     } else {
@@ -846,12 +883,12 @@ fn write_profile<S: Sink>(sink: S, m: &Merged, naming: &Naming) -> Result<S, Wri
     }
     w.header(crate::sys::getpid() as u64, &rt.program, tick)?;
     let mut syms = Symbols {
-        files: HashMap::new(),
-        funcs: HashMap::new(),
+        files: HashMap::default(),
+        funcs: HashMap::default(),
         exe: rt.exe.clone(),
     };
     let mut counter_defined = vec![false; m.nslots];
-    let mut cache: HashMap<usize, Resolved> = HashMap::new();
+    let mut cache: HashMap<usize, Resolved> = HashMap::default();
     // Iterative pre-order walk: (node, depth).
     let mut stack: Vec<(u32, u32)> = Vec::new();
     let mut c = m.nodes[0].first_child;
