@@ -654,8 +654,11 @@ impl core::fmt::Display for SymtabError {
 
 /// Function symbols of an object file's `.symtab`, at run-time addresses.
 struct FileSymbols {
-    /// (start, start + max(size, 1), name), sorted.
-    syms: Vec<(usize, usize, Vec<u8>)>,
+    /// (start, start + max(size, 1), name offset, name length), sorted by
+    /// (start, end, name).
+    syms: Vec<(usize, usize, u32, u32)>,
+    /// The string table the names are in.
+    strings: Vec<u8>,
 }
 
 const ELF_HEADER: usize = 64;
@@ -745,16 +748,21 @@ impl FileSymbols {
             {
                 continue;
             }
-            let n = &strings[name..];
-            let n = &n[..n.iter().position(|&b| b == 0).unwrap_or(n.len())];
-            if n.is_empty() {
+            let len = strings[name..].iter().position(|&b| b == 0).unwrap_or(0);
+            if len == 0 {
                 continue;
             }
             let start = check.bias.wrapping_add(value);
-            syms.push((start, start.saturating_add(size.max(1)), n.to_vec()));
+            syms.push((
+                start,
+                start.saturating_add(size.max(1)),
+                name as u32,
+                len as u32,
+            ));
         }
-        syms.sort_unstable();
-        Ok(FileSymbols { syms })
+        let name = |s: &(usize, usize, u32, u32)| &strings[s.2 as usize..(s.2 + s.3) as usize];
+        syms.sort_unstable_by(|a, b| (a.0, a.1, name(a)).cmp(&(b.0, b.1, name(b))));
+        Ok(FileSymbols { syms, strings })
     }
 
     /// The function covering `addr`: the last (start, end, name) with
@@ -762,8 +770,8 @@ impl FileSymbols {
     /// range, the greatest name, as `nm -n` order and the analyser pick).
     fn lookup(&self, addr: usize) -> Option<(usize, &[u8])> {
         let i = self.syms.partition_point(|s| s.0 <= addr);
-        let (start, end, name) = self.syms.get(i.checked_sub(1)?)?;
-        (addr < *end).then_some((*start, &name[..]))
+        let &(start, end, off, len) = self.syms.get(i.checked_sub(1)?)?;
+        (addr < end).then(|| (start, &self.strings[off as usize..(off + len) as usize]))
     }
 }
 
