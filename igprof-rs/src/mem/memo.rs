@@ -59,12 +59,17 @@ const REST: u32 = 4096;
 
 /// Sets of the memo table, chosen by the stack pointer and return address
 /// at the call, and walks remembered per set. A program's allocation sites
-/// recur within a few hundred events (sqlite3 inserting rows: 99% of its
-/// stacks were seen among the previous 256).
-const SETS: usize = 8;
+/// recur within a few hundred events (sqlite3 inserting rows: all but 229
+/// of its 4 million stacks were among the previous 256).
+const SETS: usize = 32;
 const WAYS: usize = 32;
-/// Stack words a remembered walk may have read (two a frame, at most).
-const MAX_WORDS: usize = 64;
+/// Stack words the remembered walks of a thread share (a ring: storing a
+/// walk overwrites the oldest words, and the walks that had them are
+/// forgotten), and the most one walk may have. 32768 words hold all 1024
+/// walks of 32 words (sqlite3's) or the last 300 of 100 (cc1plus's).
+const POOL: usize = 32768;
+const MAX_WORDS: usize = 256;
+const _: () = assert!(POOL.is_power_of_two() && MAX_WORDS <= POOL);
 
 /// Hits and misses, counted per thread in one of `SHARDS` cache lines
 /// (by thread id) without a locked instruction: a hit costs a few
@@ -152,41 +157,71 @@ struct Slot {
     ret: usize,
     /// Its frame pointer at the call, when the walk used it.
     fp: usize,
-    fp_used: bool,
     node: *mut Node,
-    generation: u32,
+    /// Where its words start in the pool (a position that only grows).
+    start: u64,
     /// Words the walk read (0: unused slot).
     len: u32,
-    /// Where each word is, in bytes above `regs.sp`, and its value.
-    offsets: [u32; MAX_WORDS],
-    values: [usize; MAX_WORDS],
+    generation: u32,
+    fp_used: bool,
 }
 
-/// The table of remembered walks: `SETS * WAYS` slots in a mapping of
-/// their own, zero-filled and touched only as slots are used.
+/// The pool of remembered stack words: where each is, in bytes above the
+/// stack pointer at the call, and its value.
+#[repr(C)]
+struct Pool {
+    offsets: [u32; POOL],
+    values: [usize; POOL],
+}
+
+/// The table of remembered walks (`SETS * WAYS` slots) and their pool, in
+/// a mapping of their own, zero-filled and touched only as it is used.
 struct Table {
-    slots: *mut Slot,
+    base: *mut u8,
+    /// Pool position of the next word stored.
+    head: u64,
 }
 
-const TABLE_BYTES: usize = SETS * WAYS * core::mem::size_of::<Slot>();
+const SLOTS_BYTES: usize = SETS * WAYS * core::mem::size_of::<Slot>();
+const TABLE_BYTES: usize = SLOTS_BYTES + core::mem::size_of::<Pool>();
+const _: () = assert!(SLOTS_BYTES % core::mem::align_of::<Pool>() == 0);
 
 impl Table {
     fn new() -> Option<Table> {
         let p = crate::sys::mmap_anon(TABLE_BYTES);
-        (!p.is_null()).then_some(Table { slots: p.cast() })
+        (!p.is_null()).then_some(Table { base: p, head: 0 })
     }
 
     #[inline]
     fn set(&self, i: usize) -> &[Slot; WAYS] {
-        // SAFETY: i < SETS; the mapping holds SETS * WAYS slots, zero-filled
-        // (a valid, unused Slot), owned by self.
-        unsafe { &*(self.slots.add(i * WAYS) as *const [Slot; WAYS]) }
+        // SAFETY: i < SETS; the mapping starts with SETS * WAYS slots,
+        // zero-filled (a valid, unused Slot), owned by self.
+        unsafe { &*(self.base.cast::<Slot>().add(i * WAYS) as *const [Slot; WAYS]) }
     }
 
     #[inline]
     fn set_mut(&mut self, i: usize) -> &mut [Slot; WAYS] {
         // SAFETY: as in `set`, with exclusive access through &mut self.
-        unsafe { &mut *(self.slots.add(i * WAYS) as *mut [Slot; WAYS]) }
+        unsafe { &mut *(self.base.cast::<Slot>().add(i * WAYS) as *mut [Slot; WAYS]) }
+    }
+
+    #[inline]
+    fn pool(&self) -> &Pool {
+        // SAFETY: the pool follows the slots in the mapping, suitably
+        // aligned (asserted), zero-filled plain data, owned by self.
+        unsafe { &*(self.base.add(SLOTS_BYTES) as *const Pool) }
+    }
+
+    #[inline]
+    fn pool_mut(&mut self) -> &mut Pool {
+        // SAFETY: as in `pool`, with exclusive access through &mut self.
+        unsafe { &mut *(self.base.add(SLOTS_BYTES) as *mut Pool) }
+    }
+
+    /// Whether `s`'s words are still in the pool.
+    #[inline]
+    fn intact(&self, s: &Slot) -> bool {
+        self.head - s.start <= POOL as u64
     }
 
     fn clear(&mut self) {
@@ -201,7 +236,7 @@ impl Table {
 impl Drop for Table {
     fn drop(&mut self) {
         // SAFETY: the mapping made in `new`, no longer referenced.
-        unsafe { crate::sys::munmap(self.slots.cast(), TABLE_BYTES) };
+        unsafe { crate::sys::munmap(self.base, TABLE_BYTES) };
     }
 }
 
@@ -274,22 +309,28 @@ impl StackMemo {
         if let (true, Some(table)) = (core::ptr::eq(self.owner, t), &self.table) {
             let generation = crate::unwind::generation();
             let (ret, _) = caller_frame(r);
+            let pool = table.pool();
             for s in table.set(set_of(r.sp, ret)) {
                 if s.len == 0
                     || s.sp != r.sp
                     || s.ret != ret
                     || (s.fp_used && s.fp != r.fp)
                     || s.generation != generation
+                    || !table.intact(s)
                 {
                     continue;
                 }
-                let n = s.len as usize;
-                // SAFETY: every word was checked when stored to lie in
-                // [r.sp, hi) of this thread's stack (ReadLog's floor and
-                // top), which is mapped while the thread runs at r.sp.
-                let same = s.offsets[..n].iter().zip(&s.values[..n]).all(|(&o, &v)| unsafe {
-                    core::ptr::read_unaligned((r.sp + o as usize) as *const usize)
-                } == v);
+                let same = (0..s.len as u64).all(|i| {
+                    let k = ((s.start + i) as usize) & (POOL - 1);
+                    // SAFETY: every word was checked when stored to lie in
+                    // [r.sp, hi) of this thread's stack (ReadLog's floor
+                    // and top), which is mapped while the thread runs at
+                    // r.sp.
+                    let now = unsafe {
+                        core::ptr::read_unaligned((r.sp + pool.offsets[k] as usize) as *const usize)
+                    };
+                    now == pool.values[k]
+                });
                 if same {
                     self.misses = 0;
                     bump(&COUNTS[t.tid() as usize % SHARDS].hits);
@@ -327,29 +368,34 @@ impl StackMemo {
         let Some(words) = self.log.words() else {
             return;
         };
-        if words.is_empty() || words.len() > MAX_WORDS {
+        // Offsets from the stack pointer are kept in 32 bits.
+        if words.is_empty()
+            || words.len() > MAX_WORDS
+            || t.bounds.stack.1 - r.sp > u32::MAX as usize
+        {
             return;
         }
         let (ret, _) = caller_frame(r);
         let set = set_of(r.sp, ret);
         let way = self.next[set] as usize % WAYS;
         self.next[set] = ((way + 1) % WAYS) as u8;
-        let s = &mut table.set_mut(set)[way];
-        s.len = 0;
+        let start = table.head;
+        let pool = table.pool_mut();
         for (i, &(a, v)) in words.iter().enumerate() {
-            // The record's floor is r.sp and its top the stack's end.
-            let Ok(off) = u32::try_from(a - r.sp) else {
-                return;
-            };
-            s.offsets[i] = off;
-            s.values[i] = v;
+            // In [r.sp, stack end) (the record's floor and top): fits.
+            let k = (start as usize + i) & (POOL - 1);
+            pool.offsets[k] = (a - r.sp) as u32;
+            pool.values[k] = v;
         }
+        table.head += words.len() as u64;
+        let s = &mut table.set_mut(set)[way];
         s.sp = r.sp;
         s.ret = ret;
         s.fp_used = self.log.entry_fp_used();
         s.fp = r.fp;
         s.generation = self.log.generation();
         s.node = node;
+        s.start = start;
         s.len = words.len() as u32;
     }
 }
