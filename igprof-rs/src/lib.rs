@@ -10,7 +10,8 @@
 //!   `thread` per-thread state and the re-entrancy guard; `tree` call trees;
 //! - `trace` the runtime's stack-trace adapter; `perf` timers and the
 //!   sampling handler; `signals` sampling-signal ownership; `hooks` core hooks;
-//! - `dump` profile writing; `runtime` start-up and life cycle.
+//! - `dump` profile writing, `names` naming its addresses; `runtime` start-up
+//!   and life cycle.
 //!
 //! This file holds only the exported C symbols and the constructor and
 //! destructor entries.
@@ -27,6 +28,7 @@ pub mod hooks;
 pub mod live; // live-resource tables (helper "memfd")
 pub mod log;
 pub mod mem; // -mp, -ep/-ei/-eu (helper "memfd")
+pub mod names; // naming addresses at dump time
 pub mod nrg; // -np glue over energy/
 pub mod options;
 pub mod perf;

@@ -85,10 +85,23 @@ fn with_current_altstack(mut b: crate::unwind::StackBounds) -> crate::unwind::St
 /// address into the caller of the hooked function.
 #[inline(never)]
 pub fn here(ts: &ThreadState, out: &mut [usize]) -> Walk {
+    here_logged(ts, out, None)
+}
+
+/// [`here`], recording the stack words the walk reads into `log` (begun by
+/// the caller; see `unwind::ReadLog`).
+#[inline(never)]
+pub fn here_logged(
+    ts: &ThreadState,
+    out: &mut [usize],
+    log: Option<&crate::unwind::ReadLog>,
+) -> Walk {
     let regs = crate::unwind::ThreadUnwinder::capture();
     let bounds = with_current_altstack(*ts.bounds);
     let w = match &ts.unwinder {
-        Some(u) => on_walk_stack(ts, || walk_of(u.trace_from_regs(regs, &bounds, out))),
+        Some(u) => on_walk_stack(ts, || {
+            walk_of(u.trace_from_regs_logged(regs, &bounds, out, log))
+        }),
         None => NONE,
     };
     // This frame, whose registers were captured, stays alive until the walk

@@ -260,8 +260,9 @@ pub fn leaks(f: &mut dyn FnMut(*const Node, usize, u64, u64)) {
             "memory/descriptor events not recorded: {lost}; recorded late from signal handlers: {}; on threads unknown to the profiler: {}; stack memo hits {} misses {}",
             site::DEFERRED.load(Ordering::Relaxed),
             site::UNKNOWN_THREAD.load(Ordering::Relaxed),
-            memo::HITS.load(Ordering::Relaxed),
-            memo::MISSES.load(Ordering::Relaxed)
+            memo::hits(),
+            memo::misses()
         );
+        memo::report_check();
     }
 }

@@ -171,7 +171,7 @@ pub fn in_libc(pc: usize) -> bool {
 /// The caller holds the thread's guard.
 #[inline]
 pub fn caller_node(t: &'static ThreadState, h: &HookTls, outer_bit: u8) -> Option<*mut Node> {
-    walk_node(t, h, outer_bit).map(|(n, _)| n)
+    walk_node(t, h, outer_bit, None).map(|(n, _)| n)
 }
 
 /// As [`caller_node`], for an allocation hook entered through a stub that
@@ -192,29 +192,39 @@ pub fn caller_node_at(
         return caller_node(t, h, MEM_OUTER);
     }
     if let Some(n) = m.lookup(t, r) {
-        return Some(n);
+        if !super::memo::checking() {
+            return Some(n);
+        }
+        let (walked, _) = walk_node(t, h, MEM_OUTER, None)?;
+        super::memo::checked(n, walked);
+        return Some(walked);
     }
-    let (n, depth) = walk_node(t, h, MEM_OUTER)?;
-    // A walk cut by the depth limit may have read above its last return
-    // address (the next frame's): not memoised.
+    let log = m.begin(t, r);
+    let (n, depth) = walk_node(t, h, MEM_OUTER, Some(log))?;
+    // A walk cut by the depth limit would read on in a longer one: not
+    // memoised.
     if depth < t.trace_cap {
-        // SAFETY: owner thread with its guard held; walk_node filled depth entries.
-        let buf = unsafe { t.trace_buf() };
-        m.store(t, r, &buf[..depth], n);
+        m.store(t, r, n);
     }
     Some(n)
 }
 
-/// Walks the caller's stack into the thread's trace buffer and finds its
-/// node; returns the node and the trace depth.
+/// Walks the caller's stack into the thread's trace buffer (recording
+/// what it reads into `log`) and finds its node; returns the node and the
+/// trace depth.
 #[inline]
-fn walk_node(t: &'static ThreadState, h: &HookTls, outer_bit: u8) -> Option<(*mut Node, usize)> {
+fn walk_node(
+    t: &'static ThreadState,
+    h: &HookTls,
+    outer_bit: u8,
+    log: Option<&crate::unwind::ReadLog>,
+) -> Option<(*mut Node, usize)> {
     if h.nested.get().is_null() {
         make_thread_extras(h);
     }
     // SAFETY: owner thread with its guard held.
     let buf = unsafe { t.trace_buf() };
-    let w = crate::trace::here(t, buf);
+    let w = crate::trace::here_logged(t, buf, log);
     if h.outer.get() & outer_bit != 0 && w.depth > 0 && in_libc(buf[0]) {
         return None;
     }

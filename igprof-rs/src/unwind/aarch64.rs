@@ -55,7 +55,7 @@ pub(crate) fn signal_frame_regs(sp: usize, reader: &StackReader) -> Result<Regs,
     Ok(Regs {
         pc: reader.read(sp + MC_PC)?,
         sp: reader.read(sp + MC_SP)?,
-        fp: reader.read(sp + MC_X29)?,
+        fp: reader.read_fp(sp + MC_X29)?,
         lr: reader.read(sp + MC_X30)?,
     })
 }

@@ -100,7 +100,8 @@
 //! Files: `walk.rs` (the per-thread unwinder and the walk loop), `step.rs`
 //! (one frame: applying a descriptor, deriving one from framehop, framehop
 //! itself), `descriptor.rs` (encoding and cache), `modules.rs` (module
-//! table), `stack.rs` (bounds and the bounded reader), `mem.rs` (mmap).
+//! table), `stack.rs` (bounds and the bounded reader), `readlog.rs` (the
+//! record of a walk's stack reads for the `-mp` stack memo), `mem.rs` (mmap).
 //! Architectures: `x86_64.rs` and `aarch64.rs` supply only registers, the
 //! signal frame layout and the return trampoline's code; on AArch64 a
 //! descriptor may also say "return address still in LR" (leaf frames).
@@ -109,6 +110,7 @@ mod descriptor;
 mod hazard;
 mod mem;
 mod modules;
+mod readlog;
 mod stack;
 mod step;
 mod walk;
@@ -126,7 +128,8 @@ mod arch;
 compile_error!("the unwinder supports x86-64 and AArch64 only");
 
 pub use mem::MapError;
-pub use modules::{module_of, refresh, ModuleInfo, RefreshError};
+pub use modules::{generation, module_of, refresh, ModuleInfo, RefreshError};
+pub use readlog::{ReadLog, CAPACITY as READ_LOG_CAPACITY};
 pub use stack::{StackBounds, StackBoundsError};
 #[doc(hidden)]
 pub use walk::FramehopCache;

@@ -177,6 +177,14 @@ impl NameArena {
 /// The current table read under `hazard`, which keeps it from being freed
 /// until `hazard.clear()`. None before the first `refresh`.
 /// Async-signal-safe.
+/// The generation of the newest module table (being) built: a walk made
+/// with a table of another generation may have seen other code.
+/// Async-signal-safe (one atomic load).
+#[inline]
+pub fn generation() -> u32 {
+    GENERATION.load(Ordering::Relaxed)
+}
+
 #[inline]
 pub(crate) fn current(hazard: &Hazard) -> Option<&ModuleTable> {
     // SAFETY: a published table is fully built before its SeqCst

@@ -6,6 +6,7 @@
 //! (the trace ends); this module never dereferences an unchecked address.
 
 use super::mem::KeepErrno;
+use super::readlog::ReadLog;
 use super::BrokenFrame;
 
 /// Bytes below the stack pointer that the x86-64 and AArch64 ABIs let a
@@ -120,18 +121,28 @@ impl StackBounds {
 /// The stack region in which the trace starts is further limited from below
 /// to the starting stack pointer minus the red zone: the main thread's stack
 /// range reaches down to the rlimit, which need not be mapped yet.
-pub(crate) struct StackReader {
+///
+/// With a [`ReadLog`], what a walk reads (and every refusal) is also
+/// recorded there, for the stack memo.
+pub(crate) struct StackReader<'a> {
     regions: [(usize, usize); 2],
+    log: Option<&'a ReadLog>,
 }
 
-impl StackReader {
+impl<'a> StackReader<'a> {
     /// A reader for a walk whose first frame has stack pointer `sp`.
     pub(crate) fn new(bounds: &StackBounds, sp: usize) -> Self {
         let mut reader = StackReader {
             regions: [bounds.stack, bounds.altstack],
+            log: None,
         };
         reader.enter(sp);
         reader
+    }
+
+    /// The same reader, recording what it reads into `log`.
+    pub(crate) fn with_log(self, log: Option<&'a ReadLog>) -> Self {
+        StackReader { log, ..self }
     }
 
     /// The walk continues with stack pointer `sp` (its start, or the
@@ -153,10 +164,50 @@ impl StackReader {
         }
     }
 
+    /// The walk reached its first frame outside the profiler (for the
+    /// read log).
+    #[inline(always)]
+    pub(crate) fn start(&self, pc: usize, sp: usize) {
+        if let Some(log) = self.log {
+            log.start(pc, sp);
+        }
+    }
+
+    /// The walk is about to use the current frame pointer (for the read log).
+    #[inline(always)]
+    pub(crate) fn fp_used(&self) {
+        if let Some(log) = self.log {
+            log.fp_used();
+        }
+    }
+
+    /// [`Self::read`] of a saved frame pointer: the read log records it
+    /// only if a later frame uses it.
+    #[inline]
+    pub(crate) fn read_fp(&self, addr: usize) -> Result<usize, BrokenFrame> {
+        let value = self.load(addr)?;
+        if let Some(log) = self.log {
+            log.note_fp(addr, value);
+        }
+        Ok(value)
+    }
+
     /// Load the word at `addr`, or end the trace.
     #[inline]
     pub(crate) fn read(&self, addr: usize) -> Result<usize, BrokenFrame> {
+        let value = self.load(addr)?;
+        if let Some(log) = self.log {
+            log.note(addr, value);
+        }
+        Ok(value)
+    }
+
+    #[inline(always)]
+    fn load(&self, addr: usize) -> Result<usize, BrokenFrame> {
         if !self.contains(addr, 8) {
+            if let Some(log) = self.log {
+                log.refused(addr);
+            }
             return Err(BrokenFrame::ReadOutsideStack { addr });
         }
         // SAFETY: addr..addr+8 lies inside the thread's stack or alternate

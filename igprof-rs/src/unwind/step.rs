@@ -57,9 +57,14 @@ pub(crate) fn apply(
 ) -> Result<Step, BrokenFrame> {
     let base = match d.kind {
         Kind::CfaSp => regs.sp,
-        // A zero frame pointer is the ABI's end-of-chain marker.
-        Kind::CfaFp if regs.fp == 0 => return Ok(Step::Outermost),
-        Kind::CfaFp => regs.fp,
+        Kind::CfaFp => {
+            reader.fp_used();
+            // A zero frame pointer is the ABI's end-of-chain marker.
+            if regs.fp == 0 {
+                return Ok(Step::Outermost);
+            }
+            regs.fp
+        }
         Kind::Outermost => return Ok(Step::Outermost),
         Kind::SignalFrame => {
             // The handler returned here, its SP at the kernel's frame.
@@ -83,7 +88,7 @@ pub(crate) fn apply(
         reader.read(cfa.wrapping_add_signed(d.ra_slot_by_8 as isize * 8))?
     };
     if d.fp_slot_by_8 != 0 {
-        regs.fp = reader.read(cfa.wrapping_add_signed(d.fp_slot_by_8 as isize * 8))?;
+        regs.fp = reader.read_fp(cfa.wrapping_add_signed(d.fp_slot_by_8 as isize * 8))?;
     }
     *regs = Regs {
         pc: ra,
@@ -118,6 +123,8 @@ pub(crate) fn framehop_step(
     let Some(addr) = frame_address(pc, first) else {
         return Ok(Step::Outermost);
     };
+    // framehop's rule may use the frame pointer.
+    reader.fp_used();
     let mut fregs = arch::framehop_regs(regs);
     let mut refused = None;
     let mut read = |a: u64| match reader.read(a as usize) {

@@ -17,6 +17,7 @@ use super::descriptor::{DescriptorCache, Kind};
 use super::hazard::Hazard;
 use super::mem::{MapError, MmapSlice};
 use super::modules::{self, ModuleTable};
+use super::readlog::ReadLog;
 use super::stack::{StackBounds, StackReader};
 use super::step::{self, Regs, Step};
 use super::{BrokenFrame, Trace, TraceEnd};
@@ -38,6 +39,8 @@ pub struct ThreadUnwinder {
 pub struct CacheStats {
     pub hits: u64,
     pub misses: u64,
+    /// Frames unwound by framehop (a rule no descriptor holds).
+    pub framehop: u64,
 }
 
 impl ThreadUnwinder {
@@ -101,7 +104,7 @@ impl ThreadUnwinder {
         t
     }
 
-    /// The registers of the calling frame, for [`Self::trace_from_regs`]
+    /// The registers of the calling frame, for [`Self::trace_from_regs_logged`]
     /// (a walk run on another stack than the frames it walks).
     #[inline(always)]
     pub(crate) fn capture() -> Regs {
@@ -110,13 +113,21 @@ impl ThreadUnwinder {
 
     /// `trace_here` from registers captured earlier by [`Self::capture`]
     /// in a frame that is still live: the profiler's frames are skipped.
-    pub(crate) fn trace_from_regs(
+    /// With a `log` (begun by the caller), the stack words read and the
+    /// module table generation used are recorded there.
+    pub(crate) fn trace_from_regs_logged(
         &self,
         regs: Regs,
         bounds: &StackBounds,
         out: &mut [usize],
+        log: Option<&ReadLog>,
     ) -> Trace {
-        self.guarded(|this, table| this.walk(table, regs, bounds, out, Some(table.self_text), None))
+        self.guarded(|this, table| {
+            if let Some(log) = log {
+                log.set_generation(table.generation);
+            }
+            this.walk_logged(table, regs, bounds, out, Some(table.self_text), None, log)
+        })
     }
 
     /// For benchmarks only: `trace_here` with framehop unwinding every frame
@@ -148,6 +159,7 @@ impl ThreadUnwinder {
         CacheStats {
             hits: c.hits,
             misses: c.misses,
+            framehop: c.framehop,
         }
     }
 
@@ -186,11 +198,26 @@ impl ThreadUnwinder {
     fn walk(
         &self,
         table: &ModuleTable,
+        regs: Regs,
+        bounds: &StackBounds,
+        out: &mut [usize],
+        skip: Option<(usize, usize)>,
+        framehop_only: Option<&mut FramehopCache>,
+    ) -> Trace {
+        self.walk_logged(table, regs, bounds, out, skip, framehop_only, None)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn walk_logged(
+        &self,
+        table: &ModuleTable,
         mut regs: Regs,
         bounds: &StackBounds,
         out: &mut [usize],
         skip: Option<(usize, usize)>,
         mut framehop_only: Option<&mut FramehopCache>,
+        log: Option<&ReadLog>,
     ) -> Trace {
         // SAFETY: `busy` is set, so this is the only live reference to the
         // cache and the framehop scratch space on this thread, and they are
@@ -202,7 +229,7 @@ impl ThreadUnwinder {
             )
         };
         cache.sync_generation(table.generation);
-        let mut reader = StackReader::new(bounds, regs.sp);
+        let mut reader = StackReader::new(bounds, regs.sp).with_log(log);
         let mut skipping = skip;
         let mut first = true;
         let mut depth = 0;
@@ -216,6 +243,9 @@ impl ThreadUnwinder {
             match skipping {
                 Some((lo, hi)) if lo <= regs.pc && regs.pc < hi => {}
                 _ => {
+                    if skipping.is_some() || depth == 0 {
+                        reader.start(regs.pc, regs.sp);
+                    }
                     skipping = None;
                     if depth == out.len() {
                         return Trace {
@@ -259,6 +289,7 @@ impl ThreadUnwinder {
                         }
                     };
                     if d.kind == Kind::Framehop {
+                        cache.framehop += 1;
                         step::framehop_step(table, fh, &mut regs, first, &reader)
                     } else {
                         step::apply(d, &mut regs, first, &reader)

@@ -56,7 +56,7 @@ pub(crate) fn signal_frame_regs(sp: usize, reader: &StackReader) -> Result<Regs,
     Ok(Regs {
         pc: reader.read(sp + GREG_RIP)?,
         sp: reader.read(sp + GREG_RSP)?,
-        fp: reader.read(sp + GREG_RBP)?,
+        fp: reader.read_fp(sp + GREG_RBP)?,
         lr: 0,
     })
 }
