@@ -537,7 +537,7 @@ fn dump_now_and_dump_signal() {
             > 90.0
     );
     assert!(
-        err.contains("dump written to final.gz"),
+        err.contains(&format!("dump written to {}", d.join("final.gz").display())),
         "the dump signal wrote a profile: {err}"
     );
     parse_strict(&read_text(&d.join("final.gz"))).unwrap();
