@@ -320,16 +320,22 @@ impl StackMemo {
                 {
                     continue;
                 }
-                let same = (0..s.len as u64).all(|i| {
-                    let k = ((s.start + i) as usize) & (POOL - 1);
-                    // SAFETY: every word was checked when stored to lie in
-                    // [r.sp, hi) of this thread's stack (ReadLog's floor
-                    // and top), which is mapped while the thread runs at
-                    // r.sp.
-                    let now = unsafe {
-                        core::ptr::read_unaligned((r.sp + pool.offsets[k] as usize) as *const usize)
-                    };
-                    now == pool.values[k]
+                // The walk's words, in one or two runs of the ring.
+                let from = (s.start as usize) & (POOL - 1);
+                let first = (s.len as usize).min(POOL - from);
+                let runs = [(from, first), (0, s.len as usize - first)];
+                let same = runs.iter().all(|&(at, n)| {
+                    let (offsets, values) = (&pool.offsets[at..at + n], &pool.values[at..at + n]);
+                    offsets.iter().zip(values).all(|(&o, &v)| {
+                        // SAFETY: every word was checked when stored to lie
+                        // in [r.sp, hi) of this thread's stack (ReadLog's
+                        // floor and top), which is mapped while the thread
+                        // runs at r.sp.
+                        let now = unsafe {
+                            core::ptr::read_unaligned((r.sp + o as usize) as *const usize)
+                        };
+                        now == v
+                    })
                 });
                 if same {
                     self.misses = 0;
