@@ -28,7 +28,6 @@
 //! `dlclose`), or read loader memory outside an object's readable segments.
 
 use std::collections::HashMap;
-use std::os::unix::fs::FileExt;
 
 /// An object that holds some of the named addresses.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -119,18 +118,11 @@ pub fn name_all(addrs: &[usize], exe: &[u8]) -> Names {
         } else {
             &objects[f.object].path[..]
         };
-        match FileSymbols::read(file_path, &f) {
-            Ok(table) => {
-                for &i in &f.addrs {
-                    if let Some((addr, name)) = table.lookup(sorted[i]) {
-                        syms[i] = Some((
-                            Symbol {
-                                addr,
-                                name: name.to_vec(),
-                            },
-                            Source::Symtab,
-                        ));
-                    }
+        let wanted: Vec<usize> = f.addrs.iter().map(|&i| sorted[i]).collect();
+        match symtab_names(file_path, &f, &wanted) {
+            Ok(found) => {
+                for (&i, s) in f.addrs.iter().zip(found) {
+                    syms[i] = s.map(|s| (s, Source::Symtab));
                 }
             }
             Err(SymtabError::NoSymtab) => {}
@@ -652,13 +644,64 @@ impl core::fmt::Display for SymtabError {
     }
 }
 
-/// Function symbols of an object file's `.symtab`, at run-time addresses.
-struct FileSymbols {
-    /// (start, start + max(size, 1), name offset, name length), sorted by
-    /// (start, end, name).
-    syms: Vec<(usize, usize, u32, u32)>,
-    /// The string table the names are in.
-    strings: Vec<u8>,
+/// A whole object file mapped read-only (the loader maps the same file;
+/// a file truncated under a running program faults there as well).
+struct FileMap {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl FileMap {
+    fn open(path: &[u8]) -> Result<FileMap, SymtabError> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::ffi::OsStrExt;
+        let file = std::fs::File::open(std::ffi::OsStr::from_bytes(path)).map_err(io_err)?;
+        let len = file.metadata().map_err(io_err)?.len() as usize;
+        if len < ELF_HEADER {
+            return Err(SymtabError::NotElf);
+        }
+        // SAFETY: a new read-only private mapping of an open file; the
+        // result is checked. The descriptor may close once it is mapped.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(SymtabError::Read {
+                errno: std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+            });
+        }
+        Ok(FileMap { ptr: p.cast(), len })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: the mapping of len readable bytes, owned by self.
+        unsafe { core::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    /// `len` bytes at file offset `off`.
+    fn at(&self, off: u64, len: usize, which: &'static str) -> Result<&[u8], SymtabError> {
+        let off = usize::try_from(off).map_err(|_| SymtabError::BadSection { which })?;
+        let end = off
+            .checked_add(len)
+            .filter(|&e| e <= self.len)
+            .ok_or(SymtabError::BadSection { which })?;
+        Ok(&self.bytes()[off..end])
+    }
+}
+
+impl Drop for FileMap {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `open`, no longer referenced (every
+        // slice borrows self).
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
 }
 
 const ELF_HEADER: usize = 64;
@@ -666,113 +709,140 @@ const SECTION_HEADER: usize = 64;
 const SHT_SYMTAB: u32 = 2;
 const STT_FUNC: u8 = 2;
 const STT_GNU_IFUNC: u8 = 10;
-/// Largest `.symtab` or `.strtab` read (the biggest programs have tens of MB).
-const MAX_TABLE: u64 = 1 << 30;
 
-impl FileSymbols {
-    fn read(path: &[u8], check: &FileCheck) -> Result<FileSymbols, SymtabError> {
-        use std::os::unix::ffi::OsStrExt;
-        let file = std::fs::File::open(std::ffi::OsStr::from_bytes(path)).map_err(io_err)?;
-        let at = |off: u64, len: usize| -> Result<Vec<u8>, SymtabError> {
-            let mut b = vec![0u8; len];
-            file.read_exact_at(&mut b, off).map_err(io_err)?;
-            Ok(b)
-        };
-        let eh = at(0, ELF_HEADER)?;
-        if &eh[..4] != b"\x7fELF" || eh[4] != 2 || eh[5] != 1 {
-            return Err(SymtabError::NotElf);
-        }
-        let u16_at = |b: &[u8], o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
-        let u32_at =
-            |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or([0; 4]));
-        let u64_at =
-            |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]));
-        // The file is the loaded object: same program headers and notes.
-        let phoff = u64_at(&eh, 32);
-        if at(phoff, check.phdrs.len())? != check.phdrs {
+fn u16_at(b: &[u8], o: usize) -> u16 {
+    u16::from_le_bytes([b[o], b[o + 1]])
+}
+
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+}
+
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[o..o + 8]);
+    u64::from_le_bytes(w)
+}
+
+/// The NUL-terminated string at `off` in `table` (empty when out of range).
+fn c_name(table: &[u8], off: usize) -> &[u8] {
+    let s = table.get(off..).unwrap_or(&[]);
+    &s[..s.iter().position(|&b| b == 0).unwrap_or(s.len())]
+}
+
+/// The `.symtab` function symbol of each address of `addrs` (sorted):
+/// among the symbols that start at or below it, the last in (start, end,
+/// name) order, if it reaches past the address (so among aliases of one
+/// range, the greatest name, as `nm -n` order and the analyser pick).
+///
+/// One pass over the table: each symbol goes to the bucket of the first
+/// address at or above its start, a bucket keeps its greatest symbol, and
+/// an address's answer is the greatest of the buckets up to its own. Names
+/// are read only to break ties and for the answers.
+fn symtab_names(
+    path: &[u8],
+    check: &FileCheck,
+    addrs: &[usize],
+) -> Result<Vec<Option<Symbol>>, SymtabError> {
+    let map = FileMap::open(path)?;
+    let eh = map.at(0, ELF_HEADER, "the ELF header")?;
+    if &eh[..4] != b"\x7fELF" || eh[4] != 2 || eh[5] != 1 {
+        return Err(SymtabError::NotElf);
+    }
+    // The file is the loaded object: same program headers and notes.
+    let phdrs = map.at(u64_at(eh, 32), check.phdrs.len(), "the program headers")?;
+    if phdrs != check.phdrs {
+        return Err(SymtabError::Changed);
+    }
+    for (off, bytes) in &check.notes {
+        if map.at(*off, bytes.len(), "a note")? != *bytes {
             return Err(SymtabError::Changed);
         }
-        for (off, bytes) in &check.notes {
-            if at(*off, bytes.len())? != *bytes {
-                return Err(SymtabError::Changed);
-            }
-        }
-        let shoff = u64_at(&eh, 40);
-        let mut shnum = u16_at(&eh, 60) as u64;
-        if shoff == 0 {
-            return Err(SymtabError::NoSymtab);
-        }
-        if shnum == 0 {
-            // Extended numbering: the count is in section 0's size.
-            shnum = u64_at(&at(shoff, SECTION_HEADER)?, 32);
-        }
-        if shnum > 1 << 20 {
-            return Err(SymtabError::BadSection {
-                which: "the section table",
-            });
-        }
-        let shdrs = at(shoff, shnum as usize * SECTION_HEADER)?;
-        let sh = |i: usize| &shdrs[i * SECTION_HEADER..(i + 1) * SECTION_HEADER];
-        let Some(symtab) = (0..shnum as usize).find(|&i| u32_at(sh(i), 4) == SHT_SYMTAB) else {
-            return Err(SymtabError::NoSymtab);
-        };
-        let (sym_off, sym_size) = (u64_at(sh(symtab), 24), u64_at(sh(symtab), 32));
-        let link = u32_at(sh(symtab), 40) as usize;
-        if link >= shnum as usize {
-            return Err(SymtabError::BadSection {
-                which: ".symtab's string table",
-            });
-        }
-        let (str_off, str_size) = (u64_at(sh(link), 24), u64_at(sh(link), 32));
-        if sym_size > MAX_TABLE {
-            return Err(SymtabError::BadSection { which: ".symtab" });
-        }
-        if str_size > MAX_TABLE {
-            return Err(SymtabError::BadSection { which: ".strtab" });
-        }
-        let table = at(sym_off, sym_size as usize)?;
-        let strings = at(str_off, str_size as usize)?;
-        let mut syms = Vec::new();
-        for s in table.chunks_exact(SYM_SIZE) {
-            let name = u32_at(s, 0) as usize;
-            let kind = s[4] & 0xf;
-            let shndx = u16_at(s, 6);
-            let value = u64_at(s, 8) as usize;
-            let size = u64_at(s, 16) as usize;
-            if !matches!(kind, STT_FUNC | STT_GNU_IFUNC)
-                || shndx == SHN_UNDEF
-                || shndx == SHN_ABS
-                || value == 0
-                || name == 0
-                || name >= strings.len()
-            {
-                continue;
-            }
-            let len = strings[name..].iter().position(|&b| b == 0).unwrap_or(0);
-            if len == 0 {
-                continue;
-            }
-            let start = check.bias.wrapping_add(value);
-            syms.push((
-                start,
-                start.saturating_add(size.max(1)),
-                name as u32,
-                len as u32,
-            ));
-        }
-        let name = |s: &(usize, usize, u32, u32)| &strings[s.2 as usize..(s.2 + s.3) as usize];
-        syms.sort_unstable_by(|a, b| (a.0, a.1, name(a)).cmp(&(b.0, b.1, name(b))));
-        Ok(FileSymbols { syms, strings })
     }
-
-    /// The function covering `addr`: the last (start, end, name) with
-    /// start <= addr, if it reaches past addr (so among aliases of one
-    /// range, the greatest name, as `nm -n` order and the analyser pick).
-    fn lookup(&self, addr: usize) -> Option<(usize, &[u8])> {
-        let i = self.syms.partition_point(|s| s.0 <= addr);
-        let &(start, end, off, len) = self.syms.get(i.checked_sub(1)?)?;
-        (addr < end).then(|| (start, &self.strings[off as usize..(off + len) as usize]))
+    let shoff = u64_at(eh, 40);
+    let mut shnum = u16_at(eh, 60) as usize;
+    if shoff == 0 {
+        return Err(SymtabError::NoSymtab);
     }
+    if shnum == 0 {
+        // Extended numbering: the count is in section 0's size.
+        let sh0 = map.at(shoff, SECTION_HEADER, "the section table")?;
+        shnum = usize::try_from(u64_at(sh0, 32)).unwrap_or(usize::MAX);
+    }
+    let shdrs = map.at(
+        shoff,
+        shnum.saturating_mul(SECTION_HEADER),
+        "the section table",
+    )?;
+    let sh = |i: usize| &shdrs[i * SECTION_HEADER..(i + 1) * SECTION_HEADER];
+    let Some(symtab) = (0..shnum).find(|&i| u32_at(sh(i), 4) == SHT_SYMTAB) else {
+        return Err(SymtabError::NoSymtab);
+    };
+    let link = u32_at(sh(symtab), 40) as usize;
+    if link >= shnum {
+        return Err(SymtabError::BadSection {
+            which: ".symtab's string table",
+        });
+    }
+    let table = map.at(
+        u64_at(sh(symtab), 24),
+        usize::try_from(u64_at(sh(symtab), 32)).unwrap_or(usize::MAX),
+        ".symtab",
+    )?;
+    let strings = map.at(
+        u64_at(sh(link), 24),
+        usize::try_from(u64_at(sh(link), 32)).unwrap_or(usize::MAX),
+        ".strtab",
+    )?;
+    // (start, start + max(size, 1), name offset)
+    type Sym = (usize, usize, usize);
+    let order = |a: &Sym, b: &Sym| {
+        (a.0, a.1)
+            .cmp(&(b.0, b.1))
+            .then_with(|| c_name(strings, a.2).cmp(c_name(strings, b.2)))
+    };
+    let mut best: Vec<Option<Sym>> = vec![None; addrs.len()];
+    for s in table.chunks_exact(SYM_SIZE) {
+        let name = u32_at(s, 0) as usize;
+        let kind = s[4] & 0xf;
+        let shndx = u16_at(s, 6);
+        let value = u64_at(s, 8) as usize;
+        let size = u64_at(s, 16) as usize;
+        if !matches!(kind, STT_FUNC | STT_GNU_IFUNC)
+            || shndx == SHN_UNDEF
+            || shndx == SHN_ABS
+            || value == 0
+            || name == 0
+            || name >= strings.len()
+        {
+            continue;
+        }
+        let start = check.bias.wrapping_add(value);
+        let sym = (start, start.saturating_add(size.max(1)), name);
+        let bucket = addrs.partition_point(|&a| a < start);
+        if let Some(b) = best.get_mut(bucket) {
+            if b.is_none_or(|cur| order(&sym, &cur).is_gt()) {
+                *b = Some(sym);
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(addrs.len());
+    let mut upto: Option<Sym> = None;
+    for (&addr, b) in addrs.iter().zip(&best) {
+        if let Some(b) = b {
+            if upto.is_none_or(|cur| order(b, &cur).is_gt()) {
+                upto = Some(*b);
+            }
+        }
+        out.push(upto.and_then(|(start, end, name)| {
+            let name = c_name(strings, name);
+            (addr < end && !name.is_empty()).then(|| Symbol {
+                addr: start,
+                name: name.to_vec(),
+            })
+        }));
+    }
+    Ok(out)
 }
 
 fn io_err(e: std::io::Error) -> SymtabError {
@@ -928,6 +998,89 @@ mod tests {
             String::from_utf8_lossy(&s.name)
         );
         assert!(names.get(0x10).is_none(), "no object at 0x10");
+    }
+
+    #[test]
+    fn symtab_names_are_readelfs_function_symbols() {
+        // Reference: this program's FUNC symbols from readelf, sorted by
+        // (start, end, name); an address takes the last one starting at or
+        // below it, if it reaches past it.
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let out = match std::process::Command::new("readelf")
+            .args(["-sW", "--wide"])
+            .arg(&exe)
+            .output()
+        {
+            Ok(o) if o.status.success() => o.stdout,
+            _ => return, // no binutils here
+        };
+        let text = String::from_utf8_lossy(&out);
+        let mut in_symtab = false;
+        let mut reference: Vec<(usize, usize, String)> = Vec::new();
+        for l in text.lines() {
+            if l.starts_with("Symbol table") {
+                in_symtab = l.contains("'.symtab'");
+                continue;
+            }
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if !in_symtab || f.len() < 8 || !matches!(f[3], "FUNC" | "IFUNC") {
+                continue;
+            }
+            let (Ok(v), Ok(sz)) = (usize::from_str_radix(f[1], 16), f[2].parse::<usize>()) else {
+                continue;
+            };
+            if v == 0 || f[6] == "UND" || f[6] == "ABS" {
+                continue;
+            }
+            let name = f[7].split('@').next().unwrap_or("").to_string();
+            reference.push((v, v + sz.max(1), name));
+        }
+        reference.sort();
+        // The load bias of this program and its program headers as loaded.
+        extern "C" fn first(i: *mut libc::dl_phdr_info, _: usize, d: *mut libc::c_void) -> i32 {
+            // SAFETY: valid info; d is our Option.
+            unsafe {
+                let i = &*i;
+                let phdrs = core::slice::from_raw_parts(
+                    i.dlpi_phdr as *const u8,
+                    i.dlpi_phnum as usize * core::mem::size_of::<libc::Elf64_Phdr>(),
+                );
+                *(d as *mut Option<(usize, Vec<u8>)>) =
+                    Some((i.dlpi_addr as usize, phdrs.to_vec()));
+            }
+            1
+        }
+        let mut me: Option<(usize, Vec<u8>)> = None;
+        // SAFETY: `first` matches the callback type; `me` outlives the call.
+        unsafe { libc::dl_iterate_phdr(Some(first), &mut me as *mut _ as *mut libc::c_void) };
+        let (bias, phdrs) = me.unwrap();
+        let check = FileCheck {
+            object: 0,
+            bias,
+            phdrs,
+            notes: Vec::new(),
+            addrs: Vec::new(),
+        };
+        let lo = reference.first().unwrap().0;
+        let hi = reference.last().unwrap().1;
+        let step = ((hi - lo) / 5000).max(1) | 1;
+        let rel: Vec<usize> = (lo..hi).step_by(step).collect();
+        let addrs: Vec<usize> = rel.iter().map(|&a| a + bias).collect();
+        let path = exe.into_os_string().into_encoded_bytes();
+        let got = symtab_names(&path, &check, &addrs).unwrap();
+        let mut named = 0;
+        for (&a, g) in rel.iter().zip(&got) {
+            let i = reference.partition_point(|s| s.0 <= a);
+            let want = i
+                .checked_sub(1)
+                .map(|i| &reference[i])
+                .filter(|s| a < s.1)
+                .map(|s| (s.0 + bias, s.2.as_bytes().to_vec()));
+            let g = g.as_ref().map(|s| (s.addr, s.name.clone()));
+            assert_eq!(g, want, "{a:#x}");
+            named += g.is_some() as usize;
+        }
+        assert!(named > 100, "{named} of {} named", rel.len());
     }
 
     #[test]
