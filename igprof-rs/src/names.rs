@@ -12,9 +12,12 @@
 //! max(size, 1)`) the one with the greatest value wins, the first visited
 //! among equals: `dladdr`'s rule, so a name it gives is the name given here.
 //! An address `dladdr` leaves unnamed is named from the object file's
-//! `.symtab` when the file on disk is the one loaded (same program headers
+//! `.symtab` (the file mapped read-only, one pass over its function
+//! symbols) when the file on disk is the one loaded (same program headers
 //! and notes) and has one; otherwise it stays unnamed (`@?0x...` in the
-//! profile, named later by the analyser from object and offset).
+//! profile, named later by the analyser from object and offset). The main
+//! program's path is `dladdr`'s (`argv[0]`, one call per dump) when
+//! absolute, else the executable's; the vDSO keeps its own name.
 //!
 //! Owns: the object list of a dump (path, base address as `dli_fbase`),
 //! the per-object symbol indexes, and reading `.symtab` from object files.
