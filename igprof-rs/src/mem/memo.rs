@@ -184,7 +184,7 @@ struct Table {
 
 const SLOTS_BYTES: usize = SETS * WAYS * core::mem::size_of::<Slot>();
 const TABLE_BYTES: usize = SLOTS_BYTES + core::mem::size_of::<Pool>();
-const _: () = assert!(SLOTS_BYTES % core::mem::align_of::<Pool>() == 0);
+const _: () = assert!(SLOTS_BYTES.is_multiple_of(core::mem::align_of::<Pool>()));
 
 impl Table {
     fn new() -> Option<Table> {
