@@ -119,14 +119,15 @@ const CHECK_UNKNOWN: u8 = 2;
 static CHECKED: AtomicU64 = AtomicU64::new(0);
 static WRONG: AtomicU64 = AtomicU64::new(0);
 
-/// Whether hits are checked (read from the environment when the first
-/// memo is made, outside any hook).
+/// Whether hits are checked (read from the environment at start-up).
 #[inline]
 pub fn checking() -> bool {
     CHECK.load(Ordering::Relaxed) == 1
 }
 
-fn init_check() {
+/// Reads `IGPROF_MEMO_CHECK` (module start-up, before any hook is
+/// installed).
+pub fn init_check() {
     if CHECK.load(Ordering::Relaxed) == CHECK_UNKNOWN {
         let on = std::env::var_os("IGPROF_MEMO_CHECK").is_some_and(|v| v == "1");
         CHECK.store(on as u8, Ordering::Relaxed);
@@ -282,9 +283,8 @@ fn caller_frame(r: &EntryRegs) -> (usize, usize) {
 }
 
 impl StackMemo {
-    /// Outside any hook (reads the environment, maps memory).
+    /// Maps memory: with the thread's other extras, not in a signal handler.
     pub fn new() -> Self {
-        init_check();
         StackMemo {
             owner: core::ptr::null(),
             table: Table::new(),

@@ -104,6 +104,7 @@ fn start() -> Result<(), String> {
         return Ok(());
     }
     init_slots();
+    memo::init_check();
     install();
     if !hooks::hooked(hooks::Func::Malloc) || !hooks::hooked(hooks::Func::Free) {
         return Err("malloc or free could not be hooked".to_string());
