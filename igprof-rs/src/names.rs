@@ -258,7 +258,7 @@ extern "C" fn collect(info: *mut libc::dl_phdr_info, _size: usize, data: *mut li
     };
     // Addresses inside this object that no earlier object holds.
     let mut mine: Vec<usize> = Vec::new();
-    for (lo, hi) in image.ranges(base, pass.page) {
+    for (lo, hi) in image.ranges(base, pass.page, n == 0) {
         let from = pass.addrs.partition_point(|&a| a < lo);
         let to = pass.addrs.partition_point(|&a| a < hi);
         mine.extend((from..to).filter(|&i| pass.owner[i] == NO_OBJECT));
@@ -370,27 +370,43 @@ impl Image {
         Some(self.bias.wrapping_add(first.p_vaddr as usize & !(page - 1)))
     }
 
-    /// The address ranges `dladdr` takes as this object's: from the map
-    /// start to the end of the last segment when the loader mapped it in
-    /// one piece (a shared object or PIE; a program whose segments follow
-    /// each other page by page), else each segment.
-    fn ranges(&self, base: usize, page: usize) -> Vec<(usize, usize)> {
+    /// The address ranges `dladdr` takes as this object's (glibc's
+    /// `l_contiguous`): from the map start to the end of the last segment
+    /// when the loader counts the object as one piece, else each segment.
+    /// A library the loader mapped is one piece when it is ET_DYN (its
+    /// holes are reserved); the program and the dynamic loader (mapped by
+    /// the kernel) when their segments follow each other page by page
+    /// (x86-64's 4 KiB-aligned ones do, AArch64's 64 KiB-aligned ones do
+    /// not); the vDSO never.
+    fn ranges(&self, base: usize, page: usize, program: bool) -> Vec<(usize, usize)> {
         let seg: Vec<(usize, usize)> = self.segments.iter().map(|&(lo, hi, _)| (lo, hi)).collect();
-        let Some(&(_, last)) = seg.last() else {
+        let Some(end) = seg.iter().map(|s| s.1).max() else {
             return seg;
         };
+        // SAFETY: getauxval only reads the process's auxiliary vector.
+        let (vdso, loader) = unsafe {
+            (
+                libc::getauxval(libc::AT_SYSINFO_EHDR) as usize,
+                libc::getauxval(libc::AT_BASE) as usize,
+            )
+        };
+        if base == vdso {
+            return seg;
+        }
+        let by_kernel = program || self.bias == loader;
         let adjacent = seg
             .windows(2)
             .all(|w| w[1].0 & !(page - 1) == w[0].1.wrapping_add(page - 1) & !(page - 1));
         // e_type of the ELF header the first segment maps at its start.
-        let shared = self
-            .phdrs()
-            .iter()
-            .find(|p| p.p_type == libc::PT_LOAD)
-            .is_some_and(|p| p.p_offset == 0)
+        let shared = !by_kernel
+            && self
+                .phdrs()
+                .iter()
+                .find(|p| p.p_type == libc::PT_LOAD)
+                .is_some_and(|p| p.p_offset == 0)
             && self.read::<u16>(base.wrapping_add(16)) == Some(ET_DYN);
         if shared || adjacent {
-            vec![(base, last)]
+            vec![(base, end)]
         } else {
             seg
         }
