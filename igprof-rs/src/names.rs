@@ -1,16 +1,17 @@
 //! Naming code addresses at dump time: which loaded object holds an
 //! address and which symbol covers it, with the answers glibc's `dladdr`
-//! gives, from an index built once per object per dump.
+//! gives, from one pass over each object's symbols per dump.
 //!
 //! `dladdr` walks an object's whole dynamic symbol table for every address
 //! (13% of the CPU time of a profiled cc1plus, 77% of its `-mp` dump). Here
-//! the addresses of a dump are named in one `dl_iterate_phdr` pass: each
-//! object that holds some of them gets its `.dynsym` entries (the ones
-//! `dladdr` considers, found through the object's hash table, in the order
-//! `dladdr` visits them) sorted by address, and each address is a binary
-//! search. Among the symbols covering an address (`value <= addr < value +
-//! max(size, 1)`) the one with the greatest value wins, the first visited
-//! among equals: `dladdr`'s rule, so a name it gives is the name given here.
+//! the addresses of a dump are named in one `dl_iterate_phdr` pass: for
+//! each object that holds some of them, one pass over the `.dynsym` entries
+//! `dladdr` considers (found through the object's hash table, in the order
+//! `dladdr` visits them) offers each symbol to the addresses it covers
+//! (`value <= addr < value + max(size, 1)`, a binary search into the
+//! sorted addresses); an address keeps the greatest value, the first
+//! visited among equals: `dladdr`'s rule, so a name it gives is the name
+//! given here.
 //! An address `dladdr` leaves unnamed is named from the object file's
 //! `.symtab` (the file mapped read-only, one pass over its function
 //! symbols) when the file on disk is the one loaded (same program headers
@@ -20,7 +21,8 @@
 //! absolute, else the executable's; the vDSO keeps its own name.
 //!
 //! Owns: the object list of a dump (path, base address as `dli_fbase`),
-//! the per-object symbol indexes, and reading `.symtab` from object files.
+//! naming from each object's dynamic symbols, and reading `.symtab` from
+//! object files.
 //! Everything that reads the loader's memory happens inside the
 //! `dl_iterate_phdr` callback, whose lock keeps each object mapped while it
 //! is read (`dlclose` unmaps only after taking the object off that list).
@@ -271,12 +273,12 @@ extern "C" fn collect(info: *mut libc::dl_phdr_info, _size: usize, data: *mut li
     mine.dedup();
     let me = pass.objects.len();
     pass.objects.push(Object { base, path });
-    let index = DynIndex::build(&image);
+    let wanted: Vec<usize> = mine.iter().map(|&i| pass.addrs[i]).collect();
+    let found = dynsym_names(&image, &wanted);
     let mut unnamed = Vec::new();
-    for &i in &mine {
+    for (&i, s) in mine.iter().zip(found) {
         pass.owner[i] = me as u32;
-        let addr = pass.addrs[i];
-        match index.as_ref().and_then(|x| x.lookup(&image, addr)) {
+        match s {
             Some(s) => pass.syms[i] = Some((s, Source::Dynsym)),
             None => unnamed.push(i),
         }
@@ -491,62 +493,111 @@ const STV_INTERNAL: u8 = 1;
 const STV_HIDDEN: u8 = 2;
 const SYM_SIZE: usize = core::mem::size_of::<libc::Elf64_Sym>();
 
-/// The dynamic symbols `dladdr` considers for one object, sorted by
-/// (address, order of visit).
-struct DynIndex {
-    /// (run-time address, order of visit, address + max(size, 1), name offset).
-    syms: Vec<(usize, u32, usize, u32)>,
-    /// `prefix_end[i]`: the greatest end among `syms[..=i]`.
-    prefix_end: Vec<usize>,
-    strtab: usize,
-    strsz: usize,
+/// `dladdr`'s rule for one symbol covering `[start, end)`, visited after
+/// the ones already in `best` (per address of `addrs`, sorted): it becomes
+/// an address's symbol if it covers it and starts above its current one
+/// (so among symbols at one address, the first visited stays).
+fn offer(best: &mut [Option<(usize, u32)>], addrs: &[usize], start: usize, end: usize, name: u32) {
+    let mut i = addrs.partition_point(|&a| a < start);
+    while i < addrs.len() && addrs[i] < end {
+        if best[i].is_none_or(|(cur, _)| cur < start) {
+            best[i] = Some((start, name));
+        }
+        i += 1;
+    }
 }
 
-impl DynIndex {
-    /// Reads the object's dynamic section and symbol table (the loaded
-    /// copy, as `dladdr` does). None when it has no symbols to offer.
-    fn build(img: &Image) -> Option<DynIndex> {
+/// The symbol `dladdr` gives each address of `addrs` (sorted, all in this
+/// object), from the object's dynamic section and symbol table as loaded:
+/// one pass over the symbols `dladdr` considers, in the order it visits
+/// them (through the GNU hash table's chains, else the whole table).
+fn dynsym_names(img: &Image, addrs: &[usize]) -> Vec<Option<Symbol>> {
+    let mut out = vec![None; addrs.len()];
+    let Some(tables) = DynTables::of(img) else {
+        return out;
+    };
+    let mut best: Vec<Option<(usize, u32)>> = vec![None; addrs.len()];
+    let mut visit = |ndx: usize, hashed: bool| -> Option<()> {
+        let at = tables.symtab.checked_add(ndx.checked_mul(SYM_SIZE)?)?;
+        let s: libc::Elf64_Sym = img.read(at)?;
+        let (bind, kind, vis) = (s.st_info >> 4, s.st_info & 0xf, s.st_other & 3);
+        let eligible = (hashed
+            || (matches!(bind, STB_GLOBAL | STB_WEAK) && vis != STV_HIDDEN && vis != STV_INTERNAL))
+            && kind != STT_TLS
+            && (s.st_shndx != SHN_UNDEF || s.st_value != 0)
+            && s.st_shndx != SHN_ABS
+            && (s.st_name as usize) < tables.strsz;
+        if eligible {
+            let start = img.bias.wrapping_add(s.st_value as usize);
+            let end = start.saturating_add((s.st_size as usize).max(1));
+            offer(&mut best, addrs, start, end, s.st_name);
+        }
+        Some(())
+    };
+    // A table that cannot be read to its end names what was found so far
+    // (dladdr would have faulted on it).
+    let _ = tables.visit_all(img, &mut visit);
+    for (o, b) in out.iter_mut().zip(best) {
+        *o = b.and_then(|(start, name)| {
+            let at = tables.strtab.checked_add(name as usize)?;
+            let name = img.cstr(at, tables.strsz - name as usize)?;
+            Some(Symbol {
+                addr: start,
+                name: name.to_vec(),
+            })
+        });
+    }
+    out
+}
+
+/// Where an object's dynamic symbols are, from its dynamic section.
+struct DynTables {
+    symtab: usize,
+    strtab: usize,
+    strsz: usize,
+    hash: usize,
+    gnu_hash: usize,
+}
+
+impl DynTables {
+    /// None when the object has no dynamic symbols.
+    fn of(img: &Image) -> Option<DynTables> {
         let dynamic = img.phdrs().iter().find(|p| p.p_type == libc::PT_DYNAMIC)?;
         let mut at = img.bias.wrapping_add(dynamic.p_vaddr as usize);
-        let (mut symtab, mut strtab, mut strsz, mut hash, mut gnu_hash) = (0, 0, 0usize, 0, 0);
+        let mut t = DynTables {
+            symtab: 0,
+            strtab: 0,
+            strsz: 0,
+            hash: 0,
+            gnu_hash: 0,
+        };
         loop {
             let d: Dyn = img.read(at)?;
             match d.tag {
                 0 => break,
-                DT_SYMTAB => symtab = img.dyn_ptr(d.val),
-                DT_STRTAB => strtab = img.dyn_ptr(d.val),
-                DT_STRSZ => strsz = d.val as usize,
-                DT_HASH => hash = img.dyn_ptr(d.val),
-                DT_GNU_HASH => gnu_hash = img.dyn_ptr(d.val),
+                DT_SYMTAB => t.symtab = img.dyn_ptr(d.val),
+                DT_STRTAB => t.strtab = img.dyn_ptr(d.val),
+                DT_STRSZ => t.strsz = d.val as usize,
+                DT_HASH => t.hash = img.dyn_ptr(d.val),
+                DT_GNU_HASH => t.gnu_hash = img.dyn_ptr(d.val),
                 _ => {}
             }
             at += core::mem::size_of::<Dyn>();
         }
-        if symtab == 0 || strtab == 0 {
-            return None;
-        }
-        let mut syms = Vec::new();
-        let mut visit = |ndx: usize, hashed: bool| -> Option<()> {
-            let s: libc::Elf64_Sym = img.read(symtab.checked_add(ndx.checked_mul(SYM_SIZE)?)?)?;
-            let (bind, kind, vis) = (s.st_info >> 4, s.st_info & 0xf, s.st_other & 3);
-            let eligible = (hashed
-                || (matches!(bind, STB_GLOBAL | STB_WEAK)
-                    && vis != STV_HIDDEN
-                    && vis != STV_INTERNAL))
-                && kind != STT_TLS
-                && (s.st_shndx != SHN_UNDEF || s.st_value != 0)
-                && s.st_shndx != SHN_ABS
-                && (s.st_name as usize) < strsz;
-            if eligible {
-                let addr = img.bias.wrapping_add(s.st_value as usize);
-                let end = addr.saturating_add((s.st_size as usize).max(1));
-                syms.push((addr, syms.len() as u32, end, s.st_name));
-            }
-            Some(())
-        };
-        if gnu_hash != 0 {
+        (t.symtab != 0 && t.strtab != 0).then_some(t)
+    }
+
+    /// Calls `visit(index, through the hash table)` for every symbol
+    /// `dladdr` considers, in its order.
+    fn visit_all(
+        &self,
+        img: &Image,
+        visit: &mut impl FnMut(usize, bool) -> Option<()>,
+    ) -> Option<()> {
+        if self.gnu_hash != 0 {
             // glibc's dladdr visits, bucket by bucket, every symbol of the
             // bucket's chain (the last has bit 0 of its hash set).
+            let gnu_hash = self.gnu_hash;
             let nbuckets: u32 = img.read(gnu_hash)?;
             let symbias: u32 = img.read(gnu_hash + 4)?;
             let bloom_words: u32 = img.read(gnu_hash + 8)?;
@@ -570,10 +621,10 @@ impl DynIndex {
             // Without a GNU hash table: every symbol, in table order; their
             // number is the SysV hash table's chain count, or else the
             // symbols end where the string table starts.
-            let count = if hash != 0 {
-                img.read::<u32>(hash + 4)? as usize
-            } else if strtab > symtab {
-                (strtab - symtab) / SYM_SIZE
+            let count = if self.hash != 0 {
+                img.read::<u32>(self.hash + 4)? as usize
+            } else if self.strtab > self.symtab {
+                (self.strtab - self.symtab) / SYM_SIZE
             } else {
                 0
             };
@@ -581,54 +632,7 @@ impl DynIndex {
                 visit(ndx, false)?;
             }
         }
-        syms.sort_unstable();
-        let mut prefix_end = Vec::with_capacity(syms.len());
-        let mut e = 0usize;
-        for s in &syms {
-            e = e.max(s.2);
-            prefix_end.push(e);
-        }
-        Some(DynIndex {
-            syms,
-            prefix_end,
-            strtab,
-            strsz,
-        })
-    }
-
-    /// `dladdr`'s symbol for `addr`: among those covering it, the greatest
-    /// address, the first visited among equals.
-    fn lookup(&self, img: &Image, addr: usize) -> Option<Symbol> {
-        let (start, _, _, name) = self.syms[self.best(addr)?];
-        let at = self.strtab.checked_add(name as usize)?;
-        let name = img.cstr(at, self.strsz - name as usize)?;
-        Some(Symbol {
-            addr: start,
-            name: name.to_vec(),
-        })
-    }
-
-    /// The index in `syms` of [`Self::lookup`]'s symbol.
-    fn best(&self, addr: usize) -> Option<usize> {
-        let mut i = self.syms.partition_point(|s| s.0 <= addr);
-        let mut best: Option<usize> = None;
-        while i > 0 {
-            i -= 1;
-            let (start, _, end, _) = self.syms[i];
-            match best {
-                // Past the greatest covering address: done.
-                Some(b) if start < self.syms[b].0 => break,
-                // Nothing at or below i reaches addr.
-                None if self.prefix_end[i] <= addr => break,
-                _ => {}
-            }
-            if addr < end {
-                // Within one address, going down visits the later-visited
-                // first: the last match seen is the first visited.
-                best = Some(i);
-            }
-        }
-        best
+        Some(())
     }
 }
 
@@ -1103,27 +1107,31 @@ mod tests {
     }
 
     #[test]
-    fn dynsym_lookup_prefers_the_greatest_covering_address_then_first_visited() {
-        let idx = DynIndex {
-            // (start, end, visit, name): a big symbol covering all, two
-            // aliases at 0x200 (visited 3 then 1), a size-0 one at 0x300.
-            syms: vec![
-                (0x100, 0, 0x1000, 10),
-                (0x200, 1, 0x280, 20),
-                (0x200, 3, 0x290, 30),
-                (0x300, 2, 0x301, 40),
-            ],
-            prefix_end: vec![0x1000; 4],
-            strtab: 0,
-            strsz: 0,
-        };
-        let pick = |addr: usize| idx.best(addr).map(|b| idx.syms[b].3);
-        assert_eq!(pick(0x210), Some(20), "first visited of two aliases");
-        assert_eq!(pick(0x285), Some(30), "only the longer alias covers it");
-        assert_eq!(pick(0x290), Some(10), "past the aliases: the big one");
-        assert_eq!(pick(0x300), Some(40), "size 0: only its own address");
-        assert_eq!(pick(0x301), Some(10));
-        assert_eq!(pick(0x1000), None);
-        assert_eq!(pick(0x50), None);
+    fn dynsym_rule_prefers_the_greatest_covering_address_then_first_visited() {
+        // In visit order: a big symbol covering all, an alias at 0x200
+        // visited before a longer one there, a size-0 one at 0x300.
+        let addrs = [0x50, 0x210, 0x285, 0x290, 0x300, 0x301, 0x1000];
+        let mut best = vec![None; addrs.len()];
+        for (start, end, name) in [
+            (0x100, 0x1000, 10),
+            (0x200, 0x280, 20),
+            (0x300, 0x301, 40),
+            (0x200, 0x290, 30),
+        ] {
+            offer(&mut best, &addrs, start, end, name);
+        }
+        let names: Vec<Option<u32>> = best.iter().map(|b| b.map(|(_, n)| n)).collect();
+        assert_eq!(
+            names,
+            [
+                None,     // below every symbol
+                Some(20), // two aliases at 0x200: the first visited
+                Some(30), // only the longer alias covers it
+                Some(10), // past the aliases: the big one
+                Some(40), // size 0: only its own address
+                Some(10),
+                None, // the big one's end
+            ]
+        );
     }
 }
