@@ -1,23 +1,28 @@
 //! Naming code addresses at dump time: which loaded object holds an
 //! address and which symbol covers it, with the answers glibc's `dladdr`
-//! gives, from an index built once per object per dump.
+//! gives, from one pass over each object's symbols per dump.
 //!
 //! `dladdr` walks an object's whole dynamic symbol table for every address
 //! (13% of the CPU time of a profiled cc1plus, 77% of its `-mp` dump). Here
-//! the addresses of a dump are named in one `dl_iterate_phdr` pass: each
-//! object that holds some of them gets its `.dynsym` entries (the ones
-//! `dladdr` considers, found through the object's hash table, in the order
-//! `dladdr` visits them) sorted by address, and each address is a binary
-//! search. Among the symbols covering an address (`value <= addr < value +
-//! max(size, 1)`) the one with the greatest value wins, the first visited
-//! among equals: `dladdr`'s rule, so a name it gives is the name given here.
+//! the addresses of a dump are named in one `dl_iterate_phdr` pass: for
+//! each object that holds some of them, one pass over the `.dynsym` entries
+//! `dladdr` considers (found through the object's hash table, in the order
+//! `dladdr` visits them) offers each symbol to the addresses it covers
+//! (`value <= addr < value + max(size, 1)`, a binary search into the
+//! sorted addresses); an address keeps the greatest value, the first
+//! visited among equals: `dladdr`'s rule, so a name it gives is the name
+//! given here.
 //! An address `dladdr` leaves unnamed is named from the object file's
-//! `.symtab` when the file on disk is the one loaded (same program headers
+//! `.symtab` (the file mapped read-only, one pass over its function
+//! symbols) when the file on disk is the one loaded (same program headers
 //! and notes) and has one; otherwise it stays unnamed (`@?0x...` in the
-//! profile, named later by the analyser from object and offset).
+//! profile, named later by the analyser from object and offset). The main
+//! program's path is `dladdr`'s (`argv[0]`, one call per dump) when
+//! absolute, else the executable's; the vDSO keeps its own name.
 //!
 //! Owns: the object list of a dump (path, base address as `dli_fbase`),
-//! the per-object symbol indexes, and reading `.symtab` from object files.
+//! naming from each object's dynamic symbols, and reading `.symtab` from
+//! object files.
 //! Everything that reads the loader's memory happens inside the
 //! `dl_iterate_phdr` callback, whose lock keeps each object mapped while it
 //! is read (`dlclose` unmaps only after taking the object off that list).
@@ -28,7 +33,6 @@
 //! `dlclose`), or read loader memory outside an object's readable segments.
 
 use std::collections::HashMap;
-use std::os::unix::fs::FileExt;
 
 /// An object that holds some of the named addresses.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -119,18 +123,11 @@ pub fn name_all(addrs: &[usize], exe: &[u8]) -> Names {
         } else {
             &objects[f.object].path[..]
         };
-        match FileSymbols::read(file_path, &f) {
-            Ok(table) => {
-                for &i in &f.addrs {
-                    if let Some((addr, name)) = table.lookup(sorted[i]) {
-                        syms[i] = Some((
-                            Symbol {
-                                addr,
-                                name: name.to_vec(),
-                            },
-                            Source::Symtab,
-                        ));
-                    }
+        let wanted: Vec<usize> = f.addrs.iter().map(|&i| sorted[i]).collect();
+        match symtab_names(file_path, &f, &wanted) {
+            Ok(found) => {
+                for (&i, s) in f.addrs.iter().zip(found) {
+                    syms[i] = s.map(|s| (s, Source::Symtab));
                 }
             }
             Err(SymtabError::NoSymtab) => {}
@@ -263,7 +260,7 @@ extern "C" fn collect(info: *mut libc::dl_phdr_info, _size: usize, data: *mut li
     };
     // Addresses inside this object that no earlier object holds.
     let mut mine: Vec<usize> = Vec::new();
-    for (lo, hi) in image.ranges(base, pass.page) {
+    for (lo, hi) in image.ranges(base, pass.page, n == 0) {
         let from = pass.addrs.partition_point(|&a| a < lo);
         let to = pass.addrs.partition_point(|&a| a < hi);
         mine.extend((from..to).filter(|&i| pass.owner[i] == NO_OBJECT));
@@ -276,12 +273,12 @@ extern "C" fn collect(info: *mut libc::dl_phdr_info, _size: usize, data: *mut li
     mine.dedup();
     let me = pass.objects.len();
     pass.objects.push(Object { base, path });
-    let index = DynIndex::build(&image);
+    let wanted: Vec<usize> = mine.iter().map(|&i| pass.addrs[i]).collect();
+    let found = dynsym_names(&image, &wanted);
     let mut unnamed = Vec::new();
-    for &i in &mine {
+    for (&i, s) in mine.iter().zip(found) {
         pass.owner[i] = me as u32;
-        let addr = pass.addrs[i];
-        match index.as_ref().and_then(|x| x.lookup(&image, addr)) {
+        match s {
             Some(s) => pass.syms[i] = Some((s, Source::Dynsym)),
             None => unnamed.push(i),
         }
@@ -375,27 +372,43 @@ impl Image {
         Some(self.bias.wrapping_add(first.p_vaddr as usize & !(page - 1)))
     }
 
-    /// The address ranges `dladdr` takes as this object's: from the map
-    /// start to the end of the last segment when the loader mapped it in
-    /// one piece (a shared object or PIE; a program whose segments follow
-    /// each other page by page), else each segment.
-    fn ranges(&self, base: usize, page: usize) -> Vec<(usize, usize)> {
+    /// The address ranges `dladdr` takes as this object's (glibc's
+    /// `l_contiguous`): from the map start to the end of the last segment
+    /// when the loader counts the object as one piece, else each segment.
+    /// A library the loader mapped is one piece when it is ET_DYN (its
+    /// holes are reserved); the program and the dynamic loader (mapped by
+    /// the kernel) when their segments follow each other page by page
+    /// (x86-64's 4 KiB-aligned ones do, AArch64's 64 KiB-aligned ones do
+    /// not); the vDSO never.
+    fn ranges(&self, base: usize, page: usize, program: bool) -> Vec<(usize, usize)> {
         let seg: Vec<(usize, usize)> = self.segments.iter().map(|&(lo, hi, _)| (lo, hi)).collect();
-        let Some(&(_, last)) = seg.last() else {
+        let Some(end) = seg.iter().map(|s| s.1).max() else {
             return seg;
         };
+        // SAFETY: getauxval only reads the process's auxiliary vector.
+        let (vdso, loader) = unsafe {
+            (
+                libc::getauxval(libc::AT_SYSINFO_EHDR) as usize,
+                libc::getauxval(libc::AT_BASE) as usize,
+            )
+        };
+        if base == vdso {
+            return seg;
+        }
+        let by_kernel = program || self.bias == loader;
         let adjacent = seg
             .windows(2)
             .all(|w| w[1].0 & !(page - 1) == w[0].1.wrapping_add(page - 1) & !(page - 1));
         // e_type of the ELF header the first segment maps at its start.
-        let shared = self
-            .phdrs()
-            .iter()
-            .find(|p| p.p_type == libc::PT_LOAD)
-            .is_some_and(|p| p.p_offset == 0)
+        let shared = !by_kernel
+            && self
+                .phdrs()
+                .iter()
+                .find(|p| p.p_type == libc::PT_LOAD)
+                .is_some_and(|p| p.p_offset == 0)
             && self.read::<u16>(base.wrapping_add(16)) == Some(ET_DYN);
         if shared || adjacent {
-            vec![(base, last)]
+            vec![(base, end)]
         } else {
             seg
         }
@@ -480,62 +493,111 @@ const STV_INTERNAL: u8 = 1;
 const STV_HIDDEN: u8 = 2;
 const SYM_SIZE: usize = core::mem::size_of::<libc::Elf64_Sym>();
 
-/// The dynamic symbols `dladdr` considers for one object, sorted by
-/// (address, order of visit).
-struct DynIndex {
-    /// (run-time address, order of visit, address + max(size, 1), name offset).
-    syms: Vec<(usize, u32, usize, u32)>,
-    /// `prefix_end[i]`: the greatest end among `syms[..=i]`.
-    prefix_end: Vec<usize>,
-    strtab: usize,
-    strsz: usize,
+/// `dladdr`'s rule for one symbol covering `[start, end)`, visited after
+/// the ones already in `best` (per address of `addrs`, sorted): it becomes
+/// an address's symbol if it covers it and starts above its current one
+/// (so among symbols at one address, the first visited stays).
+fn offer(best: &mut [Option<(usize, u32)>], addrs: &[usize], start: usize, end: usize, name: u32) {
+    let mut i = addrs.partition_point(|&a| a < start);
+    while i < addrs.len() && addrs[i] < end {
+        if best[i].is_none_or(|(cur, _)| cur < start) {
+            best[i] = Some((start, name));
+        }
+        i += 1;
+    }
 }
 
-impl DynIndex {
-    /// Reads the object's dynamic section and symbol table (the loaded
-    /// copy, as `dladdr` does). None when it has no symbols to offer.
-    fn build(img: &Image) -> Option<DynIndex> {
+/// The symbol `dladdr` gives each address of `addrs` (sorted, all in this
+/// object), from the object's dynamic section and symbol table as loaded:
+/// one pass over the symbols `dladdr` considers, in the order it visits
+/// them (through the GNU hash table's chains, else the whole table).
+fn dynsym_names(img: &Image, addrs: &[usize]) -> Vec<Option<Symbol>> {
+    let mut out = vec![None; addrs.len()];
+    let Some(tables) = DynTables::of(img) else {
+        return out;
+    };
+    let mut best: Vec<Option<(usize, u32)>> = vec![None; addrs.len()];
+    let mut visit = |ndx: usize, hashed: bool| -> Option<()> {
+        let at = tables.symtab.checked_add(ndx.checked_mul(SYM_SIZE)?)?;
+        let s: libc::Elf64_Sym = img.read(at)?;
+        let (bind, kind, vis) = (s.st_info >> 4, s.st_info & 0xf, s.st_other & 3);
+        let eligible = (hashed
+            || (matches!(bind, STB_GLOBAL | STB_WEAK) && vis != STV_HIDDEN && vis != STV_INTERNAL))
+            && kind != STT_TLS
+            && (s.st_shndx != SHN_UNDEF || s.st_value != 0)
+            && s.st_shndx != SHN_ABS
+            && (s.st_name as usize) < tables.strsz;
+        if eligible {
+            let start = img.bias.wrapping_add(s.st_value as usize);
+            let end = start.saturating_add((s.st_size as usize).max(1));
+            offer(&mut best, addrs, start, end, s.st_name);
+        }
+        Some(())
+    };
+    // A table that cannot be read to its end names what was found so far
+    // (dladdr would have faulted on it).
+    let _ = tables.visit_all(img, &mut visit);
+    for (o, b) in out.iter_mut().zip(best) {
+        *o = b.and_then(|(start, name)| {
+            let at = tables.strtab.checked_add(name as usize)?;
+            let name = img.cstr(at, tables.strsz - name as usize)?;
+            Some(Symbol {
+                addr: start,
+                name: name.to_vec(),
+            })
+        });
+    }
+    out
+}
+
+/// Where an object's dynamic symbols are, from its dynamic section.
+struct DynTables {
+    symtab: usize,
+    strtab: usize,
+    strsz: usize,
+    hash: usize,
+    gnu_hash: usize,
+}
+
+impl DynTables {
+    /// None when the object has no dynamic symbols.
+    fn of(img: &Image) -> Option<DynTables> {
         let dynamic = img.phdrs().iter().find(|p| p.p_type == libc::PT_DYNAMIC)?;
         let mut at = img.bias.wrapping_add(dynamic.p_vaddr as usize);
-        let (mut symtab, mut strtab, mut strsz, mut hash, mut gnu_hash) = (0, 0, 0usize, 0, 0);
+        let mut t = DynTables {
+            symtab: 0,
+            strtab: 0,
+            strsz: 0,
+            hash: 0,
+            gnu_hash: 0,
+        };
         loop {
             let d: Dyn = img.read(at)?;
             match d.tag {
                 0 => break,
-                DT_SYMTAB => symtab = img.dyn_ptr(d.val),
-                DT_STRTAB => strtab = img.dyn_ptr(d.val),
-                DT_STRSZ => strsz = d.val as usize,
-                DT_HASH => hash = img.dyn_ptr(d.val),
-                DT_GNU_HASH => gnu_hash = img.dyn_ptr(d.val),
+                DT_SYMTAB => t.symtab = img.dyn_ptr(d.val),
+                DT_STRTAB => t.strtab = img.dyn_ptr(d.val),
+                DT_STRSZ => t.strsz = d.val as usize,
+                DT_HASH => t.hash = img.dyn_ptr(d.val),
+                DT_GNU_HASH => t.gnu_hash = img.dyn_ptr(d.val),
                 _ => {}
             }
             at += core::mem::size_of::<Dyn>();
         }
-        if symtab == 0 || strtab == 0 {
-            return None;
-        }
-        let mut syms = Vec::new();
-        let mut visit = |ndx: usize, hashed: bool| -> Option<()> {
-            let s: libc::Elf64_Sym = img.read(symtab.checked_add(ndx.checked_mul(SYM_SIZE)?)?)?;
-            let (bind, kind, vis) = (s.st_info >> 4, s.st_info & 0xf, s.st_other & 3);
-            let eligible = (hashed
-                || (matches!(bind, STB_GLOBAL | STB_WEAK)
-                    && vis != STV_HIDDEN
-                    && vis != STV_INTERNAL))
-                && kind != STT_TLS
-                && (s.st_shndx != SHN_UNDEF || s.st_value != 0)
-                && s.st_shndx != SHN_ABS
-                && (s.st_name as usize) < strsz;
-            if eligible {
-                let addr = img.bias.wrapping_add(s.st_value as usize);
-                let end = addr.saturating_add((s.st_size as usize).max(1));
-                syms.push((addr, syms.len() as u32, end, s.st_name));
-            }
-            Some(())
-        };
-        if gnu_hash != 0 {
+        (t.symtab != 0 && t.strtab != 0).then_some(t)
+    }
+
+    /// Calls `visit(index, through the hash table)` for every symbol
+    /// `dladdr` considers, in its order.
+    fn visit_all(
+        &self,
+        img: &Image,
+        visit: &mut impl FnMut(usize, bool) -> Option<()>,
+    ) -> Option<()> {
+        if self.gnu_hash != 0 {
             // glibc's dladdr visits, bucket by bucket, every symbol of the
             // bucket's chain (the last has bit 0 of its hash set).
+            let gnu_hash = self.gnu_hash;
             let nbuckets: u32 = img.read(gnu_hash)?;
             let symbias: u32 = img.read(gnu_hash + 4)?;
             let bloom_words: u32 = img.read(gnu_hash + 8)?;
@@ -559,10 +621,10 @@ impl DynIndex {
             // Without a GNU hash table: every symbol, in table order; their
             // number is the SysV hash table's chain count, or else the
             // symbols end where the string table starts.
-            let count = if hash != 0 {
-                img.read::<u32>(hash + 4)? as usize
-            } else if strtab > symtab {
-                (strtab - symtab) / SYM_SIZE
+            let count = if self.hash != 0 {
+                img.read::<u32>(self.hash + 4)? as usize
+            } else if self.strtab > self.symtab {
+                (self.strtab - self.symtab) / SYM_SIZE
             } else {
                 0
             };
@@ -570,54 +632,7 @@ impl DynIndex {
                 visit(ndx, false)?;
             }
         }
-        syms.sort_unstable();
-        let mut prefix_end = Vec::with_capacity(syms.len());
-        let mut e = 0usize;
-        for s in &syms {
-            e = e.max(s.2);
-            prefix_end.push(e);
-        }
-        Some(DynIndex {
-            syms,
-            prefix_end,
-            strtab,
-            strsz,
-        })
-    }
-
-    /// `dladdr`'s symbol for `addr`: among those covering it, the greatest
-    /// address, the first visited among equals.
-    fn lookup(&self, img: &Image, addr: usize) -> Option<Symbol> {
-        let (start, _, _, name) = self.syms[self.best(addr)?];
-        let at = self.strtab.checked_add(name as usize)?;
-        let name = img.cstr(at, self.strsz - name as usize)?;
-        Some(Symbol {
-            addr: start,
-            name: name.to_vec(),
-        })
-    }
-
-    /// The index in `syms` of [`Self::lookup`]'s symbol.
-    fn best(&self, addr: usize) -> Option<usize> {
-        let mut i = self.syms.partition_point(|s| s.0 <= addr);
-        let mut best: Option<usize> = None;
-        while i > 0 {
-            i -= 1;
-            let (start, _, end, _) = self.syms[i];
-            match best {
-                // Past the greatest covering address: done.
-                Some(b) if start < self.syms[b].0 => break,
-                // Nothing at or below i reaches addr.
-                None if self.prefix_end[i] <= addr => break,
-                _ => {}
-            }
-            if addr < end {
-                // Within one address, going down visits the later-visited
-                // first: the last match seen is the first visited.
-                best = Some(i);
-            }
-        }
-        best
+        Some(())
     }
 }
 
@@ -652,13 +667,64 @@ impl core::fmt::Display for SymtabError {
     }
 }
 
-/// Function symbols of an object file's `.symtab`, at run-time addresses.
-struct FileSymbols {
-    /// (start, start + max(size, 1), name offset, name length), sorted by
-    /// (start, end, name).
-    syms: Vec<(usize, usize, u32, u32)>,
-    /// The string table the names are in.
-    strings: Vec<u8>,
+/// A whole object file mapped read-only (the loader maps the same file;
+/// a file truncated under a running program faults there as well).
+struct FileMap {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl FileMap {
+    fn open(path: &[u8]) -> Result<FileMap, SymtabError> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::ffi::OsStrExt;
+        let file = std::fs::File::open(std::ffi::OsStr::from_bytes(path)).map_err(io_err)?;
+        let len = file.metadata().map_err(io_err)?.len() as usize;
+        if len < ELF_HEADER {
+            return Err(SymtabError::NotElf);
+        }
+        // SAFETY: a new read-only private mapping of an open file; the
+        // result is checked. The descriptor may close once it is mapped.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(SymtabError::Read {
+                errno: std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+            });
+        }
+        Ok(FileMap { ptr: p.cast(), len })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: the mapping of len readable bytes, owned by self.
+        unsafe { core::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    /// `len` bytes at file offset `off`.
+    fn at(&self, off: u64, len: usize, which: &'static str) -> Result<&[u8], SymtabError> {
+        let off = usize::try_from(off).map_err(|_| SymtabError::BadSection { which })?;
+        let end = off
+            .checked_add(len)
+            .filter(|&e| e <= self.len)
+            .ok_or(SymtabError::BadSection { which })?;
+        Ok(&self.bytes()[off..end])
+    }
+}
+
+impl Drop for FileMap {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `open`, no longer referenced (every
+        // slice borrows self).
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
 }
 
 const ELF_HEADER: usize = 64;
@@ -666,113 +732,140 @@ const SECTION_HEADER: usize = 64;
 const SHT_SYMTAB: u32 = 2;
 const STT_FUNC: u8 = 2;
 const STT_GNU_IFUNC: u8 = 10;
-/// Largest `.symtab` or `.strtab` read (the biggest programs have tens of MB).
-const MAX_TABLE: u64 = 1 << 30;
 
-impl FileSymbols {
-    fn read(path: &[u8], check: &FileCheck) -> Result<FileSymbols, SymtabError> {
-        use std::os::unix::ffi::OsStrExt;
-        let file = std::fs::File::open(std::ffi::OsStr::from_bytes(path)).map_err(io_err)?;
-        let at = |off: u64, len: usize| -> Result<Vec<u8>, SymtabError> {
-            let mut b = vec![0u8; len];
-            file.read_exact_at(&mut b, off).map_err(io_err)?;
-            Ok(b)
-        };
-        let eh = at(0, ELF_HEADER)?;
-        if &eh[..4] != b"\x7fELF" || eh[4] != 2 || eh[5] != 1 {
-            return Err(SymtabError::NotElf);
-        }
-        let u16_at = |b: &[u8], o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
-        let u32_at =
-            |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or([0; 4]));
-        let u64_at =
-            |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]));
-        // The file is the loaded object: same program headers and notes.
-        let phoff = u64_at(&eh, 32);
-        if at(phoff, check.phdrs.len())? != check.phdrs {
+fn u16_at(b: &[u8], o: usize) -> u16 {
+    u16::from_le_bytes([b[o], b[o + 1]])
+}
+
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+}
+
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[o..o + 8]);
+    u64::from_le_bytes(w)
+}
+
+/// The NUL-terminated string at `off` in `table` (empty when out of range).
+fn c_name(table: &[u8], off: usize) -> &[u8] {
+    let s = table.get(off..).unwrap_or(&[]);
+    &s[..s.iter().position(|&b| b == 0).unwrap_or(s.len())]
+}
+
+/// The `.symtab` function symbol of each address of `addrs` (sorted):
+/// among the symbols that start at or below it, the last in (start, end,
+/// name) order, if it reaches past the address (so among aliases of one
+/// range, the greatest name, as `nm -n` order and the analyser pick).
+///
+/// One pass over the table: each symbol goes to the bucket of the first
+/// address at or above its start, a bucket keeps its greatest symbol, and
+/// an address's answer is the greatest of the buckets up to its own. Names
+/// are read only to break ties and for the answers.
+fn symtab_names(
+    path: &[u8],
+    check: &FileCheck,
+    addrs: &[usize],
+) -> Result<Vec<Option<Symbol>>, SymtabError> {
+    let map = FileMap::open(path)?;
+    let eh = map.at(0, ELF_HEADER, "the ELF header")?;
+    if &eh[..4] != b"\x7fELF" || eh[4] != 2 || eh[5] != 1 {
+        return Err(SymtabError::NotElf);
+    }
+    // The file is the loaded object: same program headers and notes.
+    let phdrs = map.at(u64_at(eh, 32), check.phdrs.len(), "the program headers")?;
+    if phdrs != check.phdrs {
+        return Err(SymtabError::Changed);
+    }
+    for (off, bytes) in &check.notes {
+        if map.at(*off, bytes.len(), "a note")? != *bytes {
             return Err(SymtabError::Changed);
         }
-        for (off, bytes) in &check.notes {
-            if at(*off, bytes.len())? != *bytes {
-                return Err(SymtabError::Changed);
-            }
-        }
-        let shoff = u64_at(&eh, 40);
-        let mut shnum = u16_at(&eh, 60) as u64;
-        if shoff == 0 {
-            return Err(SymtabError::NoSymtab);
-        }
-        if shnum == 0 {
-            // Extended numbering: the count is in section 0's size.
-            shnum = u64_at(&at(shoff, SECTION_HEADER)?, 32);
-        }
-        if shnum > 1 << 20 {
-            return Err(SymtabError::BadSection {
-                which: "the section table",
-            });
-        }
-        let shdrs = at(shoff, shnum as usize * SECTION_HEADER)?;
-        let sh = |i: usize| &shdrs[i * SECTION_HEADER..(i + 1) * SECTION_HEADER];
-        let Some(symtab) = (0..shnum as usize).find(|&i| u32_at(sh(i), 4) == SHT_SYMTAB) else {
-            return Err(SymtabError::NoSymtab);
-        };
-        let (sym_off, sym_size) = (u64_at(sh(symtab), 24), u64_at(sh(symtab), 32));
-        let link = u32_at(sh(symtab), 40) as usize;
-        if link >= shnum as usize {
-            return Err(SymtabError::BadSection {
-                which: ".symtab's string table",
-            });
-        }
-        let (str_off, str_size) = (u64_at(sh(link), 24), u64_at(sh(link), 32));
-        if sym_size > MAX_TABLE {
-            return Err(SymtabError::BadSection { which: ".symtab" });
-        }
-        if str_size > MAX_TABLE {
-            return Err(SymtabError::BadSection { which: ".strtab" });
-        }
-        let table = at(sym_off, sym_size as usize)?;
-        let strings = at(str_off, str_size as usize)?;
-        let mut syms = Vec::new();
-        for s in table.chunks_exact(SYM_SIZE) {
-            let name = u32_at(s, 0) as usize;
-            let kind = s[4] & 0xf;
-            let shndx = u16_at(s, 6);
-            let value = u64_at(s, 8) as usize;
-            let size = u64_at(s, 16) as usize;
-            if !matches!(kind, STT_FUNC | STT_GNU_IFUNC)
-                || shndx == SHN_UNDEF
-                || shndx == SHN_ABS
-                || value == 0
-                || name == 0
-                || name >= strings.len()
-            {
-                continue;
-            }
-            let len = strings[name..].iter().position(|&b| b == 0).unwrap_or(0);
-            if len == 0 {
-                continue;
-            }
-            let start = check.bias.wrapping_add(value);
-            syms.push((
-                start,
-                start.saturating_add(size.max(1)),
-                name as u32,
-                len as u32,
-            ));
-        }
-        let name = |s: &(usize, usize, u32, u32)| &strings[s.2 as usize..(s.2 + s.3) as usize];
-        syms.sort_unstable_by(|a, b| (a.0, a.1, name(a)).cmp(&(b.0, b.1, name(b))));
-        Ok(FileSymbols { syms, strings })
     }
-
-    /// The function covering `addr`: the last (start, end, name) with
-    /// start <= addr, if it reaches past addr (so among aliases of one
-    /// range, the greatest name, as `nm -n` order and the analyser pick).
-    fn lookup(&self, addr: usize) -> Option<(usize, &[u8])> {
-        let i = self.syms.partition_point(|s| s.0 <= addr);
-        let &(start, end, off, len) = self.syms.get(i.checked_sub(1)?)?;
-        (addr < end).then(|| (start, &self.strings[off as usize..(off + len) as usize]))
+    let shoff = u64_at(eh, 40);
+    let mut shnum = u16_at(eh, 60) as usize;
+    if shoff == 0 {
+        return Err(SymtabError::NoSymtab);
     }
+    if shnum == 0 {
+        // Extended numbering: the count is in section 0's size.
+        let sh0 = map.at(shoff, SECTION_HEADER, "the section table")?;
+        shnum = usize::try_from(u64_at(sh0, 32)).unwrap_or(usize::MAX);
+    }
+    let shdrs = map.at(
+        shoff,
+        shnum.saturating_mul(SECTION_HEADER),
+        "the section table",
+    )?;
+    let sh = |i: usize| &shdrs[i * SECTION_HEADER..(i + 1) * SECTION_HEADER];
+    let Some(symtab) = (0..shnum).find(|&i| u32_at(sh(i), 4) == SHT_SYMTAB) else {
+        return Err(SymtabError::NoSymtab);
+    };
+    let link = u32_at(sh(symtab), 40) as usize;
+    if link >= shnum {
+        return Err(SymtabError::BadSection {
+            which: ".symtab's string table",
+        });
+    }
+    let table = map.at(
+        u64_at(sh(symtab), 24),
+        usize::try_from(u64_at(sh(symtab), 32)).unwrap_or(usize::MAX),
+        ".symtab",
+    )?;
+    let strings = map.at(
+        u64_at(sh(link), 24),
+        usize::try_from(u64_at(sh(link), 32)).unwrap_or(usize::MAX),
+        ".strtab",
+    )?;
+    // (start, start + max(size, 1), name offset)
+    type Sym = (usize, usize, usize);
+    let order = |a: &Sym, b: &Sym| {
+        (a.0, a.1)
+            .cmp(&(b.0, b.1))
+            .then_with(|| c_name(strings, a.2).cmp(c_name(strings, b.2)))
+    };
+    let mut best: Vec<Option<Sym>> = vec![None; addrs.len()];
+    for s in table.chunks_exact(SYM_SIZE) {
+        let name = u32_at(s, 0) as usize;
+        let kind = s[4] & 0xf;
+        let shndx = u16_at(s, 6);
+        let value = u64_at(s, 8) as usize;
+        let size = u64_at(s, 16) as usize;
+        if !matches!(kind, STT_FUNC | STT_GNU_IFUNC)
+            || shndx == SHN_UNDEF
+            || shndx == SHN_ABS
+            || value == 0
+            || name == 0
+            || name >= strings.len()
+        {
+            continue;
+        }
+        let start = check.bias.wrapping_add(value);
+        let sym = (start, start.saturating_add(size.max(1)), name);
+        let bucket = addrs.partition_point(|&a| a < start);
+        if let Some(b) = best.get_mut(bucket) {
+            if b.is_none_or(|cur| order(&sym, &cur).is_gt()) {
+                *b = Some(sym);
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(addrs.len());
+    let mut upto: Option<Sym> = None;
+    for (&addr, b) in addrs.iter().zip(&best) {
+        if let Some(b) = b {
+            if upto.is_none_or(|cur| order(b, &cur).is_gt()) {
+                upto = Some(*b);
+            }
+        }
+        out.push(upto.and_then(|(start, end, name)| {
+            let name = c_name(strings, name);
+            (addr < end && !name.is_empty()).then(|| Symbol {
+                addr: start,
+                name: name.to_vec(),
+            })
+        }));
+    }
+    Ok(out)
 }
 
 fn io_err(e: std::io::Error) -> SymtabError {
@@ -931,27 +1024,114 @@ mod tests {
     }
 
     #[test]
-    fn dynsym_lookup_prefers_the_greatest_covering_address_then_first_visited() {
-        let idx = DynIndex {
-            // (start, end, visit, name): a big symbol covering all, two
-            // aliases at 0x200 (visited 3 then 1), a size-0 one at 0x300.
-            syms: vec![
-                (0x100, 0, 0x1000, 10),
-                (0x200, 1, 0x280, 20),
-                (0x200, 3, 0x290, 30),
-                (0x300, 2, 0x301, 40),
-            ],
-            prefix_end: vec![0x1000; 4],
-            strtab: 0,
-            strsz: 0,
+    fn symtab_names_are_readelfs_function_symbols() {
+        // Reference: this program's FUNC symbols from readelf, sorted by
+        // (start, end, name); an address takes the last one starting at or
+        // below it, if it reaches past it.
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let out = match std::process::Command::new("readelf")
+            .args(["-sW", "--wide"])
+            .arg(&exe)
+            .output()
+        {
+            Ok(o) if o.status.success() => o.stdout,
+            _ => return, // no binutils here
         };
-        let pick = |addr: usize| idx.best(addr).map(|b| idx.syms[b].3);
-        assert_eq!(pick(0x210), Some(20), "first visited of two aliases");
-        assert_eq!(pick(0x285), Some(30), "only the longer alias covers it");
-        assert_eq!(pick(0x290), Some(10), "past the aliases: the big one");
-        assert_eq!(pick(0x300), Some(40), "size 0: only its own address");
-        assert_eq!(pick(0x301), Some(10));
-        assert_eq!(pick(0x1000), None);
-        assert_eq!(pick(0x50), None);
+        let text = String::from_utf8_lossy(&out);
+        let mut in_symtab = false;
+        let mut reference: Vec<(usize, usize, String)> = Vec::new();
+        for l in text.lines() {
+            if l.starts_with("Symbol table") {
+                in_symtab = l.contains("'.symtab'");
+                continue;
+            }
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if !in_symtab || f.len() < 8 || !matches!(f[3], "FUNC" | "IFUNC") {
+                continue;
+            }
+            let (Ok(v), Ok(sz)) = (usize::from_str_radix(f[1], 16), f[2].parse::<usize>()) else {
+                continue;
+            };
+            if v == 0 || f[6] == "UND" || f[6] == "ABS" {
+                continue;
+            }
+            let name = f[7].split('@').next().unwrap_or("").to_string();
+            reference.push((v, v + sz.max(1), name));
+        }
+        reference.sort();
+        // The load bias of this program and its program headers as loaded.
+        extern "C" fn first(i: *mut libc::dl_phdr_info, _: usize, d: *mut libc::c_void) -> i32 {
+            // SAFETY: valid info; d is our Option.
+            unsafe {
+                let i = &*i;
+                let phdrs = core::slice::from_raw_parts(
+                    i.dlpi_phdr as *const u8,
+                    i.dlpi_phnum as usize * core::mem::size_of::<libc::Elf64_Phdr>(),
+                );
+                *(d as *mut Option<(usize, Vec<u8>)>) =
+                    Some((i.dlpi_addr as usize, phdrs.to_vec()));
+            }
+            1
+        }
+        let mut me: Option<(usize, Vec<u8>)> = None;
+        // SAFETY: `first` matches the callback type; `me` outlives the call.
+        unsafe { libc::dl_iterate_phdr(Some(first), &mut me as *mut _ as *mut libc::c_void) };
+        let (bias, phdrs) = me.unwrap();
+        let check = FileCheck {
+            object: 0,
+            bias,
+            phdrs,
+            notes: Vec::new(),
+            addrs: Vec::new(),
+        };
+        let lo = reference.first().unwrap().0;
+        let hi = reference.last().unwrap().1;
+        let step = ((hi - lo) / 5000).max(1) | 1;
+        let rel: Vec<usize> = (lo..hi).step_by(step).collect();
+        let addrs: Vec<usize> = rel.iter().map(|&a| a + bias).collect();
+        let path = exe.into_os_string().into_encoded_bytes();
+        let got = symtab_names(&path, &check, &addrs).unwrap();
+        let mut named = 0;
+        for (&a, g) in rel.iter().zip(&got) {
+            let i = reference.partition_point(|s| s.0 <= a);
+            let want = i
+                .checked_sub(1)
+                .map(|i| &reference[i])
+                .filter(|s| a < s.1)
+                .map(|s| (s.0 + bias, s.2.as_bytes().to_vec()));
+            let g = g.as_ref().map(|s| (s.addr, s.name.clone()));
+            assert_eq!(g, want, "{a:#x}");
+            named += g.is_some() as usize;
+        }
+        assert!(named > 100, "{named} of {} named", rel.len());
+    }
+
+    #[test]
+    fn dynsym_rule_prefers_the_greatest_covering_address_then_first_visited() {
+        // In visit order: a big symbol covering all, an alias at 0x200
+        // visited before a longer one there, a size-0 one at 0x300.
+        let addrs = [0x50, 0x210, 0x285, 0x290, 0x300, 0x301, 0x1000];
+        let mut best = vec![None; addrs.len()];
+        for (start, end, name) in [
+            (0x100, 0x1000, 10),
+            (0x200, 0x280, 20),
+            (0x300, 0x301, 40),
+            (0x200, 0x290, 30),
+        ] {
+            offer(&mut best, &addrs, start, end, name);
+        }
+        let names: Vec<Option<u32>> = best.iter().map(|b| b.map(|(_, n)| n)).collect();
+        assert_eq!(
+            names,
+            [
+                None,     // below every symbol
+                Some(20), // two aliases at 0x200: the first visited
+                Some(30), // only the longer alias covers it
+                Some(10), // past the aliases: the big one
+                Some(40), // size 0: only its own address
+                Some(10),
+                None, // the big one's end
+            ]
+        );
     }
 }

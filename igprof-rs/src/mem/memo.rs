@@ -53,9 +53,12 @@ pub struct EntryRegs {
     pub lr: usize,
 }
 
-/// Misses in a row after which the memo rests, and for how many events.
-const MISS_LIMIT: u32 = 64;
-const REST: u32 = 4096;
+/// Misses in a row after which the memo rests, and for how many events: a
+/// miss costs a set scan and a copy of the words, a tenth of a walk, so the
+/// memo rests late and briefly (cc1plus, whose stacks are often new: 77% of
+/// its allocations hit, 70% with 64 and 4096).
+const MISS_LIMIT: u32 = 256;
+const REST: u32 = 1024;
 
 /// Sets of the memo table, chosen by the stack pointer and return address
 /// at the call, and walks remembered per set. A program's allocation sites
@@ -116,14 +119,15 @@ const CHECK_UNKNOWN: u8 = 2;
 static CHECKED: AtomicU64 = AtomicU64::new(0);
 static WRONG: AtomicU64 = AtomicU64::new(0);
 
-/// Whether hits are checked (read from the environment when the first
-/// memo is made, outside any hook).
+/// Whether hits are checked (read from the environment at start-up).
 #[inline]
 pub fn checking() -> bool {
     CHECK.load(Ordering::Relaxed) == 1
 }
 
-fn init_check() {
+/// Reads `IGPROF_MEMO_CHECK` (module start-up, before any hook is
+/// installed).
+pub fn init_check() {
     if CHECK.load(Ordering::Relaxed) == CHECK_UNKNOWN {
         let on = std::env::var_os("IGPROF_MEMO_CHECK").is_some_and(|v| v == "1");
         CHECK.store(on as u8, Ordering::Relaxed);
@@ -184,7 +188,7 @@ struct Table {
 
 const SLOTS_BYTES: usize = SETS * WAYS * core::mem::size_of::<Slot>();
 const TABLE_BYTES: usize = SLOTS_BYTES + core::mem::size_of::<Pool>();
-const _: () = assert!(SLOTS_BYTES % core::mem::align_of::<Pool>() == 0);
+const _: () = assert!(SLOTS_BYTES.is_multiple_of(core::mem::align_of::<Pool>()));
 
 impl Table {
     fn new() -> Option<Table> {
@@ -279,9 +283,8 @@ fn caller_frame(r: &EntryRegs) -> (usize, usize) {
 }
 
 impl StackMemo {
-    /// Outside any hook (reads the environment, maps memory).
+    /// Maps memory: with the thread's other extras, not in a signal handler.
     pub fn new() -> Self {
-        init_check();
         StackMemo {
             owner: core::ptr::null(),
             table: Table::new(),
@@ -320,16 +323,22 @@ impl StackMemo {
                 {
                     continue;
                 }
-                let same = (0..s.len as u64).all(|i| {
-                    let k = ((s.start + i) as usize) & (POOL - 1);
-                    // SAFETY: every word was checked when stored to lie in
-                    // [r.sp, hi) of this thread's stack (ReadLog's floor
-                    // and top), which is mapped while the thread runs at
-                    // r.sp.
-                    let now = unsafe {
-                        core::ptr::read_unaligned((r.sp + pool.offsets[k] as usize) as *const usize)
-                    };
-                    now == pool.values[k]
+                // The walk's words, in one or two runs of the ring.
+                let from = (s.start as usize) & (POOL - 1);
+                let first = (s.len as usize).min(POOL - from);
+                let runs = [(from, first), (0, s.len as usize - first)];
+                let same = runs.iter().all(|&(at, n)| {
+                    let (offsets, values) = (&pool.offsets[at..at + n], &pool.values[at..at + n]);
+                    offsets.iter().zip(values).all(|(&o, &v)| {
+                        // SAFETY: every word was checked when stored to lie
+                        // in [r.sp, hi) of this thread's stack (ReadLog's
+                        // floor and top), which is mapped while the thread
+                        // runs at r.sp.
+                        let now = unsafe {
+                            core::ptr::read_unaligned((r.sp + o as usize) as *const usize)
+                        };
+                        now == v
+                    })
                 });
                 if same {
                     self.misses = 0;

@@ -116,6 +116,7 @@ fn start() -> Result<(), String> {
             sample::mean()
         );
     }
+    memo::init_check();
     install();
     if !hooks::hooked(hooks::Func::Malloc) || !hooks::hooked(hooks::Func::Free) {
         return Err("malloc or free could not be hooked".to_string());
