@@ -14,7 +14,7 @@ use std::process::Command;
 
 const FIXTURES: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../shared/fixtures/igprof-dumps"
+    "/../fixtures/igprof-dumps"
 );
 const CPU: &str = "igprof-pp-cpu_split.gz";
 const MEM: &str = "igprof-mp-alloc_churn.gz";

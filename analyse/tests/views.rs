@@ -3,7 +3,7 @@
 //! real consumer (go tool pprof, callgrind_annotate, an XML parser), whose
 //! totals must equal the text report's. A missing consumer fails the test.
 //!
-//! Runs happen in a temporary copy of /work/shared/fixtures/igprof-dumps,
+//! Runs happen in a temporary copy of fixtures/igprof-dumps,
 //! as in tests/cli.rs (the dumps name the programs relative to it).
 //! Snapshots: tests/snapshots/views_*.txt; `UPDATE_SNAPSHOTS=1` rewrites them.
 
@@ -13,7 +13,7 @@ use std::process::Command;
 
 const FIXTURES: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../shared/fixtures/igprof-dumps"
+    "/../fixtures/igprof-dumps"
 );
 const CPU: &str = "igprof-pp-cpu_split.gz";
 const MEM: &str = "igprof-mp-alloc_churn.gz";

@@ -7,7 +7,7 @@ use std::io::Read;
 
 const FIXTURES: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../shared/fixtures/igprof-dumps"
+    "/../fixtures/igprof-dumps"
 );
 
 fn fixture(name: &str) -> Vec<u8> {

@@ -442,7 +442,7 @@ fn fixtures_parse_with_the_strict_parser() {
     // CI checks out shared/ beside the repository, as format's fixture tests expect.
     let dir = std::path::Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/fixtures/igprof-dumps"
+        "/../fixtures/igprof-dumps"
     ));
     assert!(
         dir.is_dir(),

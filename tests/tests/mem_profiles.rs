@@ -415,7 +415,7 @@ fn igprof_analyse_reports_what_igprof_reported() {
     // arguments (fixtures README): the self profile must be the same rows.
     let fixture = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/fixtures/igprof-dumps/igprof-mp-alloc_churn.MEM_TOTAL.txt"
+        "/../fixtures/igprof-dumps/igprof-mp-alloc_churn.MEM_TOTAL.txt"
     );
     let analyse = target_dir().join("release/igprof-analyse");
     assert!(
