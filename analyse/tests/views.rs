@@ -8,51 +8,13 @@
 //! Snapshots: tests/snapshots/views_*.txt; `UPDATE_SNAPSHOTS=1` rewrites them.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-const FIXTURES: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../fixtures/igprof-dumps"
-);
-const CPU: &str = "igprof-pp-cpu_split.gz";
-const MEM: &str = "igprof-mp-alloc_churn.gz";
-const FD: &str = "igprof-fd-fd_churn.gz";
-
-struct Dir(tempfile::TempDir);
+mod common;
+use common::{Dir, CPU, FD, MEM};
 
 impl Dir {
-    fn new() -> Dir {
-        let libc_debug = "/usr/lib/debug/.build-id/93/ac61ec5a8eb1396f9fbd350e3169a558528a40.debug";
-        assert!(
-            Path::new(libc_debug).exists(),
-            "{libc_debug} is missing: install libc6-dbg (scripts/setup does) for the libc names of the fixtures"
-        );
-        let d = tempfile::tempdir().unwrap();
-        for e in std::fs::read_dir(FIXTURES).unwrap() {
-            let e = e.unwrap();
-            std::fs::copy(e.path(), d.path().join(e.file_name())).unwrap();
-        }
-        Dir(d)
-    }
-    fn path(&self) -> &Path {
-        self.0.path()
-    }
-    fn file(&self, name: &str) -> PathBuf {
-        self.path().join(name)
-    }
-    fn run(&self, args: &[&str]) -> (String, String, bool) {
-        let out = Command::new(env!("CARGO_BIN_EXE_igprof-analyse"))
-            .args(args)
-            .current_dir(self.path())
-            .output()
-            .unwrap();
-        (
-            String::from_utf8(out.stdout).unwrap(),
-            String::from_utf8(out.stderr).unwrap(),
-            out.status.success(),
-        )
-    }
     fn ok(&self, args: &[&str]) -> String {
         let (out, err, ok) = self.run(args);
         assert!(ok, "igprof-analyse {args:?} failed: {err}");

@@ -1,23 +1,12 @@
 /* A series of threads cancelled asynchronously at random points (in their
  * own code, in calls the profiler hooks, in the profiler's signal handler's
  * vicinity), then one more thread that burns 200 ms of its own CPU time in
- * final_burn: it must be sampled like any other. */
+ * burn_thread_ms: it must be sampled like any other. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
-#include <time.h>
 #include <unistd.h>
-
-static volatile unsigned long sink;
-
-__attribute__((noinline, noclone)) static void final_burn(int ms) {
-    struct timespec a, b;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
-    do {
-        for (int i = 0; i < 10000; i++) sink = sink * 31 + i;
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
-    } while ((b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000 < ms);
-}
+#include "burn_ms.h"
 
 static void *victim(void *arg) {
     (void)arg;
@@ -31,7 +20,7 @@ static void *victim(void *arg) {
 
 static void *last(void *arg) {
     (void)arg;
-    final_burn(200);
+    burn_thread_ms(200);
     return NULL;
 }
 

@@ -10,9 +10,7 @@
 #include <stdlib.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-#include <time.h>
-
-static volatile unsigned long sink;
+#include "burn_ms.h"
 
 /* glibc's malloc keeps its per-thread cache in TLS, which these threads
  * share: they must take turns in it, as a runtime that made them would. */
@@ -22,16 +20,6 @@ static void lock(void) {
     }
 }
 static void unlock(void) { __atomic_store_n(&malloc_turn, 0, __ATOMIC_RELEASE); }
-
-/* Spins for ms milliseconds of the calling thread's CPU time. */
-__attribute__((noinline, noclone)) static void burn_thread_ms(int ms) {
-    struct timespec a, b;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
-    do {
-        for (int i = 0; i < 10000; i++) sink = sink * 31 + i;
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
-    } while ((b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000 < ms);
-}
 
 #define STACK (256 * 1024)
 

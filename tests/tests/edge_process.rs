@@ -622,7 +622,7 @@ fn a_thread_after_asynchronous_cancellations_is_sampled() {
         assert_eq!(text(&got.stdout), "40 cancelled\n", "{mode:?}");
         let p = the_profile(&d);
         // The last thread burns 200 ms of its own CPU time.
-        let ms = under(&p, "PERF_TICKS", "final_burn").0 as f64 * tick_ms;
+        let ms = under(&p, "PERF_TICKS", "burn_thread_ms").0 as f64 * tick_ms;
         assert!(
             (140.0..=260.0).contains(&ms),
             "{mode:?}: {ms} ms sampled in the thread after the cancellations, 200 expected"
