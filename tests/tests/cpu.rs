@@ -320,7 +320,13 @@ fn dlopened_functions_by_name_and_dlclose_while_sampling() {
     ok(&o);
     let p = one_profile(&d);
     let s = cumulative_shares(&p, "PERF_TICKS");
-    assert!(s.get("plugin_burn").copied().unwrap_or(0.0) > 50.0, "{s:?}");
+    // The main thread only burns in plugin_burn (the cycler thread's share
+    // of the CPU depends on what else the machine runs).
+    let in_main = s.get("main").copied().unwrap_or(0.0);
+    assert!(
+        in_main > 20.0 && s.get("plugin_burn").copied().unwrap_or(0.0) > 0.9 * in_main,
+        "{s:?}"
+    );
     assert!(
         p.funcs.values().any(|f| f.file.ends_with("/plugin.so")),
         "plugin.so appears as an object"
