@@ -36,6 +36,7 @@
 //!
 //! Must never: link the injected profiler (its hooks would profile us), or
 //! panic on bad input: every failure is an [`Error`] with a one-line message.
+#![forbid(unsafe_code)]
 
 pub mod filters;
 pub mod flat;

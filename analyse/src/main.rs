@@ -1,6 +1,7 @@
 //! igprof-analyse command line: IgProf's options (including its multi-letter
 //! single-dash forms such as `-mr`, `-ml`, `-nf`, `-js`), turned into a
 //! [`Config`]. Errors are one line on stderr and exit status 1.
+#![forbid(unsafe_code)]
 use clap::{CommandFactory, Parser, ValueEnum};
 use igprof_analyse::{filters, profile::ReadOptions, symbols, views, Config, Output};
 use std::io::Write;

@@ -55,5 +55,6 @@
 //! IgProf's analyser is strict: a comment, an empty line, an extra header
 //! field or a missing final newline is a syntax error there. The writer never
 //! produces them; the reader reports them with file and line.
+#![forbid(unsafe_code)]
 pub mod read;
 pub mod write;

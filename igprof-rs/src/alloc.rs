@@ -96,6 +96,8 @@ fn round_pages(n: usize) -> usize {
 /// The library's global allocator (installed in lib.rs).
 pub struct IgAlloc;
 
+// SAFETY: alloc/dealloc/realloc honour the layouts they are given (size and
+// alignment classes of the allocator below) and never unwind.
 unsafe impl GlobalAlloc for IgAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         crate::thread::assert_not_in_signal();

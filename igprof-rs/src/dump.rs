@@ -501,6 +501,7 @@ fn resolve_dladdr(addr: usize, exe: &[u8]) -> Option<Resolved> {
     let mut path = if info.dli_fname.is_null() {
         Vec::new()
     } else {
+        // SAFETY: as above, non-null.
         unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }
             .to_bytes()
             .to_vec()

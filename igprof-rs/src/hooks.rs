@@ -483,8 +483,8 @@ extern "C" fn longjmp_chk_hook(env: *mut c_void, val: c_int) -> ! {
 /// file is prepared while the process may still create it (a daemon that
 /// drops root could not write its profile into the user's directory).
 fn before_setuid(euid: libc::uid_t) {
-    // SAFETY: geteuid has no preconditions.
     if euid != libc::uid_t::MAX
+        // SAFETY: geteuid has no preconditions.
         && euid != unsafe { libc::geteuid() }
         && !thread::is_busy()
         && crate::runtime::is_own_process()

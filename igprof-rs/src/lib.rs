@@ -17,6 +17,7 @@
 //! destructor entries.
 
 #![allow(clippy::missing_safety_doc)]
+#![cfg_attr(not(test), deny(clippy::undocumented_unsafe_blocks))]
 
 pub mod alloc;
 pub mod counters;

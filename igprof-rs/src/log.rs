@@ -93,6 +93,7 @@ static STDERR_ID: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 fn fd2_id() -> Option<(u64, u64)> {
     // SAFETY: fstat into a valid, zeroed struct; a raw syscall (no lock).
     let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: as above: st is valid for the kernel to fill.
     let r = unsafe { libc::syscall(libc::SYS_fstat, 2, &mut st) };
     (r == 0).then_some((st.st_dev, st.st_ino))
 }

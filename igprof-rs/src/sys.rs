@@ -695,7 +695,7 @@ pub unsafe fn run_on_stack<F: FnOnce() -> R, R>(lo: usize, len: usize, f: F) -> 
             "blr {f}",
             "mov sp, x20",
             top = in(reg) top,
-            f = in(reg) tramp::<F, R> as usize,
+            f = in(reg) tramp::<F, R> as *const () as usize,
             in("x0") data,
             out("x20") _,
             clobber_abi("C"),

@@ -43,8 +43,8 @@ const NONE: Walk = Walk {
 pub unsafe fn from_ucontext(ts: &ThreadState, uc: *const libc::c_void, out: &mut [usize]) -> Walk {
     let bounds = with_current_altstack(*ts.bounds);
     match &ts.unwinder {
-        // SAFETY: as the caller guarantees.
         Some(u) => on_walk_stack(ts, || {
+            // SAFETY: as the caller guarantees.
             walk_of(unsafe { u.trace_program_from_ucontext(uc, &bounds, out) })
         }),
         None => NONE,

@@ -156,6 +156,7 @@ pub struct CallTree {
 // SAFETY: the tree is mutated only by its owner; other threads read the
 // published node graph, which is built for concurrent reading.
 unsafe impl Send for CallTree {}
+// SAFETY: as for Send just above.
 unsafe impl Sync for CallTree {}
 
 #[inline]

@@ -541,6 +541,7 @@ fn defer(t: &'static ThreadState, h: &HookTls, kind: u8, a: usize, b: u64) {
         LOST.fetch_add(1, Ordering::Relaxed);
         return;
     }
+    // SAFETY: q is this thread's queue (see above), non-null.
     let e = unsafe { &mut (*q)[tail % DEFERRED_MAX] };
     e.kind = kind;
     e.a = a;

@@ -16,6 +16,7 @@ use core::ptr::NonNull;
 /// valid value, with no drop glue that matters.
 pub(crate) unsafe trait Zeroable {}
 
+// SAFETY: every bit pattern, zero included, is a valid u8.
 unsafe impl Zeroable for u8 {}
 
 /// Why an anonymous mapping failed.
