@@ -246,7 +246,7 @@ pub fn start_thread(t: &'static ThreadState) {
     }
     t.clock_seen.set(sampled_clock_ns());
     t.clock_credit.set(0);
-    match sys::timer_create_for_thread(clock_for(t.tid()), signal(), t.tid()) {
+    match sys::timer_create_for_thread(clock_for(t.tid()), signal(), t.tid(), timer_cookie(t.tid())) {
         Ok(id) => {
             mark(&OUR_TIMERS, id);
             t.timer.store(id, Ordering::Release);
@@ -432,6 +432,27 @@ unsafe fn timer_id_of(info: *const libc::siginfo_t) -> i32 {
     *((info as *const u8).add(16) as *const i32)
 }
 
+/// The value an SI_TIMER siginfo carries (the `_timer._sigval` field): the
+/// `sigev_value` the timer was made with.
+///
+/// # Safety
+/// `info` must be a valid siginfo.
+unsafe fn timer_value_of(info: *const libc::siginfo_t) -> u64 {
+    *((info as *const u8).add(24) as *const u64)
+}
+
+/// The value a sampling timer of thread `tid` carries in its signals: our
+/// timers are recognised by it where the timer id in the siginfo is not the
+/// one timer_create returned (qemu-user hands the program its own ids).
+fn timer_cookie(tid: i32) -> u64 {
+    COOKIE ^ ((tid as u32 as u64) << 32)
+}
+
+/// Whether `v` is the value of one of our sampling timers (any thread's).
+fn is_timer_cookie(v: u64) -> bool {
+    v & 0xffff_ffff == COOKIE & 0xffff_ffff
+}
+
 /// The descriptor of a SIGPOLL-style siginfo (the `_sigpoll._fd` field).
 ///
 /// # Safety
@@ -501,10 +522,14 @@ fn origin(t: Option<&ThreadState>, code: i32, info: *const libc::siginfo_t) -> O
             }
         } else if code == SI_TIMER {
             let id = timer_id_of(info);
-            if t.is_some_and(|t| t.timer.load(Ordering::Relaxed) == id) {
+            let value = timer_value_of(info);
+            if t.is_some_and(|t| {
+                let ours = t.timer.load(Ordering::Relaxed);
+                ours == id || ours >= 0 && value == timer_cookie(t.tid())
+            }) {
                 return Origin::Sampler;
             }
-            if marked(&OUR_TIMERS, id) {
+            if marked(&OUR_TIMERS, id) || is_timer_cookie(value) {
                 return Origin::Stale;
             }
         } else if (code == POLL_HUP || code == POLL_IN) && signal() == libc::SIGPROF {

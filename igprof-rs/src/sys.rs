@@ -202,7 +202,12 @@ const SIGEV_THREAD_ID: i32 = 4;
 
 /// A kernel POSIX timer that sends `signo` to thread `tid` when `clock`
 /// expires. Returns the kernel timer id or the errno.
-pub fn timer_create_for_thread(clock: libc::clockid_t, signo: i32, tid: i32) -> Result<i32, i32> {
+pub fn timer_create_for_thread(
+    clock: libc::clockid_t,
+    signo: i32,
+    tid: i32,
+    value: u64,
+) -> Result<i32, i32> {
     let mut ev = KernelSigevent {
         value: 0,
         signo,
@@ -211,7 +216,7 @@ pub fn timer_create_for_thread(clock: libc::clockid_t, signo: i32, tid: i32) -> 
         pad: [0; 11],
     };
     let mut id: i32 = -1;
-    ev.value = tid as u64;
+    ev.value = value;
     // SAFETY: ev and id are valid for the call; the kernel copies ev.
     let r = unsafe { libc::syscall(libc::SYS_timer_create, clock, &mut ev, &mut id) };
     if r < 0 {

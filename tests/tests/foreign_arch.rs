@@ -78,3 +78,35 @@ fn a_program_of_another_architecture_without_its_library_is_refused_clearly() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("no libigprof.so built for"), "{err}");
 }
+
+#[test]
+fn a_program_of_another_architecture_is_sampled_under_qemu() {
+    let (arch, cc) = foreign();
+    let xlib = target_dir().join(format!("{arch}-unknown-linux-gnu/release/libigprof.so"));
+    assert!(xlib.exists(), "{} missing (scripts/test builds it)", xlib.display());
+    let d = scratch("foreign_arch_pp");
+    cross_build(&d, cc, "cpu_split.c", "cpu_split_foreign");
+    // qemu-user has no perf events of the guest's: the automatic choice
+    // falls back to POSIX timers; both must recognise their own signals.
+    for sampler in ["auto", "timer"] {
+        let out = format!("{sampler}.gz");
+        let o = Command::new(root().join("scripts/igprof"))
+            .args(["-pp", "-i", "1ms", "--sampler", sampler, "-o", &out])
+            .args(["./cpu_split_foreign", "200"])
+            .current_dir(&d)
+            .env("IGPROF_LIB", lib())
+            .env(format!("IGPROF_LIB_{}", arch.to_uppercase()), &xlib)
+            .output()
+            .unwrap();
+        ok(&o);
+        let p = parse_strict(&read_text(&d.join(&out))).unwrap();
+        let s = cumulative_shares(&p, "PERF_TICKS");
+        for (f, want) in [("hot_a", 50.0), ("hot_b", 30.0), ("hot_c", 20.0)] {
+            let got = s.get(f).copied().unwrap_or(0.0);
+            assert!(
+                (got - want).abs() < 6.0,
+                "{sampler}: {f} {got:.1}%, {want}% expected: {s:?}"
+            );
+        }
+    }
+}
