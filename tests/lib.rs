@@ -83,6 +83,67 @@ pub fn igprof(dir: &Path, args: &[&str]) -> Output {
         .expect("run scripts/igprof")
 }
 
+/// The other architecture whose programs run here under qemu-user (see
+/// scripts/igprof): its name as in `IGPROF_LIB_<ARCH>` and target triples,
+/// and its C and C++ cross compilers (scripts/setup installs them).
+pub fn foreign_arch() -> (&'static str, &'static str, &'static str) {
+    if cfg!(target_arch = "x86_64") {
+        ("aarch64", "aarch64-linux-gnu-gcc", "aarch64-linux-gnu-g++")
+    } else {
+        ("x86_64", "x86_64-linux-gnu-gcc", "x86_64-linux-gnu-g++")
+    }
+}
+
+/// The release libigprof.so built for [`foreign_arch`] (panics with what
+/// to do when missing).
+pub fn foreign_lib() -> PathBuf {
+    let arch = foreign_arch().0;
+    let p = target_dir().join(format!("{arch}-unknown-linux-gnu/release/libigprof.so"));
+    assert!(
+        p.exists(),
+        "{} is missing: cargo build --release --target {arch}-unknown-linux-gnu -p igprof-rs (scripts/test does)",
+        p.display()
+    );
+    p
+}
+
+/// Cross-compiles tests/programs/<src> for [`foreign_arch`] into
+/// `dir/<out>` with `flags`, as [`build`] does for the host.
+pub fn cross_build(dir: &Path, src: &str, out: &str, flags: &[&str]) -> PathBuf {
+    let (_, cc, cxx) = foreign_arch();
+    let compiler = if src.ends_with(".cpp") { cxx } else { cc };
+    let outp = dir.join(out);
+    let st = Command::new(compiler)
+        .args(["-O2", "-g"])
+        .args(flags)
+        .arg("-o")
+        .arg(&outp)
+        .arg(root().join("tests/programs").join(src))
+        .args(["-lpthread", "-ldl"])
+        .status()
+        .unwrap_or_else(|e| panic!("{compiler}: {e} (scripts/setup installs the cross compiler)"));
+    assert!(st.success(), "{compiler} {src} failed");
+    outp
+}
+
+/// `scripts/igprof <args>` in `dir` with the host library and the one
+/// built for [`foreign_arch`], not yet run.
+pub fn foreign_igprof_command(dir: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(root().join("scripts/igprof"));
+    c.args(args).current_dir(dir).env("IGPROF_LIB", lib()).env(
+        format!("IGPROF_LIB_{}", foreign_arch().0.to_uppercase()),
+        foreign_lib(),
+    );
+    c
+}
+
+/// Runs `scripts/igprof <args>` in `dir` for a program of [`foreign_arch`].
+pub fn foreign_igprof(dir: &Path, args: &[&str]) -> Output {
+    foreign_igprof_command(dir, args)
+        .output()
+        .expect("run scripts/igprof")
+}
+
 /// The profiles (igprof.*.gz) written in `dir`.
 pub fn profiles(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)

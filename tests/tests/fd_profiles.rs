@@ -10,46 +10,7 @@ use mem_support::*;
 fn fd_churn_is_exact() {
     let n: u64 = 2000;
     let (_d, out, _err, p) = run("fdchurn", "fd_churn.c", &["-fd"], &["2000"]);
-    assert!(out.contains("fd done 2000"), "{out}");
-    let used = sites(&p, "FD_USED");
-    let live = sites(&p, "FD_LIVE");
-    assert_eq!(site(&used, "fd_open_close").calls, n);
-    assert_eq!(
-        site(&used, "fd_dup").calls,
-        n + 1,
-        "n dups and the open they dup"
-    );
-    assert_eq!(
-        site(&used, "fd_pipe").calls,
-        2 * n,
-        "pipe makes two descriptors"
-    );
-    assert_eq!(site(&used, "fd_socket").calls, n);
-    assert_eq!(
-        site(&used, "fd_fopen").calls,
-        n,
-        "fopen counted at its caller"
-    );
-    // fd_leak leaves an open, a dup and a socket (the socket call is a tail
-    // call, so it is charged to main).
-    let live_total: u64 = live.values().map(|s| s.bytes).sum();
-    assert_eq!(live_total, 3, "FD_LIVE at exit: {live:?}");
-    let leaked: usize = live.values().map(|s| s.leaks.len()).sum();
-    assert_eq!(leaked, 3);
-    assert_eq!(site(&live, "fd_leak").bytes + site(&live, "main").bytes, 3);
-    for f in [
-        "fd_open_close",
-        "fd_dup",
-        "fd_pipe",
-        "fd_socket",
-        "fd_fopen",
-    ] {
-        assert_eq!(site(&live, f).bytes, 0, "{f} closed everything");
-    }
-    assert!(live
-        .values()
-        .flat_map(|s| &s.leaks)
-        .all(|&(fd, one)| fd >= 3 && one == 1));
+    check_fd_churn(&out, &p, n);
 }
 
 #[test]
@@ -135,26 +96,7 @@ fn close_on_exec_descriptors_end_at_exec() {
 #[test]
 fn memory_descriptors_and_cpu_in_one_run() {
     let (_d, out, err, p) = run("together", "fd_churn.c", &["-pp", "-mp", "-fd"], &["20000"]);
-    assert!(out.contains("fd done 20000"), "{out}");
-    assert!(
-        err.contains("memory") && err.contains("file descriptors"),
-        "start-up line: {err}"
-    );
-    assert_eq!(site(&sites(&p, "FD_USED"), "fd_pipe").calls, 40_000);
-    // fopen allocates its FILE inside libc: count everything under fd_fopen.
-    let under = |counter: &str| -> u64 {
-        paths(&p, counter)
-            .iter()
-            .filter(|(path, _)| path.iter().any(|n| n == "fd_fopen"))
-            .map(|x| x.1)
-            .sum()
-    };
-    assert_eq!(under("MEM_TOTAL"), 20_000, "one FILE per fopen");
-    assert_eq!(under("MEM_LIVE"), 0, "every FILE freed by fclose");
-    assert!(
-        total(&p, "PERF_TICKS") > 0,
-        "CPU samples in the same profile"
-    );
+    check_fd_mem_cpu(&out, &err, &p, 20_000);
 }
 
 #[test]

@@ -154,22 +154,7 @@ fn usable_size_modes() {
 fn frees_on_other_threads_are_charged_to_the_allocating_stack() {
     let m: u64 = 50_000;
     let (_d, out, _err, p) = run("handoff", "mem_handoff.c", &["-mp"], &["50000"]);
-    assert!(out.contains("handoff done 50000"), "{out}");
-    let total = sites(&p, "MEM_TOTAL");
-    let s = site(&total, "produce");
-    let bytes: u64 = (0..8).map(|k| m * 16 * (k + 1)).sum();
-    assert_eq!(
-        (s.calls, s.bytes),
-        (8 * m, bytes),
-        "produce MEM_TOTAL over 8 threads"
-    );
-    let l = site(&sites(&p, "MEM_LIVE"), "produce");
-    assert_eq!(
-        (l.calls, l.bytes, l.leaks.len()),
-        (0, 0, 0),
-        "every handed-off block was freed"
-    );
-    assert!(l.peak >= 16, "per-stack peak recorded: {l:?}");
+    check_handoff(&out, &p, m);
 }
 
 #[test]

@@ -52,15 +52,43 @@ pub fn run(
     opts: &[&str],
     args: &[&str],
 ) -> (PathBuf, String, String, Profile) {
+    run_on(false, name, src, opts, args)
+}
+
+/// As [`run`], for a build of [`foreign_arch`] under qemu-user.
+pub fn run_foreign(
+    name: &str,
+    src: &str,
+    opts: &[&str],
+    args: &[&str],
+) -> (PathBuf, String, String, Profile) {
+    run_on(true, name, src, opts, args)
+}
+
+fn run_on(
+    foreign: bool,
+    name: &str,
+    src: &str,
+    opts: &[&str],
+    args: &[&str],
+) -> (PathBuf, String, String, Profile) {
     let d = scratch(name);
     let exe = src.rsplit_once('.').unwrap().0;
-    build(&d, src, exe, &[]);
+    if foreign {
+        cross_build(&d, src, exe, &[]);
+    } else {
+        build(&d, src, exe, &[]);
+    }
     let mut a: Vec<&str> = opts.to_vec();
     a.extend(["-o", "prof.gz"]);
     let exe_arg = format!("./{exe}");
     a.push(&exe_arg);
     a.extend(args);
-    let o = igprof(&d, &a);
+    let o = if foreign {
+        foreign_igprof(&d, &a)
+    } else {
+        igprof(&d, &a)
+    };
     let err = ok(&o);
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
     let p = load(&d.join("prof.gz"));
@@ -70,4 +98,98 @@ pub fn run(
 /// Parses one profile strictly.
 pub fn load(path: &Path) -> Profile {
     parse_strict(&read_text(path)).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+// ---- Checks shared by the host tests and their foreign-architecture
+// ---- twins (tests/tests/foreign_arch.rs).
+
+/// mem_handoff with `m` rounds under -mp: 8 producers' blocks, all freed
+/// by consumers on other threads, charged to `produce` exactly.
+pub fn check_handoff(out: &str, p: &Profile, m: u64) {
+    assert!(out.contains(&format!("handoff done {m}")), "{out}");
+    let total = sites(p, "MEM_TOTAL");
+    let s = site(&total, "produce");
+    let bytes: u64 = (0..8).map(|k| m * 16 * (k + 1)).sum();
+    assert_eq!(
+        (s.calls, s.bytes),
+        (8 * m, bytes),
+        "produce MEM_TOTAL over 8 threads"
+    );
+    let l = site(&sites(p, "MEM_LIVE"), "produce");
+    assert_eq!(
+        (l.calls, l.bytes, l.leaks.len()),
+        (0, 0, 0),
+        "every handed-off block was freed"
+    );
+    assert!(l.peak >= 16, "per-stack peak recorded: {l:?}");
+}
+
+/// fd_churn with `n` rounds under -fd: exact FD_USED per creating function
+/// and the three descriptors left open at exit.
+pub fn check_fd_churn(out: &str, p: &Profile, n: u64) {
+    assert!(out.contains(&format!("fd done {n}")), "{out}");
+    let used = sites(p, "FD_USED");
+    let live = sites(p, "FD_LIVE");
+    assert_eq!(site(&used, "fd_open_close").calls, n);
+    assert_eq!(
+        site(&used, "fd_dup").calls,
+        n + 1,
+        "n dups and the open they dup"
+    );
+    assert_eq!(
+        site(&used, "fd_pipe").calls,
+        2 * n,
+        "pipe makes two descriptors"
+    );
+    assert_eq!(site(&used, "fd_socket").calls, n);
+    assert_eq!(
+        site(&used, "fd_fopen").calls,
+        n,
+        "fopen counted at its caller"
+    );
+    // fd_leak leaves an open, a dup and a socket (the socket call is a tail
+    // call, so it is charged to main).
+    let live_total: u64 = live.values().map(|s| s.bytes).sum();
+    assert_eq!(live_total, 3, "FD_LIVE at exit: {live:?}");
+    let leaked: usize = live.values().map(|s| s.leaks.len()).sum();
+    assert_eq!(leaked, 3);
+    assert_eq!(site(&live, "fd_leak").bytes + site(&live, "main").bytes, 3);
+    for f in [
+        "fd_open_close",
+        "fd_dup",
+        "fd_pipe",
+        "fd_socket",
+        "fd_fopen",
+    ] {
+        assert_eq!(site(&live, f).bytes, 0, "{f} closed everything");
+    }
+    assert!(live
+        .values()
+        .flat_map(|s| &s.leaks)
+        .all(|&(fd, one)| fd >= 3 && one == 1));
+}
+
+/// fd_churn with `n` rounds under -pp -mp -fd: the three profilers' counts
+/// in one profile.
+pub fn check_fd_mem_cpu(out: &str, err: &str, p: &Profile, n: u64) {
+    assert!(out.contains(&format!("fd done {n}")), "{out}");
+    assert!(
+        err.contains("memory") && err.contains("file descriptors"),
+        "start-up line: {err}"
+    );
+    assert_eq!(site(&sites(p, "FD_USED"), "fd_pipe").calls, 2 * n);
+    // fopen allocates its FILE inside libc: count everything under fd_fopen.
+    let under = |counter: &str| -> u64 {
+        paths(p, counter)
+            .iter()
+            .filter(|(path, _)| path.iter().any(|f| f == "fd_fopen"))
+            .map(|x| x.1)
+            .sum()
+    };
+    assert_eq!(under("MEM_TOTAL"), n, "one FILE per fopen");
+    assert_eq!(under("MEM_LIVE"), 0, "every FILE freed by fclose");
+    assert!(
+        total(p, "PERF_TICKS") > 0,
+        "CPU samples in the same profile"
+    );
 }
