@@ -21,6 +21,9 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 static PID: AtomicI32 = AtomicI32::new(0);
 /// The pid the launcher exec'd into (IGPROF_ROOT_PID); 0 if unknown.
 static ROOT_PID: AtomicI32 = AtomicI32::new(0);
+/// Set by the launcher (IGPROF_QEMU_USER) when the program runs under
+/// qemu-user: see [`after_fork_child`].
+static QEMU_USER: AtomicBool = AtomicBool::new(false);
 /// Threads of the program that have started and not ended (the watcher
 /// is not one): when the last ends, the watcher ends too.
 static LIVE_THREADS: AtomicUsize = AtomicUsize::new(0);
@@ -333,6 +336,7 @@ pub fn init() {
     {
         ROOT_PID.store(r, Ordering::Relaxed);
     }
+    QEMU_USER.store(getenv(b"IGPROF_QEMU_USER\0").is_some(), Ordering::Relaxed);
     let parsed = options::parse(raw);
     // What start-up has to say is said once for the run, by the process
     // the user started; its other processes say it with -d only.
@@ -549,9 +553,21 @@ pub fn after_fork_child() {
         unsafe {
             libc::pthread_setspecific(THREAD_KEY, t as *const ThreadState as *const libc::c_void)
         };
-        let g = t.enter();
-        crate::watcher::start();
-        drop(g);
+        // qemu-user (7.2) aborts a forked child of a multi-threaded guest
+        // when the child creates a thread (plugins/core.c: "assertion
+        // failed: (success)": the new vCPU reuses the index of a parent
+        // thread that is gone from the child's CPU list but not from the
+        // plugin table). The watcher makes every profiled process
+        // multi-threaded, so under qemu-user the child goes without one:
+        // it writes its profile at exit and on fatal signals, not on the
+        // dump signal, -D or --dump-every.
+        if QEMU_USER.load(Ordering::Relaxed) {
+            crate::watcher::none_in_child();
+        } else {
+            let g = t.enter();
+            crate::watcher::start();
+            drop(g);
+        }
         perf::start_thread(t);
     }
 }

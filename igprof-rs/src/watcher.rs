@@ -89,6 +89,13 @@ pub fn start() {
     }
 }
 
+/// In a fork child that starts no watcher (under qemu-user, see
+/// runtime::after_fork_child): the parent's watcher is not in this
+/// process, so nothing may wait for it.
+pub fn none_in_child() {
+    RUNNING.store(0, Ordering::Release);
+}
+
 /// No thread of the program is left: the watcher ends too, so that glibc
 /// ends the process as it would unprofiled.
 pub fn quit() {

@@ -274,3 +274,67 @@ fn foreign_dump_on_flag_file() {
     assert!(mid.program.ends_with("sleep_burn"), "{}", mid.program);
     assert!(child.wait().unwrap().success());
 }
+
+/// procs.c under qemu-user: fork without exec, fork+exec of itself and
+/// system(). The parent and the forked child each write their own profile
+/// (the library starts no watcher thread in a fork child under qemu-user,
+/// which aborts a forked child of a multi-threaded guest that creates a
+/// thread: see runtime::after_fork_child).
+///
+/// What qemu-user cannot do here, with or without the profiler: a guest's
+/// execve goes to the host kernel, which cannot run an AArch64 file unless
+/// qemu is registered with binfmt_misc (not the case on the test machines),
+/// so the fork+exec child's exec fails (ENOEXEC) and it exits 127; and
+/// system()'s /bin/sh is the host's, run natively, where the host loader
+/// ignores the AArch64 library (it says so on stderr) and the shell writes
+/// no profile. The exec child's image before its exec still writes its
+/// `.exec0` profile, and the image that carries on after the failed exec
+/// its own.
+#[test]
+fn foreign_fork_each_process_writes_its_own_profile() {
+    let d = scratch("foreign_procs");
+    cross_build(&d, "procs.c", "procs", &[]);
+    let o = foreign_igprof(&d, &["-pp", "-i", "1ms", "./procs"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    // Forked child 0, exec child 127 (exec failed), system() 0: as unprofiled.
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "0 127 0\n", "{err}");
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(!err.contains("assertion failed"), "qemu aborted: {err}");
+    let ps = profiles(&d);
+    let mut by_work = std::collections::BTreeMap::new();
+    let (mut pre_exec, mut after_failed_exec) = (0, 0);
+    for f in &ps {
+        let p = load(f);
+        let name = f.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(
+            name.starts_with("igprof.procs."),
+            "{name}: no shell profile"
+        );
+        if name.ends_with(&format!(".{}.exec0.gz", p.pid)) {
+            pre_exec += 1;
+            continue;
+        }
+        assert!(
+            name.ends_with(&format!(".{}.gz", p.pid)),
+            "{name} names its pid {}",
+            p.pid
+        );
+        let s = cumulative_shares(&p, "PERF_TICKS");
+        match ["parent_work", "forked_child_work"]
+            .into_iter()
+            .find(|w| share(&s, w) > 80.0)
+        {
+            Some(top) => assert!(
+                by_work.insert(top, name.clone()).is_none(),
+                "two profiles for {top}"
+            ),
+            None => after_failed_exec += 1,
+        }
+    }
+    assert_eq!(by_work.len(), 2, "parent and forked child: {ps:?}");
+    assert_eq!(
+        pre_exec, 1,
+        "the fork+exec child's image before exec: {ps:?}"
+    );
+    assert_eq!(after_failed_exec, 1, "and after its exec failed: {ps:?}");
+}
