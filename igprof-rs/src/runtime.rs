@@ -559,8 +559,10 @@ pub fn after_fork_child() {
         // thread that is gone from the child's CPU list but not from the
         // plugin table). The watcher makes every profiled process
         // multi-threaded, so under qemu-user the child goes without one:
-        // it writes its profile at exit and on fatal signals, not on the
-        // dump signal, -D or --dump-every.
+        // it writes its profile when it exits (exit, _exit, return from
+        // main), not on the dump signal, -D or --dump-every, and not when
+        // a signal's default action kills it (that dump needs the
+        // watcher; the child says "no profile written" instead).
         if QEMU_USER.load(Ordering::Relaxed) {
             crate::watcher::none_in_child();
         } else {

@@ -279,7 +279,9 @@ fn foreign_dump_on_flag_file() {
 /// system(). The parent and the forked child each write their own profile
 /// (the library starts no watcher thread in a fork child under qemu-user,
 /// which aborts a forked child of a multi-threaded guest that creates a
-/// thread: see runtime::after_fork_child).
+/// thread: see runtime::after_fork_child; such a child writes its profile
+/// when it exits, not on the dump signal, -D, --dump-every or a fatal
+/// signal).
 ///
 /// What qemu-user cannot do here, with or without the profiler: a guest's
 /// execve goes to the host kernel, which cannot run an AArch64 file unless
