@@ -11,6 +11,24 @@ use std::sync::Arc;
 fn two_threads_burning_3_to_1_get_energy_3_to_1_with_pp_and_mp() {
     let d = scratch("energy");
     build(&d, "energy2.c", "energy2", &[]);
+    let mut c = std::process::Command::new(root_dir().join("scripts/igprof"));
+    c.current_dir(&d).env("IGPROF_LIB", lib());
+    energy_3_to_1(&d, c);
+}
+
+/// The same run for the program built for the other architecture, under
+/// qemu-user with the library built for it.
+#[test]
+fn energy_of_a_program_of_another_architecture() {
+    let d = scratch("energy_foreign");
+    cross_build(&d, "energy2.c", "energy2", &[]);
+    energy_3_to_1(&d, foreign_igprof_command(&d, &[]));
+}
+
+/// Runs `energy2 200` in `d` through the launcher command `igprof` under
+/// -np -pp -mp with a fake powercap counter of 20 W, and checks that the
+/// thread burning three times as much gets three times the energy.
+fn energy_3_to_1(d: &std::path::Path, mut igprof: std::process::Command) {
     let root = d.join("fakeroot");
     let zone = root.join("sys/class/powercap/intel-rapl:0");
     std::fs::create_dir_all(&zone).unwrap();
@@ -40,7 +58,7 @@ fn two_threads_burning_3_to_1_get_energy_3_to_1_with_pp_and_mp() {
             }
         })
     };
-    let o = std::process::Command::new(root_dir().join("scripts/igprof"))
+    let o = igprof
         .args([
             "-np",
             "-pp",
@@ -52,8 +70,6 @@ fn two_threads_burning_3_to_1_get_energy_3_to_1_with_pp_and_mp() {
             "./energy2",
             "200",
         ])
-        .current_dir(&d)
-        .env("IGPROF_LIB", lib())
         .env("IGPROF_ENERGY_ROOT", &root)
         .output()
         .unwrap();
