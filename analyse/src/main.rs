@@ -106,6 +106,15 @@ struct Args {
     /// /usr/lib/debug.
     #[arg(long, value_name = "DIR")]
     debug_dir: Vec<String>,
+    /// Read the objects of a profile taken on another machine (another
+    /// architecture, a container) from its root DIR: an object /P is read
+    /// from DIR/P, else from /P (symbolic links in DIR are followed inside
+    /// DIR); in a Debian cross root /usr/TRIPLET, /lib/TRIPLET/X and
+    /// /usr/lib/TRIPLET/X are also looked for as DIR/lib/X. Debug files are
+    /// also looked for under DIR/usr/lib/debug, before /usr/lib/debug.
+    /// Objects found nowhere keep the names recorded in the profile.
+    #[arg(long, value_name = "DIR")]
+    sysroot: Option<String>,
     /// Print progress messages on stderr (-v).
     #[arg(short = 'v', long)]
     verbose: bool,
@@ -255,6 +264,11 @@ fn parse() -> Config {
     if args.diff_mode && args.baseline.is_none() {
         fail("--diff-mode (-D) needs --baseline (-b) FILE");
     }
+    if let Some(root) = &args.sysroot {
+        if !std::path::Path::new(root).is_dir() {
+            fail(&format!("--sysroot {root}: not a directory"));
+        }
+    }
     let mut merge_regexp = Vec::new();
     for m in &args.merge_regexp {
         match filters::parse_merge_regexp(m) {
@@ -328,10 +342,15 @@ fn parse() -> Config {
             debug_dirs: args
                 .debug_dir
                 .iter()
-                .map(String::as_str)
-                .chain([symbols::SYSTEM_DEBUG_DIR])
-                .map(Into::into)
+                .map(std::path::PathBuf::from)
+                .chain(
+                    args.sysroot
+                        .iter()
+                        .map(|r| std::path::Path::new(r).join("usr/lib/debug")),
+                )
+                .chain([symbols::SYSTEM_DEBUG_DIR.into()])
                 .collect(),
+            sysroot: args.sysroot.as_ref().map(Into::into),
         },
         verbose: args.verbose,
         views,
