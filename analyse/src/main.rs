@@ -351,6 +351,7 @@ fn parse() -> Config {
                 .chain([symbols::SYSTEM_DEBUG_DIR.into()])
                 .collect(),
             sysroot: args.sysroot.as_ref().map(Into::into),
+            debuginfod: igprof_analyse::debuginfod::Config::from_env(),
         },
         verbose: args.verbose,
         views,

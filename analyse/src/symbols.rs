@@ -6,6 +6,7 @@
 //! bare names, symlinks; under a `--sysroot` first, for a profile of another
 //! machine), its separate debug file (build id and
 //! `.gnu_debuglink`, whose CRC must match, under the debug directories;
+//! else by build id from debuginfod servers, see [`crate::debuginfod`];
 //! `.gnu_debugaltlink`), and one cache per object. Order of lookup, chosen to
 //! give IgProf's own names:
 //! 1. the object's own `.symtab` (what `nm -n` shows; among aliases at one
@@ -62,6 +63,9 @@ pub struct Options {
     /// object path `P` of the profile is read from `ROOT/P` when that
     /// exists (symlinks followed inside the root), else from `P`.
     pub sysroot: Option<PathBuf>,
+    /// Servers to fetch missing debug files from, by build id, after the
+    /// debug directories (`DEBUGINFOD_URLS`).
+    pub debuginfod: Option<crate::debuginfod::Config>,
 }
 
 impl Default for Options {
@@ -72,6 +76,7 @@ impl Default for Options {
             lines: false,
             debug_dirs: vec![PathBuf::from(SYSTEM_DEBUG_DIR)],
             sysroot: None,
+            debuginfod: None,
         }
     }
 }
@@ -104,6 +109,10 @@ pub struct Resolver {
     objects: FxHashMap<PathBuf, Option<ObjectSyms>>,
     /// Recorded object path -> (the path the report shows, the file to read).
     paths: FxHashMap<String, (String, PathBuf)>,
+    debuginfod: Option<crate::debuginfod::Client>,
+    /// Problems met while looking (debuginfod servers), for the caller to
+    /// report: see [`Resolver::take_warnings`].
+    warnings: Vec<String>,
 }
 
 /// Most symbolic links followed for one path (Linux's limit).
@@ -243,10 +252,11 @@ fn build_id_path(debug_dir: &Path, id: &[u8]) -> Option<PathBuf> {
 fn find_debug_file(
     file: &object::File<'_>,
     path: &Path,
-    debug_dirs: &[PathBuf],
+    finder: &mut DebugFinder<'_>,
 ) -> Option<(PathBuf, Vec<u8>)> {
-    if let Ok(Some(id)) = file.build_id() {
-        for dir in debug_dirs {
+    let build_id = file.build_id().ok().flatten();
+    if let Some(id) = build_id {
+        for dir in finder.dirs {
             if let Some(p) = build_id_path(dir, id) {
                 if let Ok(data) = std::fs::read(&p) {
                     return Some((p, data));
@@ -254,6 +264,33 @@ fn find_debug_file(
             }
         }
     }
+    if let Some(found) = find_debuglink_file(file, path, finder.dirs) {
+        return Some(found);
+    }
+    let client = finder.debuginfod.as_mut()?;
+    let (fetched, errors) = client.debuginfo(build_id?);
+    finder
+        .warnings
+        .extend(errors.iter().map(ToString::to_string));
+    let p = fetched?;
+    let data = std::fs::read(&p).ok()?;
+    Some((p, data))
+}
+
+/// Where separate debug files are looked for: the debug directories, then
+/// the debuginfod servers (whose errors are noted in `warnings`).
+struct DebugFinder<'a> {
+    dirs: &'a [PathBuf],
+    debuginfod: Option<&'a mut crate::debuginfod::Client>,
+    warnings: &'a mut Vec<String>,
+}
+
+/// The `.gnu_debuglink` part of [`find_debug_file`].
+fn find_debuglink_file(
+    file: &object::File<'_>,
+    path: &Path,
+    debug_dirs: &[PathBuf],
+) -> Option<(PathBuf, Vec<u8>)> {
     let (name, crc) = file.gnu_debuglink().ok()??;
     let name = std::str::from_utf8(name).ok()?;
     let dir = path.parent().unwrap_or(Path::new("/"));
@@ -350,7 +387,7 @@ fn has_dwarf(file: &object::File<'_>) -> bool {
         .unwrap_or(false)
 }
 
-fn load_object(path: &Path, debug_dirs: &[PathBuf]) -> Option<ObjectSyms> {
+fn load_object(path: &Path, finder: &mut DebugFinder<'_>) -> Option<ObjectSyms> {
     let data = std::fs::read(path).ok()?;
     let file = object::File::parse(&*data).ok()?;
     let vmbase = file
@@ -369,11 +406,11 @@ fn load_object(path: &Path, debug_dirs: &[PathBuf]) -> Option<ObjectSyms> {
     let mut dwarf_files = None;
     if has_dwarf(&file) {
         dwarf_files = Some((path.to_path_buf(), None));
-    } else if let Some((dbg, dbg_data)) = find_debug_file(&file, path, debug_dirs) {
+    } else if let Some((dbg, dbg_data)) = find_debug_file(&file, path, finder) {
         if let Ok(dbg_file) = object::File::parse(&*dbg_data) {
             debug_symtab = nm_symbols(&dbg_file, false);
             if has_dwarf(&dbg_file) {
-                let alt = find_alt_file(&dbg_file, &dbg, debug_dirs);
+                let alt = find_alt_file(&dbg_file, &dbg, finder.dirs);
                 dwarf_files = Some((dbg.clone(), alt));
             }
         }
@@ -496,10 +533,16 @@ impl ObjectSyms {
 
 impl Resolver {
     pub fn new(options: Options) -> Self {
+        let debuginfod = options
+            .debuginfod
+            .clone()
+            .map(crate::debuginfod::Client::new);
         Resolver {
             options,
             objects: FxHashMap::default(),
             paths: FxHashMap::default(),
+            debuginfod,
+            warnings: Vec::new(),
         }
     }
 
@@ -559,6 +602,11 @@ impl Resolver {
         }
     }
 
+    /// The problems met since the last call (one line each).
+    pub fn take_warnings(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.warnings)
+    }
+
     /// The name of the function at `offset` in object `recorded_path`,
     /// falling back to the `recorded` name from the profile.
     pub fn resolve(&mut self, recorded_path: &str, offset: i64, recorded: &str) -> String {
@@ -567,11 +615,15 @@ impl Resolver {
         }
         if self.options.enabled && offset >= 0 && !recorded_path.is_empty() {
             let file = self.locate(recorded_path).1.clone();
-            let debug_dirs = &self.options.debug_dirs;
+            let mut finder = DebugFinder {
+                dirs: &self.options.debug_dirs,
+                debuginfod: self.debuginfod.as_mut(),
+                warnings: &mut self.warnings,
+            };
             let syms = self
                 .objects
                 .entry(file)
-                .or_insert_with_key(|file| load_object(file, debug_dirs));
+                .or_insert_with_key(|file| load_object(file, &mut finder));
             if let Some(syms) = syms {
                 if let Some(n) = syms.name(offset as u64, recorded, &self.options) {
                     return n;
