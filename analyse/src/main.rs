@@ -27,6 +27,10 @@ enum Order {
 /// them, are merged by symbol.
 /// Function names come from the program and libraries named in the profile
 /// (symbol tables, DWARF, separate debug files), else from the profile.
+/// Debug files found in no debug directory are fetched by build id from the
+/// debuginfod servers of DEBUGINFOD_URLS (plain http://, cached in
+/// DEBUGINFOD_CACHE_PATH or ~/.cache/debuginfod_client; DEBUGINFOD_TIMEOUT
+/// seconds per request, default 5).
 #[derive(Parser, Debug)]
 #[command(name = "igprof-analyse", version, max_term_width = 100)]
 struct Args {
