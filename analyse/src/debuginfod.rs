@@ -7,7 +7,9 @@
 //! Plain `http://` only, over `std::net::TcpStream` (HTTP/1.0, one request
 //! per connection): no TLS stack and no new dependency; `https://` servers
 //! are reported as unsupported. Each request has a deadline
-//! (`DEBUGINFOD_TIMEOUT` seconds, default [`DEFAULT_TIMEOUT`]).
+//! (`DEBUGINFOD_TIMEOUT` seconds, default [`DEFAULT_TIMEOUT`]) for
+//! connecting, sending and receiving; looking the host name up is left to
+//! the system resolver and is not under it.
 //!
 //! Must never: fail the run (every problem is a [`FetchError`] the caller
 //! turns into one warning line), or leave a partial file in the cache (a
