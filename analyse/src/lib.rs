@@ -38,6 +38,7 @@
 //! panic on bad input: every failure is an [`Error`] with a one-line message.
 #![forbid(unsafe_code)]
 
+pub mod debuginfod;
 pub mod filters;
 pub mod flat;
 pub mod formats;
@@ -143,6 +144,9 @@ pub enum Warning {
         reason: String,
         line: Option<u64>,
     },
+    /// A debug file could not be fetched (debuginfod): the names stay
+    /// what the object itself gives.
+    Symbols(String),
 }
 
 impl std::fmt::Display for Warning {
@@ -157,6 +161,7 @@ impl std::fmt::Display for Warning {
                 f,
                 "no counter values in the profile data: nothing was recorded"
             ),
+            Warning::Symbols(m) => write!(f, "{m}"),
             Warning::Skipped { file, reason, line } => {
                 write!(f, "skipping {file}: {reason}")?;
                 match line {
@@ -361,6 +366,9 @@ pub fn run(cfg: &Config, out: &mut dyn Write, warn: &mut dyn FnMut(Warning)) -> 
         }
     }
     prof.finish_reading();
+    for w in resolver.take_warnings() {
+        warn(Warning::Symbols(w));
+    }
     // A counter without values gives IgProf's empty report: the same
     // headings, no rows (every count is zero).
     if prof.counters_seen.is_empty() {

@@ -27,6 +27,10 @@ enum Order {
 /// them, are merged by symbol.
 /// Function names come from the program and libraries named in the profile
 /// (symbol tables, DWARF, separate debug files), else from the profile.
+/// Debug files found in no debug directory are fetched by build id from the
+/// debuginfod servers of DEBUGINFOD_URLS (plain http://, cached in
+/// DEBUGINFOD_CACHE_PATH or ~/.cache/debuginfod_client; DEBUGINFOD_TIMEOUT
+/// seconds per request, default 5).
 #[derive(Parser, Debug)]
 #[command(name = "igprof-analyse", version, max_term_width = 100)]
 struct Args {
@@ -106,6 +110,15 @@ struct Args {
     /// /usr/lib/debug.
     #[arg(long, value_name = "DIR")]
     debug_dir: Vec<String>,
+    /// Read the objects of a profile taken on another machine (another
+    /// architecture, a container) from its root DIR: an object /P is read
+    /// from DIR/P, else from /P (symbolic links in DIR are followed inside
+    /// DIR); in a Debian cross root /usr/TRIPLET, /lib/TRIPLET/X and
+    /// /usr/lib/TRIPLET/X are also looked for as DIR/lib/X. Debug files are
+    /// also looked for under DIR/usr/lib/debug, before /usr/lib/debug.
+    /// Objects found nowhere keep the names recorded in the profile.
+    #[arg(long, value_name = "DIR")]
+    sysroot: Option<String>,
     /// Print progress messages on stderr (-v).
     #[arg(short = 'v', long)]
     verbose: bool,
@@ -255,6 +268,11 @@ fn parse() -> Config {
     if args.diff_mode && args.baseline.is_none() {
         fail("--diff-mode (-D) needs --baseline (-b) FILE");
     }
+    if let Some(root) = &args.sysroot {
+        if !std::path::Path::new(root).is_dir() {
+            fail(&format!("--sysroot {root}: not a directory"));
+        }
+    }
     let mut merge_regexp = Vec::new();
     for m in &args.merge_regexp {
         match filters::parse_merge_regexp(m) {
@@ -328,10 +346,16 @@ fn parse() -> Config {
             debug_dirs: args
                 .debug_dir
                 .iter()
-                .map(String::as_str)
-                .chain([symbols::SYSTEM_DEBUG_DIR])
-                .map(Into::into)
+                .map(std::path::PathBuf::from)
+                .chain(
+                    args.sysroot
+                        .iter()
+                        .map(|r| std::path::Path::new(r).join("usr/lib/debug")),
+                )
+                .chain([symbols::SYSTEM_DEBUG_DIR.into()])
                 .collect(),
+            sysroot: args.sysroot.as_ref().map(Into::into),
+            debuginfod: igprof_analyse::debuginfod::Config::from_env(),
         },
         verbose: args.verbose,
         views,

@@ -3,8 +3,10 @@
 //! but in-process with `object` and `addr2line` (no subprocesses).
 //!
 //! Owns: finding the object named in a profile (relative paths, `$PATH` for
-//! bare names, symlinks), its separate debug file (build id and
+//! bare names, symlinks; under a `--sysroot` first, for a profile of another
+//! machine), its separate debug file (build id and
 //! `.gnu_debuglink`, whose CRC must match, under the debug directories;
+//! else by build id from debuginfod servers, see [`crate::debuginfod`];
 //! `.gnu_debugaltlink`), and one cache per object. Order of lookup, chosen to
 //! give IgProf's own names:
 //! 1. the object's own `.symtab` (what `nm -n` shows; among aliases at one
@@ -57,6 +59,13 @@ pub struct Options {
     /// `DIR/.build-id/xx/yyyy.debug`; by `.gnu_debuglink`: `DIR/NAME` and
     /// `DIR/<object's directory>/NAME`).
     pub debug_dirs: Vec<PathBuf>,
+    /// The root of the profiled machine's files (`--sysroot`): an absolute
+    /// object path `P` of the profile is read from `ROOT/P` when that
+    /// exists (symlinks followed inside the root), else from `P`.
+    pub sysroot: Option<PathBuf>,
+    /// Servers to fetch missing debug files from, by build id, after the
+    /// debug directories (`DEBUGINFOD_URLS`).
+    pub debuginfod: Option<crate::debuginfod::Config>,
 }
 
 impl Default for Options {
@@ -66,6 +75,8 @@ impl Default for Options {
             inline: false,
             lines: false,
             debug_dirs: vec![PathBuf::from(SYSTEM_DEBUG_DIR)],
+            sysroot: None,
+            debuginfod: None,
         }
     }
 }
@@ -94,8 +105,84 @@ struct ObjectSyms {
 /// Resolves (object, offset) to a function name; one cache entry per object.
 pub struct Resolver {
     options: Options,
-    objects: FxHashMap<String, Option<ObjectSyms>>,
-    paths: FxHashMap<String, String>,
+    /// Keyed by the file read (on this machine).
+    objects: FxHashMap<PathBuf, Option<ObjectSyms>>,
+    /// Recorded object path -> (the path the report shows, the file to read).
+    paths: FxHashMap<String, (String, PathBuf)>,
+    debuginfod: Option<crate::debuginfod::Client>,
+    /// Problems met while looking (debuginfod servers), for the caller to
+    /// report: see [`Resolver::take_warnings`].
+    warnings: Vec<String>,
+}
+
+/// Most symbolic links followed for one path (Linux's limit).
+const MAX_LINKS: usize = 40;
+
+/// `path` (absolute, as the profiled machine names it) resolved inside
+/// `root` as a chroot would: `..` stops at the root and symbolic links are
+/// followed with absolute targets taken from the root, not from this
+/// machine. The result is the path inside the root, symlink-free; `None`
+/// when no file is there.
+fn resolve_under(root: &Path, path: &Path) -> Option<PathBuf> {
+    use std::path::Component;
+    let mut todo: std::collections::VecDeque<std::ffi::OsString> = path
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_os_string()),
+            Component::ParentDir => Some("..".into()),
+            _ => None,
+        })
+        .collect();
+    let mut done = PathBuf::from("/");
+    let mut links = 0;
+    while let Some(name) = todo.pop_front() {
+        if name == ".." {
+            done.pop();
+            continue;
+        }
+        let inside = done.join(&name);
+        let host = root.join(inside.strip_prefix("/").ok()?);
+        let meta = std::fs::symlink_metadata(&host).ok()?;
+        if !meta.file_type().is_symlink() {
+            done = inside;
+            continue;
+        }
+        links += 1;
+        if links > MAX_LINKS {
+            return None;
+        }
+        let target = std::fs::read_link(&host).ok()?;
+        if target.is_absolute() {
+            done = PathBuf::from("/");
+        }
+        for c in target.components().rev() {
+            match c {
+                Component::Normal(n) => todo.push_front(n.to_os_string()),
+                Component::ParentDir => todo.push_front("..".into()),
+                _ => {}
+            }
+        }
+    }
+    root.join(done.strip_prefix("/").ok()?)
+        .is_file()
+        .then_some(done)
+}
+
+/// The paths under which `recorded` is looked for in `root`: the path
+/// itself, then, when `root` is a Debian cross root `/usr/<triplet>` and
+/// the path is in a multiarch directory of that triplet (`/lib/<triplet>/`
+/// or `/usr/lib/<triplet>/`, where the native machine keeps its libraries),
+/// the same file in `/lib/`, where the cross root keeps them.
+fn sysroot_candidates(root: &Path, recorded: &Path) -> Vec<PathBuf> {
+    let mut out = vec![recorded.to_path_buf()];
+    if let Some(triplet) = root.file_name() {
+        for dir in ["/lib", "/usr/lib"] {
+            if let Ok(rest) = recorded.strip_prefix(Path::new(dir).join(triplet)) {
+                out.push(Path::new("/lib").join(rest));
+            }
+        }
+    }
+    out
 }
 
 /// `.symtab`-like symbols as `nm -n` lists them: defined, named, not file or
@@ -165,10 +252,11 @@ fn build_id_path(debug_dir: &Path, id: &[u8]) -> Option<PathBuf> {
 fn find_debug_file(
     file: &object::File<'_>,
     path: &Path,
-    debug_dirs: &[PathBuf],
+    finder: &mut DebugFinder<'_>,
 ) -> Option<(PathBuf, Vec<u8>)> {
-    if let Ok(Some(id)) = file.build_id() {
-        for dir in debug_dirs {
+    let build_id = file.build_id().ok().flatten();
+    if let Some(id) = build_id {
+        for dir in finder.dirs {
             if let Some(p) = build_id_path(dir, id) {
                 if let Ok(data) = std::fs::read(&p) {
                     return Some((p, data));
@@ -176,6 +264,33 @@ fn find_debug_file(
             }
         }
     }
+    if let Some(found) = find_debuglink_file(file, path, finder.dirs) {
+        return Some(found);
+    }
+    let client = finder.debuginfod.as_mut()?;
+    let (fetched, errors) = client.debuginfo(build_id?);
+    finder
+        .warnings
+        .extend(errors.iter().map(ToString::to_string));
+    let p = fetched?;
+    let data = std::fs::read(&p).ok()?;
+    Some((p, data))
+}
+
+/// Where separate debug files are looked for: the debug directories, then
+/// the debuginfod servers (whose errors are noted in `warnings`).
+struct DebugFinder<'a> {
+    dirs: &'a [PathBuf],
+    debuginfod: Option<&'a mut crate::debuginfod::Client>,
+    warnings: &'a mut Vec<String>,
+}
+
+/// The `.gnu_debuglink` part of [`find_debug_file`].
+fn find_debuglink_file(
+    file: &object::File<'_>,
+    path: &Path,
+    debug_dirs: &[PathBuf],
+) -> Option<(PathBuf, Vec<u8>)> {
     let (name, crc) = file.gnu_debuglink().ok()??;
     let name = std::str::from_utf8(name).ok()?;
     let dir = path.parent().unwrap_or(Path::new("/"));
@@ -272,7 +387,7 @@ fn has_dwarf(file: &object::File<'_>) -> bool {
         .unwrap_or(false)
 }
 
-fn load_object(path: &Path, debug_dirs: &[PathBuf]) -> Option<ObjectSyms> {
+fn load_object(path: &Path, finder: &mut DebugFinder<'_>) -> Option<ObjectSyms> {
     let data = std::fs::read(path).ok()?;
     let file = object::File::parse(&*data).ok()?;
     let vmbase = file
@@ -291,11 +406,11 @@ fn load_object(path: &Path, debug_dirs: &[PathBuf]) -> Option<ObjectSyms> {
     let mut dwarf_files = None;
     if has_dwarf(&file) {
         dwarf_files = Some((path.to_path_buf(), None));
-    } else if let Some((dbg, dbg_data)) = find_debug_file(&file, path, debug_dirs) {
+    } else if let Some((dbg, dbg_data)) = find_debug_file(&file, path, finder) {
         if let Ok(dbg_file) = object::File::parse(&*dbg_data) {
             debug_symtab = nm_symbols(&dbg_file, false);
             if has_dwarf(&dbg_file) {
-                let alt = find_alt_file(&dbg_file, &dbg, debug_dirs);
+                let alt = find_alt_file(&dbg_file, &dbg, finder.dirs);
                 dwarf_files = Some((dbg.clone(), alt));
             }
         }
@@ -418,24 +533,54 @@ impl ObjectSyms {
 
 impl Resolver {
     pub fn new(options: Options) -> Self {
+        let debuginfod = options
+            .debuginfod
+            .clone()
+            .map(crate::debuginfod::Client::new);
         Resolver {
             options,
             objects: FxHashMap::default(),
             paths: FxHashMap::default(),
+            debuginfod,
+            warnings: Vec::new(),
         }
     }
 
     /// The absolute, symlink-free path IgProf uses for a recorded object path:
     /// bare names are searched in `$PATH`; unreadable paths stay as recorded.
+    /// An object found under the sysroot is shown by its path there (as the
+    /// profiled machine names it).
     pub fn canonical_path(&mut self, recorded: &str) -> String {
-        if let Some(p) = self.paths.get(recorded) {
-            return p.clone();
+        self.locate(recorded).0.clone()
+    }
+
+    /// The path shown for `recorded`, and the file to read for it.
+    fn locate(&mut self, recorded: &str) -> &(String, PathBuf) {
+        if !self.paths.contains_key(recorded) {
+            let found = self.find(recorded);
+            self.paths.insert(recorded.to_string(), found);
         }
+        &self.paths[recorded]
+    }
+
+    fn find(&self, recorded: &str) -> (String, PathBuf) {
         if recorded == UNKNOWN_OBJECT {
-            return recorded.to_string();
+            return (recorded.to_string(), PathBuf::from(recorded));
+        }
+        if recorded.is_empty() {
+            let shown = "<dynamically generated>".to_string();
+            return (shown.clone(), PathBuf::from(shown));
+        }
+        if let (Some(root), true) = (&self.options.sysroot, recorded.starts_with('/')) {
+            for c in sysroot_candidates(root, Path::new(recorded)) {
+                if let Some(inside) = resolve_under(root, &c) {
+                    let file = root.join(inside.strip_prefix("/").unwrap_or(&inside));
+                    return (inside.to_string_lossy().into_owned(), file);
+                }
+            }
         }
         let mut candidate = PathBuf::from(recorded);
-        if !recorded.is_empty() && !recorded.contains('/') {
+        if !recorded.contains('/') {
             if let Some(path) = std::env::var_os("PATH") {
                 for dir in std::env::split_paths(&path) {
                     let dir = if dir.as_os_str().is_empty() {
@@ -451,16 +596,15 @@ impl Resolver {
                 }
             }
         }
-        let out = if recorded.is_empty() {
-            "<dynamically generated>".to_string()
-        } else {
-            match std::fs::canonicalize(&candidate) {
-                Ok(p) => p.to_string_lossy().into_owned(),
-                Err(_) => recorded.to_string(),
-            }
-        };
-        self.paths.insert(recorded.to_string(), out.clone());
-        out
+        match std::fs::canonicalize(&candidate) {
+            Ok(p) => (p.to_string_lossy().into_owned(), p),
+            Err(_) => (recorded.to_string(), PathBuf::from(recorded)),
+        }
+    }
+
+    /// The problems met since the last call (one line each).
+    pub fn take_warnings(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.warnings)
     }
 
     /// The name of the function at `offset` in object `recorded_path`,
@@ -470,12 +614,16 @@ impl Resolver {
             return recorded.to_string();
         }
         if self.options.enabled && offset >= 0 && !recorded_path.is_empty() {
-            let path = self.canonical_path(recorded_path);
-            let debug_dirs = &self.options.debug_dirs;
+            let file = self.locate(recorded_path).1.clone();
+            let mut finder = DebugFinder {
+                dirs: &self.options.debug_dirs,
+                debuginfod: self.debuginfod.as_mut(),
+                warnings: &mut self.warnings,
+            };
             let syms = self
                 .objects
-                .entry(path.clone())
-                .or_insert_with(|| load_object(Path::new(&path), debug_dirs));
+                .entry(file)
+                .or_insert_with_key(|file| load_object(file, &mut finder));
             if let Some(syms) = syms {
                 if let Some(n) = syms.name(offset as u64, recorded, &self.options) {
                     return n;
@@ -564,6 +712,72 @@ mod tests {
             "@?0x7f29cceedd70"
         );
         assert_eq!(r.canonical_path(UNKNOWN_OBJECT), UNKNOWN_OBJECT);
+    }
+
+    #[test]
+    fn paths_resolve_inside_the_sysroot_as_a_chroot_would() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        std::fs::create_dir_all(r.join("usr/lib/x")).unwrap();
+        std::fs::write(r.join("usr/lib/x/libz.so.1.3"), b"").unwrap();
+        // Merged /usr (relative), a versioned link (relative) and a link
+        // with an absolute target, which means the root's /usr, not ours.
+        std::os::unix::fs::symlink("usr/lib", r.join("lib")).unwrap();
+        std::os::unix::fs::symlink("libz.so.1.3", r.join("usr/lib/x/libz.so.1")).unwrap();
+        std::os::unix::fs::symlink("/usr/lib/x/libz.so.1", r.join("usr/lib/x/libz.so")).unwrap();
+        std::os::unix::fs::symlink("loop", r.join("loop")).unwrap();
+        let inside = |p: &str| resolve_under(r, Path::new(p));
+        let z = Some(PathBuf::from("/usr/lib/x/libz.so.1.3"));
+        assert_eq!(inside("/lib/x/libz.so.1"), z);
+        assert_eq!(inside("/usr/lib/x/libz.so"), z);
+        assert_eq!(inside("/lib/x/../x/libz.so"), z);
+        // `..` stops at the root.
+        assert_eq!(inside("/../../lib/x/libz.so.1"), z);
+        assert_eq!(inside("/lib/x/libc.so.6"), None);
+        assert_eq!(inside("/lib/x"), None, "directories are not objects");
+        assert_eq!(inside("/loop"), None);
+    }
+
+    #[test]
+    fn a_debian_cross_root_keeps_multiarch_libraries_in_lib() {
+        let root = Path::new("/usr/aarch64-linux-gnu");
+        let c = |p: &str| sysroot_candidates(root, Path::new(p));
+        assert_eq!(
+            c("/lib/aarch64-linux-gnu/libc.so.6"),
+            [
+                PathBuf::from("/lib/aarch64-linux-gnu/libc.so.6"),
+                PathBuf::from("/lib/libc.so.6")
+            ]
+        );
+        assert_eq!(
+            c("/usr/lib/aarch64-linux-gnu/libstdc++.so.6")[1],
+            PathBuf::from("/lib/libstdc++.so.6")
+        );
+        // Another triplet's directory, or none: only the path itself.
+        assert_eq!(c("/lib/x86_64-linux-gnu/libc.so.6").len(), 1);
+        assert_eq!(c("/lib/libc.so.6"), [PathBuf::from("/lib/libc.so.6")]);
+    }
+
+    #[test]
+    fn objects_missing_from_the_sysroot_are_read_from_their_path() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("lib")).unwrap();
+        std::fs::write(root.path().join("lib/libfoo.so"), b"").unwrap();
+        let host = tempfile::tempdir().unwrap();
+        let bar = host.path().join("libbar.so");
+        std::fs::write(&bar, b"").unwrap();
+        let mut res = Resolver::new(Options {
+            sysroot: Some(root.path().to_path_buf()),
+            ..Options::default()
+        });
+        assert_eq!(res.canonical_path("/lib/libfoo.so"), "/lib/libfoo.so");
+        assert_eq!(
+            res.locate("/lib/libfoo.so").1,
+            root.path().join("lib/libfoo.so")
+        );
+        let bar_real = std::fs::canonicalize(&bar).unwrap();
+        assert_eq!(res.locate(bar.to_str().unwrap()).1, bar_real);
+        assert_eq!(res.canonical_path("/nowhere/libx.so"), "/nowhere/libx.so");
     }
 
     #[test]

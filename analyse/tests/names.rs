@@ -1,7 +1,9 @@
 //! Names of code without symbols: a stripped program (tests/programs/
 //! stripped_hot.c, built here with the system compiler and `strip`), its
 //! separate debug file found through `.gnu_debuglink` (CRC checked) or its
-//! build id under repeatable `--debug-dir`s, and JIT code outside any object.
+//! build id under repeatable `--debug-dir`s or fetched from a debuginfod
+//! server (Debian's `debuginfod`, started here), and JIT code outside any
+//! object.
 //!
 //! The profiles are written here with return addresses chosen inside the
 //! program's functions, whose ranges come from the unstripped build.
@@ -122,20 +124,41 @@ impl Built {
 
     /// The flat cumulative table of igprof-analyse ARGS PROFILE.
     fn flat(&self, args: &[&str], profile: &Path) -> String {
+        self.flat_env(args, profile, &[]).0
+    }
+
+    /// The flat cumulative table of igprof-analyse ARGS PROFILE run with
+    /// the environment variables `env` (no debuginfod server otherwise),
+    /// and its stderr.
+    fn flat_env(&self, args: &[&str], profile: &Path, env: &[(&str, &str)]) -> (String, String) {
         let out = Command::new(env!("CARGO_BIN_EXE_igprof-analyse"))
             .args(args)
             .arg(profile)
             .current_dir(self.path())
+            .env_remove("DEBUGINFOD_URLS")
+            .envs(env.iter().copied())
             .output()
             .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
         assert!(out.status.success(), "{err}");
         let report = String::from_utf8(out.stdout).unwrap();
-        report
+        let flat = report
             .split("Flat profile (self")
             .next()
             .unwrap()
-            .to_string()
+            .to_string();
+        (flat, err)
+    }
+
+    /// The program's build id, in hex.
+    fn build_id(&self) -> String {
+        let data = std::fs::read(&self.stripped).unwrap();
+        let file = object::File::parse(&*data).unwrap();
+        let id = file
+            .build_id()
+            .unwrap()
+            .expect("the compiler writes a build id");
+        id.iter().map(|x| format!("{x:02x}")).collect()
     }
 }
 
@@ -261,4 +284,136 @@ fn a_debug_file_is_found_by_build_id_under_any_debug_dir() {
             "hot_c"
         ]
     );
+}
+
+/// A debuginfod server on 127.0.0.1 serving the debug files of one
+/// directory; stopped when dropped.
+struct Debuginfod {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Debuginfod {
+    fn start(files: &Path, work: &Path) -> Debuginfod {
+        // A free port: bind one, note it, let it go.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let log = std::fs::File::create(work.join("debuginfod.log")).unwrap();
+        let child = Command::new("debuginfod")
+            .arg("-d")
+            .arg(work.join("debuginfod.sqlite"))
+            .arg("-F")
+            .arg(files)
+            .args(["-p", &port.to_string()])
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("debuginfod: {e} (scripts/setup installs it)"));
+        Debuginfod {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    /// Waits until the server serves `build_id`'s debug file (it scans
+    /// its directory after starting).
+    fn wait_for(&self, build_id: &str, work: &Path) {
+        use std::io::{Read, Write};
+        let addr = self.url.trim_start_matches("http://").to_string();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let status = std::net::TcpStream::connect(&addr).ok().and_then(|mut s| {
+                let req = format!("GET /buildid/{build_id}/debuginfo HTTP/1.0\r\n\r\n");
+                s.write_all(req.as_bytes()).ok()?;
+                let mut answer = Vec::new();
+                s.read_to_end(&mut answer).ok()?;
+                let head = String::from_utf8_lossy(&answer[..answer.len().min(12)]).into_owned();
+                Some(head)
+            });
+            if status.as_deref().is_some_and(|h| h.ends_with(" 200")) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "debuginfod does not serve {build_id} after 30 s (last: {status:?}): {}",
+                std::fs::read_to_string(work.join("debuginfod.log")).unwrap_or_default()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Debuginfod {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_debug_file_is_fetched_from_a_debuginfod_server_into_its_cache() {
+    let b = Built::new(&[]);
+    let served = b.path().join("served");
+    std::fs::create_dir(&served).unwrap();
+    b.debug_file(&served.join("stripped_hot.debug"));
+    let hex = b.build_id();
+    let profile = b.profile(&b.stripped);
+    let named = [
+        "<spontaneous>",
+        "main",
+        "hot_a",
+        "hot_b",
+        "@?0x7f29cceedd70",
+        "hot_c",
+    ];
+    let cache = b.path().join("cache");
+    let cache_env = ("DEBUGINFOD_CACHE_PATH", cache.to_str().unwrap());
+
+    let server = Debuginfod::start(&served, b.path());
+    server.wait_for(&hex, b.path());
+    // Without DEBUGINFOD_URLS nothing is fetched.
+    let (flat, _) = b.flat_env(&[], &profile, &[cache_env]);
+    assert!(!flat.contains("hot_"), "{flat}");
+    assert!(!cache.exists());
+    let urls = format!("http://127.0.0.1:1 {}", server.url);
+    let (flat, err) = b.flat_env(&[], &profile, &[("DEBUGINFOD_URLS", &urls), cache_env]);
+    assert_eq!(functions(&flat), named, "{flat}");
+    // The first server is down: one warning, and the second one answers.
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("igprof-analyse: warning: debuginfod http://127.0.0.1:1: "),
+        "{err}"
+    );
+    let cached = cache.join(&hex).join("debuginfo");
+    assert_eq!(
+        std::fs::read(&cached).unwrap(),
+        std::fs::read(served.join("stripped_hot.debug")).unwrap()
+    );
+    drop(server);
+
+    // The server is gone: the cache still names everything, without asking.
+    let (flat, err) = b.flat_env(&[], &profile, &[("DEBUGINFOD_URLS", &urls), cache_env]);
+    assert_eq!(functions(&flat), named, "{flat}");
+    assert_eq!(err, "");
+    // An empty cache and no server: the stripped program's names, one
+    // warning per server, never an error.
+    let empty = b.path().join("empty-cache");
+    let urls = format!("{urls} https://debuginfod.example");
+    let (flat, err) = b.flat_env(
+        &[],
+        &profile,
+        &[
+            ("DEBUGINFOD_URLS", &urls),
+            ("DEBUGINFOD_CACHE_PATH", empty.to_str().unwrap()),
+        ],
+    );
+    assert_eq!(
+        functions(&flat)[2],
+        format!("@{{stripped_hot+{}}}", b.function("hot_a").0)
+    );
+    assert_eq!(err.lines().count(), 3, "{err}");
+    assert!(err.contains("https is not supported"), "{err}");
 }
