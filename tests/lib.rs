@@ -539,3 +539,29 @@ pub fn ok(o: &Output) -> String {
     );
     err
 }
+
+/// The igprof arguments of the dump-signal check: sleep_burn sends itself
+/// the dump signal (and calls igprof_dump_now) while burning.
+pub const DUMP_NOW_ARGS: &[&str] = &["-pp", "-d", "-i", "1ms", "-o", "final.gz", "./sleep_burn", "42"];
+
+/// Checks a run of [`DUMP_NOW_ARGS`] in `d`: igprof_dump_now wrote
+/// snapshot.gz (over 90% in burner), the dump signal wrote final.gz and said
+/// so, and both profiles parse.
+pub fn check_dump_now(d: &Path, o: &Output) {
+    let err = ok(o);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("dump_now 0"),
+        "{o:?}"
+    );
+    let snap = parse_strict(&read_text(&d.join("snapshot.gz"))).unwrap();
+    let burner = cumulative_shares(&snap, "PERF_TICKS")
+        .get("burner")
+        .copied()
+        .unwrap_or(0.0);
+    assert!(burner > 90.0, "burner {burner:.1}% of the snapshot");
+    assert!(
+        err.contains(&format!("dump written to {}", d.join("final.gz").display())),
+        "the dump signal wrote a profile: {err}"
+    );
+    parse_strict(&read_text(&d.join("final.gz"))).unwrap();
+}

@@ -516,37 +516,7 @@ fn wall_clock_and_user_time_modes() {
 fn dump_now_and_dump_signal() {
     let d = scratch("dumpnow");
     build(&d, "sleep_burn.c", "sleep_burn", &[]);
-    let o = igprof(
-        &d,
-        &[
-            "-pp",
-            "-d",
-            "-i",
-            "1ms",
-            "-o",
-            "final.gz",
-            "./sleep_burn",
-            "42",
-        ],
-    );
-    let err = ok(&o);
-    assert!(
-        String::from_utf8_lossy(&o.stdout).contains("dump_now 0"),
-        "{o:?}"
-    );
-    let snap = parse_strict(&read_text(&d.join("snapshot.gz"))).unwrap();
-    assert!(
-        cumulative_shares(&snap, "PERF_TICKS")
-            .get("burner")
-            .copied()
-            .unwrap_or(0.0)
-            > 90.0
-    );
-    assert!(
-        err.contains(&format!("dump written to {}", d.join("final.gz").display())),
-        "the dump signal wrote a profile: {err}"
-    );
-    parse_strict(&read_text(&d.join("final.gz"))).unwrap();
+    check_dump_now(&d, &igprof(&d, DUMP_NOW_ARGS));
     // Without the profiler the same program runs normally (dlsym finds nothing).
     let plain = std::process::Command::new(d.join("sleep_burn"))
         .output()

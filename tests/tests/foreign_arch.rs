@@ -210,31 +210,7 @@ fn foreign_memory_descriptors_and_cpu_in_one_run() {
 fn foreign_dump_now_and_dump_signal() {
     let d = scratch("foreign_dumpnow");
     cross_build(&d, "sleep_burn.c", "sleep_burn", &[]);
-    let o = foreign_igprof(
-        &d,
-        &[
-            "-pp",
-            "-d",
-            "-i",
-            "1ms",
-            "-o",
-            "final.gz",
-            "./sleep_burn",
-            "42",
-        ],
-    );
-    let err = ok(&o);
-    assert!(
-        String::from_utf8_lossy(&o.stdout).contains("dump_now 0"),
-        "{o:?}"
-    );
-    let snap = load(&d.join("snapshot.gz"));
-    assert!(share(&cumulative_shares(&snap, "PERF_TICKS"), "burner") > 90.0);
-    assert!(
-        err.contains(&format!("dump written to {}", d.join("final.gz").display())),
-        "the dump signal wrote a profile: {err}"
-    );
-    load(&d.join("final.gz"));
+    check_dump_now(&d, &foreign_igprof(&d, DUMP_NOW_ARGS));
 }
 
 #[test]
