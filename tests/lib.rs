@@ -542,7 +542,16 @@ pub fn ok(o: &Output) -> String {
 
 /// The igprof arguments of the dump-signal check: sleep_burn sends itself
 /// the dump signal (and calls igprof_dump_now) while burning.
-pub const DUMP_NOW_ARGS: &[&str] = &["-pp", "-d", "-i", "1ms", "-o", "final.gz", "./sleep_burn", "42"];
+pub const DUMP_NOW_ARGS: &[&str] = &[
+    "-pp",
+    "-d",
+    "-i",
+    "1ms",
+    "-o",
+    "final.gz",
+    "./sleep_burn",
+    "42",
+];
 
 /// Checks a run of [`DUMP_NOW_ARGS`] in `d`: igprof_dump_now wrote
 /// snapshot.gz (over 90% in burner), the dump signal wrote final.gz and said

@@ -5,10 +5,7 @@ use igprof_format::read::{ReadError, Reader};
 use igprof_format::write::{CounterRef, FileRef, FuncRef, IoSink, Writer};
 use std::io::Read;
 
-const FIXTURES: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../fixtures/igprof-dumps"
-);
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/igprof-dumps");
 
 fn fixture(name: &str) -> Vec<u8> {
     let path = format!("{FIXTURES}/{name}");

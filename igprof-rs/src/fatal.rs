@@ -146,7 +146,11 @@ pub fn die_if_pending() {
 /// # Safety
 /// `act` is null or points to a valid `sigaction`; `old` is null or valid
 /// for writing one (what the program passed to `sigaction`).
-pub unsafe fn sigaction(sig: i32, act: *const libc::sigaction, old: *mut libc::sigaction) -> Option<i32> {
+pub unsafe fn sigaction(
+    sig: i32,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> Option<i32> {
     if !(1..64).contains(&sig) || !watched(sig) || !crate::runtime::active() {
         return None;
     }

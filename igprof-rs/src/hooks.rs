@@ -274,7 +274,17 @@ extern "C" fn clone_hook(
         }))
     });
     // SAFETY: clone_start takes ownership of boxed in the child.
-    let r = unsafe { real(clone_start, stack, flags, boxed as *mut c_void, ptid, tls, ctid) };
+    let r = unsafe {
+        real(
+            clone_start,
+            stack,
+            flags,
+            boxed as *mut c_void,
+            ptid,
+            tls,
+            ctid,
+        )
+    };
     if r == -1 {
         let e = sys::ErrnoGuard::save();
         // SAFETY: no child was made, so boxed is still ours.

@@ -246,7 +246,8 @@ pub fn start_thread(t: &'static ThreadState) {
     }
     t.clock_seen.set(sampled_clock_ns());
     t.clock_credit.set(0);
-    match sys::timer_create_for_thread(clock_for(t.tid()), signal(), t.tid(), timer_cookie(t.tid())) {
+    match sys::timer_create_for_thread(clock_for(t.tid()), signal(), t.tid(), timer_cookie(t.tid()))
+    {
         Ok(id) => {
             mark(&OUR_TIMERS, id);
             t.timer.store(id, Ordering::Release);

@@ -589,7 +589,11 @@ fn threads_made_by_raw_clone_are_profiled_as_threads() {
         if uses(mode, "-mp") {
             // Main allocates while the clones do: each counts its own.
             assert_eq!(under(&p, "MEM_TOTAL", "allocate_1000").0, 2000, "{mode:?}");
-            assert_eq!(under(&p, "MEM_TOTAL", "main_allocates_1000").0, 1000, "{mode:?}");
+            assert_eq!(
+                under(&p, "MEM_TOTAL", "main_allocates_1000").0,
+                1000,
+                "{mode:?}"
+            );
             assert_eq!(under(&p, "MEM_TOTAL", "cloned").0, 2000, "{mode:?}");
         }
         if uses(mode, "-pp") {
@@ -658,7 +662,11 @@ fn more_ways_to_end_or_multiply_keep_the_program_and_its_profiles() {
             assert_eq!(text(&got.stdout), text(&want.stdout), "{mode:?} {how}");
             let ps = profiles(&d);
             assert_eq!(ps.len(), n, "{mode:?} {how}: {ps:?}");
-            assert!(leftovers(&d).is_empty(), "{mode:?} {how}: {:?}", leftovers(&d));
+            assert!(
+                leftovers(&d).is_empty(),
+                "{mode:?} {how}: {:?}",
+                leftovers(&d)
+            );
             let mut seen = 0;
             for p in &ps {
                 let prof = parse_strict(&read_text(p))
@@ -684,7 +692,11 @@ fn a_relative_output_path_holds_in_processes_that_change_directory() {
         .env("IGPROF_LIB", lib());
     let o = finish(c, 60, "make -C under -pp");
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    assert!(!text(&o.stderr).contains("cannot create"), "{}", text(&o.stderr));
+    assert!(
+        !text(&o.stderr).contains("cannot create"),
+        "{}",
+        text(&o.stderr)
+    );
     // make and the shell it starts in sub/ both write into prof/.
     let n = std::fs::read_dir(d.join("prof")).unwrap().count();
     assert!(n >= 2, "{n} profiles in prof/");

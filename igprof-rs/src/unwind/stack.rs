@@ -90,7 +90,8 @@ impl StackBounds {
         let lo = trampoline::maps::read_self_fresh()
             .ok()
             .and_then(|maps| {
-                trampoline::maps::find(&maps, top.saturating_sub(1) as u64).map(|m| m.start as usize)
+                trampoline::maps::find(&maps, top.saturating_sub(1) as u64)
+                    .map(|m| m.start as usize)
             })
             .unwrap_or(top);
         let mut bounds = StackBounds {
