@@ -56,21 +56,53 @@ pub fn scratch(name: &str) -> PathBuf {
 
 /// Compiles tests/programs/<src> into `dir/<out>` with `flags`.
 pub fn build(dir: &Path, src: &str, out: &str, flags: &[&str]) -> PathBuf {
-    let srcp = root().join("tests/programs").join(src);
     let compiler = if src.ends_with(".cpp") { "c++" } else { "cc" };
+    compile(compiler, dir, src, out, flags)
+}
+
+/// Compiles tests/programs/<src> with `compiler` (-O2 -g, pthread and dl).
+fn compile(compiler: &str, dir: &Path, src: &str, out: &str, flags: &[&str]) -> PathBuf {
     let outp = dir.join(out);
     let st = Command::new(compiler)
         .args(["-O2", "-g"])
         .args(flags)
         .arg("-o")
         .arg(&outp)
-        .arg(&srcp)
-        .arg("-lpthread")
-        .arg("-ldl")
+        .arg(root().join("tests/programs").join(src))
+        .args(["-lpthread", "-ldl"])
         .status()
-        .expect("run the C compiler");
-    assert!(st.success(), "compiling {src} failed");
+        .unwrap_or_else(|e| panic!("{compiler}: {e} (scripts/setup installs the compilers)"));
+    assert!(st.success(), "{compiler} {src} failed");
     outp
+}
+
+/// The release igprof-analyse (panics with what to do when missing).
+pub fn analyser() -> PathBuf {
+    let p = target_dir().join("release/igprof-analyse");
+    assert!(
+        p.exists(),
+        "{} missing: cargo build --release --workspace",
+        p.display()
+    );
+    p
+}
+
+/// Checks a profile of dlopen_main (main burns in plugin.so's plugin_burn
+/// while another thread dlopens and dlcloses a copy): plugin_burn holds
+/// the main thread's time, and plugin.so is named as an object.
+pub fn check_dlopen(p: &Profile) {
+    let s = cumulative_shares(p, "PERF_TICKS");
+    // The main thread only burns in plugin_burn (the cycler thread's share
+    // of the CPU depends on what else the machine runs).
+    let in_main = s.get("main").copied().unwrap_or(0.0);
+    assert!(
+        in_main > 20.0 && s.get("plugin_burn").copied().unwrap_or(0.0) > 0.9 * in_main,
+        "{s:?}"
+    );
+    assert!(
+        p.funcs.values().any(|f| f.file.ends_with("/plugin.so")),
+        "plugin.so appears as an object"
+    );
 }
 
 /// Runs `scripts/igprof <args>` in `dir`.
@@ -111,19 +143,13 @@ pub fn foreign_lib() -> PathBuf {
 /// `dir/<out>` with `flags`, as [`build`] does for the host.
 pub fn cross_build(dir: &Path, src: &str, out: &str, flags: &[&str]) -> PathBuf {
     let (_, cc, cxx) = foreign_arch();
-    let compiler = if src.ends_with(".cpp") { cxx } else { cc };
-    let outp = dir.join(out);
-    let st = Command::new(compiler)
-        .args(["-O2", "-g"])
-        .args(flags)
-        .arg("-o")
-        .arg(&outp)
-        .arg(root().join("tests/programs").join(src))
-        .args(["-lpthread", "-ldl"])
-        .status()
-        .unwrap_or_else(|e| panic!("{compiler}: {e} (scripts/setup installs the cross compiler)"));
-    assert!(st.success(), "{compiler} {src} failed");
-    outp
+    compile(
+        if src.ends_with(".cpp") { cxx } else { cc },
+        dir,
+        src,
+        out,
+        flags,
+    )
 }
 
 /// `scripts/igprof <args>` in `dir` with the host library and the one

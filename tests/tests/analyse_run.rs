@@ -10,16 +10,6 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn analyser() -> PathBuf {
-    let p = target_dir().join("release/igprof-analyse");
-    assert!(
-        p.exists(),
-        "{} missing: cargo build --release --workspace",
-        p.display()
-    );
-    p
-}
-
 /// Runs igprof-analyse in `dir`.
 fn analyse(dir: &Path, args: &[&str]) -> Output {
     Command::new(analyser())

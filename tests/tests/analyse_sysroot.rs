@@ -4,7 +4,7 @@
 //! Needs the release analyser and the AArch64 libigprof.so (scripts/test
 //! builds both). On an AArch64 host the roles are swapped.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use igprof_tests::*;
@@ -16,16 +16,6 @@ fn foreign() -> (&'static str, &'static str, &'static str) {
     } else {
         ("x86_64", "x86_64-linux-gnu-gcc", "/usr/x86_64-linux-gnu")
     }
-}
-
-fn analyser() -> PathBuf {
-    let p = target_dir().join("release/igprof-analyse");
-    assert!(
-        p.exists(),
-        "{} missing: cargo build --release --workspace",
-        p.display()
-    );
-    p
 }
 
 /// The report of a successful igprof-analyse run in `dir`.

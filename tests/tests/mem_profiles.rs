@@ -402,12 +402,7 @@ fn igprof_analyse_reports_what_igprof_reported() {
         env!("CARGO_MANIFEST_DIR"),
         "/../fixtures/igprof-dumps/igprof-mp-alloc_churn.MEM_TOTAL.txt"
     );
-    let analyse = target_dir().join("release/igprof-analyse");
-    assert!(
-        analyse.exists(),
-        "{} missing: cargo build --release -p igprof-analyse",
-        analyse.display()
-    );
+    let analyse = analyser();
     let (d, _out, _err, _p) = run(
         "churn-analyse",
         "alloc_churn.c",

@@ -566,8 +566,7 @@ fn igprof_analyse_reads_a_sampled_profile() {
         &["200000", "20"],
         "prof.gz",
     );
-    let analyse = target_dir().join("release/igprof-analyse");
-    assert!(analyse.exists(), "{} missing", analyse.display());
+    let analyse = analyser();
     for c in ["MEM_TOTAL", "MEM_LIVE", "MEM_MAX"] {
         let o = std::process::Command::new(&analyse)
             .args(["-r", c, "prof.gz"])
