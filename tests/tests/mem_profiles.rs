@@ -182,11 +182,7 @@ fn live_at_the_process_peak() {
 #[test]
 fn allocations_in_signal_handlers_are_all_counted() {
     let (_d, out, err, p) = run("signal", "mem_signal.c", &["-mp", "-d"], &["2000000"]);
-    let hits: u64 = out
-        .trim()
-        .strip_prefix("hits ")
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no hit count in {out}"));
+    let hits = signal_hits(&out);
     assert!(hits > 100, "the timer fired: {hits}");
     let total = sites(&p, "MEM_TOTAL");
     assert_eq!(site(&total, "churn").calls, 2_000_000, "main loop");

@@ -397,11 +397,7 @@ fn usable_sizes_and_signal_handlers_under_sampling() {
             &["2000000"],
             &format!("sig{nb}.gz"),
         );
-        let hits: u64 = out
-            .trim()
-            .strip_prefix("hits ")
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| panic!("no hit count in {out}"));
+        let hits = signal_hits(&out);
         assert!(hits > 100, "the timer fired: {hits}");
         let m = all_sites(&p);
         let (tot, live) = (counter(&m, "MEM_TOTAL"), counter(&m, "MEM_LIVE"));

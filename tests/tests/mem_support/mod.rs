@@ -193,3 +193,11 @@ pub fn check_fd_mem_cpu(out: &str, err: &str, p: &Profile, n: u64) {
         "CPU samples in the same profile"
     );
 }
+
+/// How many times mem_signal's timer handler allocated (its "hits N" line).
+pub fn signal_hits(out: &str) -> u64 {
+    out.trim()
+        .strip_prefix("hits ")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no hit count in {out}"))
+}
