@@ -105,39 +105,50 @@ pub fn tls<R>(f: impl FnOnce(&HookTls) -> R) -> R {
 #[cold]
 #[inline(never)]
 fn shared_tls<R>(f: impl FnOnce(&HookTls) -> R) -> R {
-    match private_tls() {
-        Some(Some(h)) => f(h),
+    match which_record() {
+        Record::Private(h) => f(h),
         // A blank record for this call only.
         #[allow(clippy::borrow_interior_mutable_const)]
-        Some(None) => f(&HOOK_TLS_INIT),
-        None => TLS.with(f),
+        Record::Blank => f(&HOOK_TLS_INIT),
+        Record::Tls => TLS.with(f),
     }
 }
 
-/// The calling thread's record when it is not the TLS slot's: its own
-/// (`Some(Some)`), or none to keep (`Some(None)`: a thread without state
-/// on another's TLS, or no memory); `None` when the TLS record is its own.
-fn private_tls() -> Option<Option<&'static HookTls>> {
+/// Which hook record a thread uses where TLS may be shared.
+enum Record {
+    /// The TLS slot's: the thread's own TLS.
+    Tls,
+    /// The record kept with its state (a thread on its creator's TLS).
+    Private(&'static HookTls),
+    /// None to keep: a thread without state on another's TLS, or no memory.
+    Blank,
+}
+
+fn which_record() -> Record {
     let Some(t) = thread::current() else {
-        return (!thread::tls_is_callers()).then_some(None);
+        return if thread::tls_is_callers() {
+            Record::Tls
+        } else {
+            Record::Blank
+        };
     };
     if !t.shares_tls() {
-        return None;
+        return Record::Tls;
     }
     let p = t.private_tls.load(Ordering::Acquire) as *const HookTls;
     if !p.is_null() {
         // SAFETY: made below for this state, never freed, owner thread only.
-        return Some(Some(unsafe { &*p }));
+        return Record::Private(unsafe { &*p });
     }
     let m = crate::sys::mmap_anon(core::mem::size_of::<HookTls>()) as *mut HookTls;
     if m.is_null() {
-        return Some(None);
+        return Record::Blank;
     }
     // SAFETY: a fresh private mapping large enough for the record.
     unsafe { m.write(HOOK_TLS_INIT) };
     t.private_tls.store(m as *mut u8, Ordering::Release);
     // SAFETY: as above; the state keeps it for its owners from now on.
-    Some(Some(unsafe { &*m }))
+    Record::Private(unsafe { &*m })
 }
 
 /// Events that could not be recorded at all (no thread state, queue full,
