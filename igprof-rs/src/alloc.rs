@@ -72,6 +72,14 @@ pub fn lock_all() {
     }
 }
 
+/// Whether no size class is locked. In a process with one thread, a held
+/// lock means the calling thread was interrupted inside this allocator.
+pub fn all_unlocked() -> bool {
+    CLASS
+        .iter()
+        .all(|c| !c.lock.load(core::sync::atomic::Ordering::Acquire))
+}
+
 /// Releases what [`lock_all`] took (in parent and child after fork).
 pub fn unlock_all() {
     for c in CLASS.iter() {

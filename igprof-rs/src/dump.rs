@@ -101,9 +101,9 @@ pub fn allow_final_again() {
 }
 
 /// The end-of-process dump (exit, _exit, abort, kill of self, exec): once.
-pub fn final_dump(reason: &str) {
+pub fn final_dump(reason: &str) -> bool {
     if !crate::runtime::active() || FINAL_DONE.swap(true, Ordering::AcqRel) {
-        return;
+        return false;
     }
     // The process is ending: stop sampling so the profile ends here (and no
     // sample lands in the dump itself).
@@ -128,8 +128,12 @@ pub fn final_dump(reason: &str) {
                 log_handler_cost(&stats);
                 log_dump_time(&stats);
             }
+            true
         }
-        Err(e) => crate::igprof_log!("could not write the profile at {reason}: {e}"),
+        Err(e) => {
+            crate::igprof_log!("could not write the profile at {reason}: {e}");
+            false
+        }
     }
 }
 

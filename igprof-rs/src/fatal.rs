@@ -9,8 +9,9 @@
 //! SIG_DFL install ours instead, a query reports SIG_DFL where ours is in
 //! place, and any other action (a handler, SIG_IGN) is the program's for
 //! real. The handler asks the watcher thread for the final dump
-//! ([`crate::watcher::dump_before_death`]), restores SIG_DFL and lets the
-//! signal take its course.
+//! ([`crate::watcher::dump_before_death`]), or writes it itself in a
+//! process without one ([`crate::watcher::final_dump_here`]), restores
+//! SIG_DFL and lets the signal take its course.
 //!
 //! SIGKILL (and SIGSTOP) cannot be caught: periodic dumps (`--dump-every`),
 //! the dump signal and `-D` are what remains for a process that may be
@@ -98,7 +99,7 @@ pub fn die_after_dump(sig: i32) {
         let _ = PENDING_DEATH.compare_exchange(0, sig, Ordering::AcqRel, Ordering::Relaxed);
         return;
     }
-    if !crate::watcher::dump_before_death(sig) {
+    if !crate::watcher::dump_before_death(sig) && !crate::watcher::final_dump_here(sig) {
         crate::dump::final_dump_from_signal(sig);
     }
     OURS.fetch_and(!(1 << sig), Ordering::AcqRel);

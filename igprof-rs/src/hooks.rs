@@ -216,6 +216,7 @@ extern "C" fn pthread_create_hook(
     arg: *mut c_void,
 ) -> c_int {
     let real = orig::pthread_create().expect("pthread_create hook without chain");
+    crate::runtime::before_thread_create();
     if thread::is_busy() || !crate::runtime::active() {
         // SAFETY: forwarding the program's arguments unchanged.
         return unsafe { real(th, attr, f, arg) };
@@ -255,6 +256,10 @@ extern "C" fn clone_hook(
     ctid: *mut libc::pid_t,
 ) -> c_int {
     let real = orig::clone().expect("clone hook without chain");
+    if flags & libc::CLONE_VM != 0 && flags & libc::CLONE_VFORK == 0 {
+        // A thread, or a process sharing this memory, that runs alongside.
+        crate::runtime::before_thread_create();
+    }
     let thread_flags = libc::CLONE_VM | libc::CLONE_THREAD;
     if flags & thread_flags != thread_flags
         || flags & libc::CLONE_SETTLS != 0
@@ -367,7 +372,9 @@ fn aside(f: impl FnOnce()) {
 /// not in a vfork child).
 fn dump_before_end(how: &str, ends: impl FnOnce() -> bool) {
     if !thread::is_busy() && crate::runtime::is_own_process() && ends() {
-        aside(|| crate::dump::final_dump(how));
+        aside(|| {
+            crate::dump::final_dump(how);
+        });
     }
 }
 
@@ -436,10 +443,29 @@ extern "C" fn raise_hook(sig: c_int) -> c_int {
 
 // ---- dynamic loading ----
 
+/// Calls of dlopen/dlclose in progress (see [`in_loader`]).
+static IN_LOADER: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(0);
+
+/// Whether a dlopen or dlclose is in progress: the loader's object list
+/// may be half-updated, so the calling thread must not dump from a signal
+/// handler (`watcher.rs`).
+pub fn in_loader() -> bool {
+    IN_LOADER.load(core::sync::atomic::Ordering::Acquire) != 0
+}
+
+/// Runs a call of the dynamic loader counted in [`IN_LOADER`].
+fn loading<R>(f: impl FnOnce() -> R) -> R {
+    use core::sync::atomic::Ordering;
+    IN_LOADER.fetch_add(1, Ordering::AcqRel);
+    let r = f();
+    IN_LOADER.fetch_sub(1, Ordering::AcqRel);
+    r
+}
+
 extern "C" fn dlopen_hook(file: *const c_char, mode: c_int) -> *mut c_void {
     let real = orig::dlopen().expect("dlopen hook without chain");
     // SAFETY: plain forward.
-    let h = unsafe { real(file, mode) };
+    let h = loading(|| unsafe { real(file, mode) });
     if !h.is_null() && !thread::is_busy() {
         aside(crate::runtime::modules_changed);
     }
@@ -452,7 +478,7 @@ extern "C" fn dlclose_hook(handle: *mut c_void) -> c_int {
         aside(crate::dump::remember_objects);
     }
     // SAFETY: plain forward.
-    let r = unsafe { real(handle) };
+    let r = loading(|| unsafe { real(handle) });
     if r == 0 && !thread::is_busy() {
         aside(crate::runtime::modules_changed);
     }

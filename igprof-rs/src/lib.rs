@@ -35,6 +35,7 @@ pub mod options;
 pub mod perf;
 pub mod runtime;
 pub mod signals;
+pub mod solo; // one thread: no resident thread of ours, no locked updates
 pub mod sys;
 pub mod thread;
 pub mod trace;

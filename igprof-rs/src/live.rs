@@ -13,7 +13,9 @@
 //! signal handler that interrupts a holder on the same thread does not reach
 //! this table (the memory module defers such events until the guard is
 //! released). Another thread that holds a shard lock always makes progress,
-//! so waiting for it cannot deadlock. After fork the child starts with empty,
+//! so waiting for it cannot deadlock. While the process is
+//! [`crate::solo`], its one thread is the only user (dumps included) and
+//! no lock is taken. After fork the child starts with empty,
 //! unlocked tables ([`LiveMem::reset`]): the parent's blocks are the parent's.
 //!
 //! `LiveFds` is one atomic slot per possible descriptor (up to the
@@ -65,7 +67,8 @@ struct Shard {
     state: UnsafeCell<ShardState>,
 }
 
-// SAFETY: `state` is only touched with `lock` held.
+// SAFETY: `state` is only touched with `lock` held, or by the process's
+// only thread while it is solo.
 unsafe impl Sync for Shard {}
 
 #[inline]
@@ -89,6 +92,13 @@ impl Shard {
 
     #[inline]
     fn lock(&self) -> ShardGuard<'_> {
+        if crate::solo::solo() {
+            // The only thread that touches the table (see the module docs).
+            return ShardGuard {
+                shard: self,
+                locked: false,
+            };
+        }
         let mut spins = 0u32;
         while self
             .lock
@@ -102,18 +112,23 @@ impl Shard {
                 core::hint::spin_loop();
             }
         }
-        ShardGuard { shard: self }
+        ShardGuard {
+            shard: self,
+            locked: true,
+        }
     }
 }
 
 struct ShardGuard<'a> {
     shard: &'a Shard,
+    /// Whether the lock was taken (not while the process is solo).
+    locked: bool,
 }
 
 impl ShardGuard<'_> {
     #[inline]
     fn st(&mut self) -> &mut ShardState {
-        // SAFETY: the lock is held for the guard's lifetime.
+        // SAFETY: the lock is held for the guard's lifetime (or the process is solo).
         unsafe { &mut *self.shard.state.get() }
     }
 }
@@ -121,7 +136,9 @@ impl ShardGuard<'_> {
 impl Drop for ShardGuard<'_> {
     #[inline]
     fn drop(&mut self) {
-        self.shard.lock.store(false, Ordering::Release);
+        if self.locked {
+            self.shard.lock.store(false, Ordering::Release);
+        }
     }
 }
 
@@ -313,6 +330,27 @@ impl LiveMem {
         st.place(Block { addr, size, node });
         st.len += 1;
         Ok(None)
+    }
+
+    /// Starts loading the home slot of `addr` into the cache, so that an
+    /// insert or remove of `addr` a little later does not wait for memory
+    /// (the table is large and its slots are spread at random). Only while
+    /// the process is [`crate::solo`]: elsewhere the shard could be resized
+    /// under the read.
+    #[inline]
+    pub fn prefetch(&self, addr: usize) {
+        if !crate::solo::solo() {
+            return;
+        }
+        // SAFETY: solo: this thread is the table's only user (module docs).
+        let st = unsafe { &*self.shard(addr).state.get() };
+        if st.slots.is_null() {
+            return;
+        }
+        let i = (mix(addr) >> SHARD_BITS) & st.mask;
+        // SAFETY: i <= mask, an index into the shard's slot array.
+        let p = unsafe { st.slots.add(i) };
+        sys::prefetch(p as *const u8);
     }
 
     /// Forgets block `addr` and returns what was recorded for it.

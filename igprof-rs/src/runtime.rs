@@ -435,11 +435,17 @@ pub fn init() {
             main as *const ThreadState as *const libc::c_void,
         )
     };
-    crate::watcher::start();
+    crate::watcher::install_dump_signal();
+    let o = options::get();
+    crate::solo::begin(
+        !crate::watcher::needed_from_start(o) && crate::solo::libc_single_threaded(),
+    );
+    if !crate::solo::solo() {
+        crate::watcher::start();
+    }
     ACTIVE.store(true, Ordering::Release);
     crate::fatal::install();
     drop(guard);
-    let o = options::get();
     {
         crate::igprof_log!(
             "profiling {} (pid {}): {}; profile -> {}",
@@ -521,6 +527,18 @@ fn begin_thread(t: &'static ThreadState) {
     perf::start_thread(t);
 }
 
+/// The program is about to create a thread (or a process sharing its
+/// memory): the process is no longer solo and gets its watcher.
+pub fn before_thread_create() {
+    if !crate::solo::solo() {
+        return;
+    }
+    crate::solo::leave();
+    if active() && is_own_process() {
+        thread::paused(crate::watcher::start);
+    }
+}
+
 /// Before the real fork (calling thread busy): no allocator lock may be
 /// held across it.
 pub fn before_fork() {
@@ -532,7 +550,8 @@ pub fn after_fork_parent() {
 }
 
 /// In the child: a fresh profile of its own (the parent's samples stay
-/// with the parent), a timer for its only thread, a new watcher.
+/// with the parent), a timer for its only thread, solo again (a watcher
+/// only where `-D`/`--dump-every` need one from the start).
 pub fn after_fork_child() {
     crate::alloc::unlock_all();
     PID.store(sys::getpid(), Ordering::Relaxed);
@@ -557,15 +576,16 @@ pub fn after_fork_child() {
         // when the child creates a thread (plugins/core.c: "assertion
         // failed: (success)": the new vCPU reuses the index of a parent
         // thread that is gone from the child's CPU list but not from the
-        // plugin table). The watcher makes every profiled process
-        // multi-threaded, so under qemu-user the child goes without one:
-        // it writes its profile when it exits (exit, _exit, return from
-        // main), not on the dump signal, -D or --dump-every, and not when
-        // a signal's default action kills it (that dump needs the
-        // watcher; the child says "no profile written" instead).
-        if QEMU_USER.load(Ordering::Relaxed) {
-            crate::watcher::none_in_child();
-        } else {
+        // plugin table). So under qemu-user the child never starts a
+        // watcher: while it has one thread it serves the dump signal and
+        // fatal signals itself, as any single-threaded process does; it
+        // does not serve -D or --dump-every, and once it has threads of
+        // its own, a death by signal leaves no profile ("no profile
+        // written").
+        let qemu = QEMU_USER.load(Ordering::Relaxed);
+        crate::watcher::none_in_child(qemu);
+        crate::solo::begin(!crate::watcher::needed_from_start(options::get()));
+        if !crate::solo::solo() {
             let g = t.enter();
             crate::watcher::start();
             drop(g);

@@ -522,6 +522,7 @@ impl Drop for Guard {
         crate::perf::settle_pending(self.t);
         self.t.busy.set(false);
         crate::fatal::die_if_pending();
+        crate::watcher::serve_pending();
     }
 }
 

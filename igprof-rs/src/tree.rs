@@ -19,7 +19,7 @@ use core::ptr::null_mut;
 use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use crate::alloc::Bump;
-use crate::counters;
+use crate::{counters, solo};
 
 /// Address of the synthetic outermost node that marks a truncated stack.
 pub const TRUNCATED: usize = 1;
@@ -57,26 +57,39 @@ impl Counter {
         }
     }
 
-    /// Any-thread accumulate (atomic read-modify-write).
+    /// Any-thread accumulate (atomic read-modify-write, plain while the
+    /// process is [`crate::solo`]).
     #[inline]
     pub fn tick_shared(&self, amount: u64) {
-        self.ticks.fetch_add(1, Ordering::Relaxed);
-        let v = self.value.fetch_add(amount, Ordering::Relaxed) + amount;
-        self.peak.fetch_max(v, Ordering::Relaxed);
+        self.add_shared(1, amount);
+    }
+
+    /// Any-thread accumulate of `ticks` events worth `amount` in total.
+    #[inline]
+    pub fn add_shared(&self, ticks: u64, amount: u64) {
+        solo::add(&self.ticks, ticks);
+        let v = solo::add(&self.value, amount);
+        solo::max(&self.peak, v);
     }
 
     /// IgProf's max counter: ticks += 1, value = max(value, amount).
     #[inline]
     pub fn record_max(&self, amount: u64) {
-        self.ticks.fetch_add(1, Ordering::Relaxed);
-        self.value.fetch_max(amount, Ordering::Relaxed);
+        solo::add(&self.ticks, 1);
+        solo::max(&self.value, amount);
     }
 
     /// A live resource released (possibly by another thread).
     #[inline]
     pub fn release_shared(&self, amount: u64) {
-        self.ticks.fetch_sub(1, Ordering::Relaxed);
-        self.value.fetch_sub(amount, Ordering::Relaxed);
+        self.release_many(1, amount);
+    }
+
+    /// `ticks` live resources worth `amount` released (any thread).
+    #[inline]
+    pub fn release_many(&self, ticks: u64, amount: u64) {
+        solo::sub(&self.ticks, ticks);
+        solo::sub(&self.value, amount);
     }
 
     pub fn get(&self) -> (u64, u64, u64) {

@@ -1,4 +1,4 @@
-//! The watcher thread: writes profiles on request while the program runs.
+//! The watcher thread, and dumps on request in a process that has none.
 //!
 //! Owns the one thread of ours in the program and the requests it serves:
 //! a snapshot when the dump signal arrives (`--dump-signal`), when the `-D`
@@ -8,11 +8,22 @@
 //! main thread called `pthread_exit`: glibc ends the process only when its
 //! last thread ends, and this one must not keep it alive).
 //!
+//! The thread exists only where it is needed: from start-up with `-D` or
+//! `--dump-every` (they poll) or when the program already has threads,
+//! else from the program's first thread creation. A process that never
+//! makes a thread stays single-threaded, as unprofiled (see `solo.rs`);
+//! there the dump signal and fatal signals are served on the program's
+//! thread, in the signal handler when the thread is not inside profiler
+//! code, else as soon as it leaves it ([`serve_pending`]). A dump made
+//! there runs on the program's time; its samples are not charged.
+//!
 //! Requests reach the thread through one futex word, so nothing here holds
 //! a descriptor the program could see, close or reuse.
 //!
-//! Must never: run the program's signal handlers (it runs with every signal
-//! blocked), or take part in sampling.
+//! Must never: run the program's signal handlers (the thread runs with
+//! every signal blocked), take part in sampling, or dump on the program's
+//! thread while that thread is inside the profiler, the library allocator
+//! or the dynamic loader.
 
 use core::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
@@ -39,23 +50,48 @@ fn post(bit: u32) {
 }
 
 extern "C" fn dump_signal_handler(_sig: i32) {
-    post(SNAPSHOT);
+    if RUNNING.load(Ordering::Acquire) != 0 {
+        post(SNAPSHOT);
+    } else {
+        let _e = sys::ErrnoGuard::save();
+        PENDING_HERE.fetch_or(SNAPSHOT, Ordering::AcqRel);
+        serve_pending_here();
+    }
 }
 
-/// Starts the watcher (constructor, fork child). Installs the dump
-/// signal's handler the first time.
-pub fn start() {
+/// Snapshots asked for while no watcher runs and not yet written.
+static PENDING_HERE: AtomicU32 = AtomicU32::new(0);
+/// Set in a fork child that must never start a watcher (qemu-user, see
+/// runtime::after_fork_child).
+static NEVER: AtomicU32 = AtomicU32::new(0);
+
+/// Installs the dump signal's handler (start-up).
+pub fn install_dump_signal() {
     let o = options::get();
-    REQ.store(0, Ordering::Release);
-    FINAL_WRITTEN.store(0, Ordering::Release);
-    static HANDLER_SET: AtomicU32 = AtomicU32::new(0);
-    if o.dump_signal != 0 && HANDLER_SET.swap(1, Ordering::AcqRel) == 0 {
-        // SAFETY: zeroed sigaction then fields set; the handler only posts a request.
+    if o.dump_signal != 0 {
+        // SAFETY: zeroed sigaction then fields set; the handler only posts
+        // a request or dumps when that is safe (see the module docs).
         let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
         sa.sa_sigaction = dump_signal_handler as *const () as usize;
         sa.sa_flags = libc::SA_RESTART;
         let _ = crate::signals::real_sigaction(o.dump_signal, &sa, core::ptr::null_mut());
     }
+}
+
+/// Whether `-D` or `--dump-every` need a thread from start-up.
+pub fn needed_from_start(o: &options::Options) -> bool {
+    poll_interval(o).is_some()
+}
+
+/// Starts the watcher unless it runs (or may not run in this process).
+/// Called at start-up and in a fork child when the process is not solo,
+/// and before the program creates a thread.
+pub fn start() {
+    if RUNNING.load(Ordering::Acquire) != 0 || NEVER.load(Ordering::Acquire) != 0 {
+        return;
+    }
+    REQ.store(PENDING_HERE.swap(0, Ordering::AcqRel), Ordering::Release);
+    FINAL_WRITTEN.store(0, Ordering::Release);
     let real = crate::hooks::orig::pthread_create();
     let mut th: libc::pthread_t = 0;
     // The watcher must start with every signal blocked: a process-directed
@@ -89,11 +125,74 @@ pub fn start() {
     }
 }
 
-/// In a fork child that starts no watcher (under qemu-user, see
-/// runtime::after_fork_child): the parent's watcher is not in this
-/// process, so nothing may wait for it.
-pub fn none_in_child() {
+/// In a fork child: the parent's watcher is not in this process, so
+/// nothing may wait for it. `never`: the child may not start one (under
+/// qemu-user, see runtime::after_fork_child).
+pub fn none_in_child(never: bool) {
     RUNNING.store(0, Ordering::Release);
+    PENDING_HERE.store(0, Ordering::Release);
+    NEVER.store(never as u32, Ordering::Release);
+}
+
+/// Called as the calling thread leaves profiler code: a snapshot asked for
+/// while it was inside is written now (or handed to the watcher if one
+/// started meanwhile).
+#[inline]
+pub fn serve_pending() {
+    if PENDING_HERE.load(Ordering::Relaxed) != 0 {
+        serve_pending_here();
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn serve_pending_here() {
+    if RUNNING.load(Ordering::Acquire) != 0 {
+        let req = PENDING_HERE.swap(0, Ordering::AcqRel);
+        if req != 0 {
+            post(req);
+        }
+        return;
+    }
+    if !can_dump_here() {
+        return; // served when the thread leaves what it is inside
+    }
+    if PENDING_HERE.swap(0, Ordering::AcqRel) == 0 {
+        return;
+    }
+    let _e = sys::ErrnoGuard::save();
+    let Some(t) = thread::current() else { return };
+    let Some(g) = t.enter() else { return };
+    // Samples taken while the dump runs are the profiler's time.
+    let ticks = t.pending_ticks.get();
+    let path = crate::runtime::output_path();
+    match dump::dump_to(&path) {
+        Ok(_) => crate::igprof_debug!("dump written to {path}"),
+        Err(e) => crate::igprof_log!("requested dump failed: {e}"),
+    }
+    t.pending_ticks.set(ticks);
+    drop(g);
+}
+
+/// Whether a dump may run here and now on the calling thread: the process
+/// has no other thread, and this one is not inside the profiler, its
+/// allocator or the dynamic loader (each may hold what a dump needs).
+fn can_dump_here() -> bool {
+    crate::solo::solo()
+        && !thread::is_busy()
+        && crate::alloc::all_unlocked()
+        && !crate::hooks::in_loader()
+        && crate::runtime::is_own_process()
+}
+
+/// The process dies by `sig` and has no watcher: writes the final profile
+/// on the calling thread (signal context) if that is safe. Returns whether
+/// it was written.
+pub fn final_dump_here(sig: i32) -> bool {
+    if RUNNING.load(Ordering::Acquire) != 0 || !can_dump_here() {
+        return false;
+    }
+    dump::final_dump(signal_name(sig))
 }
 
 /// No thread of the program is left: the watcher ends too, so that glibc

@@ -702,3 +702,91 @@ fn a_relative_output_path_holds_in_processes_that_change_directory() {
     assert!(n >= 2, "{n} profiles in prof/");
     assert!(!d.join("sub/prof").exists());
 }
+
+/// Runs `solo` (unprofiled with `mode` None) with `n` allocations; sends
+/// it signal `sig` every 25 ms while it allocates (0: none). Returns its
+/// output and how many signals were sent.
+fn solo_run(d: &Path, mode: Option<&[&str]>, n: &str, sig: i32) -> (Output, usize) {
+    use std::io::Write;
+    let mut c = match mode {
+        Some(m) => {
+            let mut c = Command::new(root().join("scripts/igprof"));
+            c.args(m).arg("./solo").env("IGPROF_LIB", lib());
+            c
+        }
+        None => Command::new(d.join("solo")),
+    };
+    let mut child = c
+        .arg(n)
+        .current_dir(d)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut seen = String::new();
+    while !seen.ends_with("ready\n") {
+        assert!(
+            out.read_line(&mut seen).unwrap() > 0,
+            "no ready line: {seen}"
+        );
+    }
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let start = Instant::now();
+    let mut sent = 0;
+    while child.try_wait().unwrap().is_none() {
+        assert!(start.elapsed() < Duration::from_secs(60), "solo hung");
+        std::thread::sleep(Duration::from_millis(25));
+        if sig != 0 {
+            // SAFETY: kill(2) on our own child (it has not been reaped).
+            if unsafe { libc::kill(child.id() as i32, sig) } == 0 {
+                sent += 1;
+            }
+        }
+    }
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let mut o = child.wait_with_output().unwrap();
+    o.stdout = format!("{seen}{rest}").into_bytes();
+    (o, sent)
+}
+
+#[test]
+fn a_single_threaded_program_gets_no_thread_and_its_dump_requests_are_served() {
+    let want = {
+        let d = dir_for("solo", "solo.c", &["plain"]);
+        solo_run(&d, None, "1000", 0).0
+    };
+    assert_eq!(text(&want.stdout), "tasks 1\nready\ntasks 1\ndone\n");
+    // No thread of the profiler's: glibc stays single-threaded, as unprofiled.
+    for mode in MODES {
+        let d = dir_for("solo", "solo.c", mode);
+        let (got, _) = solo_run(&d, Some(mode), "1000", 0);
+        assert_eq!(text(&got.stdout), text(&want.stdout), "{mode:?}: {got:?}");
+        the_profile(&d);
+    }
+    // The dump signal (42) is served on the program's thread, also when it
+    // arrives inside a hook (then as the hook ends); the counts stay exact.
+    for mode in [
+        &["-mp", "-d"][..],
+        &["-pp", "-i", "1ms", "-mp", "-fd", "-d"][..],
+    ] {
+        let d = dir_for("solo", "solo.c", mode);
+        let n = 12_000_000u64;
+        let (got, sent) = solo_run(&d, Some(mode), &n.to_string(), 42);
+        let err = text(&got.stderr);
+        assert!(got.status.success(), "{mode:?}: {err}");
+        assert_eq!(text(&got.stdout), text(&want.stdout), "{mode:?}");
+        let written = err.matches("dump written to").count();
+        assert!(
+            sent >= 3 && written * 2 >= sent,
+            "{mode:?}: {sent} dump signals sent, {written} dumps written: {err}"
+        );
+        assert!(!err.contains("requested dump failed"), "{mode:?}: {err}");
+        let p = the_profile(&d);
+        assert_eq!(under(&p, "MEM_TOTAL", "churn").0, n, "{mode:?}");
+        assert_eq!(under(&p, "MEM_LIVE", "churn"), (0, 0), "{mode:?}");
+        assert!(leftovers(&d).is_empty(), "{mode:?}");
+    }
+}

@@ -25,12 +25,15 @@
 //! its live-table entry keeps that packed weight, so its free subtracts
 //! exactly what it added.
 //!
+//! Shared updates are plain stores while the process is [`crate::solo`].
+//!
 //! Must never: allocate, lock (beyond a live-table shard), or panic.
 
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::counters::{self, CounterId};
 use crate::live::{Block, LiveMem};
+use crate::solo;
 use crate::tree::{Counter, Node};
 
 /// Live heap blocks of the process (the program's, as seen by the hooks).
@@ -137,10 +140,15 @@ pub fn on_alloc(node: *mut Node, addr: usize, size: u64) {
     };
     snapshot_before_change(node);
     live.tick_shared(size);
-    let now = LIVE_BYTES.fetch_add(size, Ordering::AcqRel) + size;
-    if now > PEAK_BYTES.load(Ordering::Relaxed) && now > PEAK_BYTES.fetch_max(now, Ordering::AcqRel)
-    {
-        PEAK_EPOCH.fetch_add(1, Ordering::AcqRel);
+    grow_process_live(size);
+}
+
+/// The process's live bytes grow by `bytes`; a new peak starts an epoch.
+#[inline]
+fn grow_process_live(bytes: u64) {
+    let now = solo::add(&LIVE_BYTES, bytes);
+    if now > PEAK_BYTES.load(Ordering::Relaxed) && now > solo::max(&PEAK_BYTES, now) {
+        solo::add(&PEAK_EPOCH, 1);
     }
 }
 
@@ -178,14 +186,8 @@ pub fn on_alloc_sampled(node: *mut Node, addr: usize, stored: u64, largest: u64)
         return;
     };
     snapshot_before_change(node);
-    live.ticks.fetch_add(calls, Ordering::Relaxed);
-    let v = live.value.fetch_add(bytes, Ordering::Relaxed) + bytes;
-    live.peak.fetch_max(v, Ordering::Relaxed);
-    let now = LIVE_BYTES.fetch_add(bytes, Ordering::AcqRel) + bytes;
-    if now > PEAK_BYTES.load(Ordering::Relaxed) && now > PEAK_BYTES.fetch_max(now, Ordering::AcqRel)
-    {
-        PEAK_EPOCH.fetch_add(1, Ordering::AcqRel);
-    }
+    live.add_shared(calls, bytes);
+    grow_process_live(bytes);
 }
 
 /// Block `addr` is being freed: forget it and release it from the stack
@@ -220,9 +222,9 @@ pub fn restore(b: &Block) {
     let (calls, bytes) = super::sample::weight_of(b.size);
     if let Some(live) = counter(b.node, LIVE_SLOT.load(Ordering::Relaxed)) {
         snapshot_before_change(b.node);
-        live.ticks.fetch_add(calls, Ordering::Relaxed);
-        live.value.fetch_add(bytes, Ordering::Relaxed);
-        LIVE_BYTES.fetch_add(bytes, Ordering::AcqRel);
+        solo::add(&live.ticks, calls);
+        solo::add(&live.value, bytes);
+        solo::add(&LIVE_BYTES, bytes);
     }
 }
 
@@ -230,9 +232,8 @@ fn release(b: &Block) {
     if let Some(live) = counter(b.node, LIVE_SLOT.load(Ordering::Relaxed)) {
         snapshot_before_change(b.node);
         let (calls, bytes) = super::sample::weight_of(b.size);
-        live.ticks.fetch_sub(calls, Ordering::Relaxed);
-        live.value.fetch_sub(bytes, Ordering::Relaxed);
-        LIVE_BYTES.fetch_sub(bytes, Ordering::AcqRel);
+        live.release_many(calls, bytes);
+        solo::sub(&LIVE_BYTES, bytes);
     }
 }
 
