@@ -82,8 +82,9 @@ fn err(sym: &Symbol, reason: Reason) -> HookError {
 }
 
 /// Copy the function's bytes out of live memory: the whole function when its
-/// size is known, else up to `A::MAX_READ` bytes, never past its mapping.
-fn read_code<A: Arch>(sym: &Symbol) -> Result<Vec<u8>, Reason> {
+/// size is known (with the padding after it if `padding`), else up to
+/// `A::MAX_READ` bytes, never past its mapping.
+fn read_code<A: Arch>(sym: &Symbol, padding: bool) -> Result<Vec<u8>, Reason> {
     let io = |e: std::io::Error| Reason::Protect(e.raw_os_error().unwrap_or(0));
     let code_at = |map: &[maps::Mapping]| {
         maps::find(map, sym.addr)
@@ -96,7 +97,10 @@ fn read_code<A: Arch>(sym: &Symbol) -> Result<Vec<u8>, Reason> {
             .ok_or(Reason::NotMapped { addr: sym.addr })?,
     };
     let want = match sym.size {
-        Some(s) => s + symbols::padding_after(sym.addr + s, crate::arch::PADDING_READ as u64),
+        Some(s) if padding => {
+            s + symbols::padding_after(sym.addr + s, crate::arch::PADDING_READ as u64)
+        }
+        Some(s) => s,
         None => A::MAX_READ as u64,
     };
     let len = want.min(m.end - sym.addr) as usize;
@@ -104,9 +108,31 @@ fn read_code<A: Arch>(sym: &Symbol) -> Result<Vec<u8>, Reason> {
     Ok(unsafe { std::slice::from_raw_parts(sym.addr as *const u8, len) }.to_vec())
 }
 
+/// Runs `f` on the function's code as [`Arch`] describes it. The padding
+/// after a function of known size is looked for only when the function
+/// alone is too short for the patch: finding where it ends costs symbol
+/// look-ups (a scan of the object's symbols each), which add up over the
+/// dozens of functions hooked at every process start.
+fn with_code<A: Arch, R>(
+    sym: &Symbol,
+    mut f: impl FnMut(&[u8]) -> Result<R, Reason>,
+) -> Result<(Vec<u8>, R), Reason> {
+    let code = read_code::<A>(sym, false)?;
+    match f(&code) {
+        Err(Reason::TooShort { .. }) if sym.size.is_some() => {
+            let code = read_code::<A>(sym, true)?;
+            let r = f(&code)?;
+            Ok((code, r))
+        }
+        r => r.map(|r| (code, r)),
+    }
+}
+
 pub(crate) fn probe_with<A: Arch>(sym: &Symbol) -> Result<Probe, HookError> {
-    let code = read_code::<A>(sym).map_err(|r| err(sym, r))?;
-    let plan = A::plan(&code, sym.addr, sym.size, A::NEAR_PATCH_LEN).map_err(|r| err(sym, r))?;
+    let (code, plan) = with_code::<A, _>(sym, |code| {
+        A::plan(code, sym.addr, sym.size, A::NEAR_PATCH_LEN)
+    })
+    .map_err(|r| err(sym, r))?;
     let patch_at = sym.addr + plan.keep as u64;
     let tramp = nearmem::would_place(
         patch_at,
@@ -170,17 +196,19 @@ pub(crate) fn prepare_with<A: Arch>(
     force_far: bool,
 ) -> Result<Prepared, HookError> {
     let _guard = INSTALL_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let code = read_code::<A>(sym).map_err(|r| err(sym, r))?;
     let replacement = replacement as u64;
-    let built = if force_far {
-        build_far::<A>(sym, &code, replacement)
-    } else {
-        match build_near::<A>(sym, &code, replacement) {
-            Err(Reason::NoMemoryInReach { .. }) => build_far::<A>(sym, &code, replacement),
-            other => other,
+    let (code, built) = with_code::<A, _>(sym, |code| {
+        if force_far {
+            build_far::<A>(sym, code, replacement)
+        } else {
+            match build_near::<A>(sym, code, replacement) {
+                Err(Reason::NoMemoryInReach { .. }) => build_far::<A>(sym, code, replacement),
+                other => other,
+            }
         }
-    };
-    let (plan, chain, patch) = built.map_err(|r| err(sym, r))?;
+    })
+    .map_err(|r| err(sym, r))?;
+    let (plan, chain, patch) = built;
     let start = plan.keep;
     let original = code[start..start + plan.taken].to_vec();
     let patch_at = sym.addr + plan.keep as u64;
