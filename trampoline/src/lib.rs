@@ -51,6 +51,7 @@ pub mod aarch64;
 pub mod arch;
 mod error;
 mod hook;
+pub mod image;
 pub mod maps;
 mod nearmem;
 mod patch;

@@ -1,8 +1,10 @@
 //! Finding a function in the running process: its address and size.
 //!
 //! Owns: `dlsym`/`dlvsym` lookups (first definition in the process, or in a
-//! named library that is already loaded), the symbol size via `dladdr1`
-//! (`RTLD_DL_SYMENT`), and the fallback to the ELF `.symtab`/`.dynsym` of
+//! named library that is already loaded), the symbol size and padding
+//! from an index of each object's dynamic symbols (`image`: what `dladdr1`
+//! answers, without its scan of the whole table per question), and the
+//! fallback to the ELF `.symtab`/`.dynsym` of
 //! the loaded objects' files (object crate) for names `dlsym` cannot see
 //! and for sizes of implementations chosen by IFUNC resolvers.
 //!
@@ -10,6 +12,7 @@
 //! a signal handler or a hook (it allocates, reads files, takes loader locks).
 
 use crate::error::LookupError;
+use crate::image::{DynIndex, Image};
 use object::{Object, ObjectSymbol};
 use std::collections::HashMap;
 use std::ffi::{c_void, CStr, CString};
@@ -36,8 +39,6 @@ impl Symbol {
         }
     }
 }
-
-const RTLD_DL_SYMENT: libc::c_int = 1;
 
 /// Find function `name` in library `lib` (a soname or path of a loaded
 /// object, e.g. "libc.so.6"), or the first definition in the process when
@@ -105,91 +106,120 @@ fn lookup(name: &str, version: Option<&str>, lib: Option<&str>) -> Result<Symbol
 }
 
 /// Size of the function starting exactly at `addr`: from the dynamic symbol
-/// `dladdr1` finds, else from the object's file symbol tables.
+/// `dladdr1` would find, else from the object's file symbol tables.
 pub fn size_of_function_at(addr: u64) -> Option<u64> {
-    // SAFETY: Dl_info is plain data; dladdr1 fills it (and `sym`) or returns 0.
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    let mut sym: *mut c_void = std::ptr::null_mut();
-    // SAFETY: valid out-pointers; RTLD_DL_SYMENT makes `sym` an ElfW(Sym)*.
-    let ok = unsafe { libc::dladdr1(addr as *const c_void, &mut info, &mut sym, RTLD_DL_SYMENT) };
-    if ok == 0 {
-        return None;
-    }
-    if !sym.is_null() && info.dli_saddr as u64 == addr {
-        // SAFETY: glibc returns a pointer into the object's mapped .dynsym.
-        let s = unsafe { &*(sym as *const libc::Elf64_Sym) };
-        if s.st_size > 0 {
-            return Some(s.st_size);
+    let o = object_holding(addr)?;
+    if let Some(e) = o.index.starting_at(addr as usize) {
+        if e.size > 0 {
+            return Some(e.size);
         }
     }
-    if info.dli_fname.is_null() {
-        return None;
-    }
-    // SAFETY: dli_fname is a NUL-terminated string owned by the loader.
-    let path = unsafe { CStr::from_ptr(info.dli_fname) }
-        .to_string_lossy()
-        .into_owned();
-    let bias = info.dli_fbase as u64;
-    let path = if path.is_empty() {
-        "/proc/self/exe".to_string()
+    let path = if o.path.is_empty() {
+        "/proc/self/exe"
     } else {
-        path
+        &o.path
     };
-    file_symbol_size(&path, bias, addr)
+    file_symbol_size(path, o.base as u64, addr)
 }
 
-/// Whether a symbol is *defined* at `addr` (dladdr names a symbol that
-/// starts there). False for the canonical PLT entry a non-PIE executable
-/// exports for a function it only calls (`dlsym` returns that address, but
-/// the symbol is undefined there and the code is a jump to the real one).
+/// Whether a symbol is *defined* at `addr` (the dynamic symbol `dladdr`
+/// names there starts there and is defined). False for the canonical PLT
+/// entry a non-PIE executable exports for a function it only calls
+/// (`dlsym` returns that address, but the symbol is undefined there and
+/// the code is a jump to the real one).
 pub fn defined_at(addr: u64) -> bool {
-    // SAFETY: Dl_info is plain data; dladdr1 fills it (and `sym`) or returns 0.
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    let mut sym: *mut c_void = std::ptr::null_mut();
-    // SAFETY: valid out-pointers; RTLD_DL_SYMENT makes `sym` an ElfW(Sym)*.
-    let ok = unsafe { libc::dladdr1(addr as *const c_void, &mut info, &mut sym, RTLD_DL_SYMENT) };
-    // dladdr also names an undefined symbol that has a value (the PLT entry
-    // of a non-PIE program): the section index tells them apart.
-    ok != 0
-        && info.dli_saddr as u64 == addr
-        // SAFETY: glibc returns a pointer into the object's mapped .dynsym.
-        && (sym.is_null() || unsafe { (*(sym as *const libc::Elf64_Sym)).st_shndx } != 0)
+    object_holding(addr)
+        .and_then(|o| o.index.starting_at(addr as usize))
+        .is_some_and(|e| e.defined)
 }
 
 /// How many of the `max` bytes from `end` (the end of a function) are not
 /// the start of another dynamic symbol, i.e. may be alignment padding.
-/// (dladdr names the symbol that starts at or before an address: asking
-/// for the last byte, then before each start found, needs one or two
-/// look-ups instead of one per byte, and each scans the object's symbols.)
 pub(crate) fn padding_after(end: u64, max: u64) -> u64 {
-    let start_at_or_before = |a: u64| {
-        // SAFETY: Dl_info is plain data filled by dladdr; any address is allowed.
-        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-        // SAFETY: valid out-pointer.
-        let ok = unsafe { libc::dladdr(a as *const c_void, &mut info) };
-        (ok != 0 && !info.dli_saddr.is_null()).then_some(info.dli_saddr as u64)
+    let Some(o) = object_holding(end) else {
+        return max;
     };
-    if max == 0 {
-        return 0;
+    o.index
+        .first_start_in(end as usize, (end + max) as usize)
+        .map_or(max, |s| s as u64 - end)
+}
+
+/// A loaded object with the index of its dynamic symbols.
+struct Indexed {
+    /// `dladdr`'s `dli_fbase` and `dli_fname` ("" for the main program).
+    base: usize,
+    path: String,
+    index: DynIndex,
+}
+
+/// An object's identity while loaded: (load bias, program headers'
+/// address); an object unloaded and another loaded in its place has other
+/// headers.
+type ObjectKey = (usize, usize);
+
+/// Indexes made so far.
+static INDEXED: Mutex<Vec<(ObjectKey, Arc<Indexed>)>> = Mutex::new(Vec::new());
+
+/// The object `dladdr` would name for `addr`, indexed (once per object:
+/// `dladdr` scans the object's whole symbol table for each question).
+fn object_holding(addr: u64) -> Option<Arc<Indexed>> {
+    struct Find {
+        addr: usize,
+        page: usize,
+        seen: usize,
+        found: Option<Arc<Indexed>>,
     }
-    // dladdr answers only for an address inside a symbol (or past one of
-    // unknown size): when the last byte is in no symbol, a tiny one may
-    // still start before it, so look byte by byte then.
-    let Some(last) = start_at_or_before(end + max - 1) else {
-        return (0..max)
-            .find(|&k| start_at_or_before(end + k) == Some(end + k))
-            .unwrap_or(max);
-    };
-    let mut first = None;
-    let mut next = Some(last);
-    while let Some(s) = next.filter(|&s| s >= end) {
-        first = Some(s);
-        if s == end {
-            break;
+    unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, _: usize, data: *mut c_void) -> i32 {
+        // SAFETY: dl_iterate_phdr passes a valid info; data is our Find.
+        let (info, f) = unsafe { (&*info, &mut *(data as *mut Find)) };
+        let program = f.seen == 0;
+        f.seen += 1;
+        // SAFETY: a loaded object, read only inside this callback.
+        let img = unsafe { Image::of(info) };
+        let Some(base) = img.map_start(f.page) else {
+            return 0;
+        };
+        if !img
+            .ranges(base, f.page, program)
+            .iter()
+            .any(|&(lo, hi)| lo <= f.addr && f.addr < hi)
+        {
+            return 0;
         }
-        next = start_at_or_before(s - 1);
+        let key = (img.bias, info.dlpi_phdr as usize);
+        let mut cache = INDEXED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, o)) = cache.iter().find(|(k, _)| *k == key) {
+            f.found = Some(o.clone());
+            return 1;
+        }
+        let path = if program || info.dlpi_name.is_null() {
+            String::new()
+        } else {
+            // SAFETY: NUL-terminated string owned by the loader.
+            unsafe { CStr::from_ptr(info.dlpi_name) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        let o = Arc::new(Indexed {
+            base,
+            path,
+            index: DynIndex::of(&img),
+        });
+        cache.push((key, o.clone()));
+        f.found = Some(o);
+        1
     }
-    first.map_or(max, |s| s - end)
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+    let mut f = Find {
+        addr: addr as usize,
+        page,
+        seen: 0,
+        found: None,
+    };
+    // SAFETY: the callback matches the type and only touches `f` and the cache.
+    unsafe { libc::dl_iterate_phdr(Some(cb), &mut f as *mut Find as *mut c_void) };
+    f.found
 }
 
 /// Sizes from the ELF file's symbol tables: the function symbol whose

@@ -1,0 +1,506 @@
+//! Loaded objects as the dynamic loader describes them (`dl_iterate_phdr`),
+//! read with bounds checks, and their dynamic symbols as `dladdr` sees
+//! them: which symbols it considers, in which order, and which one it
+//! gives an address (one pass over the table for many addresses, or an
+//! index of symbol starts), without calling `dladdr` once per question
+//! (it scans the object's whole table every time).
+//!
+//! Owns: reading an object's program headers, segments, notes, dynamic
+//! section and dynamic symbol table in memory.
+//!
+//! Must never: read outside an object's readable segments, or be used on
+//! an object after the `dl_iterate_phdr` callback that gave it returns
+//! (the loader may unmap it then).
+
+/// A loaded object as the loader describes it, with bounds-checked reads
+/// of its readable segments.
+pub struct Image {
+    /// The load bias (`dlpi_addr`).
+    pub bias: usize,
+    phdr: *const libc::Elf64_Phdr,
+    phnum: usize,
+    /// (start, end, readable) of each PT_LOAD segment, at run-time addresses.
+    segments: Vec<(usize, usize, bool)>,
+}
+
+impl Image {
+    /// # Safety
+    /// `info` must describe a loaded object and the object must stay
+    /// loaded while the `Image` is used (inside the `dl_iterate_phdr` call).
+    pub unsafe fn of(info: &libc::dl_phdr_info) -> Image {
+        let bias = info.dlpi_addr as usize;
+        let phnum = if info.dlpi_phdr.is_null() {
+            0
+        } else {
+            info.dlpi_phnum as usize
+        };
+        let mut segments = Vec::new();
+        for k in 0..phnum {
+            // SAFETY: k < dlpi_phnum entries of the loader's headers.
+            let ph = unsafe { &*info.dlpi_phdr.add(k) };
+            if ph.p_type == libc::PT_LOAD && ph.p_memsz > 0 {
+                let lo = bias.wrapping_add(ph.p_vaddr as usize);
+                segments.push((
+                    lo,
+                    lo.wrapping_add(ph.p_memsz as usize),
+                    ph.p_flags & libc::PF_R != 0,
+                ));
+            }
+        }
+        Image {
+            bias,
+            phdr: info.dlpi_phdr,
+            phnum,
+            segments,
+        }
+    }
+
+    pub fn phdrs(&self) -> &[libc::Elf64_Phdr] {
+        if self.phnum == 0 {
+            return &[];
+        }
+        // SAFETY: the loader's phnum program headers (see `of`).
+        unsafe { core::slice::from_raw_parts(self.phdr, self.phnum) }
+    }
+
+    pub fn phdr_bytes(&self) -> Vec<u8> {
+        let p = self.phdrs();
+        // SAFETY: plain data viewed as bytes.
+        unsafe { core::slice::from_raw_parts(p.as_ptr() as *const u8, core::mem::size_of_val(p)) }
+            .to_vec()
+    }
+
+    /// The PT_NOTE segments as loaded: (file offset, bytes).
+    pub fn notes(&self) -> Vec<(u64, Vec<u8>)> {
+        let mut v = Vec::new();
+        for ph in self.phdrs() {
+            if ph.p_type == libc::PT_NOTE && ph.p_filesz > 0 && ph.p_filesz <= 1 << 16 {
+                let at = self.bias.wrapping_add(ph.p_vaddr as usize);
+                if let Some(b) = self.bytes(at, ph.p_filesz as usize) {
+                    v.push((ph.p_offset, b.to_vec()));
+                }
+            }
+        }
+        v
+    }
+
+    /// `dladdr`'s `dli_fbase`: the start of the first PT_LOAD segment's page.
+    pub fn map_start(&self, page: usize) -> Option<usize> {
+        let first = self.phdrs().iter().find(|p| p.p_type == libc::PT_LOAD)?;
+        Some(self.bias.wrapping_add(first.p_vaddr as usize & !(page - 1)))
+    }
+
+    /// The address ranges `dladdr` takes as this object's (glibc's
+    /// `l_contiguous`): from the map start to the end of the last segment
+    /// when the loader counts the object as one piece, else each segment.
+    /// A library the loader mapped is one piece when it is ET_DYN (its
+    /// holes are reserved); the program and the dynamic loader (mapped by
+    /// the kernel) when their segments follow each other page by page
+    /// (x86-64's 4 KiB-aligned ones do, AArch64's 64 KiB-aligned ones do
+    /// not); the vDSO never.
+    pub fn ranges(&self, base: usize, page: usize, program: bool) -> Vec<(usize, usize)> {
+        let seg: Vec<(usize, usize)> = self.segments.iter().map(|&(lo, hi, _)| (lo, hi)).collect();
+        let Some(end) = seg.iter().map(|s| s.1).max() else {
+            return seg;
+        };
+        // SAFETY: getauxval only reads the process's auxiliary vector.
+        let (vdso, loader) = unsafe {
+            (
+                libc::getauxval(libc::AT_SYSINFO_EHDR) as usize,
+                libc::getauxval(libc::AT_BASE) as usize,
+            )
+        };
+        if base == vdso {
+            return seg;
+        }
+        let by_kernel = program || self.bias == loader;
+        let adjacent = seg
+            .windows(2)
+            .all(|w| w[1].0 & !(page - 1) == w[0].1.wrapping_add(page - 1) & !(page - 1));
+        // e_type of the ELF header the first segment maps at its start.
+        let shared = !by_kernel
+            && self
+                .phdrs()
+                .iter()
+                .find(|p| p.p_type == libc::PT_LOAD)
+                .is_some_and(|p| p.p_offset == 0)
+            && self.read::<u16>(base.wrapping_add(16)) == Some(ET_DYN);
+        if shared || adjacent {
+            vec![(base, end)]
+        } else {
+            seg
+        }
+    }
+
+    /// Whether `[addr, addr + len)` lies in one readable segment.
+    pub fn readable(&self, addr: usize, len: usize) -> bool {
+        let Some(end) = addr.checked_add(len) else {
+            return false;
+        };
+        self.segments
+            .iter()
+            .any(|&(lo, hi, r)| r && lo <= addr && end <= hi)
+    }
+
+    pub fn bytes(&self, addr: usize, len: usize) -> Option<&[u8]> {
+        if !self.readable(addr, len) {
+            return None;
+        }
+        // SAFETY: inside a readable segment of a loaded object (see `of`).
+        Some(unsafe { core::slice::from_raw_parts(addr as *const u8, len) })
+    }
+
+    pub fn read<T: Copy>(&self, addr: usize) -> Option<T> {
+        if !self.readable(addr, core::mem::size_of::<T>()) {
+            return None;
+        }
+        // SAFETY: inside a readable segment of a loaded object; T is plain
+        // data (integers and structs of integers) read unaligned.
+        Some(unsafe { core::ptr::read_unaligned(addr as *const T) })
+    }
+
+    /// A NUL-terminated string at `addr`, at most `max` bytes long.
+    pub fn cstr(&self, addr: usize, max: usize) -> Option<&[u8]> {
+        let (_, hi, _) = *self
+            .segments
+            .iter()
+            .find(|&&(lo, hi, r)| r && lo <= addr && addr < hi)?;
+        let room = (hi - addr).min(max);
+        // SAFETY: [addr, addr + room) is inside one readable segment.
+        let s = unsafe { core::slice::from_raw_parts(addr as *const u8, room) };
+        let len = s.iter().position(|&b| b == 0)?;
+        Some(&s[..len])
+    }
+
+    /// A dynamic-section pointer: the loader has added the load bias to it
+    /// in memory, except where the section is read-only (the vDSO).
+    fn dyn_ptr(&self, v: u64) -> usize {
+        let unrelocated = self.bias.wrapping_add(v as usize);
+        if self
+            .segments
+            .iter()
+            .any(|&(lo, hi, _)| lo <= unrelocated && unrelocated < hi)
+        {
+            unrelocated
+        } else {
+            v as usize
+        }
+    }
+}
+
+/// One entry of a dynamic section (`Elf64_Dyn`).
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Dyn {
+    tag: i64,
+    val: u64,
+}
+
+const ET_DYN: u16 = 3;
+const DT_HASH: i64 = 4;
+const DT_STRTAB: i64 = 5;
+const DT_SYMTAB: i64 = 6;
+const DT_STRSZ: i64 = 10;
+const DT_GNU_HASH: i64 = 0x6fff_fef5;
+const STT_TLS: u8 = 6;
+pub const SHN_UNDEF: u16 = 0;
+pub const SHN_ABS: u16 = 0xfff1;
+const STB_GLOBAL: u8 = 1;
+const STB_WEAK: u8 = 2;
+const STV_INTERNAL: u8 = 1;
+const STV_HIDDEN: u8 = 2;
+pub const SYM_SIZE: usize = core::mem::size_of::<libc::Elf64_Sym>();
+
+/// `dladdr`'s rule for one symbol covering `[start, end)`, visited after
+/// the ones already in `best` (per address of `addrs`, sorted): it becomes
+/// an address's symbol if it covers it and starts above its current one
+/// (so among symbols at one address, the first visited stays).
+fn offer(best: &mut [Option<(usize, u32)>], addrs: &[usize], start: usize, end: usize, name: u32) {
+    let mut i = addrs.partition_point(|&a| a < start);
+    while i < addrs.len() && addrs[i] < end {
+        if best[i].is_none_or(|(cur, _)| cur < start) {
+            best[i] = Some((start, name));
+        }
+        i += 1;
+    }
+}
+
+/// Calls `f(start, size, defined, name)` for every symbol of the object's
+/// dynamic symbol table that `dladdr` considers, in the order it visits
+/// them (through the GNU hash table's chains, else the whole table): a
+/// symbol covers `[start, start + max(size, 1))` for `dladdr`, `defined`
+/// is false for an undefined symbol with a value (a non-PIE program's
+/// canonical PLT entry), `name` is its offset in the string table. A table
+/// that cannot be read to its end yields what was read so far (`dladdr`
+/// would have faulted on it). Returns the tables, to read names with.
+fn each_dynsym(img: &Image, mut f: impl FnMut(usize, u64, bool, u32)) -> Option<DynTables> {
+    let tables = DynTables::of(img)?;
+    let mut visit = |ndx: usize, hashed: bool| -> Option<()> {
+        let at = tables.symtab.checked_add(ndx.checked_mul(SYM_SIZE)?)?;
+        let s: libc::Elf64_Sym = img.read(at)?;
+        let (bind, kind, vis) = (s.st_info >> 4, s.st_info & 0xf, s.st_other & 3);
+        let eligible = (hashed
+            || (matches!(bind, STB_GLOBAL | STB_WEAK) && vis != STV_HIDDEN && vis != STV_INTERNAL))
+            && kind != STT_TLS
+            && (s.st_shndx != SHN_UNDEF || s.st_value != 0)
+            && s.st_shndx != SHN_ABS
+            && (s.st_name as usize) < tables.strsz;
+        if eligible {
+            let start = img.bias.wrapping_add(s.st_value as usize);
+            f(start, s.st_size, s.st_shndx != SHN_UNDEF, s.st_name);
+        }
+        Some(())
+    };
+    let _ = tables.visit_all(img, &mut visit);
+    Some(tables)
+}
+
+/// The symbol `dladdr` gives each address of `addrs` (sorted, all in this
+/// object): (its start, its name), from the object's dynamic section and
+/// symbol table as loaded, in one pass over the symbols.
+pub fn dynsym_names(img: &Image, addrs: &[usize]) -> Vec<Option<(usize, Vec<u8>)>> {
+    let mut best: Vec<Option<(usize, u32)>> = vec![None; addrs.len()];
+    let Some(tables) = each_dynsym(img, |start, size, _, name| {
+        let end = start.saturating_add((size as usize).max(1));
+        offer(&mut best, addrs, start, end, name)
+    }) else {
+        return vec![None; addrs.len()];
+    };
+    best.into_iter()
+        .map(|b| {
+            let (start, name) = b?;
+            let at = tables.strtab.checked_add(name as usize)?;
+            let name = img.cstr(at, tables.strsz - name as usize)?;
+            Some((start, name.to_vec()))
+        })
+        .collect()
+}
+
+/// One dynamic symbol of an object's [`DynIndex`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DynEntry {
+    pub start: usize,
+    /// `st_size` (0 when unknown).
+    pub size: u64,
+    /// False for an undefined symbol with a value (see [`each_dynsym`]).
+    pub defined: bool,
+}
+
+/// An object's dynamic symbols sorted by start, the first visited by
+/// `dladdr` first among symbols that start at one address: answers what
+/// `dladdr1` answers about a symbol *starting* at an address without
+/// scanning the table for each question.
+#[derive(Debug, Default)]
+pub struct DynIndex {
+    entries: Vec<DynEntry>,
+}
+
+impl DynIndex {
+    pub fn of(img: &Image) -> DynIndex {
+        let mut entries = Vec::new();
+        each_dynsym(img, |start, size, defined, _| {
+            entries.push(DynEntry {
+                start,
+                size,
+                defined,
+            })
+        });
+        // Stable: among equal starts, dladdr's visit order stays.
+        entries.sort_by_key(|e| e.start);
+        DynIndex { entries }
+    }
+
+    /// The symbol `dladdr` names for `addr` when one starts exactly there.
+    pub fn starting_at(&self, addr: usize) -> Option<DynEntry> {
+        let i = self.entries.partition_point(|e| e.start < addr);
+        self.entries.get(i).filter(|e| e.start == addr).copied()
+    }
+
+    /// The first symbol start in `[from, to)`.
+    pub fn first_start_in(&self, from: usize, to: usize) -> Option<usize> {
+        let i = self.entries.partition_point(|e| e.start < from);
+        self.entries.get(i).map(|e| e.start).filter(|&s| s < to)
+    }
+}
+
+/// Where an object's dynamic symbols are, from its dynamic section.
+struct DynTables {
+    symtab: usize,
+    strtab: usize,
+    strsz: usize,
+    hash: usize,
+    gnu_hash: usize,
+}
+
+impl DynTables {
+    /// None when the object has no dynamic symbols.
+    fn of(img: &Image) -> Option<DynTables> {
+        let dynamic = img.phdrs().iter().find(|p| p.p_type == libc::PT_DYNAMIC)?;
+        let mut at = img.bias.wrapping_add(dynamic.p_vaddr as usize);
+        let mut t = DynTables {
+            symtab: 0,
+            strtab: 0,
+            strsz: 0,
+            hash: 0,
+            gnu_hash: 0,
+        };
+        loop {
+            let d: Dyn = img.read(at)?;
+            match d.tag {
+                0 => break,
+                DT_SYMTAB => t.symtab = img.dyn_ptr(d.val),
+                DT_STRTAB => t.strtab = img.dyn_ptr(d.val),
+                DT_STRSZ => t.strsz = d.val as usize,
+                DT_HASH => t.hash = img.dyn_ptr(d.val),
+                DT_GNU_HASH => t.gnu_hash = img.dyn_ptr(d.val),
+                _ => {}
+            }
+            at += core::mem::size_of::<Dyn>();
+        }
+        (t.symtab != 0 && t.strtab != 0).then_some(t)
+    }
+
+    /// Calls `visit(index, through the hash table)` for every symbol
+    /// `dladdr` considers, in its order.
+    fn visit_all(
+        &self,
+        img: &Image,
+        visit: &mut impl FnMut(usize, bool) -> Option<()>,
+    ) -> Option<()> {
+        if self.gnu_hash != 0 {
+            // glibc's dladdr visits, bucket by bucket, every symbol of the
+            // bucket's chain (the last has bit 0 of its hash set).
+            let gnu_hash = self.gnu_hash;
+            let nbuckets: u32 = img.read(gnu_hash)?;
+            let symbias: u32 = img.read(gnu_hash + 4)?;
+            let bloom_words: u32 = img.read(gnu_hash + 8)?;
+            let buckets = gnu_hash + 16 + bloom_words as usize * 8;
+            let chain0 = buckets + nbuckets as usize * 4;
+            for b in 0..nbuckets as usize {
+                let mut ndx: u32 = img.read(buckets + b * 4)?;
+                if ndx == 0 || ndx < symbias {
+                    continue;
+                }
+                loop {
+                    visit(ndx as usize, true)?;
+                    let h: u32 = img.read(chain0 + (ndx - symbias) as usize * 4)?;
+                    if h & 1 != 0 {
+                        break;
+                    }
+                    ndx += 1;
+                }
+            }
+        } else {
+            // Without a GNU hash table: every symbol, in table order; their
+            // number is the SysV hash table's chain count, or else the
+            // symbols end where the string table starts.
+            let count = if self.hash != 0 {
+                img.read::<u32>(self.hash + 4)? as usize
+            } else if self.strtab > self.symtab {
+                (self.strtab - self.symtab) / SYM_SIZE
+            } else {
+                0
+            };
+            for ndx in 0..count {
+                visit(ndx, false)?;
+            }
+        }
+        Some(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dynsym_rule_prefers_the_greatest_covering_address_then_first_visited() {
+        // In visit order: a big symbol covering all, an alias at 0x200
+        // visited before a longer one there, a size-0 one at 0x300.
+        let addrs = [0x50, 0x210, 0x285, 0x290, 0x300, 0x301, 0x1000];
+        let mut best = vec![None; addrs.len()];
+        for (start, end, name) in [
+            (0x100, 0x1000, 10),
+            (0x200, 0x280, 20),
+            (0x300, 0x301, 40),
+            (0x200, 0x290, 30),
+        ] {
+            offer(&mut best, &addrs, start, end, name);
+        }
+        let names: Vec<Option<u32>> = best.iter().map(|b| b.map(|(_, n)| n)).collect();
+        assert_eq!(
+            names,
+            [
+                None,     // below every symbol
+                Some(20), // two aliases at 0x200: the first visited
+                Some(30), // only the longer alias covers it
+                Some(10), // past the aliases: the big one
+                Some(40), // size 0: only its own address
+                Some(10),
+                None, // the big one's end
+            ]
+        );
+    }
+
+    extern "C" fn index_libc(
+        info: *mut libc::dl_phdr_info,
+        _: usize,
+        out: *mut libc::c_void,
+    ) -> i32 {
+        // SAFETY: dl_iterate_phdr passes a valid info; out is our Vec.
+        let (info, out) = unsafe { (&*info, &mut *(out as *mut Vec<DynEntry>)) };
+        // SAFETY: dlpi_name is NUL-terminated (or null).
+        let name = (!info.dlpi_name.is_null())
+            .then(|| unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }.to_bytes())
+            .unwrap_or_default();
+        if !name.ends_with(b"/libc.so.6") {
+            return 0;
+        }
+        // SAFETY: a loaded object, read inside the callback.
+        let img = unsafe { Image::of(info) };
+        let idx = DynIndex::of(&img);
+        out.extend(idx.entries.iter().copied());
+        1
+    }
+
+    #[test]
+    fn the_index_answers_as_dladdr1_for_every_symbol_start_of_libc() {
+        let mut entries: Vec<DynEntry> = Vec::new();
+        // SAFETY: the callback matches the type; entries outlives the call.
+        unsafe {
+            libc::dl_iterate_phdr(
+                Some(index_libc),
+                &mut entries as *mut Vec<DynEntry> as *mut libc::c_void,
+            )
+        };
+        assert!(entries.len() > 1000, "{} symbols", entries.len());
+        let idx = DynIndex { entries };
+        let mut checked = 0;
+        for e in idx.entries.iter().filter(|e| e.defined) {
+            // SAFETY: plain data filled by dladdr1.
+            let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
+            let mut sym: *mut libc::c_void = core::ptr::null_mut();
+            // SAFETY: valid out-pointers; 1 (RTLD_DL_SYMENT) makes sym an Elf64_Sym*.
+            let ok =
+                unsafe { libc::dladdr1(e.start as *const libc::c_void, &mut info, &mut sym, 1) };
+            assert!(ok != 0 && !sym.is_null(), "{:#x}", e.start);
+            if info.dli_saddr as usize != e.start {
+                continue; // a larger symbol's start dladdr prefers (as the index's first)
+            }
+            // SAFETY: glibc's pointer into the mapped .dynsym.
+            let s = unsafe { &*(sym as *const libc::Elf64_Sym) };
+            let mine = idx.starting_at(e.start).unwrap();
+            assert_eq!(
+                (mine.size, mine.defined),
+                (s.st_size, s.st_shndx != 0),
+                "{:#x}",
+                e.start
+            );
+            checked += 1;
+        }
+        assert!(checked > 1000, "{checked}");
+        let first = idx.entries[0].start;
+        assert_eq!(idx.first_start_in(first, first + 1), Some(first));
+        assert_eq!(idx.first_start_in(0, first), None);
+    }
+}
