@@ -449,10 +449,12 @@ mod tests {
     ) -> i32 {
         // SAFETY: dl_iterate_phdr passes a valid info; out is our Vec.
         let (info, out) = unsafe { (&*info, &mut *(out as *mut Vec<DynEntry>)) };
-        // SAFETY: dlpi_name is NUL-terminated (or null).
-        let name = (!info.dlpi_name.is_null())
-            .then(|| unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }.to_bytes())
-            .unwrap_or_default();
+        let name: &[u8] = if info.dlpi_name.is_null() {
+            b""
+        } else {
+            // SAFETY: dlpi_name is NUL-terminated, owned by the loader.
+            unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }.to_bytes()
+        };
         if !name.ends_with(b"/libc.so.6") {
             return 0;
         }
