@@ -233,6 +233,8 @@ struct Merged {
     leaks: HashMap<(u32, usize), Vec<(u64, u64)>>,
     /// Names of synthetic top-level functions (address SYNTHETIC_BASE + i).
     synthetic: Vec<&'static str>,
+    /// The modules' readers of counters stored in another form.
+    stored_forms: Vec<crate::module::DumpValueFn>,
 }
 
 impl Merged {
@@ -245,6 +247,7 @@ impl Merged {
             origin: HashMap::default(),
             leaks: HashMap::default(),
             synthetic: Vec::new(),
+            stored_forms: Vec::new(),
         };
         m.push(0);
         m
@@ -282,7 +285,9 @@ impl Merged {
 
     fn add(&mut self, into: u32, from: &Node) {
         for s in 0..self.nslots {
-            let (t, v, p) = crate::mem::dump_value(from, s); // MEM_LIVE_AT_PEAK is stored differently (helper "memfd")
+            // A module may store a counter in another form than it is written.
+            let stored = self.stored_forms.iter().find_map(|f| f(from, s));
+            let (t, v, p) = stored.unwrap_or_else(|| from.counter(s).get());
             let cur = &mut self.values[into as usize * self.nslots + s];
             match counters::def_of_slot(s).merge {
                 Merge::Sum => *cur = (cur.0 + t, cur.1 + v, cur.2 + p),
@@ -580,9 +585,14 @@ fn dump_after_others(path: &str) -> Result<DumpStats, DumpError> {
 
 fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
     let started = crate::sys::thread_cpu_ns();
-    crate::runtime::each_dump_hook(|h| (h.before_dump)());
+    crate::runtime::each_module(|m| {
+        if let Some(f) = m.before_dump {
+            f()
+        }
+    });
     let nslots = counters::nslots();
     let mut merged = Merged::new(nslots);
+    crate::runtime::each_module(|m| merged.stored_forms.extend(m.dump_value));
     let mut stats = DumpStats::default();
     for t in thread::all() {
         if t.stale.load(Ordering::Acquire) {
@@ -603,10 +613,10 @@ fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
             merged.merge_tree(0, root);
         }
     }
-    crate::runtime::each_dump_hook(|h| {
-        (h.synthetic)(&mut |name, slot, ticks, value| {
-            merged.add_synthetic(name, slot, ticks, value)
-        })
+    crate::runtime::each_module(|m| {
+        if let Some(f) = m.synthetic {
+            f(&mut |name, slot, ticks, value| merged.add_synthetic(name, slot, ticks, value))
+        }
     });
     stats.nodes = merged.nodes.len() - 1;
     stats.merge_ns = crate::sys::thread_cpu_ns() - started;
@@ -886,10 +896,11 @@ impl Drop for FsizeGuard {
 fn write_profile<S: Sink>(sink: S, m: &Merged, naming: &Naming) -> Result<S, WriteError> {
     let mut w = Writer::new(sink);
     let rt = crate::runtime::info();
-    let mut tick = crate::perf::tick_seconds();
-    if tick == 0.0 {
-        crate::runtime::each_module(|md| tick = md.header_tick.unwrap_or(tick));
-    }
+    let mut tick = None;
+    crate::runtime::each_module(|md| {
+        tick = tick.or(md.header_tick.map(|f| f(crate::options::get())))
+    });
+    let tick = tick.unwrap_or(0.0);
     // A sampled memory profile says so after the program's name (IgProf's
     // grammar has no other room; both readers ignore the name).
     let note = crate::mem::sample::describe();

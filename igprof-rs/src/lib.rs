@@ -28,7 +28,8 @@ pub mod fd; // -fd (helper "memfd")
 pub mod hooks;
 pub mod live; // live-resource tables (helper "memfd")
 pub mod log;
-pub mod mem; // -mp, -ep/-ei/-eu (helper "memfd")
+pub mod mem; // -mp, -ep/-ei/-eu
+pub mod module; // the profiler-module contract and registry
 pub mod names; // naming addresses at dump time
 pub mod nrg; // -np glue over energy/
 pub mod options;
@@ -47,8 +48,18 @@ pub mod watcher;
 #[global_allocator]
 static GLOBAL: alloc::IgAlloc = alloc::IgAlloc;
 
+/// The profiler modules built into the library, in the order they start
+/// (see `module.rs`, "How to add a profiler module").
+static MODULES: &[&module::Module] = &[
+    &perf::MODULE,
+    &mem::MODULE,
+    &mem::EMPTY_MODULE,
+    &fd::MODULE,
+    &nrg::MODULE,
+];
+
 extern "C" fn igprof_init() {
-    runtime::init();
+    runtime::init(MODULES);
 }
 
 extern "C" fn igprof_fini() {

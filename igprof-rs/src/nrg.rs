@@ -15,8 +15,8 @@ use std::sync::{Mutex, OnceLock};
 
 use crate::counters::{self, CounterId};
 use crate::energy::{self, Domain, EnergyMeter, Ledger, Root, DOMAINS};
+use crate::module::Module;
 use crate::options::Options;
-use crate::runtime::{DumpHooks, Module};
 use crate::thread::ThreadState;
 use crate::tree::Node;
 
@@ -39,23 +39,16 @@ const CAPACITY: usize = 1024;
 const MIN_INTERVAL_NS: u64 = 2_000_000;
 
 pub const MODULE: Module = Module {
-    flag: "-np",
-    what: "energy (NRG_*)",
-    wanted: |o| o.energy,
+    describe: |_| Some("energy (NRG_*)".into()),
     register_counters,
     start,
     thread_begin: Some(thread_begin),
     thread_end: Some(thread_end),
     fork_child: Some(fork_child),
-    leaks: None,
-    header_tick: Some(energy::JOULES_PER_VALUE),
-};
-
-/// What -np adds to every dump.
-pub const DUMP_HOOKS: DumpHooks = DumpHooks {
-    wanted: |o| o.energy,
-    before_dump,
-    synthetic,
+    before_dump: Some(before_dump),
+    synthetic: Some(synthetic),
+    header_tick: Some(|_| energy::JOULES_PER_VALUE),
+    ..Module::new("-np", |o| o.energy)
 };
 
 fn root() -> Root {

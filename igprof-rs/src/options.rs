@@ -183,6 +183,44 @@ impl Options {
         self.perf.is_some() || self.energy
     }
 
+    /// The profilers these options select: (the flag their module has in
+    /// the registry, what it is for messages), in a fixed order.
+    pub fn selected(&self) -> Vec<(&'static str, &'static str)> {
+        let mut v = Vec::new();
+        if self.perf.is_some() {
+            v.push(("-pp", "the sampling profiler"));
+        }
+        if self.mem {
+            v.push(("-mp", "the memory profiler"));
+        }
+        if self.fd {
+            v.push(("-fd", "the file-descriptor profiler"));
+        }
+        if self.empty.is_some() {
+            v.push(("-ep/-ei/-eu", "the empty-memory profiler"));
+        }
+        if self.energy {
+            v.push(("-np", "the energy profiler"));
+        }
+        if self.fpe {
+            v.push(("-fp", "the floating-point exception profiler"));
+        }
+        v
+    }
+
+    /// Deselects the profiler of `flag` (one of [`Self::selected`]'s).
+    pub fn deselect(&mut self, flag: &str) {
+        match flag {
+            "-pp" => self.perf = None,
+            "-mp" => self.mem = false,
+            "-fd" => self.fd = false,
+            "-ep/-ei/-eu" => self.empty = None,
+            "-np" => self.energy = false,
+            "-fp" => self.fpe = false,
+            _ => {}
+        }
+    }
+
     /// Whether `program` (the executable's path) passes the `-t` filter.
     pub fn targets_match(&self, program: &[u8]) -> bool {
         if self.targets.is_empty() {

@@ -868,6 +868,36 @@ fn sample(t: &'static ThreadState, uc: *mut libc::c_void, k: u64) {
     }
 }
 
+/// The sampling profiler in the module registry: PERF_TICKS, the header's
+/// tick, the start-up line's first words. (The per-thread timers this
+/// file runs serve every sample consumer, so the runtime starts and stops
+/// them whenever [`Options::needs_timers`](crate::options::Options::needs_timers).)
+pub const MODULE: crate::module::Module = crate::module::Module {
+    describe: describe_cpu,
+    register_counters: |_| register_counters(),
+    start: |_| {
+        init_slots();
+        Ok(())
+    },
+    header_tick: Some(|o| o.interval_ns as f64 / 1e9),
+    ..crate::module::Module::new("-pp", |o| o.perf.is_some())
+};
+
+fn describe_cpu(o: &options::Options) -> Option<String> {
+    let (flag, what) = match o.perf? {
+        PerfClock::Cpu => ("-pp", "CPU time"),
+        PerfClock::User => ("-pu", "user CPU time"),
+        PerfClock::Real => ("-pr", "wall-clock time"),
+    };
+    let iv = o.interval_ns;
+    let ivs = if iv.is_multiple_of(1_000_000) {
+        format!("{}ms", iv / 1_000_000)
+    } else {
+        format!("{}us", iv / 1000)
+    };
+    Some(format!("{flag} {what} every {ivs} per thread"))
+}
+
 /// Seconds per PERF tick for the dump header (T=), 0 without sampling.
 pub fn tick_seconds() -> f64 {
     match options::get().perf {

@@ -13,7 +13,8 @@
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-use crate::options::{self, Options, PerfClock};
+use crate::module::Module;
+use crate::options;
 use crate::thread::{self, ThreadState};
 use crate::{counters, dump, perf, sys};
 
@@ -195,133 +196,18 @@ fn base_output_path() -> String {
     }
 }
 
-fn describe(o: &Options, modules: &[&str]) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    if let Some(p) = o.perf {
-        let (flag, what) = match p {
-            PerfClock::Cpu => ("-pp", "CPU time"),
-            PerfClock::User => ("-pu", "user CPU time"),
-            PerfClock::Real => ("-pr", "wall-clock time"),
-        };
-        let iv = o.interval_ns;
-        let ivs = if iv.is_multiple_of(1_000_000) {
-            format!("{}ms", iv / 1_000_000)
-        } else {
-            format!("{}us", iv / 1000)
-        };
-        parts.push(format!("{flag} {what} every {ivs} per thread"));
-    }
-    parts.extend(modules.iter().map(|m| m.to_string()));
-    parts.join(", ")
-}
-
-static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-/// A profiler module beside the sampling profiler (memory, descriptors,
-/// energy...). Modules are listed in [`MODULES`]; an option that selects a
-/// module not in the list is reported as not built and ignored.
-pub struct Module {
-    /// The launcher flag(s) that select it, for messages ("-mp").
-    pub flag: &'static str,
-    /// What it profiles, for the start-up line ("memory").
-    pub what: &'static str,
-    /// Whether the options select it.
-    pub wanted: fn(&Options) -> bool,
-    /// Enables its counters (before the counter registry freezes).
-    pub register_counters: fn(&Options),
-    /// Starts it after the counters froze and the core hooks are in place
-    /// (install its own hooks, open its sources). An error is printed on one
-    /// line and the run continues without it.
-    pub start: fn(&Options) -> Result<(), String>,
-    /// Per-thread set-up / teardown (not signal context).
-    pub thread_begin: Option<fn(&'static ThreadState)>,
-    pub thread_end: Option<fn(&'static ThreadState)>,
-    /// In a forked child, before it runs again (reset what is the parent's).
-    pub fork_child: Option<fn()>,
-    /// Leaked resources for `LK` records: calls `f(node, counter slot,
-    /// address, size)` for each one still alive at the dump.
-    pub leaks: Option<LeaksFn>,
-    /// `T=` of the header when no sampling profiler sets it.
-    pub header_tick: Option<f64>,
-}
-
-/// Visits leaked resources: `f(node, counter slot, address, size)`.
-pub type LeaksFn = fn(&mut dyn FnMut(*const crate::tree::Node, usize, u64, u64));
-/// Visits synthetic top-level functions: `f(name, counter slot, ticks, value)`.
-pub type SyntheticFn = fn(&mut dyn FnMut(&'static str, usize, u64, u64));
-
-/// What a module adds to every dump (beside its counters in the trees).
-pub struct DumpHooks {
-    /// Whether the options select the module.
-    pub wanted: fn(&Options) -> bool,
-    /// Runs before the trees are read (e.g. settle what is owed to threads).
-    pub before_dump: fn(),
-    /// Synthetic top-level functions: calls `f(name, counter slot, ticks,
-    /// value)` for each (e.g. energy no thread is charged with).
-    pub synthetic: SyntheticFn,
-}
-
-/// Dump hooks of the built-in modules.
-pub static DUMP_HOOKS: &[DumpHooks] = &[crate::nrg::DUMP_HOOKS];
-
-/// Runs `f` for the dump hooks of every selected module.
-pub fn each_dump_hook(mut f: impl FnMut(&'static DumpHooks)) {
-    if !active() {
-        return;
-    }
-    for h in DUMP_HOOKS.iter().filter(|h| (h.wanted)(options::get())) {
-        f(h)
-    }
-}
-
-/// The modules built into this library, in start-up order.
-pub static MODULES: &[Module] = &[
-    // memory, empty memory, descriptors (helper "memfd")
-    crate::mem::MODULE,
-    crate::mem::EMPTY_MODULE,
-    crate::fd::MODULE,
-    // energy (-np): runtime glue in nrg.rs over energy/ (helper "energy")
-    crate::nrg::MODULE,
-];
-
-fn wanted_modules() -> impl Iterator<Item = &'static Module> {
-    MODULES.iter().filter(|m| (m.wanted)(options::get()))
-}
-
-/// Runs `f` for every started module that has the hook.
-pub fn each_module(mut f: impl FnMut(&'static Module)) {
-    for m in wanted_modules() {
-        f(m)
-    }
-}
-
-/// Options that select something this library does not have.
-fn unavailable(o: &Options) -> Vec<(&'static str, &'static str)> {
-    let has = |flag: &str| MODULES.iter().any(|m| m.flag == flag && (m.wanted)(o));
-    let mut v = Vec::new();
-    if o.mem && !has("-mp") {
-        v.push(("-mp", "the memory profiler"));
-    }
-    if o.fd && !has("-fd") {
-        v.push(("-fd", "the file-descriptor profiler"));
-    }
-    if o.empty.is_some() && !has("-ep/-ei/-eu") {
-        v.push(("-ep/-ei/-eu", "the empty-memory profiler"));
-    }
-    if o.energy && !has("-np") {
-        v.push(("-np", "the energy profiler"));
-    }
-    if o.fpe && !has("-fp") {
-        v.push(("-fp", "the floating-point exception profiler"));
-    }
-    v
+/// Runs `f` for every module the options select (after start-up: the
+/// ones that started).
+pub fn each_module(f: impl FnMut(&'static Module)) {
+    crate::module::each(options::get(), f)
 }
 
 /// The library constructor's work. Never panics into the program.
-pub fn init() {
+pub fn init(modules: &'static [&'static Module]) {
     let Some(raw) = getenv(b"IGPROF\0") else {
         return;
     };
+    crate::module::set_registry(modules);
     crate::log::remember_stderr();
     // <pid>.<generation> from the exec hook of a previous image (exec_env).
     let exec_of =
@@ -360,19 +246,15 @@ pub fn init() {
         }
         return;
     }
-    for (flag, what) in unavailable(&o) {
-        crate::igprof_log!(
-            "{flag}: {what} is not built into this libigprof yet; running without it"
-        );
-        match flag {
-            "-mp" => o.mem = false,
-            "-fd" => o.fd = false,
-            "-np" => o.energy = false,
-            "-fp" => o.fpe = false,
-            _ => o.empty = None,
+    for (flag, what) in o.selected() {
+        if !crate::module::built(flag) {
+            crate::igprof_log!(
+                "{flag}: {what} is not built into this libigprof yet; running without it"
+            );
+            o.deselect(flag);
         }
     }
-    if o.perf.is_none() && !MODULES.iter().any(|m| (m.wanted)(&o)) {
+    if !crate::module::all().iter().any(|m| (m.wanted)(&o)) {
         crate::igprof_log!(
             "nothing to profile (no available module selected); the program runs unprofiled"
         );
@@ -386,10 +268,8 @@ pub fn init() {
     });
     PID.store(sys::getpid(), Ordering::Relaxed);
 
-    perf::register_counters();
     each_module(|m| (m.register_counters)(options::get()));
     counters::freeze();
-    perf::init_slots();
 
     perf::choose_sampler();
     if let Err(e) = perf::install_handler() {
@@ -407,20 +287,23 @@ pub fn init() {
         return;
     };
     let guard = main.enter();
-    let mut started: Vec<&'static str> = Vec::new();
+    let mut started: Vec<String> = Vec::new();
+    let mut running = 0;
     trampoline::maps::batch(|| {
         crate::hooks::install_core();
         each_module(|m| match (m.start)(options::get()) {
-            Ok(()) => started.push(m.what),
+            Ok(()) => {
+                running += 1;
+                started.extend((m.describe)(options::get()));
+            }
             Err(e) if e.is_empty() => {} // the module already said why
             Err(e) => crate::igprof_log!("{}: {e}; running without it", m.flag),
         });
     });
-    if options::get().perf.is_none() && started.is_empty() {
+    if running == 0 {
         crate::igprof_log!("nothing left to profile; the program runs unprofiled");
         return;
     }
-    STARTED.store(started.len(), Ordering::Relaxed);
     each_module(|m| {
         if let Some(f) = m.thread_begin {
             f(main)
@@ -451,7 +334,7 @@ pub fn init() {
             "profiling {} (pid {}): {}; profile -> {}",
             crate::log::Bytes(&info().program),
             sys::getpid(),
-            describe(o, &started),
+            started.join(", "),
             output_path()
         );
     }
@@ -598,7 +481,11 @@ pub fn after_fork_child() {
 /// sampling signal is pending when the new image starts (its default action
 /// would kill it before its own libigprof is ready).
 pub fn before_exec() {
-    crate::fd::before_exec(); // close-on-exec descriptors end here (helper "memfd")
+    each_module(|m| {
+        if let Some(f) = m.before_exec {
+            f()
+        }
+    });
     EXECING.store(true, Ordering::Release);
     dump::final_dump("exec");
     for t in thread::all() {

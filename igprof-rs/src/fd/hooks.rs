@@ -169,17 +169,12 @@ fn created(fd: c_int) {
         return;
     }
     let _e = ErrnoGuard::save();
-    if let Entry::Now(t, g) = site::enter(super::KIND_ACQUIRE, fd as usize, 0) {
-        site::record(
-            t,
-            g,
-            |h| {
-                if let Some(n) = site::caller_node(t, h, FD_OUTER) {
-                    super::acquire(n, fd);
-                }
-            },
-            crate::mem::replay_any,
-        );
+    if let Entry::Now(t, g) = site::enter(super::KIND_ACQUIRE, fd as usize, 0, super::replay) {
+        site::record(t, g, |h| {
+            if let Some(n) = site::caller_node(t, h, FD_OUTER) {
+                super::acquire(n, fd);
+            }
+        });
     }
 }
 
@@ -191,7 +186,7 @@ fn closing(fd: c_int) {
     }
     let _e = ErrnoGuard::save();
     if site::recording() {
-        site::defer_now(super::KIND_RELEASE, fd as usize, 0);
+        site::defer_now(super::KIND_RELEASE, fd as usize, 0, super::replay);
         return;
     }
     super::release(fd);

@@ -54,17 +54,15 @@ pub fn wanted() -> bool {
 }
 
 /// The descriptor profiler in the runtime's module registry.
-pub const MODULE: crate::runtime::Module = crate::runtime::Module {
-    flag: "-fd",
-    what: "file descriptors (FD_USED, FD_LIVE)",
-    wanted: |o| o.fd,
+pub const MODULE: crate::module::Module = crate::module::Module {
+    describe: |_| Some("file descriptors (FD_USED, FD_LIVE)".into()),
     register_counters: |_| register_counters(),
     start: |_| start(),
-    thread_begin: None,
     thread_end: Some(|_| crate::mem::site::release_thread_extras()),
     fork_child: Some(reset_after_fork),
+    before_exec: Some(before_exec),
     leaks: Some(leaks),
-    header_tick: None,
+    ..crate::module::Module::new("-fd", |o| o.fd)
 };
 
 #[inline]

@@ -330,27 +330,22 @@ fn allocated_exact(p: *mut c_void, size: usize, fill: bool, regs: Option<EntryRe
     account::LIVE.prefetch(addr);
     let _e = ErrnoGuard::save();
     let bytes = accounted(addr, size);
-    if let Entry::Now(t, g) = site::enter(KIND_ALLOC, addr, bytes) {
-        site::record(
-            t,
-            g,
-            |h| {
-                let n = match &regs {
-                    Some(r) => site::caller_node_at(t, h, r),
-                    None => site::caller_node(t, h, MEM_OUTER),
-                };
-                if let Some(n) = n {
-                    // Recorded here: an outer hook waiting for an inner one
-                    // (via_begin) must not record it again.
-                    via_seen(addr);
-                    if fill && super::empty::active() {
-                        super::empty::fill(addr, size);
-                    }
-                    account::on_alloc(n, addr, bytes);
+    if let Entry::Now(t, g) = site::enter(KIND_ALLOC, addr, bytes, replay) {
+        site::record(t, g, |h| {
+            let n = match &regs {
+                Some(r) => site::caller_node_at(t, h, r),
+                None => site::caller_node(t, h, MEM_OUTER),
+            };
+            if let Some(n) = n {
+                // Recorded here: an outer hook waiting for an inner one
+                // (via_begin) must not record it again.
+                via_seen(addr);
+                if fill && super::empty::active() {
+                    super::empty::fill(addr, size);
                 }
-            },
-            super::replay_any,
-        );
+                account::on_alloc(n, addr, bytes);
+            }
+        });
     }
 }
 
@@ -383,22 +378,17 @@ fn record_sampled(addr: usize, size: usize, pick: super::sample::Pick, regs: Opt
     // Counted in the free filter before the program sees the block, so a
     // free of it (even one deferred from a signal handler) is not skipped.
     super::sample::remember(addr);
-    if let Entry::Now(t, g) = site::enter(KIND_ALLOC, addr, stored) {
-        site::record(
-            t,
-            g,
-            |h| {
-                let n = match &regs {
-                    Some(r) => site::caller_node_at(t, h, r),
-                    None => site::caller_node(t, h, MEM_OUTER),
-                };
-                match n {
-                    Some(n) => account::on_alloc_sampled(n, addr, stored, bytes),
-                    None => super::sample::forget(addr),
-                }
-            },
-            super::replay_any,
-        );
+    if let Entry::Now(t, g) = site::enter(KIND_ALLOC, addr, stored, replay) {
+        site::record(t, g, |h| {
+            let n = match &regs {
+                Some(r) => site::caller_node_at(t, h, r),
+                None => site::caller_node(t, h, MEM_OUTER),
+            };
+            match n {
+                Some(n) => account::on_alloc_sampled(n, addr, stored, bytes),
+                None => super::sample::forget(addr),
+            }
+        });
     }
 }
 
@@ -420,7 +410,10 @@ fn freeing(p: *mut c_void) -> Option<crate::live::Block> {
 fn freeing_recorded(p: *mut c_void) -> Option<crate::live::Block> {
     account::LIVE.prefetch(p as usize);
     let _e = ErrnoGuard::save();
-    site::unrecorded(KIND_FREE, p as usize, 0, || account::on_free(p as usize)).flatten()
+    site::unrecorded(KIND_FREE, p as usize, 0, replay, || {
+        account::on_free(p as usize)
+    })
+    .flatten()
 }
 
 /// Starts a call whose original may allocate through another hooked entry
@@ -508,7 +501,7 @@ fn reallocate(
         if size != 0 {
             if let Some(b) = old {
                 let _e = ErrnoGuard::save();
-                site::unrecorded(KIND_ALLOC_RESTORE, 0, 0, || account::restore(&b));
+                site::unrecorded(KIND_ALLOC_RESTORE, 0, 0, replay, || account::restore(&b));
             }
         }
         return r;

@@ -5,7 +5,8 @@
 //! event does to the counters ([`account`]), the empty-page inspection
 //! ([`empty`]), and the hook-side plumbing shared with the descriptor
 //! profiler ([`site`]: caller's node, nested-event queue). Also the dump
-//! writer's view of live resources ([`dump_value`], [`leaks`]).
+//! writer's view of live resources ([`leaks`], and MEM_LIVE_AT_PEAK's
+//! stored form: `account::at_peak_view`).
 //!
 //! Counters: MEM_TOTAL, MEM_MAX, MEM_LIVE as IgProf (see [`account`]),
 //! MEM_LIVE_AT_PEAK (what each stack had live when the whole process's live
@@ -29,6 +30,7 @@ pub mod site;
 
 use core::sync::atomic::{AtomicU8, Ordering};
 
+use crate::module::Module;
 use crate::options::{self, MemOverhead};
 use crate::tree::Node;
 
@@ -71,32 +73,26 @@ pub fn init_slots() {
 }
 
 /// The memory profiler in the runtime's module registry.
-pub const MODULE: crate::runtime::Module = crate::runtime::Module {
-    flag: "-mp",
-    what: "memory (MEM_TOTAL, MEM_MAX, MEM_LIVE, MEM_LIVE_AT_PEAK)",
-    wanted: |o| o.mem,
+pub const MODULE: Module = Module {
+    describe: |_| Some("memory (MEM_TOTAL, MEM_MAX, MEM_LIVE, MEM_LIVE_AT_PEAK)".into()),
     register_counters: |_| account::register_counters(),
     start: |_| start(),
-    thread_begin: None,
     thread_end: Some(|_| site::release_thread_extras()),
     fork_child: Some(after_fork_child),
     leaks: Some(leaks),
-    header_tick: None,
+    dump_value: Some(account::at_peak_view),
+    ..Module::new("-mp", |o| o.mem)
 };
 
 /// The empty-memory profilers in the runtime's module registry (they share
 /// the memory profiler's hooks and live table).
-pub const EMPTY_MODULE: crate::runtime::Module = crate::runtime::Module {
-    flag: "-ep/-ei/-eu",
-    what: "empty memory (MEM_EMPTY)",
-    wanted: |o| o.empty.is_some(),
+pub const EMPTY_MODULE: Module = Module {
+    describe: |_| Some("empty memory (MEM_EMPTY)".into()),
     register_counters: |_| empty::register_counters(),
     start: |_| start(),
-    thread_begin: None,
     thread_end: Some(|_| site::release_thread_extras()),
     fork_child: Some(after_fork_child),
-    leaks: None,
-    header_tick: None,
+    ..Module::new("-ep/-ei/-eu", |o| o.empty.is_some())
 };
 
 static STARTED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
@@ -223,22 +219,7 @@ fn after_fork_child() {
     site::tls(|h| sample::after_fork_child(&h.sampler));
 }
 
-/// Replays an event deferred by [`site`], whichever module it belongs to.
-pub fn replay_any(node: *mut Node, kind: u8, a: usize, b: u64) {
-    match kind {
-        hooks::KIND_ALLOC | hooks::KIND_FREE => hooks::replay(node, kind, a, b),
-        _ => crate::fd::replay(node, kind, a, b),
-    }
-}
-
 // ---- the dump writer's view ----
-
-/// The (ticks, value, peak) the dump writes for counter `slot` of `node`:
-/// the stored triple, except for counters whose stored form differs
-/// (MEM_LIVE_AT_PEAK).
-pub fn dump_value(node: &Node, slot: usize) -> (u64, u64, u64) {
-    account::at_peak_view(node, slot).unwrap_or_else(|| node.counter(slot).get())
-}
 
 /// Live heap blocks for `LK` records under MEM_LIVE: `f(node, slot,
 /// address, size)` for each (outside signal context).

@@ -22,10 +22,18 @@ pub const DEFERRED_DEPTH: usize = 64;
 /// Events a thread can defer before the next hook drains them.
 pub const DEFERRED_MAX: usize = 16;
 
+/// Replays a deferred event of its module: `f(node of the event's stack,
+/// kind, a, b)` (guard held).
+pub type Replay = fn(*mut Node, u8, usize, u64);
+
+fn replay_nothing(_: *mut Node, _: u8, _: usize, _: u64) {}
+
 /// A hooked event seen while the thread was busy (nested in a signal
-/// handler), replayed by the next hook call on that thread.
+/// handler), replayed by the next hook call on that thread through the
+/// replay function of the module that saw it.
 #[derive(Clone, Copy)]
 pub struct Deferred {
+    pub replay: Replay,
     pub kind: u8,
     pub a: usize,
     pub b: u64,
@@ -35,6 +43,7 @@ pub struct Deferred {
 }
 
 const NO_EVENT: Deferred = Deferred {
+    replay: replay_nothing,
     kind: 0,
     a: 0,
     b: 0,
@@ -414,7 +423,8 @@ pub enum Entry {
     Done,
 }
 
-/// Enters profiler code for an event of kind `kind` with arguments (a, b).
+/// Enters profiler code for an event of kind `kind` with arguments (a, b),
+/// which `replay` records if it has to be deferred.
 /// A thread that is already inside one of our hooks (a signal handler
 /// nested in it) queues the event with its stack; a thread inside other
 /// profiler code (the profiler's own use of libc), or one the profiler does
@@ -424,7 +434,7 @@ pub enum Entry {
 /// The thread is marked as recording *before* it takes its guard, so a
 /// signal handler that runs at any point of the recording defers its events.
 #[inline]
-pub fn enter(kind: u8, a: usize, b: u64) -> Entry {
+pub fn enter(kind: u8, a: usize, b: u64, replay: Replay) -> Entry {
     let Some(t) = thread::current() else {
         UNKNOWN_THREAD.fetch_add(1, Ordering::Relaxed);
         return Entry::Done;
@@ -434,7 +444,7 @@ pub fn enter(kind: u8, a: usize, b: u64) -> Entry {
         if prev & IN_RECORD != 0 {
             // A signal handler interrupted one of our hooks on this thread
             // (which may hold a live-table lock): record it later.
-            defer(t, h, kind, a, b);
+            defer(t, h, replay, kind, a, b);
             return Entry::Done;
         }
         h.outer.set(prev | IN_RECORD);
@@ -482,18 +492,13 @@ pub fn with_outer<R>(bit: u8, f: impl FnOnce() -> R) -> R {
 }
 
 /// Records one event now (the thread is marked as recording by [`enter`]):
-/// runs `f`, replays what signal handlers deferred meanwhile through
-/// `replay`, then leaves profiler code.
+/// runs `f`, replays what signal handlers deferred meanwhile, then leaves
+/// profiler code.
 #[inline]
-pub fn record(
-    t: &'static ThreadState,
-    g: Guard,
-    f: impl FnOnce(&HookTls),
-    replay: impl FnMut(*mut Node, u8, usize, u64),
-) {
+pub fn record(t: &'static ThreadState, g: Guard, f: impl FnOnce(&HookTls)) {
     tls(|h| {
         f(h);
-        drain(t, h, replay);
+        drain(t, h);
     });
     drop(g);
     tls(|h| h.outer.set(h.outer.get() & !IN_RECORD));
@@ -510,17 +515,23 @@ pub fn recording() -> bool {
 /// Runs `f` (which takes live-table locks but needs no call tree: the free
 /// path) marked as recording, so that a signal handler interrupting it
 /// defers its events instead of waiting for a lock this thread holds.
-/// Returns None, and queues the event (kind, a, b) instead, if the thread
-/// was already recording (this is such a handler).
+/// Returns None, and queues the event (kind, a, b) for `replay` instead, if
+/// the thread was already recording (this is such a handler).
 #[inline]
-pub fn unrecorded<R>(kind: u8, a: usize, b: u64, f: impl FnOnce() -> R) -> Option<R> {
+pub fn unrecorded<R>(
+    kind: u8,
+    a: usize,
+    b: u64,
+    replay: Replay,
+    f: impl FnOnce() -> R,
+) -> Option<R> {
     let prev = tls(|h| {
         let o = h.outer.get();
         h.outer.set(o | IN_RECORD);
         o
     });
     if prev & IN_RECORD != 0 {
-        defer_now(kind, a, b);
+        defer_now(kind, a, b, replay);
         return None;
     }
     let r = f();
@@ -530,16 +541,16 @@ pub fn unrecorded<R>(kind: u8, a: usize, b: u64, f: impl FnOnce() -> R) -> Optio
 
 /// Queues an event without a guard (the free path, which needs no call
 /// tree): only valid while [`recording`] is true.
-pub fn defer_now(kind: u8, a: usize, b: u64) {
+pub fn defer_now(kind: u8, a: usize, b: u64, replay: Replay) {
     if let Some(t) = thread::current() {
-        tls(|h| defer(t, h, kind, a, b));
+        tls(|h| defer(t, h, replay, kind, a, b));
     } else {
         LOST.fetch_add(1, Ordering::Relaxed);
     }
 }
 
 #[inline(never)]
-fn defer(t: &'static ThreadState, h: &HookTls, kind: u8, a: usize, b: u64) {
+fn defer(t: &'static ThreadState, h: &HookTls, replay: Replay, kind: u8, a: usize, b: u64) {
     let (head, tail) = (h.head.get(), h.tail.get());
     if tail - head >= DEFERRED_MAX {
         LOST.fetch_add(1, Ordering::Relaxed);
@@ -554,6 +565,7 @@ fn defer(t: &'static ThreadState, h: &HookTls, kind: u8, a: usize, b: u64) {
     }
     // SAFETY: q is this thread's queue (see above), non-null.
     let e = unsafe { &mut (*q)[tail % DEFERRED_MAX] };
+    e.replay = replay;
     e.kind = kind;
     e.a = a;
     e.b = b;
@@ -571,17 +583,17 @@ fn defer(t: &'static ThreadState, h: &HookTls, kind: u8, a: usize, b: u64) {
     h.tail.set(tail + 1);
 }
 
-/// Replays every deferred event through `f(node, kind, a, b)` (guard held).
+/// Replays every deferred event through its own replay function (guard held).
 #[inline]
-pub fn drain(t: &'static ThreadState, h: &HookTls, mut f: impl FnMut(*mut Node, u8, usize, u64)) {
+pub fn drain(t: &'static ThreadState, h: &HookTls) {
     if h.head.get() == h.tail.get() {
         return;
     }
-    drain_slow(t, h, &mut f);
+    drain_slow(t, h);
 }
 
 #[inline(never)]
-fn drain_slow(t: &'static ThreadState, h: &HookTls, f: &mut dyn FnMut(*mut Node, u8, usize, u64)) {
+fn drain_slow(t: &'static ThreadState, h: &HookTls) {
     loop {
         core::sync::atomic::compiler_fence(Ordering::SeqCst);
         let head = h.head.get();
@@ -598,7 +610,7 @@ fn drain_slow(t: &'static ThreadState, h: &HookTls, f: &mut dyn FnMut(*mut Node,
         if n.is_null() {
             LOST.fetch_add(1, Ordering::Relaxed);
         } else {
-            f(n, e.kind, e.a, e.b);
+            (e.replay)(n, e.kind, e.a, e.b);
         }
     }
 }
