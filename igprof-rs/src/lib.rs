@@ -19,51 +19,32 @@
 #![allow(clippy::missing_safety_doc)]
 #![cfg_attr(not(test), deny(clippy::undocumented_unsafe_blocks))]
 
-pub mod alloc;
-pub mod counters;
-pub mod dump;
-pub mod energy;
-pub mod fatal;
-pub mod fd; // -fd (helper "memfd")
-pub mod hooks;
-pub mod live; // live-resource tables (helper "memfd")
-pub mod log;
-pub mod mem; // -mp, -ep/-ei/-eu
-pub mod module; // the profiler-module contract and registry
-pub mod names; // naming addresses at dump time
-pub mod nrg; // -np glue over energy/
-pub mod options;
-pub mod perf;
-pub mod runtime;
-pub mod signals;
-pub mod solo; // one thread: no resident thread of ours, no locked updates
-pub mod sys;
-pub mod thread;
-pub mod trace;
-pub mod tree;
+pub mod base;
+pub mod modules;
+pub mod output;
+pub mod process;
 pub mod unwind;
-pub mod watcher;
 
 /// The library never uses the program's malloc (which may be hooked).
 #[global_allocator]
-static GLOBAL: alloc::IgAlloc = alloc::IgAlloc;
+static GLOBAL: base::alloc::IgAlloc = base::alloc::IgAlloc;
 
 /// The profiler modules built into the library, in the order they start
 /// (see `module.rs`, "How to add a profiler module").
-static MODULES: &[&module::Module] = &[
-    &perf::MODULE,
-    &mem::MODULE,
-    &mem::EMPTY_MODULE,
-    &fd::MODULE,
-    &nrg::MODULE,
+static MODULES: &[&modules::Module] = &[
+    &modules::cpu::MODULE,
+    &modules::mem::MODULE,
+    &modules::mem::EMPTY_MODULE,
+    &modules::fd::MODULE,
+    &modules::energy::glue::MODULE,
 ];
 
 extern "C" fn igprof_init() {
-    runtime::init(MODULES);
+    process::init(MODULES);
 }
 
 extern "C" fn igprof_fini() {
-    runtime::fini();
+    process::fini();
 }
 
 #[used]
@@ -83,5 +64,5 @@ pub unsafe extern "C" fn igprof_dump_now(path: *const core::ffi::c_char) -> i32 
     } else {
         Some(core::ffi::CStr::from_ptr(path).to_bytes())
     };
-    runtime::dump_now(p)
+    process::dump_now(p)
 }

@@ -1,0 +1,279 @@
+//! The library's own memory: a `#[global_allocator]` over anonymous mmap,
+//! and a signal-safe bump region for call-tree storage.
+//!
+//! Owns all memory the library uses. Nothing here ever calls the program's
+//! malloc (which may be trampolined by the memory profiler, and whose locks
+//! the interrupted program may hold). Small blocks come from power-of-two
+//! size classes (16 B .. 32 KiB) carved from 256 KiB mmap chunks, each class
+//! behind a spin lock; large blocks are their own mapping.
+//!
+//! Must never: be called from signal context (the size-class spin locks could
+//! be held by the interrupted code; a debug check aborts if it happens), or
+//! be left locked across fork (the fork hook calls [`lock_all`] /
+//! [`unlock_all`] around the real fork). [`Bump`] is the exception: it is
+//! per-owner, lock-free and uses only mmap, so signal handlers may use it.
+
+use core::alloc::{GlobalAlloc, Layout};
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicBool, Ordering};
+
+use crate::base::sys;
+
+const MIN_SHIFT: usize = 4;
+const MAX_SHIFT: usize = 15;
+const CLASSES: usize = MAX_SHIFT - MIN_SHIFT + 1;
+const CHUNK: usize = 256 * 1024;
+const PAGE: usize = 4096;
+
+struct FreeBlock {
+    next: *mut FreeBlock,
+}
+
+struct ClassState {
+    free: *mut FreeBlock,
+    bump: usize,
+    end: usize,
+}
+
+struct Class {
+    lock: AtomicBool,
+    state: UnsafeCell<ClassState>,
+}
+
+// SAFETY: `state` is only touched while `lock` is held.
+unsafe impl Sync for Class {}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const EMPTY_CLASS: Class = Class {
+    lock: AtomicBool::new(false),
+    state: UnsafeCell::new(ClassState {
+        free: core::ptr::null_mut(),
+        bump: 0,
+        end: 0,
+    }),
+};
+
+static CLASS: [Class; CLASSES] = [EMPTY_CLASS; CLASSES];
+
+impl Class {
+    fn lock(&self) {
+        sys::spin_lock(&self.lock);
+    }
+    fn unlock(&self) {
+        self.lock.store(false, Ordering::Release);
+    }
+}
+
+/// Takes every size-class lock (before fork, so the child inherits none held
+/// by a thread that does not exist in it).
+pub fn lock_all() {
+    for c in CLASS.iter() {
+        c.lock();
+    }
+}
+
+/// Whether no size class is locked. In a process with one thread, a held
+/// lock means the calling thread was interrupted inside this allocator.
+pub fn all_unlocked() -> bool {
+    CLASS
+        .iter()
+        .all(|c| !c.lock.load(core::sync::atomic::Ordering::Acquire))
+}
+
+/// Releases what [`lock_all`] took (in parent and child after fork).
+pub fn unlock_all() {
+    for c in CLASS.iter() {
+        c.unlock();
+    }
+}
+
+fn class_of(size: usize, align: usize) -> Option<usize> {
+    let need = size.max(align).max(1 << MIN_SHIFT);
+    let shift = (usize::BITS - (need - 1).leading_zeros()) as usize;
+    if shift > MAX_SHIFT {
+        None
+    } else {
+        Some(shift - MIN_SHIFT)
+    }
+}
+
+fn round_pages(n: usize) -> usize {
+    (n + PAGE - 1) & !(PAGE - 1)
+}
+
+/// The library's global allocator (installed in lib.rs).
+pub struct IgAlloc;
+
+// SAFETY: alloc/dealloc/realloc honour the layouts they are given (size and
+// alignment classes of the allocator below) and never unwind.
+unsafe impl GlobalAlloc for IgAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        crate::base::thread::assert_not_in_signal();
+        match class_of(layout.size(), layout.align()) {
+            Some(ci) => {
+                let size = 1usize << (ci + MIN_SHIFT);
+                let c = &CLASS[ci];
+                c.lock();
+                // SAFETY: we hold the class lock.
+                let st = &mut *c.state.get();
+                let p = if !st.free.is_null() {
+                    let b = st.free;
+                    st.free = (*b).next;
+                    b as *mut u8
+                } else {
+                    if st.bump + size > st.end {
+                        let chunk = sys::mmap_anon(CHUNK);
+                        if chunk.is_null() {
+                            c.unlock();
+                            return core::ptr::null_mut();
+                        }
+                        st.bump = chunk as usize;
+                        st.end = chunk as usize + CHUNK;
+                    }
+                    let p = st.bump as *mut u8;
+                    st.bump += size;
+                    p
+                };
+                c.unlock();
+                p
+            }
+            None => {
+                if layout.align() > PAGE {
+                    return core::ptr::null_mut();
+                }
+                sys::mmap_anon(round_pages(layout.size()))
+            }
+        }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        match class_of(layout.size(), layout.align()) {
+            Some(ci) => {
+                let c = &CLASS[ci];
+                c.lock();
+                // SAFETY: we hold the class lock; ptr came from this class.
+                let st = &mut *c.state.get();
+                let b = ptr as *mut FreeBlock;
+                (*b).next = st.free;
+                st.free = b;
+                c.unlock();
+            }
+            None => sys::munmap(ptr, round_pages(layout.size())),
+        }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let old_small = class_of(layout.size(), layout.align());
+        let new_small = class_of(new_size, layout.align());
+        match (old_small, new_small) {
+            (Some(a), Some(b)) if a == b => ptr,
+            (None, None) => {
+                let (o, n) = (round_pages(layout.size()), round_pages(new_size));
+                if o == n {
+                    ptr
+                } else {
+                    sys::mremap(ptr, o, n)
+                }
+            }
+            _ => {
+                // SAFETY: new layout has the old alignment and a non-zero size.
+                let new = self.alloc(Layout::from_size_align_unchecked(new_size, layout.align()));
+                if !new.is_null() {
+                    core::ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_size));
+                    self.dealloc(ptr, layout);
+                }
+                new
+            }
+        }
+    }
+}
+
+/// A single-owner bump region over mmap chunks: lock-free and usable from
+/// signal handlers (mmap is a plain system call). Memory is never returned;
+/// call-tree nodes live as long as the process.
+pub struct Bump {
+    cur: usize,
+    end: usize,
+    chunk: usize,
+}
+
+impl Bump {
+    pub const fn new(chunk: usize) -> Self {
+        Bump {
+            cur: 0,
+            end: 0,
+            chunk,
+        }
+    }
+
+    /// `size` zeroed bytes aligned to `align` (a power of two <= 4096), or null
+    /// when the system is out of memory.
+    pub fn alloc(&mut self, size: usize, align: usize) -> *mut u8 {
+        let start = (self.cur + align - 1) & !(align - 1);
+        if self.cur == 0 || start + size > self.end {
+            let len = round_pages(size.max(self.chunk));
+            let p = sys::mmap_anon(len);
+            if p.is_null() {
+                return p;
+            }
+            // Grow chunks geometrically so big trees need few mappings.
+            self.chunk = (self.chunk * 2).min(64 << 20);
+            self.cur = p as usize + size;
+            self.end = p as usize + len;
+            return p;
+        }
+        self.cur = start + size;
+        start as *mut u8
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_classes_cover_alignment() {
+        assert_eq!(class_of(1, 1), Some(0));
+        assert_eq!(class_of(16, 8), Some(0));
+        assert_eq!(class_of(17, 8), Some(1));
+        assert_eq!(class_of(8, 64), Some(2));
+        assert_eq!(class_of(32768, 8), Some(CLASSES - 1));
+        assert_eq!(class_of(32769, 8), None);
+    }
+
+    #[test]
+    fn allocates_reuses_and_reallocates() {
+        let a = IgAlloc;
+        // SAFETY: layouts are valid and blocks are used within their size.
+        unsafe {
+            let l = Layout::from_size_align(40, 8).unwrap();
+            let p = a.alloc(l);
+            assert!(!p.is_null());
+            p.write_bytes(0xab, 40);
+            a.dealloc(p, l);
+            let q = a.alloc(l);
+            q.write_bytes(0xab, 40);
+            let big = a.realloc(q, l, 100_000);
+            assert_eq!(*big.add(39), 0xab);
+            let bigger = a.realloc(big, Layout::from_size_align(100_000, 8).unwrap(), 1_000_000);
+            assert_eq!(*bigger.add(0), 0xab);
+            a.dealloc(bigger, Layout::from_size_align(1_000_000, 8).unwrap());
+            let al = Layout::from_size_align(24, 256).unwrap();
+            let r = a.alloc(al);
+            assert_eq!(r as usize % 256, 0);
+            a.dealloc(r, al);
+        }
+    }
+
+    #[test]
+    fn bump_aligns_and_grows() {
+        let mut b = Bump::new(4096);
+        let p = b.alloc(10, 8);
+        let q = b.alloc(8, 64);
+        assert_eq!(q as usize % 64, 0);
+        assert!(q as usize >= p as usize + 10);
+        let big = b.alloc(1 << 20, 16);
+        // SAFETY: fresh mapping of 1 MiB.
+        unsafe { big.add((1 << 20) - 1).write(1) };
+    }
+}

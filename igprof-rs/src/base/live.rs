@@ -1,0 +1,665 @@
+//! The live-resource tables: which heap blocks and which file descriptors
+//! are alive right now, and which call-tree node acquired each.
+//!
+//! Owns [`LiveMem`] (block address -> (size, node)) and [`LiveFds`]
+//! (descriptor -> node). A release looks the resource up here and is
+//! charged to the node that acquired it, whichever thread releases it. The
+//! dump reads both tables for IgProf's `LK` records.
+//!
+//! `LiveMem` is split into [`SHARDS`] open-addressing tables (linear probing
+//! with backward-shift deletion, so no tombstones pile up under churn), each
+//! behind a spin lock held for a few loads and stores. The lock is never
+//! taken re-entrantly: callers hold their thread's profiler guard, and a
+//! signal handler that interrupts a holder on the same thread does not reach
+//! this table (the memory module defers such events until the guard is
+//! released). Another thread that holds a shard lock always makes progress,
+//! so waiting for it cannot deadlock. While the process is
+//! [`crate::base::solo`], its one thread is the only user (dumps included) and
+//! no lock is taken. After fork the child starts with empty,
+//! unlocked tables ([`LiveMem::reset`]): the parent's blocks are the parent's.
+//!
+//! `LiveFds` is one atomic slot per possible descriptor (up to the
+//! RLIMIT_NOFILE hard limit, reserved lazily with mmap), so acquire and
+//! release are a single atomic swap: exact without any lock.
+//!
+//! Storage comes from anonymous mmap only, never from the program's malloc
+//! and never from the library's global allocator (which is not signal-safe).
+//!
+//! Must never: call malloc or the global allocator, take a lock other than a
+//! shard's spin lock, or panic.
+
+use core::cell::UnsafeCell;
+use core::ptr::null_mut;
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+
+use crate::base::sys;
+use crate::base::tree::Node;
+
+/// Number of independently locked parts of [`LiveMem`].
+pub const SHARDS: usize = 64;
+const SHARD_BITS: u32 = 6;
+const INITIAL_CAP: usize = 1024;
+
+/// One live block: its address (0 = empty slot), size and acquiring node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub struct Block {
+    pub addr: usize,
+    pub size: u64,
+    pub node: *const Node,
+}
+
+const EMPTY: Block = Block {
+    addr: 0,
+    size: 0,
+    node: core::ptr::null(),
+};
+
+struct ShardState {
+    slots: *mut Block,
+    /// capacity - 1 (capacity is a power of two), 0 before the first insert.
+    mask: usize,
+    len: usize,
+}
+
+struct Shard {
+    lock: AtomicBool,
+    state: UnsafeCell<ShardState>,
+}
+
+// SAFETY: `state` is only touched with `lock` held, or by the process's
+// only thread while it is solo.
+unsafe impl Sync for Shard {}
+
+#[inline]
+fn mix(addr: usize) -> usize {
+    // Heap addresses are 16-byte aligned and clustered: multiply to spread.
+    let h = (addr >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    h ^ (h >> 31)
+}
+
+impl Shard {
+    const fn new() -> Self {
+        Shard {
+            lock: AtomicBool::new(false),
+            state: UnsafeCell::new(ShardState {
+                slots: null_mut(),
+                mask: 0,
+                len: 0,
+            }),
+        }
+    }
+
+    #[inline]
+    fn lock(&self) -> ShardGuard<'_> {
+        if crate::base::solo::solo() {
+            // The only thread that touches the table (see the module docs).
+            return ShardGuard {
+                shard: self,
+                locked: false,
+            };
+        }
+        let mut spins = 0u32;
+        while self
+            .lock
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            spins += 1;
+            if spins > 100 {
+                sys::sched_yield();
+            } else {
+                core::hint::spin_loop();
+            }
+        }
+        ShardGuard {
+            shard: self,
+            locked: true,
+        }
+    }
+}
+
+struct ShardGuard<'a> {
+    shard: &'a Shard,
+    /// Whether the lock was taken (not while the process is solo).
+    locked: bool,
+}
+
+impl ShardGuard<'_> {
+    #[inline]
+    fn st(&mut self) -> &mut ShardState {
+        // SAFETY: the lock is held for the guard's lifetime (or the process is solo).
+        unsafe { &mut *self.shard.state.get() }
+    }
+}
+
+impl Drop for ShardGuard<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        if self.locked {
+            self.shard.lock.store(false, Ordering::Release);
+        }
+    }
+}
+
+impl ShardState {
+    #[inline]
+    fn slot(&mut self, i: usize) -> &mut Block {
+        // SAFETY: i <= mask and slots has mask+1 entries (callers mask i).
+        unsafe { &mut *self.slots.add(i) }
+    }
+
+    #[inline]
+    fn at(&self, i: usize) -> Block {
+        // SAFETY: i <= mask and slots has mask+1 entries (callers mask i).
+        unsafe { *self.slots.add(i) }
+    }
+
+    fn grow(&mut self) -> bool {
+        let old_cap = if self.slots.is_null() {
+            0
+        } else {
+            self.mask + 1
+        };
+        let cap = if old_cap == 0 {
+            INITIAL_CAP
+        } else {
+            old_cap * 2
+        };
+        let bytes = cap * core::mem::size_of::<Block>();
+        let new = sys::mmap_anon(bytes) as *mut Block;
+        if new.is_null() {
+            return false;
+        }
+        let (old, old_mask) = (self.slots, self.mask);
+        self.slots = new;
+        self.mask = cap - 1;
+        for i in 0..old_cap {
+            // SAFETY: i < old capacity.
+            let b = unsafe { *old.add(i) };
+            if b.addr != 0 {
+                self.place(b);
+            }
+        }
+        if !old.is_null() {
+            // SAFETY: the old array is ours alone (lock held) and no longer used.
+            unsafe {
+                sys::munmap(
+                    old as *mut u8,
+                    (old_mask + 1) * core::mem::size_of::<Block>(),
+                )
+            };
+        }
+        true
+    }
+
+    /// Puts `b` in the first free slot of its probe sequence (no duplicate check).
+    fn place(&mut self, b: Block) {
+        let mut i = (mix(b.addr) >> SHARD_BITS) & self.mask;
+        while self.at(i).addr != 0 {
+            i = (i + 1) & self.mask;
+        }
+        *self.slot(i) = b;
+    }
+
+    fn find(&self, addr: usize) -> Option<usize> {
+        if self.slots.is_null() {
+            return None;
+        }
+        let mut i = (mix(addr) >> SHARD_BITS) & self.mask;
+        loop {
+            let a = self.at(i).addr;
+            if a == addr {
+                return Some(i);
+            }
+            if a == 0 {
+                return None;
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+
+    /// Removes slot `i`, shifting later entries of the cluster back so that
+    /// every entry stays reachable from its home slot.
+    fn delete_at(&mut self, mut i: usize) {
+        let mask = self.mask;
+        let mut j = i;
+        loop {
+            j = (j + 1) & mask;
+            let b = self.at(j);
+            if b.addr == 0 {
+                break;
+            }
+            let home = (mix(b.addr) >> SHARD_BITS) & mask;
+            // Move b back into the hole at i unless its home lies cyclically in (i, j].
+            let stays = if i <= j {
+                i < home && home <= j
+            } else {
+                i < home || home <= j
+            };
+            if !stays {
+                *self.slot(i) = b;
+                i = j;
+            }
+        }
+        *self.slot(i) = EMPTY;
+        self.len -= 1;
+    }
+}
+
+/// Why a resource could not be recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LiveError {
+    /// mmap refused memory for a bigger table; the resource is not tracked.
+    OutOfMemory { wanted_slots: usize },
+    /// The descriptor is beyond the RLIMIT_NOFILE hard limit seen at start-up.
+    FdOutOfRange { fd: i32, limit: usize },
+}
+
+impl core::fmt::Display for LiveError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            LiveError::OutOfMemory { wanted_slots } => {
+                write!(
+                    f,
+                    "no memory for a live-block table of {wanted_slots} slots"
+                )
+            }
+            LiveError::FdOutOfRange { fd, limit } => {
+                write!(
+                    f,
+                    "descriptor {fd} is above the descriptor limit {limit} seen at start-up"
+                )
+            }
+        }
+    }
+}
+
+/// Live heap blocks: address -> (size, acquiring node).
+pub struct LiveMem {
+    shards: [Shard; SHARDS],
+}
+
+impl Default for LiveMem {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LiveMem {
+    pub const fn new() -> Self {
+        LiveMem {
+            shards: [const { Shard::new() }; SHARDS],
+        }
+    }
+
+    #[inline]
+    fn shard(&self, addr: usize) -> &Shard {
+        &self.shards[mix(addr) & (SHARDS - 1)]
+    }
+
+    /// Records block `addr`. If `addr` was already recorded (its free was
+    /// not seen, e.g. it happened before profiling started), the stale
+    /// entry is replaced and returned so the caller can release it.
+    pub fn insert(
+        &self,
+        addr: usize,
+        size: u64,
+        node: *const Node,
+    ) -> Result<Option<Block>, LiveError> {
+        debug_assert!(addr != 0);
+        let mut g = self.shard(addr).lock();
+        let st = g.st();
+        if let Some(i) = st.find(addr) {
+            let old = st.at(i);
+            *st.slot(i) = Block { addr, size, node };
+            return Ok(Some(old));
+        }
+        if st.slots.is_null() || (st.len + 1) * 4 > (st.mask + 1) * 3 {
+            let wanted = if st.slots.is_null() {
+                INITIAL_CAP
+            } else {
+                (st.mask + 1) * 2
+            };
+            if !st.grow() {
+                return Err(LiveError::OutOfMemory {
+                    wanted_slots: wanted,
+                });
+            }
+        }
+        st.place(Block { addr, size, node });
+        st.len += 1;
+        Ok(None)
+    }
+
+    /// Starts loading the home slot of `addr` into the cache, so that an
+    /// insert or remove of `addr` a little later does not wait for memory
+    /// (the table is large and its slots are spread at random). Only while
+    /// the process is [`crate::base::solo`]: elsewhere the shard could be resized
+    /// under the read.
+    #[inline]
+    pub fn prefetch(&self, addr: usize) {
+        if !crate::base::solo::solo() {
+            return;
+        }
+        // SAFETY: solo: this thread is the table's only user (module docs).
+        let st = unsafe { &*self.shard(addr).state.get() };
+        if st.slots.is_null() {
+            return;
+        }
+        let i = (mix(addr) >> SHARD_BITS) & st.mask;
+        // SAFETY: i <= mask, an index into the shard's slot array.
+        let p = unsafe { st.slots.add(i) };
+        sys::prefetch(p as *const u8);
+    }
+
+    /// Forgets block `addr` and returns what was recorded for it.
+    pub fn remove(&self, addr: usize) -> Option<Block> {
+        let mut g = self.shard(addr).lock();
+        let st = g.st();
+        let i = st.find(addr)?;
+        let b = st.at(i);
+        st.delete_at(i);
+        Some(b)
+    }
+
+    /// What is recorded for `addr`, without removing it.
+    pub fn get(&self, addr: usize) -> Option<Block> {
+        let mut g = self.shard(addr).lock();
+        let st = g.st();
+        st.find(addr).map(|i| st.at(i))
+    }
+
+    /// Number of live blocks.
+    pub fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| {
+                let mut g = s.lock();
+                g.st().len
+            })
+            .sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Calls `f` for every live block, one shard at a time (each shard is
+    /// locked while it is visited: `f` must not touch this table).
+    pub fn for_each(&self, mut f: impl FnMut(&Block)) {
+        for s in self.shards.iter() {
+            let mut g = s.lock();
+            let st = g.st();
+            if st.slots.is_null() {
+                continue;
+            }
+            for i in 0..=st.mask {
+                let b = st.at(i);
+                if b.addr != 0 {
+                    f(&b);
+                }
+            }
+        }
+    }
+
+    /// In a forked child: every lock free, every table empty. The arrays
+    /// are dropped without unmapping (another thread of the parent may have
+    /// been inside one at fork time; its copy is simply abandoned).
+    pub fn reset(&self) {
+        for s in self.shards.iter() {
+            // SAFETY: only the forking thread exists in the child; nobody
+            // holds or waits for the lock.
+            let st = unsafe { &mut *s.state.get() };
+            st.slots = null_mut();
+            st.mask = 0;
+            st.len = 0;
+            s.lock.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// Live descriptors: one atomic node pointer per descriptor number.
+pub struct LiveFds {
+    slots: AtomicPtr<AtomicPtr<Node>>,
+    limit: AtomicUsize,
+}
+
+impl Default for LiveFds {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LiveFds {
+    pub const fn new() -> Self {
+        LiveFds {
+            slots: AtomicPtr::new(null_mut()),
+            limit: AtomicUsize::new(0),
+        }
+    }
+
+    /// Reserves one slot per descriptor below `limit` (start-up; pages are
+    /// only backed when touched).
+    pub fn init(&self, limit: usize) -> Result<(), LiveError> {
+        let limit = limit.clamp(1024, 1 << 24);
+        let p =
+            sys::mmap_anon(limit * core::mem::size_of::<AtomicPtr<Node>>()) as *mut AtomicPtr<Node>;
+        if p.is_null() {
+            return Err(LiveError::OutOfMemory {
+                wanted_slots: limit,
+            });
+        }
+        self.limit.store(limit, Ordering::Relaxed);
+        self.slots.store(p, Ordering::Release);
+        Ok(())
+    }
+
+    #[inline]
+    fn slot(&self, fd: i32) -> Result<&AtomicPtr<Node>, LiveError> {
+        let limit = self.limit.load(Ordering::Relaxed);
+        let p = self.slots.load(Ordering::Acquire);
+        if fd < 0 || fd as usize >= limit || p.is_null() {
+            return Err(LiveError::FdOutOfRange { fd, limit });
+        }
+        // SAFETY: fd < limit and the array has `limit` slots, never unmapped.
+        Ok(unsafe { &*p.add(fd as usize) })
+    }
+
+    /// Records `fd` as acquired by `node`; returns the node it replaced
+    /// (a descriptor whose close was not seen, e.g. closed by a raw system
+    /// call or inherited), which the caller should release.
+    pub fn acquire(&self, fd: i32, node: *const Node) -> Result<*const Node, LiveError> {
+        Ok(self.slot(fd)?.swap(node as *mut Node, Ordering::AcqRel))
+    }
+
+    /// Forgets `fd`; returns its acquiring node (null if not tracked).
+    pub fn release(&self, fd: i32) -> *const Node {
+        match self.slot(fd) {
+            Ok(s) => s.swap(null_mut(), Ordering::AcqRel),
+            Err(_) => core::ptr::null(),
+        }
+    }
+
+    /// The node that acquired `fd` (null if not tracked).
+    pub fn get(&self, fd: i32) -> *const Node {
+        match self.slot(fd) {
+            Ok(s) => s.load(Ordering::Acquire),
+            Err(_) => core::ptr::null(),
+        }
+    }
+
+    /// Calls `f(fd, node)` for every tracked descriptor below `upto`.
+    pub fn for_each(&self, upto: usize, mut f: impl FnMut(i32, *const Node)) {
+        let limit = self.limit.load(Ordering::Relaxed).min(upto);
+        let p = self.slots.load(Ordering::Acquire);
+        if p.is_null() {
+            return;
+        }
+        for fd in 0..limit {
+            // SAFETY: fd < limit.
+            let n = unsafe { &*p.add(fd) }.load(Ordering::Acquire);
+            if !n.is_null() {
+                f(fd as i32, n);
+            }
+        }
+    }
+
+    /// In a forked child: nothing tracked (the parent's descriptors were
+    /// acquired in the parent's profile).
+    pub fn reset(&self) {
+        let limit = self.limit.load(Ordering::Relaxed);
+        let p = self.slots.load(Ordering::Acquire);
+        if p.is_null() {
+            return;
+        }
+        for fd in 0..limit {
+            // SAFETY: fd < limit.
+            let s = unsafe { &*p.add(fd) };
+            if !s.load(Ordering::Relaxed).is_null() {
+                s.store(null_mut(), Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// One past the highest descriptor that can be tracked.
+    pub fn limit(&self) -> usize {
+        self.limit.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn n(i: usize) -> *const Node {
+        (0x1000 + i * 64) as *const Node
+    }
+
+    #[test]
+    fn insert_remove_matches_a_model_under_churn() {
+        let t = LiveMem::new();
+        let mut model: HashMap<usize, (u64, usize)> = HashMap::new();
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        for step in 0..200_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Addresses from a small 16-aligned range so that clusters,
+            // wrap-around and reuse all happen.
+            let addr = 0x5555_0000_0000usize + ((x % 30_000) as usize) * 16;
+            if x & 1 == 0 {
+                let old = t.insert(addr, step, n(step as usize % 7)).unwrap();
+                let prev = model.insert(addr, (step, step as usize % 7));
+                assert_eq!(old.map(|b| (b.size, b.node)), prev.map(|(s, k)| (s, n(k))));
+            } else {
+                let got = t.remove(addr);
+                let want = model.remove(&addr);
+                assert_eq!(got.map(|b| (b.size, b.node)), want.map(|(s, k)| (s, n(k))));
+            }
+        }
+        assert_eq!(t.len(), model.len());
+        let mut seen = 0;
+        t.for_each(|b| {
+            seen += 1;
+            assert_eq!(model.get(&b.addr).map(|&(s, _)| s), Some(b.size));
+        });
+        assert_eq!(seen, model.len());
+        for (&a, &(s, _)) in &model {
+            assert_eq!(t.get(a).map(|b| b.size), Some(s));
+        }
+    }
+
+    #[test]
+    fn grows_far_beyond_initial_capacity_and_empties() {
+        let t = LiveMem::new();
+        let count = SHARDS * INITIAL_CAP * 4;
+        for i in 0..count {
+            assert_eq!(t.insert(0x10_0000 + i * 16, i as u64, n(0)).unwrap(), None);
+        }
+        assert_eq!(t.len(), count);
+        for i in 0..count {
+            assert_eq!(t.remove(0x10_0000 + i * 16).map(|b| b.size), Some(i as u64));
+        }
+        assert!(t.is_empty());
+        assert_eq!(t.remove(0x10_0000), None);
+    }
+
+    #[test]
+    fn threads_freeing_each_others_blocks_leave_nothing() {
+        let t: &'static LiveMem = Box::leak(Box::new(LiveMem::new()));
+        let per = 50_000usize;
+        let hs: Vec<_> = (0..8usize)
+            .map(|k| {
+                std::thread::spawn(move || {
+                    // Thread k inserts its own range and removes thread (k+1)%8's,
+                    // retrying until the owner has put each one in.
+                    for i in 0..per {
+                        t.insert(((k * per + i) + 1) * 16, 1, n(k)).unwrap();
+                    }
+                    let other = (k + 1) % 8;
+                    let mut i = 0;
+                    while i < per {
+                        if t.remove(((other * per + i) + 1) * 16).is_some() {
+                            i += 1;
+                        } else {
+                            std::thread::yield_now();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn reset_forgets_everything() {
+        let t = LiveMem::new();
+        t.insert(0x40, 1, n(1)).unwrap();
+        t.reset();
+        assert!(t.is_empty());
+        assert_eq!(t.get(0x40), None);
+        t.insert(0x40, 2, n(2)).unwrap();
+        assert_eq!(t.get(0x40).map(|b| b.size), Some(2));
+    }
+
+    #[test]
+    fn fd_slots_swap_exactly() {
+        let f = LiveFds::new();
+        assert!(f.acquire(3, n(1)).is_err(), "not initialised");
+        f.init(4096).unwrap();
+        assert_eq!(f.acquire(3, n(1)).unwrap(), core::ptr::null());
+        assert_eq!(
+            f.acquire(3, n(2)).unwrap(),
+            n(1),
+            "a replaced descriptor is reported"
+        );
+        assert_eq!(f.get(3), n(2));
+        assert_eq!(f.release(3), n(2));
+        assert_eq!(f.release(3), core::ptr::null());
+        assert_eq!(
+            f.acquire(4096, n(1)),
+            Err(LiveError::FdOutOfRange {
+                fd: 4096,
+                limit: 4096
+            })
+        );
+        assert_eq!(
+            f.acquire(-1, n(1)),
+            Err(LiveError::FdOutOfRange {
+                fd: -1,
+                limit: 4096
+            })
+        );
+        f.acquire(7, n(3)).unwrap();
+        let mut v = Vec::new();
+        f.for_each(usize::MAX, |fd, node| v.push((fd, node)));
+        assert_eq!(v, vec![(7, n(3))]);
+        f.reset();
+        assert_eq!(f.get(7), core::ptr::null());
+    }
+}

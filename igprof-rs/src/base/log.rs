@@ -1,0 +1,168 @@
+//! The library's only output channel to the user: `igprof: ...` lines on
+//! stderr, written with one raw write(2) per line from a stack buffer.
+//!
+//! Must never: allocate, use stdio, or take a lock (so it may be used from
+//! hooks and, sparingly, from signal handlers), or write into a file the
+//! program put at descriptor 2 after closing its stderr. Lines longer than
+//! the buffer are cut, never split.
+
+use core::fmt::{self, Write};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// A fixed-size line being formatted on the stack.
+pub struct Line {
+    buf: [u8; 1024],
+    len: usize,
+}
+
+impl Line {
+    pub fn new() -> Self {
+        let mut l = Line {
+            buf: [0; 1024],
+            len: 0,
+        };
+        l.push(b"igprof: ");
+        l
+    }
+
+    fn push(&mut self, b: &[u8]) {
+        // Keep one byte for the newline.
+        let room = self.buf.len() - 1 - self.len;
+        let n = b.len().min(room);
+        self.buf[self.len..self.len + n].copy_from_slice(&b[..n]);
+        self.len += n;
+    }
+
+    /// Writes the line (with a newline) to stderr, if descriptor 2 is
+    /// still the stderr the program started with ([`remember_stderr`]): a
+    /// program that closed stderr and reused the number for its own file
+    /// must not find our lines in it.
+    pub fn emit(mut self) {
+        self.buf[self.len] = b'\n';
+        self.len += 1;
+        let _errno = crate::base::sys::ErrnoGuard::save();
+        if !QUIET.load(Ordering::Relaxed) && stderr_is_ours() {
+            crate::base::sys::write_all(2, &self.buf[..self.len]);
+        }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl Default for Line {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Write for Line {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        self.push(s.as_bytes());
+        Ok(())
+    }
+}
+
+/// Set while a process other than the one the user started is starting up
+/// without -d: its start-up lines are the run's, said once by that one.
+static QUIET: AtomicBool = AtomicBool::new(false);
+
+/// Silences `igprof:` lines until dropped (the constructor's start-up).
+pub struct StartupQuiet(bool);
+
+impl StartupQuiet {
+    /// Quiet unless `speak`.
+    pub fn unless(speak: bool) -> Self {
+        QUIET.store(!speak, Ordering::Relaxed);
+        StartupQuiet(!speak)
+    }
+}
+
+impl Drop for StartupQuiet {
+    fn drop(&mut self) {
+        if self.0 {
+            QUIET.store(false, Ordering::Relaxed);
+        }
+    }
+}
+
+/// (device, inode) of descriptor 2 at start-up; 0 if not known yet.
+static STDERR_ID: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
+fn fd2_id() -> Option<(u64, u64)> {
+    // SAFETY: fstat into a valid, zeroed struct; a raw syscall (no lock).
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: as above: st is valid for the kernel to fill.
+    let r = unsafe { libc::syscall(libc::SYS_fstat, 2, &mut st) };
+    (r == 0).then_some((st.st_dev, st.st_ino))
+}
+
+/// Remembers what descriptor 2 is (constructor, before the program runs).
+pub fn remember_stderr() {
+    if let Some((dev, ino)) = fd2_id() {
+        STDERR_ID[0].store(dev, Ordering::Relaxed);
+        STDERR_ID[1].store(ino, Ordering::Release);
+    }
+}
+
+fn stderr_is_ours() -> bool {
+    let ino = STDERR_ID[1].load(Ordering::Acquire);
+    if ino == 0 {
+        // Not remembered (messages before start-up): stderr as it is.
+        return true;
+    }
+    fd2_id() == Some((STDERR_ID[0].load(Ordering::Relaxed), ino))
+}
+
+/// Bytes that may not be UTF-8 (paths), shown lossily without allocating.
+pub struct Bytes<'a>(pub &'a [u8]);
+
+impl fmt::Display for Bytes<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for chunk in self.0.utf8_chunks() {
+            f.write_str(chunk.valid())?;
+            if !chunk.invalid().is_empty() {
+                f.write_str("\u{fffd}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `igprof_log!("fmt", args..)`: one `igprof: ...` line on stderr.
+#[macro_export]
+macro_rules! igprof_log {
+    ($($arg:tt)*) => {{
+        let mut line = $crate::base::log::Line::new();
+        let _ = core::fmt::Write::write_fmt(&mut line, format_args!($($arg)*));
+        line.emit();
+    }};
+}
+
+/// `igprof_debug!(..)`: like `igprof_log!` but only with `-d`.
+#[macro_export]
+macro_rules! igprof_debug {
+    ($($arg:tt)*) => {{
+        if $crate::base::options::debug() {
+            $crate::igprof_log!($($arg)*);
+        }
+    }};
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_with_prefix_and_cuts_long_lines() {
+        let mut l = Line::new();
+        write!(l, "x={} p={}", 5, Bytes(b"/a\xffb")).unwrap();
+        assert_eq!(l.as_bytes(), "igprof: x=5 p=/a\u{fffd}b".as_bytes());
+        let mut l = Line::new();
+        for _ in 0..200 {
+            l.write_str("0123456789").unwrap();
+        }
+        assert_eq!(l.as_bytes().len(), 1023);
+    }
+}

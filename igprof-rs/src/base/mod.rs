@@ -1,0 +1,19 @@
+//! The base every other layer stands on: system calls, the `igprof:`
+//! messages, options, the library's own memory, counters, call trees,
+//! live-resource tables, per-thread state and its re-entrancy guard, and
+//! stack traces of the running thread.
+//!
+//! Must never: import anything outside `base/` but `unwind/` (modules,
+//! output and process are above it), or hold profiling policy (what a
+//! profiler counts, when a profile is written).
+
+pub mod alloc;
+pub mod counters;
+pub mod live;
+pub mod log;
+pub mod options;
+pub mod solo;
+pub mod sys;
+pub mod thread;
+pub mod trace;
+pub mod tree;

@@ -1,0 +1,441 @@
+//! Call trees: one per thread state (a new thread adopts the state, tree
+//! included, of a thread that ended: see `thread.rs`), nodes keyed by
+//! return address, each node carrying one (ticks, value, peak) triple per
+//! enabled counter.
+//!
+//! Owns node layout, the per-thread child lookup, and counter updates.
+//! Only the owning thread inserts (from its signal handler or hooks), so
+//! the sampling path takes no lock; the lookup table is private to the owner
+//! and may be rebuilt at will. Other threads (the dumper; a thread freeing
+//! memory another thread allocated) only read the append-only node graph
+//! (children are published with a release store after the node is complete)
+//! and update counters atomically.
+//!
+//! Must never: allocate through the global allocator (nodes and tables come
+//! from the tree's own [`Bump`] region, which is signal-safe), lock, or move
+//! or free a node once published.
+
+use core::ptr::null_mut;
+use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+
+use crate::base::alloc::Bump;
+use crate::{base::counters, base::solo};
+
+/// Address of the synthetic outermost node that marks a truncated stack.
+pub const TRUNCATED: usize = 1;
+
+/// One counter of a node.
+#[repr(C)]
+pub struct Counter {
+    pub ticks: AtomicU64,
+    pub value: AtomicU64,
+    pub peak: AtomicU64,
+}
+
+impl Counter {
+    /// Owner-thread accumulate: ticks += 1, value += amount, peak = max(peak, value).
+    #[inline]
+    pub fn tick(&self, amount: u64) {
+        let t = self.ticks.load(Ordering::Relaxed);
+        self.ticks.store(t + 1, Ordering::Relaxed);
+        let v = self.value.load(Ordering::Relaxed) + amount;
+        self.value.store(v, Ordering::Relaxed);
+        if v > self.peak.load(Ordering::Relaxed) {
+            self.peak.store(v, Ordering::Relaxed);
+        }
+    }
+
+    /// Owner-thread accumulate of `ticks` events worth `amount` in total.
+    #[inline]
+    pub fn add(&self, ticks: u64, amount: u64) {
+        let t = self.ticks.load(Ordering::Relaxed);
+        self.ticks.store(t + ticks, Ordering::Relaxed);
+        let v = self.value.load(Ordering::Relaxed) + amount;
+        self.value.store(v, Ordering::Relaxed);
+        if v > self.peak.load(Ordering::Relaxed) {
+            self.peak.store(v, Ordering::Relaxed);
+        }
+    }
+
+    /// Any-thread accumulate (atomic read-modify-write, plain while the
+    /// process is [`crate::base::solo`]).
+    #[inline]
+    pub fn tick_shared(&self, amount: u64) {
+        self.add_shared(1, amount);
+    }
+
+    /// Any-thread accumulate of `ticks` events worth `amount` in total.
+    #[inline]
+    pub fn add_shared(&self, ticks: u64, amount: u64) {
+        solo::add(&self.ticks, ticks);
+        let v = solo::add(&self.value, amount);
+        solo::max(&self.peak, v);
+    }
+
+    /// IgProf's max counter: ticks += 1, value = max(value, amount).
+    #[inline]
+    pub fn record_max(&self, amount: u64) {
+        solo::add(&self.ticks, 1);
+        solo::max(&self.value, amount);
+    }
+
+    /// A live resource released (possibly by another thread).
+    #[inline]
+    pub fn release_shared(&self, amount: u64) {
+        self.release_many(1, amount);
+    }
+
+    /// `ticks` live resources worth `amount` released (any thread).
+    #[inline]
+    pub fn release_many(&self, ticks: u64, amount: u64) {
+        solo::sub(&self.ticks, ticks);
+        solo::sub(&self.value, amount);
+    }
+
+    pub fn get(&self) -> (u64, u64, u64) {
+        (
+            self.ticks.load(Ordering::Relaxed),
+            self.value.load(Ordering::Relaxed),
+            self.peak.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// A call-tree node. `counters` trail the struct ([`counters::nslots`] of them).
+#[repr(C)]
+pub struct Node {
+    pub addr: usize,
+    pub parent: *const Node,
+    first_child: AtomicPtr<Node>,
+    next_sibling: AtomicPtr<Node>,
+}
+
+impl Node {
+    /// The node's counter in `slot` (< nslots).
+    #[inline]
+    pub fn counter(&self, slot: usize) -> &Counter {
+        debug_assert!(slot < counters::nslots());
+        // SAFETY: nodes are allocated with nslots counters right after the header.
+        unsafe { &*((self as *const Node).add(1) as *const Counter).add(slot) }
+    }
+
+    /// Iterates the children (in reverse insertion order).
+    pub fn children(&self) -> Children<'_> {
+        Children {
+            next: self.first_child.load(Ordering::Acquire),
+            _p: core::marker::PhantomData,
+        }
+    }
+}
+
+pub struct Children<'a> {
+    next: *mut Node,
+    _p: core::marker::PhantomData<&'a Node>,
+}
+
+impl<'a> Iterator for Children<'a> {
+    type Item = &'a Node;
+    fn next(&mut self) -> Option<&'a Node> {
+        if self.next.is_null() {
+            return None;
+        }
+        // SAFETY: published nodes are complete and never freed.
+        let n = unsafe { &*self.next };
+        self.next = n.next_sibling.load(Ordering::Acquire);
+        Some(n)
+    }
+}
+
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Slot {
+    parent: usize,
+    addr: usize,
+    node: *mut Node,
+}
+
+/// One thread's call tree.
+pub struct CallTree {
+    root: *mut Node,
+    table: *mut Slot,
+    mask: usize,
+    len: usize,
+    bump: Bump,
+    nslots: usize,
+    /// Nodes that could not be created (out of memory); the sample is dropped.
+    pub failed: u64,
+}
+
+// SAFETY: the tree is mutated only by its owner; other threads read the
+// published node graph, which is built for concurrent reading.
+unsafe impl Send for CallTree {}
+// SAFETY: as for Send just above.
+unsafe impl Sync for CallTree {}
+
+#[inline]
+fn hash(parent: usize, addr: usize) -> usize {
+    let h = (parent.rotate_left(17) ^ addr).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    h ^ (h >> 29)
+}
+
+impl CallTree {
+    /// An empty tree (lazy: memory is taken on first insert).
+    pub const fn new() -> Self {
+        CallTree {
+            root: null_mut(),
+            table: null_mut(),
+            mask: 0,
+            len: 0,
+            bump: Bump::new(256 * 1024),
+            nslots: 0,
+            failed: 0,
+        }
+    }
+
+    fn node_size(&self) -> usize {
+        core::mem::size_of::<Node>() + self.nslots * core::mem::size_of::<Counter>()
+    }
+
+    fn new_node(&mut self, parent: *const Node, addr: usize) -> *mut Node {
+        let p = self.bump.alloc(self.node_size(), 8) as *mut Node;
+        if !p.is_null() {
+            // SAFETY: fresh zeroed memory of node_size bytes (mmap zero-fills).
+            unsafe {
+                p.write(Node {
+                    addr,
+                    parent,
+                    first_child: AtomicPtr::new(null_mut()),
+                    next_sibling: AtomicPtr::new(null_mut()),
+                })
+            };
+        }
+        p
+    }
+
+    fn ensure_init(&mut self) -> bool {
+        if !self.root.is_null() {
+            return true;
+        }
+        self.nslots = counters::nslots();
+        let root = self.new_node(core::ptr::null(), 0);
+        if root.is_null() || !self.grow(1024) {
+            return false;
+        }
+        self.root = root;
+        true
+    }
+
+    fn grow(&mut self, cap: usize) -> bool {
+        let t = self.bump.alloc(cap * core::mem::size_of::<Slot>(), 8) as *mut Slot;
+        if t.is_null() {
+            return false;
+        }
+        let (old, old_cap) = (
+            self.table,
+            if self.table.is_null() {
+                0
+            } else {
+                self.mask + 1
+            },
+        );
+        self.table = t;
+        self.mask = cap - 1;
+        for i in 0..old_cap {
+            // SAFETY: i < old capacity; slots are plain data.
+            let s = unsafe { *old.add(i) };
+            if !s.node.is_null() {
+                self.insert_slot(s);
+            }
+        }
+        // The old table stays in the bump region (at most as big as the new one).
+        true
+    }
+
+    fn insert_slot(&mut self, s: Slot) {
+        let mut i = hash(s.parent, s.addr) & self.mask;
+        loop {
+            // SAFETY: i <= mask.
+            let e = unsafe { &mut *self.table.add(i) };
+            if e.node.is_null() {
+                *e = s;
+                return;
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+
+    /// The child of `parent` for `addr`, created if missing; null when out of memory.
+    #[inline]
+    pub(crate) fn child(&mut self, parent: *mut Node, addr: usize) -> *mut Node {
+        let mut i = hash(parent as usize, addr) & self.mask;
+        loop {
+            // SAFETY: i <= mask; the table has mask+1 slots.
+            let e = unsafe { *self.table.add(i) };
+            if e.node.is_null() {
+                break;
+            }
+            if e.addr == addr && e.parent == parent as usize {
+                return e.node;
+            }
+            i = (i + 1) & self.mask;
+        }
+        if (self.len + 1) * 2 > self.mask + 1 && !self.grow((self.mask + 1) * 2) {
+            self.failed += 1;
+            return null_mut();
+        }
+        let n = self.new_node(parent, addr);
+        if n.is_null() {
+            self.failed += 1;
+            return n;
+        }
+        self.insert_slot(Slot {
+            parent: parent as usize,
+            addr,
+            node: n,
+        });
+        self.len += 1;
+        // Publish: the node is complete before it becomes reachable.
+        // SAFETY: parent is a live node of this tree.
+        let p = unsafe { &*parent };
+        n_set_sibling(n, p.first_child.load(Ordering::Relaxed));
+        p.first_child.store(n, Ordering::Release);
+        n
+    }
+
+    /// The node for a stack given leaf first (`trace[0]` = PC), created as
+    /// needed. A `truncated` stack hangs under the [`TRUNCATED`] marker.
+    /// Null when memory ran out (or nothing is enabled).
+    pub fn node_for(&mut self, trace: &[usize], truncated: bool) -> *mut Node {
+        if !self.ensure_init() {
+            self.failed += 1;
+            return null_mut();
+        }
+        let mut n = self.root;
+        if truncated {
+            n = self.child(n, TRUNCATED);
+            if n.is_null() {
+                return n;
+            }
+        }
+        for &a in trace.iter().rev() {
+            n = self.child(n, a);
+            if n.is_null() {
+                return n;
+            }
+        }
+        n
+    }
+
+    /// The root (address 0) or None before the first insert.
+    pub fn root(&self) -> Option<&Node> {
+        if self.root.is_null() {
+            None
+        } else {
+            // SAFETY: the root is never freed.
+            Some(unsafe { &*self.root })
+        }
+    }
+
+    /// Number of nodes besides the root.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Default for CallTree {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn n_set_sibling(n: *mut Node, s: *mut Node) {
+    // SAFETY: n is a fresh node not yet visible to other threads.
+    unsafe { (*n).next_sibling.store(s, Ordering::Relaxed) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::base::counters::{self, CounterId};
+
+    fn setup() -> std::sync::MutexGuard<'static, ()> {
+        let g = counters::TEST_LOCK
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        counters::reset_for_test();
+        counters::enable(CounterId::PerfTicks);
+        counters::enable(CounterId::MemLive);
+        g
+    }
+
+    #[test]
+    fn builds_paths_and_counts_exactly() {
+        let _g = setup();
+        let mut t = CallTree::new();
+        let slot = counters::slot(CounterId::PerfTicks).unwrap();
+        // leaf first
+        for _ in 0..3 {
+            let n = t.node_for(&[0x30, 0x20, 0x10], false);
+            unsafe { &*n }.counter(slot).tick(1);
+        }
+        let n = t.node_for(&[0x31, 0x20, 0x10], false);
+        unsafe { &*n }.counter(slot).tick(1);
+        assert_eq!(t.len(), 4);
+        let root = t.root().unwrap();
+        let top: Vec<_> = root.children().collect();
+        assert_eq!(top.len(), 1);
+        assert_eq!(top[0].addr, 0x10);
+        let mid: Vec<_> = top[0].children().collect();
+        assert_eq!(mid[0].addr, 0x20);
+        let mut leaves: Vec<_> = mid[0]
+            .children()
+            .map(|c| (c.addr, c.counter(slot).get()))
+            .collect();
+        leaves.sort();
+        assert_eq!(leaves, vec![(0x30, (3, 3, 3)), (0x31, (1, 1, 1))]);
+        let live = counters::slot(CounterId::MemLive).unwrap();
+        assert_eq!(mid[0].counter(live).get(), (0, 0, 0));
+    }
+
+    #[test]
+    fn table_grows_and_truncation_is_marked() {
+        let _g = setup();
+        let mut t = CallTree::new();
+        let deep: Vec<usize> = (0..5000).map(|i| 0x1000 + i * 16).collect();
+        let n = t.node_for(&deep, true);
+        assert!(!n.is_null());
+        assert_eq!(t.len(), 5001);
+        let root = t.root().unwrap();
+        assert_eq!(root.children().next().unwrap().addr, TRUNCATED);
+        // Same path again finds the same node.
+        assert_eq!(t.node_for(&deep, true), n);
+        // Depth of the leaf: walk parents.
+        let mut d = 0;
+        let mut p = n as *const Node;
+        while !unsafe { &*p }.parent.is_null() {
+            d += 1;
+            p = unsafe { &*p }.parent;
+        }
+        assert_eq!(d, 5001);
+    }
+
+    #[test]
+    fn shared_counter_updates() {
+        let c = Counter {
+            ticks: AtomicU64::new(0),
+            value: AtomicU64::new(0),
+            peak: AtomicU64::new(0),
+        };
+        c.tick_shared(100);
+        c.tick_shared(50);
+        c.release_shared(100);
+        assert_eq!(c.get(), (1, 50, 150));
+        c.record_max(7);
+        c.record_max(3);
+        assert_eq!(c.get().1, 50);
+    }
+}

@@ -1,0 +1,274 @@
+//! Memory accounting: what an allocation or a free does to the counters.
+//!
+//! Owns the counter slots of the memory profiler and their update rules:
+//!
+//! - MEM_TOTAL: (calls, bytes, bytes) per allocating stack; owner thread only.
+//! - MEM_MAX: (calls, largest single allocation, 0) as IgProf writes it.
+//! - MEM_LIVE: (blocks live, bytes live, per-stack peak of bytes live);
+//!   updated atomically because a free on another thread is charged to the
+//!   allocating stack (found in the live table).
+//! - MEM_LIVE_AT_PEAK (igprof-rs only): (blocks, bytes) that each stack had
+//!   live at the moment the whole process's live bytes were highest.
+//!
+//! MEM_LIVE_AT_PEAK is kept without ever visiting all nodes: a process-wide
+//! peak epoch advances whenever the process's live total reaches a new
+//! maximum. Before a node's live value changes, if the node's snapshot is
+//! from an older epoch, its current live value (its value at the latest
+//! peak, since it has not changed since) is saved with the current epoch.
+//! At dump time a node whose snapshot carries the current epoch reports the
+//! snapshot, any other node reports its live value (unchanged since the
+//! peak). One thread: exact. Several threads: exact up to the operations in
+//! flight on other threads at the peak moment (at most one per thread).
+//!
+//! Sampled mode (`--sample-bytes`, see [`super::sample`]): a recorded
+//! allocation adds the calls and bytes it stands for to every counter, and
+//! its live-table entry keeps that packed weight, so its free subtracts
+//! exactly what it added.
+//!
+//! Shared updates are plain stores while the process is [`crate::base::solo`].
+//!
+//! Must never: allocate, lock (beyond a live-table shard), or panic.
+
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use crate::base::counters::{self, CounterId};
+use crate::base::live::{Block, LiveMem};
+use crate::base::solo;
+use crate::base::tree::{Counter, Node};
+
+/// Live heap blocks of the process (the program's, as seen by the hooks).
+pub static LIVE: LiveMem = LiveMem::new();
+
+const NONE: usize = usize::MAX;
+static TOTAL: AtomicUsize = AtomicUsize::new(NONE);
+static MAX: AtomicUsize = AtomicUsize::new(NONE);
+static LIVE_SLOT: AtomicUsize = AtomicUsize::new(NONE);
+static AT_PEAK: AtomicUsize = AtomicUsize::new(NONE);
+
+/// Bytes live in the whole process, the highest value seen, and the epoch
+/// of that peak (see the module docs).
+static LIVE_BYTES: AtomicU64 = AtomicU64::new(0);
+static PEAK_BYTES: AtomicU64 = AtomicU64::new(0);
+static PEAK_EPOCH: AtomicU64 = AtomicU64::new(1);
+
+/// Enables the memory counters (before the registry freezes).
+pub fn register_counters() {
+    if !crate::base::options::get().mem {
+        return;
+    }
+    for id in [
+        CounterId::MemTotal,
+        CounterId::MemMax,
+        CounterId::MemLive,
+        CounterId::MemLiveAtPeak,
+    ] {
+        counters::enable(id);
+    }
+}
+
+/// Remembers the slots (after the registry froze).
+pub fn init_slots() {
+    let s = |id| counters::slot(id).unwrap_or(NONE);
+    TOTAL.store(s(CounterId::MemTotal), Ordering::Relaxed);
+    MAX.store(s(CounterId::MemMax), Ordering::Relaxed);
+    LIVE_SLOT.store(s(CounterId::MemLive), Ordering::Relaxed);
+    AT_PEAK.store(s(CounterId::MemLiveAtPeak), Ordering::Relaxed);
+}
+
+/// The process's live bytes now and at their highest.
+pub fn process_live() -> (u64, u64) {
+    (
+        LIVE_BYTES.load(Ordering::Relaxed),
+        PEAK_BYTES.load(Ordering::Relaxed),
+    )
+}
+
+#[inline]
+fn counter(node: *const Node, slot: usize) -> Option<&'static Counter> {
+    if slot == NONE {
+        return None;
+    }
+    // SAFETY: nodes are never freed; slot < nslots (set from the registry).
+    Some(unsafe { &*node }.counter(slot))
+}
+
+/// Saves `node`'s live value as its value at the latest peak if its
+/// snapshot is older than that peak (see the module docs).
+#[inline]
+fn snapshot_before_change(node: *const Node) {
+    let (Some(at), Some(live)) = (
+        counter(node, AT_PEAK.load(Ordering::Relaxed)),
+        counter(node, LIVE_SLOT.load(Ordering::Relaxed)),
+    ) else {
+        return;
+    };
+    let e = PEAK_EPOCH.load(Ordering::Acquire);
+    if at.peak.load(Ordering::Relaxed) != e {
+        at.ticks
+            .store(live.ticks.load(Ordering::Relaxed), Ordering::Relaxed);
+        at.value
+            .store(live.value.load(Ordering::Relaxed), Ordering::Relaxed);
+        at.peak.store(e, Ordering::Release);
+    }
+}
+
+/// An allocation of `size` bytes at `addr` by the stack of `node` (owner
+/// thread of `node`'s tree, guard held).
+#[inline]
+pub fn on_alloc(node: *mut Node, addr: usize, size: u64) {
+    if let Some(c) = counter(node, TOTAL.load(Ordering::Relaxed)) {
+        c.tick(size);
+    }
+    if let Some(c) = counter(node, MAX.load(Ordering::Relaxed)) {
+        // Owner-only update: plain load/store, IgProf's (calls, max, 0).
+        c.ticks
+            .store(c.ticks.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        if size > c.value.load(Ordering::Relaxed) {
+            c.value.store(size, Ordering::Relaxed);
+        }
+    }
+    match LIVE.insert(addr, size, node) {
+        Ok(Some(stale)) => release(&stale),
+        Ok(None) => {}
+        Err(_) => {
+            super::site::LOST.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    }
+    let Some(live) = counter(node, LIVE_SLOT.load(Ordering::Relaxed)) else {
+        return;
+    };
+    snapshot_before_change(node);
+    live.tick_shared(size);
+    grow_process_live(size);
+}
+
+/// The process's live bytes grow by `bytes`; a new peak starts an epoch.
+#[inline]
+fn grow_process_live(bytes: u64) {
+    let now = solo::add(&LIVE_BYTES, bytes);
+    if now > PEAK_BYTES.load(Ordering::Relaxed) && now > solo::max(&PEAK_BYTES, now) {
+        solo::add(&PEAK_EPOCH, 1);
+    }
+}
+
+/// A sampled allocation at `addr` by the stack of `node` (owner thread,
+/// guard held): `stored` is its packed weight ([`super::sample::weigh`]),
+/// `largest` its own accounted size, for MEM_MAX. The sampler's free
+/// filter already counts `addr` ([`super::sample::remember`]).
+#[inline]
+pub fn on_alloc_sampled(node: *mut Node, addr: usize, stored: u64, largest: u64) {
+    let (calls, bytes) = super::sample::unpack(stored);
+    if let Some(c) = counter(node, TOTAL.load(Ordering::Relaxed)) {
+        c.add(calls, bytes);
+    }
+    if let Some(c) = counter(node, MAX.load(Ordering::Relaxed)) {
+        c.ticks
+            .store(c.ticks.load(Ordering::Relaxed) + calls, Ordering::Relaxed);
+        if largest > c.value.load(Ordering::Relaxed) {
+            c.value.store(largest, Ordering::Relaxed);
+        }
+    }
+    match LIVE.insert(addr, stored, node) {
+        Ok(Some(stale)) => {
+            // One entry for two counts in the filter.
+            super::sample::forget(addr);
+            release(&stale);
+        }
+        Ok(None) => {}
+        Err(_) => {
+            super::sample::forget(addr);
+            super::site::LOST.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    }
+    let Some(live) = counter(node, LIVE_SLOT.load(Ordering::Relaxed)) else {
+        return;
+    };
+    snapshot_before_change(node);
+    live.add_shared(calls, bytes);
+    grow_process_live(bytes);
+}
+
+/// Block `addr` is being freed: forget it and release it from the stack
+/// that allocated it. Returns what was recorded (None if untracked).
+#[inline]
+pub fn on_free(addr: usize) -> Option<Block> {
+    if addr == 0 {
+        return None;
+    }
+    let b = LIVE.remove(addr)?;
+    if super::sample::active() {
+        super::sample::forget(addr);
+    }
+    if super::empty::active() {
+        super::empty::on_free(&b);
+    }
+    release(&b);
+    Some(b)
+}
+
+/// Puts a block taken out by [`on_free`] back unchanged (a realloc that
+/// failed: the old block is still the program's, with its old size and
+/// stack).
+pub fn restore(b: &Block) {
+    if LIVE.insert(b.addr, b.size, b.node).is_err() {
+        super::site::LOST.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    if super::sample::active() {
+        super::sample::remember(b.addr);
+    }
+    let (calls, bytes) = super::sample::weight_of(b.size);
+    if let Some(live) = counter(b.node, LIVE_SLOT.load(Ordering::Relaxed)) {
+        snapshot_before_change(b.node);
+        solo::add(&live.ticks, calls);
+        solo::add(&live.value, bytes);
+        solo::add(&LIVE_BYTES, bytes);
+    }
+}
+
+fn release(b: &Block) {
+    if let Some(live) = counter(b.node, LIVE_SLOT.load(Ordering::Relaxed)) {
+        snapshot_before_change(b.node);
+        let (calls, bytes) = super::sample::weight_of(b.size);
+        live.release_many(calls, bytes);
+        solo::sub(&LIVE_BYTES, bytes);
+    }
+}
+
+/// The value the dump writes for MEM_LIVE_AT_PEAK on `node`, if `slot` is
+/// that counter: (blocks, bytes, bytes) live on that stack at the peak.
+pub fn at_peak_view(node: &Node, slot: usize) -> Option<(u64, u64, u64)> {
+    if slot != AT_PEAK.load(Ordering::Relaxed) {
+        return None;
+    }
+    let at = node.counter(slot);
+    let (t, v) = if at.peak.load(Ordering::Acquire) == PEAK_EPOCH.load(Ordering::Acquire) {
+        (
+            at.ticks.load(Ordering::Relaxed),
+            at.value.load(Ordering::Relaxed),
+        )
+    } else {
+        let live = node.counter(LIVE_SLOT.load(Ordering::Relaxed));
+        (
+            live.ticks.load(Ordering::Relaxed),
+            live.value.load(Ordering::Relaxed),
+        )
+    };
+    Some((t, v, v))
+}
+
+/// The MEM_LIVE slot (for LK records), if enabled.
+pub fn live_slot() -> Option<usize> {
+    let s = LIVE_SLOT.load(Ordering::Relaxed);
+    (s != NONE).then_some(s)
+}
+
+/// In a forked child: nothing live yet in this process's profile.
+pub fn reset_after_fork() {
+    LIVE.reset();
+    LIVE_BYTES.store(0, Ordering::Relaxed);
+    PEAK_BYTES.store(0, Ordering::Relaxed);
+    PEAK_EPOCH.fetch_add(1, Ordering::Relaxed);
+}

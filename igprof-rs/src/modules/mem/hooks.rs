@@ -1,0 +1,707 @@
+//! The allocation-function replacements installed with trampolines, and
+//! which allocator's entry points they go on.
+//!
+//! Owns the chain pointers of the hooked allocation functions. Each
+//! replacement calls the original through its chain pointer, leaves the
+//! return value untouched and `errno` as the original left it, and records
+//! the event only when the original succeeded. A block is taken out of the
+//! live table *before* the real free/realloc (after it, another thread may
+//! already have been given the same address).
+//!
+//! Which functions: every name in [`funcs`] is looked up as the process
+//! resolves it (first definition in load order), so when jemalloc or
+//! tcmalloc is linked or preloaded, their `malloc`, `free`, ... are the
+//! ones hooked; their extra entry points (jemalloc's `mallocx`-family is
+//! not hooked; tcmalloc's `tc_*` names) and C++ operators are hooked only
+//! when the object defining them is the allocator that also defines
+//! `malloc` (libstdc++'s operator new calls malloc and must not count
+//! twice). Two names at one address (glibc: `aligned_alloc` = `memalign`,
+//! `cfree` = `free`) are hooked once.
+//!
+//! Sampled mode (`--sample-bytes`): every allocation entry point goes
+//! through [`allocated_fill`], which asks [`super::sample::decide`] once per
+//! allocation the program asked for (an allocation made inside the real
+//! realloc/reallocarray is left to the outer hook's decision, and an inner
+//! hook that decided marks the block so that an outer one does not decide
+//! again); only a recorded allocation walks the stack. Every free goes
+//! through [`freeing`], which skips the live table for a block the
+//! sampler's filter says was never recorded.
+//!
+//! Must never: call a hooked function except through its chain pointer
+//! while recording, allocate, or change the program's view of the call.
+
+use core::ffi::{c_int, c_void};
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+use super::account;
+use super::memo::EntryRegs;
+use super::site::{self, Entry, MEM_OUTER};
+use crate::base::sys::ErrnoGuard;
+
+/// Deferred-event kinds of this module.
+pub const KIND_ALLOC: u8 = 1;
+pub const KIND_FREE: u8 = 2;
+/// Not replayed: a failed realloc inside a signal handler nested in a hook
+/// (its block was not taken out either, see [`freeing`]).
+const KIND_ALLOC_RESTORE: u8 = 3;
+
+type Malloc = unsafe extern "C" fn(usize) -> *mut c_void;
+type Calloc = unsafe extern "C" fn(usize, usize) -> *mut c_void;
+type Realloc = unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void;
+type ReallocArray = unsafe extern "C" fn(*mut c_void, usize, usize) -> *mut c_void;
+type Free = unsafe extern "C" fn(*mut c_void);
+type Memalign = unsafe extern "C" fn(usize, usize) -> *mut c_void;
+type PosixMemalign = unsafe extern "C" fn(*mut *mut c_void, usize, usize) -> c_int;
+type Sized = unsafe extern "C" fn(*mut c_void, usize);
+type Aligned = unsafe extern "C" fn(usize, usize) -> *mut c_void;
+/// operator new(size, align, nothrow) and the nothrow/aligned deletes: the
+/// trailing arguments are passed through untouched.
+type New3 = unsafe extern "C" fn(usize, usize, usize) -> *mut c_void;
+type Delete3 = unsafe extern "C" fn(*mut c_void, usize, usize);
+
+/// Chain pointers (0 = not hooked), indexed by [`Func`].
+static CHAIN: [AtomicUsize; N] = [const { AtomicUsize::new(0) }; N];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Func {
+    Malloc,
+    Calloc,
+    Realloc,
+    ReallocArray,
+    Free,
+    Memalign,
+    PosixMemalign,
+    AlignedAlloc,
+    Valloc,
+    Pvalloc,
+    Cfree,
+    /// tcmalloc's C++ operators (defined by the allocator itself).
+    New,
+    NewArray,
+    Delete,
+    DeleteArray,
+    DeleteSized,
+    DeleteArraySized,
+    NewAligned,
+    NewArrayAligned,
+    DeleteAligned,
+    DeleteArrayAligned,
+    NewNothrow,
+    NewArrayNothrow,
+    NewAlignedNothrow,
+    NewArrayAlignedNothrow,
+    DeleteNothrow,
+    DeleteArrayNothrow,
+    DeleteSizedAligned,
+    DeleteArraySizedAligned,
+    DeleteAlignedNothrow,
+    DeleteArrayAlignedNothrow,
+}
+const N: usize = 31;
+
+/// (symbol, replacement, whether only an allocator other than libc's may
+/// provide it).
+pub fn funcs() -> [(Func, &'static str, *const (), bool); N] {
+    use Func::*;
+    [
+        (
+            Malloc,
+            "malloc",
+            super::memo::entry::malloc_entry as *const (),
+            false,
+        ),
+        (
+            Calloc,
+            "calloc",
+            super::memo::entry::calloc_entry as *const (),
+            false,
+        ),
+        (
+            Realloc,
+            "realloc",
+            super::memo::entry::realloc_entry as *const (),
+            false,
+        ),
+        (
+            ReallocArray,
+            "reallocarray",
+            reallocarray_hook as *const (),
+            false,
+        ),
+        (Free, "free", free_hook as *const (), false),
+        (Memalign, "memalign", memalign_hook as *const (), false),
+        (
+            PosixMemalign,
+            "posix_memalign",
+            posix_memalign_hook as *const (),
+            false,
+        ),
+        (
+            AlignedAlloc,
+            "aligned_alloc",
+            aligned_alloc_hook as *const (),
+            false,
+        ),
+        (Valloc, "valloc", valloc_hook as *const (), false),
+        (Pvalloc, "pvalloc", pvalloc_hook as *const (), false),
+        (Cfree, "cfree", cfree_hook as *const (), false),
+        (New, "_Znwm", new_hook as *const (), true),
+        (NewArray, "_Znam", new_array_hook as *const (), true),
+        (Delete, "_ZdlPv", delete_hook as *const (), true),
+        (DeleteArray, "_ZdaPv", delete_array_hook as *const (), true),
+        (DeleteSized, "_ZdlPvm", delete_sized_hook as *const (), true),
+        (
+            DeleteArraySized,
+            "_ZdaPvm",
+            delete_array_sized_hook as *const (),
+            true,
+        ),
+        (
+            NewAligned,
+            "_ZnwmSt11align_val_t",
+            new_aligned_hook as *const (),
+            true,
+        ),
+        (
+            NewArrayAligned,
+            "_ZnamSt11align_val_t",
+            new_array_aligned_hook as *const (),
+            true,
+        ),
+        (
+            DeleteAligned,
+            "_ZdlPvSt11align_val_t",
+            delete_aligned_hook as *const (),
+            true,
+        ),
+        (
+            DeleteArrayAligned,
+            "_ZdaPvSt11align_val_t",
+            delete_array_aligned_hook as *const (),
+            true,
+        ),
+        (
+            NewNothrow,
+            "_ZnwmRKSt9nothrow_t",
+            new_nothrow_hook as *const (),
+            true,
+        ),
+        (
+            NewArrayNothrow,
+            "_ZnamRKSt9nothrow_t",
+            new_array_nothrow_hook as *const (),
+            true,
+        ),
+        (
+            NewAlignedNothrow,
+            "_ZnwmSt11align_val_tRKSt9nothrow_t",
+            new_aligned_nothrow_hook as *const (),
+            true,
+        ),
+        (
+            NewArrayAlignedNothrow,
+            "_ZnamSt11align_val_tRKSt9nothrow_t",
+            new_array_aligned_nothrow_hook as *const (),
+            true,
+        ),
+        (
+            DeleteNothrow,
+            "_ZdlPvRKSt9nothrow_t",
+            delete_nothrow_hook as *const (),
+            true,
+        ),
+        (
+            DeleteArrayNothrow,
+            "_ZdaPvRKSt9nothrow_t",
+            delete_array_nothrow_hook as *const (),
+            true,
+        ),
+        (
+            DeleteSizedAligned,
+            "_ZdlPvmSt11align_val_t",
+            delete_sized_aligned_hook as *const (),
+            true,
+        ),
+        (
+            DeleteArraySizedAligned,
+            "_ZdaPvmSt11align_val_t",
+            delete_array_sized_aligned_hook as *const (),
+            true,
+        ),
+        (
+            DeleteAlignedNothrow,
+            "_ZdlPvSt11align_val_tRKSt9nothrow_t",
+            delete_aligned_nothrow_hook as *const (),
+            true,
+        ),
+        (
+            DeleteArrayAlignedNothrow,
+            "_ZdaPvSt11align_val_tRKSt9nothrow_t",
+            delete_array_aligned_nothrow_hook as *const (),
+            true,
+        ),
+    ]
+}
+
+/// Stores the chain pointer of `f`.
+pub fn set_chain(f: Func, chain: *const ()) {
+    CHAIN[f as usize].store(chain as usize, Ordering::Release);
+}
+
+/// Whether `f` is hooked.
+pub fn hooked(f: Func) -> bool {
+    CHAIN[f as usize].load(Ordering::Relaxed) != 0
+}
+
+macro_rules! chain {
+    ($f:expr, $t:ty) => {{
+        let p = CHAIN[$f as usize].load(Ordering::Relaxed);
+        // Used inside the caller's unsafe block, whose SAFETY covers this:
+        // only chain pointers of functions of type $t are stored at this
+        // index, and a hook runs only after its chain was stored.
+        core::mem::transmute::<usize, $t>(p)
+    }};
+}
+
+// ---- recording ----
+
+/// What the profile records for a block of `requested` bytes at `addr`
+/// under -mo (none: requested; include: usable size; delta: usable -
+/// requested).
+#[inline]
+fn accounted(addr: usize, requested: usize) -> u64 {
+    match super::overhead() {
+        crate::base::options::MemOverhead::None => requested as u64,
+        mode => {
+            // SAFETY: addr is a live block just returned by the allocator
+            // whose malloc_usable_size the process resolves.
+            let usable = unsafe { libc::malloc_usable_size(addr as *mut c_void) };
+            match mode {
+                crate::base::options::MemOverhead::Include => usable as u64,
+                _ => usable.saturating_sub(requested) as u64,
+            }
+        }
+    }
+}
+
+/// Replays one deferred memory event.
+pub fn replay(node: *mut crate::base::tree::Node, kind: u8, a: usize, b: u64) {
+    match kind {
+        KIND_ALLOC if super::sample::active() => {
+            // The deferred event kept the packed weight, not the size:
+            // MEM_MAX gets the size it implies.
+            let (calls, bytes) = super::sample::unpack(b);
+            account::on_alloc_sampled(node, a, b, bytes / calls.max(1))
+        }
+        KIND_ALLOC => account::on_alloc(node, a, b),
+        KIND_FREE => {
+            account::on_free(a);
+        }
+        _ => {}
+    }
+}
+
+/// A successful allocation of `size` bytes at `p` by the caller.
+#[inline]
+fn allocated(p: *mut c_void, size: usize) {
+    allocated_fill(p, size, true, None)
+}
+
+/// As [`allocated`]; `fill` says whether -ei/-eu may overwrite the block
+/// (not for calloc and realloc, whose contents the program relies on).
+#[inline(always)]
+fn allocated_fill(p: *mut c_void, size: usize, fill: bool, regs: Option<EntryRegs>) {
+    if p.is_null() {
+        return;
+    }
+    if super::sample::active() {
+        // -ei/-eu (fill) are refused with sampling.
+        return allocated_sampled(p as usize, size, regs);
+    }
+    allocated_exact(p, size, fill, regs)
+}
+
+/// Records every allocation (exact mode).
+#[inline]
+fn allocated_exact(p: *mut c_void, size: usize, fill: bool, regs: Option<EntryRegs>) {
+    let addr = p as usize;
+    // The block's live-table slot loads while the stack is looked up.
+    account::LIVE.prefetch(addr);
+    let _e = ErrnoGuard::save();
+    let bytes = accounted(addr, size);
+    if let Entry::Now(t, g) = site::enter(KIND_ALLOC, addr, bytes, replay) {
+        site::record(t, g, |h| {
+            let n = match &regs {
+                Some(r) => site::caller_node_at(t, h, r),
+                None => site::caller_node(t, h, MEM_OUTER),
+            };
+            if let Some(n) = n {
+                // Recorded here: an outer hook waiting for an inner one
+                // (via_begin) must not record it again.
+                via_seen(addr);
+                if fill && super::empty::active() {
+                    super::empty::fill(addr, size);
+                }
+                account::on_alloc(n, addr, bytes);
+            }
+        });
+    }
+}
+
+/// Sampled mode: decides whether the allocation of `size` bytes at `addr`
+/// is recorded, and records it if so.
+#[inline(always)]
+fn allocated_sampled(addr: usize, size: usize, regs: Option<EntryRegs>) {
+    let pick = site::tls(|h| {
+        if h.outer.get() & MEM_OUTER != 0 {
+            // Inside the real realloc/reallocarray: the outer hook decides
+            // for the block it returns.
+            return None;
+        }
+        // Decided here, whatever the outcome: an outer hook waiting for an
+        // inner one (via_begin) must not decide again.
+        h.inner.set(addr);
+        super::sample::decide(&h.sampler, size)
+    });
+    if let Some(pick) = pick {
+        record_sampled(addr, size, pick, regs);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn record_sampled(addr: usize, size: usize, pick: super::sample::Pick, regs: Option<EntryRegs>) {
+    let _e = ErrnoGuard::save();
+    let bytes = accounted(addr, size);
+    let stored = site::tls(|h| super::sample::weigh(&h.sampler, pick, bytes));
+    // Counted in the free filter before the program sees the block, so a
+    // free of it (even one deferred from a signal handler) is not skipped.
+    super::sample::remember(addr);
+    if let Entry::Now(t, g) = site::enter(KIND_ALLOC, addr, stored, replay) {
+        site::record(t, g, |h| {
+            let n = match &regs {
+                Some(r) => site::caller_node_at(t, h, r),
+                None => site::caller_node(t, h, MEM_OUTER),
+            };
+            match n {
+                Some(n) => account::on_alloc_sampled(n, addr, stored, bytes),
+                None => super::sample::forget(addr),
+            }
+        });
+    }
+}
+
+/// `p` is about to be freed: take it out of the live table. Returns the
+/// block's record (for a realloc that may fail and must put it back).
+#[inline(always)]
+fn freeing(p: *mut c_void) -> Option<crate::base::live::Block> {
+    if p.is_null() {
+        return None;
+    }
+    if super::sample::active() && !super::sample::may_be_sampled(p as usize) {
+        // Never recorded: nothing to take out.
+        return None;
+    }
+    freeing_recorded(p)
+}
+
+#[inline]
+fn freeing_recorded(p: *mut c_void) -> Option<crate::base::live::Block> {
+    account::LIVE.prefetch(p as usize);
+    let _e = ErrnoGuard::save();
+    site::unrecorded(KIND_FREE, p as usize, 0, replay, || {
+        account::on_free(p as usize)
+    })
+    .flatten()
+}
+
+/// Starts a call whose original may allocate through another hooked entry
+/// point (realloc(NULL) -> malloc, glibc tail-calls it; reallocarray ->
+/// realloc; jemalloc's operator new -> malloc).
+#[inline]
+fn via_begin() {
+    site::tls(|h| h.inner.set(0));
+}
+
+/// Ends [`via_begin`]: whether the outer hook must record block `r` itself
+/// (false when an inner hook already recorded exactly that block).
+#[inline]
+fn via_end(r: *mut c_void) -> bool {
+    site::tls(|h| h.inner.replace(0) != r as usize || r.is_null())
+}
+
+/// An allocation hook recorded block `addr`.
+#[inline]
+fn via_seen(addr: usize) {
+    site::tls(|h| h.inner.set(addr));
+}
+
+// ---- the replacements ----
+
+// Entered through the naked stubs of `memo::entry` (the installed
+// replacements of malloc, calloc and realloc): the program's registers at
+// the call follow the real arguments.
+
+pub(super) extern "C" fn malloc_with_regs(
+    size: usize,
+    sp: usize,
+    fp: usize,
+    lr: usize,
+) -> *mut c_void {
+    // SAFETY: forwarding the program's call unchanged.
+    let p = unsafe { chain!(Func::Malloc, Malloc)(size) };
+    allocated_fill(p, size, true, Some(EntryRegs { sp, fp, lr }));
+    p
+}
+
+pub(super) extern "C" fn calloc_with_regs(
+    n: usize,
+    m: usize,
+    sp: usize,
+    fp: usize,
+    lr: usize,
+) -> *mut c_void {
+    // SAFETY: forwarding the program's call unchanged.
+    let p = unsafe { chain!(Func::Calloc, Calloc)(n, m) };
+    allocated_fill(p, n.wrapping_mul(m), false, Some(EntryRegs { sp, fp, lr }));
+    p
+}
+
+pub(super) extern "C" fn realloc_with_regs(
+    p: *mut c_void,
+    size: usize,
+    sp: usize,
+    fp: usize,
+    lr: usize,
+) -> *mut c_void {
+    // SAFETY: forwarding the program's call unchanged.
+    reallocate(p, size, Some(EntryRegs { sp, fp, lr }), || unsafe {
+        chain!(Func::Realloc, Realloc)(p, size)
+    })
+}
+
+/// realloc and reallocarray: the old block leaves the table before the
+/// call; success records the new block as an allocation of `size` bytes
+/// (as IgProf); failure puts the old block back exactly as it was.
+#[inline]
+fn reallocate(
+    p: *mut c_void,
+    size: usize,
+    regs: Option<EntryRegs>,
+    call: impl FnOnce() -> *mut c_void,
+) -> *mut c_void {
+    let old = freeing(p);
+    via_begin();
+    let r = site::with_outer(MEM_OUTER, call);
+    let record = via_end(r);
+    if r.is_null() {
+        // glibc: realloc(p, 0) frees p and returns NULL; otherwise NULL
+        // means failure and p is untouched.
+        if size != 0 {
+            if let Some(b) = old {
+                let _e = ErrnoGuard::save();
+                site::unrecorded(KIND_ALLOC_RESTORE, 0, 0, replay, || account::restore(&b));
+            }
+        }
+        return r;
+    }
+    if record {
+        allocated_fill(r, size, false, regs);
+    } else {
+        // realloc(NULL, n) went through malloc's hook, which recorded it;
+        // keep the outer's view for an enclosing hook.
+        via_seen(r as usize);
+    }
+    r
+}
+
+/// reallocarray: glibc checks the product and calls realloc, whose hook
+/// records the call. Only a reallocarray that does not go through realloc
+/// is recorded here (the old block is then forgotten after the call).
+extern "C" fn reallocarray_hook(p: *mut c_void, n: usize, m: usize) -> *mut c_void {
+    via_begin();
+    // SAFETY: forwarding the program's call unchanged. Allocations libc
+    // makes inside it (realloc(NULL, n) -> malloc) are not separate calls.
+    let r = site::with_outer(MEM_OUTER, || unsafe {
+        chain!(Func::ReallocArray, ReallocArray)(p, n, m)
+    });
+    let direct = via_end(r);
+    if direct && !r.is_null() {
+        freeing(p);
+        allocated_fill(r, n.wrapping_mul(m), false, None);
+    }
+    r
+}
+
+extern "C" fn free_hook(p: *mut c_void) {
+    freeing(p);
+    // SAFETY: forwarding the program's call unchanged.
+    unsafe { chain!(Func::Free, Free)(p) }
+}
+
+extern "C" fn cfree_hook(p: *mut c_void) {
+    freeing(p);
+    // SAFETY: forwarding the program's call unchanged.
+    unsafe { chain!(Func::Cfree, Free)(p) }
+}
+
+extern "C" fn memalign_hook(align: usize, size: usize) -> *mut c_void {
+    // SAFETY: forwarding the program's call unchanged.
+    let p = unsafe { chain!(Func::Memalign, Memalign)(align, size) };
+    allocated(p, size);
+    p
+}
+
+extern "C" fn aligned_alloc_hook(align: usize, size: usize) -> *mut c_void {
+    // SAFETY: forwarding the program's call unchanged.
+    let p = unsafe { chain!(Func::AlignedAlloc, Memalign)(align, size) };
+    allocated(p, size);
+    p
+}
+
+extern "C" fn posix_memalign_hook(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
+    // SAFETY: forwarding the program's call unchanged.
+    let r = unsafe { chain!(Func::PosixMemalign, PosixMemalign)(out, align, size) };
+    if r == 0 && !out.is_null() {
+        // SAFETY: on success posix_memalign stored the block in *out.
+        allocated(unsafe { *out }, size);
+    }
+    r
+}
+
+extern "C" fn valloc_hook(size: usize) -> *mut c_void {
+    // SAFETY: forwarding the program's call unchanged.
+    let p = unsafe { chain!(Func::Valloc, Malloc)(size) };
+    allocated(p, size);
+    p
+}
+
+extern "C" fn pvalloc_hook(size: usize) -> *mut c_void {
+    // SAFETY: forwarding the program's call unchanged.
+    let p = unsafe { chain!(Func::Pvalloc, Malloc)(size) };
+    allocated(p, size);
+    p
+}
+
+// C++ operators of an allocator that defines them itself (tcmalloc).
+
+extern "C" fn new_hook(size: usize) -> *mut c_void {
+    via_begin();
+    // SAFETY: forwarding the program's call unchanged (it may throw: the
+    // exception passes through this frame, which has nothing to clean up).
+    let p = unsafe { chain!(Func::New, Malloc)(size) };
+    if via_end(p) {
+        allocated(p, size);
+    }
+    p
+}
+
+extern "C" fn new_array_hook(size: usize) -> *mut c_void {
+    via_begin();
+    // SAFETY: as new_hook.
+    let p = unsafe { chain!(Func::NewArray, Malloc)(size) };
+    if via_end(p) {
+        allocated(p, size);
+    }
+    p
+}
+
+extern "C" fn new_aligned_hook(size: usize, align: usize) -> *mut c_void {
+    via_begin();
+    // SAFETY: as new_hook.
+    let p = unsafe { chain!(Func::NewAligned, Aligned)(size, align) };
+    if via_end(p) {
+        allocated(p, size);
+    }
+    p
+}
+
+extern "C" fn new_array_aligned_hook(size: usize, align: usize) -> *mut c_void {
+    via_begin();
+    // SAFETY: as new_hook.
+    let p = unsafe { chain!(Func::NewArrayAligned, Aligned)(size, align) };
+    if via_end(p) {
+        allocated(p, size);
+    }
+    p
+}
+
+extern "C" fn delete_hook(p: *mut c_void) {
+    freeing(p);
+    // SAFETY: forwarding the program's call unchanged.
+    unsafe { chain!(Func::Delete, Free)(p) }
+}
+
+extern "C" fn delete_array_hook(p: *mut c_void) {
+    freeing(p);
+    // SAFETY: forwarding the program's call unchanged.
+    unsafe { chain!(Func::DeleteArray, Free)(p) }
+}
+
+extern "C" fn delete_sized_hook(p: *mut c_void, n: usize) {
+    freeing(p);
+    // SAFETY: forwarding the program's call unchanged.
+    unsafe { chain!(Func::DeleteSized, Sized)(p, n) }
+}
+
+extern "C" fn delete_array_sized_hook(p: *mut c_void, n: usize) {
+    freeing(p);
+    // SAFETY: forwarding the program's call unchanged.
+    unsafe { chain!(Func::DeleteArraySized, Sized)(p, n) }
+}
+
+extern "C" fn delete_aligned_hook(p: *mut c_void, a: usize) {
+    freeing(p);
+    // SAFETY: forwarding the program's call unchanged.
+    unsafe { chain!(Func::DeleteAligned, Sized)(p, a) }
+}
+
+extern "C" fn delete_array_aligned_hook(p: *mut c_void, a: usize) {
+    freeing(p);
+    // SAFETY: forwarding the program's call unchanged.
+    unsafe { chain!(Func::DeleteArrayAligned, Sized)(p, a) }
+}
+
+// Nothrow and sized+aligned forms (tcmalloc defines them separately; the
+// extra arguments are forwarded as they came).
+
+macro_rules! new_forms {
+    ($($name:ident: $f:expr;)*) => {$(
+        extern "C" fn $name(size: usize, b: usize, c: usize) -> *mut c_void {
+            // SAFETY: forwarding the program's call unchanged (registers
+            // the original does not read are passed through harmlessly).
+            via_begin();
+            // SAFETY: as above.
+            let p = unsafe { chain!($f, New3)(size, b, c) };
+            if via_end(p) {
+                allocated(p, size);
+            }
+            p
+        }
+    )*};
+}
+new_forms! {
+    new_nothrow_hook: Func::NewNothrow;
+    new_array_nothrow_hook: Func::NewArrayNothrow;
+    new_aligned_nothrow_hook: Func::NewAlignedNothrow;
+    new_array_aligned_nothrow_hook: Func::NewArrayAlignedNothrow;
+}
+
+macro_rules! delete_forms {
+    ($($name:ident: $f:expr;)*) => {$(
+        extern "C" fn $name(p: *mut c_void, b: usize, c: usize) {
+            freeing(p);
+            // SAFETY: forwarding the program's call unchanged.
+            unsafe { chain!($f, Delete3)(p, b, c) }
+        }
+    )*};
+}
+delete_forms! {
+    delete_nothrow_hook: Func::DeleteNothrow;
+    delete_array_nothrow_hook: Func::DeleteArrayNothrow;
+    delete_sized_aligned_hook: Func::DeleteSizedAligned;
+    delete_array_sized_aligned_hook: Func::DeleteArraySizedAligned;
+    delete_aligned_nothrow_hook: Func::DeleteAlignedNothrow;
+    delete_array_aligned_nothrow_hook: Func::DeleteArrayAlignedNothrow;
+}

@@ -1,0 +1,455 @@
+//! The stack memo: skip the stack walk when an allocation comes from the
+//! same stack as one the thread had before.
+//!
+//! A stack walk is a pure function of the registers it starts from, the
+//! stack words it reads and the unwind tables. The hot allocation hooks
+//! are entered through small naked stubs ([`entry`]) that pass the
+//! program's stack pointer and frame pointer at the call (AArch64: and the
+//! link register) to the hook. A full walk records the stack words it
+//! depends on in the program's frames (`unwind::ReadLog`: return-address
+//! slots, CFA-relative slots, signal frames, saved frame pointers that a
+//! later frame used: about one or two words a frame); the memo keeps the
+//! stack pointer and return address at the call (and the frame pointer
+//! when the walk used it), the (offset from the stack pointer, value)
+//! pairs, the module table generation and the call-tree node. A later
+//! event with the same registers and the same values at those addresses
+//! gets that node without walking: it is what the walk would return,
+//! whatever else on the stack changed (locals, spilled registers,
+//! arguments, a frame pointer register used for data). Anything different
+//! is a miss and walks as usual.
+//!
+//! The remembered walks are a small set-associative table per thread,
+//! chosen by stack pointer and return address: a program's allocation
+//! sites recur within a few hundred events (sqlite3 inserting rows: all
+//! but 229 of its 4 million allocations hit). After many misses in a row
+//! the memo rests for a while, so that programs whose stacks always differ
+//! pay almost nothing for it. `IGPROF_MEMO_CHECK=1` walks on every hit too
+//! and counts hits that would have given another node (`-d` says).
+//!
+//! Not used for calls on an alternate signal stack (the walk may continue
+//! on another stack), while another hook of ours is active on the thread,
+//! for walks cut by the depth limit, or for walks whose record cannot be
+//! replayed (a first frame other than the caller's, a read outside the
+//! thread's stack above the call, a refused read, more words than a slot
+//! holds: see `unwind::ReadLog`). A dlopen/dlclose between two events
+//! changes the module table generation: a miss.
+//!
+//! Must never: read outside the thread's stack above the program's stack
+//! pointer, allocate in a hook (the table is mapped with the thread's
+//! other extras), or lock.
+
+use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+
+use crate::base::thread::ThreadState;
+use crate::base::tree::Node;
+use crate::unwind::ReadLog;
+
+/// Registers of the program at the call of a hooked function.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct EntryRegs {
+    pub sp: usize,
+    pub fp: usize,
+    /// The return address when it is in a register (AArch64 LR); 0 on x86-64.
+    pub lr: usize,
+}
+
+/// Misses in a row after which the memo rests, and for how many events: a
+/// miss costs a set scan and a copy of the words, a tenth of a walk, so the
+/// memo rests late and briefly (cc1plus, whose stacks are often new: 77% of
+/// its allocations hit, 70% with 64 and 4096).
+const MISS_LIMIT: u32 = 256;
+const REST: u32 = 1024;
+
+/// Sets of the memo table, chosen by the stack pointer and return address
+/// at the call, and walks remembered per set. A program's allocation sites
+/// recur within a few hundred events (sqlite3 inserting rows: all but 229
+/// of its 4 million stacks were among the previous 256).
+const SETS: usize = 32;
+const WAYS: usize = 32;
+/// Stack words the remembered walks of a thread share (a ring: storing a
+/// walk overwrites the oldest words, and the walks that had them are
+/// forgotten), and the most one walk may have. 32768 words hold all 1024
+/// walks of 32 words (sqlite3's) or the last 300 of 100 (cc1plus's).
+const POOL: usize = 32768;
+const MAX_WORDS: usize = 256;
+const _: () = assert!(POOL.is_power_of_two() && MAX_WORDS <= POOL);
+
+/// Hits and misses, counted per thread in one of `SHARDS` cache lines
+/// (by thread id) without a locked instruction: a hit costs a few
+/// nanoseconds, and a shared atomic counter cost as much as the rest of it.
+/// Two threads that share a shard may lose a count to each other.
+const SHARDS: usize = 64;
+
+#[repr(align(64))]
+struct Shard {
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+static COUNTS: [Shard; SHARDS] = [const {
+    Shard {
+        hits: AtomicU64::new(0),
+        misses: AtomicU64::new(0),
+    }
+}; SHARDS];
+
+#[inline]
+fn bump(c: &AtomicU64) {
+    c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+}
+
+/// Stack memo hits so far, all threads.
+pub fn hits() -> u64 {
+    COUNTS.iter().map(|s| s.hits.load(Ordering::Relaxed)).sum()
+}
+
+/// Stack memo misses so far (events that walked while the memo was not
+/// resting), all threads.
+pub fn misses() -> u64 {
+    COUNTS
+        .iter()
+        .map(|s| s.misses.load(Ordering::Relaxed))
+        .sum()
+}
+
+/// `IGPROF_MEMO_CHECK=1`: every hit also walks, and a hit whose node is not
+/// the walk's is counted (a test of the memo's soundness; `-d` reports it).
+static CHECK: AtomicU8 = AtomicU8::new(CHECK_UNKNOWN);
+const CHECK_UNKNOWN: u8 = 2;
+static CHECKED: AtomicU64 = AtomicU64::new(0);
+static WRONG: AtomicU64 = AtomicU64::new(0);
+
+/// Whether hits are checked (read from the environment at start-up).
+#[inline]
+pub fn checking() -> bool {
+    CHECK.load(Ordering::Relaxed) == 1
+}
+
+/// Reads `IGPROF_MEMO_CHECK` (module start-up, before any hook is
+/// installed).
+pub fn init_check() {
+    if CHECK.load(Ordering::Relaxed) == CHECK_UNKNOWN {
+        let on = std::env::var_os("IGPROF_MEMO_CHECK").is_some_and(|v| v == "1");
+        CHECK.store(on as u8, Ordering::Relaxed);
+    }
+}
+
+/// A checked hit: the memo's node and the walk's.
+pub fn checked(memo: *mut Node, walked: *mut Node) {
+    CHECKED.fetch_add(1, Ordering::Relaxed);
+    if memo != walked {
+        WRONG.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// `-d`: what the check found.
+pub fn report_check() {
+    if checking() {
+        crate::igprof_log!(
+            "stack memo check: {} hits walked again, {} gave another node",
+            CHECKED.load(Ordering::Relaxed),
+            WRONG.load(Ordering::Relaxed)
+        );
+    }
+}
+
+/// One remembered walk (all zero: unused).
+#[repr(C)]
+struct Slot {
+    /// The program's stack pointer and return address at the call.
+    sp: usize,
+    ret: usize,
+    /// Its frame pointer at the call, when the walk used it.
+    fp: usize,
+    node: *mut Node,
+    /// Where its words start in the pool (a position that only grows).
+    start: u64,
+    /// Words the walk read (0: unused slot).
+    len: u32,
+    generation: u32,
+    fp_used: bool,
+}
+
+/// The pool of remembered stack words: where each is, in bytes above the
+/// stack pointer at the call, and its value.
+#[repr(C)]
+struct Pool {
+    offsets: [u32; POOL],
+    values: [usize; POOL],
+}
+
+/// The table of remembered walks (`SETS * WAYS` slots) and their pool, in
+/// a mapping of their own, zero-filled and touched only as it is used.
+struct Table {
+    base: *mut u8,
+    /// Pool position of the next word stored.
+    head: u64,
+}
+
+const SLOTS_BYTES: usize = SETS * WAYS * core::mem::size_of::<Slot>();
+const TABLE_BYTES: usize = SLOTS_BYTES + core::mem::size_of::<Pool>();
+const _: () = assert!(SLOTS_BYTES.is_multiple_of(core::mem::align_of::<Pool>()));
+
+impl Table {
+    fn new() -> Option<Table> {
+        let p = crate::base::sys::mmap_anon(TABLE_BYTES);
+        (!p.is_null()).then_some(Table { base: p, head: 0 })
+    }
+
+    #[inline]
+    fn set(&self, i: usize) -> &[Slot; WAYS] {
+        // SAFETY: i < SETS; the mapping starts with SETS * WAYS slots,
+        // zero-filled (a valid, unused Slot), owned by self.
+        unsafe { &*(self.base.cast::<Slot>().add(i * WAYS) as *const [Slot; WAYS]) }
+    }
+
+    #[inline]
+    fn set_mut(&mut self, i: usize) -> &mut [Slot; WAYS] {
+        // SAFETY: as in `set`, with exclusive access through &mut self.
+        unsafe { &mut *(self.base.cast::<Slot>().add(i * WAYS) as *mut [Slot; WAYS]) }
+    }
+
+    #[inline]
+    fn pool(&self) -> &Pool {
+        // SAFETY: the pool follows the slots in the mapping, suitably
+        // aligned (asserted), zero-filled plain data, owned by self.
+        unsafe { &*(self.base.add(SLOTS_BYTES) as *const Pool) }
+    }
+
+    #[inline]
+    fn pool_mut(&mut self) -> &mut Pool {
+        // SAFETY: as in `pool`, with exclusive access through &mut self.
+        unsafe { &mut *(self.base.add(SLOTS_BYTES) as *mut Pool) }
+    }
+
+    /// Whether `s`'s words are still in the pool.
+    #[inline]
+    fn intact(&self, s: &Slot) -> bool {
+        self.head - s.start <= POOL as u64
+    }
+
+    fn clear(&mut self) {
+        for i in 0..SETS {
+            for s in self.set_mut(i) {
+                s.len = 0;
+            }
+        }
+    }
+}
+
+impl Drop for Table {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, no longer referenced.
+        unsafe { crate::base::sys::munmap(self.base, TABLE_BYTES) };
+    }
+}
+
+/// The thread's remembered walks, and the record the next walk fills.
+pub struct StackMemo {
+    owner: *const ThreadState,
+    /// None when no memory could be mapped: the memo is never used.
+    table: Option<Table>,
+    /// Per set: the way the next stored walk replaces.
+    next: [u8; SETS],
+    misses: u32,
+    rest: u32,
+    log: ReadLog,
+}
+
+/// The set of an event: its stack pointer and return address at the call.
+#[inline]
+fn set_of(sp: usize, ret: usize) -> usize {
+    let h = (sp ^ ret.rotate_left(17)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    h >> (usize::BITS - SETS.trailing_zeros())
+}
+
+/// The program's frame that called the hooked function: its return
+/// address and stack pointer there (x86-64: the return address is the word
+/// at SP; AArch64: it is in LR and SP is unchanged). `usable` checked that
+/// SP lies in the thread's stack.
+#[inline]
+fn caller_frame(r: &EntryRegs) -> (usize, usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: sp + 8 <= hi of this thread's stack (usable()), which is
+        // mapped above the running program's stack pointer.
+        let ret = unsafe { core::ptr::read_unaligned(r.sp as *const usize) };
+        (ret, r.sp + 8)
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        (r.lr, r.sp)
+    }
+}
+
+impl StackMemo {
+    /// Maps memory: with the thread's other extras, not in a signal handler.
+    pub fn new() -> Self {
+        StackMemo {
+            owner: core::ptr::null(),
+            table: Table::new(),
+            next: [0; SETS],
+            misses: 0,
+            rest: 0,
+            log: ReadLog::new(),
+        }
+    }
+
+    /// Whether the memo should be consulted for this event.
+    #[inline]
+    pub fn usable(&mut self, t: &ThreadState, r: &EntryRegs) -> bool {
+        if self.rest > 0 {
+            self.rest -= 1;
+            return false;
+        }
+        let (lo, hi) = t.bounds.stack;
+        self.table.is_some() && r.sp >= lo && r.sp + 8 <= hi
+    }
+
+    /// The node of a remembered walk that this event's walk would repeat.
+    #[inline]
+    pub fn lookup(&mut self, t: &ThreadState, r: &EntryRegs) -> Option<*mut Node> {
+        if let (true, Some(table)) = (core::ptr::eq(self.owner, t), &self.table) {
+            let generation = crate::unwind::generation();
+            let (ret, _) = caller_frame(r);
+            let pool = table.pool();
+            for s in table.set(set_of(r.sp, ret)) {
+                if s.len == 0
+                    || s.sp != r.sp
+                    || s.ret != ret
+                    || (s.fp_used && s.fp != r.fp)
+                    || s.generation != generation
+                    || !table.intact(s)
+                {
+                    continue;
+                }
+                // The walk's words, in one or two runs of the ring.
+                let from = (s.start as usize) & (POOL - 1);
+                let first = (s.len as usize).min(POOL - from);
+                let runs = [(from, first), (0, s.len as usize - first)];
+                let same = runs.iter().all(|&(at, n)| {
+                    let (offsets, values) = (&pool.offsets[at..at + n], &pool.values[at..at + n]);
+                    offsets.iter().zip(values).all(|(&o, &v)| {
+                        // SAFETY: every word was checked when stored to lie
+                        // in [r.sp, hi) of this thread's stack (ReadLog's
+                        // floor and top), which is mapped while the thread
+                        // runs at r.sp.
+                        let now = unsafe {
+                            core::ptr::read_unaligned((r.sp + o as usize) as *const usize)
+                        };
+                        now == v
+                    })
+                });
+                if same {
+                    self.misses = 0;
+                    bump(&COUNTS[t.tid() as usize % SHARDS].hits);
+                    return Some(s.node);
+                }
+            }
+        }
+        self.misses += 1;
+        bump(&COUNTS[t.tid() as usize % SHARDS].misses);
+        if self.misses >= MISS_LIMIT {
+            self.misses = 0;
+            self.rest = REST;
+        }
+        None
+    }
+
+    /// The record for the walk of an event with registers `r`: its first
+    /// program frame must be the caller's, every word it depends on in
+    /// the thread's stack above the program's stack pointer.
+    pub fn begin(&self, t: &ThreadState, r: &EntryRegs) -> &ReadLog {
+        self.log.begin(r.sp, t.bounds.stack.1, caller_frame(r));
+        &self.log
+    }
+
+    /// Remembers a full walk's result: `node`, reached from registers `r`
+    /// by the walk recorded since [`Self::begin`].
+    pub fn store(&mut self, t: &ThreadState, r: &EntryRegs, node: *mut Node) {
+        let Some(table) = self.table.as_mut() else {
+            return;
+        };
+        if !core::ptr::eq(self.owner, t) {
+            table.clear();
+            self.owner = t;
+        }
+        let Some(words) = self.log.words() else {
+            return;
+        };
+        // Offsets from the stack pointer are kept in 32 bits.
+        if words.is_empty()
+            || words.len() > MAX_WORDS
+            || t.bounds.stack.1 - r.sp > u32::MAX as usize
+        {
+            return;
+        }
+        let (ret, _) = caller_frame(r);
+        let set = set_of(r.sp, ret);
+        let way = self.next[set] as usize % WAYS;
+        self.next[set] = ((way + 1) % WAYS) as u8;
+        let start = table.head;
+        let pool = table.pool_mut();
+        for (i, &(a, v)) in words.iter().enumerate() {
+            // In [r.sp, stack end) (the record's floor and top): fits.
+            let k = (start as usize + i) & (POOL - 1);
+            pool.offsets[k] = (a - r.sp) as u32;
+            pool.values[k] = v;
+        }
+        table.head += words.len() as u64;
+        let s = &mut table.set_mut(set)[way];
+        s.sp = r.sp;
+        s.ret = ret;
+        s.fp_used = self.log.entry_fp_used();
+        s.fp = r.fp;
+        s.generation = self.log.generation();
+        s.node = node;
+        s.start = start;
+        s.len = words.len() as u32;
+    }
+}
+
+impl Default for StackMemo {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Naked entry stubs: put the program's registers at the call after the
+/// real arguments and jump to the Rust hook (the stack is untouched, so the
+/// hook returns straight to the program).
+pub mod entry {
+    #[cfg(target_arch = "x86_64")]
+    macro_rules! stub {
+        ($name:ident, $imp:path, one) => {
+            #[unsafe(naked)]
+            pub extern "C" fn $name() {
+                core::arch::naked_asm!("mov rsi, rsp", "mov rdx, rbp", "xor ecx, ecx", "jmp {imp}", imp = sym $imp)
+            }
+        };
+        ($name:ident, $imp:path, two) => {
+            #[unsafe(naked)]
+            pub extern "C" fn $name() {
+                core::arch::naked_asm!("mov rdx, rsp", "mov rcx, rbp", "xor r8d, r8d", "jmp {imp}", imp = sym $imp)
+            }
+        };
+    }
+    #[cfg(target_arch = "aarch64")]
+    macro_rules! stub {
+        ($name:ident, $imp:path, one) => {
+            #[unsafe(naked)]
+            pub extern "C" fn $name() {
+                core::arch::naked_asm!("mov x1, sp", "mov x2, x29", "mov x3, x30", "b {imp}", imp = sym $imp)
+            }
+        };
+        ($name:ident, $imp:path, two) => {
+            #[unsafe(naked)]
+            pub extern "C" fn $name() {
+                core::arch::naked_asm!("mov x2, sp", "mov x3, x29", "mov x4, x30", "b {imp}", imp = sym $imp)
+            }
+        };
+    }
+    stub!(malloc_entry, super::super::hooks::malloc_with_regs, one);
+    stub!(calloc_entry, super::super::hooks::calloc_with_regs, two);
+    stub!(realloc_entry, super::super::hooks::realloc_with_regs, two);
+}

@@ -1,0 +1,250 @@
+//! The memory profiler (-mp, -mo) and the empty-memory profilers (-ep,
+//! -ei, -eu).
+//!
+//! Owns: which allocation functions are hooked ([`hooks`]), what each
+//! event does to the counters ([`account`]), the empty-page inspection
+//! ([`empty`]), and the hook-side plumbing shared with the descriptor
+//! profiler ([`site`]: caller's node, nested-event queue). Also the dump
+//! writer's view of live resources ([`leaks`], and MEM_LIVE_AT_PEAK's
+//! stored form: `account::at_peak_view`).
+//!
+//! Counters: MEM_TOTAL, MEM_MAX, MEM_LIVE as IgProf (see [`account`]),
+//! MEM_LIVE_AT_PEAK (what each stack had live when the whole process's live
+//! heap was highest) and, with -ep/-ei/-eu, MEM_EMPTY (see [`empty`]).
+//! `-mo none` (default) counts requested bytes, `-mo include` the
+//! allocator's usable size of the block (malloc_usable_size), `-mo delta`
+//! the difference (the allocator's rounding); call counts are the same in
+//! every mode. With `--sample-bytes N` only a sample of the allocations is
+//! recorded, each standing for the calls and bytes it represents
+//! ([`sample`]).
+//!
+//! Must never: use the program's allocator for itself, take a lock the
+//! interrupted program may hold, or let a hook change what the program sees.
+
+pub mod account;
+pub mod empty;
+pub mod hooks;
+pub mod memo;
+pub mod sample;
+pub mod site;
+
+use core::sync::atomic::{AtomicU8, Ordering};
+
+use crate::base::options::{self, MemOverhead};
+use crate::base::tree::Node;
+use crate::modules::Module;
+
+static OVERHEAD: AtomicU8 = AtomicU8::new(0);
+
+/// The -mo mode of this run.
+#[inline]
+pub fn overhead() -> MemOverhead {
+    match OVERHEAD.load(Ordering::Relaxed) {
+        0 => MemOverhead::None,
+        1 => MemOverhead::Include,
+        _ => MemOverhead::Delta,
+    }
+}
+
+/// Whether the allocation functions need hooks in this run.
+pub fn wanted() -> bool {
+    let o = options::get();
+    o.mem || o.empty.is_some()
+}
+
+/// Enables this module's counters (start-up, before the registry freezes).
+pub fn register_counters() {
+    account::register_counters();
+    empty::register_counters();
+}
+
+/// Looks the counter slots up (after the registry froze).
+pub fn init_slots() {
+    account::init_slots();
+    empty::init_slots();
+    OVERHEAD.store(
+        match options::get().mem_overhead {
+            MemOverhead::None => 0,
+            MemOverhead::Include => 1,
+            MemOverhead::Delta => 2,
+        },
+        Ordering::Relaxed,
+    );
+}
+
+/// The memory profiler in the runtime's module registry.
+pub const MODULE: Module = Module {
+    describe: |_| Some("memory (MEM_TOTAL, MEM_MAX, MEM_LIVE, MEM_LIVE_AT_PEAK)".into()),
+    register_counters: |_| account::register_counters(),
+    start: |_| start(),
+    thread_end: Some(|_| site::release_thread_extras()),
+    fork_child: Some(after_fork_child),
+    leaks: Some(leaks),
+    dump_value: Some(account::at_peak_view),
+    ..Module::new("-mp", |o| o.mem)
+};
+
+/// The empty-memory profilers in the runtime's module registry (they share
+/// the memory profiler's hooks and live table).
+pub const EMPTY_MODULE: Module = Module {
+    describe: |_| Some("empty memory (MEM_EMPTY)".into()),
+    register_counters: |_| empty::register_counters(),
+    start: |_| start(),
+    thread_end: Some(|_| site::release_thread_extras()),
+    fork_child: Some(after_fork_child),
+    ..Module::new("-ep/-ei/-eu", |o| o.empty.is_some())
+};
+
+static STARTED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// Slots, then hooks (once, whichever of -mp / -ep... asks first).
+fn start() -> Result<(), String> {
+    if STARTED.swap(true, Ordering::AcqRel) {
+        return Ok(());
+    }
+    init_slots();
+    let o = options::get();
+    sample::init(o.sample_bytes, o.sample_seed);
+    if sample::active() {
+        crate::igprof_debug!(
+            "memory: {}: one allocation recorded per {} bytes on average, counting for the calls and bytes it stands for",
+            sample::describe(),
+            sample::mean()
+        );
+    }
+    memo::init_check();
+    install();
+    if !hooks::hooked(hooks::Func::Malloc) || !hooks::hooked(hooks::Func::Free) {
+        return Err("malloc or free could not be hooked".to_string());
+    }
+    Ok(())
+}
+
+/// Hooks a function: prepared, chain stored, then enabled, so the hook
+/// never runs before its chain pointer exists.
+pub(crate) fn hook(
+    name: &'static str,
+    sym: &trampoline::Symbol,
+    replacement: *const (),
+    store: impl FnOnce(*const ()),
+) -> Result<(), trampoline::HookError> {
+    let p = trampoline::prepare(sym, replacement)?;
+    store(p.chain());
+    let h = p.enable()?;
+    crate::igprof_debug!("hooked {name} at {:#x}", sym.addr);
+    // Hooks stay for the life of the process.
+    core::mem::forget(h);
+    Ok(())
+}
+
+/// The symbol version of glibc's first release on this architecture.
+#[cfg(target_arch = "aarch64")]
+const GLIBC_BASE_VERSION: &str = "GLIBC_2.17";
+#[cfg(not(target_arch = "aarch64"))]
+const GLIBC_BASE_VERSION: &str = "GLIBC_2.2.5";
+
+fn object_of(addr: u64) -> Option<&'static [u8]> {
+    crate::unwind::module_of(addr as usize).map(|m| m.path)
+}
+
+/// Installs the allocation hooks (start-up, guard held). Failures are
+/// reported one line each; the run continues without that function.
+pub fn install() {
+    site::init_libc_range();
+    // The allocator the process uses is whoever defines `malloc` first.
+    // (A non-PIE program that calls malloc exports a PLT entry for it,
+    // which is not a definition.)
+    let malloc_obj = trampoline::find_function("malloc", None)
+        .ok()
+        .filter(|s| trampoline::defined_at(s.addr))
+        .and_then(|s| object_of(s.addr));
+    let is_libc = |p: &[u8]| p.ends_with(b"/libc.so.6") || p == b"libc.so.6";
+    let glibc = malloc_obj.is_none_or(is_libc);
+    // Look names up in the allocator's object (a search of every object
+    // for a name nobody defines reads their symbol tables: slow).
+    let alloc_lib: Option<String> = malloc_obj
+        .filter(|_| !glibc)
+        .map(|p| String::from_utf8_lossy(p).into_owned());
+    let mut done: Vec<u64> = Vec::new();
+    for (f, name, repl, allocator_only) in hooks::funcs() {
+        if allocator_only && glibc {
+            // C++ operators count only when the allocator itself defines
+            // them (tcmalloc); libstdc++'s call malloc.
+            continue;
+        }
+        // cfree is only a compatibility symbol of glibc: dlsym does not see
+        // it, and the fallback reads the whole library file to find it.
+        let found = match &alloc_lib {
+            None if name == "cfree" => {
+                trampoline::find_function_versioned(name, GLIBC_BASE_VERSION, Some("libc.so.6"))
+            }
+            Some(lib) => trampoline::find_function(name, Some(lib))
+                .or_else(|_| trampoline::find_function(name, Some("libc.so.6"))),
+            None => trampoline::find_function(name, Some("libc.so.6")),
+        };
+        let Ok(sym) = found else {
+            continue;
+        };
+        if done.contains(&sym.addr) {
+            crate::igprof_debug!("{name} is an alias of a function already hooked");
+            continue;
+        }
+        if allocator_only {
+            // C++ operators count only when the allocator itself defines
+            // them (tcmalloc); libstdc++'s call malloc.
+            let obj = object_of(sym.addr);
+            if obj.is_none() || obj != malloc_obj || malloc_obj.is_some_and(is_libc) {
+                continue;
+            }
+        }
+        match hook(name, &sym, repl, |c| hooks::set_chain(f, c)) {
+            Ok(()) => done.push(sym.addr),
+            Err(err) => crate::igprof_log!(
+                "{}; continuing without it",
+                crate::process::hooks::InstallError::Hook { name, err }
+            ),
+        }
+    }
+    if let Some(o) = malloc_obj.filter(|p| !is_libc(p)) {
+        crate::igprof_log!(
+            "memory: the program's allocator is {}",
+            crate::base::log::Bytes(o)
+        );
+    }
+}
+
+/// In a forked child: the parent's live blocks are the parent's.
+fn after_fork_child() {
+    account::reset_after_fork();
+    site::tls(|h| sample::after_fork_child(&h.sampler));
+}
+
+// ---- the dump writer's view ----
+
+/// Live heap blocks for `LK` records under MEM_LIVE: `f(node, slot,
+/// address, size)` for each (outside signal context).
+pub fn leaks(f: &mut dyn FnMut(*const Node, usize, u64, u64)) {
+    if let Some(slot) = account::live_slot() {
+        let mut v: Vec<crate::base::live::Block> = Vec::new();
+        // Marked as recording so that a signal handler's free on this
+        // thread is deferred instead of waiting for a shard we hold.
+        site::with_outer(site::IN_RECORD, || account::LIVE.for_each(|b| v.push(*b)));
+        v.sort_unstable_by_key(|b| b.addr);
+        for b in v {
+            // Sampled: the bytes the block stands for, so the LK sizes of
+            // a stack add up to its MEM_LIVE.
+            f(b.node, slot, b.addr as u64, sample::weight_of(b.size).1);
+        }
+    }
+    let lost = site::LOST.load(Ordering::Relaxed);
+    if lost > 0 || options::debug() {
+        crate::igprof_log!(
+            "memory/descriptor events not recorded: {lost}; recorded late from signal handlers: {}; on threads unknown to the profiler: {}; stack memo hits {} misses {}",
+            site::DEFERRED.load(Ordering::Relaxed),
+            site::UNKNOWN_THREAD.load(Ordering::Relaxed),
+            memo::hits(),
+            memo::misses()
+        );
+        memo::report_check();
+    }
+}

@@ -1,0 +1,616 @@
+//! Where a hooked call came from: the call-tree node of the caller's stack,
+//! shared by the memory (`-mp`) and descriptor (`-fd`) modules.
+//!
+//! Owns the per-thread hook state of those modules ([`HookTls`]): whether
+//! the thread is inside one of *our* hooks' real call (so an allocation that
+//! libc makes inside `realloc`, or an `open` inside `fopen`, is not counted
+//! twice), and the queue of events that arrived while the thread's profiler
+//! guard was held (a signal handler that allocates while the interrupted
+//! code was inside a hook): those are recorded when the guard is released,
+//! with the stack they had, so no count is lost.
+//!
+//! Must never: allocate, lock, or leave `errno` changed.
+
+use core::cell::Cell;
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use crate::base::thread::{self, Guard, ThreadState};
+use crate::base::tree::Node;
+
+/// Stack depth kept for an event deferred from a signal handler.
+pub const DEFERRED_DEPTH: usize = 64;
+/// Events a thread can defer before the next hook drains them.
+pub const DEFERRED_MAX: usize = 16;
+
+/// Replays a deferred event of its module: `f(node of the event's stack,
+/// kind, a, b)` (guard held).
+pub type Replay = fn(*mut Node, u8, usize, u64);
+
+fn replay_nothing(_: *mut Node, _: u8, _: usize, _: u64) {}
+
+/// A hooked event seen while the thread was busy (nested in a signal
+/// handler), replayed by the next hook call on that thread through the
+/// replay function of the module that saw it.
+#[derive(Clone, Copy)]
+pub struct Deferred {
+    pub replay: Replay,
+    pub kind: u8,
+    pub a: usize,
+    pub b: u64,
+    pub depth: u8,
+    pub truncated: bool,
+    pub trace: [usize; DEFERRED_DEPTH],
+}
+
+const NO_EVENT: Deferred = Deferred {
+    replay: replay_nothing,
+    kind: 0,
+    a: 0,
+    b: 0,
+    depth: 0,
+    truncated: false,
+    trace: [0; DEFERRED_DEPTH],
+};
+
+/// Per-thread state of the memory and descriptor hooks.
+pub struct HookTls {
+    /// Set while a hook of ours runs the real function whose libc
+    /// implementation calls another hooked function (realloc -> malloc,
+    /// fopen -> open): such inner calls from libc are not separate events.
+    pub outer: Cell<u8>,
+    /// Deferred events: written by a signal handler on this thread, read by
+    /// the thread itself; `head`/`tail` count pushes and pops. On the heap
+    /// (made with the thread's first recorded event; null before): in TLS
+    /// it took 8.7 KB from every thread's stack, where glibc puts TLS.
+    queue: Cell<*mut [Deferred; DEFERRED_MAX]>,
+    head: Cell<usize>,
+    tail: Cell<usize>,
+    /// A second unwinder for events deferred while the thread's own one
+    /// may be mid-walk (made on the thread's first recorded event).
+    nested: Cell<*const crate::unwind::ThreadUnwinder>,
+    /// Nodes of the previous event's stack (made with `nested`).
+    paths: Cell<*mut PathCache>,
+    /// The previous allocation's stack, registers and node (made with `nested`).
+    memo: Cell<*mut super::memo::StackMemo>,
+    /// The block the last recorded allocation returned (see
+    /// `hooks::via_begin`): an outer hook whose original allocated through
+    /// another hooked entry point does not record the same block again.
+    pub inner: Cell<usize>,
+    /// The allocation sampler's countdown and generator (`--sample-bytes`).
+    pub sampler: super::sample::ThreadSampler,
+}
+
+#[allow(clippy::declare_interior_mutable_const)] // a fresh record per use
+const HOOK_TLS_INIT: HookTls = HookTls {
+    outer: Cell::new(0),
+    queue: Cell::new(core::ptr::null_mut()),
+    head: Cell::new(0),
+    tail: Cell::new(0),
+    nested: Cell::new(core::ptr::null()),
+    paths: Cell::new(core::ptr::null_mut()),
+    memo: Cell::new(core::ptr::null_mut()),
+    inner: Cell::new(0),
+    sampler: super::sample::ThreadSampler::new(),
+};
+
+thread_local! {
+    static TLS: HookTls = const { HOOK_TLS_INIT };
+}
+
+/// Runs `f` with the calling thread's hook state.
+#[inline]
+pub fn tls<R>(f: impl FnOnce(&HookTls) -> R) -> R {
+    if thread::tls_is_shared() {
+        return shared_tls(f);
+    }
+    TLS.with(f)
+}
+
+/// [`tls`] in a process with threads that share their creator's TLS (raw
+/// `clone()`): such a thread's hook state is kept with its thread state,
+/// made on first use (mmap, so also from signal context); a thread that
+/// has no state and runs on another thread's TLS gets a blank record for
+/// the call (its events pass through) and never touches the owner's.
+#[cold]
+#[inline(never)]
+fn shared_tls<R>(f: impl FnOnce(&HookTls) -> R) -> R {
+    match which_record() {
+        Record::Private(h) => f(h),
+        // A blank record for this call only.
+        #[allow(clippy::borrow_interior_mutable_const)]
+        Record::Blank => f(&HOOK_TLS_INIT),
+        Record::Tls => TLS.with(f),
+    }
+}
+
+/// Which hook record a thread uses where TLS may be shared.
+enum Record {
+    /// The TLS slot's: the thread's own TLS.
+    Tls,
+    /// The record kept with its state (a thread on its creator's TLS).
+    Private(&'static HookTls),
+    /// None to keep: a thread without state on another's TLS, or no memory.
+    Blank,
+}
+
+fn which_record() -> Record {
+    let Some(t) = thread::current() else {
+        return if thread::tls_is_callers() {
+            Record::Tls
+        } else {
+            Record::Blank
+        };
+    };
+    if !t.shares_tls() {
+        return Record::Tls;
+    }
+    let p = t.private_tls.load(Ordering::Acquire) as *const HookTls;
+    if !p.is_null() {
+        // SAFETY: made below for this state, never freed, owner thread only.
+        return Record::Private(unsafe { &*p });
+    }
+    let m = crate::base::sys::mmap_anon(core::mem::size_of::<HookTls>()) as *mut HookTls;
+    if m.is_null() {
+        return Record::Blank;
+    }
+    // SAFETY: a fresh private mapping large enough for the record.
+    unsafe { m.write(HOOK_TLS_INIT) };
+    t.private_tls.store(m as *mut u8, Ordering::Release);
+    // SAFETY: as above; the state keeps it for its owners from now on.
+    Record::Private(unsafe { &*m })
+}
+
+/// Events that could not be recorded at all (no thread state, queue full,
+/// no memory for a node). Reported at exit with -d and when non-zero.
+pub static LOST: AtomicU64 = AtomicU64::new(0);
+/// Events recorded late, from the deferred queue.
+pub static DEFERRED: AtomicU64 = AtomicU64::new(0);
+
+/// The executable range of libc (set at start-up), to tell libc's internal
+/// calls from the program's.
+static LIBC_TEXT: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+
+/// Remembers libc's text range (start-up, outside signal context).
+pub fn init_libc_range() {
+    if let Ok(s) = trampoline::find_function("malloc", Some("libc.so.6")) {
+        if let Some(m) = crate::unwind::module_of(s.addr as usize) {
+            LIBC_TEXT[0].store(m.text.0, Ordering::Relaxed);
+            LIBC_TEXT[1].store(m.text.1, Ordering::Relaxed);
+        }
+    }
+}
+
+#[inline]
+pub fn in_libc(pc: usize) -> bool {
+    pc >= LIBC_TEXT[0].load(Ordering::Relaxed) && pc < LIBC_TEXT[1].load(Ordering::Relaxed)
+}
+
+/// The node of the current call's stack (the hooked function's caller
+/// first). Returns None (and the reason is counted) when the event must not
+/// be recorded: an inner libc call of one of our hooks, or no memory.
+/// The caller holds the thread's guard.
+#[inline]
+pub fn caller_node(t: &'static ThreadState, h: &HookTls, outer_bit: u8) -> Option<*mut Node> {
+    walk_node(t, h, outer_bit, None).map(|(n, _)| n)
+}
+
+/// As [`caller_node`], for an allocation hook entered through a stub that
+/// passed the program's registers: the stack memo answers when the stack
+/// is the same as the previous event's.
+#[inline]
+pub fn caller_node_at(
+    t: &'static ThreadState,
+    h: &HookTls,
+    r: &super::memo::EntryRegs,
+) -> Option<*mut Node> {
+    if h.outer.get() & MEM_OUTER != 0 || h.memo.get().is_null() {
+        return caller_node(t, h, MEM_OUTER);
+    }
+    // SAFETY: this thread's memo, used only with its guard held.
+    let m = unsafe { &mut *h.memo.get() };
+    if !m.usable(t, r) {
+        return caller_node(t, h, MEM_OUTER);
+    }
+    if let Some(n) = m.lookup(t, r) {
+        if !super::memo::checking() {
+            return Some(n);
+        }
+        let (walked, _) = walk_node(t, h, MEM_OUTER, None)?;
+        super::memo::checked(n, walked);
+        return Some(walked);
+    }
+    let log = m.begin(t, r);
+    let (n, depth) = walk_node(t, h, MEM_OUTER, Some(log))?;
+    // A walk cut by the depth limit would read on in a longer one: not
+    // memoised.
+    if depth < t.trace_cap {
+        m.store(t, r, n);
+    }
+    Some(n)
+}
+
+/// Walks the caller's stack into the thread's trace buffer (recording
+/// what it reads into `log`) and finds its node; returns the node and the
+/// trace depth.
+#[inline]
+fn walk_node(
+    t: &'static ThreadState,
+    h: &HookTls,
+    outer_bit: u8,
+    log: Option<&crate::unwind::ReadLog>,
+) -> Option<(*mut Node, usize)> {
+    if h.nested.get().is_null() {
+        make_thread_extras(h);
+    }
+    // SAFETY: owner thread with its guard held.
+    let buf = unsafe { t.trace_buf() };
+    let w = crate::base::trace::here_logged(t, buf, log);
+    if h.outer.get() & outer_bit != 0 && w.depth > 0 && in_libc(buf[0]) {
+        return None;
+    }
+    if w.truncated {
+        t.truncated.fetch_add(1, Ordering::Relaxed);
+    }
+    // SAFETY: owner thread with its guard held.
+    let tree = unsafe { t.tree_mut() };
+    let trace = &buf[..w.depth];
+    let pc = h.paths.get();
+    let n = if pc.is_null() {
+        tree.node_for(trace, w.truncated)
+    } else {
+        // SAFETY: this thread's path cache, used only with its guard held.
+        unsafe { &mut *pc }.node_for(t, tree, trace, w.truncated)
+    };
+    if n.is_null() {
+        LOST.fetch_add(1, Ordering::Relaxed);
+        None
+    } else {
+        Some((n, w.depth))
+    }
+}
+
+/// The nodes of the thread's previous event's stack, so that the next
+/// event only looks up the frames that differ (the outer frames of two
+/// consecutive allocations are usually the same).
+pub struct PathCache {
+    owner: *const ThreadState,
+    truncated: bool,
+    /// Previous trace, leaf first, and `nodes[i]` = node of `trace[i..]`.
+    trace: Vec<usize>,
+    nodes: Vec<*mut Node>,
+}
+
+impl PathCache {
+    fn new(cap: usize) -> Self {
+        PathCache {
+            owner: core::ptr::null(),
+            truncated: false,
+            trace: Vec::with_capacity(cap),
+            nodes: Vec::with_capacity(cap),
+        }
+    }
+
+    /// The node for `trace` in `tree` (as `CallTree::node_for`), reusing the
+    /// nodes of the longest outer part shared with the previous trace.
+    fn node_for(
+        &mut self,
+        t: &'static ThreadState,
+        tree: &mut crate::base::tree::CallTree,
+        trace: &[usize],
+        truncated: bool,
+    ) -> *mut Node {
+        let same_tree = core::ptr::eq(self.owner, t) && self.truncated == truncated;
+        let (d, ld) = (trace.len(), self.trace.len());
+        let mut common = 0;
+        if same_tree {
+            while common < d && common < ld && trace[d - 1 - common] == self.trace[ld - 1 - common]
+            {
+                common += 1;
+            }
+        }
+        if common == 0 || trace.len() > self.trace.capacity() {
+            let n = tree.node_for(trace, truncated);
+            self.owner = core::ptr::null();
+            if !n.is_null() && trace.len() <= self.trace.capacity() && !trace.is_empty() {
+                // Rebuild the node list by walking parents from the leaf.
+                self.trace.clear();
+                self.trace.extend_from_slice(trace);
+                self.nodes.clear();
+                let mut p = n;
+                for _ in 0..trace.len() {
+                    self.nodes.push(p);
+                    // SAFETY: nodes are never freed; parents of a path node exist.
+                    p = unsafe { &*p }.parent as *mut Node;
+                }
+                self.owner = t;
+                self.truncated = truncated;
+            }
+            return n;
+        }
+        if common == d && d == ld {
+            return self.nodes[0];
+        }
+        // Keep the shared outer part, look up the rest.
+        let keep_from = ld - common;
+        let mut node = self.nodes[keep_from];
+        let new_from = d - common;
+        // New trace layout: trace[..new_from] are new, trace[new_from..] shared.
+        let mut fresh: [*mut Node; 64] = [core::ptr::null_mut(); 64];
+        if new_from > fresh.len() {
+            self.owner = core::ptr::null();
+            return tree.node_for(trace, truncated);
+        }
+        for i in (0..new_from).rev() {
+            node = tree.child(node, trace[i]);
+            if node.is_null() {
+                self.owner = core::ptr::null();
+                return node;
+            }
+            fresh[i] = node;
+        }
+        // Splice: drop the old inner part, put the new one in front.
+        self.trace.drain(..keep_from);
+        self.nodes.drain(..keep_from);
+        self.trace.splice(0..0, trace[..new_from].iter().copied());
+        self.nodes.splice(0..0, fresh[..new_from].iter().copied());
+        node
+    }
+}
+
+/// At thread exit: frees the thread's second unwinder, path cache and
+/// stack memo (a program that makes many short threads must not keep
+/// them). An allocation after this (a later thread-local destructor)
+/// makes them again.
+pub fn release_thread_extras() {
+    thread::paused(|| {
+        tls(|h| {
+            let n = h.nested.replace(core::ptr::null());
+            let p = h.paths.replace(core::ptr::null_mut());
+            let m = h.memo.replace(core::ptr::null_mut());
+            // The queue goes too when nothing waits in it (an event deferred
+            // from now on is counted as lost).
+            let q = if h.head.get() == h.tail.get() {
+                h.queue.replace(core::ptr::null_mut())
+            } else {
+                core::ptr::null_mut()
+            };
+            // SAFETY: each was made by Box::into_raw in make_thread_extras on
+            // this thread and is no longer referenced (pointers cleared).
+            unsafe {
+                if !n.is_null() {
+                    drop(Box::from_raw(n as *mut crate::unwind::ThreadUnwinder));
+                }
+                if !p.is_null() {
+                    drop(Box::from_raw(p));
+                }
+                if !m.is_null() {
+                    drop(Box::from_raw(m));
+                }
+                if !q.is_null() {
+                    drop(Box::from_raw(q));
+                }
+            }
+        })
+    });
+}
+
+#[cold]
+#[inline(never)]
+fn make_thread_extras(h: &HookTls) {
+    // Guard held, not in our signal handler: the global allocator is usable.
+    // On a stack of its own: these are large values, built before they are
+    // boxed, and the thread's stack may be 16 KiB.
+    crate::base::sys::with_big_stack(|| {
+        if let Ok(u) = crate::unwind::ThreadUnwinder::new() {
+            h.nested.set(Box::into_raw(Box::new(u)));
+        }
+        let cap = thread::current().map_or(0, |t| t.trace_cap);
+        h.paths.set(Box::into_raw(Box::new(PathCache::new(cap))));
+        h.memo
+            .set(Box::into_raw(Box::new(super::memo::StackMemo::new())));
+        if h.queue.get().is_null() {
+            h.queue
+                .set(Box::into_raw(Box::new([NO_EVENT; DEFERRED_MAX])));
+        }
+    });
+}
+
+/// What a hook must do with an event on this thread.
+pub enum Entry {
+    /// Record it now (guard held).
+    Now(&'static ThreadState, Guard),
+    /// Deferred (signal handler nested inside a hook) or not ours to count.
+    Done,
+}
+
+/// Enters profiler code for an event of kind `kind` with arguments (a, b),
+/// which `replay` records if it has to be deferred.
+/// A thread that is already inside one of our hooks (a signal handler
+/// nested in it) queues the event with its stack; a thread inside other
+/// profiler code (the profiler's own use of libc), or one the profiler does
+/// not know (a thread not started through pthread_create, such as our own
+/// watcher while it registers), passes it through.
+///
+/// The thread is marked as recording *before* it takes its guard, so a
+/// signal handler that runs at any point of the recording defers its events.
+#[inline]
+pub fn enter(kind: u8, a: usize, b: u64, replay: Replay) -> Entry {
+    let Some(t) = thread::current() else {
+        UNKNOWN_THREAD.fetch_add(1, Ordering::Relaxed);
+        return Entry::Done;
+    };
+    tls(|h| {
+        let prev = h.outer.get();
+        if prev & IN_RECORD != 0 {
+            // A signal handler interrupted one of our hooks on this thread
+            // (which may hold a live-table lock): record it later.
+            defer(t, h, replay, kind, a, b);
+            return Entry::Done;
+        }
+        h.outer.set(prev | IN_RECORD);
+        match t.enter() {
+            Some(g) => Entry::Now(t, g),
+            None => {
+                // Other profiler code on this thread: its own call.
+                h.outer.set(prev);
+                Entry::Done
+            }
+        }
+    })
+}
+
+/// The thread left a hook by longjmp (a program's signal handler that
+/// interrupted it): it is no longer recording nor inside a real call.
+pub fn left_by_jump() {
+    tls(|h| h.outer.set(0));
+}
+
+/// Events on threads the profiler has no state for (passed through).
+pub static UNKNOWN_THREAD: AtomicU64 = AtomicU64::new(0);
+
+/// Bit of [`HookTls::outer`] set while a hook records an event (guard held).
+pub const IN_RECORD: u8 = 0x80;
+/// Bit set while a memory hook runs a real function that may call another
+/// allocation function inside libc (realloc, reallocarray).
+pub const MEM_OUTER: u8 = 0x01;
+/// Bit set while a descriptor hook runs a real function that may open or
+/// close inside libc (fopen, tmpfile, fclose, creat).
+pub const FD_OUTER: u8 = 0x02;
+
+/// Runs `f` with `bit` set in the thread's [`HookTls::outer`].
+#[inline]
+pub fn with_outer<R>(bit: u8, f: impl FnOnce() -> R) -> R {
+    // Nested uses (reallocarray -> realloc) leave the bit as they found it.
+    let had = tls(|h| {
+        let o = h.outer.get();
+        h.outer.set(o | bit);
+        o & bit
+    });
+    let r = f();
+    tls(|h| h.outer.set((h.outer.get() & !bit) | had));
+    r
+}
+
+/// Records one event now (the thread is marked as recording by [`enter`]):
+/// runs `f`, replays what signal handlers deferred meanwhile, then leaves
+/// profiler code.
+#[inline]
+pub fn record(t: &'static ThreadState, g: Guard, f: impl FnOnce(&HookTls)) {
+    tls(|h| {
+        f(h);
+        drain(t, h);
+    });
+    drop(g);
+    tls(|h| h.outer.set(h.outer.get() & !IN_RECORD));
+}
+
+/// Whether a shard lock of the live tables might be held by this thread
+/// right now (a signal handler interrupted the holder): such events are
+/// deferred instead.
+#[inline]
+pub fn recording() -> bool {
+    tls(|h| h.outer.get() & IN_RECORD != 0)
+}
+
+/// Runs `f` (which takes live-table locks but needs no call tree: the free
+/// path) marked as recording, so that a signal handler interrupting it
+/// defers its events instead of waiting for a lock this thread holds.
+/// Returns None, and queues the event (kind, a, b) for `replay` instead, if
+/// the thread was already recording (this is such a handler).
+#[inline]
+pub fn unrecorded<R>(
+    kind: u8,
+    a: usize,
+    b: u64,
+    replay: Replay,
+    f: impl FnOnce() -> R,
+) -> Option<R> {
+    let prev = tls(|h| {
+        let o = h.outer.get();
+        h.outer.set(o | IN_RECORD);
+        o
+    });
+    if prev & IN_RECORD != 0 {
+        defer_now(kind, a, b, replay);
+        return None;
+    }
+    let r = f();
+    tls(|h| h.outer.set(h.outer.get() & !IN_RECORD));
+    Some(r)
+}
+
+/// Queues an event without a guard (the free path, which needs no call
+/// tree): only valid while [`recording`] is true.
+pub fn defer_now(kind: u8, a: usize, b: u64, replay: Replay) {
+    if let Some(t) = thread::current() {
+        tls(|h| defer(t, h, replay, kind, a, b));
+    } else {
+        LOST.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[inline(never)]
+fn defer(t: &'static ThreadState, h: &HookTls, replay: Replay, kind: u8, a: usize, b: u64) {
+    let (head, tail) = (h.head.get(), h.tail.get());
+    if tail - head >= DEFERRED_MAX {
+        LOST.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    // SAFETY: only this thread touches its queue; the slot at `tail` is
+    // not visible to the reader until `tail` is advanced below.
+    let q = h.queue.get();
+    if q.is_null() {
+        LOST.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    // SAFETY: q is this thread's queue (see above), non-null.
+    let e = unsafe { &mut (*q)[tail % DEFERRED_MAX] };
+    e.replay = replay;
+    e.kind = kind;
+    e.a = a;
+    e.b = b;
+    let nested = h.nested.get();
+    if nested.is_null() {
+        e.depth = 0;
+        e.truncated = true;
+    } else {
+        // SAFETY: the nested unwinder belongs to this thread and is never freed.
+        let w = unsafe { &*nested }.trace_here(&t.bounds, &mut e.trace);
+        e.depth = w.depth as u8;
+        e.truncated = w.truncated() || w.depth == 0;
+    }
+    core::sync::atomic::compiler_fence(Ordering::SeqCst);
+    h.tail.set(tail + 1);
+}
+
+/// Replays every deferred event through its own replay function (guard held).
+#[inline]
+pub fn drain(t: &'static ThreadState, h: &HookTls) {
+    if h.head.get() == h.tail.get() {
+        return;
+    }
+    drain_slow(t, h);
+}
+
+#[inline(never)]
+fn drain_slow(t: &'static ThreadState, h: &HookTls) {
+    loop {
+        core::sync::atomic::compiler_fence(Ordering::SeqCst);
+        let head = h.head.get();
+        if head == h.tail.get() {
+            return;
+        }
+        // SAFETY: slot `head` was completed before `tail` moved past it.
+        let e = unsafe { (*h.queue.get())[head % DEFERRED_MAX] };
+        h.head.set(head + 1);
+        // SAFETY: owner thread with its guard held.
+        let tree = unsafe { t.tree_mut() };
+        let n = tree.node_for(&e.trace[..e.depth as usize], e.truncated);
+        DEFERRED.fetch_add(1, Ordering::Relaxed);
+        if n.is_null() {
+            LOST.fetch_add(1, Ordering::Relaxed);
+        } else {
+            (e.replay)(n, e.kind, e.a, e.b);
+        }
+    }
+}

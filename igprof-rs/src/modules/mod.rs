@@ -1,0 +1,133 @@
+//! The contract between the runtime and a profiler module, and the
+//! registry of the modules built into the library.
+//!
+//! A profiler module (CPU sampling, memory, empty memory, descriptors,
+//! energy...) is one [`Module`] value: what selects it, how the start-up
+//! line names it, its counters, and the moments of the process it takes
+//! part in. The runtime (start-up, threads, fork, exec) and the dump writer
+//! reach modules only through this contract and never name one.
+//!
+//! Owns: the contract and the registry (set once, at start-up, from the
+//! list in `lib.rs`).
+//!
+//! Must never: import anything above the core (options, thread state,
+//! call trees): modules import this, not the reverse.
+//!
+//! # How to add a profiler module
+//!
+//! 1. Give it an option in `options.rs` (a field of [`Options`], its flag
+//!    in `Options::selected`, its parsing) and in the launcher.
+//! 2. Give its counters an id and a definition in `counters.rs`.
+//! 3. Write it in its own folder (`src/<name>/mod.rs` and what it needs):
+//!    a `pub const MODULE: Module` made with [`Module::new`] and the hooks
+//!    it takes part in (`Module { start: ..., ..Module::new(...) }`), with
+//!    docs at the top saying what it owns and must never do.
+//! 4. Add one line to the registry list in `lib.rs`.
+//! 5. Test it on a C program under `tests/programs` and on a real program,
+//!    through the launcher and igprof-analyse (tests/tests/).
+
+pub mod cpu;
+pub mod energy;
+pub mod fd;
+pub mod mem;
+
+use std::sync::OnceLock;
+
+use crate::base::options::Options;
+use crate::base::thread::ThreadState;
+use crate::base::tree::Node;
+
+/// Visits leaked resources: `f(node, counter slot, address, size)`.
+pub type LeaksFn = fn(&mut dyn FnMut(*const Node, usize, u64, u64));
+/// Visits synthetic top-level functions: `f(name, counter slot, ticks, value)`.
+pub type SyntheticFn = fn(&mut dyn FnMut(&'static str, usize, u64, u64));
+/// The (ticks, value, peak) the dump writes for counter `slot` of a node,
+/// when the module stores that counter in another form; None otherwise.
+pub type DumpValueFn = fn(&Node, usize) -> Option<(u64, u64, u64)>;
+
+/// A profiler module. Every hook but `wanted`, `register_counters` and
+/// `start` is optional; the runtime calls each hook of every module the
+/// options select, in registry order.
+pub struct Module {
+    /// The launcher flag(s) that select it, for messages ("-mp").
+    pub flag: &'static str,
+    /// What it profiles in this run, for the start-up line ("memory
+    /// (MEM_TOTAL, ...)"); None to say nothing.
+    pub describe: fn(&Options) -> Option<String>,
+    /// Whether the options select it.
+    pub wanted: fn(&Options) -> bool,
+    /// Enables its counters (before the counter registry freezes).
+    pub register_counters: fn(&Options),
+    /// Starts it after the counters froze and the core hooks are in place
+    /// (install its own hooks, open its sources). An error is printed on
+    /// one line and the run continues without it; an empty error means the
+    /// module already said why.
+    pub start: fn(&Options) -> Result<(), String>,
+    /// Per-thread set-up / teardown (not signal context).
+    pub thread_begin: Option<fn(&'static ThreadState)>,
+    pub thread_end: Option<fn(&'static ThreadState)>,
+    /// In a forked child, before it runs again (reset what is the parent's).
+    pub fork_child: Option<fn()>,
+    /// Before exec, before the profile is written (the calling thread is
+    /// inside the profiler).
+    pub before_exec: Option<fn()>,
+    /// Before a dump reads the call trees (e.g. settle what is owed).
+    pub before_dump: Option<fn()>,
+    /// Synthetic top-level functions of every dump (e.g. energy no thread
+    /// is charged with).
+    pub synthetic: Option<SyntheticFn>,
+    /// Resources still alive at the dump, for `LK` records.
+    pub leaks: Option<LeaksFn>,
+    /// How a node's counter is read at dump time when stored differently.
+    pub dump_value: Option<DumpValueFn>,
+    /// `T=` of the header, seconds per unit: the first selected module
+    /// that has one sets it.
+    pub header_tick: Option<fn(&Options) -> f64>,
+}
+
+impl Module {
+    /// A module selected by `wanted`, with no hook: fill in the ones it
+    /// takes part in with struct update syntax.
+    pub const fn new(flag: &'static str, wanted: fn(&Options) -> bool) -> Module {
+        Module {
+            flag,
+            describe: |_| None,
+            wanted,
+            register_counters: |_| {},
+            start: |_| Ok(()),
+            thread_begin: None,
+            thread_end: None,
+            fork_child: None,
+            before_exec: None,
+            before_dump: None,
+            synthetic: None,
+            leaks: None,
+            dump_value: None,
+            header_tick: None,
+        }
+    }
+}
+
+static REGISTRY: OnceLock<&'static [&'static Module]> = OnceLock::new();
+
+/// Sets the modules built into the library (start-up, once).
+pub fn set_registry(modules: &'static [&'static Module]) {
+    let _ = REGISTRY.set(modules);
+}
+
+/// Every module built into the library.
+pub fn all() -> &'static [&'static Module] {
+    REGISTRY.get().copied().unwrap_or(&[])
+}
+
+/// Whether a module built into the library has `flag`.
+pub fn built(flag: &str) -> bool {
+    all().iter().any(|m| m.flag == flag)
+}
+
+/// Runs `f` for every module the options select, in registry order.
+pub fn each(o: &Options, mut f: impl FnMut(&'static Module)) {
+    for m in all().iter().filter(|m| (m.wanted)(o)) {
+        f(m)
+    }
+}

@@ -1,0 +1,532 @@
+//! Start-up, process and thread life cycle of the profiler.
+//!
+//! Owns: the constructor's sequence (options, counters, handler, hooks,
+//! main thread, watcher, fatal-signal handlers), the one start-up line,
+//! per-thread set-up and teardown (and the count of the program's live
+//! threads, which ends the watcher with the last of them), what happens
+//! around fork and exec, and the output file name.
+//!
+//! Must never: print more than the one start-up line unless `-d` (or
+//! something went wrong), or change the program's behaviour when the
+//! options are invalid (it then runs unprofiled).
+
+pub mod fatal;
+pub mod hooks;
+pub mod signals;
+pub mod watcher;
+
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+use crate::base::options;
+use crate::base::thread::{self, ThreadState};
+use crate::modules::Module;
+use crate::{base::counters, base::sys, modules::cpu, output};
+
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+static PID: AtomicI32 = AtomicI32::new(0);
+/// The pid the launcher exec'd into (IGPROF_ROOT_PID); 0 if unknown.
+static ROOT_PID: AtomicI32 = AtomicI32::new(0);
+/// Set by the launcher (IGPROF_QEMU_USER) when the program runs under
+/// qemu-user: see [`after_fork_child`].
+static QEMU_USER: AtomicBool = AtomicBool::new(false);
+/// Threads of the program that have started and not ended (the watcher
+/// is not one): when the last ends, the watcher ends too.
+static LIVE_THREADS: AtomicUsize = AtomicUsize::new(0);
+
+/// Facts about the profiled program, fixed at start-up.
+pub struct Info {
+    /// The program as launched (`argv[0]`), for the header's N=().
+    pub program: Vec<u8>,
+    /// Absolute path of the executable (/proc/self/exe).
+    pub exe: Vec<u8>,
+}
+
+static INFO: OnceLock<Info> = OnceLock::new();
+
+pub fn info() -> &'static Info {
+    INFO.get_or_init(|| Info {
+        program: b"<unknown>".to_vec(),
+        exe: b"<unknown>".to_vec(),
+    })
+}
+
+/// Whether this process is being profiled.
+#[inline]
+pub fn active() -> bool {
+    ACTIVE.load(Ordering::Acquire)
+}
+
+/// False in a child made without our fork hook (vfork, posix_spawn,
+/// clone): such a child shares or copies our memory but is not "us".
+pub fn is_own_process() -> bool {
+    active() && sys::getpid() == PID.load(Ordering::Relaxed)
+}
+
+fn getenv(name: &[u8]) -> Option<&'static [u8]> {
+    debug_assert!(name.ends_with(b"\0"));
+    // SAFETY: name is NUL-terminated; getenv's result lives as long as the
+    // environment entry (we copy what we keep before the program runs).
+    let p = unsafe { libc::getenv(name.as_ptr() as *const libc::c_char) };
+    if p.is_null() {
+        None
+    } else {
+        // SAFETY: p is a NUL-terminated string.
+        Some(unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes())
+    }
+}
+
+fn read_exe() -> Vec<u8> {
+    std::fs::read_link("/proc/self/exe")
+        .map(|p| p.into_os_string().into_encoded_bytes())
+        .unwrap_or_default()
+}
+
+fn read_argv0() -> Vec<u8> {
+    std::fs::read("/proc/self/cmdline")
+        .ok()
+        .and_then(|c| c.split(|&b| b == 0).next().map(|s| s.to_vec()))
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(read_exe)
+}
+
+fn basename(p: &[u8]) -> &[u8] {
+    match p.iter().rposition(|&b| b == b'/') {
+        Some(i) => &p[i + 1..],
+        None => p,
+    }
+}
+
+/// How many profiled images this process (pid) ran before this one through
+/// exec: 0 for the first. Handed over by [`exec_env`].
+static EXEC_GEN: AtomicU32 = AtomicU32::new(0);
+/// Set while the image is about to be replaced by exec (see [`output_path`]).
+static EXECING: AtomicBool = AtomicBool::new(false);
+const EXEC_OF: &[u8] = b"IGPROF_EXEC_OF=";
+
+/// The environment for an exec from this image: `envp` with
+/// `IGPROF_EXEC_OF=<pid>.<generation + 1>` in place of any previous one, so
+/// that the new image (same pid) knows it follows this one. None when
+/// `envp` does not profile the new image (no `IGPROF=`).
+pub struct ExecEnv {
+    _entry: Vec<u8>,
+    ptrs: Vec<*const libc::c_char>,
+}
+
+impl ExecEnv {
+    pub fn as_ptr(&self) -> *const *const libc::c_char {
+        self.ptrs.as_ptr()
+    }
+}
+
+/// See [`ExecEnv`].
+///
+/// # Safety
+/// `envp` is null or a null-terminated array of NUL-terminated strings.
+pub unsafe fn exec_env(envp: *const *const libc::c_char) -> Option<ExecEnv> {
+    if envp.is_null() {
+        return None;
+    }
+    let mut ptrs = Vec::new();
+    let mut profiled = false;
+    let mut i = 0;
+    loop {
+        let e = *envp.add(i);
+        if e.is_null() {
+            break;
+        }
+        let bytes = core::ffi::CStr::from_ptr(e).to_bytes();
+        profiled |= bytes.starts_with(b"IGPROF=");
+        if !bytes.starts_with(EXEC_OF) {
+            ptrs.push(e);
+        }
+        i += 1;
+    }
+    if !profiled {
+        return None;
+    }
+    let gen = EXEC_GEN.load(Ordering::Relaxed) + 1;
+    let mut entry = EXEC_OF.to_vec();
+    entry.extend_from_slice(format!("{}.{gen}\0", sys::getpid()).as_bytes());
+    ptrs.push(entry.as_ptr() as *const libc::c_char);
+    ptrs.push(core::ptr::null());
+    Some(ExecEnv {
+        _entry: entry,
+        ptrs,
+    })
+}
+
+/// Whether this is the image the user started (the launcher's pid, its
+/// first image), or the launcher is not known.
+fn is_first_image() -> bool {
+    let root = ROOT_PID.load(Ordering::Relaxed);
+    (root == 0 || root == sys::getpid()) && EXEC_GEN.load(Ordering::Relaxed) == 0
+}
+
+/// The file this process's profile goes to: the name from -o (or the
+/// default), with `.<pid>` for other processes of the run, and with
+/// `.exec<N>` when this image (the N-th of its pid, from 0) is being
+/// replaced by exec, so that the image that follows does not overwrite it.
+pub fn output_path() -> String {
+    let name = base_output_path();
+    if !EXECING.load(Ordering::Acquire) {
+        return name;
+    }
+    let gen = EXEC_GEN.load(Ordering::Relaxed);
+    match name.strip_suffix(".gz") {
+        Some(stem) => format!("{stem}.exec{gen}.gz"),
+        None => format!("{name}.exec{gen}"),
+    }
+}
+
+fn base_output_path() -> String {
+    let o = options::get();
+    let pid = sys::getpid();
+    let root = ROOT_PID.load(Ordering::Relaxed);
+    if o.output.is_empty() {
+        let prog = String::from_utf8_lossy(basename(&info().exe)).into_owned();
+        return format!("igprof.{prog}.{pid}.gz");
+    }
+    let given = String::from_utf8_lossy(o.output.as_bytes()).into_owned();
+    if given.contains("%p") {
+        return given.replace("%p", &pid.to_string());
+    }
+    if root == 0 || root == pid {
+        return given;
+    }
+    // Another process of the same run (fork child, exec'd child): its own file.
+    match given.strip_suffix(".gz") {
+        Some(stem) => format!("{stem}.{pid}.gz"),
+        None => format!("{given}.{pid}"),
+    }
+}
+
+/// Runs `f` for every module the options select (after start-up: the
+/// ones that started).
+pub fn each_module(f: impl FnMut(&'static Module)) {
+    crate::modules::each(options::get(), f)
+}
+
+/// The library constructor's work. Never panics into the program.
+pub fn init(modules: &'static [&'static Module]) {
+    let Some(raw) = getenv(b"IGPROF\0") else {
+        return;
+    };
+    crate::modules::set_registry(modules);
+    crate::base::log::remember_stderr();
+    // <pid>.<generation> from the exec hook of a previous image (exec_env).
+    let exec_of =
+        getenv(b"IGPROF_EXEC_OF\0").and_then(|s| std::str::from_utf8(s).ok()?.split_once('.'));
+    if let Some((p, g)) = exec_of {
+        if p.parse() == Ok(sys::getpid()) {
+            EXEC_GEN.store(g.parse().unwrap_or(0), Ordering::Relaxed);
+        }
+    }
+    if let Some(r) =
+        getenv(b"IGPROF_ROOT_PID\0").and_then(|s| std::str::from_utf8(s).ok()?.parse().ok())
+    {
+        ROOT_PID.store(r, Ordering::Relaxed);
+    }
+    QEMU_USER.store(getenv(b"IGPROF_QEMU_USER\0").is_some(), Ordering::Relaxed);
+    let parsed = options::parse(raw);
+    // What start-up has to say is said once for the run, by the process
+    // the user started; its other processes say it with -d only.
+    let _quiet = crate::base::log::StartupQuiet::unless(
+        is_first_image() || parsed.as_ref().is_ok_and(|o| o.debug),
+    );
+    let mut o = match parsed {
+        Ok(o) => o,
+        Err(e) => {
+            crate::igprof_log!("{e}; the program runs unprofiled");
+            return;
+        }
+    };
+    let exe = read_exe();
+    if !o.targets_match(&exe) {
+        if o.debug {
+            crate::igprof_log!(
+                "{} does not match -t; not profiled",
+                crate::base::log::Bytes(&exe)
+            );
+        }
+        return;
+    }
+    for (flag, what) in o.selected() {
+        if !crate::modules::built(flag) {
+            crate::igprof_log!(
+                "{flag}: {what} is not built into this libigprof yet; running without it"
+            );
+            o.deselect(flag);
+        }
+    }
+    if !crate::modules::all().iter().any(|m| (m.wanted)(&o)) {
+        crate::igprof_log!(
+            "nothing to profile (no available module selected); the program runs unprofiled"
+        );
+        return;
+    }
+    // SAFETY: constructor, single-threaded as far as we are concerned.
+    unsafe { options::init(o) };
+    let _ = INFO.set(Info {
+        program: read_argv0(),
+        exe,
+    });
+    PID.store(sys::getpid(), Ordering::Relaxed);
+
+    each_module(|m| (m.register_counters)(options::get()));
+    counters::freeze();
+
+    cpu::choose_sampler();
+    if let Err(e) = cpu::install_handler() {
+        crate::igprof_log!(
+            "cannot install the sampling signal's handler (errno {e}); the program runs unprofiled"
+        );
+        return;
+    }
+    init_thread_key();
+    crate::base::trace::modules_changed();
+    let Some(main) = thread::register_current(options::get().max_depth) else {
+        crate::igprof_log!(
+            "out of memory for the profiler's thread state; the program runs unprofiled"
+        );
+        return;
+    };
+    let guard = main.enter();
+    let mut started: Vec<String> = Vec::new();
+    let mut running = 0;
+    trampoline::maps::batch(|| {
+        crate::process::hooks::install_core();
+        each_module(|m| match (m.start)(options::get()) {
+            Ok(()) => {
+                running += 1;
+                started.extend((m.describe)(options::get()));
+            }
+            Err(e) if e.is_empty() => {} // the module already said why
+            Err(e) => crate::igprof_log!("{}: {e}; running without it", m.flag),
+        });
+    });
+    if running == 0 {
+        crate::igprof_log!("nothing left to profile; the program runs unprofiled");
+        return;
+    }
+    each_module(|m| {
+        if let Some(f) = m.thread_begin {
+            f(main)
+        }
+    });
+    LIVE_THREADS.store(1, Ordering::Release);
+    // SAFETY: THREAD_KEY was created above; main is never freed. Its
+    // destructor runs if the main thread ends through pthread_exit.
+    unsafe {
+        libc::pthread_setspecific(
+            THREAD_KEY,
+            main as *const ThreadState as *const libc::c_void,
+        )
+    };
+    crate::process::watcher::install_dump_signal();
+    let o = options::get();
+    crate::base::solo::begin(
+        !crate::process::watcher::needed_from_start(o) && crate::base::solo::libc_single_threaded(),
+    );
+    if !crate::base::solo::solo() {
+        crate::process::watcher::start();
+    }
+    ACTIVE.store(true, Ordering::Release);
+    crate::process::fatal::install();
+    drop(guard);
+    {
+        crate::igprof_log!(
+            "profiling {} (pid {}): {}; profile -> {}",
+            crate::base::log::Bytes(&info().program),
+            sys::getpid(),
+            started.join(", "),
+            output_path()
+        );
+    }
+    cpu::start_thread(main);
+}
+
+/// The library destructor: the final dump at normal exit.
+pub fn fini() {
+    if is_own_process() {
+        output::final_dump("exit");
+    }
+}
+
+static mut THREAD_KEY: libc::pthread_key_t = 0;
+
+extern "C" fn thread_end(p: *mut libc::c_void) {
+    // SAFETY: the key's value is the thread's &'static ThreadState.
+    end_thread(unsafe { &*(p as *const ThreadState) });
+}
+
+/// Last thing in a thread the profiler knows (pthread key destructor, or
+/// the return of a raw clone()'s function).
+pub fn end_thread(t: &'static ThreadState) {
+    cpu::stop_thread(t);
+    each_module(|m| {
+        if let Some(f) = m.thread_end {
+            f(t)
+        }
+    });
+    t.exited.store(true, Ordering::Release);
+    if LIVE_THREADS.fetch_sub(1, Ordering::AcqRel) == 1 {
+        crate::process::watcher::quit();
+    }
+}
+
+fn init_thread_key() {
+    // SAFETY: THREAD_KEY is written once here, before any thread we wrap starts.
+    unsafe { libc::pthread_key_create(&raw mut THREAD_KEY, Some(thread_end)) };
+}
+
+/// First thing in every thread created through pthread_create.
+pub fn thread_begin() {
+    let Some(t) = thread::paused(|| thread::register_current(options::get().max_depth)) else {
+        return;
+    };
+    // SAFETY: THREAD_KEY was created in init; t is never freed.
+    unsafe {
+        libc::pthread_setspecific(THREAD_KEY, t as *const ThreadState as *const libc::c_void)
+    };
+    begin_thread(t);
+}
+
+/// First thing in a thread made by a raw `clone()` that shares its
+/// creator's TLS (no pthread key destructor runs for it: its function's
+/// return calls [`end_thread`]), running on the stack that ends at `top`.
+pub fn shared_tls_thread_begin(top: usize) -> Option<&'static ThreadState> {
+    let bounds = crate::unwind::StackBounds::for_stack_top(top);
+    let t = thread::register_shared_tls(options::get().max_depth, bounds)?;
+    begin_thread(t);
+    Some(t)
+}
+
+/// The modules' and the sampler's part of a new thread's start.
+fn begin_thread(t: &'static ThreadState) {
+    LIVE_THREADS.fetch_add(1, Ordering::AcqRel);
+    let g = t.enter();
+    each_module(|m| {
+        if let Some(f) = m.thread_begin {
+            f(t)
+        }
+    });
+    drop(g);
+    cpu::start_thread(t);
+}
+
+/// The program is about to create a thread (or a process sharing its
+/// memory): the process is no longer solo and gets its watcher.
+pub fn before_thread_create() {
+    if !crate::base::solo::solo() {
+        return;
+    }
+    crate::base::solo::leave();
+    if active() && is_own_process() {
+        thread::paused(crate::process::watcher::start);
+    }
+}
+
+/// Before the real fork (calling thread busy): no allocator lock may be
+/// held across it.
+pub fn before_fork() {
+    crate::base::alloc::lock_all();
+}
+
+pub fn after_fork_parent() {
+    crate::base::alloc::unlock_all();
+}
+
+/// In the child: a fresh profile of its own (the parent's samples stay
+/// with the parent), a timer for its only thread, solo again (a watcher
+/// only where `-D`/`--dump-every` need one from the start).
+pub fn after_fork_child() {
+    crate::base::alloc::unlock_all();
+    PID.store(sys::getpid(), Ordering::Relaxed);
+    for t in thread::all() {
+        t.stale.store(true, Ordering::Release);
+        cpu::forget_inherited(t);
+    }
+    output::reset_after_fork();
+    each_module(|m| {
+        if let Some(f) = m.fork_child {
+            f()
+        }
+    });
+    thread::detach_current();
+    LIVE_THREADS.store(1, Ordering::Release);
+    if let Some(t) = thread::register_current(options::get().max_depth) {
+        // SAFETY: THREAD_KEY exists (created in init); t is never freed.
+        unsafe {
+            libc::pthread_setspecific(THREAD_KEY, t as *const ThreadState as *const libc::c_void)
+        };
+        // qemu-user (7.2) aborts a forked child of a multi-threaded guest
+        // when the child creates a thread (plugins/core.c: "assertion
+        // failed: (success)": the new vCPU reuses the index of a parent
+        // thread that is gone from the child's CPU list but not from the
+        // plugin table). So under qemu-user the child never starts a
+        // watcher: while it has one thread it serves the dump signal and
+        // fatal signals itself, as any single-threaded process does; it
+        // does not serve -D or --dump-every, and once it has threads of
+        // its own, a death by signal leaves no profile ("no profile
+        // written").
+        let qemu = QEMU_USER.load(Ordering::Relaxed);
+        crate::process::watcher::none_in_child(qemu);
+        crate::base::solo::begin(!crate::process::watcher::needed_from_start(options::get()));
+        if !crate::base::solo::solo() {
+            let g = t.enter();
+            crate::process::watcher::start();
+            drop(g);
+        }
+        cpu::start_thread(t);
+    }
+}
+
+/// Before exec: write the profile and stop this thread's timer so that no
+/// sampling signal is pending when the new image starts (its default action
+/// would kill it before its own libigprof is ready).
+pub fn before_exec() {
+    each_module(|m| {
+        if let Some(f) = m.before_exec {
+            f()
+        }
+    });
+    EXECING.store(true, Ordering::Release);
+    output::final_dump("exec");
+    for t in thread::all() {
+        cpu::stop_thread(t);
+    }
+}
+
+/// exec returned (it failed): the calling thread samples again; the other
+/// threads' samplers, stopped for the exec, stay stopped.
+pub fn exec_failed() {
+    EXECING.store(false, Ordering::Release);
+    output::allow_final_again();
+    if let Some(t) = thread::current() {
+        cpu::start_thread(t);
+    }
+}
+
+/// After a successful dlopen/dlclose (calling thread busy).
+pub fn modules_changed() {
+    crate::base::trace::modules_changed();
+}
+
+/// `igprof_dump_now(path)`: a snapshot into `path` (NULL: the output file).
+pub fn dump_now(path: Option<&[u8]>) -> i32 {
+    if !is_own_process() {
+        return -1;
+    }
+    let path = match path {
+        Some(p) => String::from_utf8_lossy(p).into_owned(),
+        None => output_path(),
+    };
+    match thread::paused(|| output::dump_to(&path)) {
+        Ok(_) => 0,
+        Err(e) => {
+            crate::igprof_log!("igprof_dump_now({path}): {e}");
+            -1
+        }
+    }
+}

@@ -1,0 +1,292 @@
+//! Keeps the sampling signal ([`cpu::signal`]: SIGTRAP with sigtrap perf
+//! events, else SIGPROF) ours while the program believes it owns it. The
+//! other signal, and every signal of an unsampled process, is left alone.
+//!
+//! Policy (documented in the README): our per-thread samplers always reach
+//! our handler. The program's own view of the signal is kept in a shadow:
+//! `sigaction`/`signal` store the program's action and return the previous
+//! shadow action, without touching the real one; `sigprocmask` /
+//! `pthread_sigmask` never really block the signal, but remember per thread
+//! that the program asked for it and report it as blocked. A signal that is
+//! not from our samplers (the program's own `setitimer(ITIMER_PROF)`, `kill`,
+//! `raise(SIGTRAP)`, an `int3`) is forwarded to the program's handler as it
+//! would have been delivered: held while the program "blocks" it and
+//! delivered when it unblocks, ignored under SIG_IGN, fatal under SIG_DFL,
+//! and run with the program's `sa_mask` (plus the signal itself unless
+//! SA_NODEFER) blocked; the signal itself is held in the shadow for the
+//! handler's duration rather than blocked for real, so sampling goes on.
+//!
+//! Must never: block the sampling signal for real, or let the program
+//! replace our handler.
+
+use core::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
+
+use crate::base::sys;
+use crate::base::thread;
+use crate::modules::cpu::signal as sampling_signal;
+use crate::process::hooks::orig;
+
+/// The program's SIGPROF action: handler, flags, and mask (first word).
+static PROG_HANDLER: AtomicUsize = AtomicUsize::new(libc::SIG_DFL);
+static PROG_FLAGS: AtomicI32 = AtomicI32::new(0);
+static PROG_MASK: AtomicU64 = AtomicU64::new(0);
+
+/// sigaction through the original function (our hook bypassed).
+pub(crate) fn real_sigaction(
+    sig: i32,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> Result<(), i32> {
+    // SAFETY: pointers are null or valid, as for sigaction(2).
+    let r = unsafe {
+        match orig::sigaction() {
+            Some(f) => f(sig, act, old),
+            None => libc::sigaction(sig, act, old),
+        }
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(sys::errno())
+    }
+}
+
+fn shadow_get(old: *mut libc::sigaction) {
+    if old.is_null() {
+        return;
+    }
+    // SAFETY: old is a valid out-pointer from the program.
+    unsafe {
+        core::ptr::write_bytes(old, 0, 1);
+        (*old).sa_sigaction = PROG_HANDLER.load(Ordering::Acquire);
+        (*old).sa_flags = PROG_FLAGS.load(Ordering::Relaxed);
+        *(&mut (*old).sa_mask as *mut libc::sigset_t as *mut u64) =
+            PROG_MASK.load(Ordering::Relaxed);
+    }
+}
+
+fn shadow_set(act: *const libc::sigaction) {
+    // SAFETY: act is a valid pointer from the program.
+    unsafe {
+        PROG_FLAGS.store((*act).sa_flags, Ordering::Relaxed);
+        PROG_MASK.store(
+            *(&(*act).sa_mask as *const libc::sigset_t as *const u64),
+            Ordering::Relaxed,
+        );
+        PROG_HANDLER.store((*act).sa_sigaction, Ordering::Release);
+    }
+}
+
+/// Replacement of sigaction.
+pub(crate) extern "C" fn sigaction_hook(
+    sig: i32,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> i32 {
+    if sig == sampling_signal() && sig != 0 && !thread::is_busy() {
+        let _e = sys::ErrnoGuard::save();
+        shadow_get(old);
+        if !act.is_null() {
+            shadow_set(act);
+        }
+        return 0;
+    }
+    if !thread::is_busy() {
+        // SAFETY: the program's own arguments to sigaction.
+        if let Some(r) = unsafe { crate::process::fatal::sigaction(sig, act, old) } {
+            return r;
+        }
+    }
+    let _g = thread::current().and_then(|t| t.enter());
+    // SAFETY: forwarding the program's arguments unchanged.
+    unsafe {
+        match orig::sigaction() {
+            Some(f) => f(sig, act, old),
+            None => libc::sigaction(sig, act, old),
+        }
+    }
+}
+
+/// Replacement of signal (and bsd_signal).
+pub extern "C" fn signal_hook(sig: i32, handler: libc::sighandler_t) -> libc::sighandler_t {
+    if sig == sampling_signal() && sig != 0 && !thread::is_busy() {
+        let old = PROG_HANDLER.swap(handler, Ordering::AcqRel);
+        PROG_FLAGS.store(libc::SA_RESTART, Ordering::Relaxed);
+        PROG_MASK.store(0, Ordering::Relaxed);
+        return old;
+    }
+    if !thread::is_busy() {
+        if let Some(r) = crate::process::fatal::signal(sig, handler) {
+            return r;
+        }
+    }
+    let _g = thread::current().and_then(|t| t.enter());
+    // SAFETY: forwarding the program's arguments unchanged.
+    unsafe {
+        match orig::signal() {
+            Some(f) => f(sig, handler),
+            None => libc::signal(sig, handler),
+        }
+    }
+}
+
+type MaskFn = unsafe extern "C" fn(i32, *const libc::sigset_t, *mut libc::sigset_t) -> i32;
+
+fn mask_common(
+    how: i32,
+    set: *const libc::sigset_t,
+    old: *mut libc::sigset_t,
+    real: Option<MaskFn>,
+    fallback: MaskFn,
+) -> i32 {
+    let t = thread::current();
+    let sig = sampling_signal();
+    let busy = thread::is_busy() || sig == 0;
+    let g = t.and_then(|t| t.enter());
+    let prev_blocked = t.is_some_and(|t| t.prog_blocks_prof.get());
+    let mut copy: libc::sigset_t;
+    let mut set_ptr = set;
+    let mut wants_block: Option<bool> = None;
+    if !set.is_null() && !busy {
+        // SAFETY: set is a valid sigset from the program; we edit a copy.
+        unsafe {
+            copy = *set;
+            let has = libc::sigismember(&copy, sig) == 1;
+            wants_block = match how {
+                libc::SIG_BLOCK => has.then_some(true),
+                libc::SIG_UNBLOCK => has.then_some(false),
+                libc::SIG_SETMASK => Some(has),
+                _ => None,
+            };
+            if has {
+                libc::sigdelset(&mut copy, sig);
+            }
+            set_ptr = &copy;
+        }
+    }
+    // SAFETY: forwarding valid pointers.
+    let r = unsafe { real.unwrap_or(fallback)(how, set_ptr, old) };
+    // Leave the profiler before a held signal is delivered: the program's
+    // handler runs as the program's code.
+    drop(g);
+    if r == 0 && !busy {
+        if !old.is_null() && prev_blocked {
+            // SAFETY: old was filled by the real call.
+            unsafe { libc::sigaddset(old, sig) };
+        }
+        match (t, wants_block) {
+            (Some(t), Some(true)) => t.prog_blocks_prof.set(true),
+            (Some(t), Some(false)) => end_shadow_block(t, sig),
+            _ => {}
+        }
+    }
+    r
+}
+
+/// The program's (shadow) block of the sampling signal on `t` ends: deliver
+/// what it held back.
+fn end_shadow_block(t: &thread::ThreadState, sig: i32) {
+    t.prog_blocks_prof.set(false);
+    if t.prog_prof_pending.replace(false) {
+        sys::tgkill(t.tid(), sig);
+    }
+}
+
+unsafe extern "C" fn libc_sigprocmask(
+    how: i32,
+    set: *const libc::sigset_t,
+    old: *mut libc::sigset_t,
+) -> i32 {
+    libc::sigprocmask(how, set, old)
+}
+unsafe extern "C" fn libc_pthread_sigmask(
+    how: i32,
+    set: *const libc::sigset_t,
+    old: *mut libc::sigset_t,
+) -> i32 {
+    libc::pthread_sigmask(how, set, old)
+}
+
+/// Replacement of sigprocmask.
+pub extern "C" fn sigprocmask_hook(
+    how: i32,
+    set: *const libc::sigset_t,
+    old: *mut libc::sigset_t,
+) -> i32 {
+    mask_common(how, set, old, orig::sigprocmask(), libc_sigprocmask)
+}
+
+/// Replacement of pthread_sigmask.
+pub extern "C" fn pthread_sigmask_hook(
+    how: i32,
+    set: *const libc::sigset_t,
+    old: *mut libc::sigset_t,
+) -> i32 {
+    mask_common(how, set, old, orig::pthread_sigmask(), libc_pthread_sigmask)
+}
+
+/// A sampling-signal delivery that is not from our samplers: deliver it as
+/// the program set up. Runs in signal context.
+pub fn forward_program_signal(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+    let h = PROG_HANDLER.load(Ordering::Acquire);
+    if h == libc::SIG_IGN {
+        return;
+    }
+    if h == libc::SIG_DFL {
+        // Default action (terminate; SIGTRAP also dumps core): the profile
+        // first, then die the way the program would have.
+        crate::process::fatal::die_after_dump(sig);
+        return;
+    }
+    let t = thread::current();
+    if let Some(t) = t {
+        if t.prog_blocks_prof.get() {
+            t.prog_prof_pending.set(true);
+            return;
+        }
+    }
+    let flags = PROG_FLAGS.load(Ordering::Relaxed);
+    if flags & libc::SA_RESETHAND != 0 {
+        PROG_HANDLER.store(libc::SIG_DFL, Ordering::Release);
+    }
+    // The kernel would run the handler with the interrupted context's mask
+    // plus sa_mask (and the signal itself unless SA_NODEFER) blocked: the
+    // other signals for real, ours in the shadow (a second one is held and
+    // delivered after the handler). Our handler itself runs with every
+    // signal blocked, so this mask is set explicitly; a handler that
+    // leaves by longjmp keeps it, as it would unprofiled.
+    // SAFETY: uc is the kernel's ucontext for this delivery; all-zero
+    // sigsets are empty sets; the first word of a sigset_t holds signals
+    // 1..64; rt_sigprocmask gets valid pointers.
+    let saved = unsafe {
+        let mut mask: libc::sigset_t = (*(uc as *const libc::ucontext_t)).uc_sigmask;
+        *(&mut mask as *mut libc::sigset_t as *mut u64) |= PROG_MASK.load(Ordering::Relaxed);
+        libc::sigdelset(&mut mask, sig);
+        let mut saved: libc::sigset_t = core::mem::zeroed();
+        sys::rt_sigprocmask(libc::SIG_SETMASK, &mask, &mut saved);
+        saved
+    };
+    // Not blocked in the shadow here (that returned above): block it there
+    // for the handler's duration unless SA_NODEFER.
+    if let Some(t) = t.filter(|_| flags & libc::SA_NODEFER == 0) {
+        t.prog_blocks_prof.set(true);
+    }
+    // SAFETY: the program installed this handler for the signal with these flags.
+    unsafe {
+        if flags & libc::SA_SIGINFO != 0 {
+            let f: extern "C" fn(i32, *mut libc::siginfo_t, *mut libc::c_void) =
+                core::mem::transmute(h);
+            f(sig, info, uc);
+        } else {
+            let f: extern "C" fn(i32) = core::mem::transmute(h);
+            f(sig);
+        }
+    }
+    // SAFETY: restoring the mask saved above.
+    unsafe { sys::rt_sigprocmask(libc::SIG_SETMASK, &saved, core::ptr::null_mut()) };
+    // As sigreturn restores the mask from before the handler (where the
+    // signal was not blocked), whatever the handler did to it.
+    if let Some(t) = t {
+        end_shadow_block(t, sig);
+    }
+}
