@@ -20,6 +20,7 @@
 #![cfg_attr(not(test), deny(clippy::undocumented_unsafe_blocks))]
 
 pub mod base;
+pub mod hook;
 pub mod modules;
 pub mod output;
 pub mod process;

@@ -101,6 +101,31 @@ fn round_pages(n: usize) -> usize {
     (n + PAGE - 1) & !(PAGE - 1)
 }
 
+/// Says whether the calling thread is in our signal handler (set at
+/// start-up: `thread::in_sampling_handler`, which this layer cannot name).
+static SIGNAL_PROBE: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+
+/// Sets the probe of [`assert_not_in_signal`] (start-up).
+pub fn set_signal_probe(f: fn() -> bool) {
+    SIGNAL_PROBE.store(f as usize, Ordering::Release);
+}
+
+/// Aborts (with a message) if the global allocator is used in our signal handler.
+#[inline]
+fn assert_not_in_signal() {
+    let p = SIGNAL_PROBE.load(Ordering::Relaxed);
+    if p == 0 {
+        return;
+    }
+    // SAFETY: only `fn() -> bool` pointers are stored in SIGNAL_PROBE.
+    let in_signal = unsafe { core::mem::transmute::<usize, fn() -> bool>(p) };
+    if in_signal() {
+        crate::igprof_log!("BUG: allocation inside the signal handler; aborting");
+        // SAFETY: abort never returns.
+        unsafe { libc::abort() };
+    }
+}
+
 /// The library's global allocator (installed in lib.rs).
 pub struct IgAlloc;
 
@@ -108,7 +133,7 @@ pub struct IgAlloc;
 // alignment classes of the allocator below) and never unwind.
 unsafe impl GlobalAlloc for IgAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        crate::base::thread::assert_not_in_signal();
+        assert_not_in_signal();
         match class_of(layout.size(), layout.align()) {
             Some(ci) => {
                 let size = 1usize << (ci + MIN_SHIFT);

@@ -140,16 +140,6 @@ macro_rules! igprof_log {
     }};
 }
 
-/// `igprof_debug!(..)`: like `igprof_log!` but only with `-d`.
-#[macro_export]
-macro_rules! igprof_debug {
-    ($($arg:tt)*) => {{
-        if $crate::base::options::debug() {
-            $crate::igprof_log!($($arg)*);
-        }
-    }};
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,6 +12,7 @@ pub mod counters;
 pub mod live;
 pub mod log;
 pub mod options;
+pub mod run;
 pub mod solo;
 pub mod sys;
 pub mod thread;

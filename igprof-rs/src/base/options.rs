@@ -654,6 +654,16 @@ pub fn debug() -> bool {
     get().debug
 }
 
+/// An `igprof:` line, only with `-d`.
+#[macro_export]
+macro_rules! igprof_debug {
+    ($($arg:tt)*) => {{
+        if $crate::base::options::debug() {
+            $crate::igprof_log!($($arg)*);
+        }
+    }};
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

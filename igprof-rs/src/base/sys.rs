@@ -742,3 +742,27 @@ pub fn with_big_stack<R>(f: impl FnOnce() -> R) -> R {
     unsafe { munmap(lo, LEN) };
     r
 }
+
+/// The name of a signal for messages ("SIGTERM"), or "a signal".
+pub fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGUSR2 => "SIGUSR2",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGXCPU => "SIGXCPU",
+        libc::SIGVTALRM => "SIGVTALRM",
+        libc::SIGSYS => "SIGSYS",
+        _ => "a signal",
+    }
+}

@@ -32,7 +32,7 @@
 use core::cell::{Cell, UnsafeCell};
 use core::ops::Deref;
 use core::ptr::null_mut;
-use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 use crate::base::sys;
 use crate::base::tree::CallTree;
@@ -105,10 +105,9 @@ pub struct ThreadState {
     pub unwinder: Option<crate::unwind::ThreadUnwinder>,
     /// The node of this thread's latest sample (energy charged at exit/dump).
     pub last_sample: AtomicPtr<crate::base::tree::Node>,
-    /// The thread's slot in the energy ledger (-np), published by
-    /// `energy_slot_live` (written by the owner; read by the dumper too).
-    energy_slot: core::cell::UnsafeCell<Option<crate::modules::energy::ledger::SlotId>>,
-    energy_slot_live: AtomicBool,
+    /// The thread's slot in the energy ledger (-np), as its index
+    /// (`NO_SLOT`: none; written by the owner, read by the dumper too).
+    energy_slot: AtomicUsize,
     next: AtomicPtr<ThreadState>,
 }
 
@@ -142,6 +141,40 @@ thread_local! {
 }
 
 static ALL: AtomicPtr<ThreadState> = AtomicPtr::new(null_mut());
+
+/// `energy_slot` of a thread without one.
+const NO_SLOT: usize = usize::MAX;
+
+/// What waits for a thread to leave profiler code, set at start-up by the
+/// layers above (this layer cannot name them): `settle` charges the
+/// samples taken inside to the program's stack (guard still held); `after`
+/// runs the process-wide requests that had to wait ([`request_after_leave`]:
+/// a fatal signal's death, a dump asked for by signal).
+pub struct LeaveHooks {
+    pub settle: fn(&'static ThreadState),
+    pub after: fn(),
+}
+
+static LEAVE_HOOKS: std::sync::OnceLock<LeaveHooks> = std::sync::OnceLock::new();
+/// Set while some request waits for a thread to leave profiler code.
+static LEAVE_WORK: AtomicBool = AtomicBool::new(false);
+
+/// Sets the [`LeaveHooks`] (start-up, once).
+pub fn set_leave_hooks(h: LeaveHooks) {
+    let _ = LEAVE_HOOKS.set(h);
+}
+
+/// A request waits for the next thread that leaves profiler code (signal
+/// context allowed).
+pub fn request_after_leave() {
+    LEAVE_WORK.store(true, Ordering::Release);
+}
+
+/// Called by the `after` hook before it serves the requests: one that
+/// comes meanwhile asks again.
+pub fn requests_taken() {
+    LEAVE_WORK.store(false, Ordering::Release);
+}
 
 /// Set once a thread that shares its creator's TLS exists (a raw `clone()`
 /// without `CLONE_SETTLS`): from then on [`CURRENT`] may belong to another
@@ -200,16 +233,10 @@ pub fn expect_shared_tls() {
     SHARED_TLS.store(true, Ordering::Release);
 }
 
-/// Aborts (with a message) if the global allocator is used in our signal handler.
-#[inline]
-pub fn assert_not_in_signal() {
-    if let Some(t) = current() {
-        if t.in_signal.get() {
-            crate::igprof_log!("BUG: allocation inside the signal handler; aborting");
-            // SAFETY: abort never returns.
-            unsafe { libc::abort() };
-        }
-    }
+/// Whether the calling thread is inside our sampling handler (the global
+/// allocator's check, `alloc::set_signal_probe`).
+pub fn in_sampling_handler() -> bool {
+    current().is_some_and(|t| t.in_signal.get())
 }
 
 /// Registers the calling thread's state (not from signal context): adopts
@@ -366,8 +393,7 @@ fn build_state(
             bounds,
             unwinder,
             last_sample: AtomicPtr::new(null_mut()),
-            energy_slot: core::cell::UnsafeCell::new(None),
-            energy_slot_live: AtomicBool::new(false),
+            energy_slot: AtomicUsize::new(NO_SLOT),
             next: AtomicPtr::new(null_mut()),
         });
     }
@@ -459,29 +485,21 @@ impl ThreadState {
         unsafe { &*self.tree.get() }
     }
 
-    /// Sets the energy ledger slot (owner thread, at thread start).
-    pub fn set_energy_slot(&self, slot: Option<crate::modules::energy::ledger::SlotId>) {
-        // SAFETY: written by the owner before it is published below.
-        unsafe { *self.energy_slot.get() = slot };
-        self.energy_slot_live
-            .store(slot.is_some(), Ordering::Release);
+    /// Sets the index of the thread's energy ledger slot (owner thread,
+    /// at thread start).
+    pub fn set_energy_slot(&self, slot: Option<usize>) {
+        self.energy_slot
+            .store(slot.unwrap_or(NO_SLOT), Ordering::Release);
     }
 
-    /// The energy ledger slot, if registered (any thread).
-    pub fn energy_slot(&self) -> Option<crate::modules::energy::ledger::SlotId> {
-        if self.energy_slot_live.load(Ordering::Acquire) {
-            // SAFETY: published with release after the write; not rewritten while live.
-            unsafe { *self.energy_slot.get() }
-        } else {
-            None
-        }
+    /// The index of the energy ledger slot, if registered (any thread).
+    pub fn energy_slot(&self) -> Option<usize> {
+        Some(self.energy_slot.load(Ordering::Acquire)).filter(|&s| s != NO_SLOT)
     }
 
     /// Unpublishes and returns the slot (owner thread, at thread exit).
-    pub fn take_energy_slot(&self) -> Option<crate::modules::energy::ledger::SlotId> {
-        let s = self.energy_slot();
-        self.energy_slot_live.store(false, Ordering::Release);
-        s
+    pub fn take_energy_slot(&self) -> Option<usize> {
+        Some(self.energy_slot.swap(NO_SLOT, Ordering::AcqRel)).filter(|&s| s != NO_SLOT)
     }
 
     /// Next pseudo-random number (owner thread only).
@@ -519,10 +537,17 @@ impl Guard {
 impl Drop for Guard {
     #[inline]
     fn drop(&mut self) {
-        crate::modules::cpu::settle_pending(self.t);
+        if self.t.pending_ticks.get() != 0 {
+            if let Some(h) = LEAVE_HOOKS.get() {
+                (h.settle)(self.t);
+            }
+        }
         self.t.busy.set(false);
-        crate::process::fatal::die_if_pending();
-        crate::process::watcher::serve_pending();
+        if LEAVE_WORK.load(Ordering::Relaxed) {
+            if let Some(h) = LEAVE_HOOKS.get() {
+                (h.after)();
+            }
+        }
     }
 }
 

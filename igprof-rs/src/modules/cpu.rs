@@ -151,6 +151,19 @@ pub type SampleConsumer = fn(&'static ThreadState, *mut crate::base::tree::Node)
 const MAX_CONSUMERS: usize = 4;
 static CONSUMERS: [AtomicUsize; MAX_CONSUMERS] = [const { AtomicUsize::new(0) }; MAX_CONSUMERS];
 
+/// Delivers a signal that is not one of our samples to the program as it
+/// set it up (signal context).
+pub type ProgramSignal = fn(i32, *mut libc::siginfo_t, *mut libc::c_void);
+
+/// The [`ProgramSignal`] of the layer that keeps the program's view of the
+/// sampling signal (0: none).
+static FORWARD: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets where signals that are not our samples go (start-up, once).
+pub fn set_program_signal(f: ProgramSignal) {
+    FORWARD.store(f as usize, Ordering::Release);
+}
+
 /// Registers a sample consumer (start-up only, before threads start).
 pub fn add_consumer(f: SampleConsumer) -> bool {
     for c in CONSUMERS.iter() {
@@ -192,7 +205,7 @@ pub fn install_handler() -> Result<(), i32> {
     // recovery) would leave the thread marked inside the profiler for good.
     // SAFETY: sa_mask is a valid sigset_t.
     unsafe { libc::sigfillset(&mut sa.sa_mask) };
-    crate::process::signals::real_sigaction(signal(), &sa, core::ptr::null_mut())
+    crate::hook::real_sigaction(signal(), &sa, core::ptr::null_mut())
 }
 
 fn clock_for(tid: i32) -> libc::clockid_t {
@@ -619,7 +632,12 @@ extern "C" fn handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_voi
         Origin::Switched => true,
         Origin::Stale => return,
         Origin::Program => {
-            crate::process::signals::forward_program_signal(sig, info, uc);
+            let f = FORWARD.load(Ordering::Acquire);
+            if f != 0 {
+                // SAFETY: only ProgramSignal pointers are stored in FORWARD.
+                let f: ProgramSignal = unsafe { core::mem::transmute::<usize, ProgramSignal>(f) };
+                f(sig, info, uc);
+            }
             return;
         }
     };

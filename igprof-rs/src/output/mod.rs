@@ -17,6 +17,7 @@
 //! partial file under the final name (it writes `<name>.tmp` and renames).
 
 pub mod names;
+pub mod path;
 
 use std::collections::HashMap as StdHashMap;
 use std::io::Write;
@@ -104,7 +105,7 @@ pub fn allow_final_again() {
 
 /// The end-of-process dump (exit, _exit, abort, kill of self, exec): once.
 pub fn final_dump(reason: &str) -> bool {
-    if !crate::process::active() || FINAL_DONE.swap(true, Ordering::AcqRel) {
+    if !crate::base::run::active() || FINAL_DONE.swap(true, Ordering::AcqRel) {
         return false;
     }
     // The process is ending: stop sampling so the profile ends here (and no
@@ -112,7 +113,7 @@ pub fn final_dump(reason: &str) -> bool {
     for t in thread::all() {
         crate::modules::cpu::stop_thread(t);
     }
-    let path = crate::process::output_path();
+    let path = path::output_path();
     match thread::paused(|| dump_after_others(&path)) {
         Ok(stats) => {
             let opts = crate::base::options::get();
@@ -143,10 +144,10 @@ pub fn final_dump(reason: &str) -> bool {
 /// watcher thread, or the signal interrupted the profiler itself, which may
 /// hold what a dump needs): says so. Signal context.
 pub fn final_dump_from_signal(sig: i32) {
-    if crate::process::active() && !FINAL_DONE.load(Ordering::Acquire) {
+    if crate::base::run::active() && !FINAL_DONE.load(Ordering::Acquire) {
         crate::igprof_log!(
             "{} (default action) ends the process; no profile written",
-            crate::process::watcher::signal_name(sig)
+            crate::base::sys::signal_name(sig)
         );
     }
 }
@@ -560,7 +561,7 @@ fn is_main_program(fbase: usize) -> bool {
 
 /// Writes the current profile of every thread to `path`.
 pub fn dump_to(path: &str) -> Result<DumpStats, DumpError> {
-    if !crate::process::active() {
+    if !crate::base::run::active() {
         return Err(DumpError::NotProfiling);
     }
     if DUMPING.swap(true, Ordering::AcqRel) {
@@ -587,14 +588,16 @@ fn dump_after_others(path: &str) -> Result<DumpStats, DumpError> {
 
 fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
     let started = crate::base::sys::thread_cpu_ns();
-    crate::process::each_module(|m| {
+    crate::modules::each(crate::base::options::get(), |m| {
         if let Some(f) = m.before_dump {
             f()
         }
     });
     let nslots = counters::nslots();
     let mut merged = Merged::new(nslots);
-    crate::process::each_module(|m| merged.stored_forms.extend(m.dump_value));
+    crate::modules::each(crate::base::options::get(), |m| {
+        merged.stored_forms.extend(m.dump_value)
+    });
     let mut stats = DumpStats::default();
     for t in thread::all() {
         if t.stale.load(Ordering::Acquire) {
@@ -615,14 +618,14 @@ fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
             merged.merge_tree(0, root);
         }
     }
-    crate::process::each_module(|m| {
+    crate::modules::each(crate::base::options::get(), |m| {
         if let Some(f) = m.synthetic {
             f(&mut |name, slot, ticks, value| merged.add_synthetic(name, slot, ticks, value))
         }
     });
     stats.nodes = merged.nodes.len() - 1;
     stats.merge_ns = crate::base::sys::thread_cpu_ns() - started;
-    crate::process::each_module(|md| {
+    crate::modules::each(crate::base::options::get(), |md| {
         if let Some(f) = md.leaks {
             f(&mut |node, slot, addr, size| {
                 if let Some(&m) = merged.origin.get(&(node as usize)) {
@@ -637,7 +640,7 @@ fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
     });
 
     let gzip = crate::base::options::get().gzip || path.ends_with(".gz");
-    let exe = &crate::process::info().exe;
+    let exe = &crate::base::run::info().exe;
     let named_at = crate::base::sys::thread_cpu_ns();
     let addrs = merged.code_addresses();
     let names = crate::output::names::name_all(&addrs, exe);
@@ -813,10 +816,10 @@ fn create_with_room(path: &str) -> std::io::Result<std::fs::File> {
 /// that can no longer create `<path>.tmp` writes it in place. Not signal
 /// context.
 pub fn prepare_for_setuid(uid: libc::uid_t) {
-    if !crate::process::active() {
+    if !crate::base::run::active() {
         return;
     }
-    let path = crate::process::output_path();
+    let path = path::output_path();
     if let Ok(f) = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -897,9 +900,9 @@ impl Drop for FsizeGuard {
 
 fn write_profile<S: Sink>(sink: S, m: &Merged, naming: &Naming) -> Result<S, WriteError> {
     let mut w = Writer::new(sink);
-    let rt = crate::process::info();
+    let rt = crate::base::run::info();
     let mut tick = None;
-    crate::process::each_module(|md| {
+    crate::modules::each(crate::base::options::get(), |md| {
         tick = tick.or(md.header_tick.map(|f| f(crate::base::options::get())))
     });
     let tick = tick.unwrap_or(0.0);

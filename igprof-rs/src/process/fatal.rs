@@ -22,7 +22,7 @@
 
 use core::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 
-use crate::{base::sys, base::thread, process::signals};
+use crate::{base::sys, base::thread};
 
 /// The signals handled here (the sampling signal is `signals`'s).
 const WATCHED: [i32; 13] = [
@@ -74,9 +74,9 @@ pub fn install() {
         }
         // SAFETY: a zeroed sigaction is a valid out-buffer.
         let mut old: libc::sigaction = unsafe { core::mem::zeroed() };
-        if signals::real_sigaction(sig, core::ptr::null(), &mut old).is_ok()
+        if crate::hook::real_sigaction(sig, core::ptr::null(), &mut old).is_ok()
             && old.sa_sigaction == libc::SIG_DFL
-            && signals::real_sigaction(sig, &our_action(), core::ptr::null_mut()).is_ok()
+            && crate::hook::real_sigaction(sig, &our_action(), core::ptr::null_mut()).is_ok()
         {
             OURS.fetch_or(1 << sig, Ordering::AcqRel);
         }
@@ -97,6 +97,7 @@ pub fn die_after_dump(sig: i32) {
         // the profile being written at exit), which may hold what a dump
         // needs: the death waits until it leaves ([`die_if_pending`]).
         let _ = PENDING_DEATH.compare_exchange(0, sig, Ordering::AcqRel, Ordering::Relaxed);
+        thread::request_after_leave();
         return;
     }
     if !crate::process::watcher::dump_before_death(sig)
@@ -108,7 +109,7 @@ pub fn die_after_dump(sig: i32) {
     // SAFETY: a zeroed sigaction with SIG_DFL is valid.
     let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
     sa.sa_sigaction = libc::SIG_DFL;
-    let _ = signals::real_sigaction(sig, &sa, core::ptr::null_mut());
+    let _ = crate::hook::real_sigaction(sig, &sa, core::ptr::null_mut());
     // SAFETY: a set with one signal, for unblocking it.
     unsafe {
         let mut set: libc::sigset_t = core::mem::zeroed();
@@ -162,7 +163,7 @@ pub unsafe fn sigaction(
     // SAFETY: act is null or a valid sigaction from the program.
     let to_dfl = !act.is_null() && unsafe { (*act).sa_sigaction } == libc::SIG_DFL;
     let real_act = if to_dfl { &ours_now as *const _ } else { act };
-    if let Err(e) = signals::real_sigaction(sig, real_act, old) {
+    if let Err(e) = crate::hook::real_sigaction(sig, real_act, old) {
         // SAFETY: setting the caller's errno, as sigaction would.
         unsafe { *libc::__errno_location() = e };
         return Some(-1);

@@ -15,53 +15,21 @@ pub mod hooks;
 pub mod signals;
 pub mod watcher;
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use crate::base::options;
+pub use crate::base::run::{active, info, is_own_process};
 use crate::base::thread::{self, ThreadState};
+use crate::base::{options, run};
 use crate::modules::Module;
+pub use crate::output::path::output_path;
 use crate::{base::counters, base::sys, modules::cpu, output};
 
-static ACTIVE: AtomicBool = AtomicBool::new(false);
-static PID: AtomicI32 = AtomicI32::new(0);
-/// The pid the launcher exec'd into (IGPROF_ROOT_PID); 0 if unknown.
-static ROOT_PID: AtomicI32 = AtomicI32::new(0);
 /// Set by the launcher (IGPROF_QEMU_USER) when the program runs under
 /// qemu-user: see [`after_fork_child`].
 static QEMU_USER: AtomicBool = AtomicBool::new(false);
 /// Threads of the program that have started and not ended (the watcher
 /// is not one): when the last ends, the watcher ends too.
 static LIVE_THREADS: AtomicUsize = AtomicUsize::new(0);
-
-/// Facts about the profiled program, fixed at start-up.
-pub struct Info {
-    /// The program as launched (`argv[0]`), for the header's N=().
-    pub program: Vec<u8>,
-    /// Absolute path of the executable (/proc/self/exe).
-    pub exe: Vec<u8>,
-}
-
-static INFO: OnceLock<Info> = OnceLock::new();
-
-pub fn info() -> &'static Info {
-    INFO.get_or_init(|| Info {
-        program: b"<unknown>".to_vec(),
-        exe: b"<unknown>".to_vec(),
-    })
-}
-
-/// Whether this process is being profiled.
-#[inline]
-pub fn active() -> bool {
-    ACTIVE.load(Ordering::Acquire)
-}
-
-/// False in a child made without our fork hook (vfork, posix_spawn,
-/// clone): such a child shares or copies our memory but is not "us".
-pub fn is_own_process() -> bool {
-    active() && sys::getpid() == PID.load(Ordering::Relaxed)
-}
 
 fn getenv(name: &[u8]) -> Option<&'static [u8]> {
     debug_assert!(name.ends_with(b"\0"));
@@ -90,18 +58,6 @@ fn read_argv0() -> Vec<u8> {
         .unwrap_or_else(read_exe)
 }
 
-fn basename(p: &[u8]) -> &[u8] {
-    match p.iter().rposition(|&b| b == b'/') {
-        Some(i) => &p[i + 1..],
-        None => p,
-    }
-}
-
-/// How many profiled images this process (pid) ran before this one through
-/// exec: 0 for the first. Handed over by [`exec_env`].
-static EXEC_GEN: AtomicU32 = AtomicU32::new(0);
-/// Set while the image is about to be replaced by exec (see [`output_path`]).
-static EXECING: AtomicBool = AtomicBool::new(false);
 const EXEC_OF: &[u8] = b"IGPROF_EXEC_OF=";
 
 /// The environment for an exec from this image: `envp` with
@@ -145,7 +101,7 @@ pub unsafe fn exec_env(envp: *const *const libc::c_char) -> Option<ExecEnv> {
     if !profiled {
         return None;
     }
-    let gen = EXEC_GEN.load(Ordering::Relaxed) + 1;
+    let gen = run::exec_generation() + 1;
     let mut entry = EXEC_OF.to_vec();
     entry.extend_from_slice(format!("{}.{gen}\0", sys::getpid()).as_bytes());
     ptrs.push(entry.as_ptr() as *const libc::c_char);
@@ -156,55 +112,18 @@ pub unsafe fn exec_env(envp: *const *const libc::c_char) -> Option<ExecEnv> {
     })
 }
 
-/// Whether this is the image the user started (the launcher's pid, its
-/// first image), or the launcher is not known.
-fn is_first_image() -> bool {
-    let root = ROOT_PID.load(Ordering::Relaxed);
-    (root == 0 || root == sys::getpid()) && EXEC_GEN.load(Ordering::Relaxed) == 0
-}
-
-/// The file this process's profile goes to: the name from -o (or the
-/// default), with `.<pid>` for other processes of the run, and with
-/// `.exec<N>` when this image (the N-th of its pid, from 0) is being
-/// replaced by exec, so that the image that follows does not overwrite it.
-pub fn output_path() -> String {
-    let name = base_output_path();
-    if !EXECING.load(Ordering::Acquire) {
-        return name;
-    }
-    let gen = EXEC_GEN.load(Ordering::Relaxed);
-    match name.strip_suffix(".gz") {
-        Some(stem) => format!("{stem}.exec{gen}.gz"),
-        None => format!("{name}.exec{gen}"),
-    }
-}
-
-fn base_output_path() -> String {
-    let o = options::get();
-    let pid = sys::getpid();
-    let root = ROOT_PID.load(Ordering::Relaxed);
-    if o.output.is_empty() {
-        let prog = String::from_utf8_lossy(basename(&info().exe)).into_owned();
-        return format!("igprof.{prog}.{pid}.gz");
-    }
-    let given = String::from_utf8_lossy(o.output.as_bytes()).into_owned();
-    if given.contains("%p") {
-        return given.replace("%p", &pid.to_string());
-    }
-    if root == 0 || root == pid {
-        return given;
-    }
-    // Another process of the same run (fork child, exec'd child): its own file.
-    match given.strip_suffix(".gz") {
-        Some(stem) => format!("{stem}.{pid}.gz"),
-        None => format!("{given}.{pid}"),
-    }
-}
-
 /// Runs `f` for every module the options select (after start-up: the
 /// ones that started).
 pub fn each_module(f: impl FnMut(&'static Module)) {
     crate::modules::each(options::get(), f)
+}
+
+/// Requests that waited for a thread to leave profiler code (see
+/// `thread::LeaveHooks`).
+fn after_leave() {
+    thread::requests_taken();
+    fatal::die_if_pending();
+    watcher::serve_pending();
 }
 
 /// The library constructor's work. Never panics into the program.
@@ -213,26 +132,32 @@ pub fn init(modules: &'static [&'static Module]) {
         return;
     };
     crate::modules::set_registry(modules);
+    crate::modules::cpu::set_program_signal(signals::forward_program_signal);
+    crate::base::alloc::set_signal_probe(thread::in_sampling_handler);
+    thread::set_leave_hooks(thread::LeaveHooks {
+        settle: crate::modules::cpu::settle_pending,
+        after: after_leave,
+    });
     crate::base::log::remember_stderr();
     // <pid>.<generation> from the exec hook of a previous image (exec_env).
     let exec_of =
         getenv(b"IGPROF_EXEC_OF\0").and_then(|s| std::str::from_utf8(s).ok()?.split_once('.'));
     if let Some((p, g)) = exec_of {
         if p.parse() == Ok(sys::getpid()) {
-            EXEC_GEN.store(g.parse().unwrap_or(0), Ordering::Relaxed);
+            run::set_exec_generation(g.parse().unwrap_or(0));
         }
     }
     if let Some(r) =
         getenv(b"IGPROF_ROOT_PID\0").and_then(|s| std::str::from_utf8(s).ok()?.parse().ok())
     {
-        ROOT_PID.store(r, Ordering::Relaxed);
+        run::set_root_pid(r);
     }
     QEMU_USER.store(getenv(b"IGPROF_QEMU_USER\0").is_some(), Ordering::Relaxed);
     let parsed = options::parse(raw);
     // What start-up has to say is said once for the run, by the process
     // the user started; its other processes say it with -d only.
     let _quiet = crate::base::log::StartupQuiet::unless(
-        is_first_image() || parsed.as_ref().is_ok_and(|o| o.debug),
+        run::is_first_image() || parsed.as_ref().is_ok_and(|o| o.debug),
     );
     let mut o = match parsed {
         Ok(o) => o,
@@ -267,11 +192,11 @@ pub fn init(modules: &'static [&'static Module]) {
     }
     // SAFETY: constructor, single-threaded as far as we are concerned.
     unsafe { options::init(o) };
-    let _ = INFO.set(Info {
+    run::set_info(run::Info {
         program: read_argv0(),
         exe,
     });
-    PID.store(sys::getpid(), Ordering::Relaxed);
+    run::set_pid(sys::getpid());
 
     each_module(|m| (m.register_counters)(options::get()));
     counters::freeze();
@@ -331,7 +256,7 @@ pub fn init(modules: &'static [&'static Module]) {
     if !crate::base::solo::solo() {
         crate::process::watcher::start();
     }
-    ACTIVE.store(true, Ordering::Release);
+    run::set_active();
     crate::process::fatal::install();
     drop(guard);
     {
@@ -442,7 +367,7 @@ pub fn after_fork_parent() {
 /// only where `-D`/`--dump-every` need one from the start).
 pub fn after_fork_child() {
     crate::base::alloc::unlock_all();
-    PID.store(sys::getpid(), Ordering::Relaxed);
+    run::set_pid(sys::getpid());
     for t in thread::all() {
         t.stale.store(true, Ordering::Release);
         cpu::forget_inherited(t);
@@ -491,7 +416,7 @@ pub fn before_exec() {
             f()
         }
     });
-    EXECING.store(true, Ordering::Release);
+    run::set_execing(true);
     output::final_dump("exec");
     for t in thread::all() {
         cpu::stop_thread(t);
@@ -501,7 +426,7 @@ pub fn before_exec() {
 /// exec returned (it failed): the calling thread samples again; the other
 /// threads' samplers, stopped for the exec, stay stopped.
 pub fn exec_failed() {
-    EXECING.store(false, Ordering::Release);
+    run::set_execing(false);
     output::allow_final_again();
     if let Some(t) = thread::current() {
         cpu::start_thread(t);

@@ -23,33 +23,13 @@ use core::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::base::sys;
 use crate::base::thread;
+use crate::hook::orig;
 use crate::modules::cpu::signal as sampling_signal;
-use crate::process::hooks::orig;
 
 /// The program's SIGPROF action: handler, flags, and mask (first word).
 static PROG_HANDLER: AtomicUsize = AtomicUsize::new(libc::SIG_DFL);
 static PROG_FLAGS: AtomicI32 = AtomicI32::new(0);
 static PROG_MASK: AtomicU64 = AtomicU64::new(0);
-
-/// sigaction through the original function (our hook bypassed).
-pub(crate) fn real_sigaction(
-    sig: i32,
-    act: *const libc::sigaction,
-    old: *mut libc::sigaction,
-) -> Result<(), i32> {
-    // SAFETY: pointers are null or valid, as for sigaction(2).
-    let r = unsafe {
-        match orig::sigaction() {
-            Some(f) => f(sig, act, old),
-            None => libc::sigaction(sig, act, old),
-        }
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(sys::errno())
-    }
-}
 
 fn shadow_get(old: *mut libc::sigaction) {
     if old.is_null() {

@@ -74,7 +74,7 @@ pub fn install_dump_signal() {
         let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
         sa.sa_sigaction = dump_signal_handler as *const () as usize;
         sa.sa_flags = libc::SA_RESTART;
-        let _ = crate::process::signals::real_sigaction(o.dump_signal, &sa, core::ptr::null_mut());
+        let _ = crate::hook::real_sigaction(o.dump_signal, &sa, core::ptr::null_mut());
     }
 }
 
@@ -92,7 +92,7 @@ pub fn start() {
     }
     REQ.store(PENDING_HERE.swap(0, Ordering::AcqRel), Ordering::Release);
     FINAL_WRITTEN.store(0, Ordering::Release);
-    let real = crate::process::hooks::orig::pthread_create();
+    let real = crate::hook::orig::pthread_create();
     let mut th: libc::pthread_t = 0;
     // The watcher must start with every signal blocked: a process-directed
     // signal arriving between its creation and its first instruction would
@@ -155,7 +155,9 @@ fn serve_pending_here() {
         return;
     }
     if !can_dump_here() {
-        return; // served when the thread leaves what it is inside
+        // Served when a thread leaves what it is inside.
+        thread::request_after_leave();
+        return;
     }
     if PENDING_HERE.swap(0, Ordering::AcqRel) == 0 {
         return;
@@ -181,7 +183,7 @@ fn can_dump_here() -> bool {
     crate::base::solo::solo()
         && !thread::is_busy()
         && crate::base::alloc::all_unlocked()
-        && !crate::process::hooks::in_loader()
+        && !crate::hook::in_loader()
         && crate::process::is_own_process()
 }
 
@@ -192,7 +194,7 @@ pub fn final_dump_here(sig: i32) -> bool {
     if RUNNING.load(Ordering::Acquire) != 0 || !can_dump_here() {
         return false;
     }
-    output::final_dump(signal_name(sig))
+    output::final_dump(crate::base::sys::signal_name(sig))
 }
 
 /// No thread of the program is left: the watcher ends too, so that glibc
@@ -260,7 +262,7 @@ extern "C" fn watcher(_: *mut libc::c_void) -> *mut libc::c_void {
         if req & FINAL != 0 {
             let sig = DEATH_SIGNAL.load(Ordering::Acquire);
             let g = me.enter();
-            output::final_dump(signal_name(sig));
+            output::final_dump(crate::base::sys::signal_name(sig));
             drop(g);
             FINAL_WRITTEN.store(1, Ordering::Release);
             sys::futex_wake(&FINAL_WRITTEN);
@@ -289,29 +291,5 @@ extern "C" fn watcher(_: *mut libc::c_void) -> *mut libc::c_void {
             }
             drop(g);
         }
-    }
-}
-
-/// The name of a signal for messages ("SIGTERM"), or "a signal".
-pub fn signal_name(sig: i32) -> &'static str {
-    match sig {
-        libc::SIGHUP => "SIGHUP",
-        libc::SIGINT => "SIGINT",
-        libc::SIGQUIT => "SIGQUIT",
-        libc::SIGILL => "SIGILL",
-        libc::SIGTRAP => "SIGTRAP",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGBUS => "SIGBUS",
-        libc::SIGFPE => "SIGFPE",
-        libc::SIGUSR1 => "SIGUSR1",
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGUSR2 => "SIGUSR2",
-        libc::SIGPIPE => "SIGPIPE",
-        libc::SIGALRM => "SIGALRM",
-        libc::SIGTERM => "SIGTERM",
-        libc::SIGXCPU => "SIGXCPU",
-        libc::SIGVTALRM => "SIGVTALRM",
-        libc::SIGSYS => "SIGSYS",
-        _ => "a signal",
     }
 }

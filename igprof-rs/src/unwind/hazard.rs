@@ -1,5 +1,6 @@
 //! Hazard slots: which module table each walk is reading, so that a
 //! refresh frees a replaced table only once no walk can still be reading it.
+//! (The slots hold the table's address only: any type of table will do.)
 //!
 //! Owns: the process-wide, lock-free, grow-only list of slots. A slot is
 //! claimed by a `ThreadUnwinder` for its life (or briefly by `module_of`),
@@ -16,12 +17,11 @@
 use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 use super::mem::{MapError, MmapSlice, Zeroable};
-use super::modules::ModuleTable;
 
 /// One reader's slot, on a cache line of its own.
 #[repr(C, align(64))]
 pub(crate) struct Hazard {
-    table: AtomicPtr<ModuleTable>,
+    table: AtomicPtr<()>,
     claimed: AtomicBool,
     next: AtomicPtr<Hazard>,
 }
@@ -74,10 +74,10 @@ impl Hazard {
     /// Read the table published in `source`, keeping it from being freed
     /// until `clear`. Null when none is published.
     #[inline]
-    pub(crate) fn protect(&self, source: &AtomicPtr<ModuleTable>) -> *const ModuleTable {
+    pub(crate) fn protect<T>(&self, source: &AtomicPtr<T>) -> *const T {
         let mut p = source.load(Ordering::SeqCst);
         loop {
-            self.table.store(p, Ordering::SeqCst);
+            self.table.store(p as *mut (), Ordering::SeqCst);
             let again = source.load(Ordering::SeqCst);
             if again == p {
                 return p;
@@ -100,11 +100,11 @@ impl Hazard {
 }
 
 /// True if some slot holds `table`.
-pub(crate) fn in_use(table: *const ModuleTable) -> bool {
+pub(crate) fn in_use<T>(table: *const T) -> bool {
     let mut p = SLOTS.load(Ordering::SeqCst);
     // SAFETY: slots are never unmapped.
     while let Some(h) = unsafe { p.as_ref() } {
-        if core::ptr::eq(h.table.load(Ordering::SeqCst), table) {
+        if core::ptr::eq(h.table.load(Ordering::SeqCst), table as *const ()) {
             return true;
         }
         p = h.next.load(Ordering::Acquire);
@@ -124,7 +124,7 @@ mod tests {
         let many: Vec<&Hazard> = (0..PER_PAGE + 3)
             .map(|_| Hazard::claim().unwrap())
             .collect();
-        let fake = 0x1234_5678usize as *mut ModuleTable;
+        let fake = 0x1234_5678usize as *mut u64;
         let src = AtomicPtr::new(fake);
         assert_eq!(many[PER_PAGE + 2].protect(&src), fake as *const _);
         assert!(in_use(fake));

@@ -17,7 +17,7 @@ use crate::base::counters::{self, CounterId};
 use crate::base::options::Options;
 use crate::base::thread::ThreadState;
 use crate::base::tree::Node;
-use crate::modules::energy::{self, Domain, EnergyMeter, Ledger, Root, DOMAINS};
+use crate::modules::energy::{self, ledger::SlotId, Domain, EnergyMeter, Ledger, Root, DOMAINS};
 use crate::modules::Module;
 
 static LEDGER: OnceLock<Ledger> = OnceLock::new();
@@ -113,12 +113,12 @@ fn start(o: &Options) -> Result<(), String> {
 
 fn thread_begin(t: &'static ThreadState) {
     if let Some(l) = LEDGER.get() {
-        t.set_energy_slot(l.register(t.tid()));
+        t.set_energy_slot(l.register(t.tid()).map(SlotId::index));
     }
 }
 
 fn thread_end(t: &'static ThreadState) {
-    if let (Some(l), Some(slot)) = (LEDGER.get(), t.take_energy_slot()) {
+    if let (Some(l), Some(slot)) = (LEDGER.get(), t.take_energy_slot().map(SlotId::from_index)) {
         // Close the interval now so that the thread's last CPU time is
         // shared out to it rather than left to the residual.
         let _ = l.close_now();
@@ -158,7 +158,7 @@ fn on_sample(t: &'static ThreadState, node: *mut Node) {
     if node.is_null() {
         return; // what is owed stays owed until a sample lands
     }
-    if let Some(slot) = t.energy_slot() {
+    if let Some(slot) = t.energy_slot().map(SlotId::from_index) {
         charge(node, l.take(slot));
     }
 }
@@ -169,7 +169,7 @@ fn before_dump() {
     let Some(l) = LEDGER.get() else { return };
     let _ = l.close_now();
     for t in crate::base::thread::all() {
-        if let Some(slot) = t.energy_slot() {
+        if let Some(slot) = t.energy_slot().map(SlotId::from_index) {
             charge(t.last_sample.load(Ordering::Acquire), l.take(slot));
         }
     }

@@ -51,6 +51,18 @@ const EXITED: u8 = 3;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SlotId(usize);
 
+impl SlotId {
+    /// The slot's index, for keeping it where a ledger type cannot go.
+    pub fn index(self) -> usize {
+        self.0
+    }
+
+    /// The slot of an index from [`SlotId::index`].
+    pub fn from_index(i: usize) -> SlotId {
+        SlotId(i)
+    }
+}
+
 struct Slot {
     state: AtomicU8,
     tid: AtomicI32,

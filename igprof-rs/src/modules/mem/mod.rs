@@ -201,7 +201,7 @@ pub fn install() {
             Ok(()) => done.push(sym.addr),
             Err(err) => crate::igprof_log!(
                 "{}; continuing without it",
-                crate::process::hooks::InstallError::Hook { name, err }
+                crate::hook::InstallError::Hook { name, err }
             ),
         }
     }

@@ -1,0 +1,100 @@
+//! Facts about this run of the profiler in this process, set at start-up
+//! (and around fork and exec) by `process/`, read by every layer: whether
+//! profiling is on, the process it started in, the launcher's process, the
+//! program's name and executable, and which exec'd image of its process
+//! this is.
+//!
+//! Must never: change after start-up except through the process layer's
+//! fork and exec paths.
+
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
+use std::sync::OnceLock;
+
+use crate::base::sys;
+
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+static PID: AtomicI32 = AtomicI32::new(0);
+/// The pid the launcher exec'd into (IGPROF_ROOT_PID); 0 if unknown.
+static ROOT_PID: AtomicI32 = AtomicI32::new(0);
+/// How many profiled images this process (pid) ran before this one through
+/// exec: 0 for the first.
+static EXEC_GEN: AtomicU32 = AtomicU32::new(0);
+/// Set while the image is about to be replaced by exec.
+static EXECING: AtomicBool = AtomicBool::new(false);
+
+/// Facts about the profiled program, fixed at start-up.
+pub struct Info {
+    /// The program as launched (`argv[0]`), for the header's N=().
+    pub program: Vec<u8>,
+    /// Absolute path of the executable (/proc/self/exe).
+    pub exe: Vec<u8>,
+}
+
+static INFO: OnceLock<Info> = OnceLock::new();
+
+pub fn info() -> &'static Info {
+    INFO.get_or_init(|| Info {
+        program: b"<unknown>".to_vec(),
+        exe: b"<unknown>".to_vec(),
+    })
+}
+
+pub fn set_info(i: Info) {
+    let _ = INFO.set(i);
+}
+
+/// Whether this process is being profiled.
+#[inline]
+pub fn active() -> bool {
+    ACTIVE.load(Ordering::Acquire)
+}
+
+/// Profiling is on (the end of start-up).
+pub fn set_active() {
+    ACTIVE.store(true, Ordering::Release);
+}
+
+/// The process profiling started in (start-up, fork child).
+pub fn set_pid(pid: i32) {
+    PID.store(pid, Ordering::Relaxed);
+}
+
+/// False in a child made without our fork hook (vfork, posix_spawn,
+/// clone): such a child shares or copies our memory but is not "us".
+pub fn is_own_process() -> bool {
+    active() && sys::getpid() == PID.load(Ordering::Relaxed)
+}
+
+/// The launcher's pid (0: unknown).
+pub fn root_pid() -> i32 {
+    ROOT_PID.load(Ordering::Relaxed)
+}
+
+pub fn set_root_pid(pid: i32) {
+    ROOT_PID.store(pid, Ordering::Relaxed);
+}
+
+/// How many profiled images of this pid came before this one.
+pub fn exec_generation() -> u32 {
+    EXEC_GEN.load(Ordering::Relaxed)
+}
+
+pub fn set_exec_generation(g: u32) {
+    EXEC_GEN.store(g, Ordering::Relaxed);
+}
+
+/// Whether this image is about to be replaced by exec.
+pub fn execing() -> bool {
+    EXECING.load(Ordering::Acquire)
+}
+
+pub fn set_execing(v: bool) {
+    EXECING.store(v, Ordering::Release);
+}
+
+/// Whether this is the image the user started (the launcher's pid, its
+/// first image), or the launcher is not known.
+pub fn is_first_image() -> bool {
+    let root = root_pid();
+    (root == 0 || root == sys::getpid()) && exec_generation() == 0
+}

@@ -1,0 +1,95 @@
+//! The file a process writes its profile to.
+//!
+//! Must never: depend on anything but the options and the run's facts
+//! (`base/run.rs`), so that every writer of this process agrees.
+
+use crate::base::{options, run, sys};
+
+/// The file this process's profile goes to: the name from -o (or the
+/// default), with `.<pid>` for other processes of the run, and with
+/// `.exec<N>` when this image (the N-th of its pid, from 0) is being
+/// replaced by exec, so that the image that follows does not overwrite it.
+pub fn output_path() -> String {
+    profile_path(
+        options::get().output.as_bytes(),
+        &run::info().exe,
+        sys::getpid(),
+        run::root_pid(),
+        run::execing().then(run::exec_generation),
+    )
+}
+
+/// [`output_path`] from its inputs: `given` is -o's value (empty: the
+/// default name from `exe`), `root` the launcher's pid (0: unknown),
+/// `exec` the generation of an image being replaced by exec.
+pub fn profile_path(given: &[u8], exe: &[u8], pid: i32, root: i32, exec: Option<u32>) -> String {
+    let name = base_path(given, exe, pid, root);
+    let Some(gen) = exec else {
+        return name;
+    };
+    match name.strip_suffix(".gz") {
+        Some(stem) => format!("{stem}.exec{gen}.gz"),
+        None => format!("{name}.exec{gen}"),
+    }
+}
+
+fn basename(p: &[u8]) -> &[u8] {
+    match p.iter().rposition(|&b| b == b'/') {
+        Some(i) => &p[i + 1..],
+        None => p,
+    }
+}
+
+fn base_path(given: &[u8], exe: &[u8], pid: i32, root: i32) -> String {
+    if given.is_empty() {
+        let prog = String::from_utf8_lossy(basename(exe)).into_owned();
+        return format!("igprof.{prog}.{pid}.gz");
+    }
+    let given = String::from_utf8_lossy(given).into_owned();
+    if given.contains("%p") {
+        return given.replace("%p", &pid.to_string());
+    }
+    if root == 0 || root == pid {
+        return given;
+    }
+    // Another process of the same run (fork child, exec'd child): its own file.
+    match given.strip_suffix(".gz") {
+        Some(stem) => format!("{stem}.{pid}.gz"),
+        None => format!("{given}.{pid}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::profile_path;
+
+    #[test]
+    fn names_follow_igprof_and_keep_every_process_apart() {
+        // Default: the executable's name and the pid.
+        assert_eq!(
+            profile_path(b"", b"/usr/bin/perl", 42, 42, None),
+            "igprof.perl.42.gz"
+        );
+        // -o as given in the launcher's own process, %p replaced anywhere.
+        assert_eq!(profile_path(b"/t/p.gz", b"x", 42, 42, None), "/t/p.gz");
+        assert_eq!(profile_path(b"/t/p.%p.gz", b"x", 7, 42, None), "/t/p.7.gz");
+        // Other processes of the run: the pid before .gz, or at the end.
+        assert_eq!(profile_path(b"/t/p.gz", b"x", 43, 42, None), "/t/p.43.gz");
+        assert_eq!(profile_path(b"/t/p", b"x", 43, 42, None), "/t/p.43");
+        // Launcher unknown: as given.
+        assert_eq!(profile_path(b"/t/p.gz", b"x", 43, 0, None), "/t/p.gz");
+        // An image replaced by exec keeps its generation.
+        assert_eq!(
+            profile_path(b"/t/p.gz", b"x", 42, 42, Some(0)),
+            "/t/p.exec0.gz"
+        );
+        assert_eq!(
+            profile_path(b"/t/p", b"x", 43, 42, Some(2)),
+            "/t/p.43.exec2"
+        );
+        assert_eq!(
+            profile_path(b"", b"/bin/sh", 9, 9, Some(1)),
+            "igprof.sh.9.exec1.gz"
+        );
+    }
+}
