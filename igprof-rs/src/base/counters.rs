@@ -39,9 +39,9 @@ pub enum CounterId {
     NrgPp0,
     NrgPp1,
     NrgDram,
-    /// igprof-rs: live per stack at the process's peak of live memory (helper "memfd").
+    /// igprof-rs: live per stack at the process's peak of live memory.
     MemLiveAtPeak,
-    /// -ep/-ei/-eu: bytes of untouched pages at free (helper "memfd").
+    /// -ep/-ei/-eu: bytes of untouched pages at free.
     MemEmpty,
 }
 

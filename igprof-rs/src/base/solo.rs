@@ -3,7 +3,7 @@
 //!
 //! A program that never creates a thread is profiled without any thread
 //! of ours either (the watcher starts with the program's first thread, see
-//! `watcher.rs`): glibc then stays in its single-threaded mode (its malloc
+//! `process/watcher.rs`): glibc then stays in its single-threaded mode (its malloc
 //! takes no arena locks), as unprofiled. While that holds, every update of
 //! shared profiler state comes from that one thread, serialised by its
 //! re-entrancy guard (a signal handler that interrupts profiler code

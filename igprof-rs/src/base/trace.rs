@@ -1,7 +1,7 @@
 //! The runtime's view of stack tracing: one call per sample or hook event.
 //!
 //! Owns the adapter between the runtime (thread states, depth limit,
-//! dropped-sample accounting) and the `unwind` module (helper "unwind"),
+//! dropped-sample accounting) and the `unwind` module,
 //! which does the actual walk from cached frame descriptors and framehop.
 //!
 //! Must never: allocate, lock, or read memory outside the thread's stack

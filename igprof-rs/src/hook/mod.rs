@@ -167,7 +167,7 @@ static IN_LOADER: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32:
 
 /// Whether a dlopen or dlclose is in progress: the loader's object list
 /// may be half-updated, so the calling thread must not dump from a signal
-/// handler (`watcher.rs`).
+/// handler (`process/watcher.rs`).
 pub fn in_loader() -> bool {
     IN_LOADER.load(core::sync::atomic::Ordering::Acquire) != 0
 }

@@ -1,5 +1,5 @@
-//! The `-np` module: glue between the runtime and `energy/` (helper
-//! "energy"), following the contract at the top of `energy/ledger.rs`.
+//! The `-np` module: glue between the runtime and the energy sources and
+//! ledger of this folder, following the contract at the top of `ledger.rs`.
 //!
 //! Owns: detecting the source at start-up (before the counter registry
 //! freezes, so only measured domains get an `NRG_*` counter), the process's
