@@ -455,6 +455,21 @@ fn absolute(p: Vec<u8>, pwd: &mut dyn FnMut() -> Vec<u8>) -> Vec<u8> {
     }
 }
 
+/// `file` made absolute as bash's full_pathname (sh_makepath with
+/// MP_DOCWD|MP_RMDOT): `pwd`, a '/' unless it ends with one, `file` without
+/// one leading "./".
+fn full_pathname(file: &[u8], pwd: &mut dyn FnMut() -> Vec<u8>) -> Vec<u8> {
+    if file.starts_with(b"/") {
+        return file.to_vec();
+    }
+    let mut full = pwd();
+    if !full.ends_with(b"/") {
+        full.push(b'/');
+    }
+    full.extend_from_slice(file.strip_prefix(b"./").unwrap_or(file));
+    full
+}
+
 fn os(b: &[u8]) -> &OsStr {
     OsStr::from_bytes(b)
 }
@@ -495,7 +510,7 @@ fn find_in_path(
     let path = path.unwrap_or(DEFAULT_PATH);
     if path.is_empty() {
         let found = stat(name).is_some_and(|m| !m.is_dir()) && executable(name);
-        return found.then(|| absolute(name.to_vec(), pwd));
+        return found.then(|| full_pathname(name, pwd));
     }
     let mut first: Option<(Vec<u8>, bool)> = None;
     for dir in path.split(|&b| b == b':') {
@@ -671,32 +686,40 @@ fn refuse(r: Refusal) -> libc::c_int {
     127
 }
 
-/// Replaces this process with `file` run with `argv`; returns only when
-/// the exec fails, with the exit status to leave with (126, or 127 when
-/// the file is gone), as the shell's exec did.
-fn exec(file: &[u8], argv: &[&[u8]]) -> libc::c_int {
-    let file_c = c_string(file);
+/// Replaces this process with `file` run with `argv`, as the shell's exec
+/// did: a relative `file` made absolute first (bash's full_pathname: its
+/// PWD, one leading "./" dropped), and a file without `#!` the kernel
+/// refuses run by /bin/sh (execvp; `file` always has a '/', so there is no
+/// PATH search). Returns only when the exec fails, with the exit status
+/// to leave with: 127 when the file (or its interpreter) is missing, else 126.
+fn exec(file: &[u8], argv: &[&[u8]], pwd: &mut dyn FnMut() -> Vec<u8>) -> libc::c_int {
+    let file = full_pathname(file, pwd);
+    let file_c = c_string(&file);
     let args: Vec<CString> = argv.iter().map(|a| c_string(a)).collect();
     let mut ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
     ptrs.push(std::ptr::null());
     // SAFETY: `file_c` and the strings `ptrs` points to are alive and
-    // NUL-terminated, and `ptrs` ends with a null pointer; execv only
-    // returns on failure and then has changed nothing.
-    unsafe { libc::execv(file_c.as_ptr(), ptrs.as_ptr()) };
+    // NUL-terminated, and `ptrs` ends with a null pointer; execvp only
+    // returns on failure.
+    unsafe { libc::execvp(file_c.as_ptr(), ptrs.as_ptr()) };
     let e = std::io::Error::last_os_error();
-    let why = match e.raw_os_error() {
-        Some(libc::ENOEXEC) => "cannot execute binary file: Exec format error".into(),
-        _ => {
-            let s = e.to_string();
-            // "No such file or directory (os error 2)" without the code.
-            s.split(" (os error").next().unwrap_or("").to_string()
-        }
-    };
+    let code = e.raw_os_error().unwrap_or(0);
+    let is_dir = stat(&file).is_some_and(|m| m.is_dir());
+    let why =
+        std::io::Error::from_raw_os_error(if is_dir { libc::EISDIR } else { code }).to_string();
+    // "Is a directory (os error 21)" without the code.
+    let why = why.split(" (os error").next().unwrap_or_default();
     write_fd(
         2,
-        &cat(&[b"igprof: exec: ", file, b": ", why.as_bytes(), b"\n"]),
+        &cat(&[
+            b"igprof: exec: ",
+            &file,
+            b": cannot execute: ",
+            why.as_bytes(),
+            b"\n",
+        ]),
     );
-    if e.raw_os_error() == Some(libc::ENOENT) {
+    if code == libc::ENOENT {
         127
     } else {
         126
@@ -837,7 +860,7 @@ fn launch(
         std::env::remove_var("LD_PRELOAD");
         let mut argv: Vec<&[u8]> = vec![&qemu, b"-L", &root, b"-E", &guest_preload, &resolved];
         argv.extend(&args);
-        return Ok(exec(&qemu, &argv));
+        return Ok(exec(&qemu, &argv, pwd));
     }
 
     let lib = match env_set("IGPROF_LIB") {
@@ -873,7 +896,7 @@ fn launch(
     let mut argv: Vec<&[u8]> = Vec::with_capacity(args.len() + 1);
     argv.push(prog);
     argv.extend(&args);
-    Ok(exec(&resolved, &argv))
+    Ok(exec(&resolved, &argv, pwd))
 }
 
 #[cfg(test)]
