@@ -195,7 +195,7 @@ impl Refusal {
                 b" (cargo build --release --target ",
                 machine.name(),
                 b"-unknown-linux-gnu -p igprof-rs, or set ",
-                machine.lib_var(),
+                machine.lib_var().as_bytes(),
                 b")",
             ]),
             NoIgprofLib(l) => cat(&[b"IGPROF_LIB=", l, b": no such file"]),
@@ -233,10 +233,10 @@ impl Machine {
     }
 
     /// The variable naming the library built for this machine.
-    fn lib_var(self) -> &'static [u8] {
+    fn lib_var(self) -> &'static str {
         match self {
-            Machine::Aarch64 => b"IGPROF_LIB_AARCH64",
-            Machine::X86_64 => b"IGPROF_LIB_X86_64",
+            Machine::Aarch64 => "IGPROF_LIB_AARCH64",
+            Machine::X86_64 => "IGPROF_LIB_X86_64",
         }
     }
 
@@ -792,10 +792,12 @@ fn launch(
         Linkage::Dynamic(m) => m,
         Linkage::NotElf => None,
     };
-    // This program's directory (the real one: /proc/self/exe).
-    let here: Option<Vec<u8>> = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(|d| d.as_os_str().as_bytes().to_vec()));
+    // This program's directory (the real one: /proc/self/exe), looked up
+    // only when no variable names the library.
+    let here = || -> Option<Vec<u8>> {
+        let exe = std::env::current_exe().ok()?;
+        Some(exe.parent()?.as_os_str().as_bytes().to_vec())
+    };
     let target_dir = env_set("CARGO_TARGET_DIR");
     let pid = std::process::id().to_string();
     let args: Vec<&[u8]> = cmd[1..].iter().map(|a| a.as_bytes()).collect();
@@ -804,20 +806,20 @@ fn launch(
         // Another architecture: qemu-user with the library built for it.
         let arch = machine.name();
         let triple_lib = [arch, b"-unknown-linux-gnu/release/libigprof.so"].concat();
-        let xlib =
-            env_set(std::str::from_utf8(machine.lib_var()).unwrap_or_default()).or_else(|| {
-                let mut candidates = Vec::with_capacity(3);
-                if let Some(h) = &here {
-                    candidates.push([h, &b"/"[..], arch, b"/libigprof.so"].concat());
-                }
-                if let Some(t) = &target_dir {
-                    candidates.push([t, &b"/"[..], &triple_lib].concat());
-                }
-                if let Some(h) = &here {
-                    candidates.push([h, &b"/../"[..], &triple_lib].concat());
-                }
-                candidates.into_iter().find(|c| is_file(c))
-            });
+        let xlib = env_set(machine.lib_var()).or_else(|| {
+            let here = here();
+            let mut candidates = Vec::with_capacity(3);
+            if let Some(h) = &here {
+                candidates.push([h, &b"/"[..], arch, b"/libigprof.so"].concat());
+            }
+            if let Some(t) = &target_dir {
+                candidates.push([t, &b"/"[..], &triple_lib].concat());
+            }
+            if let Some(h) = &here {
+                candidates.push([h, &b"/../"[..], &triple_lib].concat());
+            }
+            candidates.into_iter().find(|c| is_file(c))
+        });
         let qemu_name = [b"qemu-", arch].concat();
         let qemu = find_in_path(
             &qemu_name,
@@ -867,6 +869,7 @@ fn launch(
         Some(l) if is_file(&l) => l,
         Some(l) => return Err(Refusal::NoIgprofLib(l)),
         None => {
+            let here = here();
             let mut candidates = Vec::with_capacity(4);
             if let Some(h) = &here {
                 candidates.push([h, &b"/libigprof.so"[..]].concat());
