@@ -11,13 +11,14 @@
 //! architecture when that is not this machine's.
 //!
 //! What it must never do: start another process before the exec (its own
-//! cost is paid by every profiled process, and `make` under the profiler
-//! pays it for every command), fork (the exit status is the program's),
+//! cost is added to every profiled run, and to every command of a build
+//! that wraps its commands in it), fork (the exit status is the program's),
 //! change the program's signal dispositions or signal mask (hence
 //! `no_main`: Rust's start-up would ignore SIGPIPE, and `Command` would
 //! reset the mask), change any environment variable but those above, or
-//! print anything but one `igprof: ...` line on stderr with exit status 127
-//! when it refuses to run the program.
+//! print anything but the usage (`-h`; no program) and one `igprof: ...`
+//! line on stderr when it refuses to run the program (exit status 127) or
+//! the exec fails (126, or 127 when the file is missing).
 //!
 //! Options are parsed by hand, not with clap: IgProf's single-dash long
 //! options (`-pp`, `-mo`) and "the first non-option is the program, the
