@@ -10,19 +10,21 @@ igprof-rs memory profiles. Prints nothing itself; the scripts do.
 import ctypes, gzip, os, re, resource, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-IGPROF = os.path.join(ROOT, "scripts", "igprof")
+# The cargo target directory ($CARGO_TARGET_DIR, else target/).
+TARGET = os.environ.get("CARGO_TARGET_DIR", "target")
+TARGET = TARGET if os.path.isabs(TARGET) else os.path.join(ROOT, TARGET)
+# The launcher (cargo build --release --workspace builds it).
+IGPROF = os.path.join(TARGET, "release", "igprof")
 
 
 def libigprof(who):
     """IGPROF_LIB, else $CARGO_TARGET_DIR (or target/) /release/libigprof.so;
     exits with a message naming `who` when it is not built."""
-    lib = os.environ.get("IGPROF_LIB")
-    if not lib:
-        target = os.environ.get("CARGO_TARGET_DIR", "target")
-        lib = os.path.join(target if os.path.isabs(target) else os.path.join(ROOT, target),
-                           "release", "libigprof.so")
+    lib = os.environ.get("IGPROF_LIB") or os.path.join(TARGET, "release", "libigprof.so")
     if not os.path.exists(lib):
         sys.exit(f"{who}: {lib} missing: run cargo build --release -p igprof-rs")
+    if not os.path.exists(IGPROF):
+        sys.exit(f"{who}: {IGPROF} missing: run cargo build --release -p igprof-launcher")
     return lib
 
 

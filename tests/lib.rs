@@ -1,10 +1,10 @@
 //! Helpers for the end-to-end tests in `tests/tests/`: build a C/C++ program
-//! with the system compiler, run it under `scripts/igprof`, parse the profile
+//! with the system compiler, run it under the launcher (`target/release/igprof`), parse the profile
 //! with a strict parser of IgProf's grammar, and name its addresses from the
 //! objects' symbol tables (`nm`), independently of igprof-analyse.
 //!
-//! The tests need the release library: `cargo build --release -p igprof-rs`
-//! (scripts/test builds the whole workspace in release first). The target
+//! The tests need the release library and launcher: `cargo build --release
+//! --workspace` (scripts/test does it first). The target
 //! directory is `$CARGO_TARGET_DIR` or the workspace's `target/`.
 
 use std::collections::{BTreeMap, HashMap};
@@ -41,6 +41,18 @@ pub fn lib() -> PathBuf {
     assert!(
         p.exists(),
         "{} is missing: run `cargo build --release -p igprof-rs` first",
+        p.display()
+    );
+    p
+}
+
+/// The release launcher, target/release/igprof (panics with what to do
+/// when missing).
+pub fn launcher() -> PathBuf {
+    let p = target_dir().join("release/igprof");
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo build --release --workspace` first",
         p.display()
     );
     p
@@ -105,18 +117,18 @@ pub fn check_dlopen(p: &Profile) {
     );
 }
 
-/// Runs `scripts/igprof <args>` in `dir`.
+/// Runs the launcher (`igprof <args>`) in `dir`.
 pub fn igprof(dir: &Path, args: &[&str]) -> Output {
-    Command::new(root().join("scripts/igprof"))
+    Command::new(launcher())
         .args(args)
         .current_dir(dir)
         .env("IGPROF_LIB", lib())
         .output()
-        .expect("run scripts/igprof")
+        .expect("run target/release/igprof")
 }
 
 /// The other architecture whose programs run here under qemu-user (see
-/// scripts/igprof): its name as in `IGPROF_LIB_<ARCH>` and target triples,
+/// the launcher, launcher/src/main.rs): its name as in `IGPROF_LIB_<ARCH>` and target triples,
 /// and its C and C++ cross compilers (scripts/setup installs them).
 pub fn foreign_arch() -> (&'static str, &'static str, &'static str) {
     if cfg!(target_arch = "x86_64") {
@@ -152,10 +164,10 @@ pub fn cross_build(dir: &Path, src: &str, out: &str, flags: &[&str]) -> PathBuf 
     )
 }
 
-/// `scripts/igprof <args>` in `dir` with the host library and the one
+/// The launcher (`igprof <args>`) in `dir` with the host library and the one
 /// built for [`foreign_arch`], not yet run.
 pub fn foreign_igprof_command(dir: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(root().join("scripts/igprof"));
+    let mut c = Command::new(launcher());
     c.args(args).current_dir(dir).env("IGPROF_LIB", lib()).env(
         format!("IGPROF_LIB_{}", foreign_arch().0.to_uppercase()),
         foreign_lib(),
@@ -163,11 +175,11 @@ pub fn foreign_igprof_command(dir: &Path, args: &[&str]) -> Command {
     c
 }
 
-/// Runs `scripts/igprof <args>` in `dir` for a program of [`foreign_arch`].
+/// Runs the launcher (`igprof <args>`) in `dir` for a program of [`foreign_arch`].
 pub fn foreign_igprof(dir: &Path, args: &[&str]) -> Output {
     foreign_igprof_command(dir, args)
         .output()
-        .expect("run scripts/igprof")
+        .expect("run target/release/igprof")
 }
 
 /// The profiles (igprof.*.gz) written in `dir`.

@@ -127,7 +127,7 @@ fn a_foreign_profile_is_named_from_the_objects_under_its_sysroot() {
             "-lsrdemo",
         ],
     );
-    let o = Command::new(root().join("scripts/igprof"))
+    let o = Command::new(launcher())
         .args(["-pp", "-i", "1ms", "-o", "prof.gz", "./prog"])
         .current_dir(&d)
         .env("IGPROF_LIB", lib())

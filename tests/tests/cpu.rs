@@ -1,5 +1,5 @@
 //! End-to-end checks of the CPU profiler and the core hooks: C/C++ programs
-//! built at test time, run under scripts/igprof, profiles parsed strictly.
+//! built at test time, run under the launcher (target/release/igprof), profiles parsed strictly.
 
 use igprof_tests::*;
 
@@ -393,7 +393,7 @@ fn options_and_refusals() {
 fn dump_on_flag_file_and_on_request() {
     let d = scratch("flag");
     let flag = d.join("dump-now");
-    let mut child = std::process::Command::new(root().join("scripts/igprof"))
+    let mut child = std::process::Command::new(launcher())
         .args([
             "-pr",
             "-D",

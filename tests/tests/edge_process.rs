@@ -52,7 +52,7 @@ fn plain(dir: &Path, prog: &str, args: &[&str]) -> Output {
 }
 
 fn profiled(dir: &Path, mode: &[&str], prog: &str, args: &[&str]) -> Output {
-    let mut c = Command::new(root().join("scripts/igprof"));
+    let mut c = Command::new(launcher());
     c.args(mode)
         .arg(format!("./{prog}"))
         .args(args)
@@ -120,7 +120,7 @@ fn descriptors_closed_and_reused_by_the_program_stay_its_own() {
             // Ask for a dump while the program's file is open (signal 42);
             // with -d the profiler has lines to say at exit, after the
             // program reused stderr's number.
-            let mut c = Command::new(root().join("scripts/igprof"));
+            let mut c = Command::new(launcher());
             if variant == "stderr" {
                 c.arg("-d");
             }
@@ -224,7 +224,7 @@ fn longjmp_out_of_signal_handlers_keeps_the_thread_sampled() {
 fn killed(d: &Path, mode: Option<&[&str]>, arg: &str, sig: i32) -> Output {
     let mut c = match mode {
         Some(m) => {
-            let mut c = Command::new(root().join("scripts/igprof"));
+            let mut c = Command::new(launcher());
             c.args(m).arg("./die_by_signal").env("IGPROF_LIB", lib());
             c
         }
@@ -514,7 +514,7 @@ fn periodic_dumps_leave_a_profile_when_the_program_is_killed_by_sigkill() {
     use std::os::unix::process::ExitStatusExt;
     let mode = ["-pp", "--dump-every", "100ms"];
     let d = dir_for("die_by_signal", "die_by_signal.c", &mode);
-    let mut child = Command::new(root().join("scripts/igprof"))
+    let mut child = Command::new(launcher())
         .args(mode)
         .args(["-o", "killed.gz", "./die_by_signal", "default"])
         .env("IGPROF_LIB", lib())
@@ -686,7 +686,7 @@ fn a_relative_output_path_holds_in_processes_that_change_directory() {
     std::fs::create_dir_all(d.join("sub")).unwrap();
     std::fs::create_dir_all(d.join("prof")).unwrap();
     std::fs::write(d.join("sub/Makefile"), "all:\n\t@sh -c true\n").unwrap();
-    let mut c = Command::new(root().join("scripts/igprof"));
+    let mut c = Command::new(launcher());
     c.args(["-pp", "-o", "prof/x.gz", "make", "-s", "-C", "sub"])
         .current_dir(&d)
         .env("IGPROF_LIB", lib());
@@ -710,7 +710,7 @@ fn solo_run(d: &Path, mode: Option<&[&str]>, n: &str, sig: i32) -> (Output, usiz
     use std::io::Write;
     let mut c = match mode {
         Some(m) => {
-            let mut c = Command::new(root().join("scripts/igprof"));
+            let mut c = Command::new(launcher());
             c.args(m).arg("./solo").env("IGPROF_LIB", lib());
             c
         }

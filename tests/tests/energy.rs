@@ -11,7 +11,7 @@ use std::sync::Arc;
 fn two_threads_burning_3_to_1_get_energy_3_to_1_with_pp_and_mp() {
     let d = scratch("energy");
     build(&d, "energy2.c", "energy2", &[]);
-    let mut c = std::process::Command::new(root_dir().join("scripts/igprof"));
+    let mut c = std::process::Command::new(launcher());
     c.current_dir(&d).env("IGPROF_LIB", lib());
     energy_3_to_1(&d, c);
 }
@@ -97,8 +97,4 @@ fn energy_3_to_1(d: &std::path::Path, mut igprof: std::process::Command) {
     );
     // The energy nobody is charged with is in the profile too.
     assert!(p.funcs.values().any(|f| f.name == "<unattributed>"));
-}
-
-fn root_dir() -> std::path::PathBuf {
-    igprof_tests::root()
 }

@@ -58,7 +58,7 @@ fn a_program_of_another_architecture_without_its_library_is_refused_clearly() {
     let arch = foreign_arch().0;
     let d = scratch("foreign_arch_nolib");
     cross_build(&d, "alloc_churn.c", "alloc_churn_foreign", &[]);
-    let o = Command::new(root().join("scripts/igprof"))
+    let o = Command::new(launcher())
         .args(["-mp", "./alloc_churn_foreign", "10", "1"])
         .current_dir(&d)
         .env("IGPROF_LIB", lib())

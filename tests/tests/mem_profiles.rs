@@ -325,7 +325,7 @@ fn another_allocator_is_detected_and_exact() {
     build(&d, "alloc_churn.c", "alloc_churn", &[]);
     build(&d, "mem_newdel.cpp", "mem_newdel", &["-std=c++17"]);
     let run_tc = |args: &[&str]| {
-        let o = std::process::Command::new(root().join("scripts/igprof"))
+        let o = std::process::Command::new(launcher())
             .args(args)
             .current_dir(&d)
             .env("IGPROF_LIB", lib())

@@ -115,7 +115,7 @@ impl Bench {
         a.extend(args);
         let o = match self.preload {
             None => igprof(&self.dir, &a),
-            Some(lib_path) => std::process::Command::new(root().join("scripts/igprof"))
+            Some(lib_path) => std::process::Command::new(launcher())
                 .args(&a)
                 .current_dir(&self.dir)
                 .env("IGPROF_LIB", lib())

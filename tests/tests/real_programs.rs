@@ -214,7 +214,7 @@ fn check(p: &Program, mode: &[&str], want: &Output) -> Vec<String> {
     let mut args: Vec<String> = argv(mode);
     args.extend(["-o".to_string(), out.join("p.gz").display().to_string()]);
     args.extend(p.argv.iter().cloned());
-    let got = Command::new(root().join("scripts/igprof"))
+    let got = Command::new(launcher())
         .args(&args)
         .current_dir(&d)
         .env("IGPROF_LIB", lib())
@@ -333,7 +333,7 @@ fn allocation_calls_equal_heaptracks() {
         let theirs = heaptrack_calls(&d, &args);
         let mut cmd = vec!["-mp".to_string(), "-o".to_string(), "mp.gz".to_string()];
         cmd.extend(args.iter().cloned());
-        let o = Command::new(root().join("scripts/igprof"))
+        let o = Command::new(launcher())
             .args(&cmd)
             .current_dir(&d)
             .env("IGPROF_LIB", lib())
@@ -406,7 +406,7 @@ fn perf_ticks_add_up_to_the_cpu_time_with_every_module() {
     let mut failures = Vec::new();
     for (name, cmd) in heavy {
         let d = scratch(&format!("ticks-{name}"));
-        let launcher = root().join("scripts/igprof");
+        let launcher = launcher();
         let mut args = argv(&[
             launcher.to_str().unwrap(),
             "-pp",
