@@ -1,20 +1,23 @@
 //! libigprof.so: the profiler injected with LD_PRELOAD. See DESIGN.md.
 //!
-//! Module ownership: `unwind` (stack traces), `energy` (RAPL sources and
-//! attribution); the runtime (options, per-thread state, call trees, timers,
-//! hooks, dumps) lives beside them:
+//! Layers, each importing only from those below it (`scripts/import-graph`
+//! checks it); data flows one way: event -> stack trace -> call tree ->
+//! dump.
 //!
-//! - `sys` raw system calls; `log` the `igprof:` stderr lines;
-//!   `alloc` the library's own memory (global allocator, bump regions);
-//! - `options` the `IGPROF` option string; `counters` the counter registry;
-//!   `thread` per-thread state and the re-entrancy guard; `tree` call trees;
-//! - `trace` the runtime's stack-trace adapter; `perf` timers and the
-//!   sampling handler; `signals` sampling-signal ownership; `hooks` core hooks;
-//! - `dump` profile writing, `names` naming its addresses; `runtime` start-up
-//!   and life cycle.
+//! - `unwind/` stack walking (depends on nothing of the runtime);
+//! - `base/` system calls, messages, options, the library's own memory,
+//!   counters, call trees, live tables, per-thread state and its guard, the
+//!   run's facts, stack traces of the running thread;
+//! - `hook/` hook plumbing: chain pointers, install sequence, real sigaction;
+//! - `modules/` the profiler-module contract and registry, and the modules
+//!   (cpu, mem, fd, energy): adding one is a folder there and a line in
+//!   [`MODULES`] below (see `modules/mod.rs`, "How to add a profiler module");
+//! - `output/` the dump: merging, naming, writing, the file name;
+//! - `process/` start-up and life cycle, the process hooks, signals, the
+//!   watcher thread.
 //!
-//! This file holds only the exported C symbols and the constructor and
-//! destructor entries.
+//! This file holds only the layers, the registry of modules, the exported C
+//! symbols and the constructor and destructor entries.
 
 #![allow(clippy::missing_safety_doc)]
 #![cfg_attr(not(test), deny(clippy::undocumented_unsafe_blocks))]

@@ -10,21 +10,22 @@
 //! Owns: the contract and the registry (set once, at start-up, from the
 //! list in `lib.rs`).
 //!
-//! Must never: import anything above the core (options, thread state,
-//! call trees): modules import this, not the reverse.
+//! Must never: import anything but `base/`: modules import this, not the
+//! reverse.
 //!
 //! # How to add a profiler module
 //!
-//! 1. Give it an option in `options.rs` (a field of [`Options`], its flag
-//!    in `Options::selected`, its parsing) and in the launcher.
-//! 2. Give its counters an id and a definition in `counters.rs`.
-//! 3. Write it in its own folder (`src/<name>/mod.rs` and what it needs):
-//!    a `pub const MODULE: Module` made with [`Module::new`] and the hooks
-//!    it takes part in (`Module { start: ..., ..Module::new(...) }`), with
-//!    docs at the top saying what it owns and must never do.
+//! 1. Give it an option in `base/options.rs` (a field of [`Options`], its
+//!    flag in `Options::selected`, its parsing) and in the launcher.
+//! 2. Give its counters an id and a definition in `base/counters.rs`.
+//! 3. Write it in its own folder (`modules/<name>/mod.rs` and what it
+//!    needs): a `pub const MODULE: Module` made with [`Module::new`] and the
+//!    hooks it takes part in (`Module { start: ..., ..Module::new(...) }`),
+//!    with docs at the top saying what it owns and must never do. It may
+//!    use `base/`, `hook/` and `unwind/`, never `output/` or `process/`.
 //! 4. Add one line to the registry list in `lib.rs`.
 //! 5. Test it on a C program under `tests/programs` and on a real program,
-//!    through the launcher and igprof-analyse (tests/tests/).
+//!    through the launcher and igprof-analyse (`tests/tests/`).
 
 pub mod cpu;
 pub mod energy;
