@@ -119,6 +119,10 @@ struct Args {
     /// Objects found nowhere keep the names recorded in the profile.
     #[arg(long, value_name = "DIR")]
     sysroot: Option<String>,
+    /// With --sysroot: read absolute object paths only under it, never
+    /// from this machine (objects not there keep their recorded names).
+    #[arg(long = "sysroot-only", requires = "sysroot")]
+    sysroot_only: bool,
     /// Print progress messages on stderr (-v).
     #[arg(short = 'v', long)]
     verbose: bool,
@@ -355,6 +359,7 @@ fn parse() -> Config {
                 .chain([symbols::SYSTEM_DEBUG_DIR.into()])
                 .collect(),
             sysroot: args.sysroot.as_ref().map(Into::into),
+            sysroot_only: args.sysroot_only,
             debuginfod: igprof_analyse::debuginfod::Config::from_env(),
         },
         verbose: args.verbose,

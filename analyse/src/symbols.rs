@@ -63,6 +63,10 @@ pub struct Options {
     /// object path `P` of the profile is read from `ROOT/P` when that
     /// exists (symlinks followed inside the root), else from `P`.
     pub sysroot: Option<PathBuf>,
+    /// With a sysroot: absolute object paths are read only there, never
+    /// from this machine's files (`--sysroot-only`: reports that do not
+    /// depend on what happens to exist at a recorded path here).
+    pub sysroot_only: bool,
     /// Servers to fetch missing debug files from, by build id, after the
     /// debug directories (`DEBUGINFOD_URLS`).
     pub debuginfod: Option<crate::debuginfod::Config>,
@@ -76,6 +80,7 @@ impl Default for Options {
             lines: false,
             debug_dirs: vec![PathBuf::from(SYSTEM_DEBUG_DIR)],
             sysroot: None,
+            sysroot_only: false,
             debuginfod: None,
         }
     }
@@ -578,6 +583,11 @@ impl Resolver {
                     return (inside.to_string_lossy().into_owned(), file);
                 }
             }
+            if self.options.sysroot_only {
+                // Not under the root: unreadable, named as recorded.
+                let missing = root.join(recorded.trim_start_matches('/'));
+                return (recorded.to_string(), missing);
+            }
         }
         let mut candidate = PathBuf::from(recorded);
         if !recorded.contains('/') {
@@ -778,6 +788,19 @@ mod tests {
         let bar_real = std::fs::canonicalize(&bar).unwrap();
         assert_eq!(res.locate(bar.to_str().unwrap()).1, bar_real);
         assert_eq!(res.canonical_path("/nowhere/libx.so"), "/nowhere/libx.so");
+        // --sysroot-only: a file of this machine is never read.
+        let mut only = Resolver::new(Options {
+            sysroot: Some(root.path().to_path_buf()),
+            sysroot_only: true,
+            ..Options::default()
+        });
+        assert_eq!(
+            only.locate("/lib/libfoo.so").1,
+            root.path().join("lib/libfoo.so")
+        );
+        let (shown, file) = only.locate(bar.to_str().unwrap()).clone();
+        assert_eq!(shown, bar.to_str().unwrap());
+        assert!(file.starts_with(root.path()) && !file.exists(), "{file:?}");
     }
 
     #[test]

@@ -189,7 +189,7 @@ fn snapshots_of_every_report_type_and_format() {
         ),
     ];
     for (name, args) in cases {
-        snapshot(name, &d.ok(args));
+        snapshot(name, &d.ok_isolated(args));
     }
 }
 
@@ -295,11 +295,11 @@ fn baseline_and_diff_mode() {
     let base = plain.replacen("(PERF_TICKS):(54,54,54)", "(PERF_TICKS):(2a,2a,2a)", 1);
     assert_ne!(base, plain);
     std::fs::write(d.file("base.txt"), base).unwrap();
-    let diff = d.ok(&["-b", "base.txt", CPU]);
+    let diff = d.ok_isolated(&["-b", "base.txt", CPU]);
     snapshot("baseline_perf", &diff);
     let flat = section(&diff, "Flat profile (cumulative");
     assert!(flat.contains("0.21  hot_a"), "{flat}");
-    let delta = d.ok(&["-b", "base.txt", "-D", CPU]);
+    let delta = d.ok_isolated(&["-b", "base.txt", "-D", CPU]);
     snapshot("diff_mode_perf", &delta);
     // hot_a: 199 ticks now, 157 before: +26.8%.
     assert!(
