@@ -125,21 +125,92 @@ pub fn install(
 ) -> Result<(), InstallError> {
     let sym = trampoline::find_function(name, Some("libc.so.6"))
         .map_err(|err| InstallError::Lookup { name, err })?;
-    // Publish the chain before the patch goes live: a call that reaches the
-    // replacement in between (another thread) must find it.
-    let prepared =
-        trampoline::prepare(&sym, replacement).map_err(|err| InstallError::Hook { name, err })?;
-    slot.store(prepared.chain() as usize, Ordering::Release);
-    let hook = match prepared.enable() {
-        Ok(h) => h,
-        Err(err) => {
-            slot.store(0, Ordering::Release);
-            return Err(InstallError::Hook { name, err });
-        }
-    };
-    // The hook stays installed for the life of the process.
-    core::mem::forget(hook);
+    hook_symbol(&sym, replacement, |c| {
+        slot.store(c as usize, Ordering::Release)
+    })
+    .map_err(|err| {
+        slot.store(0, Ordering::Release);
+        InstallError::Hook { name, err }
+    })?;
     Ok(())
+}
+
+/// A table of chain pointers indexed by a module's own enum of hooked
+/// functions (0 = not hooked).
+pub struct Chains<const N: usize>([AtomicUsize; N]);
+
+impl<const N: usize> Chains<N> {
+    pub const fn new() -> Self {
+        Chains([const { AtomicUsize::new(0) }; N])
+    }
+
+    /// Stores the chain pointer of function `i`.
+    pub fn set(&self, i: usize, chain: *const ()) {
+        self.0[i].store(chain as usize, Ordering::Release);
+    }
+
+    /// Whether function `i` is hooked.
+    pub fn is_set(&self, i: usize) -> bool {
+        self.0[i].load(Ordering::Relaxed) != 0
+    }
+
+    /// The chain pointer of function `i` as its function type `F`.
+    ///
+    /// # Safety
+    /// `F` is the type of the function stored at `i` (a function pointer),
+    /// and it is hooked (a replacement runs only after its chain is set).
+    #[inline(always)]
+    pub unsafe fn get<F: Copy>(&self, i: usize) -> F {
+        debug_assert_eq!(core::mem::size_of::<F>(), core::mem::size_of::<usize>());
+        let p = self.0[i].load(Ordering::Relaxed);
+        // SAFETY: guaranteed by the caller: F is a function pointer type.
+        unsafe { core::mem::transmute_copy::<usize, F>(&p) }
+    }
+}
+
+impl<const N: usize> Default for Chains<N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Hooks `sym` with `replacement`: prepared, its chain pointer handed to
+/// `store`, then enabled, so the replacement never runs before its chain
+/// exists. The hook stays for the life of the process.
+pub fn hook_symbol(
+    sym: &trampoline::Symbol,
+    replacement: *const (),
+    store: impl FnOnce(*const ()),
+) -> Result<(), trampoline::HookError> {
+    let p = trampoline::prepare(sym, replacement)?;
+    store(p.chain());
+    let h = p.enable()?;
+    crate::igprof_debug!("hooked {} at {:#x}", sym.name, sym.addr);
+    core::mem::forget(h);
+    Ok(())
+}
+
+/// The addresses one install pass hooked: a name found at an address
+/// already hooked is an alias (glibc's cfree and free) and is skipped.
+#[derive(Default)]
+pub struct Hooked(Vec<u64>);
+
+impl Hooked {
+    /// Hooks `sym` unless its address was hooked by this pass (Ok(false)).
+    pub fn hook(
+        &mut self,
+        sym: &trampoline::Symbol,
+        replacement: *const (),
+        store: impl FnOnce(*const ()),
+    ) -> Result<bool, trampoline::HookError> {
+        if self.0.contains(&sym.addr) {
+            crate::igprof_debug!("{} is an alias of a function already hooked", sym.name);
+            return Ok(false);
+        }
+        hook_symbol(sym, replacement, store)?;
+        self.0.push(sym.addr);
+        Ok(true)
+    }
 }
 
 /// sigaction through the original function (our hook bypassed).

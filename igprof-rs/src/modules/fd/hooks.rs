@@ -17,9 +17,9 @@
 //! while recording, allocate, or change the program's view of the call.
 
 use core::ffi::{c_char, c_int, c_uint};
-use core::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::base::sys::ErrnoGuard;
+use crate::hook::{Chains, Hooked};
 use crate::modules::mem::site::{self, Entry, FD_OUTER};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,17 +58,7 @@ enum F {
 }
 const N: usize = 30;
 
-static CHAIN: [AtomicUsize; N] = [const { AtomicUsize::new(0) }; N];
-
-macro_rules! chain {
-    ($f:expr, $t:ty) => {{
-        let p = CHAIN[$f as usize].load(Ordering::Relaxed);
-        // Used inside the caller's unsafe block, whose SAFETY covers this:
-        // only chain pointers of functions of type $t are stored at this
-        // index, and a hook runs only after its chain was stored.
-        core::mem::transmute::<usize, $t>(p)
-    }};
-}
+static CHAIN: Chains<N> = Chains::new();
 
 type Open = unsafe extern "C" fn(*const c_char, c_int, libc::mode_t) -> c_int;
 type Openat = unsafe extern "C" fn(c_int, *const c_char, c_int, libc::mode_t) -> c_int;
@@ -141,21 +131,14 @@ fn list() -> [(F, &'static str, *const ()); N] {
 
 /// Installs every descriptor hook found in libc (aliases once).
 pub fn install() {
-    let mut done: Vec<u64> = Vec::new();
+    let mut hooked = Hooked::default();
     for (f, name, repl) in list() {
         let Ok(sym) = trampoline::find_function(name, Some("libc.so.6")) else {
             crate::igprof_debug!("-fd: {name} is not in this libc");
             continue;
         };
-        if done.contains(&sym.addr) {
-            continue;
-        }
-        let r = crate::modules::mem::hook(name, &sym, repl, |c| {
-            CHAIN[f as usize].store(c as usize, Ordering::Release)
-        });
-        match r {
-            Ok(()) => done.push(sym.addr),
-            Err(err) => crate::igprof_log!("-fd: cannot hook {name}: {err}; continuing without it"),
+        if let Err(err) = hooked.hook(&sym, repl, |c| CHAIN.set(f as usize, c)) {
+            crate::igprof_log!("-fd: cannot hook {name}: {err}; continuing without it");
         }
     }
 }
@@ -205,16 +188,16 @@ fn stream_created(f: *mut libc::FILE) {
 // ---- the replacements ----
 
 extern "C" fn open_hook(path: *const c_char, flags: c_int, mode: libc::mode_t) -> c_int {
-    // SAFETY: forwarding the program's call unchanged (mode is read by open
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged (mode is read by open
     // only when flags ask for it, as from the variadic call).
-    let fd = unsafe { chain!(F::Open, Open)(path, flags, mode) };
+    let fd = unsafe { CHAIN.get::<Open>(F::Open as usize)(path, flags, mode) };
     created(fd);
     fd
 }
 
 extern "C" fn open64_hook(path: *const c_char, flags: c_int, mode: libc::mode_t) -> c_int {
     // SAFETY: as open_hook.
-    let fd = unsafe { chain!(F::Open64, Open)(path, flags, mode) };
+    let fd = unsafe { CHAIN.get::<Open>(F::Open64 as usize)(path, flags, mode) };
     created(fd);
     fd
 }
@@ -226,7 +209,7 @@ extern "C" fn openat_hook(
     mode: libc::mode_t,
 ) -> c_int {
     // SAFETY: as open_hook.
-    let fd = unsafe { chain!(F::Openat, Openat)(dir, path, flags, mode) };
+    let fd = unsafe { CHAIN.get::<Openat>(F::Openat as usize)(dir, path, flags, mode) };
     created(fd);
     fd
 }
@@ -238,22 +221,24 @@ extern "C" fn openat64_hook(
     mode: libc::mode_t,
 ) -> c_int {
     // SAFETY: as open_hook.
-    let fd = unsafe { chain!(F::Openat64, Openat)(dir, path, flags, mode) };
+    let fd = unsafe { CHAIN.get::<Openat>(F::Openat64 as usize)(dir, path, flags, mode) };
     created(fd);
     fd
 }
 
 extern "C" fn creat_hook(path: *const c_char, mode: libc::mode_t) -> c_int {
-    // SAFETY: forwarding the program's call unchanged.
-    let fd = site::with_outer(FD_OUTER, || unsafe { chain!(F::Creat, Creat)(path, mode) });
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    let fd = site::with_outer(FD_OUTER, || unsafe {
+        CHAIN.get::<Creat>(F::Creat as usize)(path, mode)
+    });
     created(fd);
     fd
 }
 
 extern "C" fn creat64_hook(path: *const c_char, mode: libc::mode_t) -> c_int {
-    // SAFETY: forwarding the program's call unchanged.
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
     let fd = site::with_outer(FD_OUTER, || unsafe {
-        chain!(F::Creat64, Creat)(path, mode)
+        CHAIN.get::<Creat>(F::Creat64 as usize)(path, mode)
     });
     created(fd);
     fd
@@ -261,8 +246,8 @@ extern "C" fn creat64_hook(path: *const c_char, mode: libc::mode_t) -> c_int {
 
 extern "C" fn close_hook(fd: c_int) -> c_int {
     closing(fd);
-    // SAFETY: forwarding the program's call unchanged.
-    unsafe { chain!(F::Close, Int1)(fd) }
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    unsafe { CHAIN.get::<Int1>(F::Close as usize)(fd) }
 }
 
 extern "C" fn close_range_hook(first: c_uint, last: c_uint, flags: c_int) -> c_int {
@@ -276,13 +261,13 @@ extern "C" fn close_range_hook(first: c_uint, last: c_uint, flags: c_int) -> c_i
             fd += 1;
         }
     }
-    // SAFETY: forwarding the program's call unchanged.
-    unsafe { chain!(F::CloseRange, CloseRange)(first, last, flags) }
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    unsafe { CHAIN.get::<CloseRange>(F::CloseRange as usize)(first, last, flags) }
 }
 
 extern "C" fn dup_hook(old: c_int) -> c_int {
-    // SAFETY: forwarding the program's call unchanged.
-    let fd = unsafe { chain!(F::Dup, Int1)(old) };
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    let fd = unsafe { CHAIN.get::<Int1>(F::Dup as usize)(old) };
     created(fd);
     fd
 }
@@ -290,8 +275,8 @@ extern "C" fn dup_hook(old: c_int) -> c_int {
 /// dup2/dup3: `new` now refers to `old`'s file; whatever `new` was before
 /// is released (by the acquire replacing it in the live table).
 extern "C" fn dup2_hook(old: c_int, new: c_int) -> c_int {
-    // SAFETY: forwarding the program's call unchanged.
-    let fd = unsafe { chain!(F::Dup2, Int2)(old, new) };
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    let fd = unsafe { CHAIN.get::<Int2>(F::Dup2 as usize)(old, new) };
     if fd >= 0 && old != new {
         created(fd);
     }
@@ -299,8 +284,8 @@ extern "C" fn dup2_hook(old: c_int, new: c_int) -> c_int {
 }
 
 extern "C" fn dup3_hook(old: c_int, new: c_int, flags: c_int) -> c_int {
-    // SAFETY: forwarding the program's call unchanged.
-    let fd = unsafe { chain!(F::Dup3, Int3)(old, new, flags) };
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    let fd = unsafe { CHAIN.get::<Int3>(F::Dup3 as usize)(old, new, flags) };
     created(fd);
     fd
 }
@@ -315,36 +300,36 @@ fn created_pair(r: c_int, fds: *mut c_int) {
 }
 
 extern "C" fn pipe_hook(fds: *mut c_int) -> c_int {
-    // SAFETY: forwarding the program's call unchanged.
-    let r = unsafe { chain!(F::Pipe, Pipe)(fds) };
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    let r = unsafe { CHAIN.get::<Pipe>(F::Pipe as usize)(fds) };
     created_pair(r, fds);
     r
 }
 
 extern "C" fn pipe2_hook(fds: *mut c_int, flags: c_int) -> c_int {
-    // SAFETY: forwarding the program's call unchanged.
-    let r = unsafe { chain!(F::Pipe2, Pipe2)(fds, flags) };
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    let r = unsafe { CHAIN.get::<Pipe2>(F::Pipe2 as usize)(fds, flags) };
     created_pair(r, fds);
     r
 }
 
 extern "C" fn socket_hook(d: c_int, t: c_int, p: c_int) -> c_int {
-    // SAFETY: forwarding the program's call unchanged.
-    let fd = unsafe { chain!(F::Socket, Int3)(d, t, p) };
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    let fd = unsafe { CHAIN.get::<Int3>(F::Socket as usize)(d, t, p) };
     created(fd);
     fd
 }
 
 extern "C" fn socketpair_hook(d: c_int, t: c_int, p: c_int, sv: *mut c_int) -> c_int {
-    // SAFETY: forwarding the program's call unchanged.
-    let r = unsafe { chain!(F::Socketpair, Socketpair)(d, t, p, sv) };
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    let r = unsafe { CHAIN.get::<Socketpair>(F::Socketpair as usize)(d, t, p, sv) };
     created_pair(r, sv);
     r
 }
 
 extern "C" fn accept_hook(s: c_int, a: *mut libc::sockaddr, l: *mut libc::socklen_t) -> c_int {
-    // SAFETY: forwarding the program's call unchanged.
-    let fd = unsafe { chain!(F::Accept, Accept)(s, a, l) };
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    let fd = unsafe { CHAIN.get::<Accept>(F::Accept as usize)(s, a, l) };
     created(fd);
     fd
 }
@@ -355,43 +340,43 @@ extern "C" fn accept4_hook(
     l: *mut libc::socklen_t,
     f: c_int,
 ) -> c_int {
-    // SAFETY: forwarding the program's call unchanged.
-    let fd = unsafe { chain!(F::Accept4, Accept4)(s, a, l, f) };
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    let fd = unsafe { CHAIN.get::<Accept4>(F::Accept4 as usize)(s, a, l, f) };
     created(fd);
     fd
 }
 
 extern "C" fn epoll_create_hook(n: c_int) -> c_int {
-    // SAFETY: forwarding the program's call unchanged.
-    let fd = unsafe { chain!(F::EpollCreate, Int1)(n) };
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    let fd = unsafe { CHAIN.get::<Int1>(F::EpollCreate as usize)(n) };
     created(fd);
     fd
 }
 
 extern "C" fn epoll_create1_hook(f: c_int) -> c_int {
-    // SAFETY: forwarding the program's call unchanged.
-    let fd = unsafe { chain!(F::EpollCreate1, Int1)(f) };
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    let fd = unsafe { CHAIN.get::<Int1>(F::EpollCreate1 as usize)(f) };
     created(fd);
     fd
 }
 
 extern "C" fn eventfd_hook(init: c_uint, f: c_int) -> c_int {
-    // SAFETY: forwarding the program's call unchanged.
-    let fd = unsafe { chain!(F::Eventfd, Eventfd)(init, f) };
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    let fd = unsafe { CHAIN.get::<Eventfd>(F::Eventfd as usize)(init, f) };
     created(fd);
     fd
 }
 
 extern "C" fn timerfd_create_hook(c: c_int, f: c_int) -> c_int {
-    // SAFETY: forwarding the program's call unchanged.
-    let fd = unsafe { chain!(F::TimerfdCreate, Int2)(c, f) };
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    let fd = unsafe { CHAIN.get::<Int2>(F::TimerfdCreate as usize)(c, f) };
     created(fd);
     fd
 }
 
 extern "C" fn signalfd_hook(fd: c_int, mask: *const libc::sigset_t, f: c_int) -> c_int {
-    // SAFETY: forwarding the program's call unchanged.
-    let r = unsafe { chain!(F::Signalfd, Signalfd)(fd, mask, f) };
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    let r = unsafe { CHAIN.get::<Signalfd>(F::Signalfd as usize)(fd, mask, f) };
     // signalfd(-1, ...) creates a descriptor; signalfd(fd, ...) updates one.
     if fd == -1 {
         created(r);
@@ -400,52 +385,58 @@ extern "C" fn signalfd_hook(fd: c_int, mask: *const libc::sigset_t, f: c_int) ->
 }
 
 extern "C" fn memfd_create_hook(name: *const c_char, f: c_uint) -> c_int {
-    // SAFETY: forwarding the program's call unchanged.
-    let fd = unsafe { chain!(F::MemfdCreate, Memfd)(name, f) };
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    let fd = unsafe { CHAIN.get::<Memfd>(F::MemfdCreate as usize)(name, f) };
     created(fd);
     fd
 }
 
 extern "C" fn inotify_init_hook() -> c_int {
-    // SAFETY: forwarding the program's call unchanged.
-    let fd = unsafe { chain!(F::InotifyInit, Int0)() };
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    let fd = unsafe { CHAIN.get::<Int0>(F::InotifyInit as usize)() };
     created(fd);
     fd
 }
 
 extern "C" fn inotify_init1_hook(f: c_int) -> c_int {
-    // SAFETY: forwarding the program's call unchanged.
-    let fd = unsafe { chain!(F::InotifyInit1, Int1)(f) };
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    let fd = unsafe { CHAIN.get::<Int1>(F::InotifyInit1 as usize)(f) };
     created(fd);
     fd
 }
 
 extern "C" fn fopen_hook(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
-    // SAFETY: forwarding the program's call unchanged.
-    let f = site::with_outer(FD_OUTER, || unsafe { chain!(F::Fopen, Fopen)(path, mode) });
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    let f = site::with_outer(FD_OUTER, || unsafe {
+        CHAIN.get::<Fopen>(F::Fopen as usize)(path, mode)
+    });
     stream_created(f);
     f
 }
 
 extern "C" fn fopen64_hook(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
-    // SAFETY: forwarding the program's call unchanged.
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
     let f = site::with_outer(FD_OUTER, || unsafe {
-        chain!(F::Fopen64, Fopen)(path, mode)
+        CHAIN.get::<Fopen>(F::Fopen64 as usize)(path, mode)
     });
     stream_created(f);
     f
 }
 
 extern "C" fn tmpfile_hook() -> *mut libc::FILE {
-    // SAFETY: forwarding the program's call unchanged.
-    let f = site::with_outer(FD_OUTER, || unsafe { chain!(F::Tmpfile, Tmpfile)() });
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    let f = site::with_outer(FD_OUTER, || unsafe {
+        CHAIN.get::<Tmpfile>(F::Tmpfile as usize)()
+    });
     stream_created(f);
     f
 }
 
 extern "C" fn tmpfile64_hook() -> *mut libc::FILE {
-    // SAFETY: forwarding the program's call unchanged.
-    let f = site::with_outer(FD_OUTER, || unsafe { chain!(F::Tmpfile64, Tmpfile)() });
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    let f = site::with_outer(FD_OUTER, || unsafe {
+        CHAIN.get::<Tmpfile>(F::Tmpfile64 as usize)()
+    });
     stream_created(f);
     f
 }
@@ -458,6 +449,8 @@ extern "C" fn fclose_hook(f: *mut libc::FILE) -> c_int {
         drop(e);
         closing(fd);
     }
-    // SAFETY: forwarding the program's call unchanged.
-    site::with_outer(FD_OUTER, || unsafe { chain!(F::Fclose, Fclose)(f) })
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    site::with_outer(FD_OUTER, || unsafe {
+        CHAIN.get::<Fclose>(F::Fclose as usize)(f)
+    })
 }

@@ -31,12 +31,12 @@
 //! while recording, allocate, or change the program's view of the call.
 
 use core::ffi::{c_int, c_void};
-use core::sync::atomic::{AtomicUsize, Ordering};
 
 use super::account;
 use super::memo::EntryRegs;
 use super::site::{self, Entry, MEM_OUTER};
 use crate::base::sys::ErrnoGuard;
+use crate::hook::Chains;
 
 /// Deferred-event kinds of this module.
 pub const KIND_ALLOC: u8 = 1;
@@ -59,8 +59,8 @@ type Aligned = unsafe extern "C" fn(usize, usize) -> *mut c_void;
 type New3 = unsafe extern "C" fn(usize, usize, usize) -> *mut c_void;
 type Delete3 = unsafe extern "C" fn(*mut c_void, usize, usize);
 
-/// Chain pointers (0 = not hooked), indexed by [`Func`].
-static CHAIN: [AtomicUsize; N] = [const { AtomicUsize::new(0) }; N];
+/// Chain pointers, indexed by [`Func`].
+static CHAIN: Chains<N> = Chains::new();
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(usize)]
@@ -246,22 +246,12 @@ pub fn funcs() -> [(Func, &'static str, *const (), bool); N] {
 
 /// Stores the chain pointer of `f`.
 pub fn set_chain(f: Func, chain: *const ()) {
-    CHAIN[f as usize].store(chain as usize, Ordering::Release);
+    CHAIN.set(f as usize, chain);
 }
 
 /// Whether `f` is hooked.
 pub fn hooked(f: Func) -> bool {
-    CHAIN[f as usize].load(Ordering::Relaxed) != 0
-}
-
-macro_rules! chain {
-    ($f:expr, $t:ty) => {{
-        let p = CHAIN[$f as usize].load(Ordering::Relaxed);
-        // Used inside the caller's unsafe block, whose SAFETY covers this:
-        // only chain pointers of functions of type $t are stored at this
-        // index, and a hook runs only after its chain was stored.
-        core::mem::transmute::<usize, $t>(p)
-    }};
+    CHAIN.is_set(f as usize)
 }
 
 // ---- recording ----
@@ -449,8 +439,8 @@ pub(super) extern "C" fn malloc_with_regs(
     fp: usize,
     lr: usize,
 ) -> *mut c_void {
-    // SAFETY: forwarding the program's call unchanged.
-    let p = unsafe { chain!(Func::Malloc, Malloc)(size) };
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    let p = unsafe { CHAIN.get::<Malloc>(Func::Malloc as usize)(size) };
     allocated_fill(p, size, true, Some(EntryRegs { sp, fp, lr }));
     p
 }
@@ -462,8 +452,8 @@ pub(super) extern "C" fn calloc_with_regs(
     fp: usize,
     lr: usize,
 ) -> *mut c_void {
-    // SAFETY: forwarding the program's call unchanged.
-    let p = unsafe { chain!(Func::Calloc, Calloc)(n, m) };
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    let p = unsafe { CHAIN.get::<Calloc>(Func::Calloc as usize)(n, m) };
     allocated_fill(p, n.wrapping_mul(m), false, Some(EntryRegs { sp, fp, lr }));
     p
 }
@@ -475,9 +465,9 @@ pub(super) extern "C" fn realloc_with_regs(
     fp: usize,
     lr: usize,
 ) -> *mut c_void {
-    // SAFETY: forwarding the program's call unchanged.
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
     reallocate(p, size, Some(EntryRegs { sp, fp, lr }), || unsafe {
-        chain!(Func::Realloc, Realloc)(p, size)
+        CHAIN.get::<Realloc>(Func::Realloc as usize)(p, size)
     })
 }
 
@@ -521,10 +511,10 @@ fn reallocate(
 /// is recorded here (the old block is then forgotten after the call).
 extern "C" fn reallocarray_hook(p: *mut c_void, n: usize, m: usize) -> *mut c_void {
     via_begin();
-    // SAFETY: forwarding the program's call unchanged. Allocations libc
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged. Allocations libc
     // makes inside it (realloc(NULL, n) -> malloc) are not separate calls.
     let r = site::with_outer(MEM_OUTER, || unsafe {
-        chain!(Func::ReallocArray, ReallocArray)(p, n, m)
+        CHAIN.get::<ReallocArray>(Func::ReallocArray as usize)(p, n, m)
     });
     let direct = via_end(r);
     if direct && !r.is_null() {
@@ -536,33 +526,33 @@ extern "C" fn reallocarray_hook(p: *mut c_void, n: usize, m: usize) -> *mut c_vo
 
 extern "C" fn free_hook(p: *mut c_void) {
     freeing(p);
-    // SAFETY: forwarding the program's call unchanged.
-    unsafe { chain!(Func::Free, Free)(p) }
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    unsafe { CHAIN.get::<Free>(Func::Free as usize)(p) }
 }
 
 extern "C" fn cfree_hook(p: *mut c_void) {
     freeing(p);
-    // SAFETY: forwarding the program's call unchanged.
-    unsafe { chain!(Func::Cfree, Free)(p) }
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    unsafe { CHAIN.get::<Free>(Func::Cfree as usize)(p) }
 }
 
 extern "C" fn memalign_hook(align: usize, size: usize) -> *mut c_void {
-    // SAFETY: forwarding the program's call unchanged.
-    let p = unsafe { chain!(Func::Memalign, Memalign)(align, size) };
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    let p = unsafe { CHAIN.get::<Memalign>(Func::Memalign as usize)(align, size) };
     allocated(p, size);
     p
 }
 
 extern "C" fn aligned_alloc_hook(align: usize, size: usize) -> *mut c_void {
-    // SAFETY: forwarding the program's call unchanged.
-    let p = unsafe { chain!(Func::AlignedAlloc, Memalign)(align, size) };
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    let p = unsafe { CHAIN.get::<Memalign>(Func::AlignedAlloc as usize)(align, size) };
     allocated(p, size);
     p
 }
 
 extern "C" fn posix_memalign_hook(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
-    // SAFETY: forwarding the program's call unchanged.
-    let r = unsafe { chain!(Func::PosixMemalign, PosixMemalign)(out, align, size) };
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    let r = unsafe { CHAIN.get::<PosixMemalign>(Func::PosixMemalign as usize)(out, align, size) };
     if r == 0 && !out.is_null() {
         // SAFETY: on success posix_memalign stored the block in *out.
         allocated(unsafe { *out }, size);
@@ -571,15 +561,15 @@ extern "C" fn posix_memalign_hook(out: *mut *mut c_void, align: usize, size: usi
 }
 
 extern "C" fn valloc_hook(size: usize) -> *mut c_void {
-    // SAFETY: forwarding the program's call unchanged.
-    let p = unsafe { chain!(Func::Valloc, Malloc)(size) };
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    let p = unsafe { CHAIN.get::<Malloc>(Func::Valloc as usize)(size) };
     allocated(p, size);
     p
 }
 
 extern "C" fn pvalloc_hook(size: usize) -> *mut c_void {
-    // SAFETY: forwarding the program's call unchanged.
-    let p = unsafe { chain!(Func::Pvalloc, Malloc)(size) };
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    let p = unsafe { CHAIN.get::<Malloc>(Func::Pvalloc as usize)(size) };
     allocated(p, size);
     p
 }
@@ -588,9 +578,9 @@ extern "C" fn pvalloc_hook(size: usize) -> *mut c_void {
 
 extern "C" fn new_hook(size: usize) -> *mut c_void {
     via_begin();
-    // SAFETY: forwarding the program's call unchanged (it may throw: the
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged (it may throw: the
     // exception passes through this frame, which has nothing to clean up).
-    let p = unsafe { chain!(Func::New, Malloc)(size) };
+    let p = unsafe { CHAIN.get::<Malloc>(Func::New as usize)(size) };
     if via_end(p) {
         allocated(p, size);
     }
@@ -600,7 +590,7 @@ extern "C" fn new_hook(size: usize) -> *mut c_void {
 extern "C" fn new_array_hook(size: usize) -> *mut c_void {
     via_begin();
     // SAFETY: as new_hook.
-    let p = unsafe { chain!(Func::NewArray, Malloc)(size) };
+    let p = unsafe { CHAIN.get::<Malloc>(Func::NewArray as usize)(size) };
     if via_end(p) {
         allocated(p, size);
     }
@@ -610,7 +600,7 @@ extern "C" fn new_array_hook(size: usize) -> *mut c_void {
 extern "C" fn new_aligned_hook(size: usize, align: usize) -> *mut c_void {
     via_begin();
     // SAFETY: as new_hook.
-    let p = unsafe { chain!(Func::NewAligned, Aligned)(size, align) };
+    let p = unsafe { CHAIN.get::<Aligned>(Func::NewAligned as usize)(size, align) };
     if via_end(p) {
         allocated(p, size);
     }
@@ -620,7 +610,7 @@ extern "C" fn new_aligned_hook(size: usize, align: usize) -> *mut c_void {
 extern "C" fn new_array_aligned_hook(size: usize, align: usize) -> *mut c_void {
     via_begin();
     // SAFETY: as new_hook.
-    let p = unsafe { chain!(Func::NewArrayAligned, Aligned)(size, align) };
+    let p = unsafe { CHAIN.get::<Aligned>(Func::NewArrayAligned as usize)(size, align) };
     if via_end(p) {
         allocated(p, size);
     }
@@ -629,38 +619,38 @@ extern "C" fn new_array_aligned_hook(size: usize, align: usize) -> *mut c_void {
 
 extern "C" fn delete_hook(p: *mut c_void) {
     freeing(p);
-    // SAFETY: forwarding the program's call unchanged.
-    unsafe { chain!(Func::Delete, Free)(p) }
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    unsafe { CHAIN.get::<Free>(Func::Delete as usize)(p) }
 }
 
 extern "C" fn delete_array_hook(p: *mut c_void) {
     freeing(p);
-    // SAFETY: forwarding the program's call unchanged.
-    unsafe { chain!(Func::DeleteArray, Free)(p) }
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    unsafe { CHAIN.get::<Free>(Func::DeleteArray as usize)(p) }
 }
 
 extern "C" fn delete_sized_hook(p: *mut c_void, n: usize) {
     freeing(p);
-    // SAFETY: forwarding the program's call unchanged.
-    unsafe { chain!(Func::DeleteSized, Sized)(p, n) }
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    unsafe { CHAIN.get::<Sized>(Func::DeleteSized as usize)(p, n) }
 }
 
 extern "C" fn delete_array_sized_hook(p: *mut c_void, n: usize) {
     freeing(p);
-    // SAFETY: forwarding the program's call unchanged.
-    unsafe { chain!(Func::DeleteArraySized, Sized)(p, n) }
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    unsafe { CHAIN.get::<Sized>(Func::DeleteArraySized as usize)(p, n) }
 }
 
 extern "C" fn delete_aligned_hook(p: *mut c_void, a: usize) {
     freeing(p);
-    // SAFETY: forwarding the program's call unchanged.
-    unsafe { chain!(Func::DeleteAligned, Sized)(p, a) }
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    unsafe { CHAIN.get::<Sized>(Func::DeleteAligned as usize)(p, a) }
 }
 
 extern "C" fn delete_array_aligned_hook(p: *mut c_void, a: usize) {
     freeing(p);
-    // SAFETY: forwarding the program's call unchanged.
-    unsafe { chain!(Func::DeleteArrayAligned, Sized)(p, a) }
+    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+    unsafe { CHAIN.get::<Sized>(Func::DeleteArrayAligned as usize)(p, a) }
 }
 
 // Nothrow and sized+aligned forms (tcmalloc defines them separately; the
@@ -669,11 +659,11 @@ extern "C" fn delete_array_aligned_hook(p: *mut c_void, a: usize) {
 macro_rules! new_forms {
     ($($name:ident: $f:expr;)*) => {$(
         extern "C" fn $name(size: usize, b: usize, c: usize) -> *mut c_void {
-            // SAFETY: forwarding the program's call unchanged (registers
+            // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged (registers
             // the original does not read are passed through harmlessly).
             via_begin();
             // SAFETY: as above.
-            let p = unsafe { chain!($f, New3)(size, b, c) };
+            let p = unsafe { CHAIN.get::<New3>($f as usize)(size, b, c) };
             if via_end(p) {
                 allocated(p, size);
             }
@@ -692,8 +682,8 @@ macro_rules! delete_forms {
     ($($name:ident: $f:expr;)*) => {$(
         extern "C" fn $name(p: *mut c_void, b: usize, c: usize) {
             freeing(p);
-            // SAFETY: forwarding the program's call unchanged.
-            unsafe { chain!($f, Delete3)(p, b, c) }
+            // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+            unsafe { CHAIN.get::<Delete3>($f as usize)(p, b, c) }
         }
     )*};
 }

@@ -120,23 +120,6 @@ fn start() -> Result<(), String> {
     Ok(())
 }
 
-/// Hooks a function: prepared, chain stored, then enabled, so the hook
-/// never runs before its chain pointer exists.
-pub(crate) fn hook(
-    name: &'static str,
-    sym: &trampoline::Symbol,
-    replacement: *const (),
-    store: impl FnOnce(*const ()),
-) -> Result<(), trampoline::HookError> {
-    let p = trampoline::prepare(sym, replacement)?;
-    store(p.chain());
-    let h = p.enable()?;
-    crate::igprof_debug!("hooked {name} at {:#x}", sym.addr);
-    // Hooks stay for the life of the process.
-    core::mem::forget(h);
-    Ok(())
-}
-
 /// The symbol version of glibc's first release on this architecture.
 #[cfg(target_arch = "aarch64")]
 const GLIBC_BASE_VERSION: &str = "GLIBC_2.17";
@@ -165,7 +148,7 @@ pub fn install() {
     let alloc_lib: Option<String> = malloc_obj
         .filter(|_| !glibc)
         .map(|p| String::from_utf8_lossy(p).into_owned());
-    let mut done: Vec<u64> = Vec::new();
+    let mut hooked = crate::hook::Hooked::default();
     for (f, name, repl, allocator_only) in hooks::funcs() {
         if allocator_only && glibc {
             // C++ operators count only when the allocator itself defines
@@ -185,10 +168,6 @@ pub fn install() {
         let Ok(sym) = found else {
             continue;
         };
-        if done.contains(&sym.addr) {
-            crate::igprof_debug!("{name} is an alias of a function already hooked");
-            continue;
-        }
         if allocator_only {
             // C++ operators count only when the allocator itself defines
             // them (tcmalloc); libstdc++'s call malloc.
@@ -197,12 +176,11 @@ pub fn install() {
                 continue;
             }
         }
-        match hook(name, &sym, repl, |c| hooks::set_chain(f, c)) {
-            Ok(()) => done.push(sym.addr),
-            Err(err) => crate::igprof_log!(
+        if let Err(err) = hooked.hook(&sym, repl, |c| hooks::set_chain(f, c)) {
+            crate::igprof_log!(
                 "{}; continuing without it",
                 crate::hook::InstallError::Hook { name, err }
-            ),
+            );
         }
     }
     if let Some(o) = malloc_obj.filter(|p| !is_libc(p)) {
