@@ -506,7 +506,7 @@ fn marked(set: &[AtomicU64; BITSET_WORDS], n: i32) -> bool {
 }
 
 /// Who sent this signal.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Origin {
     /// The calling thread's current sampler.
     Sampler,
@@ -518,45 +518,111 @@ enum Origin {
     Program,
 }
 
-fn origin(t: Option<&ThreadState>, code: i32, info: *const libc::siginfo_t) -> Origin {
-    // SAFETY: info is the kernel's siginfo for this signal.
-    unsafe {
-        if code == sys::TRAP_PERF && signal() == libc::SIGTRAP {
-            if perf_data_of(info) == COOKIE {
-                if t.is_some_and(has_event) {
-                    return Origin::Sampler;
-                }
-                return Origin::Stale;
-            }
-            if perf_data_of(info) == SWITCH_COOKIE {
-                if t.is_some_and(|t| t.switch_hold.load(Ordering::Relaxed) != 0) {
-                    return Origin::Switched;
-                }
-                return Origin::Stale;
-            }
-        } else if code == SI_TIMER {
-            let id = timer_id_of(info);
-            let value = timer_value_of(info);
-            if t.is_some_and(|t| {
-                let ours = t.timer.load(Ordering::Relaxed);
-                ours == id || ours >= 0 && value == timer_cookie(t.tid())
-            }) {
-                return Origin::Sampler;
-            }
-            if marked(&OUR_TIMERS, id) || is_timer_cookie(value) {
-                return Origin::Stale;
-            }
-        } else if (code == POLL_HUP || code == POLL_IN) && signal() == libc::SIGPROF {
-            let fd = poll_fd_of(info);
-            if t.is_some_and(|t| t.perf_fd.load(Ordering::Relaxed) == fd) {
-                return Origin::Sampler;
-            }
-            if marked(&OUR_FDS, fd) {
-                return Origin::Stale;
+/// What a sampling-signal delivery says about where it came from (the
+/// fields of its siginfo that its code makes valid).
+#[derive(Clone, Copy, Debug)]
+enum Delivery {
+    /// A sigtrap perf event's SIGTRAP, with its `si_perf_data`.
+    Perf { data: u64 },
+    /// A POSIX timer's signal: its timer id and `sigev_value`.
+    Timer { id: i32, value: u64 },
+    /// A perf event's fasync SIGPROF: the event's descriptor.
+    Poll { fd: i32 },
+    /// Anything else (kill, raise, the program's own itimer...).
+    Other,
+}
+
+/// The calling thread's samplers, as [`origin_of`] needs them.
+#[derive(Clone, Copy, Debug)]
+struct Samplers {
+    has_event: bool,
+    has_switch_event: bool,
+    timer: i32,
+    tid: i32,
+    perf_fd: i32,
+}
+
+/// Where a sampling-signal delivery comes from: the thread's own sampler,
+/// a sampler of ours that is not (or no longer) this thread's, or the
+/// program. `ours_timer` / `ours_fd` say whether a timer id / descriptor
+/// was ever one of our samplers.
+fn origin_of(
+    d: Delivery,
+    t: Option<Samplers>,
+    ours_timer: impl Fn(i32) -> bool,
+    ours_fd: impl Fn(i32) -> bool,
+) -> Origin {
+    match d {
+        Delivery::Perf { data } if data == COOKIE => {
+            if t.is_some_and(|t| t.has_event) {
+                Origin::Sampler
+            } else {
+                Origin::Stale
             }
         }
+        Delivery::Perf { data } if data == SWITCH_COOKIE => {
+            if t.is_some_and(|t| t.has_switch_event) {
+                Origin::Switched
+            } else {
+                Origin::Stale
+            }
+        }
+        Delivery::Timer { id, value } => {
+            if t.is_some_and(|t| t.timer == id || t.timer >= 0 && value == timer_cookie(t.tid)) {
+                Origin::Sampler
+            } else if ours_timer(id) || is_timer_cookie(value) {
+                Origin::Stale
+            } else {
+                Origin::Program
+            }
+        }
+        Delivery::Poll { fd } => {
+            if t.is_some_and(|t| t.perf_fd == fd) {
+                Origin::Sampler
+            } else if ours_fd(fd) {
+                Origin::Stale
+            } else {
+                Origin::Program
+            }
+        }
+        _ => Origin::Program,
     }
-    Origin::Program
+}
+
+fn origin(t: Option<&ThreadState>, code: i32, info: *const libc::siginfo_t) -> Origin {
+    // SAFETY: info is the kernel's siginfo for this signal; each field is
+    // read only under the code that makes it valid.
+    let d = unsafe {
+        if code == sys::TRAP_PERF && signal() == libc::SIGTRAP {
+            Delivery::Perf {
+                data: perf_data_of(info),
+            }
+        } else if code == SI_TIMER {
+            Delivery::Timer {
+                id: timer_id_of(info),
+                value: timer_value_of(info),
+            }
+        } else if (code == POLL_HUP || code == POLL_IN) && signal() == libc::SIGPROF {
+            Delivery::Poll {
+                fd: poll_fd_of(info),
+            }
+        } else {
+            Delivery::Other
+        }
+    };
+    let samplers = t.map(|t| Samplers {
+        has_event: has_event(t),
+        has_switch_event: t.switch_hold.load(Ordering::Relaxed) != 0,
+        timer: t.timer.load(Ordering::Relaxed),
+        tid: t.tid(),
+        perf_fd: t.perf_fd.load(Ordering::Relaxed),
+    });
+    origin_of(
+        d,
+        samplers,
+        |id| marked(&OUR_TIMERS, id),
+        |fd| marked(&OUR_FDS, fd),
+    )
 }
 
 /// Samples between period changes (see the module doc).
@@ -831,19 +897,26 @@ fn ticks_for(t: &ThreadState) -> u64 {
         return 0;
     }
     let iv = options::get().interval_ns;
-    if has_event(t) {
-        // One event period (clock_seen holds it), in whole intervals with
-        // the remainder carried: a run of samples at a period 10% longer
-        // than the interval counts 10% more.
-        let credit = t.clock_credit.get() + t.clock_seen.get();
-        t.clock_credit.set(credit % iv);
-        return credit / iv;
-    }
-    let now = sampled_clock_ns();
-    let credit = t.clock_credit.get() + now.saturating_sub(t.clock_seen.get());
-    t.clock_seen.set(now);
-    t.clock_credit.set(credit % iv);
-    credit / iv
+    let elapsed = if has_event(t) {
+        // One event period (clock_seen holds it).
+        t.clock_seen.get()
+    } else {
+        let now = sampled_clock_ns();
+        let e = now.saturating_sub(t.clock_seen.get());
+        t.clock_seen.set(now);
+        e
+    };
+    let (ticks, carry) = whole_intervals(t.clock_credit.get(), elapsed, iv);
+    t.clock_credit.set(carry);
+    ticks
+}
+
+/// `elapsed` nanoseconds of the sampled clock, plus the `carried`
+/// remainder, in whole `interval`s: (ticks, remainder to carry). A run of
+/// samples at a period 10% longer than the interval counts 10% more.
+fn whole_intervals(carried: u64, elapsed: u64, interval: u64) -> (u64, u64) {
+    let credit = carried + elapsed;
+    (credit / interval, credit % interval)
 }
 
 fn sample(t: &'static ThreadState, uc: *mut libc::c_void, k: u64) {
@@ -921,5 +994,92 @@ pub fn tick_seconds() -> f64 {
     match options::get().perf {
         Some(_) => options::get().interval_ns as f64 / 1e9,
         None => 0.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mine(has_event: bool) -> Samplers {
+        Samplers {
+            has_event,
+            has_switch_event: true,
+            timer: 7,
+            tid: 100,
+            perf_fd: 9,
+        }
+    }
+
+    #[test]
+    fn a_delivery_is_ours_stale_or_the_programs() {
+        let never = |_| false;
+        let o = |d, t| origin_of(d, t, never, never);
+        // sigtrap perf events: our cookie, the switch cookie, or the program's.
+        assert_eq!(
+            o(Delivery::Perf { data: COOKIE }, Some(mine(true))),
+            Origin::Sampler
+        );
+        assert_eq!(
+            o(Delivery::Perf { data: COOKIE }, Some(mine(false))),
+            Origin::Stale
+        );
+        assert_eq!(o(Delivery::Perf { data: COOKIE }, None), Origin::Stale);
+        let switch = Delivery::Perf {
+            data: SWITCH_COOKIE,
+        };
+        assert_eq!(o(switch, Some(mine(true))), Origin::Switched);
+        let no_switch = Samplers {
+            has_switch_event: false,
+            ..mine(true)
+        };
+        assert_eq!(o(switch, Some(no_switch)), Origin::Stale);
+        assert_eq!(
+            o(Delivery::Perf { data: 42 }, Some(mine(true))),
+            Origin::Program
+        );
+        // POSIX timers: this thread's by id or by its cookie, another of
+        // ours by cookie or id, else the program's.
+        let t = Some(mine(false));
+        assert_eq!(o(Delivery::Timer { id: 7, value: 0 }, t), Origin::Sampler);
+        let by_cookie = Delivery::Timer {
+            id: 3,
+            value: timer_cookie(100),
+        };
+        assert_eq!(o(by_cookie, t), Origin::Sampler);
+        let other_thread = Delivery::Timer {
+            id: 3,
+            value: timer_cookie(101),
+        };
+        assert_eq!(o(other_thread, t), Origin::Stale);
+        assert_eq!(o(Delivery::Timer { id: 3, value: 5 }, t), Origin::Program);
+        let was_ours = origin_of(Delivery::Timer { id: 3, value: 5 }, t, |id| id == 3, never);
+        assert_eq!(was_ours, Origin::Stale);
+        // fasync SIGPROF: the thread's event descriptor, one of ours, or not.
+        assert_eq!(o(Delivery::Poll { fd: 9 }, t), Origin::Sampler);
+        assert_eq!(o(Delivery::Poll { fd: 10 }, t), Origin::Program);
+        assert_eq!(
+            origin_of(Delivery::Poll { fd: 10 }, t, never, |fd| fd == 10),
+            Origin::Stale
+        );
+        // kill, raise, the program's own itimer.
+        assert_eq!(o(Delivery::Other, t), Origin::Program);
+    }
+
+    #[test]
+    fn ticks_are_whole_intervals_with_the_remainder_carried() {
+        let iv = 1_000_000;
+        assert_eq!(whole_intervals(0, 1_000_000, iv), (1, 0));
+        assert_eq!(whole_intervals(0, 2_500_000, iv), (2, 500_000));
+        assert_eq!(whole_intervals(500_000, 600_000, iv), (1, 100_000));
+        assert_eq!(whole_intervals(0, 999_999, iv), (0, 999_999));
+        // Ten samples at a period 10% longer than the interval count 11.
+        let (mut carry, mut total) = (0, 0);
+        for _ in 0..10 {
+            let (k, c) = whole_intervals(carry, 1_100_000, iv);
+            total += k;
+            carry = c;
+        }
+        assert_eq!((total, carry), (11, 0));
     }
 }

@@ -83,33 +83,40 @@ pub unsafe fn exec_env(envp: *const *const libc::c_char) -> Option<ExecEnv> {
     if envp.is_null() {
         return None;
     }
-    let mut ptrs = Vec::new();
-    let mut profiled = false;
-    let mut i = 0;
+    let mut all: Vec<*const libc::c_char> = Vec::new();
+    let mut bytes: Vec<&[u8]> = Vec::new();
     loop {
-        let e = *envp.add(i);
+        let e = *envp.add(all.len());
         if e.is_null() {
             break;
         }
-        let bytes = core::ffi::CStr::from_ptr(e).to_bytes();
-        profiled |= bytes.starts_with(b"IGPROF=");
-        if !bytes.starts_with(EXEC_OF) {
-            ptrs.push(e);
-        }
-        i += 1;
+        all.push(e);
+        bytes.push(core::ffi::CStr::from_ptr(e).to_bytes());
     }
-    if !profiled {
-        return None;
-    }
-    let gen = run::exec_generation() + 1;
-    let mut entry = EXEC_OF.to_vec();
-    entry.extend_from_slice(format!("{}.{gen}\0", sys::getpid()).as_bytes());
+    let (keep, entry) = exec_env_plan(&bytes, sys::getpid(), run::exec_generation() + 1)?;
+    let mut ptrs: Vec<*const libc::c_char> = keep.into_iter().map(|i| all[i]).collect();
     ptrs.push(entry.as_ptr() as *const libc::c_char);
     ptrs.push(core::ptr::null());
     Some(ExecEnv {
         _entry: entry,
         ptrs,
     })
+}
+
+/// The new image's environment, as a plan over `env`'s entries: the ones
+/// that stay (all but a previous `IGPROF_EXEC_OF=`) and the entry to add
+/// (`IGPROF_EXEC_OF=<pid>.<gen>`, NUL-terminated); None when `env` does
+/// not profile the new image (no `IGPROF=`).
+fn exec_env_plan(env: &[&[u8]], pid: i32, gen: u32) -> Option<(Vec<usize>, Vec<u8>)> {
+    if !env.iter().any(|e| e.starts_with(b"IGPROF=")) {
+        return None;
+    }
+    let keep = (0..env.len())
+        .filter(|&i| !env[i].starts_with(EXEC_OF))
+        .collect();
+    let mut entry = EXEC_OF.to_vec();
+    entry.extend_from_slice(format!("{pid}.{gen}\0").as_bytes());
+    Some((keep, entry))
 }
 
 /// Runs `f` for every module the options select (after start-up: the
@@ -453,5 +460,26 @@ pub fn dump_now(path: Option<&[u8]>) -> i32 {
             crate::igprof_log!("igprof_dump_now({path}): {e}");
             -1
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exec_env_plan;
+
+    #[test]
+    fn an_exec_hands_the_next_image_its_generation() {
+        let env: [&[u8]; 4] = [
+            b"PATH=/bin",
+            b"IGPROF_EXEC_OF=9.1",
+            b"IGPROF=-pp",
+            b"HOME=/",
+        ];
+        let (keep, entry) = exec_env_plan(&env, 9, 2).unwrap();
+        assert_eq!(keep, [0, 2, 3], "the previous generation's entry goes");
+        assert_eq!(entry, b"IGPROF_EXEC_OF=9.2\0");
+        // An environment without IGPROF= does not profile the new image.
+        assert!(exec_env_plan(&[b"PATH=/bin", b"IGPROF_EXEC_OF=9.1"], 9, 2).is_none());
+        assert!(exec_env_plan(&[], 9, 1).is_none());
     }
 }
