@@ -54,25 +54,10 @@ pub struct ThreadState {
     /// signal stack does not have.
     pub walk_stack: usize,
     pub trace_cap: usize,
-    /// Kernel timer id of this thread's sampling timer, or -1.
-    pub timer: AtomicI32,
-    /// perf_event descriptor of this thread's task-clock sampler, or -1.
-    pub perf_fd: AtomicI32,
-    /// The perf event's ring-buffer mapping (0 if none).
-    pub perf_ring: core::sync::atomic::AtomicUsize,
-    /// -pr: the context-switch perf event's holding mapping (0 if none).
-    pub switch_hold: core::sync::atomic::AtomicUsize,
-    /// -pr: wall-clock and thread CPU time when off-CPU time was last
-    /// charged (see cpu::off_cpu_ticks).
-    pub wall_mark: Cell<u64>,
-    pub cpu_mark: Cell<u64>,
-    /// Samples since the sampling period was last re-randomised.
-    pub since_jitter: Cell<u32>,
-    pub samples: AtomicU64,
-    pub dropped: AtomicU64,
-    pub truncated: AtomicU64,
-    /// Nanoseconds spent in the sampling handler (our own cost per sample).
-    pub handler_ns: AtomicU64,
+    /// The sampler's part (modules/cpu).
+    pub sampler: Sampler,
+    /// Counts the dump reports (samples, drops, truncations, handler time).
+    pub stats: SampleStats,
     /// Set when the thread has exited (its tree is still dumped, and the
     /// state may be adopted by a new thread once the old one has ended).
     pub exited: AtomicBool,
@@ -86,25 +71,13 @@ pub struct ThreadState {
     /// thread-local record (the hooks' [`crate::modules::mem::site::HookTls`]), made
     /// by that module on first use; null otherwise.
     pub private_tls: AtomicPtr<u8>,
-    /// Ticks of samples that landed while the thread was inside profiler
-    /// code, not yet charged (see cpu::settle_pending).
-    pub pending_ticks: Cell<u64>,
-    /// xorshift state for interval jitter.
-    pub rng: Cell<u64>,
-    /// POSIX-timer samplers: the sampled clock's reading already turned into
-    /// ticks, and the carried remainder (see cpu::ticks_for).
-    pub clock_seen: Cell<u64>,
-    pub clock_credit: Cell<u64>,
-    /// Program's view of the sampling signal's blocking on this thread (signals module).
-    pub prog_blocks_prof: Cell<bool>,
-    /// A program-originated sampling signal arrived while the program blocked it.
-    pub prog_prof_pending: Cell<bool>,
+    /// The program's view of the sampling signal on this thread
+    /// (process/signals).
+    pub shadow: OwnerCell<SignalShadow>,
     /// Where the unwinder may read this thread's stack.
     pub bounds: OwnerCell<crate::unwind::StackBounds>,
     /// The thread's unwinder (descriptor cache), None if it could not be made.
     pub unwinder: Option<crate::unwind::ThreadUnwinder>,
-    /// The node of this thread's latest sample (energy charged at exit/dump).
-    pub last_sample: AtomicPtr<crate::base::tree::Node>,
     /// The thread's slot in the energy ledger (-np), as its index
     /// (`NO_SLOT`: none; written by the owner, read by the dumper too).
     energy_slot: AtomicUsize,
@@ -127,6 +100,129 @@ impl<T> Deref for OwnerCell<T> {
         // CURRENT slot (so no reference obtained here is alive then).
         unsafe { &*self.0.get() }
     }
+}
+
+impl<T> OwnerCell<T> {
+    pub fn new(v: T) -> Self {
+        OwnerCell(UnsafeCell::new(v))
+    }
+
+    /// Puts `v` in place for a new owner.
+    ///
+    /// # Safety
+    /// Only while adopting the state: it is claimed by the caller and not
+    /// yet reachable as any thread's current state, so no reference to the
+    /// value is alive.
+    unsafe fn renew(&self, v: T) {
+        // SAFETY: guaranteed by the caller.
+        unsafe { *self.0.get() = v };
+    }
+}
+
+/// The sampler's part of a thread's state: its per-thread sampling
+/// events or timer (written by `modules/cpu` on the owner thread, read by
+/// other threads to stop or recognise them) and the owner-only
+/// [`SamplerClock`].
+pub struct Sampler {
+    /// Kernel timer id of this thread's sampling timer, or -1.
+    pub timer: AtomicI32,
+    /// perf_event descriptor of this thread's task-clock sampler, or -1.
+    pub perf_fd: AtomicI32,
+    /// The perf event's ring-buffer mapping (0 if none).
+    pub perf_ring: AtomicUsize,
+    /// -pr: the context-switch perf event's holding mapping (0 if none).
+    pub switch_hold: AtomicUsize,
+    /// The node of this thread's latest sample (energy charged at exit/dump).
+    pub last_sample: AtomicPtr<crate::base::tree::Node>,
+    pub clock: OwnerCell<SamplerClock>,
+}
+
+impl Sampler {
+    fn new(tid: i32) -> Self {
+        Sampler {
+            timer: AtomicI32::new(-1),
+            perf_fd: AtomicI32::new(-1),
+            perf_ring: AtomicUsize::new(0),
+            switch_hold: AtomicUsize::new(0),
+            last_sample: AtomicPtr::new(null_mut()),
+            clock: OwnerCell::new(SamplerClock::new(tid)),
+        }
+    }
+
+    /// For a new owner of the state (its events were stopped when the
+    /// previous owner ended).
+    ///
+    /// # Safety
+    /// As [`OwnerCell::renew`].
+    unsafe fn renew(&self, tid: i32) {
+        self.last_sample.store(null_mut(), Ordering::Release);
+        // SAFETY: guaranteed by the caller.
+        unsafe { self.clock.renew(SamplerClock::new(tid)) };
+    }
+}
+
+/// What only the owner thread's sampler reads and writes.
+pub struct SamplerClock {
+    /// -pr: wall-clock and thread CPU time when off-CPU time was last
+    /// charged (see cpu::off_cpu_ticks).
+    pub wall_mark: Cell<u64>,
+    pub cpu_mark: Cell<u64>,
+    /// Samples since the sampling period was last re-randomised.
+    pub since_jitter: Cell<u32>,
+    /// Ticks of samples that landed while the thread was inside profiler
+    /// code, not yet charged (see cpu::settle_pending).
+    pub pending_ticks: Cell<u64>,
+    /// xorshift state for interval jitter.
+    rng: Cell<u64>,
+    /// POSIX-timer samplers: the sampled clock's reading already turned into
+    /// ticks, and the carried remainder (see cpu::ticks_for).
+    pub clock_seen: Cell<u64>,
+    pub clock_credit: Cell<u64>,
+}
+
+impl SamplerClock {
+    fn new(tid: i32) -> Self {
+        SamplerClock {
+            wall_mark: Cell::new(0),
+            cpu_mark: Cell::new(0),
+            since_jitter: Cell::new(0),
+            pending_ticks: Cell::new(0),
+            rng: Cell::new(seed(tid)),
+            clock_seen: Cell::new(0),
+            clock_credit: Cell::new(0),
+        }
+    }
+
+    /// Next pseudo-random number.
+    #[inline]
+    pub fn next_random(&self) -> u64 {
+        let mut x = self.rng.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng.set(x);
+        x
+    }
+}
+
+/// Counts of a state's samples and stack walks, for the dump (written by
+/// the owner thread, read by the dumper; they add up across owners).
+#[derive(Default)]
+pub struct SampleStats {
+    pub samples: AtomicU64,
+    pub dropped: AtomicU64,
+    pub truncated: AtomicU64,
+    /// Nanoseconds spent in the sampling handler (our own cost per sample).
+    pub handler_ns: AtomicU64,
+}
+
+/// The program's view of the sampling signal on this thread (owner only).
+#[derive(Default)]
+pub struct SignalShadow {
+    /// The program "blocks" the sampling signal.
+    pub blocks: Cell<bool>,
+    /// A program-originated sampling signal arrived while it blocked it.
+    pub pending: Cell<bool>,
 }
 
 /// Bytes of a state's walk stack (pages are committed only when touched).
@@ -269,18 +365,15 @@ fn register(
     if let Some(t) = adopt_ended(tid, max_depth + 1, shares_tls) {
         t.busy.set(false);
         t.in_signal.set(false);
-        t.since_jitter.set(0);
-        t.rng.set(seed(tid));
-        t.clock_seen.set(0);
-        t.clock_credit.set(0);
-        t.pending_ticks.set(0);
-        t.prog_blocks_prof.set(false);
-        t.prog_prof_pending.set(false);
-        t.last_sample.store(null_mut(), Ordering::Release);
         t.set_energy_slot(None);
         // SAFETY: the state is ours (claimed in adopt_ended) and not yet
-        // reachable as any thread's current state, so no one reads bounds.
-        unsafe { *t.bounds.0.get() = bounds };
+        // reachable as any thread's current state: no one reads its
+        // owner-only parts, which get the values a new state starts with.
+        unsafe {
+            t.sampler.renew(tid);
+            t.shadow.renew(SignalShadow::default());
+            t.bounds.renew(bounds);
+        }
         // Published last: a thread that shares TLS is found by this id.
         t.tid.store(tid, Ordering::Release);
         if !shares_tls {
@@ -357,7 +450,7 @@ fn build_state(
         return None;
     }
     let tid = sys::gettid();
-    let bounds = OwnerCell(UnsafeCell::new(bounds));
+    let bounds = OwnerCell::new(bounds);
     let unwinder = crate::unwind::ThreadUnwinder::new().ok();
     // SAFETY: fresh mapping big enough for the state plus the trace buffer.
     unsafe {
@@ -369,30 +462,15 @@ fn build_state(
             trace: (mem as *mut u8).add(size) as *mut usize,
             walk_stack: sys::mmap_anon(WALK_STACK) as usize,
             trace_cap: max_depth + 1,
-            timer: AtomicI32::new(-1),
-            perf_fd: AtomicI32::new(-1),
-            perf_ring: core::sync::atomic::AtomicUsize::new(0),
-            switch_hold: core::sync::atomic::AtomicUsize::new(0),
-            wall_mark: Cell::new(0),
-            cpu_mark: Cell::new(0),
-            since_jitter: Cell::new(0),
-            samples: AtomicU64::new(0),
-            dropped: AtomicU64::new(0),
-            truncated: AtomicU64::new(0),
-            handler_ns: AtomicU64::new(0),
+            sampler: Sampler::new(tid),
+            stats: SampleStats::default(),
             exited: AtomicBool::new(false),
             stale: AtomicBool::new(stale),
             shares_tls,
             private_tls: AtomicPtr::new(null_mut()),
-            pending_ticks: Cell::new(0),
-            rng: Cell::new(seed(tid)),
-            clock_seen: Cell::new(0),
-            clock_credit: Cell::new(0),
-            prog_blocks_prof: Cell::new(false),
-            prog_prof_pending: Cell::new(false),
+            shadow: OwnerCell::new(SignalShadow::default()),
             bounds,
             unwinder,
-            last_sample: AtomicPtr::new(null_mut()),
             energy_slot: AtomicUsize::new(NO_SLOT),
             next: AtomicPtr::new(null_mut()),
         });
@@ -502,17 +580,6 @@ impl ThreadState {
         Some(self.energy_slot.swap(NO_SLOT, Ordering::AcqRel)).filter(|&s| s != NO_SLOT)
     }
 
-    /// Next pseudo-random number (owner thread only).
-    #[inline]
-    pub fn next_random(&self) -> u64 {
-        let mut x = self.rng.get();
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.rng.set(x);
-        x
-    }
-
     /// The trace buffer (owner thread only, guard held).
     ///
     /// # Safety
@@ -537,7 +604,7 @@ impl Guard {
 impl Drop for Guard {
     #[inline]
     fn drop(&mut self) {
-        if self.t.pending_ticks.get() != 0 {
+        if self.t.sampler.clock.pending_ticks.get() != 0 {
             if let Some(h) = LEAVE_HOOKS.get() {
                 (h.settle)(self.t);
             }

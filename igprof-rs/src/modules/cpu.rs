@@ -220,7 +220,7 @@ fn next_interval(t: &ThreadState) -> u64 {
     let spread = base / 5;
     base - base / 10
         + if spread > 0 {
-            t.next_random() % spread
+            t.sampler.clock.next_random() % spread
         } else {
             0
         }
@@ -236,7 +236,7 @@ fn next_interval(t: &ThreadState) -> u64 {
 /// CLOCK_MONOTONIC timer.
 pub fn start_thread(t: &'static ThreadState) {
     let o = options::get();
-    if !o.needs_timers() || t.timer.load(Ordering::Relaxed) >= 0 || has_event(t) {
+    if !o.needs_timers() || t.sampler.timer.load(Ordering::Relaxed) >= 0 || has_event(t) {
         return;
     }
     let user_only = o.perf == Some(PerfClock::User);
@@ -257,13 +257,13 @@ pub fn start_thread(t: &'static ThreadState) {
             }
         }
     }
-    t.clock_seen.set(sampled_clock_ns());
-    t.clock_credit.set(0);
+    t.sampler.clock.clock_seen.set(sampled_clock_ns());
+    t.sampler.clock.clock_credit.set(0);
     match sys::timer_create_for_thread(clock_for(t.tid()), signal(), t.tid(), timer_cookie(t.tid()))
     {
         Ok(id) => {
             mark(&OUR_TIMERS, id);
-            t.timer.store(id, Ordering::Release);
+            t.sampler.timer.store(id, Ordering::Release);
             sys::timer_arm_once(id, next_interval(t));
         }
         Err(e) => no_timer(t.tid(), e),
@@ -309,7 +309,7 @@ fn open_event(t: &'static ThreadState, user_only: bool, how: PerfDelivery) -> Re
                         sys::perf_release(hold);
                         return Err(sys::errno());
                     }
-                    t.perf_ring.store(hold, Ordering::Release);
+                    t.sampler.perf_ring.store(hold, Ordering::Release);
                     set_event_period(t, period);
                     return Ok(());
                 }
@@ -324,8 +324,8 @@ fn open_event(t: &'static ThreadState, user_only: bool, how: PerfDelivery) -> Re
     let (fd, ring) = sys::perf_task_clock_open(t.tid(), period, user_only, how, high_fd_base())?;
     set_event_period(t, period);
     mark(&OUR_FDS, fd);
-    t.perf_ring.store(ring, Ordering::Release);
-    t.perf_fd.store(fd, Ordering::Release);
+    t.sampler.perf_ring.store(ring, Ordering::Release);
+    t.sampler.perf_fd.store(fd, Ordering::Release);
     if sys::perf_enable(fd) {
         return Ok(());
     }
@@ -350,9 +350,9 @@ fn open_switch_event(t: &'static ThreadState) -> Result<(), i32> {
     });
     match held {
         Ok(hold) => {
-            t.wall_mark.set(sys::monotonic_ns());
-            t.cpu_mark.set(sys::thread_cpu_ns());
-            t.switch_hold.store(hold, Ordering::Release);
+            t.sampler.clock.wall_mark.set(sys::monotonic_ns());
+            t.sampler.clock.cpu_mark.set(sys::thread_cpu_ns());
+            t.sampler.switch_hold.store(hold, Ordering::Release);
             Ok(())
         }
         Err(e) => {
@@ -372,13 +372,13 @@ const SWITCH_COOKIE: u64 = 0x6967_7072_6f66_2d73;
 fn off_cpu_ticks(t: &ThreadState) -> u64 {
     let (wall, cpu) = (sys::monotonic_ns(), sys::thread_cpu_ns());
     let off = wall
-        .saturating_sub(t.wall_mark.get())
-        .saturating_sub(cpu.saturating_sub(t.cpu_mark.get()));
-    t.wall_mark.set(wall);
-    t.cpu_mark.set(cpu);
+        .saturating_sub(t.sampler.clock.wall_mark.get())
+        .saturating_sub(cpu.saturating_sub(t.sampler.clock.cpu_mark.get()));
+    t.sampler.clock.wall_mark.set(wall);
+    t.sampler.clock.cpu_mark.set(cpu);
     let iv = options::get().interval_ns;
-    let credit = t.clock_credit.get() + off;
-    t.clock_credit.set(credit % iv);
+    let credit = t.sampler.clock.clock_credit.get() + off;
+    t.sampler.clock.clock_credit.set(credit % iv);
     credit / iv
 }
 
@@ -386,8 +386,8 @@ fn off_cpu_ticks(t: &ThreadState) -> u64 {
 /// with its random part): remembered so that each sample counts for what it
 /// stands for ([`ticks_for`]).
 fn set_event_period(t: &ThreadState, period: u64) {
-    t.clock_seen.set(period);
-    t.clock_credit.set(0);
+    t.sampler.clock.clock_seen.set(period);
+    t.sampler.clock.clock_credit.set(0);
 }
 
 /// Set once a perf mapping was refused: events keep their descriptor.
@@ -395,7 +395,8 @@ static HOLD_REFUSED: core::sync::atomic::AtomicBool = core::sync::atomic::Atomic
 
 /// Whether the thread's sampler is a perf event (held by descriptor or mapping).
 fn has_event(t: &ThreadState) -> bool {
-    t.perf_fd.load(Ordering::Relaxed) >= 0 || t.perf_ring.load(Ordering::Relaxed) != 0
+    t.sampler.perf_fd.load(Ordering::Relaxed) >= 0
+        || t.sampler.perf_ring.load(Ordering::Relaxed) != 0
 }
 
 /// Where the profiler's own descriptors go: high enough to stay out of the
@@ -409,7 +410,7 @@ static PERF_UNAVAILABLE: core::sync::atomic::AtomicBool =
 
 /// Stops sampling the calling thread (thread exit, exec).
 pub fn stop_thread(t: &ThreadState) {
-    let id = t.timer.swap(-1, Ordering::AcqRel);
+    let id = t.sampler.timer.swap(-1, Ordering::AcqRel);
     if id >= 0 {
         sys::timer_delete(id);
     }
@@ -418,14 +419,14 @@ pub fn stop_thread(t: &ThreadState) {
 
 /// Ends the thread's perf event, whichever way it is held.
 fn release_event(t: &ThreadState) {
-    let fd = t.perf_fd.swap(-1, Ordering::AcqRel);
-    let ring = t.perf_ring.swap(0, Ordering::AcqRel);
+    let fd = t.sampler.perf_fd.swap(-1, Ordering::AcqRel);
+    let ring = t.sampler.perf_ring.swap(0, Ordering::AcqRel);
     if fd >= 0 {
         sys::perf_close(fd, ring);
     } else if ring != 0 {
         sys::perf_release(ring);
     }
-    let switch = t.switch_hold.swap(0, Ordering::AcqRel);
+    let switch = t.sampler.switch_hold.swap(0, Ordering::AcqRel);
     if switch != 0 {
         sys::perf_release(switch);
     }
@@ -434,7 +435,7 @@ fn release_event(t: &ThreadState) {
 /// In a forked child: the parent's samplers are not ours (perf descriptors
 /// are inherited and would keep signalling the parent's threads' owner).
 pub fn forget_inherited(t: &ThreadState) {
-    t.timer.store(-1, Ordering::Release);
+    t.sampler.timer.store(-1, Ordering::Release);
     release_event(t);
 }
 
@@ -612,10 +613,10 @@ fn origin(t: Option<&ThreadState>, code: i32, info: *const libc::siginfo_t) -> O
     };
     let samplers = t.map(|t| Samplers {
         has_event: has_event(t),
-        has_switch_event: t.switch_hold.load(Ordering::Relaxed) != 0,
-        timer: t.timer.load(Ordering::Relaxed),
+        has_switch_event: t.sampler.switch_hold.load(Ordering::Relaxed) != 0,
+        timer: t.sampler.timer.load(Ordering::Relaxed),
         tid: t.tid(),
-        perf_fd: t.perf_fd.load(Ordering::Relaxed),
+        perf_fd: t.sampler.perf_fd.load(Ordering::Relaxed),
     });
     origin_of(
         d,
@@ -638,23 +639,23 @@ fn rearm(t: &'static ThreadState) {
         // every JITTER_EVERY samples (an ioctl costs more than the rest of
         // the sample). A held event has no descriptor to change: a new one
         // with the new period replaces it.
-        let fd = t.perf_fd.load(Ordering::Relaxed);
+        let fd = t.sampler.perf_fd.load(Ordering::Relaxed);
         let every = if fd >= 0 { JITTER_EVERY } else { RENEW_EVERY };
-        let n = t.since_jitter.get() + 1;
+        let n = t.sampler.clock.since_jitter.get() + 1;
         if n < every {
-            t.since_jitter.set(n);
+            t.sampler.clock.since_jitter.set(n);
             return;
         }
-        t.since_jitter.set(0);
+        t.sampler.clock.since_jitter.set(0);
         if fd >= 0 {
             let period = next_interval(t);
             sys::perf_set_period(fd, period);
-            t.clock_seen.set(period);
+            t.sampler.clock.clock_seen.set(period);
         } else {
             renew_held_event(t);
         }
     } else {
-        let id = t.timer.load(Ordering::Relaxed);
+        let id = t.sampler.timer.load(Ordering::Relaxed);
         if id >= 0 {
             sys::timer_arm_once(id, next_interval(t));
         }
@@ -677,8 +678,8 @@ fn renew_held_event(t: &'static ThreadState) {
     sys::close(fd);
     match held {
         Ok(new) if enabled => {
-            let old = t.perf_ring.swap(new, Ordering::AcqRel);
-            t.clock_seen.set(period);
+            let old = t.sampler.perf_ring.swap(new, Ordering::AcqRel);
+            t.sampler.clock.clock_seen.set(period);
             if old != 0 {
                 sys::perf_release(old);
             }
@@ -728,7 +729,10 @@ extern "C" fn handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_voi
         // The thread is inside the profiler (a hook: the program called
         // malloc, open...): the time is the program's. Charged to the
         // program's stack when the profiler code leaves ([`settle_pending`]).
-        t.pending_ticks.set(t.pending_ticks.get() + ticks);
+        t.sampler
+            .clock
+            .pending_ticks
+            .set(t.sampler.clock.pending_ticks.get() + ticks);
         return;
     };
     t.set_in_signal(true);
@@ -737,7 +741,7 @@ extern "C" fn handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_voi
     drop(guard);
     if timed {
         let ns = sys::thread_cpu_ns().saturating_sub(start);
-        t.handler_ns.fetch_add(ns, Ordering::Relaxed);
+        t.stats.handler_ns.fetch_add(ns, Ordering::Relaxed);
         cost::record(ns);
     }
 }
@@ -843,7 +847,7 @@ pub mod cost {
 /// frames skipped). Called as profiler code is left, guard still held.
 #[inline]
 pub fn settle_pending(t: &'static ThreadState) {
-    if t.pending_ticks.get() != 0 {
+    if t.sampler.clock.pending_ticks.get() != 0 {
         settle_slow(t);
     }
 }
@@ -853,23 +857,23 @@ pub fn settle_pending(t: &'static ThreadState) {
 fn settle_slow(t: &'static ThreadState) {
     // A sample taken meanwhile adds to the pending ticks again: a few rounds at most.
     for _ in 0..4 {
-        let k = t.pending_ticks.replace(0);
+        let k = t.sampler.clock.pending_ticks.replace(0);
         if k == 0 {
             return;
         }
         // SAFETY: the owning thread, still inside its guard.
         let buf = unsafe { t.trace_buf() };
         let walk = crate::base::trace::here(t, buf);
-        t.samples.fetch_add(1, Ordering::Relaxed);
+        t.stats.samples.fetch_add(1, Ordering::Relaxed);
         if walk.refused {
-            t.dropped.fetch_add(1, Ordering::Relaxed);
+            t.stats.dropped.fetch_add(1, Ordering::Relaxed);
             continue;
         }
         // SAFETY: owner thread, guard held.
         let node = unsafe { t.tree_mut() }.node_for(&buf[..walk.depth], walk.truncated);
         let slot = TICK_SLOT.load(Ordering::Relaxed);
         if node.is_null() {
-            t.dropped.fetch_add(1, Ordering::Relaxed);
+            t.stats.dropped.fetch_add(1, Ordering::Relaxed);
         } else if slot != usize::MAX {
             // SAFETY: node is a live node of this tree.
             unsafe { &*node }.counter(slot).add(k, k);
@@ -899,15 +903,15 @@ fn ticks_for(t: &ThreadState) -> u64 {
     let iv = options::get().interval_ns;
     let elapsed = if has_event(t) {
         // One event period (clock_seen holds it).
-        t.clock_seen.get()
+        t.sampler.clock.clock_seen.get()
     } else {
         let now = sampled_clock_ns();
-        let e = now.saturating_sub(t.clock_seen.get());
-        t.clock_seen.set(now);
+        let e = now.saturating_sub(t.sampler.clock.clock_seen.get());
+        t.sampler.clock.clock_seen.set(now);
         e
     };
-    let (ticks, carry) = whole_intervals(t.clock_credit.get(), elapsed, iv);
-    t.clock_credit.set(carry);
+    let (ticks, carry) = whole_intervals(t.sampler.clock.clock_credit.get(), elapsed, iv);
+    t.sampler.clock.clock_credit.set(carry);
     ticks
 }
 
@@ -925,20 +929,20 @@ fn sample(t: &'static ThreadState, uc: *mut libc::c_void, k: u64) {
     // SAFETY: uc comes from the kernel for this thread's signal.
     let walk = unsafe { crate::base::trace::from_ucontext(t, uc, buf) };
     if walk.refused {
-        t.dropped.fetch_add(1, Ordering::Relaxed);
+        t.stats.dropped.fetch_add(1, Ordering::Relaxed);
         return;
     }
     if walk.truncated {
-        t.truncated.fetch_add(1, Ordering::Relaxed);
+        t.stats.truncated.fetch_add(1, Ordering::Relaxed);
     }
     // SAFETY: owner thread, guard held.
     let tree = unsafe { t.tree_mut() };
     let node = tree.node_for(&buf[..walk.depth], walk.truncated);
-    t.samples.fetch_add(1, Ordering::Relaxed);
+    t.stats.samples.fetch_add(1, Ordering::Relaxed);
     if node.is_null() {
-        t.dropped.fetch_add(1, Ordering::Relaxed);
+        t.stats.dropped.fetch_add(1, Ordering::Relaxed);
     } else {
-        t.last_sample.store(node, Ordering::Release);
+        t.sampler.last_sample.store(node, Ordering::Release);
         let slot = TICK_SLOT.load(Ordering::Relaxed);
         if slot != usize::MAX {
             // SAFETY: node is a live node of this tree.

@@ -603,10 +603,10 @@ fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
         if t.stale.load(Ordering::Acquire) {
             continue;
         }
-        stats.samples += t.samples.load(Ordering::Relaxed);
-        stats.dropped += t.dropped.load(Ordering::Relaxed);
-        stats.truncated += t.truncated.load(Ordering::Relaxed);
-        stats.handler_ns += t.handler_ns.load(Ordering::Relaxed);
+        stats.samples += t.stats.samples.load(Ordering::Relaxed);
+        stats.dropped += t.stats.dropped.load(Ordering::Relaxed);
+        stats.truncated += t.stats.truncated.load(Ordering::Relaxed);
+        stats.handler_ns += t.stats.handler_ns.load(Ordering::Relaxed);
         if let Some(u) = &t.unwinder {
             let c = u.stats();
             stats.descriptors.hits += c.hits;

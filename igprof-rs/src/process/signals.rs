@@ -123,7 +123,7 @@ fn mask_common(
     let sig = sampling_signal();
     let busy = thread::is_busy() || sig == 0;
     let g = t.and_then(|t| t.enter());
-    let prev_blocked = t.is_some_and(|t| t.prog_blocks_prof.get());
+    let prev_blocked = t.is_some_and(|t| t.shadow.blocks.get());
     let mut copy: libc::sigset_t;
     let mut set_ptr = set;
     let mut wants_block: Option<bool> = None;
@@ -155,7 +155,7 @@ fn mask_common(
             unsafe { libc::sigaddset(old, sig) };
         }
         match (t, wants_block) {
-            (Some(t), Some(true)) => t.prog_blocks_prof.set(true),
+            (Some(t), Some(true)) => t.shadow.blocks.set(true),
             (Some(t), Some(false)) => end_shadow_block(t, sig),
             _ => {}
         }
@@ -166,8 +166,8 @@ fn mask_common(
 /// The program's (shadow) block of the sampling signal on `t` ends: deliver
 /// what it held back.
 fn end_shadow_block(t: &thread::ThreadState, sig: i32) {
-    t.prog_blocks_prof.set(false);
-    if t.prog_prof_pending.replace(false) {
+    t.shadow.blocks.set(false);
+    if t.shadow.pending.replace(false) {
         sys::tgkill(t.tid(), sig);
     }
 }
@@ -220,8 +220,8 @@ pub fn forward_program_signal(sig: i32, info: *mut libc::siginfo_t, uc: *mut lib
     }
     let t = thread::current();
     if let Some(t) = t {
-        if t.prog_blocks_prof.get() {
-            t.prog_prof_pending.set(true);
+        if t.shadow.blocks.get() {
+            t.shadow.pending.set(true);
             return;
         }
     }
@@ -249,7 +249,7 @@ pub fn forward_program_signal(sig: i32, info: *mut libc::siginfo_t, uc: *mut lib
     // Not blocked in the shadow here (that returned above): block it there
     // for the handler's duration unless SA_NODEFER.
     if let Some(t) = t.filter(|_| flags & libc::SA_NODEFER == 0) {
-        t.prog_blocks_prof.set(true);
+        t.shadow.blocks.set(true);
     }
     // SAFETY: the program installed this handler for the signal with these flags.
     unsafe {

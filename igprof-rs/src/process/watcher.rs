@@ -166,13 +166,13 @@ fn serve_pending_here() {
     let Some(t) = thread::current() else { return };
     let Some(g) = t.enter() else { return };
     // Samples taken while the dump runs are the profiler's time.
-    let ticks = t.pending_ticks.get();
+    let ticks = t.sampler.clock.pending_ticks.get();
     let path = crate::process::output_path();
     match output::dump_to(&path) {
         Ok(_) => crate::igprof_debug!("dump written to {path}"),
         Err(e) => crate::igprof_log!("requested dump failed: {e}"),
     }
-    t.pending_ticks.set(ticks);
+    t.sampler.clock.pending_ticks.set(ticks);
     drop(g);
 }
 

@@ -122,7 +122,7 @@ fn thread_end(t: &'static ThreadState) {
         // Close the interval now so that the thread's last CPU time is
         // shared out to it rather than left to the residual.
         let _ = l.close_now();
-        charge(t.last_sample.load(Ordering::Acquire), l.take(slot));
+        charge(t.sampler.last_sample.load(Ordering::Acquire), l.take(slot));
         l.unregister(slot);
     }
 }
@@ -170,7 +170,7 @@ fn before_dump() {
     let _ = l.close_now();
     for t in crate::base::thread::all() {
         if let Some(slot) = t.energy_slot().map(SlotId::from_index) {
-            charge(t.last_sample.load(Ordering::Acquire), l.take(slot));
+            charge(t.sampler.last_sample.load(Ordering::Acquire), l.take(slot));
         }
     }
 }

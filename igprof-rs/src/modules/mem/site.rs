@@ -249,7 +249,7 @@ fn walk_node(
         return None;
     }
     if w.truncated {
-        t.truncated.fetch_add(1, Ordering::Relaxed);
+        t.stats.truncated.fetch_add(1, Ordering::Relaxed);
     }
     // SAFETY: owner thread with its guard held.
     let tree = unsafe { t.tree_mut() };
