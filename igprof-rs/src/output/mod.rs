@@ -1,8 +1,9 @@
 //! Writing profiles: merging every thread's tree, naming addresses, and
 //! streaming IgProf's format (format::write) through flate2 into a file.
 //!
-//! Owns the dump triggers' common path ([`dump_to`], [`final_dump`]), the
-//! output file name, and how records name addresses: each distinct address
+//! Owns the dump's common path ([`dump_to`]; what triggers one is
+//! `process/`'s), the output file name (`path`), and how records name
+//! addresses: each distinct address
 //! of the profile is named once per dump by `names` (the names `dladdr`
 //! gives, from a per-object index; dumps never run in signal context).
 //! Unknown names are written as IgProf does, `@?0x<address>`, and
@@ -90,102 +91,11 @@ impl core::fmt::Display for DumpError {
 }
 
 static DUMPING: AtomicBool = AtomicBool::new(false);
-static FINAL_DONE: AtomicBool = AtomicBool::new(false);
 
-/// After fork in the child / after a failed exec: a final dump may happen again.
+/// In a fork child: no dump is in progress in this process.
 pub fn reset_after_fork() {
     UNLOADED.lock.store(false, Ordering::Release);
     DUMPING.store(false, Ordering::Release);
-    FINAL_DONE.store(false, Ordering::Release);
-}
-
-pub fn allow_final_again() {
-    FINAL_DONE.store(false, Ordering::Release);
-}
-
-/// The end-of-process dump (exit, _exit, abort, kill of self, exec): once.
-pub fn final_dump(reason: &str) -> bool {
-    if !crate::base::run::active() || FINAL_DONE.swap(true, Ordering::AcqRel) {
-        return false;
-    }
-    // The process is ending: stop sampling so the profile ends here (and no
-    // sample lands in the dump itself).
-    for t in thread::all() {
-        crate::modules::cpu::stop_thread(t);
-    }
-    let path = path::output_path();
-    match thread::paused(|| dump_after_others(&path)) {
-        Ok(stats) => {
-            let opts = crate::base::options::get();
-            if opts.debug || stats.dropped > 0 {
-                crate::igprof_log!(
-                    "wrote {} at {reason}: {} samples, {} dropped (taken inside the profiler or no memory), {} truncated stacks, {} thread states",
-                    path,
-                    stats.samples,
-                    stats.dropped,
-                    stats.truncated,
-                    stats.states
-                );
-            }
-            if opts.debug {
-                log_handler_cost(&stats);
-                log_dump_time(&stats);
-            }
-            true
-        }
-        Err(e) => {
-            crate::igprof_log!("could not write the profile at {reason}: {e}");
-            false
-        }
-    }
-}
-
-/// The process dies by `sig` and its profile could not be written (no
-/// watcher thread, or the signal interrupted the profiler itself, which may
-/// hold what a dump needs): says so. Signal context.
-pub fn final_dump_from_signal(sig: i32) {
-    if crate::base::run::active() && !FINAL_DONE.load(Ordering::Acquire) {
-        crate::igprof_log!(
-            "{} (default action) ends the process; no profile written",
-            crate::base::sys::signal_name(sig)
-        );
-    }
-}
-
-/// `-d`: the sampling handler's CPU time per sample.
-fn log_handler_cost(stats: &DumpStats) {
-    let Some((median, p99)) = crate::modules::cpu::cost::percentiles() else {
-        return;
-    };
-    let mean = stats.handler_ns.checked_div(stats.samples).unwrap_or(0);
-    let d = stats.descriptors;
-
-    crate::igprof_log!(
-        "sampling handler CPU time per sample: mean {mean} ns, median {median} ns, 99th percentile {p99} ns (thread CPU clock; percentiles to 19%); frame descriptors: {} hits, {} misses, {} frames unwound by framehop",
-        d.hits,
-        d.misses,
-        d.framehop
-    );
-}
-
-/// `-d`: how long the dump took and how much of it was naming.
-fn log_dump_time(stats: &DumpStats) {
-    let ms = |ns: u64| ns as f64 / 1e6;
-    crate::igprof_log!(
-        "dump: {} nodes merged in {:.1} ms, {} addresses named in {:.1} ms ({} from .symtab), {:.1} ms in all (thread CPU time)",
-        stats.nodes,
-        ms(stats.merge_ns),
-        stats.addresses,
-        ms(stats.naming_ns),
-        stats.from_symtab,
-        ms(stats.dump_ns)
-    );
-    if let Some(ns) = stats.dladdr_naming_ns {
-        crate::igprof_log!(
-            "dump: the same profile named by dladdr and written in {:.1} ms (IGPROF_NAMES_CHECK)",
-            ms(ns)
-        );
-    }
 }
 
 /// What a dump contained.
@@ -574,7 +484,7 @@ pub fn dump_to(path: &str) -> Result<DumpStats, DumpError> {
 
 /// [`dump_to`], after waiting (at most a minute) for a dump another thread
 /// is writing (a snapshot just before exit must not cost the final profile).
-fn dump_after_others(path: &str) -> Result<DumpStats, DumpError> {
+pub fn dump_after_others(path: &str) -> Result<DumpStats, DumpError> {
     let deadline = crate::base::sys::monotonic_ns() + 60_000_000_000;
     loop {
         match dump_to(path) {

@@ -103,7 +103,7 @@ pub fn die_after_dump(sig: i32) {
     if !crate::process::watcher::dump_before_death(sig)
         && !crate::process::watcher::final_dump_here(sig)
     {
-        crate::output::final_dump_from_signal(sig);
+        crate::process::ending::final_dump_from_signal(sig);
     }
     OURS.fetch_and(!(1 << sig), Ordering::AcqRel);
     // SAFETY: a zeroed sigaction with SIG_DFL is valid.

@@ -252,7 +252,7 @@ fn aside(f: impl FnOnce()) {
 fn dump_before_end(how: &str, ends: impl FnOnce() -> bool) {
     if !thread::is_busy() && crate::process::is_own_process() && ends() {
         aside(|| {
-            crate::output::final_dump(how);
+            crate::process::ending::final_dump(how);
         });
     }
 }

@@ -10,6 +10,7 @@
 //! something went wrong), or change the program's behaviour when the
 //! options are invalid (it then runs unprofiled).
 
+pub mod ending;
 pub mod fatal;
 pub mod hooks;
 pub mod signals;
@@ -281,7 +282,7 @@ pub fn init(modules: &'static [&'static Module]) {
 /// The library destructor: the final dump at normal exit.
 pub fn fini() {
     if is_own_process() {
-        output::final_dump("exit");
+        ending::final_dump("exit");
     }
 }
 
@@ -380,6 +381,7 @@ pub fn after_fork_child() {
         cpu::forget_inherited(t);
     }
     output::reset_after_fork();
+    ending::allow_final_again();
     each_module(|m| {
         if let Some(f) = m.fork_child {
             f()
@@ -424,7 +426,7 @@ pub fn before_exec() {
         }
     });
     run::set_execing(true);
-    output::final_dump("exec");
+    ending::final_dump("exec");
     for t in thread::all() {
         cpu::stop_thread(t);
     }
@@ -434,7 +436,7 @@ pub fn before_exec() {
 /// threads' samplers, stopped for the exec, stay stopped.
 pub fn exec_failed() {
     run::set_execing(false);
-    output::allow_final_again();
+    ending::allow_final_again();
     if let Some(t) = thread::current() {
         cpu::start_thread(t);
     }

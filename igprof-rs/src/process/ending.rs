@@ -1,0 +1,104 @@
+//! The process's final profile: written once, whichever way the process
+//! ends (exit, `_exit`, abort, a fatal signal, kill of itself, exec), with
+//! the `-d` report of what it held and cost.
+//!
+//! Must never: write a second final profile for one image, or write one
+//! from a process that is not ours (`run::is_own_process`).
+
+use core::sync::atomic::{AtomicBool, Ordering};
+
+use crate::base::thread;
+use crate::output::{self, DumpStats};
+
+static FINAL_DONE: AtomicBool = AtomicBool::new(false);
+
+/// In a fork child, or after an exec that failed: the process writes its
+/// final profile again when it ends.
+pub fn allow_final_again() {
+    FINAL_DONE.store(false, Ordering::Release);
+}
+
+/// The end-of-process dump (exit, _exit, abort, kill of self, exec): once.
+pub fn final_dump(reason: &str) -> bool {
+    if !crate::base::run::active() || FINAL_DONE.swap(true, Ordering::AcqRel) {
+        return false;
+    }
+    // The process is ending: stop sampling so the profile ends here (and no
+    // sample lands in the dump itself).
+    for t in thread::all() {
+        crate::modules::cpu::stop_thread(t);
+    }
+    let path = output::path::output_path();
+    match thread::paused(|| output::dump_after_others(&path)) {
+        Ok(stats) => {
+            let opts = crate::base::options::get();
+            if opts.debug || stats.dropped > 0 {
+                crate::igprof_log!(
+                    "wrote {} at {reason}: {} samples, {} dropped (taken inside the profiler or no memory), {} truncated stacks, {} thread states",
+                    path,
+                    stats.samples,
+                    stats.dropped,
+                    stats.truncated,
+                    stats.states
+                );
+            }
+            if opts.debug {
+                log_handler_cost(&stats);
+                log_dump_time(&stats);
+            }
+            true
+        }
+        Err(e) => {
+            crate::igprof_log!("could not write the profile at {reason}: {e}");
+            false
+        }
+    }
+}
+
+/// The process dies by `sig` and its profile could not be written (no
+/// watcher thread, or the signal interrupted the profiler itself, which may
+/// hold what a dump needs): says so. Signal context.
+pub fn final_dump_from_signal(sig: i32) {
+    if crate::base::run::active() && !FINAL_DONE.load(Ordering::Acquire) {
+        crate::igprof_log!(
+            "{} (default action) ends the process; no profile written",
+            crate::base::sys::signal_name(sig)
+        );
+    }
+}
+
+/// `-d`: the sampling handler's CPU time per sample.
+fn log_handler_cost(stats: &DumpStats) {
+    let Some((median, p99)) = crate::modules::cpu::cost::percentiles() else {
+        return;
+    };
+    let mean = stats.handler_ns.checked_div(stats.samples).unwrap_or(0);
+    let d = stats.descriptors;
+
+    crate::igprof_log!(
+        "sampling handler CPU time per sample: mean {mean} ns, median {median} ns, 99th percentile {p99} ns (thread CPU clock; percentiles to 19%); frame descriptors: {} hits, {} misses, {} frames unwound by framehop",
+        d.hits,
+        d.misses,
+        d.framehop
+    );
+}
+
+/// `-d`: how long the dump took and how much of it was naming.
+fn log_dump_time(stats: &DumpStats) {
+    let ms = |ns: u64| ns as f64 / 1e6;
+    crate::igprof_log!(
+        "dump: {} nodes merged in {:.1} ms, {} addresses named in {:.1} ms ({} from .symtab), {:.1} ms in all (thread CPU time)",
+        stats.nodes,
+        ms(stats.merge_ns),
+        stats.addresses,
+        ms(stats.naming_ns),
+        stats.from_symtab,
+        ms(stats.dump_ns)
+    );
+    if let Some(ns) = stats.dladdr_naming_ns {
+        crate::igprof_log!(
+            "dump: the same profile named by dladdr and written in {:.1} ms (IGPROF_NAMES_CHECK)",
+            ms(ns)
+        );
+    }
+}
