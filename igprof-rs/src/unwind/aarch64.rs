@@ -7,7 +7,9 @@
 //! Owns only architecture knowledge; never reads stack memory except
 //! through `StackReader`, never allocates.
 
-use core::mem::offset_of;
+// Compiled on every host (its pure parts are tested there); only the
+// AArch64 host's walk uses it.
+#![cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
 
 use framehop::aarch64::{CacheAarch64, UnwindRegsAarch64};
 use framehop::MustNotAllocateDuringUnwind;
@@ -26,18 +28,23 @@ pub(crate) const RA_IN_LR: bool = true;
 pub(crate) const SIGRETURN: &[u8] = &[0x68, 0x11, 0x80, 0xd2, 0x01, 0x00, 0x00, 0xd4];
 
 /// `struct rt_sigframe { siginfo_t info; ucontext_t uc; }`: the kernel
-/// puts the ucontext after the 128-byte siginfo, at the handler's SP.
-const UC: usize = core::mem::size_of::<libc::siginfo_t>();
-const MC: usize = UC + offset_of!(libc::ucontext_t, uc_mcontext);
-const MC_X29: usize = MC + offset_of!(libc::mcontext_t, regs) + 8 * 29;
+/// puts the ucontext after the 128-byte siginfo, at the handler's SP. In
+/// the AArch64 ucontext, `uc_mcontext` (a 16-byte aligned `sigcontext`:
+/// fault_address, regs[31], sp, pc, pstate) follows uc_flags, uc_link,
+/// uc_stack and a 128-byte signal mask, at 176. As numbers, the same on
+/// every host that reads such a frame.
+const UC: usize = 128;
+const MC: usize = UC + 176;
+const MC_X29: usize = MC + 8 + 8 * 29;
 const MC_X30: usize = MC_X29 + 8;
-const MC_SP: usize = MC + offset_of!(libc::mcontext_t, sp);
-const MC_PC: usize = MC + offset_of!(libc::mcontext_t, pc);
+const MC_SP: usize = MC + 8 + 8 * 31;
+const MC_PC: usize = MC_SP + 8;
 
 /// Registers of the interrupted code from a signal handler's ucontext.
 ///
 /// # Safety
 /// `uc` must point to a valid `ucontext_t`.
+#[cfg(target_arch = "aarch64")]
 pub(crate) unsafe fn regs_from_ucontext(uc: *const libc::c_void) -> Regs {
     // SAFETY: guaranteed by the caller.
     let m = unsafe { &(*uc.cast::<libc::ucontext_t>()).uc_mcontext };
@@ -61,6 +68,7 @@ pub(crate) fn signal_frame_regs(sp: usize, reader: &StackReader) -> Result<Regs,
 }
 
 /// The registers at this point of the function it is inlined into.
+#[cfg(target_arch = "aarch64")]
 #[inline(always)]
 pub(crate) fn capture() -> Regs {
     let (pc, sp, fp, lr): (usize, usize, usize, usize);
@@ -89,4 +97,55 @@ pub(crate) fn framehop_regs(r: &Regs) -> UnwindRegsAarch64 {
 /// The caller's (sp, fp) after framehop unwound a frame.
 pub(crate) fn framehop_sp_fp(r: &UnwindRegsAarch64) -> (u64, u64) {
     (r.sp(), r.fp())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::unwind::StackBounds;
+
+    #[test]
+    fn a_signal_frame_gives_the_interrupted_registers_and_lr() {
+        let mut frame = vec![0usize; 96];
+        frame[MC_PC / 8] = 0x40_1000;
+        frame[MC_SP / 8] = 0x7ffc_0000;
+        frame[MC_X29 / 8] = 0x7ffc_0040;
+        frame[MC_X30 / 8] = 0x40_2000;
+        let lo = frame.as_ptr() as usize;
+        let bounds = StackBounds {
+            stack: (lo, lo + frame.len() * 8),
+            altstack: (0, 0),
+        };
+        let r = signal_frame_regs(lo, &StackReader::new(&bounds, lo)).unwrap();
+        assert_eq!(
+            (r.pc, r.sp, r.fp, r.lr),
+            (0x40_1000, 0x7ffc_0000, 0x7ffc_0040, 0x40_2000)
+        );
+        assert!(signal_frame_regs(lo + 8 * 40, &StackReader::new(&bounds, lo)).is_err());
+    }
+
+    #[test]
+    fn framehop_starts_from_lr_and_gives_back_sp_and_fp() {
+        let r = Regs {
+            pc: 1,
+            sp: 0x1000,
+            fp: 0x1010,
+            lr: 0x2000,
+        };
+        let f = framehop_regs(&r);
+        assert_eq!(f.lr(), 0x2000);
+        assert_eq!(framehop_sp_fp(&f), (0x1000, 0x1010));
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn the_frame_layout_is_this_hosts_ucontext() {
+        use core::mem::offset_of;
+        let mc =
+            core::mem::size_of::<libc::siginfo_t>() + offset_of!(libc::ucontext_t, uc_mcontext);
+        assert_eq!(MC, mc);
+        assert_eq!(MC_X29, mc + offset_of!(libc::mcontext_t, regs) + 8 * 29);
+        assert_eq!(MC_SP, mc + offset_of!(libc::mcontext_t, sp));
+        assert_eq!(MC_PC, mc + offset_of!(libc::mcontext_t, pc));
+    }
 }

@@ -6,7 +6,9 @@
 //! loop, the cache and the module table are shared. Never reads stack
 //! memory except through `StackReader`, never allocates.
 
-use core::mem::offset_of;
+// Compiled on every host (its pure parts are tested there); only the
+// x86-64 host's walk uses it.
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
 use framehop::MustNotAllocateDuringUnwind;
@@ -26,18 +28,20 @@ pub(crate) const RA_IN_LR: bool = false;
 /// signal handler returns to its first byte.
 pub(crate) const SIGRETURN: &[u8] = &[0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
 
-/// Offset of `gregs` in `ucontext_t`.
-const UC_GREGS: usize =
-    offset_of!(libc::ucontext_t, uc_mcontext) + offset_of!(libc::mcontext_t, gregs);
-const GREG_RIP: usize = UC_GREGS + 8 * libc::REG_RIP as usize;
-const GREG_RSP: usize = UC_GREGS + 8 * libc::REG_RSP as usize;
-const GREG_RBP: usize = UC_GREGS + 8 * libc::REG_RBP as usize;
+/// Offset of `gregs` in the kernel's x86-64 `ucontext` (uc_flags, uc_link,
+/// uc_stack: 40 bytes), and of the registers in it (REG_RBP 10, REG_RSP 15,
+/// REG_RIP 16), as numbers: the same on every host that reads such a frame.
+const UC_GREGS: usize = 40;
+const GREG_RIP: usize = UC_GREGS + 8 * 16;
+const GREG_RSP: usize = UC_GREGS + 8 * 15;
+const GREG_RBP: usize = UC_GREGS + 8 * 10;
 
 /// Registers of the interrupted code from a signal handler's ucontext.
 ///
 /// # Safety
 /// `uc` must point to a valid `ucontext_t` (the third argument of an
 /// `SA_SIGINFO` handler).
+#[cfg(target_arch = "x86_64")]
 pub(crate) unsafe fn regs_from_ucontext(uc: *const libc::c_void) -> Regs {
     // SAFETY: guaranteed by the caller.
     let g = unsafe { &(*uc.cast::<libc::ucontext_t>()).uc_mcontext.gregs };
@@ -63,6 +67,7 @@ pub(crate) fn signal_frame_regs(sp: usize, reader: &StackReader) -> Result<Regs,
 
 /// The registers at this point of the function it is inlined into: the PC
 /// is the address of the next instruction, whose CFI row describes SP.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) fn capture() -> Regs {
     let (pc, sp, fp): (usize, usize, usize);
@@ -89,4 +94,53 @@ pub(crate) fn framehop_regs(r: &Regs) -> UnwindRegsX86_64 {
 /// The caller's (sp, fp) after framehop unwound a frame.
 pub(crate) fn framehop_sp_fp(r: &UnwindRegsX86_64) -> (u64, u64) {
     (r.sp(), r.bp())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::unwind::StackBounds;
+
+    #[test]
+    fn a_signal_frame_gives_the_interrupted_registers() {
+        // A fake signal frame: the handler's CFA at the start of `frame`.
+        let mut frame = vec![0usize; 64];
+        frame[GREG_RIP / 8] = 0x40_1000;
+        frame[GREG_RSP / 8] = 0x7ffc_0000;
+        frame[GREG_RBP / 8] = 0x7ffc_0040;
+        let lo = frame.as_ptr() as usize;
+        let bounds = StackBounds {
+            stack: (lo, lo + frame.len() * 8),
+            altstack: (0, 0),
+        };
+        let r = signal_frame_regs(lo, &StackReader::new(&bounds, lo)).unwrap();
+        assert_eq!(
+            (r.pc, r.sp, r.fp, r.lr),
+            (0x40_1000, 0x7ffc_0000, 0x7ffc_0040, 0)
+        );
+        // A frame cut short by the stack's end is a broken frame.
+        assert!(signal_frame_regs(lo + 8 * 60, &StackReader::new(&bounds, lo)).is_err());
+    }
+
+    #[test]
+    fn framehop_gets_and_gives_back_sp_and_fp() {
+        let r = Regs {
+            pc: 1,
+            sp: 0x1000,
+            fp: 0x1010,
+            lr: 0,
+        };
+        assert_eq!(framehop_sp_fp(&framehop_regs(&r)), (0x1000, 0x1010));
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_frame_layout_is_this_hosts_ucontext() {
+        use core::mem::offset_of;
+        let gregs = offset_of!(libc::ucontext_t, uc_mcontext) + offset_of!(libc::mcontext_t, gregs);
+        assert_eq!(UC_GREGS, gregs);
+        assert_eq!(GREG_RIP, gregs + 8 * libc::REG_RIP as usize);
+        assert_eq!(GREG_RSP, gregs + 8 * libc::REG_RSP as usize);
+        assert_eq!(GREG_RBP, gregs + 8 * libc::REG_RBP as usize);
+    }
 }
