@@ -221,15 +221,31 @@ fn longjmp_out_of_signal_handlers_keeps_the_thread_sampled() {
 
 /// Starts `die_by_signal <arg>` (profiled when `mode` is given), waits for
 /// its "ready", sends `sig`, and returns what it printed and how it ended.
-fn killed(d: &Path, mode: Option<&[&str]>, arg: &str, sig: i32) -> Output {
+/// `prog` built in `d`, run unprofiled (`mode` None) or under the launcher
+/// with `mode`, with argument `arg`, stdin piped if `stdin`, until it
+/// prints "ready": the child, its stdout reader and what it printed so far.
+fn until_ready(
+    d: &Path,
+    mode: Option<&[&str]>,
+    prog: &str,
+    arg: &str,
+    stdin: bool,
+) -> (
+    std::process::Child,
+    BufReader<std::process::ChildStdout>,
+    String,
+) {
     let mut c = match mode {
         Some(m) => {
             let mut c = Command::new(launcher());
-            c.args(m).arg("./die_by_signal").env("IGPROF_LIB", lib());
+            c.args(m).arg(format!("./{prog}")).env("IGPROF_LIB", lib());
             c
         }
-        None => Command::new(d.join("die_by_signal")),
+        None => Command::new(d.join(prog)),
     };
+    if stdin {
+        c.stdin(Stdio::piped());
+    }
     let mut child = c
         .arg(arg)
         .current_dir(d)
@@ -239,16 +255,28 @@ fn killed(d: &Path, mode: Option<&[&str]>, arg: &str, sig: i32) -> Output {
         .unwrap();
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut seen = String::new();
-    loop {
-        let mut l = String::new();
-        assert!(out.read_line(&mut l).unwrap() > 0, "no ready line: {seen}");
-        seen.push_str(&l);
-        if l == "ready\n" {
-            break;
-        }
+    while !seen.ends_with("ready\n") {
+        assert!(
+            out.read_line(&mut seen).unwrap() > 0,
+            "no ready line: {seen}"
+        );
     }
+    (child, out, seen)
+}
+
+fn killed(d: &Path, mode: Option<&[&str]>, arg: &str, sig: i32) -> Output {
+    let (child, out, seen) = until_ready(d, mode, "die_by_signal", arg, false);
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(child.id() as i32, sig) };
+    rest_of(child, out, seen)
+}
+
+/// Waits for a child [`until_ready`] started: its output, stdout whole.
+fn rest_of(
+    child: std::process::Child,
+    mut out: BufReader<std::process::ChildStdout>,
+    seen: String,
+) -> Output {
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
     let mut o = child.wait_with_output().unwrap();
@@ -708,30 +736,7 @@ fn a_relative_output_path_holds_in_processes_that_change_directory() {
 /// output and how many signals were sent.
 fn solo_run(d: &Path, mode: Option<&[&str]>, n: &str, sig: i32) -> (Output, usize) {
     use std::io::Write;
-    let mut c = match mode {
-        Some(m) => {
-            let mut c = Command::new(launcher());
-            c.args(m).arg("./solo").env("IGPROF_LIB", lib());
-            c
-        }
-        None => Command::new(d.join("solo")),
-    };
-    let mut child = c
-        .arg(n)
-        .current_dir(d)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut seen = String::new();
-    while !seen.ends_with("ready\n") {
-        assert!(
-            out.read_line(&mut seen).unwrap() > 0,
-            "no ready line: {seen}"
-        );
-    }
+    let (mut child, out, seen) = until_ready(d, mode, "solo", n, true);
     child.stdin.take().unwrap().write_all(b"go\n").unwrap();
     let start = Instant::now();
     let mut sent = 0;
@@ -745,11 +750,7 @@ fn solo_run(d: &Path, mode: Option<&[&str]>, n: &str, sig: i32) -> (Output, usiz
             }
         }
     }
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
-    let mut o = child.wait_with_output().unwrap();
-    o.stdout = format!("{seen}{rest}").into_bytes();
-    (o, sent)
+    (rest_of(child, out, seen), sent)
 }
 
 #[test]

@@ -102,26 +102,30 @@ pub(crate) fn framehop_sp_fp(r: &UnwindRegsAarch64) -> (u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::unwind::StackBounds;
+    use crate::unwind::stack::with_fake_stack;
 
     #[test]
     fn a_signal_frame_gives_the_interrupted_registers_and_lr() {
-        let mut frame = vec![0usize; 96];
-        frame[MC_PC / 8] = 0x40_1000;
-        frame[MC_SP / 8] = 0x7ffc_0000;
-        frame[MC_X29 / 8] = 0x7ffc_0040;
-        frame[MC_X30 / 8] = 0x40_2000;
-        let lo = frame.as_ptr() as usize;
-        let bounds = StackBounds {
-            stack: (lo, lo + frame.len() * 8),
-            altstack: (0, 0),
-        };
-        let r = signal_frame_regs(lo, &StackReader::new(&bounds, lo)).unwrap();
+        // A fake signal frame: the handler's CFA at the stack's start.
+        let set = [
+            (MC_PC, 0x40_1000),
+            (MC_SP, 0x7ffc_0000),
+            (MC_X29, 0x7ffc_0040),
+            (MC_X30, 0x40_2000),
+        ];
+        let (whole, cut) = with_fake_stack(96, &set, |lo, rd| {
+            (
+                signal_frame_regs(lo, rd),
+                signal_frame_regs(lo + 8 * 40, rd),
+            )
+        });
+        let r = whole.unwrap();
         assert_eq!(
             (r.pc, r.sp, r.fp, r.lr),
             (0x40_1000, 0x7ffc_0000, 0x7ffc_0040, 0x40_2000)
         );
-        assert!(signal_frame_regs(lo + 8 * 40, &StackReader::new(&bounds, lo)).is_err());
+        // A frame cut short by the stack's end is a broken frame.
+        assert!(cut.is_err());
     }
 
     #[test]

@@ -218,6 +218,27 @@ impl<'a> StackReader<'a> {
     }
 }
 
+/// Runs `f(lowest address, reader)` over a fake stack of `words` words in
+/// which each (byte offset, value) of `set` is written (tests of the
+/// architectures' signal-frame layouts).
+#[cfg(test)]
+pub(crate) fn with_fake_stack<R>(
+    words: usize,
+    set: &[(usize, usize)],
+    f: impl FnOnce(usize, &StackReader) -> R,
+) -> R {
+    let mut stack = vec![0usize; words];
+    for &(off, v) in set {
+        stack[off / 8] = v;
+    }
+    let lo = stack.as_ptr() as usize;
+    let bounds = StackBounds {
+        stack: (lo, lo + words * 8),
+        altstack: (0, 0),
+    };
+    f(lo, &StackReader::new(&bounds, lo))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -99,27 +99,29 @@ pub(crate) fn framehop_sp_fp(r: &UnwindRegsX86_64) -> (u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::unwind::StackBounds;
+    use crate::unwind::stack::with_fake_stack;
 
     #[test]
     fn a_signal_frame_gives_the_interrupted_registers() {
-        // A fake signal frame: the handler's CFA at the start of `frame`.
-        let mut frame = vec![0usize; 64];
-        frame[GREG_RIP / 8] = 0x40_1000;
-        frame[GREG_RSP / 8] = 0x7ffc_0000;
-        frame[GREG_RBP / 8] = 0x7ffc_0040;
-        let lo = frame.as_ptr() as usize;
-        let bounds = StackBounds {
-            stack: (lo, lo + frame.len() * 8),
-            altstack: (0, 0),
-        };
-        let r = signal_frame_regs(lo, &StackReader::new(&bounds, lo)).unwrap();
+        // A fake signal frame: the handler's CFA at the stack's start.
+        let set = [
+            (GREG_RIP, 0x40_1000),
+            (GREG_RSP, 0x7ffc_0000),
+            (GREG_RBP, 0x7ffc_0040),
+        ];
+        let (whole, cut) = with_fake_stack(64, &set, |lo, rd| {
+            (
+                signal_frame_regs(lo, rd),
+                signal_frame_regs(lo + 8 * 60, rd),
+            )
+        });
+        let r = whole.unwrap();
         assert_eq!(
             (r.pc, r.sp, r.fp, r.lr),
             (0x40_1000, 0x7ffc_0000, 0x7ffc_0040, 0)
         );
         // A frame cut short by the stack's end is a broken frame.
-        assert!(signal_frame_regs(lo + 8 * 60, &StackReader::new(&bounds, lo)).is_err());
+        assert!(cut.is_err());
     }
 
     #[test]
