@@ -59,17 +59,26 @@ pub mod orig {
         *mut libc::pid_t,
     ) -> c_int;
 
-    /// One chain pointer (`$s`, 0 = not hooked) and its typed getter `$f`.
+    /// The process hooks' chain pointers in one [`super::Chains`] table,
+    /// indexed by [`Core`], and a typed getter `$f` for each.
     macro_rules! chains {
-        ($($f:ident, $s:ident, $t:ty;)*) => {$(
-            pub(crate) static $s: AtomicUsize = AtomicUsize::new(0);
-            #[inline]
-            pub fn $f() -> Option<$t> {
-                let p = $s.load(Ordering::Acquire);
-                // SAFETY: only chain pointers of functions of type $t are stored in $s.
-                (p != 0).then(|| unsafe { core::mem::transmute::<usize, $t>(p) })
-            }
-        )*};
+        ($($f:ident, $s:ident, $t:ty;)*) => {
+            /// Index of each process hook in [`CHAINS`].
+            #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
+            #[derive(Clone, Copy, Debug)]
+            pub enum Core { $($s,)* }
+            const N: usize = [$(stringify!($s)),*].len();
+            pub(crate) static CHAINS: super::Chains<N> = super::Chains::new();
+            $(
+                #[inline]
+                pub fn $f() -> Option<$t> {
+                    let i = Core::$s as usize;
+                    // SAFETY: only the chain of a function of type $t is
+                    // stored at its index, and only when it is hooked.
+                    CHAINS.is_set(i).then(|| unsafe { CHAINS.get::<$t>(i) })
+                }
+            )*
+        };
     }
     chains! {
         pthread_create, PTHREAD_CREATE, PthreadCreate;
@@ -121,15 +130,13 @@ impl core::fmt::Display for InstallError {
 pub fn install(
     name: &'static str,
     replacement: *const (),
-    slot: &AtomicUsize,
+    slot: orig::Core,
 ) -> Result<(), InstallError> {
     let sym = trampoline::find_function(name, Some("libc.so.6"))
         .map_err(|err| InstallError::Lookup { name, err })?;
-    hook_symbol(&sym, replacement, |c| {
-        slot.store(c as usize, Ordering::Release)
-    })
-    .map_err(|err| {
-        slot.store(0, Ordering::Release);
+    let i = slot as usize;
+    hook_symbol(&sym, replacement, |c| orig::CHAINS.set(i, c)).map_err(|err| {
+        orig::CHAINS.set(i, core::ptr::null());
         InstallError::Hook { name, err }
     })?;
     Ok(())

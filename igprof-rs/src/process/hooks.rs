@@ -13,7 +13,6 @@
 //! the thread is marked busy; allocate from signal context.
 
 use core::ffi::{c_char, c_int, c_void};
-use core::sync::atomic::AtomicUsize;
 
 use crate::base::sys;
 use crate::base::thread;
@@ -23,48 +22,52 @@ use crate::hook::{install, loading, orig, CloneFn};
 /// run continues without that hook.
 pub fn install_core() {
     use orig::*;
-    let list: [(&'static str, *const (), &AtomicUsize); 20] = [
+    let list: [(&'static str, *const (), Core); 20] = [
         (
             "sigaction",
             crate::process::signals::sigaction_hook as *const (),
-            &SIGACTION,
+            Core::SIGACTION,
         ),
         (
             "signal",
             crate::process::signals::signal_hook as *const (),
-            &SIGNAL,
+            Core::SIGNAL,
         ),
         (
             "sigprocmask",
             crate::process::signals::sigprocmask_hook as *const (),
-            &SIGPROCMASK,
+            Core::SIGPROCMASK,
         ),
         (
             "pthread_sigmask",
             crate::process::signals::pthread_sigmask_hook as *const (),
-            &PTHREAD_SIGMASK,
+            Core::PTHREAD_SIGMASK,
         ),
         (
             "pthread_create",
             pthread_create_hook as *const (),
-            &PTHREAD_CREATE,
+            Core::PTHREAD_CREATE,
         ),
-        ("clone", clone_hook as *const (), &CLONE),
-        ("fork", fork_hook as *const (), &FORK),
-        ("execve", execve_hook as *const (), &EXECVE),
-        ("_exit", exit_hook as *const (), &EXIT_),
-        ("abort", abort_hook as *const (), &ABORT),
-        ("kill", kill_hook as *const (), &KILL),
-        ("raise", raise_hook as *const (), &RAISE),
-        ("dlopen", dlopen_hook as *const (), &DLOPEN),
-        ("dlclose", dlclose_hook as *const (), &DLCLOSE),
+        ("clone", clone_hook as *const (), Core::CLONE),
+        ("fork", fork_hook as *const (), Core::FORK),
+        ("execve", execve_hook as *const (), Core::EXECVE),
+        ("_exit", exit_hook as *const (), Core::EXIT_),
+        ("abort", abort_hook as *const (), Core::ABORT),
+        ("kill", kill_hook as *const (), Core::KILL),
+        ("raise", raise_hook as *const (), Core::RAISE),
+        ("dlopen", dlopen_hook as *const (), Core::DLOPEN),
+        ("dlclose", dlclose_hook as *const (), Core::DLCLOSE),
         // longjmp and _longjmp are the same code as siglongjmp in glibc.
-        ("siglongjmp", siglongjmp_hook as *const (), &SIGLONGJMP),
-        ("__longjmp_chk", longjmp_chk_hook as *const (), &LONGJMP_CHK),
-        ("setuid", setuid_hook as *const (), &SETUID),
-        ("seteuid", seteuid_hook as *const (), &SETEUID),
-        ("setreuid", setreuid_hook as *const (), &SETREUID),
-        ("setresuid", setresuid_hook as *const (), &SETRESUID),
+        ("siglongjmp", siglongjmp_hook as *const (), Core::SIGLONGJMP),
+        (
+            "__longjmp_chk",
+            longjmp_chk_hook as *const (),
+            Core::LONGJMP_CHK,
+        ),
+        ("setuid", setuid_hook as *const (), Core::SETUID),
+        ("seteuid", seteuid_hook as *const (), Core::SETEUID),
+        ("setreuid", setreuid_hook as *const (), Core::SETREUID),
+        ("setresuid", setresuid_hook as *const (), Core::SETRESUID),
     ];
     for (name, f, slot) in list {
         if let Err(e) = install(name, f, slot) {

@@ -132,12 +132,7 @@ fn mask_common(
         unsafe {
             copy = *set;
             let has = libc::sigismember(&copy, sig) == 1;
-            wants_block = match how {
-                libc::SIG_BLOCK => has.then_some(true),
-                libc::SIG_UNBLOCK => has.then_some(false),
-                libc::SIG_SETMASK => Some(has),
-                _ => None,
-            };
+            wants_block = shadow_block_after(how, has);
             if has {
                 libc::sigdelset(&mut copy, sig);
             }
@@ -161,6 +156,19 @@ fn mask_common(
         }
     }
     r
+}
+
+/// What a sigprocmask/pthread_sigmask call (`how`, its set holding the
+/// sampling signal or not) does to the program's shadow block of that
+/// signal: Some(blocked after the call), or None when it leaves it as it
+/// was (the signal itself is never really blocked).
+fn shadow_block_after(how: i32, set_has_signal: bool) -> Option<bool> {
+    match how {
+        libc::SIG_BLOCK => set_has_signal.then_some(true),
+        libc::SIG_UNBLOCK => set_has_signal.then_some(false),
+        libc::SIG_SETMASK => Some(set_has_signal),
+        _ => None,
+    }
 }
 
 /// The program's (shadow) block of the sampling signal on `t` ends: deliver
@@ -268,5 +276,22 @@ pub fn forward_program_signal(sig: i32, info: *mut libc::siginfo_t, uc: *mut lib
     // signal was not blocked), whatever the handler did to it.
     if let Some(t) = t {
         end_shadow_block(t, sig);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shadow_block_after;
+
+    #[test]
+    fn the_programs_mask_calls_move_its_shadow_block_as_they_would_the_real_one() {
+        use libc::{SIG_BLOCK, SIG_SETMASK, SIG_UNBLOCK};
+        assert_eq!(shadow_block_after(SIG_BLOCK, true), Some(true));
+        assert_eq!(shadow_block_after(SIG_BLOCK, false), None);
+        assert_eq!(shadow_block_after(SIG_UNBLOCK, true), Some(false));
+        assert_eq!(shadow_block_after(SIG_UNBLOCK, false), None);
+        assert_eq!(shadow_block_after(SIG_SETMASK, true), Some(true));
+        assert_eq!(shadow_block_after(SIG_SETMASK, false), Some(false));
+        assert_eq!(shadow_block_after(99, true), None);
     }
 }
