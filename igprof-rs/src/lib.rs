@@ -1,10 +1,10 @@
 //! libigprof.so: the profiler injected with LD_PRELOAD. See DESIGN.md.
 //!
 //! Layers, each importing only from those below it (`scripts/import-graph`
-//! checks it); data flows one way: event -> stack trace -> call tree ->
+//! checks that no files import each other in a circle); data flows one way: event -> stack trace -> call tree ->
 //! dump.
 //!
-//! - `unwind/` stack walking (depends on nothing of the runtime);
+//! - `unwind/` stack walking (of the rest, only `base/sys`'s system calls);
 //! - `base/` system calls, messages, options, the library's own memory,
 //!   counters, call trees, live tables, per-thread state and its guard, the
 //!   run's facts, stack traces of the running thread;

@@ -52,6 +52,15 @@ pub fn write_all(fd: i32, mut bytes: &[u8]) -> bool {
 
 /// Anonymous private read/write mapping of `len` bytes, or null.
 pub fn mmap_anon(len: usize) -> *mut u8 {
+    map_anon(len, false).unwrap_or(core::ptr::null_mut())
+}
+
+/// Anonymous private read/write mapping of `len` bytes (zero-filled;
+/// faulted in now with `populate`, so that a signal handler never takes the
+/// page faults of first use): its address, or the errno of the failure.
+pub fn map_anon(len: usize, populate: bool) -> Result<*mut u8, i32> {
+    let flags =
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | if populate { libc::MAP_POPULATE } else { 0 };
     // SAFETY: an anonymous mapping has no preconditions beyond its arguments.
     let p = unsafe {
         libc::syscall(
@@ -59,15 +68,15 @@ pub fn mmap_anon(len: usize) -> *mut u8 {
             core::ptr::null_mut::<c_void>(),
             len,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            flags,
             -1 as libc::c_long,
             0 as libc::c_long,
         )
     };
     if p < 0 {
-        core::ptr::null_mut()
+        Err(errno())
     } else {
-        p as *mut u8
+        Ok(p as *mut u8)
     }
 }
 

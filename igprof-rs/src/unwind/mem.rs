@@ -1,8 +1,8 @@
 //! Memory for the unwinder that is not the program's heap: anonymous,
 //! zero-filled, pre-populated `mmap` regions.
 //!
-//! Owns: mapping and unmapping such regions, and errno hygiene for the
-//! unwinder's functions that run inside the program's calls. Never calls
+//! Owns: the unwinder's use of such regions (the mapping itself and errno
+//! hygiene are `base::sys`'s, raw system calls that hold no runtime state). Never calls
 //! malloc. Mapping and unmapping happen outside signal context (module
 //! table refresh, thread start and exit); the regions are read from signal
 //! context.
@@ -40,26 +40,10 @@ impl core::fmt::Display for MapError {
 /// Map `bytes` (> 0) of zeroed, populated (so that a signal handler never
 /// takes the page faults of first use), page-aligned memory.
 fn map(bytes: usize) -> Result<NonNull<u8>, MapError> {
-    // SAFETY: anonymous private mapping with no address hint; the kernel
-    // returns fresh zeroed pages or MAP_FAILED, which is checked.
-    let p = unsafe {
-        libc::mmap(
-            core::ptr::null_mut(),
-            bytes,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(MapError::Mmap {
-            bytes,
-            errno: errno(),
-        });
-    }
+    let p =
+        crate::base::sys::map_anon(bytes, true).map_err(|errno| MapError::Mmap { bytes, errno })?;
     // mmap never returns null on success with a null hint.
-    Ok(NonNull::new(p.cast()).expect("mmap returned null"))
+    Ok(NonNull::new(p).expect("mmap returned null"))
 }
 
 /// # Safety
@@ -67,7 +51,7 @@ fn map(bytes: usize) -> Result<NonNull<u8>, MapError> {
 /// more.
 unsafe fn unmap(p: NonNull<u8>, bytes: usize) {
     // SAFETY: guaranteed by the caller.
-    unsafe { libc::munmap(p.as_ptr().cast(), bytes) };
+    unsafe { crate::base::sys::munmap(p.as_ptr(), bytes) };
 }
 
 /// An owned, zero-initialised array of `len` values of `T` in its own mapping.
@@ -190,27 +174,4 @@ impl<T> Drop for MmapBox<T> {
             unmap(self.ptr.cast(), Self::BYTES);
         }
     }
-}
-
-/// Restores the calling thread's errno when dropped: the functions that
-/// run inside the program's calls (refresh from a dlopen hook, stack bounds
-/// at thread start) leave errno as they found it.
-pub(crate) struct KeepErrno(i32);
-
-impl KeepErrno {
-    pub(crate) fn new() -> Self {
-        KeepErrno(errno())
-    }
-}
-
-impl Drop for KeepErrno {
-    fn drop(&mut self) {
-        // SAFETY: __errno_location always returns the calling thread's errno slot.
-        unsafe { *libc::__errno_location() = self.0 };
-    }
-}
-
-pub(crate) fn errno() -> i32 {
-    // SAFETY: __errno_location always returns the calling thread's errno slot.
-    unsafe { *libc::__errno_location() }
 }

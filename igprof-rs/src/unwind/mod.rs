@@ -6,7 +6,9 @@
 //! and the stack walk itself. It must never, from a signal handler or a hook:
 //! allocate (through the program's malloc or anything else), take a lock,
 //! call `dl_iterate_phdr`/`dladdr`, do file IO, or read memory outside the
-//! thread's stack bounds / the signal frame / mapped unwind data.
+//! thread's stack bounds / the signal frame / mapped unwind data. Of the
+//! rest of the library it uses only `base::sys` (raw system calls: mmap,
+//! errno), nothing that holds the runtime's state.
 //!
 //! # API (what the runtime calls)
 //!

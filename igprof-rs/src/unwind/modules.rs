@@ -17,7 +17,8 @@ use std::sync::Mutex;
 use framehop::{ExplicitModuleSectionInfo, MustNotAllocateDuringUnwind, Unwinder};
 
 use super::hazard::{self, Hazard};
-use super::mem::{KeepErrno, MapError, MmapBox, MmapSlice, Zeroable};
+use super::mem::{MapError, MmapBox, MmapSlice, Zeroable};
+use crate::base::sys::ErrnoGuard;
 
 /// framehop's unwinder for the host architecture, reading unwind sections in
 /// place from the mapped images.
@@ -205,7 +206,7 @@ pub(crate) fn with_current<R>(f: impl FnOnce(&ModuleTable) -> R) -> Option<R> {
 /// Rebuild the module table from `dl_iterate_phdr` and publish it.
 /// Outside signal context only. See `unwind/mod.rs`.
 pub fn refresh() -> Result<(), RefreshError> {
-    let _errno = KeepErrno::new();
+    let _errno = ErrnoGuard::save();
     let mut state = REFRESH.lock().unwrap_or_else(|e| e.into_inner());
     let state = &mut *state;
     // SAFETY: only a refresh frees tables, and this one holds the mutex,

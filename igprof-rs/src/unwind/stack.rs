@@ -5,9 +5,9 @@
 //! checking every read against them. A read outside the bounds is refused
 //! (the trace ends); this module never dereferences an unchecked address.
 
-use super::mem::KeepErrno;
 use super::readlog::ReadLog;
 use super::BrokenFrame;
+use crate::base::sys::ErrnoGuard;
 
 /// Bytes below the stack pointer that the x86-64 and AArch64 ABIs let a
 /// function use without moving the stack pointer (the red zone); CFI of an
@@ -56,7 +56,7 @@ impl StackBounds {
     /// allocate and read /proc/self/maps for the main thread): call at
     /// thread start.
     pub fn for_current_thread() -> Result<Self, StackBoundsError> {
-        let _errno = KeepErrno::new();
+        let _errno = ErrnoGuard::save();
         let mut attr = core::mem::MaybeUninit::<libc::pthread_attr_t>::uninit();
         // SAFETY: attr is written by pthread_getattr_np before any use and
         // destroyed exactly once below.
@@ -86,7 +86,7 @@ impl StackBounds {
     /// start of the mapping that holds the stack to `top`. Not
     /// async-signal-safe (reads `/proc/self/maps`).
     pub fn for_stack_top(top: usize) -> Self {
-        let _errno = KeepErrno::new();
+        let _errno = ErrnoGuard::save();
         let lo = trampoline::maps::read_self_fresh()
             .ok()
             .and_then(|maps| {
