@@ -70,3 +70,19 @@ pub unsafe extern "C" fn igprof_dump_now(path: *const core::ffi::c_char) -> i32 
     };
     process::dump_now(p)
 }
+
+/// Turns recording on (after `-pd`, or `igprof_disable()`): samples,
+/// allocations and descriptors opened from now on are recorded. Returns 1
+/// if recording was already on, 0 if it was off, -1 if not profiled.
+#[no_mangle]
+pub extern "C" fn igprof_enable() -> i32 {
+    process::set_recording(true)
+}
+
+/// Turns recording off: nothing new is recorded until `igprof_enable()`
+/// (what was recorded stays, and its releases still count). Returns 1 if
+/// recording was on, 0 if it was off, -1 if not profiled.
+#[no_mangle]
+pub extern "C" fn igprof_disable() -> i32 {
+    process::set_recording(false)
+}

@@ -35,25 +35,25 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 const USAGE: &str = "\
 igprof [options] [--] program [args...]
 
-Profilers (several may be combined in one run, e.g. -pp -mp -fd):
-  -pp, --perf-profile        CPU time (per-thread CPU-clock timers, SIGPROF)
+IgProf's options (as IgProf spells them):
+  -pp, --perf-profile        CPU time (per-thread CPU-clock timers)
   -pu, --perf-user           user CPU time
   -pr, --perf-real           wall-clock time
+  -pd, --profile-disabled    start with recording off: the program turns it
+                             on with igprof_enable() (and off with
+                             igprof_disable()), or --toggle-signal N does
+  -pk, --perf-keep           a fork child's profile goes on from its
+                             parent's (default: it starts empty)
   -mp, --memory-profile      memory: MEM_TOTAL, MEM_MAX, MEM_LIVE
   -mo, --memory-overhead M   none | include | delta
-      --sample-bytes N       with -mp: record a sample of the allocations,
-                             one per N allocated bytes on average (512K, 1M,
-                             or bytes; 1..16M); each recorded allocation
-                             counts for the calls and bytes it stands for,
-                             so totals and live bytes are unbiased estimates
-                             and only recorded allocations walk the stack
-      --sample-seed S        seed of that sampling (0..2^64-1; random by
-                             default; the profile header names the seed used)
   -fd, --file-descriptors    FD_USED, FD_LIVE
+  -fp:FUNC[:LIB], -fpi:FUNC[:LIB], -fpf:FUNC[:LIB]
+                             calls of FUNC counted per calling stack
+                             (not built into this libigprof yet)
+  -j, --jemalloc             accepted: jemalloc (or any allocator defining
+                             malloc) is found without it
   -np, --energy-profile      energy: NRG_PKG, NRG_PP0, NRG_PP1, NRG_DRAM
   -ep / -ei / -eu            empty-memory profilers
-  -fp, --fpe-profile         floating-point exceptions
-Output and control:
   -o, --output FILE          profile file (default igprof.<program>.<pid>.gz;
                              %p in FILE becomes the pid; other processes of
                              the run write FILE with .<pid> before .gz)
@@ -62,6 +62,8 @@ Output and control:
                              the comma-separated NAMES (others run normally)
   -D, --dump-flag FILE       write the profile whenever FILE appears (then removed)
   -d, --debug                more messages from the profiler
+  -h, --help                 this help
+igprof-rs's own options:
   -i, --interval TIME        sampling interval: 5ms (default), 1ms, 100us...
       --depth N              stack depth limit (default 1024)
       --sampler KIND         how samples are taken: auto (default: sigtrap,
@@ -69,13 +71,22 @@ Output and control:
                              raising SIGTRAP, Linux 5.13+), sigprof (perf
                              event waking SIGPROF), timer (POSIX CPU timers,
                              scheduler-tick resolution)
+      --sample-bytes N       with -mp: record a sample of the allocations,
+                             one per N allocated bytes on average (512K, 1M,
+                             or bytes; 1..16M); each recorded allocation
+                             counts for the calls and bytes it stands for,
+                             so totals and live bytes are unbiased estimates
+                             and only recorded allocations walk the stack
+      --sample-seed S        seed of that sampling (0..2^64-1; random by
+                             default; the profile header names the seed used)
       --dump-signal N        signal that writes the profile (default 42 =
                              SIGRTMIN+8; 0 disables): kill -42 <pid>
       --dump-every TIME      also write the profile every TIME (60 = seconds,
                              10s, 500ms), so a run killed by SIGKILL keeps
                              its last snapshot (SIGTERM, SIGINT and other
                              fatal signals write the profile themselves)
-  -h, --help                 this help
+      --toggle-signal N      each signal N turns recording off or on
+                             (default: none), e.g. with -pd
 Environment: IGPROF_LIB=/path/to/libigprof.so overrides the library search
 (next to this program, as in the build tree's target/release, ../lib, then
 $CARGO_TARGET_DIR/release).
@@ -97,6 +108,9 @@ enum Refusal {
     NeedsValue(Vec<u8>),
     /// `-mo` with another value than none, include or delta.
     BadOverhead(Vec<u8>),
+    /// `-fp:`, `-fpi:` or `-fpf:` without a function name, or with a
+    /// character IGPROF cannot carry.
+    BadFunction(Vec<u8>),
     /// A value with `'` for an option whose value IGPROF quotes (the option).
     Quote(Vec<u8>),
     BadSampleBytes(Vec<u8>),
@@ -138,6 +152,7 @@ impl Refusal {
         match self {
             NeedsValue(o) => cat(&[b"option ", o, b" needs a value (see igprof -h)"]),
             BadOverhead(v) => cat(&[b"-mo: '", v, b"' is not none, include or delta"]),
+            BadFunction(w) => cat(&[b"'", w, b"': give a function name, e.g. -fp:malloc or -fp:deflate:libz.so.1"]),
             Quote(o) => cat(&[o, b": a value containing ' cannot be passed"]),
             BadSampleBytes(v) => cat(&[
                 b"--sample-bytes '",
@@ -306,13 +321,32 @@ fn parse(args: &[OsString], pwd: &mut dyn FnMut() -> Vec<u8>) -> Result<Request,
             | b"-ep"
             | b"-ei"
             | b"-eu"
-            | b"-fp"
-            | b"--fpe-profile"
+            | b"-pd"
+            | b"--profile-disabled"
+            | b"-pk"
+            | b"--perf-keep"
+            | b"-j"
+            | b"--jemalloc"
             | b"-z"
             | b"--compress"
             | b"-d"
             | b"--debug" => {
                 words.push(opt.into());
+                i += 1;
+                continue;
+            }
+            w if [&b"-fp:"[..], b"-fpi:", b"-fpf:"]
+                .iter()
+                .any(|p| w.starts_with(p)) =>
+            {
+                let func = &w[w.iter().position(|&b| b == b':').map_or(0, |p| p + 1)..];
+                if func.is_empty()
+                    || func.starts_with(b":")
+                    || w.iter().any(|b| b.is_ascii_whitespace() || *b == b'\'')
+                {
+                    return Err(Refusal::BadFunction(w.to_vec()));
+                }
+                words.push(w.into());
                 i += 1;
                 continue;
             }
@@ -340,7 +374,7 @@ fn parse(args: &[OsString], pwd: &mut dyn FnMut() -> Vec<u8>) -> Result<Request,
                 words.extend([opt.into(), [b"'", v, b"'"].concat().into()]);
             }
             b"-i" | b"--interval" => words.extend([b"--interval"[..].into(), value()?.into()]),
-            b"--depth" | b"--dump-signal" | b"--dump-every" => {
+            b"--depth" | b"--dump-signal" | b"--dump-every" | b"--toggle-signal" => {
                 words.extend([opt.into(), value()?.into()])
             }
             b"--sample-bytes" => {
@@ -929,6 +963,35 @@ mod tests {
             Err(r) => String::from_utf8(r.message()).unwrap(),
             other => panic!("{a:?}: {other:?}"),
         }
+    }
+
+    #[test]
+    fn igprofs_phase_fork_jemalloc_and_function_options_pass_through() {
+        assert_eq!(
+            igprof_of(&["-pd", "-pk", "-j", "-pp", "p"]),
+            "-pd -pk -j -pp"
+        );
+        assert_eq!(
+            igprof_of(&[
+                "--toggle-signal",
+                "43",
+                "-fp:malloc",
+                "-fpi:f:libm.so.6",
+                "p"
+            ]),
+            "--toggle-signal 43 -fp:malloc -fpi:f:libm.so.6"
+        );
+        for bad in ["-fp:", "-fpf::libc.so.6"] {
+            assert_eq!(
+                refusal_of(&[bad, "p"]),
+                format!("'{bad}': give a function name, e.g. -fp:malloc or -fp:deflate:libz.so.1")
+            );
+        }
+        // The old floating-point exception placeholder is gone from -fp.
+        assert_eq!(
+            refusal_of(&["-fp", "p"]),
+            "unknown option '-fp' (see igprof -h)"
+        );
     }
 
     #[test]

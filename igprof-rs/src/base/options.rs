@@ -9,7 +9,11 @@
 //! | word | meaning |
 //! | --- | --- |
 //! | `-pp` `-pu` `-pr` | CPU, user-CPU, wall-clock sampling (one of them) |
-//! | `-mp` `-mo MODE` `-fd` `-np` `-ep` `-ei` `-eu` `-fp` | other modules (must be built in) |
+//! | `-mp` `-mo MODE` `-fd` `-np` `-ep` `-ei` `-eu` `-fp:FUNC[:LIB]` | other modules (must be built in) |
+//! | `-pd` | start with recording off (`igprof_enable()`, the toggle signal) |
+//! | `-pk` | a fork child keeps the parent's profile so far |
+//! | `-j` | accepted (jemalloc is found as the allocator anyway) |
+//! | `--toggle-signal N` | signal that turns recording off and on (default none) |
 //! | `-o FILE` | output file (`%p` is replaced by the pid); gzip if `-z` or it ends in `.gz` |
 //! | `-z` | gzip the output |
 //! | `-t NAMES` | profile only programs whose name contains one of the comma-separated NAMES |
@@ -126,7 +130,9 @@ pub struct Options {
     pub fd: bool,
     pub energy: bool,
     pub empty: Option<EmptyMode>,
-    pub fpe: bool,
+    /// `-fp:FUNC[:LIB]` (`-fpi`, `-fpf`): IgProf's function-call profiler
+    /// (not built yet: the spec is kept for its message).
+    pub functions: FixedStr<1024>,
     pub output: FixedStr<4096>,
     pub gzip: bool,
     pub targets: FixedStr<1024>,
@@ -143,6 +149,14 @@ pub struct Options {
     pub sample_bytes: u64,
     /// `--sample-seed`: the sampler's seed (None: random).
     pub sample_seed: Option<u64>,
+    /// `-pd`: start with recording disabled (`igprof_enable()` or the
+    /// toggle signal turns it on).
+    pub start_disabled: bool,
+    /// `-pk`: a fork child keeps the parent's profile so far (IgProf's
+    /// `perf:keep`) instead of starting an empty one.
+    pub fork_keep: bool,
+    /// `--toggle-signal N`: signal that turns recording off and on (0: none).
+    pub toggle_signal: i32,
 }
 
 pub const DEFAULT_INTERVAL_NS: u64 = 5_000_000;
@@ -161,7 +175,7 @@ impl Options {
             fd: false,
             energy: false,
             empty: None,
-            fpe: false,
+            functions: FixedStr::new(),
             output: FixedStr::new(),
             gzip: false,
             targets: FixedStr::new(),
@@ -174,6 +188,9 @@ impl Options {
             dump_every_ns: 0,
             sample_bytes: 0,
             sample_seed: None,
+            start_disabled: false,
+            fork_keep: false,
+            toggle_signal: 0,
         }
     }
 
@@ -202,8 +219,8 @@ impl Options {
         if self.energy {
             v.push(("-np", "the energy profiler"));
         }
-        if self.fpe {
-            v.push(("-fp", "the floating-point exception profiler"));
+        if !self.functions.is_empty() {
+            v.push(("-fp", "the function-call profiler (-fp/-fpi/-fpf)"));
         }
         v
     }
@@ -216,7 +233,7 @@ impl Options {
             "-fd" => self.fd = false,
             "-ep/-ei/-eu" => self.empty = None,
             "-np" => self.energy = false,
-            "-fp" => self.fpe = false,
+            "-fp" => self.functions = FixedStr::new(),
             _ => {}
         }
     }
@@ -459,7 +476,17 @@ pub fn parse(s: &[u8]) -> Result<Options, OptionError<'_>> {
             b"-ep" => o.empty = Some(EmptyMode::Ep),
             b"-ei" => o.empty = Some(EmptyMode::Ei),
             b"-eu" => o.empty = Some(EmptyMode::Eu),
-            b"-fp" | b"--fpe-profile" => o.fpe = true,
+            b"-pd" | b"--profile-disabled" => o.start_disabled = true,
+            b"-pk" | b"--perf-keep" => o.fork_keep = true,
+            // jemalloc is found as the allocator that defines malloc.
+            b"-j" | b"--jemalloc" => {}
+            w if w.starts_with(b"-fp:") || w.starts_with(b"-fpi:") || w.starts_with(b"-fpf:") => {
+                o.functions.set(w).map_err(|_| OptionError::BadValue {
+                    option: "-fp",
+                    value: w,
+                    expected: "FUNC[:LIB] under 1024 bytes",
+                })?;
+            }
             b"-z" | b"--compress" => o.gzip = true,
             b"-d" | b"--debug" => o.debug = true,
             b"-o" | b"--output" => {
@@ -523,6 +550,21 @@ pub fn parse(s: &[u8]) -> Result<Options, OptionError<'_>> {
                             option: "--depth",
                             value: v,
                             expected: "16 to 65536",
+                        })
+                    }
+                }
+            }
+            b"--toggle-signal" => {
+                let v = value("--toggle-signal")?;
+                match parse_u64(v) {
+                    Some(n) if (1..=64).contains(&n) && ![9, 19, 27].contains(&n) => {
+                        o.toggle_signal = n as i32
+                    }
+                    _ => {
+                        return Err(OptionError::BadValue {
+                            option: "--toggle-signal",
+                            value: v,
+                            expected: "a signal number 1..64 other than SIGKILL, SIGSTOP, SIGPROF",
                         })
                     }
                 }

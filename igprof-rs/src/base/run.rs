@@ -1,6 +1,7 @@
 //! Facts about this run of the profiler in this process, set at start-up
 //! (and around fork and exec) by `process/`, read by every layer: whether
-//! profiling is on, the process it started in, the launcher's process, the
+//! profiling is on (and recording: `-pd` and its toggles), the process it
+//! started in, the launcher's process, the
 //! program's name and executable, and which exec'd image of its process
 //! this is.
 //!
@@ -13,6 +14,9 @@ use std::sync::OnceLock;
 use crate::base::sys;
 
 static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// Whether events are recorded (`-pd`, `igprof_enable`/`igprof_disable`,
+/// the toggle signal); releases of what was recorded always are.
+static RECORDING: AtomicBool = AtomicBool::new(true);
 static PID: AtomicI32 = AtomicI32::new(0);
 /// The pid the launcher exec'd into (IGPROF_ROOT_PID); 0 if unknown.
 static ROOT_PID: AtomicI32 = AtomicI32::new(0);
@@ -47,6 +51,18 @@ pub fn set_info(i: Info) {
 #[inline]
 pub fn active() -> bool {
     ACTIVE.load(Ordering::Acquire)
+}
+
+/// Whether new events (samples, allocations, descriptors opened) are
+/// recorded now. Async-signal-safe.
+#[inline]
+pub fn recording() -> bool {
+    RECORDING.load(Ordering::Relaxed)
+}
+
+/// Turns recording on or off; returns whether it was on. Async-signal-safe.
+pub fn set_recording(on: bool) -> bool {
+    RECORDING.swap(on, Ordering::AcqRel)
 }
 
 /// Profiling is on (the end of start-up).
@@ -90,6 +106,13 @@ pub fn execing() -> bool {
 
 pub fn set_execing(v: bool) {
     EXECING.store(v, Ordering::Release);
+}
+
+/// In a fork child with `-pk`: whether the live-resource tables the parent
+/// had are kept too (they are consistent only if the parent had one
+/// thread: no other could have been half-way through an update).
+pub fn fork_keeps_tables() -> bool {
+    crate::base::options::get().fork_keep && crate::base::solo::solo()
 }
 
 /// Whether this is the image the user started (the launcher's pid, its

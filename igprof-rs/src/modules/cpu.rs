@@ -725,6 +725,11 @@ extern "C" fn handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_voi
         // Off the CPU for less than what is still owed of an interval.
         return;
     }
+    if !crate::base::run::recording() {
+        // -pd or igprof_disable(): the timers keep their rhythm, nothing
+        // is charged.
+        return;
+    }
     let Some(guard) = t.enter() else {
         // The thread is inside the profiler (a hook: the program called
         // malloc, open...): the time is the program's. Charged to the

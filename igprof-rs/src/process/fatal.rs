@@ -48,6 +48,7 @@ fn watched(sig: i32) -> bool {
     WATCHED.contains(&sig)
         && sig != crate::modules::cpu::signal()
         && sig != crate::base::options::get().dump_signal
+        && sig != crate::base::options::get().toggle_signal
 }
 
 fn ours(sig: i32) -> bool {

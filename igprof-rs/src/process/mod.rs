@@ -126,6 +126,35 @@ pub fn each_module(f: impl FnMut(&'static Module)) {
     crate::modules::each(options::get(), f)
 }
 
+extern "C" fn toggle_signal_handler(_sig: i32) {
+    let was = run::recording();
+    run::set_recording(!was);
+}
+
+/// `--toggle-signal N`: each signal N turns recording off or on.
+fn install_toggle_signal(sig: i32) {
+    if sig == 0 {
+        return;
+    }
+    // SAFETY: zeroed sigaction then fields set; the handler only flips a flag.
+    let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
+    sa.sa_sigaction = toggle_signal_handler as *const () as usize;
+    sa.sa_flags = libc::SA_RESTART;
+    if let Err(e) = crate::hook::real_sigaction(sig, &sa, core::ptr::null_mut()) {
+        crate::igprof_log!("--toggle-signal {sig}: cannot handle it (errno {e}); recording cannot be toggled by signal");
+    }
+}
+
+/// `igprof_enable()` / `igprof_disable()`: turns recording on or off;
+/// returns 1 if it was on, 0 if it was off, -1 if the process is not
+/// profiled.
+pub fn set_recording(on: bool) -> i32 {
+    if !run::is_own_process() {
+        return -1;
+    }
+    run::set_recording(on) as i32
+}
+
 /// Requests that waited for a thread to leave profiler code (see
 /// `thread::LeaveHooks`).
 fn after_leave() {
@@ -257,6 +286,8 @@ pub fn init(modules: &'static [&'static Module]) {
         )
     };
     crate::process::watcher::install_dump_signal();
+    install_toggle_signal(o.toggle_signal);
+    crate::base::run::set_recording(!o.start_disabled);
     let o = options::get();
     crate::base::solo::begin(
         !crate::process::watcher::needed_from_start(o) && crate::base::solo::libc_single_threaded(),
@@ -376,8 +407,13 @@ pub fn after_fork_parent() {
 pub fn after_fork_child() {
     crate::base::alloc::unlock_all();
     run::set_pid(sys::getpid());
+    // The parent's samples and events stay with the parent, unless -pk:
+    // then the child's profile goes on from the parent's (IgProf's keep).
+    let keep = options::get().fork_keep;
     for t in thread::all() {
-        t.stale.store(true, Ordering::Release);
+        if !keep {
+            t.stale.store(true, Ordering::Release);
+        }
         cpu::forget_inherited(t);
     }
     output::reset_after_fork();

@@ -148,7 +148,7 @@ pub fn install() {
 /// `fd` was created by the caller (if it is a descriptor).
 #[inline]
 fn created(fd: c_int) {
-    if fd < 0 {
+    if fd < 0 || !crate::base::run::recording() {
         return;
     }
     let _e = ErrnoGuard::save();

@@ -139,7 +139,9 @@ pub fn before_exec() {
 
 /// In a forked child: the parent's descriptors belong to the parent's profile.
 pub fn reset_after_fork() {
-    LIVE.reset();
+    if !crate::base::run::fork_keeps_tables() {
+        LIVE.reset();
+    }
 }
 
 /// Slots, live table, hooks (start-up, guard held).

@@ -302,7 +302,8 @@ fn allocated(p: *mut c_void, size: usize) {
 /// (not for calloc and realloc, whose contents the program relies on).
 #[inline(always)]
 fn allocated_fill(p: *mut c_void, size: usize, fill: bool, regs: Option<EntryRegs>) {
-    if p.is_null() {
+    if p.is_null() || !crate::base::run::recording() {
+        // Not recorded (-pd, igprof_disable): its free finds nothing.
         return;
     }
     if super::sample::active() {

@@ -193,7 +193,9 @@ pub fn install() {
 
 /// In a forked child: the parent's live blocks are the parent's.
 fn after_fork_child() {
-    account::reset_after_fork();
+    if !crate::base::run::fork_keeps_tables() {
+        account::reset_after_fork();
+    }
     site::tls(|h| sample::after_fork_child(&h.sampler));
 }
 
