@@ -119,24 +119,6 @@ pub fn sched_yield() {
 /// Takes a spin lock (`false` = free): spins briefly, then yields the CPU
 /// between attempts, so a holder that was preempted can finish. For the
 /// profiler's short critical sections (a few loads and stores).
-/// Asks the CPU to bring the cache line at `p` closer (a hint: never faults,
-/// whatever `p` is).
-#[inline(always)]
-pub fn prefetch(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: prefetcht0 is a hint that never faults, even on an unmapped address.
-    unsafe {
-        core::arch::asm!("prefetcht0 [{0}]", in(reg) p, options(nostack, preserves_flags, readonly));
-    }
-    #[cfg(target_arch = "aarch64")]
-    // SAFETY: prfm is a hint that never faults, even on an unmapped address.
-    unsafe {
-        core::arch::asm!("prfm pldl1keep, [{0}]", in(reg) p, options(nostack, preserves_flags, readonly));
-    }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    let _ = p;
-}
-
 pub fn spin_lock(lock: &core::sync::atomic::AtomicBool) {
     use core::sync::atomic::Ordering;
     let mut spins = 0u32;

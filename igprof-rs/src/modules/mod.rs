@@ -69,6 +69,9 @@ pub struct Module {
     pub thread_end: Option<fn(&'static ThreadState)>,
     /// In a forked child, before it runs again (reset what is the parent's).
     pub fork_child: Option<fn()>,
+    /// The process is about to have a second thread (it still has one:
+    /// what relied on being alone must be put in shared form now).
+    pub before_threads: Option<fn()>,
     /// Before exec, before the profile is written (the calling thread is
     /// inside the profiler).
     pub before_exec: Option<fn()>,
@@ -99,6 +102,7 @@ impl Module {
             thread_begin: None,
             thread_end: None,
             fork_child: None,
+            before_threads: None,
             before_exec: None,
             before_dump: None,
             synthetic: None,

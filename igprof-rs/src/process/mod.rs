@@ -385,6 +385,12 @@ pub fn before_thread_create() {
     if !crate::base::solo::solo() {
         return;
     }
+    // While the process still has one thread.
+    each_module(|m| {
+        if let Some(f) = m.before_threads {
+            f()
+        }
+    });
     crate::base::solo::leave();
     if active() && is_own_process() {
         thread::paused(crate::process::watcher::start);

@@ -265,6 +265,18 @@ pub fn live_slot() -> Option<usize> {
     (s != NONE).then_some(s)
 }
 
+/// The process is about to have a second thread: the live table's recent
+/// blocks go to its shared form (a stale entry they replace is released; a
+/// block that finds no memory there is released and counted lost).
+pub fn flush_recent() {
+    LIVE.flush_recent(|b, replaced| {
+        if !replaced {
+            super::site::LOST.fetch_add(1, Ordering::Relaxed);
+        }
+        release(b);
+    });
+}
+
 /// In a forked child: nothing live yet in this process's profile.
 pub fn reset_after_fork() {
     LIVE.reset();

@@ -317,8 +317,6 @@ fn allocated_fill(p: *mut c_void, size: usize, fill: bool, regs: Option<EntryReg
 #[inline]
 fn allocated_exact(p: *mut c_void, size: usize, fill: bool, regs: Option<EntryRegs>) {
     let addr = p as usize;
-    // The block's live-table slot loads while the stack is looked up.
-    account::LIVE.prefetch(addr);
     let _e = ErrnoGuard::save();
     let bytes = accounted(addr, size);
     if let Entry::Now(t, g) = site::enter(KIND_ALLOC, addr, bytes, replay) {
@@ -399,7 +397,6 @@ fn freeing(p: *mut c_void) -> Option<crate::base::live::Block> {
 
 #[inline]
 fn freeing_recorded(p: *mut c_void) -> Option<crate::base::live::Block> {
-    account::LIVE.prefetch(p as usize);
     let _e = ErrnoGuard::save();
     site::unrecorded(KIND_FREE, p as usize, 0, replay, || {
         account::on_free(p as usize)

@@ -79,6 +79,7 @@ pub const MODULE: Module = Module {
     start: |_| start(),
     thread_end: Some(|_| site::release_thread_extras()),
     fork_child: Some(after_fork_child),
+    before_threads: Some(account::flush_recent),
     leaks: Some(leaks),
     dump_value: Some(account::at_peak_view),
     ..Module::new("-mp", |o| o.mem)
@@ -92,6 +93,7 @@ pub const EMPTY_MODULE: Module = Module {
     start: |_| start(),
     thread_end: Some(|_| site::release_thread_extras()),
     fork_child: Some(after_fork_child),
+    before_threads: Some(account::flush_recent),
     ..Module::new("-ep/-ei/-eu", |o| o.empty.is_some())
 };
 
