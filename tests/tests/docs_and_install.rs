@@ -457,3 +457,54 @@ fn install_into_a_fresh_prefix_then_profile_outside_the_build_tree() {
     }
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// The options named at the start of a help text's lines (`  -pp, --perf-profile ...`).
+fn options_of(help: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for l in help.lines() {
+        let l = l.trim_start();
+        if !l.starts_with('-') {
+            continue;
+        }
+        for w in l.split([' ', ',', '/']) {
+            let w = w.trim();
+            if w.len() > 1
+                && w.starts_with('-')
+                && w[1..]
+                    .trim_start_matches('-')
+                    .starts_with(|c: char| c.is_ascii_lowercase())
+            {
+                out.insert(w.to_string());
+            } else if !w.is_empty() {
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// The user guide's copy of `igprof -h` names only options the launcher
+/// has (options added since may be missing from it, never the reverse).
+#[test]
+fn the_user_guides_option_list_names_only_real_options() {
+    let text = read_doc("docs/user-guide.md");
+    let bs = blocks(&text);
+    let i = bs
+        .iter()
+        .position(|b| b.run.is_some() && b.commands == ["igprof -h"])
+        .expect("docs/user-guide.md shows `igprof -h` in a run block");
+    let shown = bs[i + 1..]
+        .iter()
+        .find(|b| b.info == "text")
+        .expect("the output of igprof -h after it");
+    let doc = options_of(&shown.commands.join("\n"));
+    let o = run(Command::new(launcher()).arg("-h"));
+    assert!(o.status.success());
+    let real = options_of(&String::from_utf8_lossy(&o.stdout));
+    assert!(doc.len() >= 20, "{doc:?}");
+    let unknown: Vec<_> = doc.difference(&real).collect();
+    assert!(
+        unknown.is_empty(),
+        "the user guide lists options igprof -h does not: {unknown:?}"
+    );
+}
