@@ -36,7 +36,7 @@ const USAGE: &str = "\
 igprof [options] [--] program [args...]
 
 IgProf's options (as IgProf spells them):
-  -pp, --perf-profile        CPU time (per-thread CPU-clock timers)
+  -pp, --perf-profile        CPU time (per-thread CPU-clock samplers)
   -pu, --perf-user           user CPU time
   -pr, --perf-real           wall-clock time
   -pd, --profile-disabled    start with recording off: the program turns it
