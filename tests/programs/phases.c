@@ -15,34 +15,25 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-static volatile unsigned long sink;
-static void *keep[256];
+#include "burn_ms.h"
 
-static void burn(int ms) {
-  struct timespec a, b;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
-  do {
-    for (int i = 0; i < 10000; i++) sink = sink * 31 + i;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
-  } while ((b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000 < ms);
-}
+static void *keep[256];
 
 __attribute__((noinline)) void before(void) {
   for (int i = 0; i < 100; i++) free(malloc(64));
-  burn(150);
+  burn_thread_ms(150);
   sink++; /* not a tail call: this frame stays on the stack */
 }
 __attribute__((noinline)) void during(void) {
   for (int i = 0; i < 50; i++) keep[i] = malloc(128);
-  burn(150);
+  burn_thread_ms(150);
   sink++; /* not a tail call: this frame stays on the stack */
 }
 __attribute__((noinline)) void after(void) {
   for (int i = 0; i < 70; i++) free(malloc(32));
-  burn(150);
+  burn_thread_ms(150);
   sink++; /* not a tail call: this frame stays on the stack */
 }
 __attribute__((noinline)) void release(void) {
