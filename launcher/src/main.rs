@@ -53,6 +53,9 @@ Profilers (several may be combined in one run, e.g. -pp -mp -fd):
   -np, --energy-profile      energy: NRG_PKG, NRG_PP0, NRG_PP1, NRG_DRAM
   -ep / -ei / -eu            empty-memory profilers
   -fp, --fpe-profile         floating-point exceptions
+  -finst                     functions built with -finstrument-functions:
+                             CALL_COUNT, CALL_TIME (self nanoseconds) per
+                             path of instrumented calls
 Output and control:
   -o, --output FILE          profile file (default igprof.<program>.<pid>.gz;
                              %p in FILE becomes the pid; other processes of
@@ -308,6 +311,7 @@ fn parse(args: &[OsString], pwd: &mut dyn FnMut() -> Vec<u8>) -> Result<Request,
             | b"-eu"
             | b"-fp"
             | b"--fpe-profile"
+            | b"-finst"
             | b"-z"
             | b"--compress"
             | b"-d"

@@ -9,6 +9,7 @@
 //! | word | meaning |
 //! | --- | --- |
 //! | `-pp` `-pu` `-pr` | CPU, user-CPU, wall-clock sampling (one of them) |
+//! | `-finst` | calls and time of functions built with `-finstrument-functions` |
 //! | `-mp` `-mo MODE` `-fd` `-np` `-ep` `-ei` `-eu` `-fp` | other modules (must be built in) |
 //! | `-o FILE` | output file (`%p` is replaced by the pid); gzip if `-z` or it ends in `.gz` |
 //! | `-z` | gzip the output |
@@ -127,6 +128,8 @@ pub struct Options {
     pub energy: bool,
     pub empty: Option<EmptyMode>,
     pub fpe: bool,
+    /// -finst: the `-finstrument-functions` profiler (modules/finst).
+    pub finst: bool,
     pub output: FixedStr<4096>,
     pub gzip: bool,
     pub targets: FixedStr<1024>,
@@ -162,6 +165,7 @@ impl Options {
             energy: false,
             empty: None,
             fpe: false,
+            finst: false,
             output: FixedStr::new(),
             gzip: false,
             targets: FixedStr::new(),
@@ -205,6 +209,9 @@ impl Options {
         if self.fpe {
             v.push(("-fp", "the floating-point exception profiler"));
         }
+        if self.finst {
+            v.push(("-finst", "the function-instrumentation profiler"));
+        }
         v
     }
 
@@ -217,6 +224,7 @@ impl Options {
             "-ep/-ei/-eu" => self.empty = None,
             "-np" => self.energy = false,
             "-fp" => self.fpe = false,
+            "-finst" => self.finst = false,
             _ => {}
         }
     }
@@ -460,6 +468,7 @@ pub fn parse(s: &[u8]) -> Result<Options, OptionError<'_>> {
             b"-ei" => o.empty = Some(EmptyMode::Ei),
             b"-eu" => o.empty = Some(EmptyMode::Eu),
             b"-fp" | b"--fpe-profile" => o.fpe = true,
+            b"-finst" => o.finst = true,
             b"-z" | b"--compress" => o.gzip = true,
             b"-d" | b"--debug" => o.debug = true,
             b"-o" | b"--output" => {
@@ -686,6 +695,12 @@ mod tests {
         assert_eq!(o.mem_overhead, MemOverhead::Delta);
         assert!(o.needs_timers());
         assert!(!parse(b"-mp").unwrap().needs_timers());
+        let o = parse(b"-finst").unwrap();
+        assert!(o.finst && !o.needs_timers());
+        assert_eq!(
+            o.selected(),
+            vec![("-finst", "the function-instrumentation profiler")]
+        );
     }
 
     #[test]
