@@ -193,10 +193,34 @@ fn shadow(t: &'static ThreadState) -> Option<&'static mut Shadow> {
         if p.is_null() {
             return None;
         }
+        // SAFETY: the stack the fork child inherited, now this thread's
+        // alone (taken from INHERITED); guard held.
+        rebase(t, unsafe { &mut *p });
         t.finst.store(p as *mut u8, Ordering::Release);
     }
     // SAFETY: the owner thread's own stack, used with its guard held.
     Some(unsafe { &mut *p })
+}
+
+/// The inherited stack's nodes are in the forking thread's tree, which the
+/// child does not dump: the same paths are made in the thread's own tree.
+#[cold]
+fn rebase(t: &'static ThreadState, s: &mut Shadow) {
+    let depth = s.depth;
+    // SAFETY: owner thread with its guard held.
+    let tree = unsafe { t.tree_mut() };
+    let mut parent: *mut Node = core::ptr::null_mut();
+    // SAFETY: the stack's own frames.
+    for (i, f) in unsafe { s.frames() }[..depth].iter_mut().enumerate() {
+        f.node = if i == 0 {
+            tree.node_for(&[f.func], false)
+        } else if parent.is_null() {
+            parent
+        } else {
+            tree.child(parent, f.func)
+        };
+        parent = f.node;
+    }
 }
 
 /// `__cyg_profile_func_enter(func, _)`.
