@@ -186,6 +186,7 @@ fn now() -> u64 {
 /// The calling thread's stack (guard held), taking the one a fork child
 /// inherited if it has none.
 #[inline]
+#[allow(clippy::mut_from_ref)] // the stack is the owner thread's, as its tree
 fn shadow(t: &'static ThreadState) -> Option<&'static mut Shadow> {
     let mut p = t.finst.load(Ordering::Relaxed) as *mut Shadow;
     if p.is_null() {
