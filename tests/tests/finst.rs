@@ -207,3 +207,43 @@ fn a_fork_child_profiles_its_own_calls() {
     // entry it inherited from the parent (main returns in both).
     assert_eq!(calls, vec![(3, 2, 1), (4, 1, 1)]);
 }
+
+#[test]
+fn exceptions_through_instrumented_frames_call_their_exits() {
+    let d = scratch("finst-throw");
+    let src = d.join("throw.cpp");
+    std::fs::write(
+        &src,
+        "#include <cstdio>\n#include <stdexcept>\n\
+         __attribute__((noinline)) void inner(int i) { if (i % 2) throw std::runtime_error(\"x\"); }\n\
+         __attribute__((noinline)) void mid(int i) { inner(i); }\n\
+         __attribute__((noinline)) void leaf() {}\n\
+         int main() { int caught = 0; for (int i = 0; i < 10; i++) {\n\
+         try { mid(i); } catch (const std::exception &) { caught++; } leaf(); }\n\
+         printf(\"caught %d\\n\", caught); }\n",
+    )
+    .unwrap();
+    let st = Command::new("c++")
+        .args(["-O2", "-g", "-finstrument-functions", "-o"])
+        .arg(d.join("throw"))
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let o = igprof(&d, &["-finst", "-d", "-o", "prof.gz", "./throw"]);
+    let err = ok(&o);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "caught 5\n");
+    // GCC's unwinding cleanups call the exits: nothing is dropped.
+    assert!(err.contains("-finst: 0 frames dropped"), "{err}");
+    let m = by_path(&parse_strict(&read_text(&d.join("prof.gz"))).unwrap());
+    let calls: BTreeMap<&str, u64> = m.iter().map(|(k, v)| (k.as_str(), v.0)).collect();
+    assert_eq!(
+        calls,
+        BTreeMap::from([
+            ("main", 1),
+            ("main>_Z3midi", 10),
+            ("main>_Z3midi>_Z5inneri", 10),
+            ("main>_Z4leafv", 10)
+        ])
+    );
+}

@@ -25,9 +25,10 @@
 //! into its caller is named as the caller), counts in TSC cycles, and keeps
 //! one stack for the whole process (threads corrupt each other's times).
 //!
-//! Exits that do not match the top of the stack (a longjmp or an exception
-//! that left instrumented frames without their exits, a function entered
-//! while the thread was inside the profiler): the stack is popped down to
+//! Exits that do not match the top of the stack (a longjmp that left
+//! instrumented frames without their exits, a function entered while the
+//! thread was inside the profiler; an exception calls the exits of the
+//! frames it unwinds, GCC's cleanups do that): the stack is popped down to
 //! the newest frame of the exiting function and the frames above it are
 //! dropped unrecorded (their time stays in the exiting function's self
 //! time), counted in [`DROPPED`]; an exit whose function is not on the
