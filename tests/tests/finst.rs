@@ -3,7 +3,8 @@
 //! CALL_COUNT per path of instrumented calls, CALL_TIME within a tolerance
 //! of the program's known sleeps and burns, threads, a longjmp out of
 //! instrumented frames, fork, the program's output and exit status
-//! unchanged, the program unprofiled, and igprof-analyse on the profile.
+//! unchanged, the program unprofiled, igprof-analyse on the profile, and
+//! the other architecture under qemu-user.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -246,4 +247,29 @@ fn exceptions_through_instrumented_frames_call_their_exits() {
             ("main>_Z4leafv", 10)
         ])
     );
+}
+
+#[test]
+fn the_other_architecture_under_qemu_user() {
+    // AArch64 on an x86-64 host (x86-64 on an AArch64 one): the cycle
+    // counter and the exported functions of that architecture's library.
+    let d = scratch("finst-foreign");
+    cross_build(&d, "finst.c", "finst", &["-finstrument-functions"]);
+    let o = foreign_igprof(&d, &["-finst", "-o", "prof.gz", "./finst", "threads"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "finst done threads\n");
+    assert_eq!(o.status.code(), Some(3));
+    let m = by_path(&parse_strict(&read_text(&d.join("prof.gz"))).unwrap());
+    let calls: BTreeMap<&str, u64> = m.iter().map(|(k, v)| (k.as_str(), v.0)).collect();
+    assert_eq!(
+        calls,
+        BTreeMap::from([
+            ("main", 1),
+            ("main>a", 3),
+            ("main>a>c", 6),
+            ("main>b", 5),
+            ("t_work", 2),
+            ("t_work>c", 2)
+        ])
+    );
+    near("c self", m["main>a>c"].1, 6 * 20 * MS, 120 * MS);
 }
