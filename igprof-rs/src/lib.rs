@@ -10,7 +10,7 @@
 //!   run's facts, stack traces of the running thread;
 //! - `hook/` hook plumbing: chain pointers, install sequence, real sigaction;
 //! - `modules/` the profiler-module contract and registry, and the modules
-//!   (cpu, mem, fd, energy): adding one is a folder there and a line in
+//!   (cpu, mem, fd, energy, finst): adding one is a folder there and a line in
 //!   [`MODULES`] below (see `modules/mod.rs`, "How to add a profiler module");
 //! - `output/` the dump: merging, naming, writing, the file name;
 //! - `process/` start-up and life cycle, the process hooks, signals, the
@@ -34,13 +34,14 @@ pub mod unwind;
 static GLOBAL: base::alloc::IgAlloc = base::alloc::IgAlloc;
 
 /// The profiler modules built into the library, in the order they start
-/// (see `module.rs`, "How to add a profiler module").
+/// (see `modules/mod.rs` and docs/internals.md, "How to add a profiler module").
 static MODULES: &[&modules::Module] = &[
     &modules::cpu::MODULE,
     &modules::mem::MODULE,
     &modules::mem::EMPTY_MODULE,
     &modules::fd::MODULE,
     &modules::energy::glue::MODULE,
+    &modules::finst::MODULE,
 ];
 
 extern "C" fn igprof_init() {
@@ -85,4 +86,25 @@ pub extern "C" fn igprof_enable() -> i32 {
 #[no_mangle]
 pub extern "C" fn igprof_disable() -> i32 {
     process::set_recording(false)
+}
+
+/// Called by a program built with `-finstrument-functions` at the entry of
+/// each instrumented function (glibc's own is a no-op; the preload puts
+/// this one first). Does nothing unless -finst profiles this process.
+#[no_mangle]
+pub extern "C" fn __cyg_profile_func_enter(
+    this_fn: *mut core::ffi::c_void,
+    _call_site: *mut core::ffi::c_void,
+) {
+    modules::finst::enter(this_fn as usize)
+}
+
+/// Called before each instrumented function returns (see
+/// [`__cyg_profile_func_enter`]).
+#[no_mangle]
+pub extern "C" fn __cyg_profile_func_exit(
+    this_fn: *mut core::ffi::c_void,
+    _call_site: *mut core::ffi::c_void,
+) {
+    modules::finst::exit(this_fn as usize)
 }

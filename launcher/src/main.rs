@@ -54,6 +54,9 @@ IgProf's options (as IgProf spells them):
                              malloc) is found without it
   -np, --energy-profile      energy: NRG_PKG, NRG_PP0, NRG_PP1, NRG_DRAM
   -ep / -ei / -eu            empty-memory profilers
+  -finst                     functions built with -finstrument-functions:
+                             CALL_COUNT, CALL_TIME (self nanoseconds) per
+                             path of instrumented calls
   -o, --output FILE          profile file (default igprof.<program>.<pid>.gz;
                              %p in FILE becomes the pid; other processes of
                              the run write FILE with .<pid> before .gz)
@@ -327,6 +330,7 @@ fn parse(args: &[OsString], pwd: &mut dyn FnMut() -> Vec<u8>) -> Result<Request,
             | b"--perf-keep"
             | b"-j"
             | b"--jemalloc"
+            | b"-finst"
             | b"-z"
             | b"--compress"
             | b"-d"

@@ -90,7 +90,8 @@ impl Functions {
 /// What a counter's values measure, for tooltips and sample types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unit {
-    /// PERF_TICKS: a value is a number of ticks of `scale` seconds.
+    /// PERF_TICKS: a value is a number of ticks of `scale` seconds
+    /// (CALL_TIME: of nanoseconds).
     Seconds,
     /// NRG_*: a value is a number of units of `scale` Joules.
     Joules,
@@ -121,7 +122,9 @@ pub struct Counter {
     pub name: String,
     pub unit: Unit,
     /// Amount of `unit` in one unit of value: the profile's tick period for
-    /// PERF_TICKS and NRG_* (the text report multiplies by it), else 1.
+    /// PERF_TICKS and NRG_* (the text report multiplies by it), 1e-9 for
+    /// CALL_TIME (nanoseconds; the text report prints them as they are),
+    /// else 1.
     pub scale: f64,
     /// A `*_MAX` counter: self and cumulative values are maxima, not sums.
     pub is_max: bool,
@@ -131,6 +134,9 @@ impl Counter {
     pub fn new(name: &str, tick_period: f32) -> Counter {
         let (unit, scale) = if name == "PERF_TICKS" {
             (Unit::Seconds, tick_period as f64)
+        } else if name == "CALL_TIME" {
+            // -finst: nanoseconds (the header's tick is not its unit).
+            (Unit::Seconds, 1e-9)
         } else if name.starts_with("NRG_") {
             (Unit::Joules, tick_period as f64)
         } else if name.starts_with("MEM_") {

@@ -180,6 +180,7 @@ fn sample_types(c: &Counter) -> Vec<(String, &'static str, Source)> {
                 Source::Value((c.scale * 1e9).round() as i64),
             ),
         ],
+        "CALL_TIME" => vec![n("calls"), v("wall", "nanoseconds")],
         name => {
             let unit = if c.unit == Unit::Bytes {
                 "bytes"

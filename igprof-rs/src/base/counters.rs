@@ -2,7 +2,7 @@
 //! slot of a call-tree node holds it in this run.
 //!
 //! Every profiler module names its counters here (PERF_TICKS for the
-//! sampling profiler; MEM_*, FD_*, NRG_* for the others). At start-up the
+//! sampling profiler; MEM_*, FD_*, NRG_*, CALL_* for the others). At start-up the
 //! enabled modules [`enable`] their counters; each enabled counter gets a
 //! slot index, and every node of every call tree is allocated with exactly
 //! that many (ticks, value, peak) triples. The slot table is frozen before
@@ -16,7 +16,8 @@ use core::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 /// How two threads' values of a counter combine at dump time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Merge {
-    /// ticks, value and peak add up (PERF_TICKS, MEM_TOTAL, FD_USED, NRG_*).
+    /// ticks, value and peak add up (PERF_TICKS, MEM_TOTAL, FD_USED, NRG_*,
+    /// CALL_*).
     Sum,
     /// ticks add; value and peak are maxima (MEM_MAX).
     Max,
@@ -43,9 +44,14 @@ pub enum CounterId {
     MemLiveAtPeak,
     /// -ep/-ei/-eu: bytes of untouched pages at free.
     MemEmpty,
+    /// -finst: calls of an instrumented function on this path.
+    CallCount,
+    /// -finst: nanoseconds spent in an instrumented function on this path,
+    /// its instrumented callees' time excluded (self time, as IgProf).
+    CallTime,
 }
 
-pub const COUNT: usize = 12;
+pub const COUNT: usize = 14;
 
 pub struct CounterDef {
     pub id: CounterId,
@@ -112,6 +118,16 @@ pub const ALL: [CounterDef; COUNT] = [
     CounterDef {
         id: CounterId::MemEmpty,
         name: "MEM_EMPTY",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::CallCount,
+        name: "CALL_COUNT",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::CallTime,
+        name: "CALL_TIME",
         merge: Merge::Sum,
     },
 ];

@@ -14,6 +14,7 @@
 //! | `-pk` | a fork child keeps the parent's profile so far |
 //! | `-j` | accepted (jemalloc is found as the allocator anyway) |
 //! | `--toggle-signal N` | signal that turns recording off and on (default none) |
+//! | `-finst` | calls and time of functions built with `-finstrument-functions` |
 //! | `-o FILE` | output file (`%p` is replaced by the pid); gzip if `-z` or it ends in `.gz` |
 //! | `-z` | gzip the output |
 //! | `-t NAMES` | profile only programs whose name contains one of the comma-separated NAMES |
@@ -133,6 +134,8 @@ pub struct Options {
     /// `-fp:FUNC[:LIB]` (`-fpi`, `-fpf`): IgProf's function-call profiler
     /// (not built yet: the spec is kept for its message).
     pub functions: FixedStr<1024>,
+    /// -finst: the `-finstrument-functions` profiler (modules/finst).
+    pub finst: bool,
     pub output: FixedStr<4096>,
     pub gzip: bool,
     pub targets: FixedStr<1024>,
@@ -176,6 +179,7 @@ impl Options {
             energy: false,
             empty: None,
             functions: FixedStr::new(),
+            finst: false,
             output: FixedStr::new(),
             gzip: false,
             targets: FixedStr::new(),
@@ -222,6 +226,9 @@ impl Options {
         if !self.functions.is_empty() {
             v.push(("-fp", "the function-call profiler (-fp/-fpi/-fpf)"));
         }
+        if self.finst {
+            v.push(("-finst", "the function-instrumentation profiler"));
+        }
         v
     }
 
@@ -234,6 +241,7 @@ impl Options {
             "-ep/-ei/-eu" => self.empty = None,
             "-np" => self.energy = false,
             "-fp" => self.functions = FixedStr::new(),
+            "-finst" => self.finst = false,
             _ => {}
         }
     }
@@ -487,6 +495,7 @@ pub fn parse(s: &[u8]) -> Result<Options, OptionError<'_>> {
                     expected: "FUNC[:LIB] under 1024 bytes",
                 })?;
             }
+            b"-finst" => o.finst = true,
             b"-z" | b"--compress" => o.gzip = true,
             b"-d" | b"--debug" => o.debug = true,
             b"-o" | b"--output" => {
@@ -728,6 +737,12 @@ mod tests {
         assert_eq!(o.mem_overhead, MemOverhead::Delta);
         assert!(o.needs_timers());
         assert!(!parse(b"-mp").unwrap().needs_timers());
+        let o = parse(b"-finst").unwrap();
+        assert!(o.finst && !o.needs_timers());
+        assert_eq!(
+            o.selected(),
+            vec![("-finst", "the function-instrumentation profiler")]
+        );
     }
 
     #[test]

@@ -81,6 +81,10 @@ pub struct ThreadState {
     /// The thread's slot in the energy ledger (-np), as its index
     /// (`NO_SLOT`: none; written by the owner, read by the dumper too).
     energy_slot: AtomicUsize,
+    /// The -finst module's shadow stack (modules/finst: mmap'd at its
+    /// thread begin, owner thread only, kept by a state's next owner); null
+    /// until then.
+    pub finst: AtomicPtr<u8>,
     next: AtomicPtr<ThreadState>,
 }
 
@@ -472,6 +476,7 @@ fn build_state(
             bounds,
             unwinder,
             energy_slot: AtomicUsize::new(NO_SLOT),
+            finst: AtomicPtr::new(null_mut()),
             next: AtomicPtr::new(null_mut()),
         });
     }

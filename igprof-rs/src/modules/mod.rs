@@ -2,7 +2,7 @@
 //! registry of the modules built into the library.
 //!
 //! A profiler module (CPU sampling, memory, empty memory, descriptors,
-//! energy...) is one [`Module`] value: what selects it, how the start-up
+//! energy, instrumented functions...) is one [`Module`] value: what selects it, how the start-up
 //! line names it, its counters, and the moments of the process it takes
 //! part in. The runtime (start-up, threads, fork, exec) and the dump writer
 //! reach modules only through this contract and never name one.
@@ -15,21 +15,19 @@
 //!
 //! # How to add a profiler module
 //!
-//! 1. Give it an option in `base/options.rs` (a field of [`Options`], its
-//!    flag in `Options::selected`, its parsing) and in the launcher.
-//! 2. Give its counters an id and a definition in `base/counters.rs`.
-//! 3. Write it in its own folder (`modules/<name>/mod.rs` and what it
-//!    needs): a `pub const MODULE: Module` made with [`Module::new`] and the
-//!    hooks it takes part in (`Module { start: ..., ..Module::new(...) }`),
-//!    with docs at the top saying what it owns and must never do. It may
-//!    use `base/`, `hook/` and `unwind/`, never `output/` or `process/`.
-//! 4. Add one line to the registry list in `lib.rs`.
-//! 5. Test it on a C program under `tests/programs` and on a real program,
-//!    through the launcher and igprof-analyse (`tests/tests/`).
+//! The steps, with what each must not forget, are in docs/internals.md
+//! ("How to add a profiler module"): an option (`base/options.rs`, with its
+//! flag in `Options::selected`/`deselect`, and the launcher), counters
+//! (`base/counters.rs`), a folder `modules/<name>/` with a `pub const
+//! MODULE: Module` made with [`Module::new`] and the hooks it takes part in
+//! (`Module { start: ..., ..Module::new(...) }`), one line in the registry
+//! list of `lib.rs`, and end-to-end tests. A module may use `base/`,
+//! `hook/` and `unwind/`, never `output/` or `process/`.
 
 pub mod cpu;
 pub mod energy;
 pub mod fd;
+pub mod finst;
 pub mod mem;
 
 use std::sync::OnceLock;
