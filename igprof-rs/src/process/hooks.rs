@@ -356,8 +356,15 @@ extern "C" fn dlclose_hook(handle: *mut c_void) -> c_int {
 /// leave it for good. Without this the thread would stay marked busy: never
 /// sampled again, its allocations no longer counted.
 fn before_longjmp() {
-    if let Some(t) = thread::current().filter(|_| thread::is_busy()) {
-        t.left_by_jump();
+    let Some(t) = thread::current() else { return };
+    // The free path and a real realloc mark the hook record without the
+    // guard: a jump out of them must clear it too, or every later event of
+    // the thread would be taken for a nested one and deferred.
+    let busy = thread::is_busy();
+    if busy || crate::modules::mem::site::in_hook() {
+        if busy {
+            t.left_by_jump();
+        }
         crate::modules::mem::site::left_by_jump();
     }
 }

@@ -459,6 +459,12 @@ pub fn enter(kind: u8, a: usize, b: u64, replay: Replay) -> Entry {
     })
 }
 
+/// Whether the calling thread is inside a hook (recording an event, or in
+/// a real function a hook called).
+pub fn in_hook() -> bool {
+    tls(|h| h.outer.get() != 0)
+}
+
 /// The thread left a hook by longjmp (a program's signal handler that
 /// interrupted it): it is no longer recording nor inside a real call.
 pub fn left_by_jump() {
