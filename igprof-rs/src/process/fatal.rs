@@ -84,8 +84,33 @@ pub fn install() {
     }
 }
 
-extern "C" fn handler(sig: i32, _info: *mut libc::siginfo_t, _uc: *mut libc::c_void) {
+extern "C" fn handler(sig: i32, info: *mut libc::siginfo_t, _uc: *mut libc::c_void) {
+    // SAFETY: the kernel's siginfo for this signal (SA_SIGINFO).
+    let code = unsafe { (*info).si_code };
+    let fault = code > 0
+        && matches!(
+            sig,
+            libc::SIGSEGV | libc::SIGBUS | libc::SIGFPE | libc::SIGILL
+        );
+    if fault && (thread::is_busy() || !crate::base::alloc::all_unlocked()) {
+        // A fault raised by an instruction of the profiler itself: waiting
+        // for the thread to leave profiler code would run that instruction
+        // again and again. No profile: the process dies now, as it would.
+        let _e = sys::ErrnoGuard::save();
+        crate::process::ending::final_dump_from_signal(sig);
+        restore_default(sig);
+        return;
+    }
     die_after_dump(sig);
+}
+
+/// `sig`'s action goes back to SIG_DFL (ours is no longer in place).
+fn restore_default(sig: i32) {
+    OURS.fetch_and(!(1 << sig), Ordering::AcqRel);
+    // SAFETY: a zeroed sigaction with SIG_DFL is valid.
+    let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
+    sa.sa_sigaction = libc::SIG_DFL;
+    let _ = crate::hook::real_sigaction(sig, &sa, core::ptr::null_mut());
 }
 
 /// The process dies by `sig` under its default action: write the profile
@@ -106,11 +131,7 @@ pub fn die_after_dump(sig: i32) {
     {
         crate::process::ending::final_dump_from_signal(sig);
     }
-    OURS.fetch_and(!(1 << sig), Ordering::AcqRel);
-    // SAFETY: a zeroed sigaction with SIG_DFL is valid.
-    let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
-    sa.sa_sigaction = libc::SIG_DFL;
-    let _ = crate::hook::real_sigaction(sig, &sa, core::ptr::null_mut());
+    restore_default(sig);
     // SAFETY: a set with one signal, for unblocking it.
     unsafe {
         let mut set: libc::sigset_t = core::mem::zeroed();
