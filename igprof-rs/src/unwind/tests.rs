@@ -657,9 +657,12 @@ fn sample_during<R>(
         timer
     };
     let r = work();
+    // No sample after the work: one taken in this function would have none
+    // of the work's frames (seen under qemu, where the timer's deletion is
+    // slow enough for a sample to land before it).
+    SAMPLER.store(std::ptr::null_mut(), Ordering::Release);
     // SAFETY: the timer created above.
     unsafe { libc::timer_delete(timer) };
-    SAMPLER.store(std::ptr::null_mut(), Ordering::Release);
     let n = TAKEN.load(Ordering::Relaxed);
     let samples = s.traces[..n]
         .iter()
