@@ -44,8 +44,8 @@
 //!   address into the code that called the hooked function (for a trampoline
 //!   hook: into the application function that called `malloc`).
 //!
-//! Both write at most `out.len()` addresses (the caller's depth limit; the
-//! default is [`DEFAULT_MAX_DEPTH`]) and return a [`Trace`]: `depth` entries of
+//! Both write at most `out.len()` addresses (the caller's depth limit, e.g.
+//! [`DEFAULT_MAX_DEPTH`]) and return a [`Trace`]: `depth` entries of
 //! `out` are valid, and `end` says why the walk stopped. `trace.truncated()`
 //! is true when the buffer filled before the outermost frame (mark it in the
 //! profile). A broken frame (a read outside the stack, a stack pointer that
@@ -139,8 +139,8 @@ pub use stack::{StackBounds, StackBoundsError};
 pub use walk::FramehopCache;
 pub use walk::{CacheStats, ThreadUnwinder};
 
-/// Default depth limit: the output buffer size the runtime should use when
-/// the user does not choose one.
+/// A depth limit for callers that have none of their own (the unwinder's
+/// tests and benchmarks); libigprof passes `--depth` (default 1024).
 pub const DEFAULT_MAX_DEPTH: usize = 512;
 
 /// The result of one stack walk: how many entries of the output buffer are
