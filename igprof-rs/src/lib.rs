@@ -11,7 +11,7 @@
 //! - `hook/` hook plumbing: chain pointers, install sequence, real sigaction;
 //! - `modules/` the profiler-module contract and registry, and the modules
 //!   (cpu, mem, fd, energy, finst): adding one is a folder there and a line in
-//!   [`MODULES`] below (see `modules/mod.rs`, "How to add a profiler module");
+//!   `MODULES` below (see `modules/mod.rs`, "How to add a profiler module");
 //! - `output/` the dump: merging, naming, writing, the file name;
 //! - `process/` start-up and life cycle, the process hooks, signals, the
 //!   watcher thread.

@@ -105,7 +105,7 @@ fn round_pages(n: usize) -> usize {
 /// start-up: `thread::in_sampling_handler`, which this layer cannot name).
 static SIGNAL_PROBE: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
 
-/// Sets the probe of [`assert_not_in_signal`] (start-up).
+/// Sets the probe of `assert_not_in_signal` (start-up).
 pub fn set_signal_probe(f: fn() -> bool) {
     SIGNAL_PROBE.store(f as usize, Ordering::Release);
 }

@@ -63,7 +63,7 @@ pub mod orig {
     /// indexed by [`Core`], and a typed getter `$f` for each.
     macro_rules! chains {
         ($($f:ident, $s:ident, $t:ty;)*) => {
-            /// Index of each process hook in [`CHAINS`].
+            /// Index of each process hook in `CHAINS`.
             #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
             #[derive(Clone, Copy, Debug)]
             pub enum Core { $($s,)* }
@@ -250,7 +250,7 @@ pub fn in_loader() -> bool {
     IN_LOADER.load(core::sync::atomic::Ordering::Acquire) != 0
 }
 
-/// Runs a call of the dynamic loader counted in [`IN_LOADER`].
+/// Runs a call of the dynamic loader counted in `IN_LOADER`.
 pub fn loading<R>(f: impl FnOnce() -> R) -> R {
     use core::sync::atomic::Ordering;
     IN_LOADER.fetch_add(1, Ordering::AcqRel);

@@ -16,7 +16,7 @@
 //! the caller's node (one hash lookup). At exit the node gets CALL_COUNT
 //! (1, 1) and CALL_TIME (1, self time): the wall-clock time from entry to
 //! exit minus that of its instrumented callees and of the profiler's own
-//! work at their exits, read from the CPU's cycle counter ([`now`]) and
+//! work at their exits, read from the CPU's cycle counter (`now`) and
 //! written as nanoseconds (the counter's rate against CLOCK_MONOTONIC
 //! since start, measured before each dump). Values are self
 //! values, as every counter of the format: the analyser's cumulative

@@ -19,7 +19,7 @@
 //! `cfree` = `free`) are hooked once.
 //!
 //! Sampled mode (`--sample-bytes`): every allocation entry point goes
-//! through [`allocated_fill`], which asks [`super::sample::decide`] once per
+//! through `allocated_fill`, which asks [`super::sample::decide`] once per
 //! allocation the program asked for (an allocation made inside the real
 //! realloc/reallocarray is left to the outer hook's decision, and an inner
 //! hook that decided marks the block so that an outer one does not decide
