@@ -1,4 +1,4 @@
-//! Keeps the sampling signal ([`cpu::signal`]: SIGTRAP with sigtrap perf
+//! Keeps the sampling signal ([`crate::modules::cpu::signal`]: SIGTRAP with sigtrap perf
 //! events, else SIGPROF) ours while the program believes it owns it. The
 //! other signal, and every signal of an unsampled process, is left alone.
 //!

@@ -24,7 +24,7 @@
 //! realloc/reallocarray is left to the outer hook's decision, and an inner
 //! hook that decided marks the block so that an outer one does not decide
 //! again); only a recorded allocation walks the stack. Every free goes
-//! through [`freeing`], which skips the live table for a block the
+//! through `freeing`, which skips the live table for a block the
 //! sampler's filter says was never recorded.
 //!
 //! Must never: call a hooked function except through its chain pointer

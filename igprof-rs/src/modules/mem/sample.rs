@@ -48,7 +48,7 @@
 //! is capped, one call in 16 million. Bytes get 40 bits (1 TiB; a larger
 //! estimate is capped).
 //!
-//! A free first looks at [`FILTER`]: per hash bucket of addresses, how many
+//! A free first looks at `FILTER`: per hash bucket of addresses, how many
 //! sampled blocks are live there. A zero means the block was not sampled
 //! and the free costs one load; otherwise the live table is searched as in
 //! exact mode. The count only errs high, which costs a search: it sticks
