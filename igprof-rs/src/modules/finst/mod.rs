@@ -55,7 +55,7 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering
 
 use crate::base::counters::{self, CounterId};
 use crate::base::thread::{self, ThreadState};
-use crate::base::tree::Node;
+use crate::base::tree::{CallTree, Node};
 
 /// One instrumented call in progress.
 #[derive(Clone, Copy)]
@@ -267,18 +267,39 @@ fn rebase(t: &'static ThreadState, s: &mut Shadow) {
     let depth = s.depth;
     // SAFETY: owner thread with its guard held.
     let tree = unsafe { t.tree_mut() };
-    let mut parent: *mut Node = core::ptr::null_mut();
+    let mut parent = None;
     // SAFETY: the stack's own frames.
-    for (i, f) in unsafe { s.frames() }[..depth].iter_mut().enumerate() {
-        f.node = if i == 0 {
-            tree.node_for(&[f.func], false)
-        } else if parent.is_null() {
-            parent
-        } else {
-            tree.child(parent, f.func)
-        };
-        parent = f.node;
+    for f in unsafe { s.frames() }[..depth].iter_mut() {
+        f.node = node_under(tree, parent, f.func);
+        parent = Some(f.node);
     }
+}
+
+/// The node of a call of `func` under the node of the calling
+/// instrumented function (`None`: it is the outermost one); null when the
+/// caller has none (no memory) or none can be made.
+#[inline]
+fn node_under(tree: &mut CallTree, caller: Option<*mut Node>, func: usize) -> *mut Node {
+    match caller {
+        None => tree.node_for(&[func], false),
+        Some(p) if p.is_null() => p,
+        Some(p) => tree.child(p, func),
+    }
+}
+
+/// The calling thread, inside the profiler, and its stack; None (counted
+/// as skipped) when the thread is unknown, already inside the profiler, or
+/// has no stack.
+#[inline]
+fn entered() -> Option<(&'static ThreadState, thread::Guard, &'static mut Shadow)> {
+    let found = thread::current().and_then(|t| {
+        let g = t.enter()?;
+        Some((t, g, shadow(t)?))
+    });
+    if found.is_none() {
+        SKIPPED.fetch_add(1, Ordering::Relaxed);
+    }
+    found
 }
 
 /// `__cyg_profile_func_enter(func, _)`.
@@ -299,18 +320,7 @@ pub fn exit(func: usize) {
 
 #[inline(never)]
 fn enter_profiled(func: usize) {
-    let Some(t) = thread::current() else {
-        SKIPPED.fetch_add(1, Ordering::Relaxed);
-        return;
-    };
-    let Some(g) = t.enter() else {
-        SKIPPED.fetch_add(1, Ordering::Relaxed);
-        return;
-    };
-    let Some(s) = shadow(t) else {
-        SKIPPED.fetch_add(1, Ordering::Relaxed);
-        return;
-    };
+    let Some((t, g, s)) = entered() else { return };
     if s.depth == s.cap || s.over > 0 {
         s.over += 1;
         TOO_DEEP.fetch_add(1, Ordering::Relaxed);
@@ -321,16 +331,8 @@ fn enter_profiled(func: usize) {
     let frames = unsafe { s.frames() };
     // SAFETY: owner thread with its guard held.
     let tree = unsafe { t.tree_mut() };
-    let node = if depth == 0 {
-        tree.node_for(&[func], false)
-    } else {
-        let parent = frames[depth - 1].node;
-        if parent.is_null() {
-            core::ptr::null_mut()
-        } else {
-            tree.child(parent, func)
-        }
-    };
+    let caller = depth.checked_sub(1).map(|d| frames[d].node);
+    let node = node_under(tree, caller, func);
     if node.is_null() {
         SKIPPED.fetch_add(1, Ordering::Relaxed);
     }
@@ -348,18 +350,7 @@ fn enter_profiled(func: usize) {
 #[inline(never)]
 fn exit_profiled(func: usize) {
     let end = now();
-    let Some(t) = thread::current() else {
-        SKIPPED.fetch_add(1, Ordering::Relaxed);
-        return;
-    };
-    let Some(g) = t.enter() else {
-        SKIPPED.fetch_add(1, Ordering::Relaxed);
-        return;
-    };
-    let Some(s) = shadow(t) else {
-        SKIPPED.fetch_add(1, Ordering::Relaxed);
-        return;
-    };
+    let Some((_, g, s)) = entered() else { return };
     if s.over > 0 {
         s.over -= 1;
         return;
