@@ -173,23 +173,7 @@ fn igprof_analyse_reads_the_profile() {
 #[test]
 fn a_fork_child_profiles_its_own_calls() {
     let d = scratch("finst-fork");
-    let src = d.join("forker.c");
-    std::fs::write(
-        &src,
-        "#include <stdio.h>\n#include <unistd.h>\n#include <sys/wait.h>\n\
-         __attribute__((noinline)) void leaf(void) { usleep(10000); }\n\
-         __attribute__((noinline)) void work(int n) { for (int i = 0; i < n; i++) leaf(); }\n\
-         int main(void) { work(1); pid_t p = fork(); if (p == 0) { work(4); return 0; }\n\
-         int st; waitpid(p, &st, 0); work(2); printf(\"forked\\n\"); return 0; }\n",
-    )
-    .unwrap();
-    let st = Command::new("cc")
-        .args(["-O2", "-g", "-finstrument-functions", "-o"])
-        .arg(d.join("forker"))
-        .arg(&src)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    build(&d, "finst_fork.c", "forker", &["-finstrument-functions"]);
     let o = igprof(&d, &["-finst", "./forker"]);
     let _ = ok(&o);
     assert_eq!(String::from_utf8_lossy(&o.stdout), "forked\n");
@@ -212,25 +196,7 @@ fn a_fork_child_profiles_its_own_calls() {
 #[test]
 fn exceptions_through_instrumented_frames_call_their_exits() {
     let d = scratch("finst-throw");
-    let src = d.join("throw.cpp");
-    std::fs::write(
-        &src,
-        "#include <cstdio>\n#include <stdexcept>\n\
-         __attribute__((noinline)) void inner(int i) { if (i % 2) throw std::runtime_error(\"x\"); }\n\
-         __attribute__((noinline)) void mid(int i) { inner(i); }\n\
-         __attribute__((noinline)) void leaf() {}\n\
-         int main() { int caught = 0; for (int i = 0; i < 10; i++) {\n\
-         try { mid(i); } catch (const std::exception &) { caught++; } leaf(); }\n\
-         printf(\"caught %d\\n\", caught); }\n",
-    )
-    .unwrap();
-    let st = Command::new("c++")
-        .args(["-O2", "-g", "-finstrument-functions", "-o"])
-        .arg(d.join("throw"))
-        .arg(&src)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    build(&d, "finst_throw.cpp", "throw", &["-finstrument-functions"]);
     let o = igprof(&d, &["-finst", "-d", "-o", "prof.gz", "./throw"]);
     let err = ok(&o);
     assert_eq!(String::from_utf8_lossy(&o.stdout), "caught 5\n");
