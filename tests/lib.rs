@@ -494,6 +494,14 @@ impl Namer {
 /// Per leaf-path statistics of one counter: for each node with that counter,
 /// the function names from the outermost caller to it, and its ticks.
 pub fn paths(p: &Profile, counter: &str) -> Vec<(Vec<String>, u64)> {
+    path_values(p, counter)
+        .into_iter()
+        .map(|(path, ticks, _)| (path, ticks))
+        .collect()
+}
+
+/// Like [`paths`], with both the ticks and the value of the counter.
+pub fn path_values(p: &Profile, counter: &str) -> Vec<(Vec<String>, u64, u64)> {
     let mut namer = Namer::new();
     let mut names: Vec<String> = Vec::with_capacity(p.nodes.len());
     for i in 0..p.nodes.len() {
@@ -509,7 +517,7 @@ pub fn paths(p: &Profile, counter: &str) -> Vec<(Vec<String>, u64)> {
                 j = p.nodes[k].parent;
             }
             path.reverse();
-            out.push((path, v.ticks));
+            out.push((path, v.ticks, v.value));
         }
     }
     out

@@ -38,23 +38,18 @@ fn run_finst(d: &Path, extra: &[&str], args: &[&str]) -> (String, i32, Profile) 
 /// (calls, self ns) per path of function names, outermost first.
 fn by_path(p: &Profile) -> BTreeMap<String, (u64, u64)> {
     let mut m: BTreeMap<String, (u64, u64)> = BTreeMap::new();
-    for (path, calls) in paths(p, "CALL_COUNT") {
+    for (path, calls, _) in path_values(p, "CALL_COUNT") {
         m.entry(path.join(">")).or_default().0 += calls;
     }
-    let mut namer = Namer::new();
-    for (i, n) in p.nodes.iter().enumerate() {
-        for v in n.values.iter().filter(|v| v.counter == "CALL_TIME") {
-            let mut names = Vec::new();
-            let mut j = Some(i);
-            while let Some(k) = j {
-                names.push(namer.name(p, k));
-                j = p.nodes[k].parent;
-            }
-            names.reverse();
-            m.entry(names.join(">")).or_default().1 += v.value;
-        }
+    for (path, _, ns) in path_values(p, "CALL_TIME") {
+        m.entry(path.join(">")).or_default().1 += ns;
     }
     m
+}
+
+/// The calls alone of [`by_path`]'s map.
+fn call_counts(m: &BTreeMap<String, (u64, u64)>) -> BTreeMap<&str, u64> {
+    m.iter().map(|(k, v)| (k.as_str(), v.0)).collect()
 }
 
 fn near(what: &str, got: u64, want: u64, slack: u64) {
@@ -74,9 +69,8 @@ fn exact_calls_and_times_per_path() {
     assert_eq!(out, "finst done plain\n");
     assert_eq!(status, 3, "the program's exit status");
     let m = by_path(&p);
-    let calls: BTreeMap<&str, u64> = m.iter().map(|(k, v)| (k.as_str(), v.0)).collect();
     assert_eq!(
-        calls,
+        call_counts(&m),
         BTreeMap::from([("main", 1), ("main>a", 3), ("main>a>c", 6), ("main>b", 5)]),
         "{m:?}"
     );
@@ -203,9 +197,8 @@ fn exceptions_through_instrumented_frames_call_their_exits() {
     // GCC's unwinding cleanups call the exits: nothing is dropped.
     assert!(err.contains("-finst: 0 frames dropped"), "{err}");
     let m = by_path(&parse_strict(&read_text(&d.join("prof.gz"))).unwrap());
-    let calls: BTreeMap<&str, u64> = m.iter().map(|(k, v)| (k.as_str(), v.0)).collect();
     assert_eq!(
-        calls,
+        call_counts(&m),
         BTreeMap::from([
             ("main", 1),
             ("main>_Z3midi", 10),
@@ -225,9 +218,8 @@ fn the_other_architecture_under_qemu_user() {
     assert_eq!(String::from_utf8_lossy(&o.stdout), "finst done threads\n");
     assert_eq!(o.status.code(), Some(3));
     let m = by_path(&parse_strict(&read_text(&d.join("prof.gz"))).unwrap());
-    let calls: BTreeMap<&str, u64> = m.iter().map(|(k, v)| (k.as_str(), v.0)).collect();
     assert_eq!(
-        calls,
+        call_counts(&m),
         BTreeMap::from([
             ("main", 1),
             ("main>a", 3),
