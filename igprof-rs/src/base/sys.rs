@@ -9,22 +9,30 @@
 use core::ffi::c_void;
 
 /// Restores `errno` when dropped, so hooks and handlers leave it untouched.
-pub struct ErrnoGuard(i32);
+/// Keeps the thread's errno slot, so a hook asks libc for it once.
+pub struct ErrnoGuard {
+    slot: *mut i32,
+    value: i32,
+}
 
 impl ErrnoGuard {
     #[inline]
     pub fn save() -> Self {
         // SAFETY: __errno_location returns the calling thread's errno slot,
-        // valid for the lifetime of the thread.
-        ErrnoGuard(unsafe { *libc::__errno_location() })
+        // valid for the lifetime of the thread; the guard is dropped on the
+        // thread that made it (it is not Send: it holds a raw pointer).
+        unsafe {
+            let slot = libc::__errno_location();
+            ErrnoGuard { slot, value: *slot }
+        }
     }
 }
 
 impl Drop for ErrnoGuard {
     #[inline]
     fn drop(&mut self) {
-        // SAFETY: as in `save`.
-        unsafe { *libc::__errno_location() = self.0 };
+        // SAFETY: as in `save`: this thread's slot, the thread still runs.
+        unsafe { *self.slot = self.value };
     }
 }
 
@@ -77,6 +85,26 @@ pub fn map_anon(len: usize, populate: bool) -> Result<*mut u8, i32> {
         Err(errno())
     } else {
         Ok(p as *mut u8)
+    }
+}
+
+/// Faults in the whole pages of `p..p+len` for writing, in one system
+/// call (`MADV_POPULATE_WRITE`, Linux 5.14): for a table about to be
+/// filled at random places, whose pages would otherwise each take two
+/// faults (a read maps the zero page, the first write copies it). Does
+/// nothing where the kernel does not have it. Errno is kept.
+pub fn populate_write(p: *mut u8, len: usize) {
+    const MADV_POPULATE_WRITE: libc::c_long = 23;
+    let page = 4096;
+    let (start, end) = (
+        (p as usize).next_multiple_of(page),
+        (p as usize + len) & !(page - 1),
+    );
+    if start < end {
+        let _e = ErrnoGuard::save();
+        // SAFETY: advice on pages of a mapping of ours; populating changes
+        // no contents (zero pages stay zero).
+        unsafe { libc::syscall(libc::SYS_madvise, start, end - start, MADV_POPULATE_WRITE) };
     }
 }
 

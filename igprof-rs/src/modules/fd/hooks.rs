@@ -20,7 +20,7 @@ use core::ffi::{c_char, c_int, c_uint};
 
 use crate::base::sys::ErrnoGuard;
 use crate::hook::{Chains, Hooked};
-use crate::modules::mem::site::{self, Entry, FD_OUTER};
+use crate::modules::mem::site::{self, FD_OUTER};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(usize)]
@@ -152,13 +152,17 @@ fn created(fd: c_int) {
         return;
     }
     let _e = ErrnoGuard::save();
-    if let Entry::Now(t, g) = site::enter(super::KIND_ACQUIRE, fd as usize, 0, super::replay) {
-        site::record(t, g, |h| {
+    site::event(
+        super::KIND_ACQUIRE,
+        fd as usize,
+        0,
+        super::replay,
+        |t, h| {
             if let Some(n) = site::caller_node(t, h, FD_OUTER) {
                 super::acquire(n, fd);
             }
-        });
-    }
+        },
+    );
 }
 
 /// `fd` is about to be closed.

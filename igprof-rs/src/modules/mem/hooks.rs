@@ -34,7 +34,7 @@ use core::ffi::{c_int, c_void};
 
 use super::account;
 use super::memo::EntryRegs;
-use super::site::{self, Entry, MEM_OUTER};
+use super::site::{self, MEM_OUTER};
 use crate::base::sys::ErrnoGuard;
 use crate::hook::Chains;
 
@@ -319,23 +319,21 @@ fn allocated_exact(p: *mut c_void, size: usize, fill: bool, regs: Option<EntryRe
     let addr = p as usize;
     let _e = ErrnoGuard::save();
     let bytes = accounted(addr, size);
-    if let Entry::Now(t, g) = site::enter(KIND_ALLOC, addr, bytes, replay) {
-        site::record(t, g, |h| {
-            let n = match &regs {
-                Some(r) => site::caller_node_at(t, h, r),
-                None => site::caller_node(t, h, MEM_OUTER),
-            };
-            if let Some(n) = n {
-                // Recorded here: an outer hook waiting for an inner one
-                // (via_begin) must not record it again.
-                via_seen(addr);
-                if fill && super::empty::active() {
-                    super::empty::fill(addr, size);
-                }
-                account::on_alloc(n, addr, bytes);
+    site::event(KIND_ALLOC, addr, bytes, replay, |t, h| {
+        let n = match &regs {
+            Some(r) => site::caller_node_at(t, h, r),
+            None => site::caller_node(t, h, MEM_OUTER),
+        };
+        if let Some(n) = n {
+            // Recorded here: an outer hook waiting for an inner one
+            // (via_begin) must not record it again.
+            h.inner.set(addr);
+            if fill && super::empty::active() {
+                super::empty::fill(addr, size);
             }
-        });
-    }
+            account::on_alloc(n, addr, bytes);
+        }
+    });
 }
 
 /// Sampled mode: decides whether the allocation of `size` bytes at `addr`
@@ -367,18 +365,16 @@ fn record_sampled(addr: usize, size: usize, pick: super::sample::Pick, regs: Opt
     // Counted in the free filter before the program sees the block, so a
     // free of it (even one deferred from a signal handler) is not skipped.
     super::sample::remember(addr);
-    if let Entry::Now(t, g) = site::enter(KIND_ALLOC, addr, stored, replay) {
-        site::record(t, g, |h| {
-            let n = match &regs {
-                Some(r) => site::caller_node_at(t, h, r),
-                None => site::caller_node(t, h, MEM_OUTER),
-            };
-            match n {
-                Some(n) => account::on_alloc_sampled(n, addr, stored, bytes),
-                None => super::sample::forget(addr),
-            }
-        });
-    }
+    site::event(KIND_ALLOC, addr, stored, replay, |t, h| {
+        let n = match &regs {
+            Some(r) => site::caller_node_at(t, h, r),
+            None => site::caller_node(t, h, MEM_OUTER),
+        };
+        match n {
+            Some(n) => account::on_alloc_sampled(n, addr, stored, bytes),
+            None => super::sample::forget(addr),
+        }
+    });
 }
 
 /// `p` is about to be freed: take it out of the live table. Returns the

@@ -14,7 +14,7 @@
 use core::cell::Cell;
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use crate::base::thread::{self, Guard, ThreadState};
+use crate::base::thread::{self, ThreadState};
 use crate::base::tree::Node;
 
 /// Stack depth kept for an event deferred from a signal handler.
@@ -415,16 +415,11 @@ fn make_thread_extras(h: &HookTls) {
     });
 }
 
-/// What a hook must do with an event on this thread.
-pub enum Entry {
-    /// Record it now (guard held).
-    Now(&'static ThreadState, Guard),
-    /// Deferred (signal handler nested inside a hook) or not ours to count.
-    Done,
-}
-
-/// Enters profiler code for an event of kind `kind` with arguments (a, b),
-/// which `replay` records if it has to be deferred.
+/// Records an event of kind `kind` with arguments (a, b) now, or later
+/// through `replay`: `f(thread, hook state)` runs with the thread's guard
+/// held, then events deferred meanwhile are recorded. The thread's hook
+/// state is looked up once for the whole event.
+///
 /// A thread that is already inside one of our hooks (a signal handler
 /// nested in it) queues the event with its stack; a thread inside other
 /// profiler code (the profiler's own use of libc), or one the profiler does
@@ -434,10 +429,16 @@ pub enum Entry {
 /// The thread is marked as recording *before* it takes its guard, so a
 /// signal handler that runs at any point of the recording defers its events.
 #[inline]
-pub fn enter(kind: u8, a: usize, b: u64, replay: Replay) -> Entry {
+pub fn event(
+    kind: u8,
+    a: usize,
+    b: u64,
+    replay: Replay,
+    f: impl FnOnce(&'static ThreadState, &HookTls),
+) {
     let Some(t) = thread::current() else {
         UNKNOWN_THREAD.fetch_add(1, Ordering::Relaxed);
-        return Entry::Done;
+        return;
     };
     tls(|h| {
         let prev = h.outer.get();
@@ -445,17 +446,18 @@ pub fn enter(kind: u8, a: usize, b: u64, replay: Replay) -> Entry {
             // A signal handler interrupted one of our hooks on this thread
             // (which may hold a live-table lock): record it later.
             defer(t, h, replay, kind, a, b);
-            return Entry::Done;
+            return;
         }
         h.outer.set(prev | IN_RECORD);
-        match t.enter() {
-            Some(g) => Entry::Now(t, g),
-            None => {
-                // Other profiler code on this thread: its own call.
-                h.outer.set(prev);
-                Entry::Done
-            }
-        }
+        let Some(g) = t.enter() else {
+            // Other profiler code on this thread: its own call.
+            h.outer.set(prev);
+            return;
+        };
+        f(t, h);
+        drain(t, h);
+        drop(g);
+        h.outer.set(h.outer.get() & !IN_RECORD);
     })
 }
 
@@ -497,19 +499,6 @@ pub fn with_outer<R>(bit: u8, f: impl FnOnce() -> R) -> R {
     r
 }
 
-/// Records one event now (the thread is marked as recording by [`enter`]):
-/// runs `f`, replays what signal handlers deferred meanwhile, then leaves
-/// profiler code.
-#[inline]
-pub fn record(t: &'static ThreadState, g: Guard, f: impl FnOnce(&HookTls)) {
-    tls(|h| {
-        f(h);
-        drain(t, h);
-    });
-    drop(g);
-    tls(|h| h.outer.set(h.outer.get() & !IN_RECORD));
-}
-
 /// Whether a shard lock of the live tables might be held by this thread
 /// right now (a signal handler interrupted the holder): such events are
 /// deferred instead.
@@ -531,25 +520,28 @@ pub fn unrecorded<R>(
     replay: Replay,
     f: impl FnOnce() -> R,
 ) -> Option<R> {
-    let prev = tls(|h| {
-        let o = h.outer.get();
-        h.outer.set(o | IN_RECORD);
-        o
-    });
-    if prev & IN_RECORD != 0 {
-        defer_now(kind, a, b, replay);
-        return None;
-    }
-    let r = f();
-    tls(|h| h.outer.set(h.outer.get() & !IN_RECORD));
-    Some(r)
+    tls(|h| {
+        let prev = h.outer.get();
+        h.outer.set(prev | IN_RECORD);
+        if prev & IN_RECORD != 0 {
+            defer_in(h, kind, a, b, replay);
+            return None;
+        }
+        let r = f();
+        h.outer.set(h.outer.get() & !IN_RECORD);
+        Some(r)
+    })
 }
 
 /// Queues an event without a guard (the free path, which needs no call
 /// tree): only valid while [`recording`] is true.
 pub fn defer_now(kind: u8, a: usize, b: u64, replay: Replay) {
+    tls(|h| defer_in(h, kind, a, b, replay));
+}
+
+fn defer_in(h: &HookTls, kind: u8, a: usize, b: u64, replay: Replay) {
     if let Some(t) = thread::current() {
-        tls(|h| defer(t, h, replay, kind, a, b));
+        defer(t, h, replay, kind, a, b);
     } else {
         LOST.fetch_add(1, Ordering::Relaxed);
     }
