@@ -38,7 +38,7 @@ use crate::base::tree::Node;
 /// Number of independently locked parts of [`LiveMem`].
 pub const SHARDS: usize = 64;
 const SHARD_BITS: u32 = 6;
-const INITIAL_CAP: usize = 1024;
+const INITIAL_CAP: usize = 128;
 
 /// One live block: its address (0 = empty slot), size and acquiring node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -167,7 +167,9 @@ impl ShardState {
             old_cap * 2
         };
         let bytes = cap * core::mem::size_of::<Block>();
-        let new = sys::mmap_anon(bytes) as *mut Block;
+        // Populated: probes read before they write, and a rehash touches
+        // every page (one fault per page instead of two).
+        let new = sys::map_anon(bytes, true).unwrap_or(core::ptr::null_mut()) as *mut Block;
         if new.is_null() {
             return false;
         }
