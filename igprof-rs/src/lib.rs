@@ -42,6 +42,7 @@ static MODULES: &[&modules::Module] = &[
     &modules::fd::MODULE,
     &modules::energy::glue::MODULE,
     &modules::finst::MODULE,
+    &modules::event::MODULE,
 ];
 
 extern "C" fn igprof_init() {

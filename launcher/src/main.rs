@@ -67,6 +67,11 @@ IgProf's options (as IgProf spells them):
   -d, --debug                more messages from the profiler
   -h, --help                 this help
 igprof-rs's own options:
+  -e, --event EVENT[/PERIOD] sample a perf event on every thread (several
+                             -e allowed): page-faults, context-switches,
+                             cycles:u/100000, L1-dcache-load-misses,
+                             cpu/event=0xc0,umask=0/, r01c2 (as perf -e);
+                             counter EV_<EVENT>, e.g. EV_PAGE_FAULTS
   -i, --interval TIME        sampling interval: 5ms (default), 1ms, 100us...
       --depth N              stack depth limit (default 1024)
       --sampler KIND         how samples are taken: auto (default: sigtrap,
@@ -119,6 +124,8 @@ enum Refusal {
     BadSampleBytes(Vec<u8>),
     BadSampleSeed(Vec<u8>),
     BadSampler(Vec<u8>),
+    /// `-e` with a specification that does not parse (the parser's message).
+    BadEvent(String),
     UnknownOption(Vec<u8>),
     SampleWithoutMp,
     SampleWithEmpty,
@@ -168,6 +175,7 @@ impl Refusal {
                 b"': give a decimal number from 0 to 18446744073709551615",
             ]),
             BadSampler(v) => cat(&[b"--sampler: '", v, b"' is not auto, sigtrap, sigprof or timer"]),
+            BadEvent(why) => cat(&[b"-e: ", why.as_bytes()]),
             UnknownOption(o) => cat(&[b"unknown option '", o, b"' (see igprof -h)"]),
             SampleWithoutMp => {
                 b"--sample-bytes samples the memory profiler's allocations: add -mp".to_vec()
@@ -396,6 +404,14 @@ fn parse(args: &[OsString], pwd: &mut dyn FnMut() -> Vec<u8>) -> Result<Request,
                 }
                 words.extend([opt.into(), v.into()]);
                 seeded = true;
+            }
+            b"-e" | b"--event" => {
+                let v = value()?;
+                let text = std::str::from_utf8(v).map_err(|_| {
+                    Refusal::BadEvent(format!("'{}' is not text", String::from_utf8_lossy(v)))
+                })?;
+                igprof_events::parse(text).map_err(|e| Refusal::BadEvent(e.to_string()))?;
+                words.extend([b"-e"[..].into(), v.into()]);
             }
             b"--sampler" => {
                 let v = value()?;

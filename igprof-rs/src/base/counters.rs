@@ -49,10 +49,35 @@ pub enum CounterId {
     /// -finst: nanoseconds spent in an instrumented function on this path,
     /// its instrumented callees' time excluded (self time, as IgProf).
     CallTime,
+    /// -e: the samples of the run's perf events, in the order given (their
+    /// names are set at start-up: [`set_event_name`]).
+    Event0,
+    Event1,
+    Event2,
+    Event3,
+    Event4,
+    Event5,
+    Event6,
+    Event7,
 }
 
-pub const COUNT: usize = 14;
+pub const COUNT: usize = 22;
 
+/// How many `-e` events a run may sample.
+pub const EVENTS: usize = 8;
+/// The counter of the `i`-th `-e` event.
+pub const EVENT_IDS: [CounterId; EVENTS] = [
+    CounterId::Event0,
+    CounterId::Event1,
+    CounterId::Event2,
+    CounterId::Event3,
+    CounterId::Event4,
+    CounterId::Event5,
+    CounterId::Event6,
+    CounterId::Event7,
+];
+
+#[derive(Clone, Copy)]
 pub struct CounterDef {
     pub id: CounterId,
     pub name: &'static str,
@@ -130,7 +155,33 @@ pub const ALL: [CounterDef; COUNT] = [
         name: "CALL_TIME",
         merge: Merge::Sum,
     },
+    event_def(CounterId::Event0),
+    event_def(CounterId::Event1),
+    event_def(CounterId::Event2),
+    event_def(CounterId::Event3),
+    event_def(CounterId::Event4),
+    event_def(CounterId::Event5),
+    event_def(CounterId::Event6),
+    event_def(CounterId::Event7),
 ];
+
+/// An event counter before its name is set.
+const fn event_def(id: CounterId) -> CounterDef {
+    CounterDef {
+        id,
+        name: "EV_UNNAMED",
+        merge: Merge::Sum,
+    }
+}
+
+/// Names of the `-e` counters, set at start-up.
+static EVENT_NAMES: [std::sync::OnceLock<&'static str>; EVENTS] =
+    [const { std::sync::OnceLock::new() }; EVENTS];
+
+/// Names the `i`-th event's counter (start-up, before [`freeze`]; once).
+pub fn set_event_name(i: usize, name: &'static str) {
+    let _ = EVENT_NAMES[i].set(name);
+}
 
 const NONE: u8 = u8::MAX;
 
@@ -181,9 +232,13 @@ pub fn nslots() -> usize {
 }
 
 /// The definition of the counter in `slot`.
-pub fn def_of_slot(slot: usize) -> &'static CounterDef {
+pub fn def_of_slot(slot: usize) -> CounterDef {
     let id = ID_OF_SLOT[slot].load(Ordering::Relaxed) as usize;
-    &ALL[id]
+    let mut d = ALL[id];
+    if let Some(i) = EVENT_IDS.iter().position(|&e| e as usize == id) {
+        d.name = EVENT_NAMES[i].get().copied().unwrap_or(d.name);
+    }
+    d
 }
 
 /// Serialises tests that reconfigure the global registry.

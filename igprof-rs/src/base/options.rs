@@ -136,6 +136,9 @@ pub struct Options {
     pub functions: FixedStr<1024>,
     /// -finst: the `-finstrument-functions` profiler (modules/finst).
     pub finst: bool,
+    /// `-e SPEC`: perf events sampled per thread (modules/event), the
+    /// specifications separated by spaces (they have none).
+    pub events: FixedStr<1024>,
     pub output: FixedStr<4096>,
     pub gzip: bool,
     pub targets: FixedStr<1024>,
@@ -180,6 +183,7 @@ impl Options {
             empty: None,
             functions: FixedStr::new(),
             finst: false,
+            events: FixedStr::new(),
             output: FixedStr::new(),
             gzip: false,
             targets: FixedStr::new(),
@@ -229,7 +233,18 @@ impl Options {
         if self.finst {
             v.push(("-finst", "the function-instrumentation profiler"));
         }
+        if !self.events.is_empty() {
+            v.push(("-e", "the perf-event profiler"));
+        }
         v
+    }
+
+    /// The `-e` specifications, in the order given.
+    pub fn event_specs(&self) -> impl Iterator<Item = &str> {
+        core::str::from_utf8(self.events.as_bytes())
+            .unwrap_or("")
+            .split(' ')
+            .filter(|s| !s.is_empty())
     }
 
     /// Deselects the profiler of `flag` (one of [`Self::selected`]'s).
@@ -242,6 +257,7 @@ impl Options {
             "-np" => self.energy = false,
             "-fp" => self.functions = FixedStr::new(),
             "-finst" => self.finst = false,
+            "-e" => self.events = FixedStr::new(),
             _ => {}
         }
     }
@@ -496,6 +512,32 @@ pub fn parse(s: &[u8]) -> Result<Options, OptionError<'_>> {
                 })?;
             }
             b"-finst" => o.finst = true,
+            b"-e" | b"--event" => {
+                let v = value("-e")?;
+                // Several -e accumulate, space-separated (checked by the
+                // launcher; resolved by the module at start-up).
+                let mut joined = [0u8; 1024];
+                let old = o.events.as_bytes();
+                let n = old.len() + (!old.is_empty()) as usize + v.len();
+                if n < joined.len() {
+                    joined[..old.len()].copy_from_slice(old);
+                    if !old.is_empty() {
+                        joined[old.len()] = b' ';
+                    }
+                    joined[n - v.len()..n].copy_from_slice(v);
+                }
+                if v.is_empty()
+                    || v.contains(&b' ')
+                    || n >= joined.len()
+                    || o.events.set(&joined[..n]).is_err()
+                {
+                    return Err(OptionError::BadValue {
+                        option: "-e",
+                        value: v,
+                        expected: "event specifications under 1024 bytes in all, without spaces",
+                    });
+                }
+            }
             b"-z" | b"--compress" => o.gzip = true,
             b"-d" | b"--debug" => o.debug = true,
             b"-o" | b"--output" => {
@@ -743,6 +785,21 @@ mod tests {
             o.selected(),
             vec![("-finst", "the function-instrumentation profiler")]
         );
+    }
+
+    #[test]
+    fn events_accumulate() {
+        let o = parse(b"-e page-faults/100 -pp --event cpu/event=0xc0,umask=0/u").unwrap();
+        assert_eq!(
+            o.event_specs().collect::<Vec<_>>(),
+            ["page-faults/100", "cpu/event=0xc0,umask=0/u"]
+        );
+        assert!(o.selected().contains(&("-e", "the perf-event profiler")));
+        assert!(parse(b"-pp").unwrap().event_specs().next().is_none());
+        assert!(matches!(
+            parse(b"-e"),
+            Err(OptionError::MissingValue { option: "-e" })
+        ));
     }
 
     #[test]

@@ -451,6 +451,21 @@ pub enum PerfDelivery {
     Fasync { signo: i32 },
 }
 
+/// Our descriptor `fd` moved to the lowest free number at or above
+/// `min_fd` (close-on-exec), out of the way of programs that expect the
+/// lowest numbers; `fd` itself if that is refused.
+pub fn move_fd_up(fd: i32, min_fd: i32) -> i32 {
+    // SAFETY: fcntl and close on our own descriptor.
+    unsafe {
+        let high = libc::syscall(libc::SYS_fcntl, fd, libc::F_DUPFD_CLOEXEC, min_fd);
+        if high < 0 {
+            return fd;
+        }
+        libc::syscall(libc::SYS_close, fd);
+        high as i32
+    }
+}
+
 /// A per-thread task-clock perf event that signals thread `tid` (the
 /// caller: sigtrap events may only target their own thread) every
 /// `period_ns` of its CPU time, as `how` says; kernel-mode samples are
@@ -481,18 +496,14 @@ pub fn perf_task_clock_open(
         }
         PerfDelivery::Fasync { .. } => attr.wakeup_events = 1,
     }
-    let mut fd = perf_event_open(&attr, tid, -1)?;
+    let fd = perf_event_open(&attr, tid, -1)?;
+    let fd = if min_fd > 0 {
+        move_fd_up(fd, min_fd)
+    } else {
+        fd
+    };
     // SAFETY: fcntl/mmap/ioctl/close on our own descriptor with valid arguments.
     unsafe {
-        let high = if min_fd > 0 {
-            libc::syscall(libc::SYS_fcntl, fd, libc::F_DUPFD_CLOEXEC, min_fd)
-        } else {
-            -1
-        };
-        if high >= 0 {
-            libc::syscall(libc::SYS_close, fd);
-            fd = high as i32;
-        }
         let PerfDelivery::Fasync { signo } = how else {
             return Ok((fd, 0));
         };
@@ -528,6 +539,73 @@ pub fn perf_task_clock_open(
         }
         Ok((fd, ring))
     }
+}
+
+/// What a [`perf_sigtrap_open`] event counts: the attr fields an event
+/// specification decides (`-e`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PerfEventKind {
+    pub type_: u32,
+    pub config: u64,
+    pub config1: u64,
+    pub config2: u64,
+    /// Skid constraint, 0 to 3.
+    pub precise_ip: u8,
+    pub exclude_user: bool,
+    pub exclude_kernel: bool,
+    pub exclude_hv: bool,
+    /// Each sample's data address (`PERF_SAMPLE_ADDR`: the faulting
+    /// address of a page fault), delivered as the SIGTRAP's `si_addr`.
+    pub sample_addr: bool,
+}
+
+const FLAG_EXCLUDE_USER: u64 = 1 << 4;
+const FLAG_PRECISE_SHIFT: u32 = 15;
+const PERF_SAMPLE_ADDR: u64 = 1 << 3;
+/// Index of `config2` (byte 64 of the attr) in [`PerfEventAttr::rest`].
+const REST_CONFIG2: usize = 0;
+
+/// A per-thread event of `kind` on the calling thread `tid` that raises
+/// SIGTRAP (si_perf_data `cookie`) in it every `period` events, from task
+/// work on its way back to user space; removed at exec. Starts disabled
+/// ([`perf_enable`]). The descriptor or the errno.
+pub fn perf_sigtrap_open(
+    kind: &PerfEventKind,
+    tid: i32,
+    period: u64,
+    cookie: u64,
+) -> Result<i32, i32> {
+    let mut attr = PerfEventAttr {
+        type_: kind.type_,
+        size: core::mem::size_of::<PerfEventAttr>() as u32,
+        config: kind.config,
+        sample_period: period,
+        sample_type: if kind.sample_addr {
+            PERF_SAMPLE_ADDR
+        } else {
+            0
+        },
+        flags: FLAG_DISABLED
+            | FLAG_SIGTRAP
+            | FLAG_REMOVE_ON_EXEC
+            | (kind.precise_ip.min(3) as u64) << FLAG_PRECISE_SHIFT
+            | if kind.exclude_user {
+                FLAG_EXCLUDE_USER
+            } else {
+                0
+            }
+            | if kind.exclude_kernel {
+                FLAG_EXCLUDE_KERNEL
+            } else {
+                0
+            }
+            | if kind.exclude_hv { FLAG_EXCLUDE_HV } else { 0 },
+        config1: kind.config1,
+        ..Default::default()
+    };
+    attr.rest[REST_CONFIG2] = kind.config2;
+    attr.rest[REST_SIG_DATA] = cookie;
+    perf_event_open(&attr, tid, -1)
 }
 
 const PERF_COUNT_SW_CONTEXT_SWITCHES: u64 = 3;

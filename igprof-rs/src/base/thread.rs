@@ -85,6 +85,10 @@ pub struct ThreadState {
     /// thread begin, owner thread only, kept by a state's next owner); null
     /// until then.
     pub finst: AtomicPtr<u8>,
+    /// The -e module's per-thread events (modules/event: mmap'd at its
+    /// thread begin, owner thread only, kept by a state's next owner); null
+    /// until then.
+    pub events: AtomicPtr<u8>,
     next: AtomicPtr<ThreadState>,
 }
 
@@ -477,6 +481,7 @@ fn build_state(
             unwinder,
             energy_slot: AtomicUsize::new(NO_SLOT),
             finst: AtomicPtr::new(null_mut()),
+            events: AtomicPtr::new(null_mut()),
             next: AtomicPtr::new(null_mut()),
         });
     }

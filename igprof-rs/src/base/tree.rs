@@ -282,7 +282,7 @@ impl CallTree {
             if e.hash == h {
                 // SAFETY: slots hold live nodes of this tree.
                 let n = unsafe { &*e.node };
-                if n.addr == addr && n.parent == parent as *const Node {
+                if n.addr == addr && core::ptr::eq(n.parent, parent) {
                     return e.node;
                 }
             }

@@ -85,12 +85,32 @@ fn mode() -> Sampler {
     }
 }
 
+/// Whether a sigtrap task-clock event opens on the calling thread (Linux
+/// 5.13+, perf events allowed): the errno otherwise.
+fn probe_sigtrap() -> Result<(), i32> {
+    let how = PerfDelivery::Sigtrap { cookie: COOKIE };
+    let (fd, ring) = sys::perf_task_clock_open(sys::gettid(), 1_000_000_000, false, how, 0)?;
+    sys::perf_close(fd, ring);
+    Ok(())
+}
+
+/// Whether the process's samples arrive as sigtrap perf events' SIGTRAPs
+/// (what the `-e` events need).
+pub fn sigtrap_events() -> bool {
+    signal() == libc::SIGTRAP
+}
+
 /// Chooses the sampler and its signal (constructor, before the handler is
 /// installed and before any hook): `--sampler`, else sigtrap when a probe
 /// event on this thread opens, else sigprof. -pr always uses timers.
 pub fn choose_sampler() {
     let o = options::get();
     if !o.needs_timers() {
+        // -e alone: its events raise SIGTRAP; no timer of ours runs.
+        if o.event_specs().next().is_some() && probe_sigtrap().is_ok() {
+            MODE.store(Sampler::Sigtrap as u8, Ordering::Relaxed);
+            SIGNAL.store(libc::SIGTRAP, Ordering::Relaxed);
+        }
         return;
     }
     // -pr samples with sigtrap events too (CPU time, plus off-CPU time
@@ -103,23 +123,17 @@ pub fn choose_sampler() {
         (_, s) => s,
     };
     let got = match want {
-        Sampler::Sigtrap => {
-            let how = PerfDelivery::Sigtrap { cookie: COOKIE };
-            match sys::perf_task_clock_open(sys::gettid(), 1_000_000_000, false, how, 0) {
-                Ok((fd, ring)) => {
-                    sys::perf_close(fd, ring);
-                    Sampler::Sigtrap
+        Sampler::Sigtrap => match probe_sigtrap() {
+            Ok(()) => Sampler::Sigtrap,
+            Err(e) => {
+                if o.sampler == Sampler::Sigtrap || o.debug {
+                    crate::igprof_log!(
+                        "sigtrap perf events are not available (errno {e}, Linux 5.13+ needed); sampling with SIGPROF"
+                    );
                 }
-                Err(e) => {
-                    if o.sampler == Sampler::Sigtrap || o.debug {
-                        crate::igprof_log!(
-                            "sigtrap perf events are not available (errno {e}, Linux 5.13+ needed); sampling with SIGPROF"
-                        );
-                    }
-                    Sampler::Sigprof
-                }
+                Sampler::Sigprof
             }
-        }
+        },
         s => s,
     };
     MODE.store(got as u8, Ordering::Relaxed);
@@ -365,6 +379,54 @@ fn open_switch_event(t: &'static ThreadState) -> Result<(), i32> {
 /// `si_perf_data` of the context-switch events of -pr ("igprof-s").
 const SWITCH_COOKIE: u64 = 0x6967_7072_6f66_2d73;
 
+/// `si_perf_data` of the `-e` events: this ("igprofe") with the event's
+/// index in the low byte.
+pub const EVENT_COOKIE: u64 = 0x6967_7072_6f66_6500;
+
+/// The module that owns the [`EVENT_COOKIE`] events (modules/event).
+#[derive(Clone, Copy)]
+pub struct EventSamples {
+    /// The events the thread holds, one bit per index (signal context).
+    pub held: fn(&ThreadState) -> u8,
+    /// Takes a sample of event `i` (signal context, guard held, the
+    /// thread inside our handler): `uc` the context the kernel passed to
+    /// the handler, `addr` the event's data address (`si_addr`, 0 without
+    /// one).
+    pub sample: fn(&'static ThreadState, u8, *mut libc::c_void, usize),
+    /// A sample of event `i` that came while the thread ran profiler code:
+    /// the profiler's own event, not charged (signal context).
+    pub inside: fn(&'static ThreadState, u8),
+}
+
+static EVENT_SAMPLES: std::sync::OnceLock<EventSamples> = std::sync::OnceLock::new();
+
+/// Sets the owner of the `-e` events (start-up, before any is opened).
+pub fn set_event_samples(e: EventSamples) {
+    let _ = EVENT_SAMPLES.set(e);
+}
+
+/// An `-e` event's sample: charged by its module unless recording is off
+/// or the thread is inside the profiler.
+fn event_sample(
+    t: &'static ThreadState,
+    e: &EventSamples,
+    i: u8,
+    uc: *mut libc::c_void,
+    addr: usize,
+) {
+    if !crate::base::run::recording() {
+        return;
+    }
+    let Some(guard) = t.enter() else {
+        (e.inside)(t, i);
+        return;
+    };
+    t.set_in_signal(true);
+    (e.sample)(t, i, uc, addr);
+    t.set_in_signal(false);
+    drop(guard);
+}
+
 /// -pr: ticks for the time the thread spent off the CPU (blocked, or
 /// runnable and waiting) since the last charge: wall time minus the
 /// thread's CPU time (which its task-clock samples count), in whole
@@ -513,6 +575,8 @@ enum Origin {
     Sampler,
     /// The calling thread's context-switch event (-pr): it ran again.
     Switched,
+    /// The calling thread's `-e` event of this index.
+    Event(u8),
     /// A sampler of ours that was stopped (or another thread's): ignore.
     Stale,
     /// The program (its own itimer, kill, ...): forward.
@@ -537,6 +601,8 @@ enum Delivery {
 #[derive(Clone, Copy, Debug)]
 struct Samplers {
     has_event: bool,
+    /// The `-e` events the thread holds, one bit per index.
+    held_events: u8,
     has_switch_event: bool,
     timer: i32,
     tid: i32,
@@ -564,6 +630,14 @@ fn origin_of(
         Delivery::Perf { data } if data == SWITCH_COOKIE => {
             if t.is_some_and(|t| t.has_switch_event) {
                 Origin::Switched
+            } else {
+                Origin::Stale
+            }
+        }
+        Delivery::Perf { data } if data & !0xff == EVENT_COOKIE => {
+            let i = (data & 0xff) as u8;
+            if i < 8 && t.is_some_and(|t| t.held_events & 1 << i != 0) {
+                Origin::Event(i)
             } else {
                 Origin::Stale
             }
@@ -611,8 +685,10 @@ fn origin(t: Option<&ThreadState>, code: i32, info: *const libc::siginfo_t) -> O
             Delivery::Other
         }
     };
+    let held = EVENT_SAMPLES.get().map(|e| e.held);
     let samplers = t.map(|t| Samplers {
         has_event: has_event(t),
+        held_events: held.map_or(0, |f| f(t)),
         has_switch_event: t.sampler.switch_hold.load(Ordering::Relaxed) != 0,
         timer: t.sampler.timer.load(Ordering::Relaxed),
         tid: t.tid(),
@@ -697,6 +773,14 @@ extern "C" fn handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_voi
     let switched = match origin(t, code, info) {
         Origin::Sampler => false,
         Origin::Switched => true,
+        Origin::Event(i) => {
+            if let (Some(t), Some(e)) = (t, EVENT_SAMPLES.get()) {
+                // SAFETY: a TRAP_PERF siginfo: `_sigfault._addr` is valid.
+                let addr = unsafe { *((info as *const u8).add(16) as *const usize) };
+                event_sample(t, e, i, uc, addr);
+            }
+            return;
+        }
         Origin::Stale => return,
         Origin::Program => {
             let f = FORWARD.load(Ordering::Acquire);
@@ -928,25 +1012,42 @@ fn whole_intervals(carried: u64, elapsed: u64, interval: u64) -> (u64, u64) {
     (credit / interval, credit % interval)
 }
 
-fn sample(t: &'static ThreadState, uc: *mut libc::c_void, k: u64) {
+/// The node of the stack a signal interrupted (`uc`), in the thread's own
+/// tree; null when no stack or node could be stored (counted as dropped).
+/// Counts the sample (unless its stack was refused) and a truncated stack.
+/// Signal context, guard held.
+///
+/// # Safety
+/// `uc` must be the `ucontext_t` the kernel passed to this thread's
+/// `SA_SIGINFO` handler for the signal being handled.
+pub unsafe fn interrupted_node(
+    t: &'static ThreadState,
+    uc: *mut libc::c_void,
+) -> *mut crate::base::tree::Node {
     // SAFETY: we are the owning thread with the guard held.
     let buf = unsafe { t.trace_buf() };
-    // SAFETY: uc comes from the kernel for this thread's signal.
+    // SAFETY: uc comes from the kernel for this thread's signal (caller).
     let walk = unsafe { crate::base::trace::from_ucontext(t, uc, buf) };
     if walk.refused {
         t.stats.dropped.fetch_add(1, Ordering::Relaxed);
-        return;
+        return core::ptr::null_mut();
     }
     if walk.truncated {
         t.stats.truncated.fetch_add(1, Ordering::Relaxed);
     }
     // SAFETY: owner thread, guard held.
-    let tree = unsafe { t.tree_mut() };
-    let node = tree.node_for(&buf[..walk.depth], walk.truncated);
+    let node = unsafe { t.tree_mut() }.node_for(&buf[..walk.depth], walk.truncated);
     t.stats.samples.fetch_add(1, Ordering::Relaxed);
     if node.is_null() {
         t.stats.dropped.fetch_add(1, Ordering::Relaxed);
-    } else {
+    }
+    node
+}
+
+fn sample(t: &'static ThreadState, uc: *mut libc::c_void, k: u64) {
+    // SAFETY: uc is the context the kernel gave our handler (`handler`).
+    let node = unsafe { interrupted_node(t, uc) };
+    if !node.is_null() {
         t.sampler.last_sample.store(node, Ordering::Release);
         let slot = TICK_SLOT.load(Ordering::Relaxed);
         if slot != usize::MAX {
@@ -1013,6 +1114,7 @@ mod tests {
     fn mine(has_event: bool) -> Samplers {
         Samplers {
             has_event,
+            held_events: 0b101,
             has_switch_event: true,
             timer: 7,
             tid: 100,
@@ -1047,6 +1149,15 @@ mod tests {
             o(Delivery::Perf { data: 42 }, Some(mine(true))),
             Origin::Program
         );
+        // -e events: held by the thread or not.
+        let ev = |i| Delivery::Perf {
+            data: EVENT_COOKIE | i,
+        };
+        assert_eq!(o(ev(0), Some(mine(true))), Origin::Event(0));
+        assert_eq!(o(ev(2), Some(mine(false))), Origin::Event(2));
+        assert_eq!(o(ev(1), Some(mine(true))), Origin::Stale);
+        assert_eq!(o(ev(9), Some(mine(true))), Origin::Stale);
+        assert_eq!(o(ev(0), None), Origin::Stale);
         // POSIX timers: this thread's by id or by its cookie, another of
         // ours by cookie or id, else the program's.
         let t = Some(mine(false));

@@ -26,6 +26,7 @@
 
 pub mod cpu;
 pub mod energy;
+pub mod event;
 pub mod fd;
 pub mod finst;
 pub mod mem;
@@ -67,6 +68,14 @@ pub struct Module {
     pub thread_end: Option<fn(&'static ThreadState)>,
     /// In a forked child, before it runs again (reset what is the parent's).
     pub fork_child: Option<fn()>,
+    /// Stops the sampling a thread does for itself (any thread's state,
+    /// called by the thread that writes the final profile or execs): no
+    /// sample may land in the final dump or be pending in a new image.
+    pub thread_stop: Option<fn(&'static ThreadState)>,
+    /// Starts it again on the calling thread: in a forked child once its
+    /// one thread is registered (the parent's did not follow), and after
+    /// an exec that failed.
+    pub thread_restart: Option<fn(&'static ThreadState)>,
     /// The process is about to have a second thread (it still has one:
     /// what relied on being alone must be put in shared form now).
     pub before_threads: Option<fn()>,
@@ -100,6 +109,8 @@ impl Module {
             thread_begin: None,
             thread_end: None,
             fork_child: None,
+            thread_stop: None,
+            thread_restart: None,
             before_threads: None,
             before_exec: None,
             before_dump: None,

@@ -25,9 +25,7 @@ pub fn final_dump(reason: &str) -> bool {
     }
     // The process is ending: stop sampling so the profile ends here (and no
     // sample lands in the dump itself).
-    for t in thread::all() {
-        crate::modules::cpu::stop_thread(t);
-    }
+    crate::process::stop_sampling();
     let path = output::path::output_path();
     match thread::paused(|| output::dump_after_others(&path)) {
         Ok(stats) => {

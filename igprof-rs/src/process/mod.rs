@@ -454,7 +454,31 @@ pub fn after_fork_child() {
             crate::process::watcher::start();
             drop(g);
         }
-        cpu::start_thread(t);
+        restart_thread(t);
+    }
+}
+
+/// The calling thread samples again (a forked child's, an exec that failed).
+fn restart_thread(t: &'static ThreadState) {
+    let g = t.enter();
+    each_module(|m| {
+        if let Some(f) = m.thread_restart {
+            f(t)
+        }
+    });
+    drop(g);
+    cpu::start_thread(t);
+}
+
+/// Every thread stops sampling (final profile, exec).
+pub fn stop_sampling() {
+    for t in thread::all() {
+        cpu::stop_thread(t);
+        each_module(|m| {
+            if let Some(f) = m.thread_stop {
+                f(t)
+            }
+        });
     }
 }
 
@@ -469,9 +493,7 @@ pub fn before_exec() {
     });
     run::set_execing(true);
     ending::final_dump("exec");
-    for t in thread::all() {
-        cpu::stop_thread(t);
-    }
+    stop_sampling();
 }
 
 /// exec returned (it failed): the calling thread samples again; the other
@@ -480,7 +502,7 @@ pub fn exec_failed() {
     run::set_execing(false);
     ending::allow_final_again();
     if let Some(t) = thread::current() {
-        cpu::start_thread(t);
+        restart_thread(t);
     }
 }
 

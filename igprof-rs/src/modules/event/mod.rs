@@ -1,0 +1,469 @@
+//! The perf-event profiler (`-e EVENT[/PERIOD]`): any event the kernel
+//! can count for a thread, sampled on every thread, each sample charged to
+//! the stack it interrupted under a counter named after the event.
+//!
+//! At start-up each specification is parsed and resolved against the PMUs
+//! in sysfs (crate `igprof-events`: generic hardware, software and cache
+//! events, `pmu/terms/`, `rNNNN`) and opened once on the main thread as a
+//! trial: an event this machine cannot open (no such PMU event, a PMU that
+//! cannot sample, `perf_event_paranoid`) is named in one `igprof:` line
+//! with the reason and what would allow it, and the run goes on without
+//! it. Each event that opens gets a counter (`EV_PAGE_FAULTS` for
+//! `page-faults`: see `Spec::counter_name`) whose ticks are samples and
+//! whose value is the events they stand for (the sum of their periods).
+//!
+//! Every thread then opens its own events: per-thread perf events with
+//! `sigtrap`, the kernel raising SIGTRAP in the thread (from task work on
+//! its way back to user space, so no blocking call is interrupted) with
+//! `si_perf_data` [`cpu::EVENT_COOKIE`] and the event's index. The sampling
+//! handler of `modules/cpu` recognises them and calls [`sample`] here. An
+//! event is held by a one-page mapping and its descriptor closed, as the
+//! CPU sampler's (moved high and kept where mappings are refused).
+//!
+//! What the sampled PC means: for a software event, the user instruction
+//! whose execution caused it (a page fault's access) or, for events the
+//! kernel counts in its own code (context switches), the return to user
+//! space after it; for a hardware event, the instruction the overflow
+//! interrupt found, some instructions after the one that caused it (skid),
+//! unless the PMU offers `precise_ip` (tried from 3 down when no `p`
+//! modifier says). Events are counted in user mode only unless modifiers
+//! say otherwise (`:uk`), except the ones the kernel counts only in kernel
+//! mode (context switches, migrations), which need kernel counting
+//! (`perf_event_paranoid` <= 1 or CAP_PERFMON).
+//!
+//! Periods: as given (`/PERIOD`), else every event for the rare software
+//! events (faults, switches, migrations), 1 ms for the clocks, 1,000,000
+//! for cycles and instructions, 10,000 for the others. A period of 100 or
+//! more is drawn again (+-10%) for each thread and every 512 samples,
+//! against aliasing with the program's own rhythm; each sample is charged
+//! the period it was taken with, so the totals stay unbiased.
+//!
+//! Samples that come while the thread runs profiler code are the
+//! profiler's own events (its page faults, its instructions): counted, not
+//! charged (`-d` reports them).
+//!
+//! Must never: allocate, lock or leave errno changed in [`sample`]; keep a
+//! descriptor in the program's low numbers.
+
+use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+use crate::base::counters::{self, EVENTS as MAX_EVENTS, EVENT_IDS};
+use crate::base::options::Options;
+use crate::base::sys::{self, PerfEventKind};
+use crate::base::thread::{self, ThreadState};
+use crate::modules::cpu;
+
+/// One `-e` event of the run.
+struct Event {
+    /// The specification as given.
+    text: String,
+    /// Its counter's name.
+    name: &'static str,
+    kind: PerfEventKind,
+    /// Events per sample before the per-thread jitter.
+    period: u64,
+}
+
+/// The run's events, in cookie order (set before the counters freeze).
+static EVENTS: OnceLock<Vec<Event>> = OnceLock::new();
+/// Counter slot of each event (after the freeze).
+static SLOTS: [AtomicUsize; MAX_EVENTS] = [const { AtomicUsize::new(usize::MAX) }; MAX_EVENTS];
+/// Samples charged, and samples of the profiler's own code, per event.
+static CHARGED: [AtomicU64; MAX_EVENTS] = [const { AtomicU64::new(0) }; MAX_EVENTS];
+static INSIDE: [AtomicU64; MAX_EVENTS] = [const { AtomicU64::new(0) }; MAX_EVENTS];
+/// Threads whose event could not be opened (the first error is said).
+static NOT_OPENED: AtomicU64 = AtomicU64::new(0);
+
+/// Samples between two draws of a thread's period.
+const RENEW_EVERY: u32 = 512;
+/// Periods from which the per-thread jitter applies.
+const JITTER_FROM: u64 = 100;
+
+fn events() -> &'static [Event] {
+    EVENTS.get().map_or(&[], |v| v.as_slice())
+}
+
+pub const MODULE: crate::modules::Module = crate::modules::Module {
+    describe,
+    register_counters,
+    start,
+    thread_begin: Some(open_all),
+    thread_end: Some(close_all),
+    fork_child: Some(forget_inherited),
+    thread_stop: Some(close_all),
+    thread_restart: Some(open_all),
+    before_dump: Some(|| {
+        if crate::base::options::debug() {
+            report()
+        }
+    }),
+    ..crate::modules::Module::new("-e", |o| o.event_specs().next().is_some())
+};
+
+/// The default period of an event (see the module docs).
+fn default_period(kind: &PerfEventKind) -> u64 {
+    const SOFTWARE: u32 = 1;
+    const HARDWARE: u32 = 0;
+    match (kind.type_, kind.config) {
+        // cpu-clock, task-clock: nanoseconds.
+        (SOFTWARE, 0 | 1) => 1_000_000,
+        (SOFTWARE, _) => 1,
+        // cycles, instructions, bus-cycles, stalled cycles, ref-cycles.
+        (HARDWARE, 0 | 1 | 6 | 7 | 8 | 9) => 1_000_000,
+        _ => 10_000,
+    }
+}
+
+/// `/proc/sys/kernel/perf_event_paranoid`, for messages.
+fn paranoid() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// Why an event does not open, and what would let it (one line's end).
+fn open_refusal(e: i32, kind: &PerfEventKind) -> String {
+    match e {
+        libc::EACCES | libc::EPERM => format!(
+            "not allowed (perf_event_paranoid is {}{}): needs perf_event_paranoid <= {} (sysctl kernel.perf_event_paranoid) or CAP_PERFMON",
+            paranoid(),
+            if kind.exclude_kernel { "" } else { ", and this event counts in kernel mode" },
+            if kind.exclude_kernel { 2 } else { 1 }
+        ),
+        libc::ENOENT | libc::ENODEV | libc::EOPNOTSUPP => format!(
+            "not supported here (errno {e}: this machine's PMU does not count it, or the PMU cannot sample; virtual machines often have no hardware PMU)"
+        ),
+        libc::EINVAL => "the kernel refused its attributes (EINVAL: a term out of range, or a kernel without sigtrap perf events, Linux 5.13+)".into(),
+        libc::EMFILE | libc::ENFILE => format!("no descriptor left (errno {e})"),
+        _ => format!("perf_event_open failed (errno {e})"),
+    }
+}
+
+/// Parses, resolves and trial-opens every `-e` event; those that open get
+/// a counter. Runs on the main thread before the counters freeze.
+fn register_counters(o: &Options) {
+    let mut v: Vec<Event> = Vec::new();
+    for text in o.event_specs() {
+        let say = |why: &str| crate::igprof_log!("-e {text}: {why}; running without it");
+        let spec = match igprof_events::parse(text) {
+            Ok(s) => s,
+            Err(e) => {
+                say(&e.why);
+                continue;
+            }
+        };
+        let attr = match igprof_events::resolve(&spec, std::path::Path::new(igprof_events::DEVICES))
+        {
+            Ok(a) => a,
+            Err(e) => {
+                say(&e.to_string());
+                continue;
+            }
+        };
+        let name = spec.counter_name();
+        if v.iter().any(|e| e.name == name) {
+            say(&format!("given twice (counter {name})"));
+            continue;
+        }
+        if v.len() == MAX_EVENTS {
+            say(&format!("at most {MAX_EVENTS} events per run"));
+            continue;
+        }
+        // User mode only unless the modifiers say, or the event only
+        // counts in the kernel.
+        let kernel = if attr.levels_given {
+            !attr.exclude_kernel
+        } else {
+            attr.counts_in_kernel_only()
+        };
+        let mut kind = PerfEventKind {
+            type_: attr.type_,
+            config: attr.config,
+            config1: attr.config1,
+            config2: attr.config2,
+            precise_ip: attr.precise_ip,
+            exclude_user: attr.levels_given && attr.exclude_user,
+            exclude_kernel: !kernel,
+            exclude_hv: !attr.levels_given || attr.exclude_hv,
+            sample_addr: false,
+        };
+        let period = match spec.period {
+            Some(igprof_events::Period::Count(p)) => p,
+            None => default_period(&kind),
+        };
+        if let Err(e) = trial_open(&mut kind, spec.precise == 0, period) {
+            // A PMU that counts but cannot sample refuses the period (and
+            // maybe the privilege filters: the msr PMU).
+            let counts = e == libc::EINVAL && {
+                let mut plain = PerfEventKind {
+                    exclude_user: false,
+                    exclude_kernel: false,
+                    exclude_hv: false,
+                    ..kind
+                };
+                trial_open(&mut plain, false, 0).is_ok()
+            };
+            say(&if counts {
+                "its PMU can count it but not sample it (EINVAL for a sampling period)".into()
+            } else {
+                open_refusal(e, &kind)
+            });
+            continue;
+        }
+        if !kernel && attr.counts_in_kernel_only() {
+            crate::igprof_log!(
+                "-e {text}: the kernel counts it only in kernel mode, which :u excludes: it will count nothing"
+            );
+        }
+        counters::set_event_name(v.len(), Box::leak(name.clone().into_boxed_str()));
+        counters::enable(EVENT_IDS[v.len()]);
+        v.push(Event {
+            text: text.to_string(),
+            name: Box::leak(name.into_boxed_str()),
+            kind,
+            period,
+        });
+    }
+    let _ = EVENTS.set(v);
+}
+
+/// Opens `kind` once on this thread and closes it. When `best_precise`,
+/// a hardware event gets the highest `precise_ip` its PMU takes.
+fn trial_open(kind: &mut PerfEventKind, best_precise: bool, period: u64) -> Result<(), i32> {
+    const SOFTWARE: u32 = 1;
+    let tries: &[u8] = if best_precise && kind.type_ != SOFTWARE {
+        &[3, 2, 1, 0]
+    } else {
+        &[kind.precise_ip]
+    };
+    let mut last = 0;
+    for &p in tries {
+        kind.precise_ip = p;
+        match sys::perf_sigtrap_open(kind, sys::gettid(), period, cpu::EVENT_COOKIE) {
+            Ok(fd) => {
+                sys::close(fd);
+                return Ok(());
+            }
+            // A precision the PMU does not offer: EOPNOTSUPP or EINVAL.
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+fn start(_: &Options) -> Result<(), String> {
+    if events().is_empty() {
+        // Each event already said why it is not sampled.
+        return Err(String::new());
+    }
+    if !cpu::sigtrap_events() {
+        return Err(
+            "needs sigtrap perf events (Linux 5.13+), and --sampler auto or sigtrap with -pp"
+                .into(),
+        );
+    }
+    for (i, _) in events().iter().enumerate() {
+        if let Some(s) = counters::slot(EVENT_IDS[i]) {
+            SLOTS[i].store(s, Ordering::Relaxed);
+        }
+    }
+    cpu::set_event_samples(cpu::EventSamples {
+        held,
+        sample,
+        inside: |_, i| {
+            INSIDE[i as usize].fetch_add(1, Ordering::Relaxed);
+        },
+    });
+    Ok(())
+}
+
+fn describe(_: &Options) -> Option<String> {
+    let list: Vec<String> = events()
+        .iter()
+        .map(|e| format!("{} ({}, every {})", e.name, e.text, e.period))
+        .collect();
+    (!list.is_empty()).then(|| format!("perf events: {}", list.join(", ")))
+}
+
+/// A thread's events (one page of its own, zero-filled: nothing held).
+#[repr(C)]
+struct PerThread {
+    /// The mapping that holds each event (0: none).
+    hold: [AtomicUsize; MAX_EVENTS],
+    /// Its descriptor + 1 where it could not be held by a mapping (0: none).
+    fd: [AtomicI32; MAX_EVENTS],
+    /// The period each event samples with now.
+    period: [AtomicU64; MAX_EVENTS],
+    /// Samples since the period was drawn.
+    since: [AtomicU32; MAX_EVENTS],
+    /// The events held, one bit per index.
+    held: AtomicU8,
+}
+
+const _: () = assert!(core::mem::size_of::<PerThread>() <= 4096);
+
+/// The thread's record, made on first use (not in signal context).
+fn record(t: &ThreadState) -> Option<&PerThread> {
+    let mut p = t.events.load(Ordering::Acquire);
+    if p.is_null() {
+        p = sys::mmap_anon(4096);
+        if p.is_null() {
+            return None;
+        }
+        t.events.store(p, Ordering::Release);
+    }
+    // SAFETY: a zero-filled page of ours (a valid PerThread: all atomics
+    // zero), never unmapped while the state exists.
+    Some(unsafe { &*(p as *const PerThread) })
+}
+
+/// The record if the thread has one (any context).
+fn existing(t: &ThreadState) -> Option<&PerThread> {
+    let p = t.events.load(Ordering::Acquire);
+    // SAFETY: as in `record`.
+    (!p.is_null()).then(|| unsafe { &*(p as *const PerThread) })
+}
+
+fn held(t: &ThreadState) -> u8 {
+    existing(t).map_or(0, |r| r.held.load(Ordering::Relaxed))
+}
+
+/// The period of event `ev` for one thread's next run of samples.
+fn draw(t: &ThreadState, ev: &Event) -> u64 {
+    if ev.period < JITTER_FROM {
+        return ev.period;
+    }
+    let spread = ev.period / 5;
+    ev.period - ev.period / 10 + t.sampler.clock.next_random() % spread
+}
+
+/// Opens event `i` for thread `t` (the calling thread) with a new period
+/// and puts it in place of the one it had, which ends after the new one
+/// is enabled (so the thread is never left unsampled). Also from signal
+/// context: system calls only.
+fn open_one(t: &ThreadState, r: &PerThread, i: usize, ev: &Event) -> Result<(), i32> {
+    let period = draw(t, ev);
+    let fd = sys::perf_sigtrap_open(&ev.kind, t.tid(), period, cpu::EVENT_COOKIE | i as u64)?;
+    let (hold, fd) = match sys::perf_hold(fd) {
+        Ok(h) => {
+            let ok = sys::perf_enable(fd);
+            sys::close(fd);
+            if !ok {
+                sys::perf_release(h);
+                return Err(sys::errno());
+            }
+            (h, -1)
+        }
+        Err(_) => {
+            let fd = sys::move_fd_up(fd, cpu::high_fd_base());
+            if !sys::perf_enable(fd) {
+                let e = sys::errno();
+                sys::close(fd);
+                return Err(e);
+            }
+            (0, fd)
+        }
+    };
+    r.period[i].store(period, Ordering::Relaxed);
+    r.since[i].store(0, Ordering::Relaxed);
+    let (old_hold, old_fd) = (
+        r.hold[i].swap(hold, Ordering::AcqRel),
+        r.fd[i].swap(fd + 1, Ordering::AcqRel),
+    );
+    r.held.fetch_or(1 << i, Ordering::Release);
+    end(old_hold, old_fd - 1);
+    Ok(())
+}
+
+/// Ends an event held by `hold` or by descriptor `fd` (0 / -1: none).
+fn end(hold: usize, fd: i32) {
+    if hold != 0 {
+        sys::perf_release(hold);
+    }
+    if fd >= 0 {
+        sys::close(fd);
+    }
+}
+
+/// Opens the thread's events (thread begin, and a forked child's thread).
+fn open_all(t: &'static ThreadState) {
+    let evs = events();
+    if evs.is_empty() || !cpu::sigtrap_events() {
+        return;
+    }
+    let Some(r) = record(t) else { return };
+    for (i, ev) in evs.iter().enumerate() {
+        if let Err(e) = open_one(t, r, i, ev) {
+            if NOT_OPENED.fetch_add(1, Ordering::Relaxed) == 0 {
+                crate::igprof_log!(
+                    "-e {}: cannot open it on thread {}: {}; that thread is not sampled for it",
+                    ev.text,
+                    t.tid(),
+                    open_refusal(e, &ev.kind)
+                );
+            }
+        }
+    }
+}
+
+/// Ends the thread's events (thread end).
+fn close_all(t: &'static ThreadState) {
+    let Some(r) = existing(t) else { return };
+    r.held.store(0, Ordering::Release);
+    for i in 0..MAX_EVENTS {
+        end(
+            r.hold[i].swap(0, Ordering::AcqRel),
+            r.fd[i].swap(0, Ordering::AcqRel) - 1,
+        );
+    }
+}
+
+/// In a forked child: the events the parent's threads held are theirs
+/// (a copy of their mappings and descriptors came along): let them go.
+fn forget_inherited() {
+    for t in thread::all() {
+        close_all(t);
+    }
+}
+
+/// One sample of event `i` (signal context, guard held).
+fn sample(t: &'static ThreadState, i: u8, uc: *mut libc::c_void, _addr: usize) {
+    let i = i as usize;
+    let (Some(r), Some(ev)) = (existing(t), events().get(i)) else {
+        return;
+    };
+    // SAFETY: the handler of modules/cpu passes the kernel's context.
+    let node = unsafe { cpu::interrupted_node(t, uc) };
+    let period = r.period[i].load(Ordering::Relaxed);
+    if !node.is_null() {
+        let slot = SLOTS[i].load(Ordering::Relaxed);
+        if slot != usize::MAX {
+            // SAFETY: a live node of this thread's tree, guard held.
+            unsafe { &*node }.counter(slot).add(1, period);
+            CHARGED[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    if ev.period >= JITTER_FROM {
+        let n = r.since[i].load(Ordering::Relaxed) + 1;
+        r.since[i].store(n, Ordering::Relaxed);
+        if n >= RENEW_EVERY {
+            // A new period; on failure the event goes on with the old one.
+            r.since[i].store(0, Ordering::Relaxed);
+            let _ = open_one(t, r, i, ev);
+        }
+    }
+}
+
+/// `-d`: what each event did (at each dump).
+fn report() {
+    for (i, e) in events().iter().enumerate() {
+        crate::igprof_log!(
+            "-e {}: {} samples charged to {}, {} taken in the profiler's own code (not charged)",
+            e.text,
+            CHARGED[i].load(Ordering::Relaxed),
+            e.name,
+            INSIDE[i].load(Ordering::Relaxed)
+        );
+    }
+}
