@@ -1,0 +1,62 @@
+/* Time off the CPU with known totals, for -e context-switches and -oc.
+   wait_here(): SLEEPS nanosleeps of SLEEP_US microseconds (one voluntary
+   context switch each); lock_here(): blocks LOCK_MS milliseconds on a
+   mutex another thread holds (it takes the lock, signals, sleeps, then
+   unlocks). Usage: offcpu [SLEEPS] [SLEEP_US] [LOCK_MS]
+   (default 100 10000 500). Prints what it did. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t ready_m = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ready_c = PTHREAD_COND_INITIALIZER;
+static int ready;
+static long lock_ms;
+
+static void sleep_us(long us) {
+  struct timespec t = {us / 1000000, (us % 1000000) * 1000};
+  while (nanosleep(&t, &t) != 0) {}
+}
+
+__attribute__((noinline)) void wait_here(long n, long us) {
+  for (long i = 0; i < n; i++) sleep_us(us);
+  __asm__ volatile("");
+}
+
+static void *holder(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&m);
+  pthread_mutex_lock(&ready_m);
+  ready = 1;
+  pthread_cond_signal(&ready_c);
+  pthread_mutex_unlock(&ready_m);
+  sleep_us(lock_ms * 1000);
+  pthread_mutex_unlock(&m);
+  return 0;
+}
+
+__attribute__((noinline)) void lock_here(void) {
+  pthread_mutex_lock(&m);
+  pthread_mutex_unlock(&m);
+  __asm__ volatile("");
+}
+
+int main(int argc, char **argv) {
+  long n = argc > 1 ? atol(argv[1]) : 100;
+  long us = argc > 2 ? atol(argv[2]) : 10000;
+  lock_ms = argc > 3 ? atol(argv[3]) : 500;
+  wait_here(n, us);
+  if (lock_ms > 0) {
+    pthread_t t;
+    pthread_create(&t, 0, holder, 0);
+    pthread_mutex_lock(&ready_m);
+    while (!ready) pthread_cond_wait(&ready_c, &ready_m);
+    pthread_mutex_unlock(&ready_m);
+    lock_here();
+    pthread_join(t, 0);
+  }
+  printf("slept %ld x %ld us, blocked %ld ms\n", n, us, lock_ms);
+  return 0;
+}
