@@ -135,6 +135,9 @@ pub fn on_alloc(node: *mut Node, addr: usize, size: u64) {
             return;
         }
     }
+    if super::spans::active() {
+        super::spans::insert(addr, size, node);
+    }
     let Some(live) = counter(node, LIVE_SLOT.load(Ordering::Relaxed)) else {
         return;
     };
@@ -219,6 +222,9 @@ pub fn restore(b: &Block) {
     if super::sample::active() {
         super::sample::remember(b.addr);
     }
+    if super::spans::active() {
+        super::spans::insert(b.addr, b.size, b.node);
+    }
     let (calls, bytes) = super::sample::weight_of(b.size);
     if let Some(live) = counter(b.node, LIVE_SLOT.load(Ordering::Relaxed)) {
         snapshot_before_change(b.node);
@@ -229,6 +235,9 @@ pub fn restore(b: &Block) {
 }
 
 fn release(b: &Block) {
+    if super::spans::active() {
+        super::spans::remove(b.addr, b.size);
+    }
     if let Some(live) = counter(b.node, LIVE_SLOT.load(Ordering::Relaxed)) {
         snapshot_before_change(b.node);
         let (calls, bytes) = super::sample::weight_of(b.size);
@@ -280,6 +289,7 @@ pub fn flush_recent() {
 /// In a forked child: nothing live yet in this process's profile.
 pub fn reset_after_fork() {
     LIVE.reset();
+    super::spans::reset();
     LIVE_BYTES.store(0, Ordering::Relaxed);
     PEAK_BYTES.store(0, Ordering::Relaxed);
     PEAK_EPOCH.fetch_add(1, Ordering::Relaxed);

@@ -27,6 +27,7 @@ pub mod hooks;
 pub mod memo;
 pub mod sample;
 pub mod site;
+pub mod spans;
 
 use core::sync::atomic::{AtomicU8, Ordering};
 
@@ -115,6 +116,10 @@ fn start() -> Result<(), String> {
         );
     }
     memo::init_check();
+    // -pf with -mp: faults inside large blocks go to their allocating stack.
+    if o.page_faults && o.mem && !sample::active() && !spans::enable() {
+        crate::igprof_log!("-pf -mp: no memory for the large-block index; MEM_FAULTS not recorded");
+    }
     install();
     if !hooks::hooked(hooks::Func::Malloc) || !hooks::hooked(hooks::Func::Free) {
         return Err("malloc or free could not be hooked".to_string());

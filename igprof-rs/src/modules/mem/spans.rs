@@ -1,0 +1,176 @@
+//! Large live heap blocks by address range, for "which block holds this
+//! address" (`-pf` with `-mp`: a page fault inside a block is charged to
+//! the stack that allocated it, MEM_FAULTS).
+//!
+//! The live table finds a block by its start only. Blocks of at least
+//! [`SPAN_MIN`] bytes are also kept here, sorted by start, and found by a
+//! binary search. Smaller blocks are not: the heap pages that hold them are
+//! first written by the allocator itself (a chunk's header, before the
+//! block is the program's), so their faults say little about the block.
+//!
+//! Owns the sorted array (one mapping, made when enabled; fixed capacity,
+//! [`DROPPED`] counts the blocks that did not fit) and its spin lock.
+//!
+//! Must never: allocate, or be called with the lock held by the calling
+//! thread (the hooks take it inside the thread's guard, and [`owner_of`]
+//! is called only outside it).
+
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+use crate::base::tree::Node;
+
+/// Smallest block kept (bytes).
+pub const SPAN_MIN: u64 = 64 << 10;
+/// Most blocks kept at once.
+const CAPACITY: usize = 1 << 16;
+
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Span {
+    start: usize,
+    end: usize,
+    node: *const Node,
+}
+
+static ON: AtomicBool = AtomicBool::new(false);
+static LOCK: AtomicBool = AtomicBool::new(false);
+static BASE: AtomicUsize = AtomicUsize::new(0);
+static LEN: AtomicUsize = AtomicUsize::new(0);
+/// Blocks not kept because the array was full.
+pub static DROPPED: AtomicU64 = AtomicU64::new(0);
+
+/// Starts keeping large blocks (start-up, before any hook runs). False
+/// when no memory could be mapped.
+pub fn enable() -> bool {
+    let p = crate::base::sys::mmap_anon(CAPACITY * core::mem::size_of::<Span>());
+    if p.is_null() {
+        return false;
+    }
+    BASE.store(p as usize, Ordering::Release);
+    ON.store(true, Ordering::Release);
+    true
+}
+
+/// Whether large blocks are kept.
+#[inline]
+pub fn active() -> bool {
+    ON.load(Ordering::Relaxed)
+}
+
+/// Runs `f` on the sorted spans under the lock.
+fn locked<R>(f: impl FnOnce(&mut [Span], &mut usize) -> R) -> R {
+    let mut spins = 0u32;
+    while LOCK
+        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        spins += 1;
+        if spins > 100 {
+            crate::base::sys::sched_yield();
+        } else {
+            core::hint::spin_loop();
+        }
+    }
+    // SAFETY: BASE is a mapping of CAPACITY spans (enable), zero-filled
+    // plain data, only touched under LOCK.
+    let all = unsafe {
+        core::slice::from_raw_parts_mut(BASE.load(Ordering::Acquire) as *mut Span, CAPACITY)
+    };
+    let mut len = LEN.load(Ordering::Relaxed);
+    let r = f(all, &mut len);
+    LEN.store(len, Ordering::Relaxed);
+    LOCK.store(false, Ordering::Release);
+    r
+}
+
+/// A live block of `size` bytes at `start`, allocated by `node`.
+pub fn insert(start: usize, size: u64, node: *const Node) {
+    if size < SPAN_MIN {
+        return;
+    }
+    locked(|all, len| {
+        if *len == CAPACITY {
+            DROPPED.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let i = all[..*len].partition_point(|s| s.start < start);
+        if i < *len && all[i].start == start {
+            // Its free was not seen: the new block replaces it.
+            all[i] = Span {
+                start,
+                end: start + size as usize,
+                node,
+            };
+            return;
+        }
+        all.copy_within(i..*len, i + 1);
+        all[i] = Span {
+            start,
+            end: start + size as usize,
+            node,
+        };
+        *len += 1;
+    });
+}
+
+/// Block `start` of `size` bytes left the live table.
+pub fn remove(start: usize, size: u64) {
+    if size < SPAN_MIN {
+        return;
+    }
+    locked(|all, len| {
+        let i = all[..*len].partition_point(|s| s.start < start);
+        if i < *len && all[i].start == start {
+            all.copy_within(i + 1..*len, i);
+            *len -= 1;
+        }
+    });
+}
+
+/// The allocating node of the large live block that holds `addr`.
+pub fn owner_of(addr: usize) -> Option<*const Node> {
+    if !active() {
+        return None;
+    }
+    locked(|all, len| {
+        let i = all[..*len].partition_point(|s| s.start <= addr);
+        (i > 0 && addr < all[i - 1].end).then(|| all[i - 1].node)
+    })
+}
+
+/// In a forked child: the parent's blocks are the parent's.
+pub fn reset() {
+    if active() {
+        locked(|_, len| *len = 0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_block_that_holds_an_address() {
+        assert!(enable());
+        let n = |i: usize| i as *const Node;
+        insert(0x10_0000, SPAN_MIN, n(1));
+        insert(0x40_0000, 4 * SPAN_MIN, n(2));
+        insert(0x20_0000, SPAN_MIN, n(3));
+        insert(0x90_0000, SPAN_MIN - 1, n(4)); // too small: not kept
+        assert_eq!(owner_of(0x10_0000), Some(n(1)));
+        assert_eq!(owner_of(0x10_0000 + SPAN_MIN as usize - 1), Some(n(1)));
+        assert_eq!(owner_of(0x10_0000 + SPAN_MIN as usize), None);
+        assert_eq!(owner_of(0x20_8000), Some(n(3)));
+        assert_eq!(owner_of(0x4f_0000), Some(n(2)));
+        assert_eq!(owner_of(0x90_0000), None);
+        assert_eq!(owner_of(0xf_ffff), None);
+        remove(0x20_0000, SPAN_MIN);
+        assert_eq!(owner_of(0x20_8000), None);
+        assert_eq!(owner_of(0x4f_0000), Some(n(2)));
+        insert(0x40_0000, SPAN_MIN, n(5)); // same start: replaced
+        assert_eq!(owner_of(0x40_0000), Some(n(5)));
+        assert_eq!(owner_of(0x4f_0000), None);
+        reset();
+        assert_eq!(owner_of(0x10_0000), None);
+    }
+}
