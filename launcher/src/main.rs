@@ -72,6 +72,12 @@ igprof-rs's own options:
                              cycles:u/100000, L1-dcache-load-misses,
                              cpu/event=0xc0,umask=0/, r01c2 (as perf -e);
                              counter EV_<EVENT>, e.g. EV_PAGE_FAULTS
+  -pf, --page-faults         page faults per faulting stack: PAGE_FAULTS,
+                             MAJOR_FAULTS; with -mp also MEM_FAULTS on the
+                             stack that allocated the (64 KiB or larger)
+                             heap block the fault is in
+  -oc, --off-cpu             time off the CPU per stack where each thread
+                             waited: OFFCPU_TIME (switches, nanoseconds)
   -i, --interval TIME        sampling interval: 5ms (default), 1ms, 100us...
       --depth N              stack depth limit (default 1024)
       --sampler KIND         how samples are taken: auto (default: sigtrap,
@@ -339,6 +345,10 @@ fn parse(args: &[OsString], pwd: &mut dyn FnMut() -> Vec<u8>) -> Result<Request,
             | b"-j"
             | b"--jemalloc"
             | b"-finst"
+            | b"-pf"
+            | b"--page-faults"
+            | b"-oc"
+            | b"--off-cpu"
             | b"-z"
             | b"--compress"
             | b"-d"

@@ -1,11 +1,13 @@
-//! End-to-end checks of the perf-event profiler (`-e`), with the software
-//! events this machine has (no PMU here: hardware events are checked for
-//! their message, and their resolution in `events/`):
+//! End-to-end checks of the perf-event profilers (`-e`, `-pf`, `-oc`),
+//! with the software events this machine has (no PMU here: hardware events
+//! are checked for their message, and their resolution in `events/`):
 //! page faults charged exactly to the function that takes them (main
 //! thread, a second thread, a forked child), totals against `perf stat` for
 //! `page-faults/100` and `context-switches`, the specification resolved as
-//! `perf stat -vv` resolves it, and the one-line messages for events this
-//! machine cannot sample, with the program's output unchanged.
+//! `perf stat -vv` resolves it, the one-line messages for events this
+//! machine cannot sample with the program's output unchanged; `-pf -mp`
+//! charging the faults in three blocks to their allocating sites, and
+//! `-oc` charging sleeps and a lock wait to where they happen.
 
 use std::path::Path;
 use std::process::Command;
@@ -317,4 +319,63 @@ fn events_this_machine_cannot_sample_are_named_and_the_program_runs_on() {
         "{err}"
     );
     assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+#[test]
+fn page_faults_by_name_and_whose_memory_they_fault_in() {
+    let d = scratch("ev-mem-faults");
+    build(&d, "mem_faults.c", "mem_faults", &[]);
+    let o = igprof(&d, &["-pf", "-mp", "-o", "mf.gz", "./mem_faults"]);
+    let err = ok(&o);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "pages 1024 512 256\n");
+    assert!(
+        err.contains("page faults (PAGE_FAULTS, MAJOR_FAULTS, MEM_FAULTS)"),
+        "{err}"
+    );
+    let p = profile(&d, "mf.gz");
+    // Each block's first page holds malloc's chunk header, written (and
+    // faulted in) by malloc itself: fill_all faults in the others, 1789 of
+    // the 1792 pages (one more if its frame reaches a fresh stack page).
+    let fill = under(&p, "PAGE_FAULTS", "fill_all");
+    assert!((1789..=1790).contains(&fill.1), "fill_all {fill:?}");
+    // The same faults, on the stacks that allocated the blocks: 4:2:1.
+    for (site, pages) in [("site_a", 1023), ("site_b", 511), ("site_c", 255)] {
+        assert_eq!(under(&p, "MEM_FAULTS", site), (pages, pages), "{site}");
+    }
+    assert_eq!(total(&p, "MEM_FAULTS"), 1789);
+    // Without -mp there is no allocation to charge.
+    ok(&igprof(&d, &["-pf", "-o", "nomem.gz", "./mem_faults"]));
+    let p = profile(&d, "nomem.gz");
+    assert_eq!(total(&p, "MEM_FAULTS"), 0);
+    assert!((1789..=1790).contains(&under(&p, "PAGE_FAULTS", "fill_all").1));
+}
+
+#[test]
+fn off_cpu_time_is_charged_where_threads_wait() {
+    let d = scratch("ev-offcpu");
+    build(&d, "offcpu.c", "offcpu", &[]);
+    let o = igprof(
+        &d,
+        &["-oc", "-o", "oc.gz", "./offcpu", "100", "10000", "500"],
+    );
+    let err = ok(&o);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "slept 100 x 10000 us, blocked 500 ms\n"
+    );
+    assert!(err.contains("off-CPU time (OFFCPU_TIME, ns)"), "{err}");
+    let p = profile(&d, "oc.gz");
+    // 100 sleeps of 10 ms in wait_here, 500 ms on a mutex in lock_here: the
+    // time each thread spent off the CPU (wall minus its own CPU time)
+    // since its previous switch, in nanoseconds, to +-5%.
+    let near = |f: &str, ns: f64| {
+        let (switches, v) = under(&p, "OFFCPU_TIME", f);
+        assert!(
+            (v as f64 - ns).abs() < 0.05 * ns,
+            "{f}: {v} ns in {switches} switches"
+        );
+        switches
+    };
+    assert!(near("wait_here", 1e9) >= 100);
+    assert!(near("lock_here", 5e8) >= 1);
 }

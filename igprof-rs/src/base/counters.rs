@@ -59,9 +59,17 @@ pub enum CounterId {
     Event5,
     Event6,
     Event7,
+    /// -pf: page faults per faulting stack, and the major ones.
+    PageFaults,
+    MajorFaults,
+    /// -pf with -mp: page faults inside a live heap block, on the stack
+    /// that allocated it.
+    MemFaults,
+    /// -oc: nanoseconds off the CPU per stack where the thread waited.
+    OffCpuTime,
 }
 
-pub const COUNT: usize = 22;
+pub const COUNT: usize = 26;
 
 /// How many `-e` events a run may sample.
 pub const EVENTS: usize = 8;
@@ -163,6 +171,26 @@ pub const ALL: [CounterDef; COUNT] = [
     event_def(CounterId::Event5),
     event_def(CounterId::Event6),
     event_def(CounterId::Event7),
+    CounterDef {
+        id: CounterId::PageFaults,
+        name: "PAGE_FAULTS",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::MajorFaults,
+        name: "MAJOR_FAULTS",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::MemFaults,
+        name: "MEM_FAULTS",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::OffCpuTime,
+        name: "OFFCPU_TIME",
+        merge: Merge::Sum,
+    },
 ];
 
 /// An event counter before its name is set.

@@ -139,6 +139,10 @@ pub struct Options {
     /// `-e SPEC`: perf events sampled per thread (modules/event), the
     /// specifications separated by spaces (they have none).
     pub events: FixedStr<1024>,
+    /// `-pf`: the page-fault profiler (modules/event).
+    pub page_faults: bool,
+    /// `-oc`: the off-CPU time profiler (modules/event).
+    pub off_cpu: bool,
     pub output: FixedStr<4096>,
     pub gzip: bool,
     pub targets: FixedStr<1024>,
@@ -184,6 +188,8 @@ impl Options {
             functions: FixedStr::new(),
             finst: false,
             events: FixedStr::new(),
+            page_faults: false,
+            off_cpu: false,
             output: FixedStr::new(),
             gzip: false,
             targets: FixedStr::new(),
@@ -233,10 +239,15 @@ impl Options {
         if self.finst {
             v.push(("-finst", "the function-instrumentation profiler"));
         }
-        if !self.events.is_empty() {
-            v.push(("-e", "the perf-event profiler"));
+        if !self.events.is_empty() || self.page_faults || self.off_cpu {
+            v.push(("-e", "the perf-event profiler (-e, -pf, -oc)"));
         }
         v
+    }
+
+    /// Whether perf events of modules/event are sampled (-e, -pf, -oc).
+    pub fn samples_events(&self) -> bool {
+        !self.events.is_empty() || self.page_faults || self.off_cpu
     }
 
     /// The `-e` specifications, in the order given.
@@ -257,7 +268,11 @@ impl Options {
             "-np" => self.energy = false,
             "-fp" => self.functions = FixedStr::new(),
             "-finst" => self.finst = false,
-            "-e" => self.events = FixedStr::new(),
+            "-e" => {
+                self.events = FixedStr::new();
+                self.page_faults = false;
+                self.off_cpu = false;
+            }
             _ => {}
         }
     }
@@ -512,6 +527,8 @@ pub fn parse(s: &[u8]) -> Result<Options, OptionError<'_>> {
                 })?;
             }
             b"-finst" => o.finst = true,
+            b"-pf" | b"--page-faults" => o.page_faults = true,
+            b"-oc" | b"--off-cpu" => o.off_cpu = true,
             b"-e" | b"--event" => {
                 let v = value("-e")?;
                 // Several -e accumulate, space-separated (checked by the
@@ -794,7 +811,11 @@ mod tests {
             o.event_specs().collect::<Vec<_>>(),
             ["page-faults/100", "cpu/event=0xc0,umask=0/u"]
         );
-        assert!(o.selected().contains(&("-e", "the perf-event profiler")));
+        assert!(o
+            .selected()
+            .contains(&("-e", "the perf-event profiler (-e, -pf, -oc)")));
+        let o = parse(b"-pf -oc").unwrap();
+        assert!(o.page_faults && o.off_cpu && o.event_specs().next().is_none());
         assert!(parse(b"-pp").unwrap().event_specs().next().is_none());
         assert!(matches!(
             parse(b"-e"),

@@ -107,7 +107,7 @@ pub fn choose_sampler() {
     let o = options::get();
     if !o.needs_timers() {
         // -e alone: its events raise SIGTRAP; no timer of ours runs.
-        if o.event_specs().next().is_some() && probe_sigtrap().is_ok() {
+        if o.samples_events() && probe_sigtrap().is_ok() {
             MODE.store(Sampler::Sigtrap as u8, Ordering::Relaxed);
             SIGNAL.store(libc::SIGTRAP, Ordering::Relaxed);
         }

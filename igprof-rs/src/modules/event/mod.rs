@@ -56,17 +56,48 @@ use crate::modules::cpu;
 
 /// One `-e` event of the run.
 struct Event {
-    /// The specification as given.
+    /// The specification as given (the named profilers: their flag).
     text: String,
     /// Its counter's name.
     name: &'static str,
     kind: PerfEventKind,
     /// Events per sample before the per-thread jitter.
     period: u64,
+    /// What a sample adds, and to which counter.
+    charge: Charge,
+}
+
+/// What one sample of an event records.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Charge {
+    /// `-e`: (1, period) on the sampled stack, in the counter of this id.
+    Sample(counters::CounterId),
+    /// `-pf`: (1, 1) in PAGE_FAULTS on the faulting stack, and with -mp
+    /// (1, 1) in MEM_FAULTS on the stack that allocated the large live
+    /// block holding the faulting address.
+    PageFault,
+    /// `-pf`: (1, 1) in MAJOR_FAULTS.
+    MajorFault,
+    /// `-oc`: (1, nanoseconds off the CPU since the thread's previous
+    /// switch) in OFFCPU_TIME on the stack where it waited.
+    OffCpu,
+}
+
+impl Charge {
+    fn counter(self) -> counters::CounterId {
+        match self {
+            Charge::Sample(id) => id,
+            Charge::PageFault => counters::CounterId::PageFaults,
+            Charge::MajorFault => counters::CounterId::MajorFaults,
+            Charge::OffCpu => counters::CounterId::OffCpuTime,
+        }
+    }
 }
 
 /// The run's events, in cookie order (set before the counters freeze).
 static EVENTS: OnceLock<Vec<Event>> = OnceLock::new();
+/// MEM_FAULTS' slot (after the freeze; usize::MAX: not recorded).
+static MEM_FAULTS_SLOT: AtomicUsize = AtomicUsize::new(usize::MAX);
 /// Counter slot of each event (after the freeze).
 static SLOTS: [AtomicUsize; MAX_EVENTS] = [const { AtomicUsize::new(usize::MAX) }; MAX_EVENTS];
 /// Samples charged, and samples of the profiler's own code, per event.
@@ -98,7 +129,7 @@ pub const MODULE: crate::modules::Module = crate::modules::Module {
             report()
         }
     }),
-    ..crate::modules::Module::new("-e", |o| o.event_specs().next().is_some())
+    ..crate::modules::Module::new("-e", |o| o.samples_events())
 };
 
 /// The default period of an event (see the module docs).
@@ -192,23 +223,8 @@ fn register_counters(o: &Options) {
             Some(igprof_events::Period::Count(p)) => p,
             None => default_period(&kind),
         };
-        if let Err(e) = trial_open(&mut kind, spec.precise == 0, period) {
-            // A PMU that counts but cannot sample refuses the period (and
-            // maybe the privilege filters: the msr PMU).
-            let counts = e == libc::EINVAL && {
-                let mut plain = PerfEventKind {
-                    exclude_user: false,
-                    exclude_kernel: false,
-                    exclude_hv: false,
-                    ..kind
-                };
-                trial_open(&mut plain, false, 0).is_ok()
-            };
-            say(&if counts {
-                "its PMU can count it but not sample it (EINVAL for a sampling period)".into()
-            } else {
-                open_refusal(e, &kind)
-            });
+        if let Err(why) = check_opens(&mut kind, spec.precise == 0, period) {
+            say(&why);
             continue;
         }
         if !kernel && attr.counts_in_kernel_only() {
@@ -216,16 +232,93 @@ fn register_counters(o: &Options) {
                 "-e {text}: the kernel counts it only in kernel mode, which :u excludes: it will count nothing"
             );
         }
+        let id = EVENT_IDS[v.len()];
         counters::set_event_name(v.len(), Box::leak(name.clone().into_boxed_str()));
-        counters::enable(EVENT_IDS[v.len()]);
+        counters::enable(id);
         v.push(Event {
             text: text.to_string(),
             name: Box::leak(name.into_boxed_str()),
             kind,
             period,
+            charge: Charge::Sample(id),
         });
     }
+    named_profilers(o, &mut v);
     let _ = EVENTS.set(v);
+}
+
+/// The software events of `-pf` and `-oc` (period 1 each), counted in
+/// kernel mode too where allowed: a fault the kernel takes on a user page
+/// (a `read` into a fresh buffer) is the program's, and the scheduler
+/// counts switches only there.
+fn named_profilers(o: &Options, v: &mut Vec<Event>) {
+    const SOFTWARE: u32 = 1;
+    let mut wanted = Vec::new();
+    if o.page_faults {
+        wanted.push(("-pf", "PAGE_FAULTS", 2, Charge::PageFault));
+        wanted.push(("-pf", "MAJOR_FAULTS", 6, Charge::MajorFault));
+    }
+    if o.off_cpu {
+        wanted.push(("-oc", "OFFCPU_TIME", 3, Charge::OffCpu));
+    }
+    for (flag, name, config, charge) in wanted {
+        let mut kind = PerfEventKind {
+            type_: SOFTWARE,
+            config,
+            exclude_hv: true,
+            sample_addr: charge == Charge::PageFault,
+            ..PerfEventKind::default()
+        };
+        if trial_open(&mut kind, false, 1).is_err() && charge != Charge::OffCpu {
+            // Not allowed in kernel mode (perf_event_paranoid): the faults
+            // the program's own instructions take.
+            kind.exclude_kernel = true;
+            crate::igprof_debug!(
+                "{flag}: {name} counted in user mode only (perf_event_paranoid {})",
+                paranoid()
+            );
+        }
+        if let Err(why) = check_opens(&mut kind, false, 1) {
+            crate::igprof_log!("{flag}: {name}: {why}; running without it");
+            continue;
+        }
+        counters::enable(charge.counter());
+        v.push(Event {
+            text: flag.to_string(),
+            name,
+            kind,
+            period: 1,
+            charge,
+        });
+    }
+    if v.iter().any(|e| e.charge == Charge::PageFault) && o.mem && o.sample_bytes == 0 {
+        counters::enable(counters::CounterId::MemFaults);
+    }
+}
+
+/// Whether `kind` opens for sampling every `period` events on this
+/// thread; why not, in words, otherwise.
+fn check_opens(kind: &mut PerfEventKind, best_precise: bool, period: u64) -> Result<(), String> {
+    let e = match trial_open(kind, best_precise, period) {
+        Ok(()) => return Ok(()),
+        Err(e) => e,
+    };
+    // A PMU that counts but cannot sample refuses the period (and maybe
+    // the privilege filters: the msr PMU).
+    let counts = e == libc::EINVAL && {
+        let mut plain = PerfEventKind {
+            exclude_user: false,
+            exclude_kernel: false,
+            exclude_hv: false,
+            ..*kind
+        };
+        trial_open(&mut plain, false, 0).is_ok()
+    };
+    Err(if counts {
+        "its PMU can count it but not sample it (EINVAL for a sampling period)".into()
+    } else {
+        open_refusal(e, kind)
+    })
 }
 
 /// Opens `kind` once on this thread and closes it. When `best_precise`,
@@ -263,10 +356,13 @@ fn start(_: &Options) -> Result<(), String> {
                 .into(),
         );
     }
-    for (i, _) in events().iter().enumerate() {
-        if let Some(s) = counters::slot(EVENT_IDS[i]) {
+    for (i, e) in events().iter().enumerate() {
+        if let Some(s) = counters::slot(e.charge.counter()) {
             SLOTS[i].store(s, Ordering::Relaxed);
         }
+    }
+    if let Some(s) = counters::slot(counters::CounterId::MemFaults) {
+        MEM_FAULTS_SLOT.store(s, Ordering::Relaxed);
     }
     cpu::set_event_samples(cpu::EventSamples {
         held,
@@ -279,11 +375,30 @@ fn start(_: &Options) -> Result<(), String> {
 }
 
 fn describe(_: &Options) -> Option<String> {
-    let list: Vec<String> = events()
+    let sampled: Vec<String> = events()
         .iter()
+        .filter(|e| matches!(e.charge, Charge::Sample(_)))
         .map(|e| format!("{} ({}, every {})", e.name, e.text, e.period))
         .collect();
-    (!list.is_empty()).then(|| format!("perf events: {}", list.join(", ")))
+    let mut list = Vec::new();
+    if !sampled.is_empty() {
+        list.push(format!("perf events: {}", sampled.join(", ")));
+    }
+    let named = |c: Charge| events().iter().any(|e| e.charge == c);
+    if named(Charge::PageFault) || named(Charge::MajorFault) {
+        let mem = counters::slot(counters::CounterId::MemFaults).is_some();
+        let names: Vec<&str> = events()
+            .iter()
+            .filter(|e| matches!(e.charge, Charge::PageFault | Charge::MajorFault))
+            .map(|e| e.name)
+            .chain(mem.then_some("MEM_FAULTS"))
+            .collect();
+        list.push(format!("page faults ({})", names.join(", ")));
+    }
+    if named(Charge::OffCpu) {
+        list.push("off-CPU time (OFFCPU_TIME, ns)".into());
+    }
+    (!list.is_empty()).then(|| list.join(", "))
 }
 
 /// A thread's events (one page of its own, zero-filled: nothing held).
@@ -299,6 +414,10 @@ struct PerThread {
     since: [AtomicU32; MAX_EVENTS],
     /// The events held, one bit per index.
     held: AtomicU8,
+    /// -oc: wall-clock and thread CPU time at the thread's previous switch
+    /// back onto the CPU (ns).
+    wall_mark: AtomicU64,
+    cpu_mark: AtomicU64,
 }
 
 const _: () = assert!(core::mem::size_of::<PerThread>() <= 4096);
@@ -367,6 +486,10 @@ fn open_one(t: &ThreadState, r: &PerThread, i: usize, ev: &Event) -> Result<(), 
     };
     r.period[i].store(period, Ordering::Relaxed);
     r.since[i].store(0, Ordering::Relaxed);
+    if ev.charge == Charge::OffCpu {
+        r.wall_mark.store(sys::monotonic_ns(), Ordering::Relaxed);
+        r.cpu_mark.store(sys::thread_cpu_ns(), Ordering::Relaxed);
+    }
     let (old_hold, old_fd) = (
         r.hold[i].swap(hold, Ordering::AcqRel),
         r.fd[i].swap(fd + 1, Ordering::AcqRel),
@@ -428,21 +551,28 @@ fn forget_inherited() {
 }
 
 /// One sample of event `i` (signal context, guard held).
-fn sample(t: &'static ThreadState, i: u8, uc: *mut libc::c_void, _addr: usize) {
+fn sample(t: &'static ThreadState, i: u8, uc: *mut libc::c_void, addr: usize) {
     let i = i as usize;
     let (Some(r), Some(ev)) = (existing(t), events().get(i)) else {
         return;
     };
     // SAFETY: the handler of modules/cpu passes the kernel's context.
     let node = unsafe { cpu::interrupted_node(t, uc) };
-    let period = r.period[i].load(Ordering::Relaxed);
+    let value = match ev.charge {
+        Charge::Sample(_) => r.period[i].load(Ordering::Relaxed),
+        Charge::PageFault | Charge::MajorFault => 1,
+        Charge::OffCpu => off_cpu_ns(r),
+    };
     if !node.is_null() {
         let slot = SLOTS[i].load(Ordering::Relaxed);
         if slot != usize::MAX {
             // SAFETY: a live node of this thread's tree, guard held.
-            unsafe { &*node }.counter(slot).add(1, period);
+            unsafe { &*node }.counter(slot).add(1, value);
             CHARGED[i].fetch_add(1, Ordering::Relaxed);
         }
+    }
+    if ev.charge == Charge::PageFault && addr != 0 {
+        charge_owner(addr);
     }
     if ev.period >= JITTER_FROM {
         let n = r.since[i].load(Ordering::Relaxed) + 1;
@@ -452,6 +582,27 @@ fn sample(t: &'static ThreadState, i: u8, uc: *mut libc::c_void, _addr: usize) {
             r.since[i].store(0, Ordering::Relaxed);
             let _ = open_one(t, r, i, ev);
         }
+    }
+}
+
+/// -oc: the thread's time off the CPU since its previous switch back
+/// (wall-clock minus its own CPU time), and the marks moved to now.
+fn off_cpu_ns(r: &PerThread) -> u64 {
+    let (wall, cpu) = (sys::monotonic_ns(), sys::thread_cpu_ns());
+    wall.saturating_sub(r.wall_mark.swap(wall, Ordering::Relaxed))
+        .saturating_sub(cpu.saturating_sub(r.cpu_mark.swap(cpu, Ordering::Relaxed)))
+}
+
+/// -pf -mp: a fault at `addr` inside a large live block is charged to the
+/// stack that allocated it (any thread's tree: a shared add).
+fn charge_owner(addr: usize) {
+    let slot = MEM_FAULTS_SLOT.load(Ordering::Relaxed);
+    if slot == usize::MAX {
+        return;
+    }
+    if let Some(node) = crate::modules::mem::spans::owner_of(addr) {
+        // SAFETY: nodes are never freed; slot < nslots.
+        unsafe { &*node }.counter(slot).add_shared(1, 1);
     }
 }
 
