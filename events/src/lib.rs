@@ -16,4 +16,4 @@ mod resolve;
 mod spec;
 
 pub use resolve::{resolve, Attr, ResolveError, DEVICES};
-pub use spec::{parse, Event, Period, Spec, SpecError};
+pub use spec::{parse, split_list, Event, Period, Spec, SpecError};

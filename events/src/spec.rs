@@ -216,6 +216,26 @@ pub fn parse(text: &str) -> Result<Spec, SpecError> {
     Ok(spec)
 }
 
+/// Splits a comma-separated list of specifications (`-c`), where a PMU
+/// specification's own commas (between its two slashes) do not split:
+/// `cycles,cpu/event=0xc0,umask=0/,page-faults` is three.
+pub fn split_list(list: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut start, mut inside) = (0, false);
+    for (i, c) in list.char_indices() {
+        match c {
+            '/' => inside = !inside,
+            ',' if !inside => {
+                out.push(&list[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&list[start..]);
+    out
+}
+
 fn frequency_refused() -> String {
     "a frequency is not supported (a sigtrap sample cannot say how many events it stands for when the kernel varies the period): give a period, e.g. /10000".into()
 }
@@ -387,6 +407,16 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    #[test]
+    fn lists_split_outside_pmu_terms() {
+        assert_eq!(split_list("page-faults"), ["page-faults"]);
+        assert_eq!(
+            split_list("cycles,cpu/event=0xc0,umask=0/,page-faults"),
+            ["cycles", "cpu/event=0xc0,umask=0/", "page-faults"]
+        );
+        assert_eq!(split_list("a,,b"), ["a", "", "b"]);
     }
 
     #[test]

@@ -78,6 +78,9 @@ igprof-rs's own options:
                              heap block the fault is in
   -oc, --off-cpu             time off the CPU per stack where each thread
                              waited: OFFCPU_TIME (switches, nanoseconds)
+  -c, --count EVENT,EVENT... a group of events counted per thread, read at
+                             each -pp/-pu/-pr sample and charged to its
+                             stack: CNT_<EVENT> (several -c: several groups)
   -i, --interval TIME        sampling interval: 5ms (default), 1ms, 100us...
       --depth N              stack depth limit (default 1024)
       --sampler KIND         how samples are taken: auto (default: sigtrap,
@@ -134,6 +137,8 @@ enum Refusal {
     BadEvent(String),
     UnknownOption(Vec<u8>),
     SampleWithoutMp,
+    /// `-c` without a CPU profiler, whose samples read the counters.
+    CountWithoutSamples,
     SampleWithEmpty,
     SeedWithoutSample,
     CommandNotFound(Vec<u8>),
@@ -183,6 +188,9 @@ impl Refusal {
             BadSampler(v) => cat(&[b"--sampler: '", v, b"' is not auto, sigtrap, sigprof or timer"]),
             BadEvent(why) => cat(&[b"-e: ", why.as_bytes()]),
             UnknownOption(o) => cat(&[b"unknown option '", o, b"' (see igprof -h)"]),
+            CountWithoutSamples => {
+                b"-c counts beside the CPU samples, which read the counters: add -pp (or -pu, -pr)".to_vec()
+            }
             SampleWithoutMp => {
                 b"--sample-bytes samples the memory profiler's allocations: add -mp".to_vec()
             }
@@ -309,7 +317,7 @@ enum Request {
 /// other directories and must write where the user asked).
 fn parse(args: &[OsString], pwd: &mut dyn FnMut() -> Vec<u8>) -> Result<Request, Refusal> {
     let mut words: Vec<Cow<[u8]>> = Vec::with_capacity(args.len());
-    let (mut sampled, mut seeded) = (false, false);
+    let (mut sampled, mut seeded, mut counted) = (false, false, false);
     let mut i = 0;
     while i < args.len() {
         let opt = args[i].as_bytes();
@@ -423,6 +431,23 @@ fn parse(args: &[OsString], pwd: &mut dyn FnMut() -> Vec<u8>) -> Result<Request,
                 igprof_events::parse(text).map_err(|e| Refusal::BadEvent(e.to_string()))?;
                 words.extend([b"-e"[..].into(), v.into()]);
             }
+            b"-c" | b"--count" => {
+                let v = value()?;
+                let text = std::str::from_utf8(v).map_err(|_| {
+                    Refusal::BadEvent(format!("'{}' is not text", String::from_utf8_lossy(v)))
+                })?;
+                for spec in igprof_events::split_list(text) {
+                    let s =
+                        igprof_events::parse(spec).map_err(|e| Refusal::BadEvent(e.to_string()))?;
+                    if s.period.is_some() {
+                        return Err(Refusal::BadEvent(format!(
+                            "event '{spec}': a counted event (-c) takes no period"
+                        )));
+                    }
+                }
+                words.extend([b"-c"[..].into(), v.into()]);
+                counted = true;
+            }
             b"--sampler" => {
                 let v = value()?;
                 if !matches!(v, b"auto" | b"sigtrap" | b"sigprof" | b"timer") {
@@ -450,6 +475,9 @@ fn parse(args: &[OsString], pwd: &mut dyn FnMut() -> Vec<u8>) -> Result<Request,
             .iter()
             .any(|w| contains(&hay, &[b" ", &w[..], b" "].concat()))
     };
+    if counted && !has(b"-pp --perf-profile -pu --perf-user -pr --perf-real") {
+        return Err(Refusal::CountWithoutSamples);
+    }
     if sampled {
         if !has(b"-mp --memory-profile") {
             return Err(Refusal::SampleWithoutMp);

@@ -6,8 +6,9 @@
 //! `page-faults/100` and `context-switches`, the specification resolved as
 //! `perf stat -vv` resolves it, the one-line messages for events this
 //! machine cannot sample with the program's output unchanged; `-pf -mp`
-//! charging the faults in three blocks to their allocating sites, and
-//! `-oc` charging sleeps and a lock wait to where they happen.
+//! charging the faults in three blocks to their allocating sites,
+//! `-oc` charging sleeps and a lock wait to where they happen, and `-c`
+//! counting groups read at the CPU samples adding up to perf stat.
 
 use std::path::Path;
 use std::process::Command;
@@ -378,4 +379,104 @@ fn off_cpu_time_is_charged_where_threads_wait() {
     };
     assert!(near("wait_here", 1e9) >= 100);
     assert!(near("lock_here", 5e8) >= 1);
+}
+
+/// Sum of a counter's values over the profile.
+fn sum_values(p: &Profile, counter: &str) -> u64 {
+    p.nodes
+        .iter()
+        .flat_map(|n| n.values.iter())
+        .filter(|v| v.counter == counter)
+        .map(|v| v.value)
+        .sum()
+}
+
+#[test]
+fn counting_groups_add_up_to_perf_stat() {
+    let d = scratch("ev-count");
+    build(&d, "page_faults.c", "page_faults", &[]);
+    build(&d, "offcpu.c", "offcpu", &[]);
+    // Page faults: the same deterministic program, counted by perf stat
+    // unprofiled; each -pp sample charges what the group counted since the
+    // previous one, and the thread's last counts go to its last sample.
+    let (kernel, _) = perf_count(&d, "page-faults:u", &["./page_faults", "40000"]);
+    let o = igprof(
+        &d,
+        &[
+            "-pp",
+            "-c",
+            "page-faults,context-switches",
+            "-o",
+            "c.gz",
+            "./page_faults",
+            "40000",
+        ],
+    );
+    let err = ok(&o);
+    assert!(
+        err.contains("counting CNT_PAGE_FAULTS, CNT_CONTEXT_SWITCHES at each sample"),
+        "{err}"
+    );
+    let p = profile(&d, "c.gz");
+    let ours = sum_values(&p, "CNT_PAGE_FAULTS");
+    let off = (ours as f64 - kernel as f64).abs() / kernel as f64;
+    assert!(off < 0.01, "{ours} faults counted, perf stat {kernel}");
+    assert!(
+        p.program
+            .ends_with("[counting groups: page-faults,context-switches counted 100%]"),
+        "{}",
+        p.program
+    );
+    // Context switches, in the same run as perf stat.
+    let launcher = launcher();
+    let cmd = [
+        launcher.to_str().unwrap(),
+        "-pp",
+        "-c",
+        "context-switches",
+        "-o",
+        "cs.gz",
+        "./offcpu",
+        "1000",
+        "100",
+        "0",
+    ];
+    let (kernel, _) = perf_count(&d, "context-switches", &cmd);
+    let ours = sum_values(&profile(&d, "cs.gz"), "CNT_CONTEXT_SWITCHES");
+    let off = (ours as f64 - kernel as f64).abs() / kernel as f64;
+    assert!(off < 0.01, "{ours} switches counted, perf stat {kernel}");
+    // Software events are never multiplexed: a group of six counts whole.
+    let six =
+        "page-faults,minor-faults,major-faults,context-switches,cpu-migrations,alignment-faults";
+    let o = igprof(
+        &d,
+        &[
+            "-pp",
+            "-d",
+            "-c",
+            six,
+            "-o",
+            "six.gz",
+            "./page_faults",
+            "4000",
+        ],
+    );
+    let err = ok(&o);
+    assert!(
+        err.contains(&format!(
+            "-c {six}: counted 100.0% of the time it was enabled"
+        )),
+        "{err}"
+    );
+    let p = profile(&d, "six.gz");
+    assert_eq!(
+        sum_values(&p, "CNT_PAGE_FAULTS"),
+        sum_values(&p, "CNT_MINOR_FAULTS") + sum_values(&p, "CNT_MAJOR_FAULTS")
+    );
+    // The launcher: -c needs the CPU samples that read it.
+    let o = igprof(&d, &["-c", "page-faults", "./page_faults", "10"]);
+    assert_eq!(o.status.code(), Some(127));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).starts_with("igprof: -c counts beside the CPU samples")
+    );
 }

@@ -49,8 +49,8 @@ pub enum CounterId {
     /// -finst: nanoseconds spent in an instrumented function on this path,
     /// its instrumented callees' time excluded (self time, as IgProf).
     CallTime,
-    /// -e: the samples of the run's perf events, in the order given (their
-    /// names are set at start-up: [`set_event_name`]).
+    /// -e and -c: the run's sampled and counted perf events, in the order
+    /// given (their names are set at start-up: [`set_event_name`]).
     Event0,
     Event1,
     Event2,
@@ -59,6 +59,14 @@ pub enum CounterId {
     Event5,
     Event6,
     Event7,
+    Event8,
+    Event9,
+    Event10,
+    Event11,
+    Event12,
+    Event13,
+    Event14,
+    Event15,
     /// -pf: page faults per faulting stack, and the major ones.
     PageFaults,
     MajorFaults,
@@ -69,11 +77,11 @@ pub enum CounterId {
     OffCpuTime,
 }
 
-pub const COUNT: usize = 26;
+pub const COUNT: usize = 34;
 
-/// How many `-e` events a run may sample.
-pub const EVENTS: usize = 8;
-/// The counter of the `i`-th `-e` event.
+/// How many counters named at start-up a run may have (`-e` and `-c`).
+pub const EVENTS: usize = 16;
+/// The `i`-th counter named at start-up.
 pub const EVENT_IDS: [CounterId; EVENTS] = [
     CounterId::Event0,
     CounterId::Event1,
@@ -83,6 +91,14 @@ pub const EVENT_IDS: [CounterId; EVENTS] = [
     CounterId::Event5,
     CounterId::Event6,
     CounterId::Event7,
+    CounterId::Event8,
+    CounterId::Event9,
+    CounterId::Event10,
+    CounterId::Event11,
+    CounterId::Event12,
+    CounterId::Event13,
+    CounterId::Event14,
+    CounterId::Event15,
 ];
 
 #[derive(Clone, Copy)]
@@ -171,6 +187,14 @@ pub const ALL: [CounterDef; COUNT] = [
     event_def(CounterId::Event5),
     event_def(CounterId::Event6),
     event_def(CounterId::Event7),
+    event_def(CounterId::Event8),
+    event_def(CounterId::Event9),
+    event_def(CounterId::Event10),
+    event_def(CounterId::Event11),
+    event_def(CounterId::Event12),
+    event_def(CounterId::Event13),
+    event_def(CounterId::Event14),
+    event_def(CounterId::Event15),
     CounterDef {
         id: CounterId::PageFaults,
         name: "PAGE_FAULTS",

@@ -139,6 +139,9 @@ pub struct Options {
     /// `-e SPEC`: perf events sampled per thread (modules/event), the
     /// specifications separated by spaces (they have none).
     pub events: FixedStr<1024>,
+    /// `-c LIST`: counting groups read at each CPU sample (modules/event),
+    /// the groups separated by spaces (they have none).
+    pub counts: FixedStr<1024>,
     /// `-pf`: the page-fault profiler (modules/event).
     pub page_faults: bool,
     /// `-oc`: the off-CPU time profiler (modules/event).
@@ -188,6 +191,7 @@ impl Options {
             functions: FixedStr::new(),
             finst: false,
             events: FixedStr::new(),
+            counts: FixedStr::new(),
             page_faults: false,
             off_cpu: false,
             output: FixedStr::new(),
@@ -239,8 +243,8 @@ impl Options {
         if self.finst {
             v.push(("-finst", "the function-instrumentation profiler"));
         }
-        if !self.events.is_empty() || self.page_faults || self.off_cpu {
-            v.push(("-e", "the perf-event profiler (-e, -pf, -oc)"));
+        if self.samples_events() || !self.counts.is_empty() {
+            v.push(("-e", "the perf-event profiler (-e, -pf, -oc, -c)"));
         }
         v
     }
@@ -248,6 +252,14 @@ impl Options {
     /// Whether perf events of modules/event are sampled (-e, -pf, -oc).
     pub fn samples_events(&self) -> bool {
         !self.events.is_empty() || self.page_faults || self.off_cpu
+    }
+
+    /// The `-c` groups (each a comma-separated list), in the order given.
+    pub fn count_groups(&self) -> impl Iterator<Item = &str> {
+        core::str::from_utf8(self.counts.as_bytes())
+            .unwrap_or("")
+            .split(' ')
+            .filter(|s| !s.is_empty())
     }
 
     /// The `-e` specifications, in the order given.
@@ -270,6 +282,7 @@ impl Options {
             "-finst" => self.finst = false,
             "-e" => {
                 self.events = FixedStr::new();
+                self.counts = FixedStr::new();
                 self.page_faults = false;
                 self.off_cpu = false;
             }
@@ -469,6 +482,23 @@ fn parse_u64_full(s: &[u8]) -> Option<u64> {
     })
 }
 
+/// Appends word `v` (no space in it) to the space-separated words of `f`;
+/// false when it does not fit or is not a word.
+fn append_word(f: &mut FixedStr<1024>, v: &[u8]) -> bool {
+    let mut joined = [0u8; 1024];
+    let old = f.as_bytes();
+    let n = old.len() + (!old.is_empty()) as usize + v.len();
+    if v.is_empty() || v.contains(&b' ') || n >= joined.len() {
+        return false;
+    }
+    joined[..old.len()].copy_from_slice(old);
+    if !old.is_empty() {
+        joined[old.len()] = b' ';
+    }
+    joined[n - v.len()..n].copy_from_slice(v);
+    f.set(&joined[..n]).is_ok()
+}
+
 /// Parses the whole option string.
 pub fn parse(s: &[u8]) -> Result<Options, OptionError<'_>> {
     let mut o = Options::new();
@@ -530,28 +560,24 @@ pub fn parse(s: &[u8]) -> Result<Options, OptionError<'_>> {
             b"-pf" | b"--page-faults" => o.page_faults = true,
             b"-oc" | b"--off-cpu" => o.off_cpu = true,
             b"-e" | b"--event" => {
+                // Several -e accumulate (checked by the launcher; resolved
+                // by the module at start-up).
                 let v = value("-e")?;
-                // Several -e accumulate, space-separated (checked by the
-                // launcher; resolved by the module at start-up).
-                let mut joined = [0u8; 1024];
-                let old = o.events.as_bytes();
-                let n = old.len() + (!old.is_empty()) as usize + v.len();
-                if n < joined.len() {
-                    joined[..old.len()].copy_from_slice(old);
-                    if !old.is_empty() {
-                        joined[old.len()] = b' ';
-                    }
-                    joined[n - v.len()..n].copy_from_slice(v);
-                }
-                if v.is_empty()
-                    || v.contains(&b' ')
-                    || n >= joined.len()
-                    || o.events.set(&joined[..n]).is_err()
-                {
+                if !append_word(&mut o.events, v) {
                     return Err(OptionError::BadValue {
                         option: "-e",
                         value: v,
                         expected: "event specifications under 1024 bytes in all, without spaces",
+                    });
+                }
+            }
+            b"-c" | b"--count" => {
+                let v = value("-c")?;
+                if !append_word(&mut o.counts, v) {
+                    return Err(OptionError::BadValue {
+                        option: "-c",
+                        value: v,
+                        expected: "event lists under 1024 bytes in all, without spaces",
                     });
                 }
             }
@@ -813,7 +839,12 @@ mod tests {
         );
         assert!(o
             .selected()
-            .contains(&("-e", "the perf-event profiler (-e, -pf, -oc)")));
+            .contains(&("-e", "the perf-event profiler (-e, -pf, -oc, -c)")));
+        let o = parse(b"-pp -c page-faults,cs -c cpu/event=1,umask=2/").unwrap();
+        assert_eq!(
+            o.count_groups().collect::<Vec<_>>(),
+            ["page-faults,cs", "cpu/event=1,umask=2/"]
+        );
         let o = parse(b"-pf -oc").unwrap();
         assert!(o.page_faults && o.off_cpu && o.event_specs().next().is_none());
         assert!(parse(b"-pp").unwrap().event_specs().next().is_none());

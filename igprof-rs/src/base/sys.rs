@@ -415,6 +415,12 @@ pub const PERF_RING_BYTES: usize = 2 * 4096;
 /// perf_event_open(2) with a close-on-exec descriptor and no group: the
 /// descriptor or the errno (EINVAL for an `attr.size` beyond the struct).
 pub fn perf_event_open(attr: &PerfEventAttr, pid: i32, cpu: i32) -> Result<i32, i32> {
+    perf_event_open_in(attr, pid, cpu, -1)
+}
+
+/// [`perf_event_open`] as a member of the group whose leader is `group_fd`
+/// (-1: a new group).
+fn perf_event_open_in(attr: &PerfEventAttr, pid: i32, cpu: i32, group_fd: i32) -> Result<i32, i32> {
     if attr.size as usize > core::mem::size_of::<PerfEventAttr>() {
         return Err(libc::EINVAL);
     }
@@ -426,7 +432,7 @@ pub fn perf_event_open(attr: &PerfEventAttr, pid: i32, cpu: i32) -> Result<i32, 
             attr as *const PerfEventAttr,
             pid,
             cpu,
-            -1,
+            group_fd,
             PERF_FLAG_FD_CLOEXEC,
         )
     };
@@ -606,6 +612,68 @@ pub fn perf_sigtrap_open(
     attr.rest[REST_CONFIG2] = kind.config2;
     attr.rest[REST_SIG_DATA] = cookie;
     perf_event_open(&attr, tid, -1)
+}
+
+/// `read_format` of a counting group: `nr, time_enabled, time_running,
+/// value[nr]` in one read of its leader.
+const READ_FORMAT_GROUP: u64 = 1 | 2 | 8;
+const PERF_IOC_FLAG_GROUP: u64 = 1;
+
+/// A counting (not sampling) event of `kind` on the calling thread `tid`,
+/// in the group led by `leader` (-1: it leads a new group, which starts
+/// disabled: [`perf_enable_group`]). The descriptor or the errno.
+pub fn perf_counter_open(kind: &PerfEventKind, tid: i32, leader: i32) -> Result<i32, i32> {
+    let mut attr = PerfEventAttr {
+        type_: kind.type_,
+        size: core::mem::size_of::<PerfEventAttr>() as u32,
+        config: kind.config,
+        read_format: READ_FORMAT_GROUP,
+        flags: if leader < 0 { FLAG_DISABLED } else { 0 }
+            | if kind.exclude_user {
+                FLAG_EXCLUDE_USER
+            } else {
+                0
+            }
+            | if kind.exclude_kernel {
+                FLAG_EXCLUDE_KERNEL
+            } else {
+                0
+            }
+            | if kind.exclude_hv { FLAG_EXCLUDE_HV } else { 0 },
+        config1: kind.config1,
+        ..Default::default()
+    };
+    attr.rest[REST_CONFIG2] = kind.config2;
+    perf_event_open_in(&attr, tid, -1, leader)
+}
+
+/// Starts a group opened by [`perf_counter_open`], all its members at once.
+pub fn perf_enable_group(leader: i32) -> bool {
+    // SAFETY: ioctl on our own perf descriptor.
+    unsafe {
+        libc::syscall(
+            libc::SYS_ioctl,
+            leader,
+            PERF_EVENT_IOC_ENABLE,
+            PERF_IOC_FLAG_GROUP as libc::c_ulong,
+        ) == 0
+    }
+}
+
+/// Reads a counting group of `n` events through its leader: (time
+/// enabled, time running, counts) into `out[..n]`; false if the read
+/// failed. Async-signal-safe.
+pub fn perf_read_group(leader: i32, out: &mut [u64]) -> Option<(u64, u64)> {
+    let mut buf = [0u64; 3 + 16];
+    let n = out.len().min(16);
+    let want = (3 + n) * 8;
+    // SAFETY: reading into our own buffer of `want` bytes or more.
+    let got = unsafe { libc::syscall(libc::SYS_read, leader, buf.as_mut_ptr(), want) };
+    if got != want as libc::c_long || buf[0] as usize != n {
+        return None;
+    }
+    out[..n].copy_from_slice(&buf[3..3 + n]);
+    Some((buf[1], buf[2]))
 }
 
 const PERF_COUNT_SW_CONTEXT_SWITCHES: u64 = 3;

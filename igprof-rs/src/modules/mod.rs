@@ -91,6 +91,10 @@ pub struct Module {
     pub leaks: Option<LeaksFn>,
     /// How a node's counter is read at dump time when stored differently.
     pub dump_value: Option<DumpValueFn>,
+    /// A note after the program's name in the profile header (IgProf's
+    /// grammar has no other room; its readers ignore the name), e.g. that
+    /// the profile is sampled.
+    pub header_note: Option<fn() -> Option<String>>,
     /// `T=` of the header, seconds per unit: the first selected module
     /// that has one sets it.
     pub header_tick: Option<fn(&Options) -> f64>,
@@ -117,6 +121,7 @@ impl Module {
             synthetic: None,
             leaks: None,
             dump_value: None,
+            header_note: None,
             header_tick: None,
         }
     }

@@ -866,7 +866,11 @@ fn write_profile<S: Sink>(sink: S, m: &Merged, naming: &Naming) -> Result<S, Wri
     let tick = tick.unwrap_or(0.0);
     // A sampled memory profile says so after the program's name (IgProf's
     // grammar has no other room; both readers ignore the name).
-    let note = crate::modules::mem::sample::describe();
+    let mut notes: Vec<String> = Vec::new();
+    crate::modules::each(crate::base::options::get(), |md| {
+        notes.extend(md.header_note.and_then(|f| f()))
+    });
+    let note = notes.join("; ");
     let program = if note.is_empty() {
         std::borrow::Cow::Borrowed(&rt.program[..])
     } else {

@@ -45,10 +45,12 @@
 //! Must never: allocate, lock or leave errno changed in [`sample`]; keep a
 //! descriptor in the program's low numbers.
 
+mod count;
+
 use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-use crate::base::counters::{self, EVENTS as MAX_EVENTS, EVENT_IDS};
+use crate::base::counters::{self, EVENT_IDS};
 use crate::base::options::Options;
 use crate::base::sys::{self, PerfEventKind};
 use crate::base::thread::{self, ThreadState};
@@ -106,6 +108,10 @@ static INSIDE: [AtomicU64; MAX_EVENTS] = [const { AtomicU64::new(0) }; MAX_EVENT
 /// Threads whose event could not be opened (the first error is said).
 static NOT_OPENED: AtomicU64 = AtomicU64::new(0);
 
+/// Sampled events per run (-e, -pf, -oc): one bit each in a cookie's and
+/// a thread's masks.
+const MAX_EVENTS: usize = 8;
+
 /// Samples between two draws of a thread's period.
 const RENEW_EVERY: u32 = 512;
 /// Periods from which the per-thread jitter applies.
@@ -129,7 +135,10 @@ pub const MODULE: crate::modules::Module = crate::modules::Module {
             report()
         }
     }),
-    ..crate::modules::Module::new("-e", |o| o.samples_events())
+    header_note: Some(count::header_note),
+    ..crate::modules::Module::new("-e", |o| {
+        o.samples_events() || o.count_groups().next().is_some()
+    })
 };
 
 /// The default period of an event (see the module docs).
@@ -154,7 +163,7 @@ fn paranoid() -> String {
 }
 
 /// Why an event does not open, and what would let it (one line's end).
-fn open_refusal(e: i32, kind: &PerfEventKind) -> String {
+pub(crate) fn open_refusal(e: i32, kind: &PerfEventKind) -> String {
     match e {
         libc::EACCES | libc::EPERM => format!(
             "not allowed (perf_event_paranoid is {}{}): needs perf_event_paranoid <= {} (sysctl kernel.perf_event_paranoid) or CAP_PERFMON",
@@ -244,7 +253,12 @@ fn register_counters(o: &Options) {
         });
     }
     named_profilers(o, &mut v);
+    let named = v
+        .iter()
+        .filter(|e| matches!(e.charge, Charge::Sample(_)))
+        .count();
     let _ = EVENTS.set(v);
+    count::register(o, named);
 }
 
 /// The software events of `-pf` and `-oc` (period 1 each), counted in
@@ -346,9 +360,23 @@ fn trial_open(kind: &mut PerfEventKind, best_precise: bool, period: u64) -> Resu
 }
 
 fn start(_: &Options) -> Result<(), String> {
+    if count::any() {
+        count::init_slots();
+        if !cpu::add_consumer(|t, node| {
+            if let (Some(r), Some(node)) = (existing(t), unsafe_node(node)) {
+                count::on_sample(&r.count, node);
+            }
+        }) {
+            return Err("-c: no room for another sample consumer".into());
+        }
+    }
     if events().is_empty() {
-        // Each event already said why it is not sampled.
-        return Err(String::new());
+        // Each event already said why it is not sampled (or -c alone).
+        return if count::any() {
+            Ok(())
+        } else {
+            Err(String::new())
+        };
     }
     if !cpu::sigtrap_events() {
         return Err(
@@ -372,6 +400,12 @@ fn start(_: &Options) -> Result<(), String> {
         },
     });
     Ok(())
+}
+
+/// The node a CPU sample landed on, if it could be stored.
+fn unsafe_node(node: *mut crate::base::tree::Node) -> Option<&'static crate::base::tree::Node> {
+    // SAFETY: a node of a tree (never freed) or null.
+    unsafe { node.as_ref() }
 }
 
 fn describe(_: &Options) -> Option<String> {
@@ -398,6 +432,7 @@ fn describe(_: &Options) -> Option<String> {
     if named(Charge::OffCpu) {
         list.push("off-CPU time (OFFCPU_TIME, ns)".into());
     }
+    list.extend(count::describe());
     (!list.is_empty()).then(|| list.join(", "))
 }
 
@@ -418,6 +453,8 @@ struct PerThread {
     /// back onto the CPU (ns).
     wall_mark: AtomicU64,
     cpu_mark: AtomicU64,
+    /// -c: the thread's counting groups.
+    count: count::PerThread,
 }
 
 const _: () = assert!(core::mem::size_of::<PerThread>() <= 4096);
@@ -512,10 +549,14 @@ fn end(hold: usize, fd: i32) {
 /// Opens the thread's events (thread begin, and a forked child's thread).
 fn open_all(t: &'static ThreadState) {
     let evs = events();
-    if evs.is_empty() || !cpu::sigtrap_events() {
+    if evs.is_empty() && !count::any() {
         return;
     }
     let Some(r) = record(t) else { return };
+    count::open(t, &r.count);
+    if !cpu::sigtrap_events() {
+        return;
+    }
     for (i, ev) in evs.iter().enumerate() {
         if let Err(e) = open_one(t, r, i, ev) {
             if NOT_OPENED.fetch_add(1, Ordering::Relaxed) == 0 {
@@ -530,9 +571,19 @@ fn open_all(t: &'static ThreadState) {
     }
 }
 
-/// Ends the thread's events (thread end).
+/// Ends the thread's events (thread end, final dump, exec): its counting
+/// groups' last counts go to its latest sample's stack.
 fn close_all(t: &'static ThreadState) {
+    end_all(
+        t,
+        unsafe_node(t.sampler.last_sample.load(Ordering::Acquire)),
+    );
+}
+
+/// Ends the thread's events; `last`: where its groups' last counts go.
+fn end_all(t: &'static ThreadState, last: Option<&crate::base::tree::Node>) {
     let Some(r) = existing(t) else { return };
+    count::close(&r.count, last);
     r.held.store(0, Ordering::Release);
     for i in 0..MAX_EVENTS {
         end(
@@ -546,7 +597,7 @@ fn close_all(t: &'static ThreadState) {
 /// (a copy of their mappings and descriptors came along): let them go.
 fn forget_inherited() {
     for t in thread::all() {
-        close_all(t);
+        end_all(t, None);
     }
 }
 
@@ -608,6 +659,7 @@ fn charge_owner(addr: usize) {
 
 /// `-d`: what each event did (at each dump).
 fn report() {
+    count::report();
     for (i, e) in events().iter().enumerate() {
         crate::igprof_log!(
             "-e {}: {} samples charged to {}, {} taken in the profiler's own code (not charged)",

@@ -83,6 +83,7 @@ pub const MODULE: Module = Module {
     before_threads: Some(account::flush_recent),
     leaks: Some(leaks),
     dump_value: Some(account::at_peak_view),
+    header_note: Some(|| Some(sample::describe()).filter(|s| !s.is_empty())),
     ..Module::new("-mp", |o| o.mem)
 };
 

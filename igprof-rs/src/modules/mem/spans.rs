@@ -161,15 +161,15 @@ mod tests {
         assert_eq!(owner_of(0x10_0000 + SPAN_MIN as usize - 1), Some(n(1)));
         assert_eq!(owner_of(0x10_0000 + SPAN_MIN as usize), None);
         assert_eq!(owner_of(0x20_8000), Some(n(3)));
-        assert_eq!(owner_of(0x4f_0000), Some(n(2)));
+        assert_eq!(owner_of(0x43_ffff), Some(n(2)));
         assert_eq!(owner_of(0x90_0000), None);
         assert_eq!(owner_of(0xf_ffff), None);
         remove(0x20_0000, SPAN_MIN);
         assert_eq!(owner_of(0x20_8000), None);
-        assert_eq!(owner_of(0x4f_0000), Some(n(2)));
+        assert_eq!(owner_of(0x43_ffff), Some(n(2)));
         insert(0x40_0000, SPAN_MIN, n(5)); // same start: replaced
         assert_eq!(owner_of(0x40_0000), Some(n(5)));
-        assert_eq!(owner_of(0x4f_0000), None);
+        assert_eq!(owner_of(0x43_ffff), None);
         reset();
         assert_eq!(owner_of(0x10_0000), None);
     }
