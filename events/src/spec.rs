@@ -1,20 +1,19 @@
 //! The grammar of an event specification (`-e SPEC`):
 //!
 //! ```text
-//! SPEC   := NAME [':' MODS] ['/' PERIOD]          page-faults, cycles:u/100000
+//! SPEC   := NAME [':' MODS] ['/' PERIOD]          page-faults, cycles:u/100000, cycles/F999
 //!         | 'r' HEX [':' MODS] ['/' PERIOD]       r01c2 (raw config of the CPU PMU)
 //!         | PMU '/' TERMS '/' [':'] [MODS]        cpu/event=0xc0,umask=0/, msr/tsc/u
 //! TERMS  := TERM (',' TERM)*
 //! TERM   := NAME ['=' NUMBER]                     event=0x3c, edge, cache-misses, period=1000
 //! PERIOD := NUMBER ['k' | 'M']                    events per sample
+//!         | 'F' NUMBER                            samples per second (the kernel varies the period)
 //! MODS   := ('u' | 'k' | 'h' | 'p')*              user, kernel, hypervisor, precise (p..ppp)
 //! NUMBER := decimal | 0x hex
 //! ```
 //!
 //! as `perf record -e` reads them, with igprof's `/PERIOD` after a name (a
-//! PMU event takes perf's own `period=` term). A frequency (`/F999`) is
-//! refused: a sigtrap sample does not say how many events it stands for
-//! when the kernel varies the period.
+//! PMU event takes perf's own `period=` and `freq=` terms).
 
 use core::fmt;
 
@@ -60,6 +59,9 @@ pub struct Term {
 pub enum Period {
     /// Every this many events.
     Count(u64),
+    /// This many samples per second of the thread's time, the kernel
+    /// adjusting the period as the event's rate changes.
+    Frequency(u64),
 }
 
 /// Why a specification does not parse (one line, naming the problem).
@@ -100,16 +102,31 @@ impl Spec {
     /// `EV_PAGE_FAULTS`, `cpu/event=0xc0/u` -> `EV_CPU_EVENT_0XC0_U`): a
     /// name IgProf's analyser accepts, and one `-r` option can name.
     pub fn counter_name(&self) -> String {
-        let core = match self.event {
-            // A PMU specification's event ends at its second '/'.
-            Event::Pmu { .. } => self
+        let core: String = match self.event {
+            // A PMU specification's event ends at its second '/'; its
+            // period= and freq= terms are not what it counts.
+            Event::Pmu { .. } => {
+                let end = self
+                    .text
+                    .match_indices('/')
+                    .nth(1)
+                    .map_or(self.text.len(), |(i, _)| i);
+                let (pmu, terms) = self.text[..end]
+                    .split_once('/')
+                    .unwrap_or((&self.text[..end], ""));
+                let kept: Vec<&str> = terms
+                    .split(',')
+                    .filter(|t| !is_rate(t.split('=').next().unwrap_or("")))
+                    .collect();
+                format!("{pmu}/{}", kept.join(","))
+            }
+            _ => self
                 .text
-                .match_indices('/')
-                .nth(1)
-                .map(|(i, _)| &self.text[..i]),
-            _ => self.text.split([':', '/']).next(),
-        }
-        .unwrap_or(&self.text);
+                .split([':', '/'])
+                .next()
+                .unwrap_or(&self.text)
+                .to_string(),
+        };
         let mods: String = [(self.user, 'u'), (self.kernel, 'k'), (self.hv, 'h')]
             .iter()
             .filter_map(|&(on, c)| on.then_some(c))
@@ -180,12 +197,15 @@ pub fn parse(text: &str) -> Result<Spec, SpecError> {
                     }
                 }
                 if t.name == "freq" {
-                    return Err(fail(frequency_refused()));
+                    match t.value {
+                        Some(f) if f > 0 => spec.period = Some(Period::Frequency(f)),
+                        _ => return Err(fail("freq= needs a number above 0".into())),
+                    }
                 }
             }
             spec.event = Event::Pmu {
                 pmu: head.to_string(),
-                terms: terms.into_iter().filter(|t| t.name != "period").collect(),
+                terms: terms.into_iter().filter(|t| !is_rate(&t.name)).collect(),
             };
         }
         _ => {
@@ -236,13 +256,19 @@ pub fn split_list(list: &str) -> Vec<&str> {
     out
 }
 
-fn frequency_refused() -> String {
-    "a frequency is not supported (a sigtrap sample cannot say how many events it stands for when the kernel varies the period): give a period, e.g. /10000".into()
+/// perf's terms that say how often to sample, not what to count.
+fn is_rate(term: &str) -> bool {
+    term == "period" || term == "freq"
 }
 
 fn period(p: &str) -> Result<Period, String> {
-    if p.starts_with(['F', 'f']) {
-        return Err(frequency_refused());
+    if let Some(f) = p.strip_prefix(['F', 'f']) {
+        return match number(f) {
+            Some(n) if n > 0 && n <= 1_000_000 => Ok(Period::Frequency(n)),
+            _ => Err(format!(
+                "'{p}' is not a frequency: F and samples per second, 1 to 1000000 (F999)"
+            )),
+        };
     }
     let (digits, mul) = match p.strip_suffix('k') {
         Some(d) => (d, 1_000),
@@ -331,6 +357,17 @@ mod tests {
             Some(Period::Count(2_000_000))
         );
         assert_eq!(
+            parse("cycles/F999").unwrap().period,
+            Some(Period::Frequency(999))
+        );
+        let s = parse("cpu/event=0x3c,freq=4000/").unwrap();
+        assert_eq!(s.period, Some(Period::Frequency(4000)));
+        assert_eq!(s.counter_name(), "EV_CPU_EVENT_0X3C");
+        assert_eq!(
+            parse("cpu/period=10,event=0x3c/").unwrap().counter_name(),
+            "EV_CPU_EVENT_0X3C"
+        );
+        assert_eq!(
             parse("L1-dcache-load-misses").unwrap().event,
             named("L1-dcache-load-misses")
         );
@@ -388,8 +425,9 @@ mod tests {
         for (spec, says) in [
             ("", "empty"),
             ("page faults", "cannot appear"),
-            ("cycles/F999", "frequency is not supported"),
-            ("cpu/event=0x3c,freq=99/", "frequency is not supported"),
+            ("cycles/F0", "not a frequency"),
+            ("cycles/Fx", "not a frequency"),
+            ("cpu/event=0x3c,freq=0/", "freq= needs a number above 0"),
             ("cycles/0", "not a period"),
             ("cycles/ten", "not a period"),
             ("cycles:x", "'x' is not a modifier"),

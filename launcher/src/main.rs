@@ -69,7 +69,8 @@ IgProf's options (as IgProf spells them):
 igprof-rs's own options:
   -e, --event EVENT[/PERIOD] sample a perf event on every thread (several
                              -e allowed): page-faults, context-switches,
-                             cycles:u/100000, L1-dcache-load-misses,
+                             cycles:u/100000, cycles/F999 (per second),
+                             L1-dcache-load-misses,
                              cpu/event=0xc0,umask=0/, r01c2 (as perf -e);
                              counter EV_<EVENT>, e.g. EV_PAGE_FAULTS
   -pf, --page-faults         page faults per faulting stack: PAGE_FAULTS,

@@ -563,9 +563,13 @@ pub struct PerfEventKind {
     /// Each sample's data address (`PERF_SAMPLE_ADDR`: the faulting
     /// address of a page fault), delivered as the SIGTRAP's `si_addr`.
     pub sample_addr: bool,
+    /// The period is a frequency (samples per second), the kernel varying
+    /// the period to keep it (`attr.freq`).
+    pub freq: bool,
 }
 
 const FLAG_EXCLUDE_USER: u64 = 1 << 4;
+const FLAG_FREQ: u64 = 1 << 10;
 const FLAG_PRECISE_SHIFT: u32 = 15;
 const PERF_SAMPLE_ADDR: u64 = 1 << 3;
 /// Index of `config2` (byte 64 of the attr) in [`PerfEventAttr::rest`].
@@ -595,6 +599,7 @@ pub fn perf_sigtrap_open(
             | FLAG_SIGTRAP
             | FLAG_REMOVE_ON_EXEC
             | (kind.precise_ip.min(3) as u64) << FLAG_PRECISE_SHIFT
+            | if kind.freq { FLAG_FREQ } else { 0 }
             | if kind.exclude_user {
                 FLAG_EXCLUDE_USER
             } else {
@@ -645,6 +650,15 @@ pub fn perf_counter_open(kind: &PerfEventKind, tid: i32, leader: i32) -> Result<
     };
     attr.rest[REST_CONFIG2] = kind.config2;
     perf_event_open_in(&attr, tid, -1, leader)
+}
+
+/// The count of a single event (no read_format) by `read(2)`.
+/// Async-signal-safe.
+pub fn perf_read_count(fd: i32) -> Option<u64> {
+    let mut v = 0u64;
+    // SAFETY: reading 8 bytes into our own u64.
+    let got = unsafe { libc::syscall(libc::SYS_read, fd, &mut v as *mut u64, 8) };
+    (got == 8).then_some(v)
 }
 
 /// Starts a group opened by [`perf_counter_open`], all its members at once.

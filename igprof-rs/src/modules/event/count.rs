@@ -18,9 +18,12 @@
 //! main thread at start-up (too big for the PMU) is split in two, and so
 //! on, and that is said. Software events are never multiplexed.
 //!
-//! Reading: one `read(2)` of the group's leader per sample (the events'
-//! descriptors are kept, moved high; rdpmc from user space is not used:
-//! no PMU here to test it on).
+//! Reading: where every event's user page says its counter may be read
+//! from user space (`cap_user_rdpmc`: hardware counters), with `rdpmc`
+//! ([`super::userpage`]); otherwise one `read(2)` of the group's leader
+//! (software events, or a counter not scheduled at that instant). The
+//! events' descriptors are kept, moved high, and their first pages mapped.
+//! `-d` says how many reads each way took.
 //!
 //! Must never: allocate, lock or change errno in [`on_sample`].
 
@@ -56,6 +59,9 @@ static SLOTS: [AtomicUsize; MAX_COUNTED] = [const { AtomicUsize::new(usize::MAX)
 /// Per group, over all threads: time enabled and time counting (ns).
 static ENABLED: [AtomicU64; MAX_GROUPS] = [const { AtomicU64::new(0) }; MAX_GROUPS];
 static RUNNING: [AtomicU64; MAX_GROUPS] = [const { AtomicU64::new(0) }; MAX_GROUPS];
+/// Group reads by rdpmc and by read(2), all threads.
+static BY_RDPMC: AtomicU64 = AtomicU64::new(0);
+static BY_READ: AtomicU64 = AtomicU64::new(0);
 
 fn groups() -> &'static [Group] {
     GROUPS.get().map_or(&[], |v| v.as_slice())
@@ -68,6 +74,8 @@ pub struct PerThread {
     leader: [AtomicI32; MAX_GROUPS],
     /// The members' descriptors + 1, by counted-event index.
     fd: [AtomicI32; MAX_COUNTED],
+    /// Their user pages (0: none).
+    page: [AtomicUsize; MAX_COUNTED],
     /// What each event had counted at the previous read.
     last: [AtomicU64; MAX_COUNTED],
     last_enabled: [AtomicU64; MAX_GROUPS],
@@ -116,6 +124,7 @@ fn kind_of(attr: &igprof_events::Attr) -> PerfEventKind {
         exclude_kernel: !kernel,
         exclude_hv: !attr.levels_given || attr.exclude_hv,
         sample_addr: false,
+        freq: false,
     }
 }
 
@@ -263,11 +272,14 @@ pub fn open(t: &ThreadState, r: &PerThread) {
             continue;
         };
         let leader = sys::move_fd_up(leader, crate::modules::cpu::high_fd_base());
-        r.fd[g.first].store(leader + 1, Ordering::Release);
+        keep(r, g.first, leader);
         for (k, e) in g.events.iter().enumerate().skip(1) {
             if let Ok(fd) = sys::perf_counter_open(&e.kind, t.tid(), leader) {
-                let fd = sys::move_fd_up(fd, crate::modules::cpu::high_fd_base());
-                r.fd[g.first + k].store(fd + 1, Ordering::Release);
+                keep(
+                    r,
+                    g.first + k,
+                    sys::move_fd_up(fd, crate::modules::cpu::high_fd_base()),
+                );
             }
         }
         if !sys::perf_enable_group(leader) {
@@ -275,17 +287,46 @@ pub fn open(t: &ThreadState, r: &PerThread) {
             continue;
         }
         r.leader[gi].store(leader + 1, Ordering::Release);
-        read_group(r, gi, g, None);
+        read_group(r, gi, g, None, true);
     }
+}
+
+/// Keeps counted event `i`'s descriptor and maps its user page (for
+/// rdpmc; none if the mapping is refused).
+fn keep(r: &PerThread, i: usize, fd: i32) {
+    r.fd[i].store(fd + 1, Ordering::Release);
+    r.page[i].store(sys::perf_hold(fd).unwrap_or(0), Ordering::Release);
 }
 
 fn close_group(r: &PerThread, g: &Group) {
     for k in 0..g.events.len() {
+        let page = r.page[g.first + k].swap(0, Ordering::AcqRel);
+        if page != 0 {
+            sys::perf_release(page);
+        }
         let fd = r.fd[g.first + k].swap(0, Ordering::AcqRel) - 1;
         if fd >= 0 {
             sys::close(fd);
         }
     }
+}
+
+/// Group `g` read from user space: every event's page allows rdpmc (the
+/// times are the leader's). None otherwise.
+fn read_user(r: &PerThread, g: &Group, now: &mut [u64]) -> Option<(u64, u64)> {
+    let mut times = None;
+    for (k, v) in now.iter_mut().enumerate() {
+        let page = r.page[g.first + k].load(Ordering::Relaxed);
+        if page == 0 {
+            return None;
+        }
+        // SAFETY: the event's first page, mapped by `keep` on this thread
+        // (which reads its own counters only).
+        let got = unsafe { super::userpage::read_now(page as *const u8) }?;
+        *v = got.count;
+        times.get_or_insert((got.enabled, got.running));
+    }
+    times
 }
 
 /// Closes the thread's groups (thread end, final dump, exec, a forked
@@ -295,7 +336,7 @@ fn close_group(r: &PerThread, g: &Group) {
 pub fn close(r: &PerThread, last: Option<&Node>) {
     for (gi, g) in groups().iter().enumerate() {
         if last.is_some() {
-            read_group(r, gi, g, last);
+            read_group(r, gi, g, last, false);
         }
         r.leader[gi].store(0, Ordering::Release);
         close_group(r, g);
@@ -303,15 +344,27 @@ pub fn close(r: &PerThread, last: Option<&Node>) {
 }
 
 /// Reads group `gi` and charges what each event counted since the
-/// previous read to `node` (None: only sets the base).
-fn read_group(r: &PerThread, gi: usize, g: &Group, node: Option<&Node>) {
+/// previous read to `node` (None: only sets the base). `own`: the calling
+/// thread is the one counted (rdpmc reads the calling CPU's counters, so
+/// only then).
+fn read_group(r: &PerThread, gi: usize, g: &Group, node: Option<&Node>, own: bool) {
     let leader = r.leader[gi].load(Ordering::Acquire) - 1;
     if leader < 0 {
         return;
     }
     let n = g.events.len();
     let mut now = [0u64; MAX_COUNTED];
-    let Some((enabled, running)) = sys::perf_read_group(leader, &mut now[..n]) else {
+    let read = match own.then(|| read_user(r, g, &mut now[..n])).flatten() {
+        Some(t) => {
+            BY_RDPMC.fetch_add(1, Ordering::Relaxed);
+            Some(t)
+        }
+        None => {
+            BY_READ.fetch_add(1, Ordering::Relaxed);
+            sys::perf_read_group(leader, &mut now[..n])
+        }
+    };
+    let Some((enabled, running)) = read else {
         return;
     };
     let d_enabled = enabled.saturating_sub(r.last_enabled[gi].swap(enabled, Ordering::Relaxed));
@@ -340,7 +393,7 @@ fn read_group(r: &PerThread, gi: usize, g: &Group, node: Option<&Node>) {
 /// charged there (signal context, guard held).
 pub fn on_sample(r: &PerThread, node: &Node) {
     for (gi, g) in groups().iter().enumerate() {
-        read_group(r, gi, g, Some(node));
+        read_group(r, gi, g, Some(node), true);
     }
 }
 
@@ -370,8 +423,13 @@ fn shares() -> Vec<(String, f64)> {
 /// `-d`: how long each group really counted.
 pub fn report() {
     for (names, share) in shares() {
-        crate::igprof_log!("-c {names}: counted {share:.1}% of the time it was enabled (read(2) at each sample; counts scaled by enabled/running)");
+        crate::igprof_log!("-c {names}: counted {share:.1}% of the time it was enabled (counts scaled by enabled/running)");
     }
+    crate::igprof_log!(
+        "-c: {} group reads with rdpmc, {} with read(2)",
+        BY_RDPMC.load(Ordering::Relaxed),
+        BY_READ.load(Ordering::Relaxed)
+    );
 }
 
 /// The profile header's note: each group's share of counting time.

@@ -46,6 +46,7 @@
 //! descriptor in the program's low numbers.
 
 mod count;
+mod userpage;
 
 use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::OnceLock;
@@ -63,7 +64,8 @@ struct Event {
     /// Its counter's name.
     name: &'static str,
     kind: PerfEventKind,
-    /// Events per sample before the per-thread jitter.
+    /// Events per sample before the per-thread jitter; with `kind.freq`,
+    /// samples per second.
     period: u64,
     /// What a sample adds, and to which counter.
     charge: Charge,
@@ -227,9 +229,14 @@ fn register_counters(o: &Options) {
             exclude_kernel: !kernel,
             exclude_hv: !attr.levels_given || attr.exclude_hv,
             sample_addr: false,
+            freq: false,
         };
         let period = match spec.period {
             Some(igprof_events::Period::Count(p)) => p,
+            Some(igprof_events::Period::Frequency(f)) => {
+                kind.freq = true;
+                f
+            }
             None => default_period(&kind),
         };
         if let Err(why) = check_opens(&mut kind, spec.precise == 0, period) {
@@ -412,7 +419,14 @@ fn describe(_: &Options) -> Option<String> {
     let sampled: Vec<String> = events()
         .iter()
         .filter(|e| matches!(e.charge, Charge::Sample(_)))
-        .map(|e| format!("{} ({}, every {})", e.name, e.text, e.period))
+        .map(|e| {
+            let rate = if e.kind.freq {
+                format!("{} per second", e.period)
+            } else {
+                format!("every {}", e.period)
+            };
+            format!("{} ({}, {rate})", e.name, e.text)
+        })
         .collect();
     let mut list = Vec::new();
     if !sampled.is_empty() {
@@ -447,6 +461,10 @@ struct PerThread {
     period: [AtomicU64; MAX_EVENTS],
     /// Samples since the period was drawn.
     since: [AtomicU32; MAX_EVENTS],
+    /// With a frequency: the event's count at its previous sample, and the
+    /// node of that sample (where the count after it goes at the end).
+    counted: [AtomicU64; MAX_EVENTS],
+    last_node: [core::sync::atomic::AtomicPtr<crate::base::tree::Node>; MAX_EVENTS],
     /// The events held, one bit per index.
     held: AtomicU8,
     /// -oc: wall-clock and thread CPU time at the thread's previous switch
@@ -487,7 +505,7 @@ fn held(t: &ThreadState) -> u8 {
 
 /// The period of event `ev` for one thread's next run of samples.
 fn draw(t: &ThreadState, ev: &Event) -> u64 {
-    if ev.period < JITTER_FROM {
+    if ev.period < JITTER_FROM || ev.kind.freq {
         return ev.period;
     }
     let spread = ev.period / 5;
@@ -502,6 +520,18 @@ fn open_one(t: &ThreadState, r: &PerThread, i: usize, ev: &Event) -> Result<(), 
     let period = draw(t, ev);
     let fd = sys::perf_sigtrap_open(&ev.kind, t.tid(), period, cpu::EVENT_COOKIE | i as u64)?;
     let (hold, fd) = match sys::perf_hold(fd) {
+        // With a frequency, each sample reads the count: the descriptor
+        // stays (for read(2)) beside the page (for rdpmc).
+        Ok(h) if ev.kind.freq => {
+            let fd = sys::move_fd_up(fd, cpu::high_fd_base());
+            if !sys::perf_enable(fd) {
+                let e = sys::errno();
+                sys::perf_release(h);
+                sys::close(fd);
+                return Err(e);
+            }
+            (h, fd)
+        }
         Ok(h) => {
             let ok = sys::perf_enable(fd);
             sys::close(fd);
@@ -523,6 +553,8 @@ fn open_one(t: &ThreadState, r: &PerThread, i: usize, ev: &Event) -> Result<(), 
     };
     r.period[i].store(period, Ordering::Relaxed);
     r.since[i].store(0, Ordering::Relaxed);
+    r.counted[i].store(0, Ordering::Relaxed);
+    r.last_node[i].store(core::ptr::null_mut(), Ordering::Relaxed);
     if ev.charge == Charge::OffCpu {
         r.wall_mark.store(sys::monotonic_ns(), Ordering::Relaxed);
         r.cpu_mark.store(sys::thread_cpu_ns(), Ordering::Relaxed);
@@ -574,16 +606,32 @@ fn open_all(t: &'static ThreadState) {
 /// Ends the thread's events (thread end, final dump, exec): its counting
 /// groups' last counts go to its latest sample's stack.
 fn close_all(t: &'static ThreadState) {
-    end_all(
-        t,
-        unsafe_node(t.sampler.last_sample.load(Ordering::Acquire)),
-    );
+    end_all(t, true);
 }
 
-/// Ends the thread's events; `last`: where its groups' last counts go.
-fn end_all(t: &'static ThreadState, last: Option<&crate::base::tree::Node>) {
+/// Ends the thread's events; `final_read`: what they counted after their
+/// last sample is charged to that sample's stack (not for the copies a
+/// forked child inherited).
+fn end_all(t: &'static ThreadState, final_read: bool) {
     let Some(r) = existing(t) else { return };
-    count::close(&r.count, last);
+    let last = unsafe_node(t.sampler.last_sample.load(Ordering::Acquire));
+    count::close(&r.count, last.filter(|_| final_read));
+    // With a frequency, what was counted after the last sample goes to it.
+    if final_read {
+        for (i, ev) in events().iter().enumerate() {
+            let node = r.last_node[i].swap(core::ptr::null_mut(), Ordering::AcqRel);
+            let slot = SLOTS[i].load(Ordering::Relaxed);
+            if ev.kind.freq
+                && !node.is_null()
+                && slot != usize::MAX
+                && r.fd[i].load(Ordering::Acquire) > 0
+            {
+                let rest = counted_since(r, i, false);
+                // SAFETY: a node of the thread's tree (never freed).
+                unsafe { &*node }.counter(slot).add_shared(0, rest);
+            }
+        }
+    }
     r.held.store(0, Ordering::Release);
     for i in 0..MAX_EVENTS {
         end(
@@ -597,7 +645,7 @@ fn end_all(t: &'static ThreadState, last: Option<&crate::base::tree::Node>) {
 /// (a copy of their mappings and descriptors came along): let them go.
 fn forget_inherited() {
     for t in thread::all() {
-        end_all(t, None);
+        end_all(t, false);
     }
 }
 
@@ -609,7 +657,11 @@ fn sample(t: &'static ThreadState, i: u8, uc: *mut libc::c_void, addr: usize) {
     };
     // SAFETY: the handler of modules/cpu passes the kernel's context.
     let node = unsafe { cpu::interrupted_node(t, uc) };
+    if ev.kind.freq {
+        r.last_node[i].store(node, Ordering::Relaxed);
+    }
     let value = match ev.charge {
+        Charge::Sample(_) if ev.kind.freq => counted_since(r, i, true),
         Charge::Sample(_) => r.period[i].load(Ordering::Relaxed),
         Charge::PageFault | Charge::MajorFault => 1,
         Charge::OffCpu => off_cpu_ns(r),
@@ -625,7 +677,7 @@ fn sample(t: &'static ThreadState, i: u8, uc: *mut libc::c_void, addr: usize) {
     if ev.charge == Charge::PageFault && addr != 0 {
         charge_owner(addr);
     }
-    if ev.period >= JITTER_FROM {
+    if ev.period >= JITTER_FROM && !ev.kind.freq {
         let n = r.since[i].load(Ordering::Relaxed) + 1;
         r.since[i].store(n, Ordering::Relaxed);
         if n >= RENEW_EVERY {
@@ -633,6 +685,30 @@ fn sample(t: &'static ThreadState, i: u8, uc: *mut libc::c_void, addr: usize) {
             r.since[i].store(0, Ordering::Relaxed);
             let _ = open_one(t, r, i, ev);
         }
+    }
+}
+
+/// With a frequency: what event `i` counted since its previous sample
+/// (rdpmc where its page allows, else read(2)), the kernel having chosen
+/// the period.
+/// `own`: called on the thread the event counts (rdpmc reads the calling
+/// CPU's counters, so only then).
+fn counted_since(r: &PerThread, i: usize, own: bool) -> u64 {
+    let hold = if own {
+        r.hold[i].load(Ordering::Relaxed)
+    } else {
+        0
+    };
+    // SAFETY: the event's page, mapped by open_one on this thread, which
+    // is the one it counts (we are in its own signal handler).
+    let now = (hold != 0)
+        .then(|| unsafe { userpage::read_now(hold as *const u8) })
+        .flatten()
+        .map(|got| got.count)
+        .or_else(|| sys::perf_read_count(r.fd[i].load(Ordering::Relaxed) - 1));
+    match now {
+        Some(c) => c.saturating_sub(r.counted[i].swap(c, Ordering::Relaxed)),
+        None => 0,
     }
 }
 
