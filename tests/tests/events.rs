@@ -502,3 +502,55 @@ fn counting_groups_add_up_to_perf_stat() {
         String::from_utf8_lossy(&o.stderr).starts_with("igprof: -c counts beside the CPU samples")
     );
 }
+
+#[test]
+fn major_faults_and_events_that_would_share_a_signal() {
+    let d = scratch("ev-major");
+    build(&d, "major_faults.c", "major_faults", &[]);
+    // 64 pages dropped from the page cache and read through a mapping
+    // without readahead: 64 major faults, as perf stat counts them in the
+    // same run.
+    let launcher = launcher();
+    let cmd = [
+        launcher.to_str().unwrap(),
+        "-pf",
+        "-o",
+        "mj.gz",
+        "./major_faults",
+        "file",
+        "64",
+    ];
+    let (kernel, out) = perf_count(&d, "major-faults", &cmd);
+    assert_eq!(String::from_utf8_lossy(&out), "64\n");
+    let p = profile(&d, "mj.gz");
+    assert_eq!(under(&p, "MAJOR_FAULTS", "read_file_pages"), (64, 64));
+    assert_eq!(total(&p, "MAJOR_FAULTS"), kernel);
+    // Two sampled events that fire on the same fault or switch would get
+    // one SIGTRAP between them: the later one is refused, named.
+    let o = igprof(
+        &d,
+        &[
+            "-pf",
+            "-e",
+            "minor-faults",
+            "-pr",
+            "-oc",
+            "-o",
+            "x.gz",
+            "./major_faults",
+            "file2",
+            "4",
+        ],
+    );
+    let err = ok(&o);
+    assert!(
+        err.contains(
+            "-e minor-faults: it fires on the same kernel entries as -pf (sampled already)"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("-oc: -pr charges the time off the CPU already"),
+        "{err}"
+    );
+}

@@ -585,6 +585,11 @@ pub fn perf_sigtrap_open(
     period: u64,
     cookie: u64,
 ) -> Result<i32, i32> {
+    perf_event_open(&sigtrap_attr(kind, period, cookie), tid, -1)
+}
+
+/// The attr of a [`perf_sigtrap_open`] event.
+pub fn sigtrap_attr(kind: &PerfEventKind, period: u64, cookie: u64) -> PerfEventAttr {
     let mut attr = PerfEventAttr {
         type_: kind.type_,
         size: core::mem::size_of::<PerfEventAttr>() as u32,
@@ -616,7 +621,7 @@ pub fn perf_sigtrap_open(
     };
     attr.rest[REST_CONFIG2] = kind.config2;
     attr.rest[REST_SIG_DATA] = cookie;
-    perf_event_open(&attr, tid, -1)
+    attr
 }
 
 /// `read_format` of a counting group: `nr, time_enabled, time_running,
@@ -943,5 +948,60 @@ pub fn signal_name(sig: i32) -> &'static str {
         libc::SIGVTALRM => "SIGVTALRM",
         libc::SIGSYS => "SIGSYS",
         _ => "a signal",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bytes of a sampling event's attr, field by field at the offsets
+    /// of include/uapi/linux/perf_event.h (`struct perf_event_attr`,
+    /// PERF_ATTR_SIZE_VER8), against what `sigtrap_attr` builds.
+    #[test]
+    fn sigtrap_attr_is_byte_exact() {
+        let kind = PerfEventKind {
+            type_: 4,
+            config: 0x01c0,
+            config1: 0x10001,
+            config2: 7,
+            precise_ip: 2,
+            exclude_user: false,
+            exclude_kernel: true,
+            exclude_hv: true,
+            sample_addr: true,
+            freq: false,
+        };
+        let attr = sigtrap_attr(&kind, 100_000, 0x6967_7072_6f66_6503);
+        // SAFETY: PerfEventAttr is plain data of 136 bytes (asserted).
+        let got: [u8; 136] = unsafe { core::mem::transmute(attr) };
+        let mut want = [0u8; 136];
+        let mut put = |at: usize, bytes: &[u8]| want[at..at + bytes.len()].copy_from_slice(bytes);
+        put(0, &4u32.to_le_bytes()); // type
+        put(4, &136u32.to_le_bytes()); // size
+        put(8, &0x01c0u64.to_le_bytes()); // config
+        put(16, &100_000u64.to_le_bytes()); // sample_period
+        put(24, &8u64.to_le_bytes()); // sample_type: PERF_SAMPLE_ADDR
+                                      // disabled (bit 0), exclude_kernel (5), exclude_hv (6),
+                                      // precise_ip 2 (bits 15-16), remove_on_exec (36), sigtrap (37).
+        put(
+            40,
+            &(1u64 | 1 << 5 | 1 << 6 | 2 << 15 | 1 << 36 | 1 << 37).to_le_bytes(),
+        );
+        put(56, &0x10001u64.to_le_bytes()); // config1
+        put(64, &7u64.to_le_bytes()); // config2
+        put(120, &0x6967_7072_6f66_6503u64.to_le_bytes()); // sig_data
+        assert_eq!(got, want);
+
+        // A frequency: the freq bit (10), sample_freq in the period's place.
+        let f = sigtrap_attr(
+            &PerfEventKind {
+                freq: true,
+                ..PerfEventKind::default()
+            },
+            999,
+            0,
+        );
+        assert_eq!((f.flags & (1 << 10), f.sample_period), (1 << 10, 999));
     }
 }

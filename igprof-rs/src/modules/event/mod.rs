@@ -76,12 +76,11 @@ struct Event {
 enum Charge {
     /// `-e`: (1, period) on the sampled stack, in the counter of this id.
     Sample(counters::CounterId),
-    /// `-pf`: (1, 1) in PAGE_FAULTS on the faulting stack, and with -mp
-    /// (1, 1) in MEM_FAULTS on the stack that allocated the large live
-    /// block holding the faulting address.
+    /// `-pf`: (1, 1) in PAGE_FAULTS on the faulting stack, and in
+    /// MAJOR_FAULTS if the fault was major, and with -mp (1, 1) in
+    /// MEM_FAULTS on the stack that allocated the large live block holding
+    /// the faulting address.
     PageFault,
-    /// `-pf`: (1, 1) in MAJOR_FAULTS.
-    MajorFault,
     /// `-oc`: (1, nanoseconds off the CPU since the thread's previous
     /// switch) in OFFCPU_TIME on the stack where it waited.
     OffCpu,
@@ -92,7 +91,6 @@ impl Charge {
         match self {
             Charge::Sample(id) => id,
             Charge::PageFault => counters::CounterId::PageFaults,
-            Charge::MajorFault => counters::CounterId::MajorFaults,
             Charge::OffCpu => counters::CounterId::OffCpuTime,
         }
     }
@@ -100,6 +98,8 @@ impl Charge {
 
 /// The run's events, in cookie order (set before the counters freeze).
 static EVENTS: OnceLock<Vec<Event>> = OnceLock::new();
+/// MAJOR_FAULTS' slot (after the freeze; usize::MAX: not recorded).
+static MAJOR_SLOT: AtomicUsize = AtomicUsize::new(usize::MAX);
 /// MEM_FAULTS' slot (after the freeze; usize::MAX: not recorded).
 static MEM_FAULTS_SLOT: AtomicUsize = AtomicUsize::new(usize::MAX);
 /// Counter slot of each event (after the freeze).
@@ -186,6 +186,8 @@ pub(crate) fn open_refusal(e: i32, kind: &PerfEventKind) -> String {
 /// a counter. Runs on the main thread before the counters freeze.
 fn register_counters(o: &Options) {
     let mut v: Vec<Event> = Vec::new();
+    named_profilers(o, &mut v);
+    let mut sampled = 0;
     for text in o.event_specs() {
         let say = |why: &str| crate::igprof_log!("-e {text}: {why}; running without it");
         let spec = match igprof_events::parse(text) {
@@ -239,6 +241,13 @@ fn register_counters(o: &Options) {
             }
             None => default_period(&kind),
         };
+        if let Some(other) = v.iter().find(|e| coincide(&e.kind, &kind)) {
+            say(&format!(
+                "it fires on the same kernel entries as {} (sampled already), and the kernel raises one SIGTRAP for both: one of them would lose its samples; sample one of them",
+                other.text
+            ));
+            continue;
+        }
         if let Err(why) = check_opens(&mut kind, spec.precise == 0, period) {
             say(&why);
             continue;
@@ -248,9 +257,10 @@ fn register_counters(o: &Options) {
                 "-e {text}: the kernel counts it only in kernel mode, which :u excludes: it will count nothing"
             );
         }
-        let id = EVENT_IDS[v.len()];
-        counters::set_event_name(v.len(), Box::leak(name.clone().into_boxed_str()));
+        let id = EVENT_IDS[sampled];
+        counters::set_event_name(sampled, Box::leak(name.clone().into_boxed_str()));
         counters::enable(id);
+        sampled += 1;
         v.push(Event {
             text: text.to_string(),
             name: Box::leak(name.into_boxed_str()),
@@ -259,13 +269,8 @@ fn register_counters(o: &Options) {
             charge: Charge::Sample(id),
         });
     }
-    named_profilers(o, &mut v);
-    let named = v
-        .iter()
-        .filter(|e| matches!(e.charge, Charge::Sample(_)))
-        .count();
     let _ = EVENTS.set(v);
-    count::register(o, named);
+    count::register(o, sampled);
 }
 
 /// The software events of `-pf` and `-oc` (period 1 each), counted in
@@ -277,9 +282,12 @@ fn named_profilers(o: &Options, v: &mut Vec<Event>) {
     let mut wanted = Vec::new();
     if o.page_faults {
         wanted.push(("-pf", "PAGE_FAULTS", 2, Charge::PageFault));
-        wanted.push(("-pf", "MAJOR_FAULTS", 6, Charge::MajorFault));
     }
-    if o.off_cpu {
+    if o.off_cpu && o.perf == Some(crate::base::options::PerfClock::Real) {
+        crate::igprof_log!(
+            "-oc: -pr charges the time off the CPU already (in PERF_TICKS, on the same context-switch events, which would raise one SIGTRAP for both); use one of them; running without -oc"
+        );
+    } else if o.off_cpu {
         wanted.push(("-oc", "OFFCPU_TIME", 3, Charge::OffCpu));
     }
     for (flag, name, config, charge) in wanted {
@@ -304,6 +312,13 @@ fn named_profilers(o: &Options, v: &mut Vec<Event>) {
             continue;
         }
         counters::enable(charge.counter());
+        if charge == Charge::PageFault {
+            // Whether a sampled fault was major: a counting major-faults
+            // event read at each fault (a second sampled event would
+            // fire at the same faults, and the kernel raises one SIGTRAP
+            // for both).
+            counters::enable(counters::CounterId::MajorFaults);
+        }
         v.push(Event {
             text: flag.to_string(),
             name,
@@ -399,6 +414,9 @@ fn start(_: &Options) -> Result<(), String> {
     if let Some(s) = counters::slot(counters::CounterId::MemFaults) {
         MEM_FAULTS_SLOT.store(s, Ordering::Relaxed);
     }
+    if let Some(s) = counters::slot(counters::CounterId::MajorFaults) {
+        MAJOR_SLOT.store(s, Ordering::Relaxed);
+    }
     cpu::set_event_samples(cpu::EventSamples {
         held,
         sample,
@@ -433,15 +451,12 @@ fn describe(_: &Options) -> Option<String> {
         list.push(format!("perf events: {}", sampled.join(", ")));
     }
     let named = |c: Charge| events().iter().any(|e| e.charge == c);
-    if named(Charge::PageFault) || named(Charge::MajorFault) {
+    if named(Charge::PageFault) {
         let mem = counters::slot(counters::CounterId::MemFaults).is_some();
-        let names: Vec<&str> = events()
-            .iter()
-            .filter(|e| matches!(e.charge, Charge::PageFault | Charge::MajorFault))
-            .map(|e| e.name)
-            .chain(mem.then_some("MEM_FAULTS"))
-            .collect();
-        list.push(format!("page faults ({})", names.join(", ")));
+        list.push(format!(
+            "page faults (PAGE_FAULTS, MAJOR_FAULTS{})",
+            if mem { ", MEM_FAULTS" } else { "" }
+        ));
     }
     if named(Charge::OffCpu) {
         list.push("off-CPU time (OFFCPU_TIME, ns)".into());
@@ -473,6 +488,10 @@ struct PerThread {
     cpu_mark: AtomicU64,
     /// -c: the thread's counting groups.
     count: count::PerThread,
+    /// -pf: a counting major-faults event (descriptor + 1, 0: none) and
+    /// its count at the previous fault.
+    major_fd: AtomicI32,
+    majors: AtomicU64,
 }
 
 const _: () = assert!(core::mem::size_of::<PerThread>() <= 4096);
@@ -589,6 +608,23 @@ fn open_all(t: &'static ThreadState) {
     if !cpu::sigtrap_events() {
         return;
     }
+    if let Some(pf) = evs.iter().find(|e| e.charge == Charge::PageFault) {
+        // -pf's major faults: counted beside the sampled faults.
+        let kind = PerfEventKind {
+            config: 6,
+            sample_addr: false,
+            ..pf.kind
+        };
+        if let Ok(fd) = sys::perf_counter_open(&kind, t.tid(), -1) {
+            let fd = sys::move_fd_up(fd, cpu::high_fd_base());
+            if sys::perf_enable_group(fd) {
+                r.majors.store(0, Ordering::Relaxed);
+                r.major_fd.store(fd + 1, Ordering::Release);
+            } else {
+                sys::close(fd);
+            }
+        }
+    }
     for (i, ev) in evs.iter().enumerate() {
         if let Err(e) = open_one(t, r, i, ev) {
             if NOT_OPENED.fetch_add(1, Ordering::Relaxed) == 0 {
@@ -633,6 +669,10 @@ fn end_all(t: &'static ThreadState, final_read: bool) {
         }
     }
     r.held.store(0, Ordering::Release);
+    let major = r.major_fd.swap(0, Ordering::AcqRel) - 1;
+    if major >= 0 {
+        sys::close(major);
+    }
     for i in 0..MAX_EVENTS {
         end(
             r.hold[i].swap(0, Ordering::AcqRel),
@@ -663,7 +703,7 @@ fn sample(t: &'static ThreadState, i: u8, uc: *mut libc::c_void, addr: usize) {
     let value = match ev.charge {
         Charge::Sample(_) if ev.kind.freq => counted_since(r, i, true),
         Charge::Sample(_) => r.period[i].load(Ordering::Relaxed),
-        Charge::PageFault | Charge::MajorFault => 1,
+        Charge::PageFault => 1,
         Charge::OffCpu => off_cpu_ns(r),
     };
     if !node.is_null() {
@@ -674,8 +714,17 @@ fn sample(t: &'static ThreadState, i: u8, uc: *mut libc::c_void, addr: usize) {
             CHARGED[i].fetch_add(1, Ordering::Relaxed);
         }
     }
-    if ev.charge == Charge::PageFault && addr != 0 {
-        charge_owner(addr);
+    if ev.charge == Charge::PageFault {
+        if !node.is_null() && fault_was_major(r) {
+            let slot = MAJOR_SLOT.load(Ordering::Relaxed);
+            if slot != usize::MAX {
+                // SAFETY: a live node of this thread's tree, guard held.
+                unsafe { &*node }.counter(slot).add(1, 1);
+            }
+        }
+        if addr != 0 {
+            charge_owner(addr);
+        }
     }
     if ev.period >= JITTER_FROM && !ev.kind.freq {
         let n = r.since[i].load(Ordering::Relaxed) + 1;
@@ -685,6 +734,35 @@ fn sample(t: &'static ThreadState, i: u8, uc: *mut libc::c_void, addr: usize) {
             r.since[i].store(0, Ordering::Relaxed);
             let _ = open_one(t, r, i, ev);
         }
+    }
+}
+
+/// -pf: whether the fault just sampled was major (the thread's counting
+/// major-faults event moved since the previous fault).
+fn fault_was_major(r: &PerThread) -> bool {
+    let fd = r.major_fd.load(Ordering::Relaxed) - 1;
+    let mut now = [0u64; 1];
+    if fd < 0 || sys::perf_read_group(fd, &mut now).is_none() {
+        return false;
+    }
+    now[0] > r.majors.swap(now[0], Ordering::Relaxed)
+}
+
+/// Whether two sampled events can overflow on the same kernel entry (one
+/// fault, one context switch): the kernel would raise one SIGTRAP for both
+/// (a standard signal does not queue), and one would lose its sample.
+fn coincide(a: &PerfEventKind, b: &PerfEventKind) -> bool {
+    const SOFTWARE: u32 = 1;
+    let family = |k: &PerfEventKind| match (k.type_, k.config) {
+        // page-faults, minor-faults, major-faults
+        (SOFTWARE, 2 | 5 | 6) => Some(0),
+        // context-switches, cpu-migrations, cgroup-switches
+        (SOFTWARE, 3 | 4 | 11) => Some(1),
+        _ => None,
+    };
+    match (family(a), family(b)) {
+        (Some(x), Some(y)) => x == y,
+        _ => (a.type_, a.config, a.config1, a.config2) == (b.type_, b.config, b.config1, b.config2),
     }
 }
 
@@ -737,8 +815,13 @@ fn charge_owner(addr: usize) {
 fn report() {
     count::report();
     for (i, e) in events().iter().enumerate() {
+        let flag = if matches!(e.charge, Charge::Sample(_)) {
+            "-e "
+        } else {
+            ""
+        };
         crate::igprof_log!(
-            "-e {}: {} samples charged to {}, {} taken in the profiler's own code (not charged)",
+            "{flag}{}: {} samples charged to {}, {} taken in the profiler's own code (not charged)",
             e.text,
             CHARGED[i].load(Ordering::Relaxed),
             e.name,
