@@ -508,11 +508,20 @@ pub fn perf_task_clock_open(
     } else {
         fd
     };
-    // SAFETY: fcntl/mmap/ioctl/close on our own descriptor with valid arguments.
+    match how {
+        PerfDelivery::Fasync { signo } => fasync(fd, tid, signo).map(|ring| (fd, ring)),
+        PerfDelivery::Sigtrap { .. } => Ok((fd, 0)),
+    }
+}
+
+/// Makes sampling event `fd` signal thread `tid` with `signo` at every
+/// sample: a read-only (overwrite-mode) ring whose wake-up (wakeup_events
+/// = 1) sends the signal through fasync (F_SETOWN_EX to the thread, the
+/// descriptor in `si_fd`). Returns the ring mapping; on failure closes
+/// `fd` and returns the errno.
+fn fasync(fd: i32, tid: i32, signo: i32) -> Result<usize, i32> {
+    // SAFETY: fcntl/mmap/munmap/close on our own descriptor with valid arguments.
     unsafe {
-        let PerfDelivery::Fasync { signo } = how else {
-            return Ok((fd, 0));
-        };
         let fail = |fd: i32, ring: usize| {
             let e = errno();
             if ring != 0 {
@@ -521,8 +530,6 @@ pub fn perf_task_clock_open(
             libc::syscall(libc::SYS_close, fd);
             Err(e)
         };
-        // A read-only (overwrite-mode) ring: wakeup_events = 1 makes every
-        // sample wake it, and the wake-up signals the owner thread.
         let ring = libc::syscall(
             libc::SYS_mmap,
             core::ptr::null_mut::<c_void>(),
@@ -543,8 +550,27 @@ pub fn perf_task_clock_open(
         {
             return fail(fd, ring);
         }
-        Ok((fd, ring))
+        Ok(ring)
     }
+}
+
+/// A per-thread sampling event of `kind` on the calling thread `tid`
+/// whose every sample signals it with `signo` through fasync (for kernels
+/// without sigtrap events, or `--sampler sigprof`): the descriptor, moved
+/// to `min_fd` or above (kept: the signal names it), and its ring mapping.
+/// Starts disabled ([`perf_enable`]).
+pub fn perf_fasync_open(
+    kind: &PerfEventKind,
+    tid: i32,
+    period: u64,
+    signo: i32,
+    min_fd: i32,
+) -> Result<(i32, usize), i32> {
+    let mut attr = sigtrap_attr(kind, period, 0);
+    attr.flags &= !(FLAG_SIGTRAP | FLAG_REMOVE_ON_EXEC);
+    attr.wakeup_events = 1;
+    let fd = move_fd_up(perf_event_open(&attr, tid, -1)?, min_fd);
+    fasync(fd, tid, signo).map(|ring| (fd, ring))
 }
 
 /// What a [`perf_sigtrap_open`] event counts: the attr fields an event

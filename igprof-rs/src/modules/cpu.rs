@@ -94,10 +94,17 @@ fn probe_sigtrap() -> Result<(), i32> {
     Ok(())
 }
 
-/// Whether the process's samples arrive as sigtrap perf events' SIGTRAPs
-/// (what the `-e` events need).
-pub fn sigtrap_events() -> bool {
-    signal() == libc::SIGTRAP
+/// How the `-e` events of this process signal their threads: SIGTRAP
+/// (sigtrap events), else SIGPROF through fasync; None when nothing is
+/// sampled.
+pub fn event_delivery() -> Option<PerfDelivery> {
+    match signal() {
+        libc::SIGTRAP => Some(PerfDelivery::Sigtrap {
+            cookie: EVENT_COOKIE,
+        }),
+        0 => None,
+        signo => Some(PerfDelivery::Fasync { signo }),
+    }
 }
 
 /// Chooses the sampler and its signal (constructor, before the handler is
@@ -106,10 +113,19 @@ pub fn sigtrap_events() -> bool {
 pub fn choose_sampler() {
     let o = options::get();
     if !o.needs_timers() {
-        // -e alone: its events raise SIGTRAP; no timer of ours runs.
-        if o.samples_events() && probe_sigtrap().is_ok() {
-            MODE.store(Sampler::Sigtrap as u8, Ordering::Relaxed);
-            SIGNAL.store(libc::SIGTRAP, Ordering::Relaxed);
+        // -e alone: its events raise SIGTRAP, or where the kernel has no
+        // sigtrap events (or --sampler sigprof/timer) wake a ring that
+        // sends SIGPROF; no timer of ours runs.
+        if o.samples_events() {
+            let trap =
+                matches!(o.sampler, Sampler::Auto | Sampler::Sigtrap) && probe_sigtrap().is_ok();
+            let (mode, sig) = if trap {
+                (Sampler::Sigtrap, libc::SIGTRAP)
+            } else {
+                (Sampler::Sigprof, libc::SIGPROF)
+            };
+            MODE.store(mode as u8, Ordering::Relaxed);
+            SIGNAL.store(sig, Ordering::Relaxed);
         }
         return;
     }
@@ -388,6 +404,9 @@ pub const EVENT_COOKIE: u64 = 0x6967_7072_6f66_6500;
 pub struct EventSamples {
     /// The events the thread holds, one bit per index (signal context).
     pub held: fn(&ThreadState) -> u8,
+    /// Their descriptors where they signal through fasync, by index (-1:
+    /// none), to recognise their SIGPROFs (signal context).
+    pub fds: fn(&ThreadState) -> [i32; 8],
     /// Takes a sample of event `i` (signal context, guard held, the
     /// thread inside our handler): `uc` the context the kernel passed to
     /// the handler, `addr` the event's data address (`si_addr`, 0 without
@@ -556,6 +575,12 @@ const BITSET_WORDS: usize = 1024;
 static OUR_FDS: [AtomicU64; BITSET_WORDS] = [const { AtomicU64::new(0) }; BITSET_WORDS];
 static OUR_TIMERS: [AtomicU64; BITSET_WORDS] = [const { AtomicU64::new(0) }; BITSET_WORDS];
 
+/// Records that descriptor `fd` is one of our sampling events (its
+/// signals, even late ones after it ended, are never the program's).
+pub fn mark_fd_ours(fd: i32) {
+    mark(&OUR_FDS, fd);
+}
+
 fn mark(set: &[AtomicU64; BITSET_WORDS], n: i32) {
     if n >= 0 && (n as usize) < BITSET_WORDS * 64 {
         set[n as usize / 64].fetch_or(1 << (n % 64), Ordering::Release);
@@ -603,6 +628,8 @@ struct Samplers {
     has_event: bool,
     /// The `-e` events the thread holds, one bit per index.
     held_events: u8,
+    /// Their descriptors where they signal through fasync (-1: none).
+    event_fds: [i32; 8],
     has_switch_event: bool,
     timer: i32,
     tid: i32,
@@ -652,8 +679,11 @@ fn origin_of(
             }
         }
         Delivery::Poll { fd } => {
+            let event = t.and_then(|t| t.event_fds.iter().position(|&f| f >= 0 && f == fd));
             if t.is_some_and(|t| t.perf_fd == fd) {
                 Origin::Sampler
+            } else if let Some(i) = event {
+                Origin::Event(i as u8)
             } else if ours_fd(fd) {
                 Origin::Stale
             } else {
@@ -685,10 +715,11 @@ fn origin(t: Option<&ThreadState>, code: i32, info: *const libc::siginfo_t) -> O
             Delivery::Other
         }
     };
-    let held = EVENT_SAMPLES.get().map(|e| e.held);
+    let events = EVENT_SAMPLES.get();
     let samplers = t.map(|t| Samplers {
         has_event: has_event(t),
-        held_events: held.map_or(0, |f| f(t)),
+        held_events: events.map_or(0, |e| (e.held)(t)),
+        event_fds: events.map_or([-1; 8], |e| (e.fds)(t)),
         has_switch_event: t.sampler.switch_hold.load(Ordering::Relaxed) != 0,
         timer: t.sampler.timer.load(Ordering::Relaxed),
         tid: t.tid(),
@@ -775,8 +806,13 @@ extern "C" fn handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_voi
         Origin::Switched => true,
         Origin::Event(i) => {
             if let (Some(t), Some(e)) = (t, EVENT_SAMPLES.get()) {
-                // SAFETY: a TRAP_PERF siginfo: `_sigfault._addr` is valid.
-                let addr = unsafe { *((info as *const u8).add(16) as *const usize) };
+                let addr = if code == sys::TRAP_PERF {
+                    // SAFETY: a TRAP_PERF siginfo: `_sigfault._addr` is valid.
+                    unsafe { *((info as *const u8).add(16) as *const usize) }
+                } else {
+                    // A fasync SIGPROF carries no data address.
+                    0
+                };
                 event_sample(t, e, i, uc, addr);
             }
             return;
@@ -1115,6 +1151,7 @@ mod tests {
         Samplers {
             has_event,
             held_events: 0b101,
+            event_fds: [-1, 11, -1, -1, -1, -1, -1, -1],
             has_switch_event: true,
             timer: 7,
             tid: 100,
@@ -1158,6 +1195,11 @@ mod tests {
         assert_eq!(o(ev(1), Some(mine(true))), Origin::Stale);
         assert_eq!(o(ev(9), Some(mine(true))), Origin::Stale);
         assert_eq!(o(ev(0), None), Origin::Stale);
+        // An -e event signalling through fasync: its descriptor.
+        assert_eq!(
+            o(Delivery::Poll { fd: 11 }, Some(mine(true))),
+            Origin::Event(1)
+        );
         // POSIX timers: this thread's by id or by its cookie, another of
         // ours by cookie or id, else the program's.
         let t = Some(mine(false));

@@ -381,7 +381,7 @@ fn trial_open(kind: &mut PerfEventKind, best_precise: bool, period: u64) -> Resu
     Err(last)
 }
 
-fn start(_: &Options) -> Result<(), String> {
+fn start(o: &Options) -> Result<(), String> {
     if count::any() {
         count::init_slots();
         if !cpu::add_consumer(|t, node| {
@@ -400,11 +400,29 @@ fn start(_: &Options) -> Result<(), String> {
             Err(String::new())
         };
     }
-    if !cpu::sigtrap_events() {
-        return Err(
-            "needs sigtrap perf events (Linux 5.13+), and --sampler auto or sigtrap with -pp"
-                .into(),
+    let Some(how) = cpu::event_delivery() else {
+        return Err("no sampling signal could be set up for the events".into());
+    };
+    if matches!(how, sys::PerfDelivery::Fasync { .. }) {
+        crate::igprof_debug!(
+            "-e: events signal through fasync (no sigtrap perf events, or --sampler sigprof/timer)"
         );
+        for (i, e) in events().iter().enumerate() {
+            if is_switch(&e.kind) {
+                // A switch out of a blocking call would signal the thread,
+                // interrupting the call, which blocks again: a loop.
+                OFF[i].store(true, Ordering::Relaxed);
+                crate::igprof_log!(
+                    "{}: needs sigtrap perf events (Linux 5.13+; --sampler auto or sigtrap): with a signal of its own, each switch out of a blocking call would interrupt it; running without it",
+                    if matches!(e.charge, Charge::Sample(_)) { format!("-e {}", e.text) } else { e.text.clone() }
+                );
+            }
+        }
+        if o.mem && events().iter().any(|e| e.charge == Charge::PageFault) {
+            crate::igprof_log!(
+                "-pf: without sigtrap perf events (Linux 5.13+) a fault's signal has no address: MEM_FAULTS not recorded"
+            );
+        }
     }
     for (i, e) in events().iter().enumerate() {
         if let Some(s) = counters::slot(e.charge.counter()) {
@@ -419,6 +437,7 @@ fn start(_: &Options) -> Result<(), String> {
     }
     cpu::set_event_samples(cpu::EventSamples {
         held,
+        fds,
         sample,
         inside: |_, i| {
             INSIDE[i as usize].fetch_add(1, Ordering::Relaxed);
@@ -436,6 +455,9 @@ fn unsafe_node(node: *mut crate::base::tree::Node) -> Option<&'static crate::bas
 fn describe(_: &Options) -> Option<String> {
     let sampled: Vec<String> = events()
         .iter()
+        .enumerate()
+        .filter(|(i, _)| !OFF[*i].load(Ordering::Relaxed))
+        .map(|(_, e)| e)
         .filter(|e| matches!(e.charge, Charge::Sample(_)))
         .map(|e| {
             let rate = if e.kind.freq {
@@ -450,7 +472,12 @@ fn describe(_: &Options) -> Option<String> {
     if !sampled.is_empty() {
         list.push(format!("perf events: {}", sampled.join(", ")));
     }
-    let named = |c: Charge| events().iter().any(|e| e.charge == c);
+    let named = |c: Charge| {
+        events()
+            .iter()
+            .enumerate()
+            .any(|(i, e)| e.charge == c && !OFF[i].load(Ordering::Relaxed))
+    };
     if named(Charge::PageFault) {
         let mem = counters::slot(counters::CounterId::MemFaults).is_some();
         list.push(format!(
@@ -472,6 +499,9 @@ struct PerThread {
     hold: [AtomicUsize; MAX_EVENTS],
     /// Its descriptor + 1 where it could not be held by a mapping (0: none).
     fd: [AtomicI32; MAX_EVENTS],
+    /// Its ring where it signals through fasync (0: none; its descriptor
+    /// is kept then: the signal names it).
+    ring: [AtomicUsize; MAX_EVENTS],
     /// The period each event samples with now.
     period: [AtomicU64; MAX_EVENTS],
     /// Samples since the period was drawn.
@@ -522,6 +552,19 @@ fn held(t: &ThreadState) -> u8 {
     existing(t).map_or(0, |r| r.held.load(Ordering::Relaxed))
 }
 
+/// The descriptors of the thread's events that signal through fasync.
+fn fds(t: &ThreadState) -> [i32; MAX_EVENTS] {
+    let mut v = [-1; MAX_EVENTS];
+    if let Some(r) = existing(t) {
+        for (i, f) in v.iter_mut().enumerate() {
+            if r.ring[i].load(Ordering::Relaxed) != 0 {
+                *f = r.fd[i].load(Ordering::Relaxed) - 1;
+            }
+        }
+    }
+    v
+}
+
 /// The period of event `ev` for one thread's next run of samples.
 fn draw(t: &ThreadState, ev: &Event) -> u64 {
     if ev.period < JITTER_FROM || ev.kind.freq {
@@ -537,8 +580,58 @@ fn draw(t: &ThreadState, ev: &Event) -> u64 {
 /// context: system calls only.
 fn open_one(t: &ThreadState, r: &PerThread, i: usize, ev: &Event) -> Result<(), i32> {
     let period = draw(t, ev);
+    let fasync = match cpu::event_delivery() {
+        Some(sys::PerfDelivery::Fasync { signo }) => Some(signo),
+        _ => None,
+    };
+    // The new event: with fasync, known as ours and in place before it
+    // is enabled (a signal that names it must never go to the program).
+    let (hold, fd, ring) = match fasync {
+        Some(signo) => {
+            let (fd, ring) =
+                sys::perf_fasync_open(&ev.kind, t.tid(), period, signo, cpu::high_fd_base())?;
+            cpu::mark_fd_ours(fd);
+            (0, fd, ring)
+        }
+        None => {
+            let (hold, fd) = hold_sigtrap(t, i, ev, period)?;
+            (hold, fd, 0)
+        }
+    };
+    r.period[i].store(period, Ordering::Relaxed);
+    r.since[i].store(0, Ordering::Relaxed);
+    r.counted[i].store(0, Ordering::Relaxed);
+    r.last_node[i].store(core::ptr::null_mut(), Ordering::Relaxed);
+    if ev.charge == Charge::OffCpu {
+        r.wall_mark.store(sys::monotonic_ns(), Ordering::Relaxed);
+        r.cpu_mark.store(sys::thread_cpu_ns(), Ordering::Relaxed);
+    }
+    let old = (
+        r.hold[i].swap(hold, Ordering::AcqRel),
+        r.fd[i].swap(fd + 1, Ordering::AcqRel) - 1,
+        r.ring[i].swap(ring, Ordering::AcqRel),
+    );
+    r.held.fetch_or(1 << i, Ordering::Release);
+    if fasync.is_some() && !sys::perf_enable(fd) {
+        let e = sys::errno();
+        end((
+            r.hold[i].swap(old.0, Ordering::AcqRel),
+            r.fd[i].swap(old.1 + 1, Ordering::AcqRel) - 1,
+            r.ring[i].swap(old.2, Ordering::AcqRel),
+        ));
+        return Err(e);
+    }
+    // The one it replaces ends once the new one runs.
+    end(old);
+    Ok(())
+}
+
+/// Opens event `i` with sigtrap delivery and enables it: (the mapping that
+/// holds it or 0, its descriptor or -1). The descriptor is closed when the
+/// mapping holds the event and no sample reads its count.
+fn hold_sigtrap(t: &ThreadState, i: usize, ev: &Event, period: u64) -> Result<(usize, i32), i32> {
     let fd = sys::perf_sigtrap_open(&ev.kind, t.tid(), period, cpu::EVENT_COOKIE | i as u64)?;
-    let (hold, fd) = match sys::perf_hold(fd) {
+    Ok(match sys::perf_hold(fd) {
         // With a frequency, each sample reads the count: the descriptor
         // stays (for read(2)) beside the page (for rdpmc).
         Ok(h) if ev.kind.freq => {
@@ -569,30 +662,18 @@ fn open_one(t: &ThreadState, r: &PerThread, i: usize, ev: &Event) -> Result<(), 
             }
             (0, fd)
         }
-    };
-    r.period[i].store(period, Ordering::Relaxed);
-    r.since[i].store(0, Ordering::Relaxed);
-    r.counted[i].store(0, Ordering::Relaxed);
-    r.last_node[i].store(core::ptr::null_mut(), Ordering::Relaxed);
-    if ev.charge == Charge::OffCpu {
-        r.wall_mark.store(sys::monotonic_ns(), Ordering::Relaxed);
-        r.cpu_mark.store(sys::thread_cpu_ns(), Ordering::Relaxed);
-    }
-    let (old_hold, old_fd) = (
-        r.hold[i].swap(hold, Ordering::AcqRel),
-        r.fd[i].swap(fd + 1, Ordering::AcqRel),
-    );
-    r.held.fetch_or(1 << i, Ordering::Release);
-    end(old_hold, old_fd - 1);
-    Ok(())
+    })
 }
 
-/// Ends an event held by `hold` or by descriptor `fd` (0 / -1: none).
-fn end(hold: usize, fd: i32) {
+/// Ends an event held by mapping `hold`, descriptor `fd` or fasync `ring`
+/// with its descriptor (0 / -1: none).
+fn end((hold, fd, ring): (usize, i32, usize)) {
     if hold != 0 {
         sys::perf_release(hold);
     }
-    if fd >= 0 {
+    if ring != 0 && fd >= 0 {
+        sys::perf_close(fd, ring);
+    } else if fd >= 0 {
         sys::close(fd);
     }
 }
@@ -605,7 +686,7 @@ fn open_all(t: &'static ThreadState) {
     }
     let Some(r) = record(t) else { return };
     count::open(t, &r.count);
-    if !cpu::sigtrap_events() {
+    if cpu::event_delivery().is_none() {
         return;
     }
     if let Some(pf) = evs.iter().find(|e| e.charge == Charge::PageFault) {
@@ -626,6 +707,9 @@ fn open_all(t: &'static ThreadState) {
         }
     }
     for (i, ev) in evs.iter().enumerate() {
+        if OFF[i].load(Ordering::Relaxed) {
+            continue;
+        }
         if let Err(e) = open_one(t, r, i, ev) {
             if NOT_OPENED.fetch_add(1, Ordering::Relaxed) == 0 {
                 crate::igprof_log!(
@@ -674,10 +758,11 @@ fn end_all(t: &'static ThreadState, final_read: bool) {
         sys::close(major);
     }
     for i in 0..MAX_EVENTS {
-        end(
+        end((
             r.hold[i].swap(0, Ordering::AcqRel),
             r.fd[i].swap(0, Ordering::AcqRel) - 1,
-        );
+            r.ring[i].swap(0, Ordering::AcqRel),
+        ));
     }
 }
 
@@ -748,6 +833,16 @@ fn fault_was_major(r: &PerThread) -> bool {
     now[0] > r.majors.swap(now[0], Ordering::Relaxed)
 }
 
+/// Events not opened in this run (see `start`).
+static OFF: [core::sync::atomic::AtomicBool; MAX_EVENTS] =
+    [const { core::sync::atomic::AtomicBool::new(false) }; MAX_EVENTS];
+
+/// Whether `k` counts context switches (or migrations, cgroup switches):
+/// the scheduler's events, raised as the thread leaves the CPU.
+fn is_switch(k: &PerfEventKind) -> bool {
+    k.type_ == 1 && matches!(k.config, 3 | 4 | 11)
+}
+
 /// Whether two sampled events can overflow on the same kernel entry (one
 /// fault, one context switch): the kernel would raise one SIGTRAP for both
 /// (a standard signal does not queue), and one would lose its sample.
@@ -772,11 +867,9 @@ fn coincide(a: &PerfEventKind, b: &PerfEventKind) -> bool {
 /// `own`: called on the thread the event counts (rdpmc reads the calling
 /// CPU's counters, so only then).
 fn counted_since(r: &PerThread, i: usize, own: bool) -> u64 {
-    let hold = if own {
-        r.hold[i].load(Ordering::Relaxed)
-    } else {
-        0
-    };
+    // The event's first page: its holding mapping's, or its ring's.
+    let page = r.hold[i].load(Ordering::Relaxed) | r.ring[i].load(Ordering::Relaxed);
+    let hold = if own { page } else { 0 };
     // SAFETY: the event's page, mapped by open_one on this thread, which
     // is the one it counts (we are in its own signal handler).
     let now = (hold != 0)
