@@ -283,7 +283,7 @@ pub fn open(t: &ThreadState, r: &PerThread) {
             }
         }
         if !sys::perf_enable_group(leader) {
-            close_group(r, g);
+            close_group(r, g, true);
             continue;
         }
         r.leader[gi].store(leader + 1, Ordering::Release);
@@ -298,10 +298,10 @@ fn keep(r: &PerThread, i: usize, fd: i32) {
     r.page[i].store(sys::perf_hold(fd).unwrap_or(0), Ordering::Release);
 }
 
-fn close_group(r: &PerThread, g: &Group) {
+fn close_group(r: &PerThread, g: &Group, unmap: bool) {
     for k in 0..g.events.len() {
         let page = r.page[g.first + k].swap(0, Ordering::AcqRel);
-        if page != 0 {
+        if page != 0 && unmap {
             sys::perf_release(page);
         }
         let fd = r.fd[g.first + k].swap(0, Ordering::AcqRel) - 1;
@@ -333,13 +333,15 @@ fn read_user(r: &PerThread, g: &Group, now: &mut [u64]) -> Option<(u64, u64)> {
 /// child's copy of its parent's), after a last read charged to `last`
 /// (the thread's latest sample's node, if any), so that the counts since
 /// that sample are not lost.
-pub fn close(r: &PerThread, last: Option<&Node>) {
+/// `unmap`: the events' pages are unmapped too (not while the thread's
+/// handler may be reading them: see the caller).
+pub fn close(r: &PerThread, last: Option<&Node>, unmap: bool) {
     for (gi, g) in groups().iter().enumerate() {
         if last.is_some() {
             read_group(r, gi, g, last, false);
         }
         r.leader[gi].store(0, Ordering::Release);
-        close_group(r, g);
+        close_group(r, g, unmap);
     }
 }
 

@@ -726,16 +726,22 @@ fn open_all(t: &'static ThreadState) {
 /// Ends the thread's events (thread end, final dump, exec): its counting
 /// groups' last counts go to its latest sample's stack.
 fn close_all(t: &'static ThreadState) {
-    end_all(t, true);
+    // Another thread's pages that its own handler may be reading (a
+    // frequency event's, a counting group's) are left mapped: unmapping
+    // them under a running handler would crash the program. The process
+    // is ending or exec'ing.
+    let own = thread::current().is_some_and(|c| core::ptr::eq(c, t));
+    end_all(t, true, own);
 }
 
 /// Ends the thread's events; `final_read`: what they counted after their
 /// last sample is charged to that sample's stack (not for the copies a
-/// forked child inherited).
-fn end_all(t: &'static ThreadState, final_read: bool) {
+/// forked child inherited); `unmap`: the pages its handler may read are
+/// unmapped too (not while the thread may still run).
+fn end_all(t: &'static ThreadState, final_read: bool, unmap: bool) {
     let Some(r) = existing(t) else { return };
     let last = unsafe_node(t.sampler.last_sample.load(Ordering::Acquire));
-    count::close(&r.count, last.filter(|_| final_read));
+    count::close(&r.count, last.filter(|_| final_read), unmap);
     // With a frequency, what was counted after the last sample goes to it.
     if final_read {
         for (i, ev) in events().iter().enumerate() {
@@ -758,19 +764,29 @@ fn end_all(t: &'static ThreadState, final_read: bool) {
         sys::close(major);
     }
     for i in 0..MAX_EVENTS {
-        end((
+        // A frequency event's page is read by its thread's handler.
+        let read_by_handler = events().get(i).is_some_and(|e| e.kind.freq);
+        let (hold, fd, ring) = (
             r.hold[i].swap(0, Ordering::AcqRel),
             r.fd[i].swap(0, Ordering::AcqRel) - 1,
             r.ring[i].swap(0, Ordering::AcqRel),
-        ));
+        );
+        if read_by_handler && !unmap {
+            if fd >= 0 {
+                sys::close(fd);
+            }
+        } else {
+            end((hold, fd, ring));
+        }
     }
 }
 
 /// In a forked child: the events the parent's threads held are theirs
 /// (a copy of their mappings and descriptors came along): let them go.
 fn forget_inherited() {
+    // The child's only thread runs this: nothing else reads the pages.
     for t in thread::all() {
-        end_all(t, false);
+        end_all(t, false, true);
     }
 }
 
