@@ -9,9 +9,13 @@
 //! numbers (hardware, software, hardware cache), and reading a PMU's
 //! `type`, `format/` and `events/` files.
 //!
+//! Also decodes AMD IBS samples' registers ([`ibs`]); no profiler of the
+//! library samples IBS yet.
+//!
 //! Must never: open an event or touch the process (it only reads files
 //! under the directory it is given, so tests use fake sysfs trees).
 
+pub mod ibs;
 mod resolve;
 mod spec;
 
