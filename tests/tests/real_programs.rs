@@ -2,7 +2,8 @@
 //! multiprocessing pool), perl, sqlite3, a C++ compile through the g++
 //! driver, `make -j2` of a small C project, a bash pipeline, and node when
 //! it is installed. Each runs unprofiled and under `-pp`, `-pp -i 1ms`,
-//! `-mp`, `-fd` and `-pp -mp -fd`; the output and exit status must be the
+//! `-mp`, `-fd`, `-pp -mp -fd`, `-pf -mp -oc` and `-pp -e page-faults/50
+//! -c context-switches,cpu-migrations`; the output and exit status must be the
 //! same, every process must leave a profile that parses with IgProf's
 //! grammar (and no `.tmp`), and for sqlite3, python3 and sort the number of
 //! allocation calls must equal heaptrack's on the same run.
@@ -20,6 +21,14 @@ const MODES: &[&[&str]] = &[
     &["-mp"],
     &["-fd"],
     &["-pp", "-mp", "-fd"],
+    &["-pf", "-mp", "-oc"],
+    &[
+        "-pp",
+        "-e",
+        "page-faults/50",
+        "-c",
+        "context-switches,cpu-migrations",
+    ],
 ];
 
 /// A program of the suite: its command line, run in a directory that
@@ -428,4 +437,42 @@ fn perf_ticks_add_up_to_the_cpu_time_with_every_module() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn python_faults_in_its_buffer_where_it_allocated_it_and_sleeps_off_the_cpu() {
+    let d = scratch("real-pf");
+    let py = "/usr/bin/python3";
+    // A 64 MiB bytearray: Python allocates it (one mapped block, in
+    // PyByteArray_Resize) and zero-fills it, every one of its 16,384 pages
+    // faulted in once, charged to the stack that allocated the block;
+    // then it sleeps 300 ms, off the CPU in the sleep.
+    let script = "import time\nb = bytearray(64 << 20)\ntime.sleep(0.3)\nprint(len(b))";
+    let o = igprof(&d, &["-pf", "-mp", "-oc", "-o", "py.gz", py, "-c", script]);
+    ok(&o);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "67108864\n");
+    let p = parse_strict(&read_text(&d.join("py.gz"))).unwrap();
+    // Under the call that allocated it, less the odd fault whose signal
+    // met -oc's in one kernel entry (a fault that waited for memory is
+    // also a context switch: one SIGTRAP for both, and the merged fault's
+    // address is lost; its PAGE_FAULTS is not). The faults themselves are
+    // the zero-filling's, where Python writes the pages.
+    let (_, mem_faults) = under(&p, "MEM_FAULTS", "PyByteArray_Resize");
+    assert!(
+        (16_370..=16_384).contains(&mem_faults),
+        "MEM_FAULTS {mem_faults}"
+    );
+    assert!(total(&p, "PAGE_FAULTS") >= mem_faults);
+    let slept = p
+        .nodes
+        .iter()
+        .flat_map(|n| n.values.iter())
+        .filter(|v| v.counter == "OFFCPU_TIME")
+        .map(|v| v.value)
+        .max()
+        .unwrap_or(0);
+    assert!(
+        (0.28e9..0.5e9).contains(&(slept as f64)),
+        "the sleep's OFFCPU_TIME {slept} ns"
+    );
 }

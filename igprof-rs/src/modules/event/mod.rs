@@ -98,6 +98,12 @@ impl Charge {
 
 /// The run's events, in cookie order (set before the counters freeze).
 static EVENTS: OnceLock<Vec<Event>> = OnceLock::new();
+/// PAGE_FAULTS' slot (after the freeze; usize::MAX: not recorded).
+static PF_SLOT: AtomicUsize = AtomicUsize::new(usize::MAX);
+/// Faults whose signal merged with another event's, charged by
+/// `settle_faults`; fault signals of faults already counted past.
+static MERGED: AtomicU64 = AtomicU64::new(0);
+static STALE: AtomicU64 = AtomicU64::new(0);
 /// MAJOR_FAULTS' slot (after the freeze; usize::MAX: not recorded).
 static MAJOR_SLOT: AtomicUsize = AtomicUsize::new(usize::MAX);
 /// MEM_FAULTS' slot (after the freeze; usize::MAX: not recorded).
@@ -435,12 +441,20 @@ fn start(o: &Options) -> Result<(), String> {
     if let Some(s) = counters::slot(counters::CounterId::MajorFaults) {
         MAJOR_SLOT.store(s, Ordering::Relaxed);
     }
+    if let Some(s) = counters::slot(counters::CounterId::PageFaults) {
+        PF_SLOT.store(s, Ordering::Relaxed);
+    }
     cpu::set_event_samples(cpu::EventSamples {
         held,
         fds,
         sample,
-        inside: |_, i| {
+        inside: |t, i| {
             INSIDE[i as usize].fetch_add(1, Ordering::Relaxed);
+            // The profiler's own faults are not the program's: counted
+            // past, so that no later sample takes them for merged ones.
+            if let Some(r) = existing(t) {
+                consume_faults(r);
+            }
         },
     });
     Ok(())
@@ -518,9 +532,12 @@ struct PerThread {
     cpu_mark: AtomicU64,
     /// -c: the thread's counting groups.
     count: count::PerThread,
-    /// -pf: a counting major-faults event (descriptor + 1, 0: none) and
-    /// its count at the previous fault.
+    /// -pf: a counting group of page faults and major faults (leader's
+    /// descriptor + 1, 0: none; its member's), and their counts at the
+    /// previous read.
+    fault_fd: AtomicI32,
     major_fd: AtomicI32,
+    faults: AtomicU64,
     majors: AtomicU64,
 }
 
@@ -689,26 +706,40 @@ fn open_all(t: &'static ThreadState) {
     if cpu::event_delivery().is_none() {
         return;
     }
-    if let Some(pf) = evs.iter().find(|e| e.charge == Charge::PageFault) {
-        // -pf's major faults: counted beside the sampled faults.
-        let kind = PerfEventKind {
-            config: 6,
-            sample_addr: false,
-            ..pf.kind
+    if let Some(pf) = evs.iter().find(|e| counts_each_fault(e)) {
+        // -pf's faults and major faults, counted beside the sampled faults.
+        let count = |config, leader| {
+            let kind = PerfEventKind {
+                config,
+                sample_addr: false,
+                ..pf.kind
+            };
+            sys::perf_counter_open(&kind, t.tid(), leader)
+                .map(|fd| sys::move_fd_up(fd, cpu::high_fd_base()))
         };
-        if let Ok(fd) = sys::perf_counter_open(&kind, t.tid(), -1) {
-            let fd = sys::move_fd_up(fd, cpu::high_fd_base());
-            if sys::perf_enable_group(fd) {
+        if let Ok(leader) = count(2, -1) {
+            let member = count(6, leader).unwrap_or(-1);
+            if member >= 0 && sys::perf_enable_group(leader) {
+                r.faults.store(0, Ordering::Relaxed);
                 r.majors.store(0, Ordering::Relaxed);
-                r.major_fd.store(fd + 1, Ordering::Release);
+                r.major_fd.store(member + 1, Ordering::Release);
+                r.fault_fd.store(leader + 1, Ordering::Release);
             } else {
-                sys::close(fd);
+                for fd in [member, leader] {
+                    if fd >= 0 {
+                        sys::close(fd);
+                    }
+                }
             }
         }
     }
     for (i, ev) in evs.iter().enumerate() {
         if OFF[i].load(Ordering::Relaxed) {
             continue;
+        }
+        if counts_each_fault(ev) {
+            // Counted from the moment the faults are sampled.
+            consume_faults(r);
         }
         if let Err(e) = open_one(t, r, i, ev) {
             if NOT_OPENED.fetch_add(1, Ordering::Relaxed) == 0 {
@@ -759,9 +790,13 @@ fn end_all(t: &'static ThreadState, final_read: bool, unmap: bool) {
         }
     }
     r.held.store(0, Ordering::Release);
-    let major = r.major_fd.swap(0, Ordering::AcqRel) - 1;
-    if major >= 0 {
-        sys::close(major);
+    for fd in [
+        r.fault_fd.swap(0, Ordering::AcqRel) - 1,
+        r.major_fd.swap(0, Ordering::AcqRel) - 1,
+    ] {
+        if fd >= 0 {
+            sys::close(fd);
+        }
     }
     for i in 0..MAX_EVENTS {
         // A frequency event's page is read by its thread's handler.
@@ -796,18 +831,34 @@ fn sample(t: &'static ThreadState, i: u8, uc: *mut libc::c_void, addr: usize) {
     let (Some(r), Some(ev)) = (existing(t), events().get(i)) else {
         return;
     };
+    // -pf: the faults counted since the previous read are this kernel
+    // entry's (the sampled one, and any whose signal merged with this
+    // one), read before this handler's own work can fault.
+    let faults = faults_since(r);
     // SAFETY: the handler of modules/cpu passes the kernel's context.
     let node = unsafe { cpu::interrupted_node(t, uc) };
     if ev.kind.freq {
         r.last_node[i].store(node, Ordering::Relaxed);
     }
+    // A fault sample with no fault counted is the late signal of faults
+    // the profiler's own handler took, already counted past.
+    if let Some(f) = faults {
+        charge_faults(f, unsafe_node(node));
+    }
+    let faults = faults.map(|(f, _)| f);
+    let stale = faults == Some(0) && counts_each_fault(ev);
+    if stale {
+        STALE.fetch_add(1, Ordering::Relaxed);
+    }
     let value = match ev.charge {
+        _ if stale => 0,
         Charge::Sample(_) if ev.kind.freq => counted_since(r, i, true),
         Charge::Sample(_) => r.period[i].load(Ordering::Relaxed),
-        Charge::PageFault => 1,
+        // Charged by charge_faults where the faults are counted.
+        Charge::PageFault => faults.map_or(1, |_| 0),
         Charge::OffCpu => off_cpu_ns(r),
     };
-    if !node.is_null() {
+    if !node.is_null() && value > 0 {
         let slot = SLOTS[i].load(Ordering::Relaxed);
         if slot != usize::MAX {
             // SAFETY: a live node of this thread's tree, guard held.
@@ -815,17 +866,8 @@ fn sample(t: &'static ThreadState, i: u8, uc: *mut libc::c_void, addr: usize) {
             CHARGED[i].fetch_add(1, Ordering::Relaxed);
         }
     }
-    if ev.charge == Charge::PageFault {
-        if !node.is_null() && fault_was_major(r) {
-            let slot = MAJOR_SLOT.load(Ordering::Relaxed);
-            if slot != usize::MAX {
-                // SAFETY: a live node of this thread's tree, guard held.
-                unsafe { &*node }.counter(slot).add(1, 1);
-            }
-        }
-        if addr != 0 {
-            charge_owner(addr);
-        }
+    if ev.charge == Charge::PageFault && addr != 0 && !stale {
+        charge_owner(addr);
     }
     if ev.period >= JITTER_FROM && !ev.kind.freq {
         let n = r.since[i].load(Ordering::Relaxed) + 1;
@@ -836,17 +878,65 @@ fn sample(t: &'static ThreadState, i: u8, uc: *mut libc::c_void, addr: usize) {
             let _ = open_one(t, r, i, ev);
         }
     }
+    // This handler's own faults are not the program's.
+    consume_faults(r);
 }
 
-/// -pf: whether the fault just sampled was major (the thread's counting
-/// major-faults event moved since the previous fault).
-fn fault_was_major(r: &PerThread) -> bool {
-    let fd = r.major_fd.load(Ordering::Relaxed) - 1;
-    let mut now = [0u64; 1];
-    if fd < 0 || sys::perf_read_group(fd, &mut now).is_none() {
-        return false;
+/// Whether `e` samples every fault (-pf, or `-e page-faults`, `minor-faults`
+/// or `major-faults` at period 1): the thread then counts its faults too,
+/// to tell a fault's signal from the late signal of faults the profiler's
+/// own handler took (its SIGTRAP is blocked meanwhile, so they come back
+/// as one signal once it returns, when they are already counted past).
+fn counts_each_fault(e: &Event) -> bool {
+    e.charge == Charge::PageFault
+        || (matches!(e.charge, Charge::Sample(_))
+            && e.kind.type_ == 1
+            && matches!(e.kind.config, 2 | 5 | 6)
+            && e.period == 1
+            && !e.kind.freq)
+}
+
+/// -pf: the faults and major faults the thread took since the previous
+/// read of its counting group (None without one). Signal context.
+fn faults_since(r: &PerThread) -> Option<(u64, u64)> {
+    let fd = r.fault_fd.load(Ordering::Relaxed) - 1;
+    let mut now = [0u64; 2];
+    if fd < 0 {
+        return None;
     }
-    now[0] > r.majors.swap(now[0], Ordering::Relaxed)
+    sys::perf_read_group(fd, &mut now)?;
+    Some((
+        now[0].saturating_sub(r.faults.swap(now[0], Ordering::Relaxed)),
+        now[1].saturating_sub(r.majors.swap(now[1], Ordering::Relaxed)),
+    ))
+}
+
+/// -pf: charges the faults a sample's kernel entry took (`faults_since`
+/// read at its start) to `node`: PAGE_FAULTS, and MAJOR_FAULTS for the
+/// major ones. Each fault raises its own SIGTRAP, but one that shares a
+/// kernel entry with another event's (a fault that waited for memory is
+/// also a context switch) is merged into it, so the faults counted since
+/// the previous read happened in this sample's kernel entry. The faults of
+/// the profiler's own code are counted past (`consume_faults`).
+fn charge_faults((faults, majors): (u64, u64), node: Option<&crate::base::tree::Node>) {
+    let (pf, mj) = (
+        PF_SLOT.load(Ordering::Relaxed),
+        MAJOR_SLOT.load(Ordering::Relaxed),
+    );
+    let Some(node) = node else { return };
+    if faults > 0 && pf != usize::MAX {
+        node.counter(pf).add(faults, faults);
+        MERGED.fetch_add(faults.saturating_sub(1), Ordering::Relaxed);
+    }
+    if majors > 0 && mj != usize::MAX {
+        node.counter(mj).add(majors, majors);
+    }
+}
+
+/// -pf: counts past the faults the profiler's own code took (its handler,
+/// a hook): they are not the program's.
+fn consume_faults(r: &PerThread) {
+    let _ = faults_since(r);
 }
 
 /// Events not opened in this run (see `start`).
@@ -923,6 +1013,13 @@ fn charge_owner(addr: usize) {
 /// `-d`: what each event did (at each dump).
 fn report() {
     count::report();
+    if events().iter().any(counts_each_fault) {
+        crate::igprof_log!(
+            "fault events: {} faults whose signal merged with another's, charged to its stack; {} late signals of the profiler's own faults, not charged",
+            MERGED.load(Ordering::Relaxed),
+            STALE.load(Ordering::Relaxed)
+        );
+    }
     for (i, e) in events().iter().enumerate() {
         let flag = if matches!(e.charge, Charge::Sample(_)) {
             "-e "
