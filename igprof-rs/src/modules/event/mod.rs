@@ -532,6 +532,8 @@ struct PerThread {
     cpu_mark: AtomicU64,
     /// -c: the thread's counting groups.
     count: count::PerThread,
+    /// The registers' fingerprint at the previous sample of a fault event.
+    fault_regs: AtomicU64,
     /// -pf: a counting group of page faults and major faults (leader's
     /// descriptor + 1, 0: none; its member's), and their counts at the
     /// previous read.
@@ -706,7 +708,7 @@ fn open_all(t: &'static ThreadState) {
     if cpu::event_delivery().is_none() {
         return;
     }
-    if let Some(pf) = evs.iter().find(|e| counts_each_fault(e)) {
+    if let Some(pf) = evs.iter().find(|e| e.charge == Charge::PageFault) {
         // -pf's faults and major faults, counted beside the sampled faults.
         let count = |config, leader| {
             let kind = PerfEventKind {
@@ -737,7 +739,7 @@ fn open_all(t: &'static ThreadState) {
         if OFF[i].load(Ordering::Relaxed) {
             continue;
         }
-        if counts_each_fault(ev) {
+        if ev.charge == Charge::PageFault {
             // Counted from the moment the faults are sampled.
             consume_faults(r);
         }
@@ -831,6 +833,19 @@ fn sample(t: &'static ThreadState, i: u8, uc: *mut libc::c_void, addr: usize) {
     let (Some(r), Some(ev)) = (existing(t), events().get(i)) else {
         return;
     };
+    if counts_each_fault(ev) {
+        // The late signal of faults the profiler's own handler took (its
+        // SIGTRAP is blocked meanwhile: they come back as one signal once
+        // it returns, before the thread ran an instruction): the same
+        // registers as the previous fault's sample. Not the program's.
+        // SAFETY: uc is the kernel's context for this signal.
+        let regs = unsafe { registers_fingerprint(uc) };
+        if r.fault_regs.swap(regs, Ordering::Relaxed) == regs {
+            STALE.fetch_add(1, Ordering::Relaxed);
+            consume_faults(r);
+            return;
+        }
+    }
     // -pf: the faults counted since the previous read are this kernel
     // entry's (the sampled one, and any whose signal merged with this
     // one), read before this handler's own work can fault.
@@ -846,12 +861,7 @@ fn sample(t: &'static ThreadState, i: u8, uc: *mut libc::c_void, addr: usize) {
         charge_faults(f, unsafe_node(node));
     }
     let faults = faults.map(|(f, _)| f);
-    let stale = faults == Some(0) && counts_each_fault(ev);
-    if stale {
-        STALE.fetch_add(1, Ordering::Relaxed);
-    }
     let value = match ev.charge {
-        _ if stale => 0,
         Charge::Sample(_) if ev.kind.freq => counted_since(r, i, true),
         Charge::Sample(_) => r.period[i].load(Ordering::Relaxed),
         // Charged by charge_faults where the faults are counted.
@@ -866,7 +876,7 @@ fn sample(t: &'static ThreadState, i: u8, uc: *mut libc::c_void, addr: usize) {
             CHARGED[i].fetch_add(1, Ordering::Relaxed);
         }
     }
-    if ev.charge == Charge::PageFault && addr != 0 && !stale {
+    if ev.charge == Charge::PageFault && addr != 0 {
         charge_owner(addr);
     }
     if ev.period >= JITTER_FROM && !ev.kind.freq {
@@ -878,15 +888,42 @@ fn sample(t: &'static ThreadState, i: u8, uc: *mut libc::c_void, addr: usize) {
             let _ = open_one(t, r, i, ev);
         }
     }
-    // This handler's own faults are not the program's.
-    consume_faults(r);
+}
+
+/// A fingerprint of the interrupted thread's registers (general-purpose
+/// ones, program counter, stack pointer, flags): equal for two signals
+/// between which it ran no instruction, different between two faults of
+/// a loop (its index register moved).
+///
+/// # Safety
+/// `uc` must be the `ucontext_t` the kernel passed for the signal handled.
+unsafe fn registers_fingerprint(uc: *const libc::c_void) -> u64 {
+    let mix = |h: u64, v: u64| (h ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(23);
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: guaranteed by the caller.
+        let g = unsafe { &(*uc.cast::<libc::ucontext_t>()).uc_mcontext.gregs };
+        // R8..R15, RDI, RSI, RBP, RBX, RDX, RAX, RCX, RSP, RIP, EFL (not
+        // the trap number, error code or CR2: a fault in the handler
+        // changes those).
+        g[..=libc::REG_EFL as usize]
+            .iter()
+            .fold(0, |h, &v| mix(h, v as u64))
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        // SAFETY: guaranteed by the caller.
+        let m = unsafe { &(*uc.cast::<libc::ucontext_t>()).uc_mcontext };
+        m.regs
+            .iter()
+            .chain([&m.sp, &m.pc, &m.pstate])
+            .fold(0, |h, &v| mix(h, v))
+    }
 }
 
 /// Whether `e` samples every fault (-pf, or `-e page-faults`, `minor-faults`
-/// or `major-faults` at period 1): the thread then counts its faults too,
-/// to tell a fault's signal from the late signal of faults the profiler's
-/// own handler took (its SIGTRAP is blocked meanwhile, so they come back
-/// as one signal once it returns, when they are already counted past).
+/// or `major-faults` at period 1), whose late signals for the faults the
+/// profiler's own handler took must be told apart (see `sample`).
 fn counts_each_fault(e: &Event) -> bool {
     e.charge == Charge::PageFault
         || (matches!(e.charge, Charge::Sample(_))
