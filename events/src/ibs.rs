@@ -16,6 +16,11 @@
 //! ([`DataSource::from_extended`]), with the PPR's values as the kernel's
 //! `IBS_DATA_SRC_*` and `IBS_DATA_SRC_EXT_*` name them.
 //!
+//! Also: the kernel's raw sample layout ([`op_from_raw`],
+//! [`fetch_from_raw`]), igprof's `-ibs`/`-ibs-fetch` options
+//! ([`parse_request`]) and what the `ibs_op`/`ibs_fetch` PMUs offer
+//! ([`discover`]), read from a sysfs tree given as a directory.
+//!
 //! Owns: the decoding. Must never: guess a field its valid bit denies.
 
 /// Where a load's data came from (IbsOpData2), for a load that missed
@@ -128,6 +133,9 @@ pub struct Op {
     pub tlb_refill_latency: Option<u16>,
     /// Where a load that missed the data cache got its data.
     pub source: Option<DataSource>,
+    /// The data came from another NUMA node (IbsOpData2 `rmt_node`, bit
+    /// 4), for a load that missed the data cache.
+    pub remote_node: bool,
     /// The line was found modified in another core's cache (a cache hit
     /// state of M for a load served by a cache): the false-sharing hint.
     pub hitm: bool,
@@ -191,6 +199,7 @@ pub fn decode_op(r: &OpRegs, encoding: Encoding) -> Option<Op> {
         miss_latency: missed_load.then_some(field(d3, 32, 16) as u16),
         tlb_refill_latency: dtlb_l1_miss.then_some(field(d3, 48, 16) as u16),
         source,
+        remote_node: missed_load && bit(d2, 4),
         // cache_hit_st (bit 5): 0 means the line was in state M.
         hitm: from_cache && !bit(d2, 5),
         branch: Branch {
@@ -260,6 +269,251 @@ pub fn decode_fetch(r: &FetchRegs) -> Option<Fetch> {
         l3_miss: bit(c, 50) && bit(c, 61),
         itlb_refill_latency: (itlb_l1_miss && r.extd_ctl != 0)
             .then_some(field(r.extd_ctl, 0, 16) as u16),
+    })
+}
+
+/// `ibs_caps` bits the kernel puts first in the raw sample
+/// (`arch/x86/include/asm/amd/ibs.h`, `IBS_CAPS_*`): with these, more
+/// registers follow the fixed ones.
+const CAPS_BRNTRGT: u32 = 1 << 5;
+const CAPS_FETCHCTLEXTD: u32 = 1 << 9;
+const CAPS_OPDATA4: u32 = 1 << 10;
+
+/// The u32 `ibs_caps` and the u64 registers after it.
+fn raw_regs(raw: &[u8]) -> Option<(u32, impl Iterator<Item = u64> + '_)> {
+    let caps = u32::from_ne_bytes(raw.get(..4)?.try_into().ok()?);
+    let regs = raw[4..]
+        .chunks_exact(8)
+        .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or([0; 8])));
+    Some((caps, regs))
+}
+
+/// An op sample's registers from the data of its `PERF_SAMPLE_RAW` field,
+/// as `perf_ibs_handle_irq()` (`arch/x86/events/amd/ibs.c`) lays it out:
+/// the u32 `ibs_caps`, then IbsOpCtl, IbsOpRip, IbsOpData, IbsOpData2,
+/// IbsOpData3, IbsDcLinAd, IbsDcPhysAd (then IbsBrTarget and IbsOpData4
+/// where the caps say, not used here). None if shorter.
+pub fn op_from_raw(raw: &[u8]) -> Option<OpRegs> {
+    let (caps, mut r) = raw_regs(raw)?;
+    let extra = (caps & CAPS_BRNTRGT != 0) as usize + (caps & CAPS_OPDATA4 != 0) as usize;
+    if raw.len() < 4 + 8 * (7 + extra) {
+        return None;
+    }
+    Some(OpRegs {
+        ctl: r.next()?,
+        rip: r.next()?,
+        data: r.next()?,
+        data2: r.next()?,
+        data3: r.next()?,
+        dc_lin_ad: r.next()?,
+        dc_phys_ad: r.next()?,
+    })
+}
+
+/// A fetch sample's registers from its raw data: `ibs_caps`, IbsFetchCtl,
+/// IbsFetchLinAd, IbsFetchPhysAd, and IcIbsExtdCtl where the caps have
+/// `IBS_CAPS_FETCHCTLEXTD`. None if shorter.
+pub fn fetch_from_raw(raw: &[u8]) -> Option<FetchRegs> {
+    let (caps, mut r) = raw_regs(raw)?;
+    let extd = caps & CAPS_FETCHCTLEXTD != 0;
+    if raw.len() < 4 + 8 * (3 + extd as usize) {
+        return None;
+    }
+    Some(FetchRegs {
+        ctl: r.next()?,
+        lin_ad: r.next()?,
+        phys_ad: r.next()?,
+        extd_ctl: if extd { r.next()? } else { 0 },
+    })
+}
+
+/// Which IBS unit samples.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unit {
+    /// Op sampling (`-ibs`, PMU `ibs_op`).
+    Op,
+    /// Fetch sampling (`-ibs-fetch`, PMU `ibs_fetch`).
+    Fetch,
+}
+
+impl Unit {
+    /// The PMU's name in sysfs.
+    pub fn pmu(self) -> &'static str {
+        match self {
+            Unit::Op => "ibs_op",
+            Unit::Fetch => "ibs_fetch",
+        }
+    }
+
+    /// igprof's flag.
+    pub fn flag(self) -> &'static str {
+        match self {
+            Unit::Op => "-ibs",
+            Unit::Fetch => "-ibs-fetch",
+        }
+    }
+
+    /// The filters and controls a user may ask for, as the kernel's
+    /// format files name them.
+    fn terms(self) -> &'static [&'static str] {
+        match self {
+            Unit::Op => &["cnt_ctl", "l3missonly", "ldlat"],
+            Unit::Fetch => &["rand_en", "l3missonly"],
+        }
+    }
+}
+
+/// Samples per period when none is given: one in 1,000,000 cycles (or
+/// dispatched ops with `cnt_ctl`; fetches for `-ibs-fetch`).
+pub const DEFAULT_PERIOD: u64 = 1_000_000;
+/// The smallest period taken: shorter ones flood the handler.
+pub const MIN_PERIOD: u64 = 4096;
+
+/// An `-ibs[:TERMS][/PERIOD]` or `-ibs-fetch[:TERMS][/PERIOD]` option.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub unit: Unit,
+    /// `name` or `name=value` terms, as given.
+    pub terms: Vec<(String, Option<u64>)>,
+    pub period: u64,
+}
+
+impl Request {
+    /// The event specification that [`crate::resolve`] turns into the
+    /// attr, with `swfilt=1` (user-mode samples only) where asked.
+    pub fn spec(&self, swfilt: bool) -> String {
+        let mut t: Vec<String> = self
+            .terms
+            .iter()
+            .map(|(n, v)| format!("{n}={}", v.unwrap_or(1)))
+            .collect();
+        if swfilt {
+            t.push("swfilt=1".into());
+        }
+        format!("{}/{}/", self.unit.pmu(), t.join(","))
+    }
+}
+
+/// Parses an `-ibs` or `-ibs-fetch` option word; Err says what is wrong
+/// and what is accepted.
+pub fn parse_request(word: &str) -> Result<Request, String> {
+    let (unit, rest) = if let Some(r) = word.strip_prefix("-ibs-fetch") {
+        (Unit::Fetch, r)
+    } else if let Some(r) = word.strip_prefix("-ibs") {
+        (Unit::Op, r)
+    } else {
+        return Err(format!("'{word}' is not an -ibs or -ibs-fetch option"));
+    };
+    let (rest, period) = match rest.split_once('/') {
+        Some((r, p)) => {
+            let p = parse_number(p)
+                .filter(|&p| p >= MIN_PERIOD && p % 16 == 0)
+                .ok_or_else(|| {
+                    format!(
+                        "{}: period '{p}' must be a multiple of 16 (the IBS counter's low 4 bits are not programmable) of at least {MIN_PERIOD}",
+                        unit.flag()
+                    )
+                })?;
+            (r, p)
+        }
+        None => (rest, DEFAULT_PERIOD),
+    };
+    let mut terms = Vec::new();
+    if !rest.is_empty() {
+        let Some(list) = rest.strip_prefix(':') else {
+            return Err(format!(
+                "'{word}': expected {}[:TERM,...][/PERIOD]",
+                unit.flag()
+            ));
+        };
+        for t in list.split(',') {
+            let (name, value) = match t.split_once('=') {
+                Some((n, v)) => (
+                    n,
+                    Some(parse_number(v).ok_or_else(|| {
+                        format!("{}: term '{t}': '{v}' is not a number", unit.flag())
+                    })?),
+                ),
+                None => (t, None),
+            };
+            if !unit.terms().contains(&name) {
+                return Err(format!(
+                    "{}: unknown term '{name}' (it takes {}; user-mode filtering, swfilt, is set by igprof where the kernel has it)",
+                    unit.flag(),
+                    unit.terms().join(", ")
+                ));
+            }
+            if name == "ldlat" {
+                // The kernel's rule (perf_ibs_init): 128 to 2048 cycles, by 128.
+                match value {
+                    Some(v) if (128..=2048).contains(&v) && v % 128 == 0 => {}
+                    _ => return Err(format!(
+                        "{}: ldlat=N takes a load latency of 128 to 2048 cycles, a multiple of 128",
+                        unit.flag()
+                    )),
+                }
+            } else if value.is_some_and(|v| v > 1) {
+                return Err(format!("{}: '{name}' is a flag (0 or 1)", unit.flag()));
+            }
+            terms.push((name.to_string(), value));
+        }
+    }
+    Ok(Request {
+        unit,
+        terms,
+        period,
+    })
+}
+
+fn parse_number(s: &str) -> Option<u64> {
+    match s.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+/// What an IBS PMU of this machine offers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pmu {
+    /// `format/swfilt`: the kernel filters samples by privilege level in
+    /// software (Linux 6.14+), so user-mode-only sampling is allowed at
+    /// `perf_event_paranoid` 2.
+    pub swfilt: bool,
+    /// Which IbsOpData2 data-source encoding (`caps/zen4_ibs_extensions`).
+    pub encoding: Encoding,
+}
+
+/// Why an IBS PMU is not there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Missing {
+    /// No `DEVICES/ibs_op` (or `ibs_fetch`): not an AMD CPU with IBS, or
+    /// a virtual machine that does not pass it through.
+    NoPmu,
+    /// The PMU is there but a term asked for is not in its `format/`.
+    NoTerm(String),
+}
+
+/// Reads what the PMU of `unit` offers under `devices` (sysfs's
+/// `/sys/bus/event_source/devices`, or a fake tree), and checks that it
+/// has every term `req` uses.
+pub fn discover(devices: &std::path::Path, req: &Request) -> Result<Pmu, Missing> {
+    let dir = devices.join(req.unit.pmu());
+    if !dir.join("type").is_file() {
+        return Err(Missing::NoPmu);
+    }
+    let format = dir.join("format");
+    if let Some((n, _)) = req.terms.iter().find(|(n, _)| !format.join(n).is_file()) {
+        return Err(Missing::NoTerm(n.clone()));
+    }
+    let zen4 = std::fs::read_to_string(dir.join("caps/zen4_ibs_extensions"))
+        .is_ok_and(|v| v.trim() == "1");
+    Ok(Pmu {
+        swfilt: format.join("swfilt").is_file(),
+        encoding: if zen4 {
+            Encoding::Extended
+        } else {
+            Encoding::Legacy
+        },
     })
 }
 
@@ -457,5 +711,137 @@ mod tests {
             (f.physical_address, f.page_size, f.itlb_refill_latency),
             (None, None, None)
         );
+    }
+
+    /// The raw data `perf_ibs_handle_irq()` hands over: the u32 caps, then
+    /// the registers.
+    fn raw(caps: u32, regs: &[u64]) -> Vec<u8> {
+        let mut v = caps.to_ne_bytes().to_vec();
+        for r in regs {
+            v.extend(r.to_ne_bytes());
+        }
+        v
+    }
+
+    #[test]
+    fn raw_samples_as_the_kernel_lays_them_out() {
+        let regs = [OP_VAL, 0x40_1234, 3, 2, 1 | 1 << 17, 0x7f00_0010, 0x9000];
+        // IBS_CAPS_AVAIL | FETCHSAM | OPSAM | RDWROPCNT | OPCNT.
+        let r = op_from_raw(&raw(0x1f, &regs)).unwrap();
+        assert_eq!(
+            (
+                r.ctl,
+                r.rip,
+                r.data,
+                r.data2,
+                r.data3,
+                r.dc_lin_ad,
+                r.dc_phys_ad
+            ),
+            (regs[0], regs[1], regs[2], regs[3], regs[4], regs[5], regs[6])
+        );
+        // With IBS_CAPS_BRNTRGT and OPDATA4 two more registers follow.
+        let mut more = regs.to_vec();
+        more.extend([0x40_2000, 0]);
+        assert_eq!(op_from_raw(&raw(0x1f | 1 << 5 | 1 << 10, &more)), Some(r));
+        assert_eq!(op_from_raw(&raw(0x1f | 1 << 5 | 1 << 10, &regs)), None);
+        assert_eq!(op_from_raw(&raw(0x1f, &regs[..6])), None);
+        assert_eq!(op_from_raw(&[1, 2]), None);
+        // Fetch: ctl, lin_ad, phys_ad, and IcIbsExtdCtl with FETCHCTLEXTD.
+        let f = fetch_from_raw(&raw(0x1f, &[1 << 49, 0x40_1000, 0x9000])).unwrap();
+        assert_eq!(
+            (f.ctl, f.lin_ad, f.phys_ad, f.extd_ctl),
+            (1 << 49, 0x40_1000, 0x9000, 0)
+        );
+        let f = fetch_from_raw(&raw(1 << 9, &[1 << 49, 0x40_1000, 0x9000, 33])).unwrap();
+        assert_eq!(f.extd_ctl, 33);
+        assert_eq!(
+            fetch_from_raw(&raw(1 << 9, &[1 << 49, 0x40_1000, 0x9000])),
+            None
+        );
+    }
+
+    #[test]
+    fn a_load_from_another_node() {
+        // IbsOpData2: data_src_lo 3 (DRAM), rmt_node (bit 4).
+        let o = decode_op(&op(0, 3 | 1 << 4, 1 | 1 << 7), Encoding::Legacy).unwrap();
+        assert!(o.remote_node && o.source == Some(DataSource::Dram));
+        // A hit says nothing of the node, whatever the bit.
+        let o = decode_op(&op(0, 3 | 1 << 4, 1), Encoding::Legacy).unwrap();
+        assert!(!o.remote_node);
+    }
+
+    #[test]
+    fn ibs_options() {
+        let r = parse_request("-ibs").unwrap();
+        assert_eq!(
+            (r.unit, r.period, r.terms.len()),
+            (Unit::Op, DEFAULT_PERIOD, 0)
+        );
+        assert_eq!(r.spec(true), "ibs_op/swfilt=1/");
+        let r = parse_request("-ibs:cnt_ctl,ldlat=256/0x10000").unwrap();
+        assert_eq!(r.period, 0x10000);
+        assert_eq!(r.spec(false), "ibs_op/cnt_ctl=1,ldlat=256/");
+        let r = parse_request("-ibs-fetch:rand_en/200000").unwrap();
+        assert_eq!((r.unit, r.period), (Unit::Fetch, 200_000));
+        assert_eq!(r.spec(true), "ibs_fetch/rand_en=1,swfilt=1/");
+        for (bad, says) in [
+            ("-ibs/100", "multiple of 16"),
+            ("-ibs/100001", "multiple of 16"),
+            (
+                "-ibs:rand_en",
+                "unknown term 'rand_en' (it takes cnt_ctl, l3missonly, ldlat",
+            ),
+            ("-ibs-fetch:cnt_ctl", "it takes rand_en, l3missonly"),
+            ("-ibs:swfilt", "set by igprof"),
+            ("-ibs:ldlat=100", "128 to 2048"),
+            ("-ibs:ldlat", "128 to 2048"),
+            ("-ibs:cnt_ctl=2", "a flag"),
+            ("-ibsx", "expected -ibs[:TERM,...][/PERIOD]"),
+        ] {
+            let e = parse_request(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    fn tree(machine: &str) -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/sysfs")
+            .join(machine)
+    }
+
+    #[test]
+    fn what_each_machine_offers() {
+        let op = parse_request("-ibs").unwrap();
+        let fetch = parse_request("-ibs-fetch:l3missonly").unwrap();
+        // No IBS PMU (an Intel machine, or a VM).
+        assert_eq!(discover(&tree("intel"), &op), Err(Missing::NoPmu));
+        // Zen 3, a kernel before 6.14: no software filter, legacy encoding.
+        let zen3 = discover(&tree("amd"), &op).unwrap();
+        assert_eq!((zen3.swfilt, zen3.encoding), (false, Encoding::Legacy));
+        assert!(discover(&tree("amd"), &fetch).is_ok());
+        let ldlat = parse_request("-ibs:ldlat=128").unwrap();
+        assert_eq!(
+            discover(&tree("amd"), &ldlat),
+            Err(Missing::NoTerm("ldlat".into()))
+        );
+        // Zen 5, Linux 6.14+.
+        let zen5 = discover(&tree("amd-zen5"), &ldlat).unwrap();
+        assert_eq!((zen5.swfilt, zen5.encoding), (true, Encoding::Extended));
+        // The attr, through the same resolver as -e: the PMU's type and
+        // the format's bits.
+        let spec = crate::parse(&ldlat.spec(true)).unwrap();
+        let a = crate::resolve(&spec, &tree("amd-zen5")).unwrap();
+        assert_eq!((a.type_, a.config, a.config1, a.config2), (11, 0, 128, 1));
+        let spec = crate::parse(
+            &parse_request("-ibs:cnt_ctl,l3missonly")
+                .unwrap()
+                .spec(false),
+        )
+        .unwrap();
+        let a = crate::resolve(&spec, &tree("amd")).unwrap();
+        assert_eq!((a.type_, a.config), (11, 1 << 19 | 1 << 16));
+        let spec = crate::parse(&fetch.spec(false)).unwrap();
+        assert_eq!(crate::resolve(&spec, &tree("amd")).unwrap().config, 1 << 59);
     }
 }

@@ -9,8 +9,8 @@
 //! numbers (hardware, software, hardware cache), and reading a PMU's
 //! `type`, `format/` and `events/` files.
 //!
-//! Also decodes AMD IBS samples' registers ([`ibs`]); no profiler of the
-//! library samples IBS yet.
+//! Also AMD IBS ([`ibs`]): the `-ibs` options, what the IBS PMUs offer,
+//! and decoding each sample's raw registers.
 //!
 //! Must never: open an event or touch the process (it only reads files
 //! under the directory it is given, so tests use fake sysfs trees).
