@@ -447,10 +447,12 @@ pub fn parse_request(word: &str) -> Result<Request, String> {
                 // The kernel's rule (perf_ibs_init): 128 to 2048 cycles, by 128.
                 match value {
                     Some(v) if (128..=2048).contains(&v) && v % 128 == 0 => {}
-                    _ => return Err(format!(
+                    _ => {
+                        return Err(format!(
                         "{}: ldlat=N takes a load latency of 128 to 2048 cycles, a multiple of 128",
                         unit.flag()
-                    )),
+                    ))
+                    }
                 }
             } else if value.is_some_and(|v| v > 1) {
                 return Err(format!("{}: '{name}' is a flag (0 or 1)", unit.flag()));

@@ -79,6 +79,15 @@ igprof-rs's own options:
                              heap block the fault is in
   -oc, --off-cpu             time off the CPU per stack where each thread
                              waited: OFFCPU_TIME (switches, nanoseconds)
+  -ibs[:TERMS][/PERIOD]      AMD IBS op samples (IbsOpRip as the leaf):
+                             IBS_OPS, IBS_LOADS, IBS_DC_MISS, IBS_LOAD_LAT...;
+                             with -mp, the data they touch charged to the
+                             stack that allocated it: IBS_OBJ_*; TERMS:
+                             cnt_ctl, l3missonly, ldlat=N; PERIOD: cycles
+                             (ops with cnt_ctl), a multiple of 16
+  -ibs-fetch[:TERMS][/PERIOD] AMD IBS fetch samples: IBS_FETCHES,
+                             IBS_IC_MISS, IBS_ITLB_MISS, IBS_FETCH_LAT;
+                             TERMS: rand_en, l3missonly
   -c, --count EVENT,EVENT... a group of events counted per thread, read at
                              each -pp/-pu/-pr sample and charged to its
                              stack: CNT_<EVENT> (several -c: several groups)
@@ -136,6 +145,9 @@ enum Refusal {
     BadSampler(Vec<u8>),
     /// `-e` with a specification that does not parse (the parser's message).
     BadEvent(String),
+    /// An `-ibs` or `-ibs-fetch` option that does not parse (the reason
+    /// names the option).
+    BadIbs(String),
     UnknownOption(Vec<u8>),
     SampleWithoutMp,
     /// `-c` without a CPU profiler, whose samples read the counters.
@@ -188,6 +200,7 @@ impl Refusal {
             ]),
             BadSampler(v) => cat(&[b"--sampler: '", v, b"' is not auto, sigtrap, sigprof or timer"]),
             BadEvent(why) => cat(&[b"-e: ", why.as_bytes()]),
+            BadIbs(why) => why.as_bytes().to_vec(),
             UnknownOption(o) => cat(&[b"unknown option '", o, b"' (see igprof -h)"]),
             CountWithoutSamples => {
                 b"-c counts beside the CPU samples, which read the counters: add -pp (or -pu, -pr)".to_vec()
@@ -377,6 +390,15 @@ fn parse(args: &[OsString], pwd: &mut dyn FnMut() -> Vec<u8>) -> Result<Request,
                 {
                     return Err(Refusal::BadFunction(w.to_vec()));
                 }
+                words.push(w.into());
+                i += 1;
+                continue;
+            }
+            w if w.starts_with(b"-ibs") => {
+                let text = std::str::from_utf8(w).map_err(|_| {
+                    Refusal::BadEvent(format!("'{}' is not text", String::from_utf8_lossy(w)))
+                })?;
+                igprof_events::ibs::parse_request(text).map_err(Refusal::BadIbs)?;
                 words.push(w.into());
                 i += 1;
                 continue;

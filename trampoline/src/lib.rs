@@ -62,7 +62,10 @@ pub mod x86_64;
 pub use arch::Plan;
 pub use error::{HookError, LookupError, Reason};
 pub use hook::{Hook, Prepared, Probe};
-pub use symbols::{defined_at, find_function, find_function_versioned, loaded_objects, Symbol};
+pub use symbols::{
+    data_symbols, defined_at, find_function, find_function_versioned, loaded_objects, DataSymbols,
+    Symbol,
+};
 
 /// Hook `target` so that every call goes to `replacement` (a function with
 /// the same signature and ABI). The returned [`Hook::chain`] runs the

@@ -1,4 +1,5 @@
-//! Finding a function in the running process: its address and size.
+//! Finding a function in the running process: its address and size; and
+//! naming the data symbol that holds an address ([`data_symbols`]).
 //!
 //! Owns: `dlsym`/`dlvsym` lookups (first definition in the process, or in a
 //! named library that is already loaded), the symbol size and padding
@@ -324,6 +325,65 @@ fn text_definitions(path: &str, base: u64) -> Arc<Definitions> {
         .unwrap_or_else(|e| e.into_inner())
         .push((key, d.clone()));
     d
+}
+
+/// (run-time start, end, name) of one object's data symbols, by start.
+type DataDefinitions = Vec<(u64, u64, String)>;
+
+/// The data symbols (global variables, arrays: `STT_OBJECT` with a size)
+/// of the loaded objects, to name the one holding an address.
+pub struct DataSymbols(Vec<Arc<DataDefinitions>>);
+
+impl DataSymbols {
+    /// The name of the data symbol that holds `addr`, if any.
+    pub fn at(&self, addr: u64) -> Option<&str> {
+        self.0.iter().find_map(|defs| {
+            let i = defs.partition_point(|(start, _, _)| *start <= addr);
+            let (_, end, name) = defs.get(i.checked_sub(1)?)?;
+            (addr < *end).then_some(name.as_str())
+        })
+    }
+}
+
+/// The data symbols of every loaded object's symbol tables (`.symtab`
+/// and `.dynsym` of its file), each object's read once per process.
+pub fn data_symbols() -> DataSymbols {
+    type Parsed = ((String, u64), Arc<DataDefinitions>);
+    static CACHE: Mutex<Vec<Parsed>> = Mutex::new(Vec::new());
+    let mut all = Vec::new();
+    for (path, base) in loaded_objects() {
+        let key = (path.clone(), base);
+        let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, d)) = cache.iter().find(|(k, _)| *k == key) {
+            all.push(d.clone());
+            continue;
+        }
+        let file_path = if path.is_empty() {
+            "/proc/self/exe".to_string()
+        } else {
+            path
+        };
+        let mut defs = Vec::new();
+        if let Ok(data) = std::fs::read(&file_path) {
+            if let Ok(file) = object::File::parse(&*data) {
+                let bias = load_bias(&file, base);
+                for s in file.symbols().chain(file.dynamic_symbols()) {
+                    if s.kind() == object::SymbolKind::Data && s.is_definition() && s.size() > 0 {
+                        if let Ok(n) = s.name() {
+                            let start = s.address().wrapping_add(bias);
+                            defs.push((start, start + s.size(), n.to_string()));
+                        }
+                    }
+                }
+            }
+        }
+        defs.sort();
+        defs.dedup_by_key(|d| d.0);
+        let d = Arc::new(defs);
+        cache.push((key, d.clone()));
+        all.push(d);
+    }
+    DataSymbols(all)
 }
 
 /// (path, load address) of every object in the process, main program first

@@ -75,9 +75,32 @@ pub enum CounterId {
     MemFaults,
     /// -oc: nanoseconds off the CPU per stack where the thread waited.
     OffCpuTime,
+    /// -ibs and -ibs-fetch: AMD IBS samples per stack, and with -mp per
+    /// allocating stack of the data they touched (modules/event/ibs.rs).
+    IbsOps,
+    IbsLoads,
+    IbsStores,
+    IbsDcMiss,
+    IbsL2Miss,
+    IbsDtlbMiss,
+    IbsLoadLat,
+    IbsTagToRet,
+    IbsSrcCache,
+    IbsSrcRemoteCache,
+    IbsSrcDram,
+    IbsRemoteNode,
+    IbsFetches,
+    IbsIcMiss,
+    IbsItlbMiss,
+    IbsFetchLat,
+    IbsObjSamples,
+    IbsObjLat,
+    IbsObjMiss,
+    IbsObjRemote,
+    IbsObjHitm,
 }
 
-pub const COUNT: usize = 34;
+pub const COUNT: usize = 55;
 
 /// How many counters named at start-up a run may have (`-e` and `-c`).
 pub const EVENTS: usize = 16;
@@ -213,6 +236,111 @@ pub const ALL: [CounterDef; COUNT] = [
     CounterDef {
         id: CounterId::OffCpuTime,
         name: "OFFCPU_TIME",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::IbsOps,
+        name: "IBS_OPS",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::IbsLoads,
+        name: "IBS_LOADS",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::IbsStores,
+        name: "IBS_STORES",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::IbsDcMiss,
+        name: "IBS_DC_MISS",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::IbsL2Miss,
+        name: "IBS_L2_MISS",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::IbsDtlbMiss,
+        name: "IBS_DTLB_MISS",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::IbsLoadLat,
+        name: "IBS_LOAD_LAT",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::IbsTagToRet,
+        name: "IBS_TAG_TO_RET",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::IbsSrcCache,
+        name: "IBS_SRC_CACHE",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::IbsSrcRemoteCache,
+        name: "IBS_SRC_REMOTE_CACHE",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::IbsSrcDram,
+        name: "IBS_SRC_DRAM",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::IbsRemoteNode,
+        name: "IBS_REMOTE_NODE",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::IbsFetches,
+        name: "IBS_FETCHES",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::IbsIcMiss,
+        name: "IBS_IC_MISS",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::IbsItlbMiss,
+        name: "IBS_ITLB_MISS",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::IbsFetchLat,
+        name: "IBS_FETCH_LAT",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::IbsObjSamples,
+        name: "IBS_OBJ_SAMPLES",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::IbsObjLat,
+        name: "IBS_OBJ_LAT",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::IbsObjMiss,
+        name: "IBS_OBJ_MISS",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::IbsObjRemote,
+        name: "IBS_OBJ_REMOTE",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::IbsObjHitm,
+        name: "IBS_OBJ_HITM",
         merge: Merge::Sum,
     },
 ];

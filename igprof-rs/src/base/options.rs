@@ -142,6 +142,9 @@ pub struct Options {
     /// `-c LIST`: counting groups read at each CPU sample (modules/event),
     /// the groups separated by spaces (they have none).
     pub counts: FixedStr<1024>,
+    /// `-ibs[:TERMS][/PERIOD]` and `-ibs-fetch[...]` words as given
+    /// (checked by the launcher; resolved by modules/event at start-up).
+    pub ibs: FixedStr<1024>,
     /// `-pf`: the page-fault profiler (modules/event).
     pub page_faults: bool,
     /// `-oc`: the off-CPU time profiler (modules/event).
@@ -192,6 +195,7 @@ impl Options {
             finst: false,
             events: FixedStr::new(),
             counts: FixedStr::new(),
+            ibs: FixedStr::new(),
             page_faults: false,
             off_cpu: false,
             output: FixedStr::new(),
@@ -244,14 +248,29 @@ impl Options {
             v.push(("-finst", "the function-instrumentation profiler"));
         }
         if self.samples_events() || !self.counts.is_empty() {
-            v.push(("-e", "the perf-event profiler (-e, -pf, -oc, -c)"));
+            v.push(("-e", "the perf-event profiler (-e, -pf, -oc, -c, -ibs)"));
         }
         v
     }
 
-    /// Whether perf events of modules/event are sampled (-e, -pf, -oc).
+    /// Whether perf events of modules/event are sampled (-e, -pf, -oc,
+    /// -ibs).
     pub fn samples_events(&self) -> bool {
-        !self.events.is_empty() || self.page_faults || self.off_cpu
+        !self.events.is_empty() || self.page_faults || self.off_cpu || !self.ibs.is_empty()
+    }
+
+    /// The `-ibs` and `-ibs-fetch` options, in the order given.
+    pub fn ibs_requests(&self) -> impl Iterator<Item = &str> {
+        core::str::from_utf8(self.ibs.as_bytes())
+            .unwrap_or("")
+            .split(' ')
+            .filter(|s| !s.is_empty())
+    }
+
+    /// Whether IBS samples' data addresses are charged to the allocating
+    /// stacks of the blocks they touch (-ibs with exact -mp).
+    pub fn ibs_objects(&self) -> bool {
+        !self.ibs.is_empty() && self.mem && self.sample_bytes == 0
     }
 
     /// The `-c` groups (each a comma-separated list), in the order given.
@@ -285,6 +304,7 @@ impl Options {
                 self.counts = FixedStr::new();
                 self.page_faults = false;
                 self.off_cpu = false;
+                self.ibs = FixedStr::new();
             }
             _ => {}
         }
@@ -559,6 +579,15 @@ pub fn parse(s: &[u8]) -> Result<Options, OptionError<'_>> {
             b"-finst" => o.finst = true,
             b"-pf" | b"--page-faults" => o.page_faults = true,
             b"-oc" | b"--off-cpu" => o.off_cpu = true,
+            w if w.starts_with(b"-ibs") => {
+                if !append_word(&mut o.ibs, w) {
+                    return Err(OptionError::BadValue {
+                        option: "-ibs",
+                        value: w,
+                        expected: "-ibs options under 1024 bytes in all",
+                    });
+                }
+            }
             b"-e" | b"--event" => {
                 // Several -e accumulate (checked by the launcher; resolved
                 // by the module at start-up).
@@ -839,7 +868,7 @@ mod tests {
         );
         assert!(o
             .selected()
-            .contains(&("-e", "the perf-event profiler (-e, -pf, -oc, -c)")));
+            .contains(&("-e", "the perf-event profiler (-e, -pf, -oc, -c, -ibs)")));
         let o = parse(b"-pp -c page-faults,cs -c cpu/event=1,umask=2/").unwrap();
         assert_eq!(
             o.count_groups().collect::<Vec<_>>(),

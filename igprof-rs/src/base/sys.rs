@@ -589,6 +589,9 @@ pub struct PerfEventKind {
     /// Each sample's data address (`PERF_SAMPLE_ADDR`: the faulting
     /// address of a page fault), delivered as the SIGTRAP's `si_addr`.
     pub sample_addr: bool,
+    /// Each sample's raw PMU data (`PERF_SAMPLE_RAW`: AMD IBS registers),
+    /// written to the event's ring buffer ([`perf_map_ring`]).
+    pub sample_raw: bool,
     /// The period is a frequency (samples per second), the kernel varying
     /// the period to keep it (`attr.freq`).
     pub freq: bool,
@@ -598,6 +601,7 @@ const FLAG_EXCLUDE_USER: u64 = 1 << 4;
 const FLAG_FREQ: u64 = 1 << 10;
 const FLAG_PRECISE_SHIFT: u32 = 15;
 const PERF_SAMPLE_ADDR: u64 = 1 << 3;
+const PERF_SAMPLE_RAW: u64 = 1 << 10;
 /// Index of `config2` (byte 64 of the attr) in [`PerfEventAttr::rest`].
 const REST_CONFIG2: usize = 0;
 
@@ -625,7 +629,7 @@ pub fn sigtrap_attr(kind: &PerfEventKind, period: u64, cookie: u64) -> PerfEvent
             PERF_SAMPLE_ADDR
         } else {
             0
-        },
+        } | if kind.sample_raw { PERF_SAMPLE_RAW } else { 0 },
         flags: FLAG_DISABLED
             | FLAG_SIGTRAP
             | FLAG_REMOVE_ON_EXEC
@@ -767,6 +771,37 @@ pub fn perf_hold(fd: i32) -> Result<usize, i32> {
     } else {
         Ok(m as usize)
     }
+}
+
+/// Maps the ring buffer of the perf event of `fd`: its control page and
+/// `bytes` - 4096 of data (a power of two pages), writable so that the
+/// reader can say how far it read (`data_tail`). Like [`perf_hold`], the
+/// mapping keeps the event alive once `fd` is closed. The mapping or the
+/// errno.
+pub fn perf_map_ring(fd: i32, bytes: usize) -> Result<usize, i32> {
+    // SAFETY: mapping our own perf descriptor's ring, shared.
+    let m = unsafe {
+        libc::syscall(
+            libc::SYS_mmap,
+            core::ptr::null_mut::<c_void>(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd as libc::c_long,
+            0 as libc::c_long,
+        )
+    };
+    if m < 0 {
+        Err(errno())
+    } else {
+        Ok(m as usize)
+    }
+}
+
+/// Unmaps a ring mapped by [`perf_map_ring`] with the same `bytes`.
+pub fn perf_unmap_ring(ring: usize, bytes: usize) {
+    // SAFETY: unmapping our own perf mapping, no longer used.
+    unsafe { libc::syscall(libc::SYS_munmap, ring, bytes) };
 }
 
 /// Ends a perf event held by [`perf_hold`] (its last reference).
@@ -996,6 +1031,7 @@ mod tests {
             exclude_kernel: true,
             exclude_hv: true,
             sample_addr: true,
+            sample_raw: true,
             freq: false,
         };
         let attr = sigtrap_attr(&kind, 100_000, 0x6967_7072_6f66_6503);
@@ -1007,9 +1043,9 @@ mod tests {
         put(4, &136u32.to_le_bytes()); // size
         put(8, &0x01c0u64.to_le_bytes()); // config
         put(16, &100_000u64.to_le_bytes()); // sample_period
-        put(24, &8u64.to_le_bytes()); // sample_type: PERF_SAMPLE_ADDR
-                                      // disabled (bit 0), exclude_kernel (5), exclude_hv (6),
-                                      // precise_ip 2 (bits 15-16), remove_on_exec (36), sigtrap (37).
+        put(24, &(8u64 | 1 << 10).to_le_bytes()); // sample_type: PERF_SAMPLE_ADDR | RAW
+                                                  // disabled (bit 0), exclude_kernel (5), exclude_hv (6),
+                                                  // precise_ip 2 (bits 15-16), remove_on_exec (36), sigtrap (37).
         put(
             40,
             &(1u64 | 1 << 5 | 1 << 6 | 2 << 15 | 1 << 36 | 1 << 37).to_le_bytes(),

@@ -1060,10 +1060,28 @@ pub unsafe fn interrupted_node(
     t: &'static ThreadState,
     uc: *mut libc::c_void,
 ) -> *mut crate::base::tree::Node {
+    // SAFETY: as the caller guarantees.
+    unsafe { interrupted_node_at(t, uc, None) }
+}
+
+/// [`interrupted_node`] with the leaf's address replaced by `leaf` when
+/// given (a sample that names its own instruction, as IBS does, over the
+/// callers found at the interrupt).
+///
+/// # Safety
+/// As [`interrupted_node`].
+pub unsafe fn interrupted_node_at(
+    t: &'static ThreadState,
+    uc: *mut libc::c_void,
+    leaf: Option<usize>,
+) -> *mut crate::base::tree::Node {
     // SAFETY: we are the owning thread with the guard held.
     let buf = unsafe { t.trace_buf() };
     // SAFETY: uc comes from the kernel for this thread's signal (caller).
     let walk = unsafe { crate::base::trace::from_ucontext(t, uc, buf) };
+    if let (Some(pc), true) = (leaf, walk.depth > 0) {
+        buf[0] = pc;
+    }
     if walk.refused {
         t.stats.dropped.fetch_add(1, Ordering::Relaxed);
         return core::ptr::null_mut();

@@ -269,6 +269,11 @@ pub fn init(modules: &'static [&'static Module]) {
     });
     if running == 0 {
         crate::igprof_log!("nothing left to profile; the program runs unprofiled");
+        // No exec hook will say that the next image of this process is a
+        // later one: say it now, so that it does not repeat what was said.
+        let next = format!("{}.{}\0", sys::getpid(), run::exec_generation() + 1);
+        // SAFETY: NUL-terminated name and value; start-up, one thread.
+        unsafe { libc::setenv(c"IGPROF_EXEC_OF".as_ptr(), next.as_ptr().cast(), 1) };
         return;
     }
     each_module(|m| {

@@ -124,6 +124,7 @@ fn kind_of(attr: &igprof_events::Attr) -> PerfEventKind {
         exclude_kernel: !kernel,
         exclude_hv: !attr.levels_given || attr.exclude_hv,
         sample_addr: false,
+        sample_raw: false,
         freq: false,
     }
 }

@@ -46,6 +46,8 @@
 //! descriptor in the program's low numbers.
 
 mod count;
+mod ibs;
+mod ring;
 mod userpage;
 
 use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -84,6 +86,9 @@ enum Charge {
     /// `-oc`: (1, nanoseconds off the CPU since the thread's previous
     /// switch) in OFFCPU_TIME on the stack where it waited.
     OffCpu,
+    /// `-ibs`, `-ibs-fetch`: each sample's IBS registers decoded and
+    /// charged by `ibs::sample` (IBS_* counters).
+    Ibs(ibs::Ibs),
 }
 
 impl Charge {
@@ -92,6 +97,10 @@ impl Charge {
             Charge::Sample(id) => id,
             Charge::PageFault => counters::CounterId::PageFaults,
             Charge::OffCpu => counters::CounterId::OffCpuTime,
+            Charge::Ibs(i) if i.unit == igprof_events::ibs::Unit::Fetch => {
+                counters::CounterId::IbsFetches
+            }
+            Charge::Ibs(_) => counters::CounterId::IbsOps,
         }
     }
 }
@@ -144,6 +153,7 @@ pub const MODULE: crate::modules::Module = crate::modules::Module {
         }
     }),
     header_note: Some(count::header_note),
+    synthetic: Some(ibs::synthetic),
     ..crate::modules::Module::new("-e", |o| {
         o.samples_events() || o.count_groups().next().is_some()
     })
@@ -237,6 +247,7 @@ fn register_counters(o: &Options) {
             exclude_kernel: !kernel,
             exclude_hv: !attr.levels_given || attr.exclude_hv,
             sample_addr: false,
+            sample_raw: false,
             freq: false,
         };
         let period = match spec.period {
@@ -275,8 +286,42 @@ fn register_counters(o: &Options) {
             charge: Charge::Sample(id),
         });
     }
+    ibs_events(o, &mut v);
     let _ = EVENTS.set(v);
     count::register(o, sampled);
+}
+
+/// The `-ibs` and `-ibs-fetch` events that open on this thread, with
+/// their counters enabled.
+fn ibs_events(o: &Options, v: &mut Vec<Event>) {
+    let mut opened = Vec::new();
+    for mut p in ibs::plans(o) {
+        if v.len() == MAX_EVENTS {
+            crate::igprof_log!(
+                "{}: at most {MAX_EVENTS} events per run; running without it",
+                p.text
+            );
+            continue;
+        }
+        if let Err(e) = trial_open(&mut p.kind, false, p.period) {
+            crate::igprof_log!(
+                "{}: {}; running without it",
+                p.text,
+                ibs::refusal(e, &p.kind, &paranoid())
+            );
+            continue;
+        }
+        let charge = Charge::Ibs(p.ibs);
+        v.push(Event {
+            text: p.text.clone(),
+            name: counters::ALL[charge.counter() as usize].name,
+            kind: p.kind,
+            period: p.period,
+            charge,
+        });
+        opened.push(p);
+    }
+    ibs::register(&opened, o);
 }
 
 /// The software events of `-pf` and `-oc` (period 1 each), counted in
@@ -444,12 +489,23 @@ fn start(o: &Options) -> Result<(), String> {
     if let Some(s) = counters::slot(counters::CounterId::PageFaults) {
         PF_SLOT.store(s, Ordering::Relaxed);
     }
+    ibs::init_slots();
     cpu::set_event_samples(cpu::EventSamples {
         held,
         fds,
         sample,
         inside: |t, i| {
             INSIDE[i as usize].fetch_add(1, Ordering::Relaxed);
+            // An IBS sample of the profiler's own code: its records are
+            // read past, not left for the program's next sample.
+            if let (Some(r), Some(Charge::Ibs(_))) =
+                (existing(t), events().get(i as usize).map(|e| e.charge))
+            {
+                if let Some((ring, bytes)) = ibs_ring(r, i as usize) {
+                    // SAFETY: the thread's own ring, read only by its handler.
+                    unsafe { ring::drain(ring, bytes, |_, _| {}) };
+                }
+            }
             // The profiler's own faults are not the program's: counted
             // past, so that no later sample takes them for merged ones.
             if let Some(r) = existing(t) {
@@ -501,6 +557,29 @@ fn describe(_: &Options) -> Option<String> {
     }
     if named(Charge::OffCpu) {
         list.push("off-CPU time (OFFCPU_TIME, ns)".into());
+    }
+    for (i, e) in events().iter().enumerate() {
+        if let (Charge::Ibs(b), false) = (e.charge, OFF[i].load(Ordering::Relaxed)) {
+            let objects = counters::slot(counters::CounterId::IbsObjSamples).is_some();
+            list.push(match b.unit {
+                igprof_events::ibs::Unit::Op => format!(
+                    "AMD IBS ops ({}, every {}): IBS_OPS and the op counters{}",
+                    e.text,
+                    e.period,
+                    if objects {
+                        ", IBS_OBJ_* on the data's owners"
+                    } else {
+                        ""
+                    }
+                ),
+                igprof_events::ibs::Unit::Fetch => {
+                    format!(
+                        "AMD IBS fetches ({}, every {}): IBS_FETCHES and the fetch counters",
+                        e.text, e.period
+                    )
+                }
+            });
+        }
     }
     list.extend(count::describe());
     (!list.is_empty()).then(|| list.join(", "))
@@ -590,7 +669,13 @@ fn draw(t: &ThreadState, ev: &Event) -> u64 {
         return ev.period;
     }
     let spread = ev.period / 5;
-    ev.period - ev.period / 10 + t.sampler.clock.next_random() % spread
+    let p = ev.period - ev.period / 10 + t.sampler.clock.next_random() % spread;
+    if matches!(ev.charge, Charge::Ibs(_)) {
+        // The IBS counter's low 4 bits are not programmable.
+        p & !15
+    } else {
+        p
+    }
 }
 
 /// Opens event `i` for thread `t` (the calling thread) with a new period
@@ -633,15 +718,19 @@ fn open_one(t: &ThreadState, r: &PerThread, i: usize, ev: &Event) -> Result<(), 
     r.held.fetch_or(1 << i, Ordering::Release);
     if fasync.is_some() && !sys::perf_enable(fd) {
         let e = sys::errno();
-        end((
-            r.hold[i].swap(old.0, Ordering::AcqRel),
-            r.fd[i].swap(old.1 + 1, Ordering::AcqRel) - 1,
-            r.ring[i].swap(old.2, Ordering::AcqRel),
-        ));
+        end(
+            Some(ev),
+            (
+                r.hold[i].swap(old.0, Ordering::AcqRel),
+                r.fd[i].swap(old.1 + 1, Ordering::AcqRel) - 1,
+                r.ring[i].swap(old.2, Ordering::AcqRel),
+            ),
+        );
         return Err(e);
     }
-    // The one it replaces ends once the new one runs.
-    end(old);
+    // The one it replaces ends once the new one runs (IBS: its samples
+    // not yet read are lost with it, a few per renewal).
+    end(Some(ev), old);
     Ok(())
 }
 
@@ -650,6 +739,21 @@ fn open_one(t: &ThreadState, r: &PerThread, i: usize, ev: &Event) -> Result<(), 
 /// mapping holds the event and no sample reads its count.
 fn hold_sigtrap(t: &ThreadState, i: usize, ev: &Event, period: u64) -> Result<(usize, i32), i32> {
     let fd = sys::perf_sigtrap_open(&ev.kind, t.tid(), period, cpu::EVENT_COOKIE | i as u64)?;
+    if ev.kind.sample_raw {
+        // Raw samples are read from the event's ring, which holds it.
+        let ring = sys::perf_map_ring(fd, ibs::RING_BYTES);
+        let ok = ring.is_ok() && sys::perf_enable(fd);
+        let e = sys::errno();
+        sys::close(fd);
+        return match ring {
+            Ok(m) if ok => Ok((m, -1)),
+            Ok(m) => {
+                sys::perf_unmap_ring(m, ibs::RING_BYTES);
+                Err(e)
+            }
+            Err(e) => Err(e),
+        };
+    }
     Ok(match sys::perf_hold(fd) {
         // With a frequency, each sample reads the count: the descriptor
         // stays (for read(2)) beside the page (for rdpmc).
@@ -684,10 +788,12 @@ fn hold_sigtrap(t: &ThreadState, i: usize, ev: &Event, period: u64) -> Result<(u
     })
 }
 
-/// Ends an event held by mapping `hold`, descriptor `fd` or fasync `ring`
-/// with its descriptor (0 / -1: none).
-fn end((hold, fd, ring): (usize, i32, usize)) {
-    if hold != 0 {
+/// Ends event `ev`'s instance held by mapping `hold`, descriptor `fd` or
+/// fasync `ring` with its descriptor (0 / -1: none).
+fn end(ev: Option<&Event>, (hold, fd, ring): (usize, i32, usize)) {
+    if hold != 0 && ev.is_some_and(|e| e.kind.sample_raw) {
+        sys::perf_unmap_ring(hold, ibs::RING_BYTES);
+    } else if hold != 0 {
         sys::perf_release(hold);
     }
     if ring != 0 && fd >= 0 {
@@ -801,8 +907,11 @@ fn end_all(t: &'static ThreadState, final_read: bool, unmap: bool) {
         }
     }
     for i in 0..MAX_EVENTS {
-        // A frequency event's page is read by its thread's handler.
-        let read_by_handler = events().get(i).is_some_and(|e| e.kind.freq);
+        // A frequency event's page, an IBS event's ring are read by its
+        // thread's handler.
+        let read_by_handler = events()
+            .get(i)
+            .is_some_and(|e| e.kind.freq || e.kind.sample_raw);
         let (hold, fd, ring) = (
             r.hold[i].swap(0, Ordering::AcqRel),
             r.fd[i].swap(0, Ordering::AcqRel) - 1,
@@ -813,7 +922,7 @@ fn end_all(t: &'static ThreadState, final_read: bool, unmap: bool) {
                 sys::close(fd);
             }
         } else {
-            end((hold, fd, ring));
+            end(events().get(i), (hold, fd, ring));
         }
     }
 }
@@ -825,6 +934,7 @@ fn forget_inherited() {
     for t in thread::all() {
         end_all(t, false, true);
     }
+    ibs::reset();
 }
 
 /// One sample of event `i` (signal context, guard held).
@@ -833,6 +943,13 @@ fn sample(t: &'static ThreadState, i: u8, uc: *mut libc::c_void, addr: usize) {
     let (Some(r), Some(ev)) = (existing(t), events().get(i)) else {
         return;
     };
+    if let Charge::Ibs(b) = ev.charge {
+        let period = r.period[i].load(Ordering::Relaxed);
+        let n = ibs::sample(t, uc, b, ibs_ring(r, i), period);
+        CHARGED[i].fetch_add(n, Ordering::Relaxed);
+        renew_period(t, r, i, ev);
+        return;
+    }
     if counts_each_fault(ev) {
         // The late signal of faults the profiler's own handler took (its
         // SIGTRAP is blocked meanwhile: they come back as one signal once
@@ -867,6 +984,8 @@ fn sample(t: &'static ThreadState, i: u8, uc: *mut libc::c_void, addr: usize) {
         // Charged by charge_faults where the faults are counted.
         Charge::PageFault => faults.map_or(1, |_| 0),
         Charge::OffCpu => off_cpu_ns(r),
+        // Charged by ibs::sample (above).
+        Charge::Ibs(_) => 0,
     };
     if !node.is_null() && value > 0 {
         let slot = SLOTS[i].load(Ordering::Relaxed);
@@ -879,6 +998,29 @@ fn sample(t: &'static ThreadState, i: u8, uc: *mut libc::c_void, addr: usize) {
     if ev.charge == Charge::PageFault && addr != 0 {
         charge_owner(addr);
     }
+    renew_period(t, r, i, ev);
+}
+
+/// The ring of thread record `r`'s event `i` and its size, if its samples
+/// are read from one (an IBS event: its holding mapping; with fasync: the
+/// fasync ring).
+fn ibs_ring(r: &PerThread, i: usize) -> Option<(usize, usize)> {
+    if !events().get(i).is_some_and(|e| e.kind.sample_raw) {
+        return None;
+    }
+    match (
+        r.hold[i].load(Ordering::Relaxed),
+        r.ring[i].load(Ordering::Relaxed),
+    ) {
+        (0, 0) => None,
+        (0, ring) => Some((ring, sys::PERF_RING_BYTES)),
+        (hold, _) => Some((hold, ibs::RING_BYTES)),
+    }
+}
+
+/// Counts a sample of event `i` and draws the thread's period again every
+/// [`RENEW_EVERY`] samples.
+fn renew_period(t: &'static ThreadState, r: &PerThread, i: usize, ev: &Event) {
     if ev.period >= JITTER_FROM && !ev.kind.freq {
         let n = r.since[i].load(Ordering::Relaxed) + 1;
         r.since[i].store(n, Ordering::Relaxed);
@@ -1056,6 +1198,9 @@ fn report() {
             MERGED.load(Ordering::Relaxed),
             STALE.load(Ordering::Relaxed)
         );
+    }
+    if events().iter().any(|e| matches!(e.charge, Charge::Ibs(_))) {
+        ibs::report();
     }
     for (i, e) in events().iter().enumerate() {
         let flag = if matches!(e.charge, Charge::Sample(_)) {

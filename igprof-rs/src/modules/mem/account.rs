@@ -211,6 +211,28 @@ pub fn on_free(addr: usize) -> Option<Block> {
     Some(b)
 }
 
+/// The allocating node of the live block that holds `addr`, if any: a
+/// block of at least `spans::min()` bytes from the span index, a smaller
+/// one by looking up the block starts below `addr` (16-byte steps, the
+/// allocator's alignment on both architectures) up to that size. The
+/// first block found decides: blocks do not overlap, so if it ends before
+/// `addr` no lower one can hold it. Signal context, for a thread that was
+/// not in profiler code (it holds no table lock).
+pub fn block_holding(addr: usize) -> Option<*const Node> {
+    if let Some(node) = super::spans::owner_of(addr) {
+        return Some(node);
+    }
+    let lowest = addr.saturating_sub(super::spans::min() as usize);
+    let mut start = addr & !15;
+    while start > lowest {
+        if let Some(b) = LIVE.get(start) {
+            return (addr < b.addr + b.size as usize).then_some(b.node);
+        }
+        start -= 16;
+    }
+    None
+}
+
 /// Puts a block taken out by [`on_free`] back unchanged (a realloc that
 /// failed: the old block is still the program's, with its old size and
 /// stack).

@@ -117,9 +117,13 @@ fn start() -> Result<(), String> {
         );
     }
     memo::init_check();
-    // -pf with -mp: faults inside large blocks go to their allocating stack.
-    if o.page_faults && o.mem && !sample::active() && !spans::enable() {
+    // -pf with -mp: faults inside large blocks go to their allocating
+    // stack; -ibs with -mp: sampled accesses inside any block.
+    if o.page_faults && o.mem && !sample::active() && !spans::enable(spans::SPAN_MIN) {
         crate::igprof_log!("-pf -mp: no memory for the large-block index; MEM_FAULTS not recorded");
+    }
+    if o.ibs_objects() && !sample::active() && !spans::enable(spans::SMALL_SPAN_MIN) {
+        crate::igprof_log!("-ibs -mp: no memory for the block index; IBS_OBJ_* not recorded");
     }
     install();
     if !hooks::hooked(hooks::Func::Malloc) || !hooks::hooked(hooks::Func::Free) {

@@ -1,12 +1,15 @@
 //! Large live heap blocks by address range, for "which block holds this
 //! address" (`-pf` with `-mp`: a page fault inside a block is charged to
-//! the stack that allocated it, MEM_FAULTS).
+//! the stack that allocated it, MEM_FAULTS; `-ibs` with `-mp`: a sampled
+//! access, IBS_OBJ_*).
 //!
-//! The live table finds a block by its start only. Blocks of at least
-//! [`SPAN_MIN`] bytes are also kept here, sorted by start, and found by a
-//! binary search. Smaller blocks are not: the heap pages that hold them are
-//! first written by the allocator itself (a chunk's header, before the
-//! block is the program's), so their faults say little about the block.
+//! The live table finds a block by its start only. Blocks of at least the
+//! size given to [`enable`] are also kept here, sorted by start, and found
+//! by a binary search: [`SPAN_MIN`] for page faults (the heap pages that
+//! hold smaller blocks are first written by the allocator itself, a
+//! chunk's header, so their faults say little about the block), and
+//! [`SMALL_SPAN_MIN`] for IBS, whose smaller blocks are found from the
+//! live table by `account::block_holding`.
 //!
 //! Owns the sorted array (one mapping, made when enabled; fixed capacity,
 //! [`DROPPED`] counts the blocks that did not fit) and its spin lock.
@@ -19,8 +22,10 @@ use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use crate::base::tree::Node;
 
-/// Smallest block kept (bytes).
+/// Smallest block kept for page faults (bytes).
 pub const SPAN_MIN: u64 = 64 << 10;
+/// Smallest block kept when any access may be asked about (IBS).
+pub const SMALL_SPAN_MIN: u64 = 4 << 10;
 /// Most blocks kept at once.
 const CAPACITY: usize = 1 << 16;
 
@@ -33,15 +38,22 @@ struct Span {
 }
 
 static ON: AtomicBool = AtomicBool::new(false);
+/// Smallest block kept in this run.
+static MIN: AtomicU64 = AtomicU64::new(SPAN_MIN);
 static LOCK: AtomicBool = AtomicBool::new(false);
 static BASE: AtomicUsize = AtomicUsize::new(0);
 static LEN: AtomicUsize = AtomicUsize::new(0);
 /// Blocks not kept because the array was full.
 pub static DROPPED: AtomicU64 = AtomicU64::new(0);
 
-/// Starts keeping large blocks (start-up, before any hook runs). False
-/// when no memory could be mapped.
-pub fn enable() -> bool {
+/// Starts keeping blocks of at least `min` bytes (start-up, before any
+/// hook runs; the smallest `min` asked for wins). False when no memory
+/// could be mapped.
+pub fn enable(min: u64) -> bool {
+    MIN.store(MIN.load(Ordering::Relaxed).min(min), Ordering::Relaxed);
+    if active() {
+        return true;
+    }
     let p = crate::base::sys::mmap_anon(CAPACITY * core::mem::size_of::<Span>());
     if p.is_null() {
         return false;
@@ -83,9 +95,14 @@ fn locked<R>(f: impl FnOnce(&mut [Span], &mut usize) -> R) -> R {
     r
 }
 
+/// The smallest block kept.
+pub fn min() -> u64 {
+    MIN.load(Ordering::Relaxed)
+}
+
 /// A live block of `size` bytes at `start`, allocated by `node`.
 pub fn insert(start: usize, size: u64, node: *const Node) {
-    if size < SPAN_MIN {
+    if size < min() {
         return;
     }
     locked(|all, len| {
@@ -115,7 +132,7 @@ pub fn insert(start: usize, size: u64, node: *const Node) {
 
 /// Block `start` of `size` bytes left the live table.
 pub fn remove(start: usize, size: u64) {
-    if size < SPAN_MIN {
+    if size < min() {
         return;
     }
     locked(|all, len| {
@@ -151,7 +168,7 @@ mod tests {
 
     #[test]
     fn finds_the_block_that_holds_an_address() {
-        assert!(enable());
+        assert!(enable(SPAN_MIN));
         let n = |i: usize| i as *const Node;
         insert(0x10_0000, SPAN_MIN, n(1));
         insert(0x40_0000, 4 * SPAN_MIN, n(2));
