@@ -65,6 +65,26 @@ const EXCLUDED: &[(&str, &str, &str)] = &[
         "kcachegrind callgrind.out.app",
         "a graphical program (the run block reads the same file with callgrind_annotate)",
     ),
+    (
+        "docs/user-guide.md",
+        "igprof -mp -ibs -o zen.gz ./app",
+        "needs AMD IBS, which this VM lacks (the run blocks above use the test seam)",
+    ),
+    (
+        "docs/user-guide.md",
+        "igprof-analyse -r IBS_LOAD_LAT zen.gz",
+        "reads the profile of the IBS command above",
+    ),
+    (
+        "docs/user-guide.md",
+        "perf mem record -- ./app",
+        "perf's IBS memory sampling: needs AMD IBS",
+    ),
+    (
+        "docs/user-guide.md",
+        "perf report --mem-mode --sort=sym,mem",
+        "reads the perf mem recording above",
+    ),
 ];
 
 /// The files whose every command must be run or excluded.
