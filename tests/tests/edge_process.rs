@@ -246,6 +246,18 @@ fn until_ready(
     if stdin {
         c.stdin(Stdio::piped());
     }
+    // The signals these tests send take their default action, whatever
+    // this test process inherited (nohup ignores SIGHUP, and an ignored
+    // signal stays ignored across exec).
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut c, || {
+            for sig in [libc::SIGHUP, libc::SIGINT, libc::SIGTERM] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
     let mut child = c
         .arg(arg)
         .current_dir(d)
