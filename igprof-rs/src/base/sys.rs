@@ -754,13 +754,18 @@ const PERF_HOLD_BYTES: usize = 4096;
 /// Returns the mapping, or the errno (e.g. EPERM past the locked-memory
 /// limit for perf mappings).
 pub fn perf_hold(fd: i32) -> Result<usize, i32> {
-    // SAFETY: mapping one page of our own perf descriptor, read-only.
+    perf_map(fd, PERF_HOLD_BYTES, libc::PROT_READ)
+}
+
+/// mmap(2) of `bytes` of our perf descriptor `fd`, shared, with `prot`.
+fn perf_map(fd: i32, bytes: usize, prot: i32) -> Result<usize, i32> {
+    // SAFETY: mapping our own perf descriptor, shared.
     let m = unsafe {
         libc::syscall(
             libc::SYS_mmap,
             core::ptr::null_mut::<c_void>(),
-            PERF_HOLD_BYTES,
-            libc::PROT_READ,
+            bytes,
+            prot,
             libc::MAP_SHARED,
             fd as libc::c_long,
             0 as libc::c_long,
@@ -779,23 +784,7 @@ pub fn perf_hold(fd: i32) -> Result<usize, i32> {
 /// mapping keeps the event alive once `fd` is closed. The mapping or the
 /// errno.
 pub fn perf_map_ring(fd: i32, bytes: usize) -> Result<usize, i32> {
-    // SAFETY: mapping our own perf descriptor's ring, shared.
-    let m = unsafe {
-        libc::syscall(
-            libc::SYS_mmap,
-            core::ptr::null_mut::<c_void>(),
-            bytes,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd as libc::c_long,
-            0 as libc::c_long,
-        )
-    };
-    if m < 0 {
-        Err(errno())
-    } else {
-        Ok(m as usize)
-    }
+    perf_map(fd, bytes, libc::PROT_READ | libc::PROT_WRITE)
 }
 
 /// Unmaps a ring mapped by [`perf_map_ring`] with the same `bytes`.
