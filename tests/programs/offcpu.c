@@ -3,7 +3,10 @@
    context switch each); lock_here(): blocks LOCK_MS milliseconds on a
    mutex another thread holds (it takes the lock, signals, sleeps, then
    unlocks). Usage: offcpu [SLEEPS] [SLEEP_US] [LOCK_MS]
-   (default 100 10000 500). Prints what it did. */
+   (default 100 10000 500). Prints what it did; with OFFCPU_TIMES=FILE
+   in the environment, also writes to FILE the wall-clock minus CPU time
+   each of wait_here and lock_here really took (ns): on a loaded machine
+   a woken thread waits for a CPU, which is time off the CPU too. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,20 +46,44 @@ __attribute__((noinline)) void lock_here(void) {
   __asm__ volatile("");
 }
 
+static long long ns(clockid_t c) {
+  struct timespec t;
+  clock_gettime(c, &t);
+  return t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* Wall-clock minus this thread's CPU time since the marks. */
+static long long off_since(long long wall, long long cpu) {
+  return (ns(CLOCK_MONOTONIC) - wall) - (ns(CLOCK_THREAD_CPUTIME_ID) - cpu);
+}
+
 int main(int argc, char **argv) {
   long n = argc > 1 ? atol(argv[1]) : 100;
   long us = argc > 2 ? atol(argv[2]) : 10000;
   lock_ms = argc > 3 ? atol(argv[3]) : 500;
+  long long wall = ns(CLOCK_MONOTONIC), cpu = ns(CLOCK_THREAD_CPUTIME_ID);
   wait_here(n, us);
+  long long waited = off_since(wall, cpu), blocked = 0;
   if (lock_ms > 0) {
     pthread_t t;
     pthread_create(&t, 0, holder, 0);
     pthread_mutex_lock(&ready_m);
     while (!ready) pthread_cond_wait(&ready_c, &ready_m);
     pthread_mutex_unlock(&ready_m);
+    wall = ns(CLOCK_MONOTONIC);
+    cpu = ns(CLOCK_THREAD_CPUTIME_ID);
     lock_here();
+    blocked = off_since(wall, cpu);
     pthread_join(t, 0);
   }
   printf("slept %ld x %ld us, blocked %ld ms\n", n, us, lock_ms);
+  const char *times = getenv("OFFCPU_TIMES");
+  if (times) {
+    FILE *f = fopen(times, "w");
+    if (f) {
+      fprintf(f, "%lld %lld\n", waited, blocked);
+      fclose(f);
+    }
+  }
   return 0;
 }
