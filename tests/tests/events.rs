@@ -620,7 +620,10 @@ fn without_sigtrap_events_the_rings_signal_instead() {
         );
     }
     // A switch event's own signal would interrupt every blocking call it
-    // follows: refused, named; the program runs as unprofiled.
+    // follows: refused, named; the program runs as unprofiled. offcpu
+    // reads the clock through the vDSO first, whose data page's fault is
+    // retried by Linux 6.4+: with a page-faults signal pending during it,
+    // the program used to take that fault forever.
     let o = igprof(
         &d,
         &[

@@ -458,6 +458,14 @@ fn start(o: &Options) -> Result<(), String> {
         crate::igprof_debug!(
             "-e: events signal through fasync (no sigtrap perf events, or --sampler sigprof/timer)"
         );
+        for e in events() {
+            if fasync_kind(e).config != e.kind.config {
+                crate::igprof_debug!(
+                    "{}: samples the faults that complete (minor-faults): with fasync a fault's signal would be pending during the fault, which a fault that needs a retry gives up for, again and again",
+                    e.text
+                );
+            }
+        }
         for (i, e) in events().iter().enumerate() {
             if is_switch(&e.kind) {
                 // A switch out of a blocking call would signal the thread,
@@ -692,8 +700,13 @@ fn open_one(t: &ThreadState, r: &PerThread, i: usize, ev: &Event) -> Result<(), 
     // is enabled (a signal that names it must never go to the program).
     let (hold, fd, ring) = match fasync {
         Some(signo) => {
-            let (fd, ring) =
-                sys::perf_fasync_open(&ev.kind, t.tid(), period, signo, cpu::high_fd_base())?;
+            let (fd, ring) = sys::perf_fasync_open(
+                &fasync_kind(ev),
+                t.tid(),
+                period,
+                signo,
+                cpu::high_fd_base(),
+            )?;
             cpu::mark_fd_ours(fd);
             (0, fd, ring)
         }
@@ -732,6 +745,26 @@ fn open_one(t: &ThreadState, r: &PerThread, i: usize, ev: &Event) -> Result<(), 
     // not yet read are lost with it, a few per renewal).
     end(Some(ev), old);
     Ok(())
+}
+
+/// What event `ev` opens as when it signals through fasync. A fault event
+/// sampled at every fault counts the faults that complete (`minor-faults`)
+/// instead of every entry into the fault handler (`page-faults`): fasync
+/// sends the signal at once, so it is pending while the kernel handles the
+/// fault, and a fault that needs a retry (the vDSO's data page under
+/// Linux 6.4+'s per-VMA locks) is then abandoned for the signal and taken
+/// again, raising another signal: the program would loop there forever.
+/// Major faults are then not sampled (-pf's MAJOR_FAULTS still counts
+/// them).
+fn fasync_kind(ev: &Event) -> PerfEventKind {
+    const SOFTWARE: u32 = 1;
+    const PAGE_FAULTS: u64 = 2;
+    const MINOR_FAULTS: u64 = 5;
+    let mut k = ev.kind;
+    if (k.type_, k.config) == (SOFTWARE, PAGE_FAULTS) && ev.period == 1 && !k.freq {
+        k.config = MINOR_FAULTS;
+    }
+    k
 }
 
 /// Opens event `i` with sigtrap delivery and enables it: (the mapping that
@@ -1201,6 +1234,12 @@ fn report() {
     }
     if events().iter().any(|e| matches!(e.charge, Charge::Ibs(_))) {
         ibs::report();
+    }
+    if crate::modules::mem::spans::active() {
+        crate::igprof_log!(
+            "data addresses not looked up because the sample interrupted a memory hook: {}",
+            crate::modules::mem::spans::BUSY.load(Ordering::Relaxed)
+        );
     }
     for (i, e) in events().iter().enumerate() {
         let flag = if matches!(e.charge, Charge::Sample(_)) {

@@ -217,8 +217,14 @@ pub fn on_free(addr: usize) -> Option<Block> {
 /// allocator's alignment on both architectures) up to that size. The
 /// first block found decides: blocks do not overlap, so if it ends before
 /// `addr` no lower one can hold it. Signal context, for a thread that was
-/// not in profiler code (it holds no table lock).
+/// not in profiler code; None when it was inside a memory hook (which may
+/// hold a table lock, or be half-way through an update of the recent
+/// cache), as [`super::spans::owner_of`] says.
 pub fn block_holding(addr: usize) -> Option<*const Node> {
+    if super::site::recording() {
+        super::spans::BUSY.fetch_add(1, Ordering::Relaxed);
+        return None;
+    }
     if let Some(node) = super::spans::owner_of(addr) {
         return Some(node);
     }

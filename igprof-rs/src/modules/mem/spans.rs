@@ -14,9 +14,9 @@
 //! Owns the sorted array (one mapping, made when enabled; fixed capacity,
 //! [`DROPPED`] counts the blocks that did not fit) and its spin lock.
 //!
-//! Must never: allocate, or be called with the lock held by the calling
-//! thread (the hooks take it inside the thread's guard, and [`owner_of`]
-//! is called only outside it).
+//! Must never: allocate, or wait for the lock held by the calling thread
+//! (the hooks take it while the thread is marked as recording, and
+//! [`owner_of`], called from signal handlers, does not look then).
 
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
@@ -144,9 +144,20 @@ pub fn remove(start: usize, size: u64) {
     });
 }
 
-/// The allocating node of the large live block that holds `addr`.
+/// Lookups not made because the calling thread was inside a memory hook
+/// (a signal that interrupted it, which may hold the lock).
+pub static BUSY: AtomicU64 = AtomicU64::new(0);
+
+/// The allocating node of the large live block that holds `addr`. None
+/// also when the calling thread is inside a memory hook (counted in
+/// [`BUSY`]): a signal handler that interrupted the free path, which
+/// takes this lock without the profiler's guard, must not wait for it.
 pub fn owner_of(addr: usize) -> Option<*const Node> {
     if !active() {
+        return None;
+    }
+    if super::site::recording() {
+        BUSY.fetch_add(1, Ordering::Relaxed);
         return None;
     }
     locked(|all, len| {
