@@ -448,19 +448,33 @@ fn python_faults_in_its_buffer_where_it_allocated_it_and_sleeps_off_the_cpu() {
     // faulted in once, charged to the stack that allocated the block;
     // then it sleeps 300 ms, off the CPU in the sleep.
     let script = "import time\nb = bytearray(64 << 20)\ntime.sleep(0.3)\nprint(len(b))";
-    let o = igprof(&d, &["-pf", "-mp", "-oc", "-o", "py.gz", py, "-c", script]);
-    ok(&o);
+    let o = igprof(
+        &d,
+        &["-d", "-pf", "-mp", "-oc", "-o", "py.gz", py, "-c", script],
+    );
+    let err = ok(&o);
+    // -d: how many faults had their signal merged with another's (their
+    // addresses lost), over the whole run.
+    let merged: u64 = err
+        .lines()
+        .filter_map(|l| l.strip_prefix("igprof: fault events: "))
+        .filter_map(|l| l.split(' ').next()?.parse().ok())
+        .max()
+        .expect("-d's fault events line");
     assert_eq!(String::from_utf8_lossy(&o.stdout), "67108864\n");
     let p = parse_strict(&read_text(&d.join("py.gz"))).unwrap();
-    // Under the call that allocated it, less the odd fault whose signal
-    // met -oc's in one kernel entry (a fault that waited for memory is
-    // also a context switch: one SIGTRAP for both, and the merged fault's
-    // address is lost; its PAGE_FAULTS is not). The faults themselves are
-    // the zero-filling's, where Python writes the pages.
+    // Under the call that allocated it, less the faults whose signal met
+    // -oc's in one kernel entry (a fault that waited for memory, or was
+    // preempted, is also a context switch: one SIGTRAP for both, and the
+    // merged fault's address is lost; its PAGE_FAULTS is not), which -d
+    // counts (a handful on a quiet machine, dozens on a loaded one). The
+    // faults themselves are the zero-filling's, where Python writes the
+    // pages; malloc writes the block's first page itself (its header),
+    // before the block is the program's.
     let (_, mem_faults) = under(&p, "MEM_FAULTS", "PyByteArray_Resize");
     assert!(
-        (16_370..=16_384).contains(&mem_faults),
-        "MEM_FAULTS {mem_faults}"
+        mem_faults <= 16_384 && mem_faults + merged + 4 >= 16_384,
+        "MEM_FAULTS {mem_faults}, {merged} merged"
     );
     assert!(total(&p, "PAGE_FAULTS") >= mem_faults);
     let slept = p
