@@ -511,6 +511,20 @@ pub fn modules_changed() {
     crate::base::trace::modules_changed();
 }
 
+/// After a successful dlopen (calling thread busy): the module table, then
+/// the modules that act on new objects.
+pub fn objects_loaded() {
+    modules_changed();
+    if !active() {
+        return;
+    }
+    each_module(|m| {
+        if let Some(f) = m.objects_loaded {
+            f()
+        }
+    });
+}
+
 /// `igprof_dump_now(path)`: a snapshot into `path` (NULL: the output file).
 pub fn dump_now(path: Option<&[u8]>) -> i32 {
     if !is_own_process() {
