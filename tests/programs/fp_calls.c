@@ -31,8 +31,7 @@ static int bad;
 
 static void check(const char *what, int ok) {
   if (!ok) {
-    fprintf(stderr, "wrong result: %s\n", what);
-    bad = 1;
+    if (bad++ < 5) fprintf(stderr, "wrong result: %s\n", what);
   }
 }
 
@@ -215,5 +214,5 @@ int main(int argc, char **argv) {
     return 2;
   }
   printf("fp_calls %s done\n", mode);
-  return bad;
+  return bad != 0;
 }
