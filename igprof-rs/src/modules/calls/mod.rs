@@ -60,7 +60,7 @@ const REFUSED: [&str; 2] = ["__tls_get_addr", "___tls_get_addr"];
 
 /// The -fp profiler in the runtime's module registry.
 pub const MODULE: crate::modules::Module = crate::modules::Module {
-    describe: describe,
+    describe,
     register_counters: |_| {
         counters::enable(CounterId::CallsTotal);
     },
@@ -122,6 +122,7 @@ fn start(o: &crate::base::options::Options) -> Result<(), String> {
         return Err("its counter could not be enabled".into());
     };
     SLOT.store(slot, Ordering::Relaxed);
+    crate::modules::mem::memo::init_check();
     let saved = stub::init();
     crate::igprof_debug!("-fp: the entry stubs save the argument registers and {saved}");
     let mut t = TABLE.lock().unwrap_or_else(|e| e.into_inner());
@@ -235,8 +236,13 @@ fn resolve(t: &mut Table, at_start: bool) {
     PENDING.store(pending, Ordering::Release);
 }
 
-/// Before a dump: names, once, the specs whose function was never found.
+/// Before a dump: names, once, the specs whose function was never found
+/// (and with `IGPROF_MEMO_CHECK=1`, the stack memo's check, which `-mp`
+/// reports when it runs).
 fn report() {
+    if !crate::base::options::get().mem {
+        crate::modules::mem::memo::report_check();
+    }
     if !PENDING.load(Ordering::Acquire) || SAID_PENDING.swap(true, Ordering::AcqRel) {
         return;
     }
@@ -269,8 +275,10 @@ fn replay(n: *mut Node, kind: u8, _: usize, _: u64) {
 }
 
 /// Called by stub `i` at every call of the function hooked on it, with
-/// the program's registers saved: counts the call on its caller's stack.
-extern "C" fn count_entry(i: usize) {
+/// the program's registers saved and its stack pointer, frame pointer and
+/// (AArch64) link register at the call: counts the call on its caller's
+/// stack.
+extern "C" fn count_entry(i: usize, sp: usize, fp: usize, lr: usize) {
     if !crate::base::run::recording() {
         return;
     }
@@ -278,7 +286,15 @@ extern "C" fn count_entry(i: usize) {
         // Inside the guard: errno's slot is found through libc, whose
         // functions may be -fp'd themselves (they pass through now).
         let _e = crate::base::sys::ErrnoGuard::save();
-        if let Some(n) = site::caller_node(t, h, 0) {
+        // The stack memo answers when the stack is the previous walk's
+        // (not inside a real realloc, where it would ask whether the call
+        // is libc's own: every call of FUNC counts).
+        let n = if h.outer.get() & site::MEM_OUTER == 0 {
+            site::caller_node_at(t, h, &crate::modules::mem::memo::EntryRegs { sp, fp, lr })
+        } else {
+            site::caller_node(t, h, 0)
+        };
+        if let Some(n) = n {
             tick(n)
         }
     });
