@@ -34,21 +34,28 @@ fn by_caller(p: &Profile) -> BTreeMap<String, u64> {
     m
 }
 
-/// Runs `igprof <fp...> -o prof.gz ./fp_calls <mode>` in `d`: (stdout,
-/// stderr, exit status, profile).
-fn run(d: &Path, fp: &[&str], mode: &str) -> (String, String, i32, Profile) {
+/// Runs `igprof <fp...> -o prof.gz ./fp_calls <mode>` in `d`, which must
+/// exit 0: (stdout, stderr, profile).
+fn run(d: &Path, fp: &[&str], mode: &str) -> (String, String, Profile) {
     let mut a: Vec<&str> = fp.to_vec();
     a.extend_from_slice(&["-o", "prof.gz", "./fp_calls", mode]);
     let o = igprof(d, &a);
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     let p = parse_strict(&read_text(&d.join("prof.gz"))).unwrap_or_else(|e| panic!("{e}\n{err}"));
-    (
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        err,
-        o.status.code().unwrap_or(-1),
-        p,
-    )
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    (String::from_utf8_lossy(&o.stdout).into_owned(), err, p)
 }
+
+/// The functions of `fp_calls args` on every architecture, each called 50
+/// times from call_args.
+const ARGS: [&str; 6] = [
+    "-fp:many_ints",
+    "-fpf:many_doubles",
+    "-fpf:mixed",
+    "-fpi:fmt",
+    "-fp:small_pass",
+    "-fp:big_pass",
+];
 
 fn counts(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
     pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
@@ -57,12 +64,8 @@ fn counts(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
 #[test]
 fn every_call_is_counted_at_its_calling_function() {
     let (d, _) = build_calls("fp-sites");
-    let (out, err, status, p) = run(&d, &["-fp:target"], "sites");
-    assert_eq!(
-        (out.as_str(), status),
-        ("fp_calls sites done\n", 0),
-        "{err}"
-    );
+    let (out, err, p) = run(&d, &["-fp:target"], "sites");
+    assert_eq!(out, "fp_calls sites done\n", "{err}");
     assert_eq!(
         by_caller(&p),
         counts(&[("site_a", 1000), ("site_b", 300), ("site_c", 7)])
@@ -108,18 +111,9 @@ fn arguments_and_results_pass_through_unchanged() {
         .output()
         .unwrap();
     assert!(bare.status.success());
-    let funcs = [
-        "-fp:many_ints",
-        "-fpf:many_doubles",
-        "-fpf:mixed",
-        "-fpi:fmt",
-        "-fp:small_pass",
-        "-fp:big_pass",
-        "-fp:vec256",
-        "-fp:vec512",
-    ];
-    let (out, err, status, p) = run(&d, &funcs, "args");
-    assert_eq!(status, 0, "{err}");
+    let mut funcs = ARGS.to_vec();
+    funcs.extend(["-fp:vec256", "-fp:vec512"]);
+    let (out, err, p) = run(&d, &funcs, "args");
     assert_eq!(out.as_bytes(), &bare.stdout[..], "{err}");
     let avx = out.contains("vec256");
     let avx512 = out.contains("vec512");
@@ -132,10 +126,9 @@ fn arguments_and_results_pass_through_unchanged() {
     }
     assert_eq!(by_caller(&p), want, "{err}");
     // Each function alone: 50 calls.
-    for f in &funcs[..6] {
-        let (_, err, status, p) = run(&d, &[f], "args");
-        assert_eq!(status, 0, "{f}: {err}");
-        assert_eq!(by_caller(&p), counts(&[("call_args", 50)]), "{f}");
+    for f in ARGS {
+        let (_, err, p) = run(&d, &[f], "args");
+        assert_eq!(by_caller(&p), counts(&[("call_args", 50)]), "{f}: {err}");
     }
 }
 
@@ -143,8 +136,7 @@ fn arguments_and_results_pass_through_unchanged() {
 fn a_function_of_a_library_loaded_later_is_counted() {
     let (d, _) = build_calls("fp-plugin");
     for spec in ["-fp:plug_fn:fp_plug.so", "-fp:plug_fn"] {
-        let (out, err, status, p) = run(&d, &[spec, "-d"], "plugin");
-        assert_eq!(status, 0, "{err}");
+        let (out, err, p) = run(&d, &[spec, "-d"], "plugin");
         assert_eq!(out, "plugin 155625\nfp_calls plugin done\n");
         assert_eq!(
             by_caller(&p),
@@ -154,11 +146,8 @@ fn a_function_of_a_library_loaded_later_is_counted() {
         assert!(!err.contains("no call counted"), "{err}");
     }
     // A library never loaded: said once, the program runs on.
-    let (out, err, status, p) = run(&d, &["-fp:plug_fn:libnever.so.9"], "plugin");
-    assert_eq!(
-        (out.as_str(), status),
-        ("plugin 155625\nfp_calls plugin done\n", 0)
-    );
+    let (out, err, p) = run(&d, &["-fp:plug_fn:libnever.so.9"], "plugin");
+    assert_eq!(out, "plugin 155625\nfp_calls plugin done\n");
     assert_eq!(
         err.matches(
             "-fp:plug_fn:libnever.so.9: libnever.so.9 was not loaded (yet); no call counted"
@@ -173,12 +162,8 @@ fn a_function_of_a_library_loaded_later_is_counted() {
 #[test]
 fn four_threads_calls_add_up_exactly() {
     let (d, _) = build_calls("fp-threads");
-    let (out, err, status, p) = run(&d, &["-fp:target"], "threads");
-    assert_eq!(
-        (out.as_str(), status),
-        ("fp_calls threads done\n", 0),
-        "{err}"
-    );
+    let (out, err, p) = run(&d, &["-fp:target"], "threads");
+    assert_eq!(out, "fp_calls threads done\n", "{err}");
     assert_eq!(by_caller(&p), counts(&[("thread_site", 4 * 20000)]));
 }
 
@@ -186,7 +171,7 @@ fn four_threads_calls_add_up_exactly() {
 fn functions_that_cannot_be_counted_are_named_on_one_line() {
     let (d, exe) = build_calls("fp-refused");
     let bare = Command::new(&exe).arg("sites").output().unwrap();
-    let (out, err, status, p) = run(
+    let (out, err, p) = run(
         &d,
         &[
             "-fp:no_such_function",
@@ -196,7 +181,7 @@ fn functions_that_cannot_be_counted_are_named_on_one_line() {
         ],
         "sites",
     );
-    assert_eq!((out.as_bytes(), status), (&bare.stdout[..], 0), "{err}");
+    assert_eq!(out.as_bytes(), &bare.stdout[..], "{err}");
     let lines = |s: &str| err.lines().filter(|l| l.contains(s)).count();
     assert_eq!(
         lines("-fp:no_such_function: symbol no_such_function not found"),
@@ -299,15 +284,7 @@ fn sqlite3_step_calls_match_ltrace() {
 fn the_other_architectures_stub_keeps_arguments_and_counts_exactly() {
     let d = scratch("fp-foreign");
     let exe = cross_build(&d, "fp_calls.c", "fp_calls", &[]);
-    let funcs = [
-        "-fp:many_ints",
-        "-fpf:many_doubles",
-        "-fpf:mixed",
-        "-fpi:fmt",
-        "-fp:small_pass",
-        "-fp:big_pass",
-    ];
-    let mut a: Vec<&str> = funcs.to_vec();
+    let mut a: Vec<&str> = ARGS.to_vec();
     a.extend_from_slice(&["-o", "args.gz", "./fp_calls", "args"]);
     let o = foreign_igprof(&d, &a);
     let err = ok(&o);

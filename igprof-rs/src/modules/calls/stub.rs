@@ -68,6 +68,29 @@ pub fn set_chain(i: usize, chain: *const ()) {
     CHAINS[i].store(chain as usize, Ordering::Release);
 }
 
+/// The assembly, after an architecture's `igprof_fp_entry i` macro, that
+/// makes the [`ENTRIES`] stubs and the table of their addresses.
+macro_rules! instantiate {
+    () => {
+        r#"
+        .text
+        .irp i, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15
+        igprof_fp_entry \i
+        .endr
+
+        .section .data.rel.ro,"aw"
+        .p2align 3
+        .hidden igprof_fp_entries
+        .globl igprof_fp_entries
+        igprof_fp_entries:
+        .irp i, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15
+        .quad igprof_fp_entry_\i
+        .endr
+        .text
+        "#
+    };
+}
+
 #[cfg(target_arch = "x86_64")]
 mod arch {
     use core::sync::atomic::{AtomicU32, Ordering};
@@ -283,21 +306,8 @@ mod arch {
         .size igprof_fp_entry_\i, . - igprof_fp_entry_\i
         .endm
 
-        .text
-        .irp i, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15
-        igprof_fp_entry \i
-        .endr
-
-        .section .data.rel.ro,"aw"
-        .p2align 3
-        .hidden igprof_fp_entries
-        .globl igprof_fp_entries
-        igprof_fp_entries:
-        .irp i, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15
-        .quad igprof_fp_entry_\i
-        .endr
-        .text
         "#,
+        instantiate!(),
         mask = sym XSAVE_MASK,
         compact = sym XSAVE_COMPACT,
         xinuse = sym XINUSE,
@@ -365,21 +375,8 @@ mod arch {
         .size igprof_fp_entry_\i, . - igprof_fp_entry_\i
         .endm
 
-        .text
-        .irp i, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15
-        igprof_fp_entry \i
-        .endr
-
-        .section .data.rel.ro,"aw"
-        .p2align 3
-        .hidden igprof_fp_entries
-        .globl igprof_fp_entries
-        igprof_fp_entries:
-        .irp i, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15
-        .quad igprof_fp_entry_\i
-        .endr
-        .text
         "#,
+        instantiate!(),
         count = sym super::super::count_entry,
         chains = sym super::CHAINS,
     );
