@@ -203,6 +203,21 @@ fn functions_that_cannot_be_counted_are_named_on_one_line() {
         by_caller(&p),
         counts(&[("site_a", 1000), ("site_b", 300), ("site_c", 7)])
     );
+    // glibc's memcpy is memmove's code, which mempcpy enters 3 bytes in
+    // with a short jump: refused on one line rather than patched under
+    // that jump (where it is not so, it is counted); either way the
+    // program runs unchanged.
+    let (out, err, _) = run(&d, &["-fp:memcpy", "-fp:memmove"], "sites");
+    assert_eq!(out.as_bytes(), &bare.stdout[..], "{err}");
+    for f in ["memcpy", "memmove"] {
+        assert!(
+            err.lines()
+                .filter(|l| l.contains(&format!("-fp:{f}:")))
+                .count()
+                <= 1,
+            "{err}"
+        );
+    }
     // Nothing could be hooked: the program runs unprofiled.
     let o = igprof(
         &d,
@@ -211,6 +226,31 @@ fn functions_that_cannot_be_counted_are_named_on_one_line() {
     let err = ok(&o);
     assert_eq!(o.stdout, bare.stdout);
     assert!(err.contains("nothing left to profile"), "{err}");
+}
+
+/// libc functions the profiler calls itself (Rust's memset, errno's
+/// slot, write, mmap for its memory) counted together with the program's
+/// function, under -pp -mp: the profiler's own calls pass uncounted and
+/// never recurse; the program's calls of target are exact.
+#[test]
+fn functions_the_profiler_calls_too_are_counted_without_recursion() {
+    let (d, exe) = build_calls("fp-own");
+    let bare = Command::new(&exe).arg("threads").output().unwrap();
+    let (out, err, p) = run(
+        &d,
+        &[
+            "-fp:memset",
+            "-fp:__errno_location",
+            "-fp:write",
+            "-fp:mmap",
+            "-fp:target",
+            "-pp",
+            "-mp",
+        ],
+        "threads",
+    );
+    assert_eq!(out.as_bytes(), &bare.stdout[..], "{err}");
+    assert_eq!(by_caller(&p)["thread_site"], 4 * 20000, "{err}");
 }
 
 /// -fp:malloc with -mp: both count every malloc of the enabled phase

@@ -22,11 +22,14 @@
 //! the return is not seen (use `-pp` for time).
 //!
 //! A call is recorded through the memory hooks' event path
-//! (`mem::site::event`): the thread's guard makes calls made while the
-//! thread is inside the profiler (its own `write` of the profile, `-mp`'s
-//! hooks) pass uncounted, never recursing; a call from a signal handler
-//! that interrupted a hook is recorded when the hook ends. Calls while
-//! recording is off (`-pd`, `igprof_disable()`) are not counted.
+//! (`mem::site::event`: guard, path cache, stack memo). The profiler's
+//! own calls pass uncounted, never recursing ([`begin_count`]): those made
+//! from libigprof's code (Rust's memcpy, the profile's `write`), while
+//! the thread is inside the profiler or a hook records, and by the
+//! counting itself. So does a call from a program signal handler that
+//! interrupted profiler code (the memory hooks defer such events; a call
+//! cannot be told from the profiler's own there). Calls while recording
+//! is off (`-pd`, `igprof_disable()`) are not counted.
 //!
 //! Owns: the `-fp` specifications and their state (pending, hooked on a
 //! stub, refused), the stubs' slots, the counter CALLS_TOTAL.
@@ -123,6 +126,10 @@ fn start(o: &crate::base::options::Options) -> Result<(), String> {
     };
     SLOT.store(slot, Ordering::Relaxed);
     crate::modules::mem::memo::init_check();
+    if let Some(m) = crate::unwind::module_of(count_entry as *const () as usize) {
+        OWN_TEXT[0].store(m.text.0, Ordering::Relaxed);
+        OWN_TEXT[1].store(m.text.1, Ordering::Relaxed);
+    }
     let saved = stub::init();
     crate::igprof_debug!("-fp: the entry stubs save the argument registers and {saved}");
     let mut t = TABLE.lock().unwrap_or_else(|e| e.into_inner());
@@ -213,6 +220,19 @@ fn resolve(t: &mut Table, at_start: bool) {
             t.specs[i].state = State::Hooked(k);
             continue;
         }
+        // Code elsewhere in the object that enters FUNC inside the bytes
+        // the patch overwrites would run half of the patch.
+        if let Ok(probe) = trampoline::probe(&sym) {
+            let at = sym.addr + probe.plan.keep as u64;
+            let window = (at + 1, at + probe.plan.taken as u64);
+            if let Some(e) = trampoline::interior::interior_entry(sym.addr, window.0, window.1) {
+                refuse(
+                    t,
+                    &format_args!("cannot hook {func} at {:#x}: {e}, inside the bytes the hook would overwrite", sym.addr),
+                );
+                continue;
+            }
+        }
         let k = t.hooked.len();
         if k == stub::ENTRIES {
             refuse(
@@ -274,12 +294,49 @@ fn replay(n: *mut Node, kind: u8, _: usize, _: u64) {
     }
 }
 
+/// libigprof's executable range (set at start-up): a call of FUNC from
+/// there is the profiler's own.
+static OWN_TEXT: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+
+/// Whether the calling thread may count a call now, marking it counting
+/// if so. Not when the call is the profiler's own: made from libigprof's
+/// code (`ret`: the return address), inside profiler code (the thread's
+/// guard is held: writing the profile, a hook recording an event), while
+/// a hook records without the guard (the free path), or by the counting
+/// itself (memcpy, say). A program signal handler that calls FUNC while
+/// its thread is inside the profiler is not counted either.
+#[inline]
+fn begin_count(ret: usize) -> bool {
+    if (OWN_TEXT[0].load(Ordering::Relaxed)..OWN_TEXT[1].load(Ordering::Relaxed)).contains(&ret)
+        || crate::base::thread::is_busy()
+    {
+        return false;
+    }
+    site::tls(|h| {
+        let o = h.outer.get();
+        if o & (site::IN_RECORD | site::CALLS_COUNTING) != 0 {
+            return false;
+        }
+        h.outer.set(o | site::CALLS_COUNTING);
+        true
+    })
+}
+
 /// Called by stub `i` at every call of the function hooked on it, with
 /// the program's registers saved and its stack pointer, frame pointer and
 /// (AArch64) link register at the call: counts the call on its caller's
 /// stack.
 extern "C" fn count_entry(i: usize, sp: usize, fp: usize, lr: usize) {
     if !crate::base::run::recording() {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: sp is the program's stack pointer at the call of FUNC: it
+    // points at the return address the call pushed.
+    let ret = unsafe { *(sp as *const usize) };
+    #[cfg(not(target_arch = "x86_64"))]
+    let ret = lr;
+    if !begin_count(ret) {
         return;
     }
     site::event(KIND_CALL, i, 0, replay, |t, h| {
@@ -298,6 +355,7 @@ extern "C" fn count_entry(i: usize, sp: usize, fp: usize, lr: usize) {
             tick(n)
         }
     });
+    site::tls(|h| h.outer.set(h.outer.get() & !site::CALLS_COUNTING));
 }
 
 #[cfg(test)]
