@@ -287,7 +287,9 @@ fn tick(n: *mut Node) {
         .add(1, 1);
 }
 
-/// Replays a call deferred from a signal handler (`mem::site`).
+/// Replays a call deferred from a signal handler (`mem::site`); not
+/// reached while [`begin_count`] refuses calls during a hook's recording,
+/// which is when `site::event` defers.
 fn replay(n: *mut Node, kind: u8, _: usize, _: u64) {
     if kind == KIND_CALL {
         tick(n)
