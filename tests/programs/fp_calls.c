@@ -11,6 +11,8 @@
               the same computation done inline, and printed.
      plugin   dlopen("./fp_plug.so") and 250 calls of its plug_fn from
               call_plug().
+     replug   the same, dlclose (the library is unloaded), dlopen again
+              and 100 more calls.
      threads  4 threads each calling target() 20000 times from
               thread_site().
    Exits 1 (after saying what) if a result is wrong. */
@@ -193,18 +195,27 @@ int main(int argc, char **argv) {
     site_c();
   } else if (!strcmp(mode, "args")) {
     call_args();
-  } else if (!strcmp(mode, "plugin")) {
-    void *h = dlopen("./fp_plug.so", RTLD_NOW);
-    if (!h) {
-      fprintf(stderr, "%s\n", dlerror());
-      return 2;
+  } else if (!strcmp(mode, "plugin") || !strcmp(mode, "replug")) {
+    int rounds = strcmp(mode, "plugin") ? 2 : 1;
+    for (int r = 0; r < rounds; r++) {
+      void *h = dlopen("./fp_plug.so", RTLD_NOW);
+      if (!h) {
+        fprintf(stderr, "%s\n", dlerror());
+        return 2;
+      }
+      long (*f)(long, double) = (long (*)(long, double))dlsym(h, "plug_fn");
+      int n = r == 0 ? 250 : 100;
+      long s = call_plug(f, n);
+      long want = 0;
+      for (int i = 0; i < n; i++) want += 3 * i + (long)(0.5 * i * 4);
+      check("plug_fn", s == want);
+      printf("plugin %ld\n", s);
+      if (rounds == 2) {
+        dlclose(h);
+        /* Unloaded: no object holds plug_fn any more. */
+        check("unloaded", dlopen("./fp_plug.so", RTLD_NOW | RTLD_NOLOAD) == NULL);
+      }
     }
-    long (*f)(long, double) = (long (*)(long, double))dlsym(h, "plug_fn");
-    long s = call_plug(f, 250);
-    long want = 0;
-    for (int i = 0; i < 250; i++) want += 3 * i + (long)(0.5 * i * 4);
-    check("plug_fn", s == want);
-    printf("plugin %ld\n", s);
   } else if (!strcmp(mode, "threads")) {
     pthread_t t[4];
     for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, worker, NULL);

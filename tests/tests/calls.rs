@@ -145,6 +145,14 @@ fn a_function_of_a_library_loaded_later_is_counted() {
         );
         assert!(!err.contains("no call counted"), "{err}");
     }
+    // Unloaded and loaded again: hooked again, every call counted.
+    let (out, err, p) = run(&d, &["-fp:plug_fn:fp_plug.so"], "replug");
+    assert_eq!(
+        out, "plugin 155625\nplugin 24750\nfp_calls replug done\n",
+        "{err}"
+    );
+    assert_eq!(by_caller(&p), counts(&[("call_plug", 350)]), "{err}");
+    assert!(!err.contains("no call counted"), "{err}");
     // A library never loaded: said once, the program runs on.
     let (out, err, p) = run(&d, &["-fp:plug_fn:libnever.so.9"], "plugin");
     assert_eq!(out, "plugin 155625\nfp_calls plugin done\n");

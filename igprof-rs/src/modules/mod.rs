@@ -85,9 +85,10 @@ pub struct Module {
     pub before_exec: Option<fn()>,
     /// Before a dump reads the call trees (e.g. settle what is owed).
     pub before_dump: Option<fn()>,
-    /// After a successful dlopen (not signal context; the calling thread
-    /// is inside the profiler), e.g. hook functions of the new objects.
-    pub objects_loaded: Option<fn()>,
+    /// After a successful dlopen or dlclose (not signal context; the
+    /// calling thread is inside the profiler; the unwinder's module table
+    /// is already refreshed), e.g. hook functions of new objects.
+    pub objects_changed: Option<fn()>,
     /// Synthetic top-level functions of every dump (e.g. energy no thread
     /// is charged with).
     pub synthetic: Option<SyntheticFn>,
@@ -122,7 +123,7 @@ impl Module {
             before_threads: None,
             before_exec: None,
             before_dump: None,
-            objects_loaded: None,
+            objects_changed: None,
             synthetic: None,
             leaks: None,
             dump_value: None,

@@ -511,15 +511,15 @@ pub fn modules_changed() {
     crate::base::trace::modules_changed();
 }
 
-/// After a successful dlopen (calling thread busy): the module table, then
-/// the modules that act on new objects.
-pub fn objects_loaded() {
+/// After a successful dlopen or dlclose (calling thread busy): the module
+/// table, then the modules that act on loaded objects.
+pub fn objects_changed() {
     modules_changed();
     if !active() {
         return;
     }
     each_module(|m| {
-        if let Some(f) = m.objects_loaded {
+        if let Some(f) = m.objects_changed {
             f()
         }
     });

@@ -7,7 +7,8 @@
 //! program is found too), or in library LIB (and what LIB links) when
 //! given. A spec whose LIB is not loaded yet, or whose FUNC no loaded
 //! object defines, is tried again after every successful `dlopen`
-//! ([`objects_loaded`]). Its entry is patched (trampoline crate) with a
+//! ([`objects_changed`]); one whose library is unloaded waits again, to
+//! be hooked anew if the library is loaded again. Its entry is patched (trampoline crate) with a
 //! jump to one of the [`stub`]s, which keeps every argument register,
 //! calls [`count_entry`] and jumps on to the original: FUNC's return is
 //! never intercepted, so `-fpi` (integer or pointer result) and `-fpf`
@@ -68,7 +69,7 @@ pub const MODULE: crate::modules::Module = crate::modules::Module {
         counters::enable(CounterId::CallsTotal);
     },
     start,
-    objects_loaded: Some(objects_loaded),
+    objects_changed: Some(objects_changed),
     before_dump: Some(report),
     ..crate::modules::Module::new("-fp", |o| !o.functions.is_empty())
 };
@@ -90,6 +91,8 @@ struct Spec {
     func: String,
     lib: Option<String>,
     state: State,
+    /// The stub it had before its library was unloaded (used again).
+    slot: Option<usize>,
 }
 
 /// The specs and the address hooked on each stub (index = stub).
@@ -140,6 +143,7 @@ fn start(o: &crate::base::options::Options) -> Result<(), String> {
                 func: func.to_string(),
                 lib: lib.map(str::to_string),
                 state: State::Pending,
+                slot: None,
             }),
             None => crate::igprof_log!("{w}: give a function name, e.g. -fp:malloc; ignored"),
         }
@@ -151,13 +155,30 @@ fn start(o: &crate::base::options::Options) -> Result<(), String> {
     Ok(())
 }
 
-/// After a dlopen: the specs still pending may be in the new objects.
-fn objects_loaded() {
-    if !PENDING.load(Ordering::Acquire) {
-        return;
-    }
+/// After a dlopen or dlclose: a hooked function whose object is gone
+/// waits again (its stub is kept for it); the specs waiting may be in
+/// the new objects.
+fn objects_changed() {
     let mut t = TABLE.lock().unwrap_or_else(|e| e.into_inner());
-    resolve(&mut t, false);
+    let t = &mut *t;
+    for s in t.specs.iter_mut() {
+        if let State::Hooked(k) = s.state {
+            let a = t.hooked[k];
+            if a == 0 || crate::unwind::module_of(a as usize).is_none() {
+                crate::igprof_debug!(
+                    "{}: its library was unloaded; hooked again if loaded again",
+                    s.word
+                );
+                t.hooked[k] = 0;
+                s.state = State::Pending;
+                s.slot = Some(k);
+                PENDING.store(true, Ordering::Release);
+            }
+        }
+    }
+    if PENDING.load(Ordering::Acquire) {
+        resolve(t, false);
+    }
 }
 
 /// Whether `addr` is in libigprof itself.
@@ -233,7 +254,7 @@ fn resolve(t: &mut Table, at_start: bool) {
                 continue;
             }
         }
-        let k = t.hooked.len();
+        let k = t.specs[i].slot.unwrap_or(t.hooked.len());
         if k == stub::ENTRIES {
             refuse(
                 t,
@@ -243,7 +264,11 @@ fn resolve(t: &mut Table, at_start: bool) {
         }
         match crate::hook::hook_symbol(&sym, stub::entry(k), |c| stub::set_chain(k, c)) {
             Ok(()) => {
-                t.hooked.push(sym.addr);
+                if k == t.hooked.len() {
+                    t.hooked.push(sym.addr);
+                } else {
+                    t.hooked[k] = sym.addr;
+                }
                 t.specs[i].state = State::Hooked(k);
                 crate::igprof_debug!("{word}: counting the calls of {func} at {:#x}", sym.addr);
             }
@@ -267,7 +292,12 @@ fn report() {
         return;
     }
     let t = TABLE.lock().unwrap_or_else(|e| e.into_inner());
-    for s in t.specs.iter().filter(|s| s.state == State::Pending) {
+    // (One hooked before its library was unloaded has been counted.)
+    for s in t
+        .specs
+        .iter()
+        .filter(|s| s.state == State::Pending && s.slot.is_none())
+    {
         match &s.lib {
             Some(l) => crate::igprof_log!("{}: {l} was not loaded (yet); no call counted", s.word),
             None => crate::igprof_log!(
