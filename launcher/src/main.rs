@@ -49,7 +49,9 @@ IgProf's options (as IgProf spells them):
   -fd, --file-descriptors    FD_USED, FD_LIVE
   -fp:FUNC[:LIB], -fpi:FUNC[:LIB], -fpf:FUNC[:LIB]
                              calls of FUNC counted per calling stack
-                             (not built into this libigprof yet)
+                             (CALLS_TOTAL): FUNC of the program, or of
+                             LIB (also when dlopen'ed later); several
+                             allowed; -fpi/-fpf are the same as -fp here
   -j, --jemalloc             accepted: jemalloc (or any allocator defining
                              malloc) is found without it
   -np, --energy-profile      energy: NRG_PKG, NRG_PP0, NRG_PP1, NRG_DRAM

@@ -1,6 +1,6 @@
 //! IgProf's options with IgProf's meaning: -pd with igprof_enable() /
-//! igprof_disable() and the toggle signal, -pk for fork children, -j, and
-//! the function-call profiler's flags. Exact counts where the truth is
+//! igprof_disable() and the toggle signal, -pk for fork children, -j (the
+//! function-call profiler's flags are tested in calls.rs). Exact counts where the truth is
 //! exact (allocations), a share of the samples where it is statistical.
 
 use std::path::Path;
@@ -111,19 +111,12 @@ fn a_fork_child_starts_empty_unless_pk_keeps_the_parents_profile() {
 }
 
 #[test]
-fn j_is_accepted_and_fp_names_what_is_not_built() {
-    let d = scratch("j_fp");
+fn j_is_accepted() {
+    let d = scratch("j");
     build(&d, "phases.c", "phases", &["-ldl"]);
     let out = igprof(&d, &["-j", "-mp", "-o", "j.gz", "./phases", "api"]);
     ok(&out);
     assert_eq!(under(&profile_in(&d, "j.gz"), "MEM_TOTAL", "during").0, 50);
-    let out = igprof(&d, &["-fp:malloc", "-mp", "-o", "f.gz", "./phases", "api"]);
-    let err = ok(&out);
-    assert!(
-        err.contains("-fp: the function-call profiler (-fp/-fpi/-fpf) is not built into this libigprof yet; running without it"),
-        "{err}"
-    );
-    profile_in(&d, "f.gz");
 }
 
 /// python3 turns recording on and off itself through ctypes: with -pd only

@@ -21,6 +21,8 @@ pub struct Image {
     phnum: usize,
     /// (start, end, readable) of each PT_LOAD segment, at run-time addresses.
     segments: Vec<(usize, usize, bool)>,
+    /// Whether each of `segments` is executable.
+    exec: Vec<bool>,
 }
 
 impl Image {
@@ -35,6 +37,7 @@ impl Image {
             info.dlpi_phnum as usize
         };
         let mut segments = Vec::new();
+        let mut exec = Vec::new();
         for k in 0..phnum {
             // SAFETY: k < dlpi_phnum entries of the loader's headers.
             let ph = unsafe { &*info.dlpi_phdr.add(k) };
@@ -45,6 +48,7 @@ impl Image {
                     lo.wrapping_add(ph.p_memsz as usize),
                     ph.p_flags & libc::PF_R != 0,
                 ));
+                exec.push(ph.p_flags & libc::PF_X != 0);
             }
         }
         Image {
@@ -52,7 +56,18 @@ impl Image {
             phdr: info.dlpi_phdr,
             phnum,
             segments,
+            exec,
         }
+    }
+
+    /// (start, end, executable) of each readable PT_LOAD segment.
+    pub fn load_segments(&self) -> Vec<(usize, usize, bool)> {
+        self.segments
+            .iter()
+            .zip(&self.exec)
+            .filter(|((_, _, r), _)| *r)
+            .map(|(&(lo, hi, _), &x)| (lo, hi, x))
+            .collect()
     }
 
     pub fn phdrs(&self) -> &[libc::Elf64_Phdr] {

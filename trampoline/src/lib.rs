@@ -18,6 +18,8 @@
 //!   [`Hook::chain`] / [`Hook::uninstall`]; [`probe`] answers
 //!   "can this be hooked, how many bytes would be taken" changing nothing.
 //! - [`find_function`] / [`find_function_versioned`]: address and size.
+//! - [`interior::interior_entry`]: whether other code of the object enters
+//!   a function inside the bytes a hook would overwrite.
 //! - Errors are typed: [`HookError`] = function name + address + [`Reason`].
 //!
 //! # Structure (for the architecture ports)
@@ -52,6 +54,7 @@ pub mod arch;
 mod error;
 mod hook;
 pub mod image;
+pub mod interior;
 pub mod maps;
 mod nearmem;
 mod patch;

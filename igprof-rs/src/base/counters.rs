@@ -2,7 +2,7 @@
 //! slot of a call-tree node holds it in this run.
 //!
 //! Every profiler module names its counters here (PERF_TICKS for the
-//! sampling profiler; MEM_*, FD_*, NRG_*, CALL_* for the others). At start-up the
+//! sampling profiler; MEM_*, FD_*, NRG_*, CALL_*, CALLS_TOTAL for the others). At start-up the
 //! enabled modules [`enable`] their counters; each enabled counter gets a
 //! slot index, and every node of every call tree is allocated with exactly
 //! that many (ticks, value, peak) triples. The slot table is frozen before
@@ -75,6 +75,8 @@ pub enum CounterId {
     MemFaults,
     /// -oc: nanoseconds off the CPU per stack where the thread waited.
     OffCpuTime,
+    /// -fp: calls of a hooked function from this stack.
+    CallsTotal,
     /// -ibs and -ibs-fetch: AMD IBS samples per stack, and with -mp per
     /// allocating stack of the data they touched (modules/event/ibs.rs).
     IbsOps,
@@ -100,7 +102,7 @@ pub enum CounterId {
     IbsObjHitm,
 }
 
-pub const COUNT: usize = 55;
+pub const COUNT: usize = 56;
 
 /// How many counters named at start-up a run may have (`-e` and `-c`).
 pub const EVENTS: usize = 16;
@@ -236,6 +238,11 @@ pub const ALL: [CounterDef; COUNT] = [
     CounterDef {
         id: CounterId::OffCpuTime,
         name: "OFFCPU_TIME",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::CallsTotal,
+        name: "CALLS_TOTAL",
         merge: Merge::Sum,
     },
     CounterDef {

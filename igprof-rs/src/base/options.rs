@@ -132,7 +132,7 @@ pub struct Options {
     pub energy: bool,
     pub empty: Option<EmptyMode>,
     /// `-fp:FUNC[:LIB]` (`-fpi`, `-fpf`): IgProf's function-call profiler
-    /// (not built yet: the spec is kept for its message).
+    /// (modules/calls), the option words as given, separated by spaces.
     pub functions: FixedStr<1024>,
     /// -finst: the `-finstrument-functions` profiler (modules/finst).
     pub finst: bool,
@@ -276,6 +276,14 @@ impl Options {
     /// The `-c` groups (each a comma-separated list), in the order given.
     pub fn count_groups(&self) -> impl Iterator<Item = &str> {
         core::str::from_utf8(self.counts.as_bytes())
+            .unwrap_or("")
+            .split(' ')
+            .filter(|s| !s.is_empty())
+    }
+
+    /// The `-fp:`/`-fpi:`/`-fpf:` words, in the order given.
+    pub fn function_specs(&self) -> impl Iterator<Item = &str> {
+        core::str::from_utf8(self.functions.as_bytes())
             .unwrap_or("")
             .split(' ')
             .filter(|s| !s.is_empty())
@@ -570,11 +578,15 @@ pub fn parse(s: &[u8]) -> Result<Options, OptionError<'_>> {
             // jemalloc is found as the allocator that defines malloc.
             b"-j" | b"--jemalloc" => {}
             w if w.starts_with(b"-fp:") || w.starts_with(b"-fpi:") || w.starts_with(b"-fpf:") => {
-                o.functions.set(w).map_err(|_| OptionError::BadValue {
-                    option: "-fp",
-                    value: w,
-                    expected: "FUNC[:LIB] under 1024 bytes",
-                })?;
+                // Several accumulate (checked by the launcher; resolved by
+                // the module at start-up and after each dlopen).
+                if !append_word(&mut o.functions, w) {
+                    return Err(OptionError::BadValue {
+                        option: "-fp",
+                        value: w,
+                        expected: "FUNC[:LIB] words under 1024 bytes in all",
+                    });
+                }
             }
             b"-finst" => o.finst = true,
             b"-pf" | b"--page-faults" => o.page_faults = true,
@@ -1031,5 +1043,17 @@ mod tests {
         assert!(!o.targets_match(b"/usr/bin/sh"));
         assert!(!o.targets_match(b"/cpu_dir/sh"));
         assert!(parse(b"-pp").unwrap().targets_match(b"anything"));
+    }
+
+    #[test]
+    fn function_specs_accumulate_in_order() {
+        let o = parse(b"-fp:malloc -fpi:f:libm.so.6 -fpf:sqrt").unwrap();
+        assert_eq!(
+            o.function_specs().collect::<Vec<_>>(),
+            ["-fp:malloc", "-fpi:f:libm.so.6", "-fpf:sqrt"]
+        );
+        assert_eq!(o.selected()[0].0, "-fp");
+        let long = format!("-fp:{}", "f".repeat(1100));
+        assert!(parse(long.as_bytes()).is_err());
     }
 }

@@ -2,7 +2,7 @@
 //! registry of the modules built into the library.
 //!
 //! A profiler module (CPU sampling, memory, empty memory, descriptors,
-//! energy, instrumented functions...) is one [`Module`] value: what selects it, how the start-up
+//! energy, instrumented functions, function calls...) is one [`Module`] value: what selects it, how the start-up
 //! line names it, its counters, and the moments of the process it takes
 //! part in. The runtime (start-up, threads, fork, exec) and the dump writer
 //! reach modules only through this contract and never name one.
@@ -24,6 +24,7 @@
 //! list of `lib.rs`, and end-to-end tests. A module may use `base/`,
 //! `hook/` and `unwind/`, never `output/` or `process/`.
 
+pub mod calls;
 pub mod cpu;
 pub mod energy;
 pub mod event;
@@ -84,6 +85,10 @@ pub struct Module {
     pub before_exec: Option<fn()>,
     /// Before a dump reads the call trees (e.g. settle what is owed).
     pub before_dump: Option<fn()>,
+    /// After a successful dlopen or dlclose (not signal context; the
+    /// calling thread is inside the profiler; the unwinder's module table
+    /// is already refreshed), e.g. hook functions of new objects.
+    pub objects_changed: Option<fn()>,
     /// Synthetic top-level functions of every dump (e.g. energy no thread
     /// is charged with).
     pub synthetic: Option<SyntheticFn>,
@@ -118,6 +123,7 @@ impl Module {
             before_threads: None,
             before_exec: None,
             before_dump: None,
+            objects_changed: None,
             synthetic: None,
             leaks: None,
             dump_value: None,

@@ -330,7 +330,7 @@ extern "C" fn dlopen_hook(file: *const c_char, mode: c_int) -> *mut c_void {
     // SAFETY: plain forward.
     let h = loading(|| unsafe { real(file, mode) });
     if !h.is_null() && !thread::is_busy() {
-        aside(crate::process::modules_changed);
+        aside(crate::process::objects_changed);
     }
     h
 }
@@ -343,7 +343,7 @@ extern "C" fn dlclose_hook(handle: *mut c_void) -> c_int {
     // SAFETY: plain forward.
     let r = loading(|| unsafe { real(handle) });
     if r == 0 && !thread::is_busy() {
-        aside(crate::process::modules_changed);
+        aside(crate::process::objects_changed);
     }
     r
 }

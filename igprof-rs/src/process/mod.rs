@@ -516,6 +516,20 @@ pub fn modules_changed() {
     crate::base::trace::modules_changed();
 }
 
+/// After a successful dlopen or dlclose (calling thread busy): the module
+/// table, then the modules that act on loaded objects.
+pub fn objects_changed() {
+    modules_changed();
+    if !active() {
+        return;
+    }
+    each_module(|m| {
+        if let Some(f) = m.objects_changed {
+            f()
+        }
+    });
+}
+
 /// `igprof_dump_now(path)`: a snapshot into `path` (NULL: the output file).
 pub fn dump_now(path: Option<&[u8]>) -> i32 {
     if !is_own_process() {

@@ -484,6 +484,9 @@ pub const MEM_OUTER: u8 = 0x01;
 /// Bit set while a descriptor hook runs a real function that may open or
 /// close inside libc (fopen, tmpfile, fclose, creat).
 pub const FD_OUTER: u8 = 0x02;
+/// Bit set while the function-call profiler (`-fp`) counts a call: a call
+/// of a counted function made by the counting itself passes uncounted.
+pub const CALLS_COUNTING: u8 = 0x04;
 
 /// Runs `f` with `bit` set in the thread's [`HookTls::outer`].
 #[inline]

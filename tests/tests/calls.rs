@@ -1,0 +1,364 @@
+//! End-to-end checks of the function-call profiler (`-fp:FUNC[:LIB]`,
+//! `-fpi`, `-fpf`) on tests/programs/fp_calls.c: exact CALLS_TOTAL per
+//! calling function (three call sites, four threads, a function of a
+//! library loaded later by dlopen), arguments and results unchanged
+//! through the entry stub (integers and doubles on the stack, varargs,
+//! structures, a double result, __m256 and __m512 on x86-64) with the
+//! output byte-identical to the unprofiled run, `-fp:malloc` with `-mp`
+//! and `-pd`, refusals on one line, sqlite3's calls of sqlite3_step
+//! against ltrace's count, and the AArch64 stub under qemu-user.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use igprof_tests::*;
+
+fn build_calls(name: &str) -> (PathBuf, PathBuf) {
+    let d = scratch(name);
+    let exe = build(&d, "fp_calls.c", "fp_calls", &[]);
+    build(&d, "fp_plug.c", "fp_plug.so", &["-shared", "-fPIC"]);
+    (d, exe)
+}
+
+/// CALLS_TOTAL per calling function (the leaf of each path: FUNC itself
+/// is not on the stack), and the paths' calls summed.
+fn by_caller(p: &Profile) -> BTreeMap<String, u64> {
+    let mut m = BTreeMap::new();
+    for (path, calls, value) in path_values(p, "CALLS_TOTAL") {
+        assert_eq!(calls, value, "CALLS_TOTAL's value is its call count");
+        *m.entry(path.last().cloned().unwrap_or_default())
+            .or_default() += calls;
+    }
+    m.retain(|_, v| *v > 0);
+    m
+}
+
+/// Runs `igprof <fp...> -o prof.gz ./fp_calls <mode>` in `d`, which must
+/// exit 0: (stdout, stderr, profile).
+fn run(d: &Path, fp: &[&str], mode: &str) -> (String, String, Profile) {
+    let mut a: Vec<&str> = fp.to_vec();
+    a.extend_from_slice(&["-o", "prof.gz", "./fp_calls", mode]);
+    let o = igprof(d, &a);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    let p = parse_strict(&read_text(&d.join("prof.gz"))).unwrap_or_else(|e| panic!("{e}\n{err}"));
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    (String::from_utf8_lossy(&o.stdout).into_owned(), err, p)
+}
+
+/// The functions of `fp_calls args` on every architecture, each called 50
+/// times from call_args.
+const ARGS: [&str; 6] = [
+    "-fp:many_ints",
+    "-fpf:many_doubles",
+    "-fpf:mixed",
+    "-fpi:fmt",
+    "-fp:small_pass",
+    "-fp:big_pass",
+];
+
+fn counts(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
+    pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+}
+
+#[test]
+fn every_call_is_counted_at_its_calling_function() {
+    let (d, _) = build_calls("fp-sites");
+    let (out, err, p) = run(&d, &["-fp:target"], "sites");
+    assert_eq!(out, "fp_calls sites done\n", "{err}");
+    assert_eq!(
+        by_caller(&p),
+        counts(&[("site_a", 1000), ("site_b", 300), ("site_c", 7)])
+    );
+    // The stack is the caller's: main > site_a, nothing of the profiler.
+    for (path, calls) in paths(&p, "CALLS_TOTAL") {
+        if calls > 0 {
+            let n = path.len();
+            assert_eq!(path[n - 2], "main", "{path:?}");
+            assert!(
+                !path.iter().any(|f| f == "target" || f.contains("igprof")),
+                "{path:?}"
+            );
+        }
+    }
+    // igprof-analyse's flat self column.
+    let o = Command::new(analyser())
+        .args(["-r", "CALLS_TOTAL", "prof.gz"])
+        .current_dir(&d)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.starts_with("Counter: CALLS_TOTAL"), "{text}");
+    let flat_self = text.split("Flat profile (self").nth(1).unwrap();
+    let self_of = |f: &str| {
+        flat_self
+            .lines()
+            .find(|l| l.split_whitespace().nth(2) == Some(f))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .map(|v| v.replace('\'', ""))
+    };
+    assert_eq!(self_of("site_a").as_deref(), Some("1000"), "{text}");
+    assert_eq!(self_of("site_b").as_deref(), Some("300"), "{text}");
+    assert_eq!(self_of("site_c").as_deref(), Some("7"), "{text}");
+}
+
+#[test]
+fn arguments_and_results_pass_through_unchanged() {
+    let (d, exe) = build_calls("fp-args");
+    let bare = Command::new(&exe)
+        .arg("args")
+        .current_dir(&d)
+        .output()
+        .unwrap();
+    assert!(bare.status.success());
+    let mut funcs = ARGS.to_vec();
+    funcs.extend(["-fp:vec256", "-fp:vec512"]);
+    let (out, err, p) = run(&d, &funcs, "args");
+    assert_eq!(out.as_bytes(), &bare.stdout[..], "{err}");
+    let avx = out.contains("vec256");
+    let avx512 = out.contains("vec512");
+    let mut want = counts(&[("call_args", 6 * 50)]);
+    if avx {
+        want.insert("check_avx".into(), 50);
+    }
+    if avx512 {
+        want.insert("check_avx512".into(), 50);
+    }
+    assert_eq!(by_caller(&p), want, "{err}");
+    // Each function alone: 50 calls.
+    for f in ARGS {
+        let (_, err, p) = run(&d, &[f], "args");
+        assert_eq!(by_caller(&p), counts(&[("call_args", 50)]), "{f}: {err}");
+    }
+}
+
+#[test]
+fn a_function_of_a_library_loaded_later_is_counted() {
+    let (d, _) = build_calls("fp-plugin");
+    for spec in ["-fp:plug_fn:fp_plug.so", "-fp:plug_fn"] {
+        let (out, err, p) = run(&d, &[spec, "-d"], "plugin");
+        assert_eq!(out, "plugin 155625\nfp_calls plugin done\n");
+        assert_eq!(
+            by_caller(&p),
+            counts(&[("call_plug", 250)]),
+            "{spec}: {err}"
+        );
+        assert!(!err.contains("no call counted"), "{err}");
+    }
+    // Unloaded and loaded again: hooked again, every call counted.
+    let (out, err, p) = run(&d, &["-fp:plug_fn:fp_plug.so"], "replug");
+    assert_eq!(
+        out, "plugin 155625\nplugin 24750\nfp_calls replug done\n",
+        "{err}"
+    );
+    assert_eq!(by_caller(&p), counts(&[("call_plug", 350)]), "{err}");
+    assert!(!err.contains("no call counted"), "{err}");
+    // A library never loaded: said once, the program runs on.
+    let (out, err, p) = run(&d, &["-fp:plug_fn:libnever.so.9"], "plugin");
+    assert_eq!(out, "plugin 155625\nfp_calls plugin done\n");
+    assert_eq!(
+        err.matches(
+            "-fp:plug_fn:libnever.so.9: libnever.so.9 was not loaded (yet); no call counted"
+        )
+        .count(),
+        1,
+        "{err}"
+    );
+    assert!(by_caller(&p).is_empty());
+}
+
+#[test]
+fn four_threads_calls_add_up_exactly() {
+    let (d, _) = build_calls("fp-threads");
+    let (out, err, p) = run(&d, &["-fp:target"], "threads");
+    assert_eq!(out, "fp_calls threads done\n", "{err}");
+    assert_eq!(by_caller(&p), counts(&[("thread_site", 4 * 20000)]));
+}
+
+#[test]
+fn functions_that_cannot_be_counted_are_named_on_one_line() {
+    let (d, exe) = build_calls("fp-refused");
+    let bare = Command::new(&exe).arg("sites").output().unwrap();
+    let (out, err, p) = run(
+        &d,
+        &[
+            "-fp:no_such_function",
+            "-fp:__tls_get_addr",
+            "-fp:target:libc.so.6",
+            "-fp:target",
+        ],
+        "sites",
+    );
+    assert_eq!(out.as_bytes(), &bare.stdout[..], "{err}");
+    let lines = |s: &str| err.lines().filter(|l| l.contains(s)).count();
+    assert_eq!(
+        lines("-fp:no_such_function: symbol no_such_function not found"),
+        1,
+        "{err}"
+    );
+    assert_eq!(
+        lines("-fp:__tls_get_addr: the profiler calls __tls_get_addr"),
+        1,
+        "{err}"
+    );
+    assert_eq!(
+        lines("-fp:target:libc.so.6: symbol target not found in libc.so.6; not profiled"),
+        1,
+        "{err}"
+    );
+    // The one that could be hooked is counted.
+    assert_eq!(
+        by_caller(&p),
+        counts(&[("site_a", 1000), ("site_b", 300), ("site_c", 7)])
+    );
+    // glibc's memcpy is memmove's code, which mempcpy enters 3 bytes in
+    // with a short jump: refused on one line rather than patched under
+    // that jump (where it is not so, it is counted); either way the
+    // program runs unchanged.
+    let (out, err, _) = run(&d, &["-fp:memcpy", "-fp:memmove"], "sites");
+    assert_eq!(out.as_bytes(), &bare.stdout[..], "{err}");
+    for f in ["memcpy", "memmove"] {
+        assert!(
+            err.lines()
+                .filter(|l| l.contains(&format!("-fp:{f}:")))
+                .count()
+                <= 1,
+            "{err}"
+        );
+    }
+    // Nothing could be hooked: the program runs unprofiled.
+    let o = igprof(
+        &d,
+        &["-fp:no_such_function:libc.so.6", "./fp_calls", "sites"],
+    );
+    let err = ok(&o);
+    assert_eq!(o.stdout, bare.stdout);
+    assert!(err.contains("nothing left to profile"), "{err}");
+}
+
+/// libc functions the profiler calls itself (Rust's memset, errno's
+/// slot, write, mmap for its memory) counted together with the program's
+/// function, under -pp -mp: the profiler's own calls pass uncounted and
+/// never recurse; the program's calls of target are exact.
+#[test]
+fn functions_the_profiler_calls_too_are_counted_without_recursion() {
+    let (d, exe) = build_calls("fp-own");
+    let bare = Command::new(&exe).arg("threads").output().unwrap();
+    let (out, err, p) = run(
+        &d,
+        &[
+            "-fp:memset",
+            "-fp:__errno_location",
+            "-fp:write",
+            "-fp:mmap",
+            "-fp:target",
+            "-pp",
+            "-mp",
+        ],
+        "threads",
+    );
+    assert_eq!(out.as_bytes(), &bare.stdout[..], "{err}");
+    assert_eq!(by_caller(&p)["thread_site"], 4 * 20000, "{err}");
+}
+
+/// -fp:malloc with -mp: both count every malloc of the enabled phase
+/// (phases.c: 50 in during(), recording off before and after).
+#[test]
+fn malloc_is_counted_with_the_memory_profiler_and_pd() {
+    let d = scratch("fp-malloc");
+    build(&d, "phases.c", "phases", &["-ldl"]);
+    let o = igprof(
+        &d,
+        &["-pd", "-fp:malloc", "-mp", "-o", "m.gz", "./phases", "api"],
+    );
+    ok(&o);
+    let p = parse_strict(&read_text(&d.join("m.gz"))).unwrap();
+    assert_eq!(under(&p, "CALLS_TOTAL", "during").0, 50);
+    assert_eq!(under(&p, "MEM_TOTAL", "during").0, 50);
+    for f in ["before", "after"] {
+        assert_eq!(under(&p, "CALLS_TOTAL", f).0, 0, "{f}");
+        assert_eq!(under(&p, "MEM_TOTAL", f).0, 0, "{f}");
+    }
+}
+
+/// sqlite3 (libsqlite3 linked dynamically): every call of sqlite3_step,
+/// the shell's and libsqlite3's own (sqlite3_exec), as ltrace counts
+/// them; the output unchanged.
+#[test]
+fn sqlite3_step_calls_match_ltrace() {
+    let d = scratch("fp-sqlite3");
+    std::fs::write(
+        d.join("q.sql"),
+        "CREATE TABLE t(x);\n\
+         WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x<1000) INSERT INTO t SELECT x FROM c;\n\
+         SELECT count(*) FROM t;\n\
+         SELECT x FROM t WHERE x % 100 = 0;\n",
+    )
+    .unwrap();
+    let args = ["sqlite3", ":memory:", ".read q.sql"];
+    let bare = Command::new(args[0])
+        .args(&args[1..])
+        .current_dir(&d)
+        .output()
+        .unwrap();
+    assert!(bare.status.success());
+    let lt = Command::new("ltrace")
+        .args(["-c", "-e", "sqlite3_step", "-o", "lt.txt"])
+        .args(args)
+        .current_dir(&d)
+        .output()
+        .expect("ltrace (scripts/setup installs it)");
+    assert!(lt.status.success());
+    let lt_text = std::fs::read_to_string(d.join("lt.txt")).unwrap();
+    let want: u64 = lt_text
+        .lines()
+        .find(|l| l.trim_end().ends_with(" sqlite3_step"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("ltrace's count: {lt_text}"));
+    assert!(want > 10, "{lt_text}");
+    let mut a = vec!["-fp:sqlite3_step:libsqlite3.so.0", "-o", "s.gz"];
+    a.extend_from_slice(&args);
+    let o = igprof(&d, &a);
+    ok(&o);
+    assert_eq!(o.stdout, bare.stdout);
+    let p = parse_strict(&read_text(&d.join("s.gz"))).unwrap();
+    assert_eq!(total(&p, "CALLS_TOTAL"), want, "ltrace: {lt_text}");
+}
+
+/// The AArch64 stub (or x86-64's on an AArch64 host) under qemu-user:
+/// arguments and results unchanged, exact counts.
+#[test]
+fn the_other_architectures_stub_keeps_arguments_and_counts_exactly() {
+    let d = scratch("fp-foreign");
+    let exe = cross_build(&d, "fp_calls.c", "fp_calls", &[]);
+    let mut a: Vec<&str> = ARGS.to_vec();
+    a.extend_from_slice(&["-o", "args.gz", "./fp_calls", "args"]);
+    let o = foreign_igprof(&d, &a);
+    let err = ok(&o);
+    assert!(err.contains("profiling"), "{err}");
+    // The unprofiled run's output, under the same emulator.
+    let bare = foreign_igprof_command(
+        &d,
+        &["-fp:no_such_function:libc.so.6", "./fp_calls", "args"],
+    )
+    .output()
+    .unwrap();
+    assert!(
+        bare.status.success(),
+        "{}",
+        String::from_utf8_lossy(&bare.stderr)
+    );
+    assert!(!bare.stdout.is_empty());
+    assert_eq!(o.stdout, bare.stdout);
+    let p = parse_strict(&read_text(&d.join("args.gz"))).unwrap();
+    assert_eq!(by_caller(&p), counts(&[("call_args", 6 * 50)]), "{err}");
+    let o = foreign_igprof(&d, &["-fp:target", "-o", "s.gz", "./fp_calls", "sites"]);
+    ok(&o);
+    let p = parse_strict(&read_text(&d.join("s.gz"))).unwrap();
+    assert_eq!(
+        by_caller(&p),
+        counts(&[("site_a", 1000), ("site_b", 300), ("site_c", 7)])
+    );
+    let _ = exe;
+}

@@ -1,0 +1,307 @@
+//! Entries into a function's first bytes from elsewhere in its object: a
+//! branch, or a stored code pointer (a GOT slot filled by an IFUNC
+//! resolver, a function table), whose target lies strictly inside the
+//! bytes a hook would overwrite. The install sequence's own sweep sees
+//! only the function's body (to its symbol size); code elsewhere that
+//! enters a few bytes in (glibc's `__memcpy_avx512_unaligned_erms` is
+//! `memmove`'s entry + 3, reached through libc's internal GOT) would land
+//! in the middle of the patch.
+//!
+//! What is found: x86-64 `call`/`jmp`/`jcc` with a 32-bit displacement
+//! anywhere in the object's executable segments (a byte scan: a false
+//! match needs 4 bytes to equal a displacement into a few-byte window)
+//! and any branch decoded in the 144 bytes before the function (glibc's
+//! `mempcpy` ends with a short `jmp` to `memmove` + 3); AArch64 `b`/`bl`
+//! (every aligned word); 8-byte-aligned words equal to an address in the
+//! window in every readable segment. Not found: short branches from code
+//! after the function (the install's own sweep covers the function's
+//! body), computed targets, other objects' pointers.
+//!
+//! Owns: the scans (pure functions over bytes, tested on any host) and
+//! [`interior_entry`], which runs them over the loaded object holding a
+//! function.
+//!
+//! Must never: read outside an object's readable segments, or be called
+//! from a signal handler (it allocates and calls `dl_iterate_phdr`).
+
+use crate::image::Image;
+use core::ffi::c_void;
+
+/// Something that enters `[lo, hi)` from outside the function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InteriorEntry {
+    /// A direct branch at this address.
+    Branch { at: u64, target: u64 },
+    /// A stored code pointer at this address.
+    Pointer { at: u64, target: u64 },
+}
+
+impl core::fmt::Display for InteriorEntry {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            InteriorEntry::Branch { at, target } => {
+                write!(f, "a branch at {at:#x} enters it at {target:#x}")
+            }
+            InteriorEntry::Pointer { at, target } => {
+                write!(f, "a code pointer at {at:#x} enters it at {target:#x}")
+            }
+        }
+    }
+}
+
+/// x86-64: the first `call rel32` (E8), `jmp rel32` (E9) or `jcc rel32`
+/// (0F 80-8F) in `code` (at run-time address `addr`) whose target is in
+/// `[lo, hi)`.
+pub fn x86_64_branch_into(code: &[u8], addr: u64, lo: u64, hi: u64) -> Option<InteriorEntry> {
+    let disp = |i: usize| i32::from_le_bytes([code[i], code[i + 1], code[i + 2], code[i + 3]]);
+    for i in 0..code.len() {
+        let len = match code[i] {
+            0xe8 | 0xe9 if i + 5 <= code.len() => 5,
+            0x0f if i + 6 <= code.len() && (0x80..=0x8f).contains(&code[i + 1]) => 6,
+            _ => continue,
+        };
+        let end = addr.wrapping_add((i + len) as u64);
+        let target = end.wrapping_add(disp(i + len - 4) as i64 as u64);
+        if lo <= target && target < hi {
+            return Some(InteriorEntry::Branch {
+                at: addr + i as u64,
+                target,
+            });
+        }
+    }
+    None
+}
+
+/// x86-64: a short or near branch decoded in the `before` bytes that end
+/// at `end` (the function's start: the code placed just before it, where
+/// an 8-bit branch can come from) whose target is in `[lo, hi)`. The bytes
+/// are decoded from each of the first 16 offsets; a decoding that reaches
+/// `end` exactly (x86 decoding falls into step within a few instructions)
+/// is taken as the code there.
+pub fn x86_64_branch_before(before: &[u8], end: u64, lo: u64, hi: u64) -> Option<InteriorEntry> {
+    use iced_x86::{Decoder, DecoderOptions, FlowControl};
+    let start = end - before.len() as u64;
+    for s in 0..before.len().min(16) {
+        let mut d = Decoder::with_ip(64, &before[s..], start + s as u64, DecoderOptions::NONE);
+        let mut found = None;
+        while d.can_decode() {
+            let ins = d.decode();
+            if ins.is_invalid() {
+                break;
+            }
+            if matches!(
+                ins.flow_control(),
+                FlowControl::UnconditionalBranch
+                    | FlowControl::ConditionalBranch
+                    | FlowControl::Call
+            ) {
+                let target = ins.near_branch_target();
+                if found.is_none() && lo <= target && target < hi {
+                    found = Some(InteriorEntry::Branch {
+                        at: ins.ip(),
+                        target,
+                    });
+                }
+            }
+        }
+        if d.ip() == end && found.is_some() {
+            return found;
+        }
+    }
+    None
+}
+
+/// AArch64: the first `b`/`bl` (aligned words) in `code` whose target is
+/// in `[lo, hi)`.
+pub fn aarch64_branch_into(code: &[u8], addr: u64, lo: u64, hi: u64) -> Option<InteriorEntry> {
+    let skew = ((4 - (addr & 3)) & 3) as usize;
+    for (k, w) in code.get(skew..)?.chunks_exact(4).enumerate() {
+        let insn = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+        if insn & 0x7c00_0000 != 0x1400_0000 {
+            continue;
+        }
+        let at = addr + (skew + 4 * k) as u64;
+        let imm = ((insn << 6) as i32 >> 6) as i64 * 4;
+        let target = at.wrapping_add(imm as u64);
+        if lo <= target && target < hi {
+            return Some(InteriorEntry::Branch { at, target });
+        }
+    }
+    None
+}
+
+/// The first 8-byte-aligned little-endian word of `data` (at run-time
+/// address `addr`) that is an address in `[lo, hi)`.
+pub fn pointer_into(data: &[u8], addr: u64, lo: u64, hi: u64) -> Option<InteriorEntry> {
+    let skew = ((8 - (addr & 7)) & 7) as usize;
+    for (k, w) in data.get(skew..)?.chunks_exact(8).enumerate() {
+        let v = u64::from_le_bytes(w.try_into().ok()?);
+        if lo <= v && v < hi {
+            return Some(InteriorEntry::Pointer {
+                at: addr + (skew + 8 * k) as u64,
+                target: v,
+            });
+        }
+    }
+    None
+}
+
+/// Bytes before a function searched for short branches (an 8-bit
+/// displacement reaches 128 bytes back, plus the branch itself).
+const BEFORE: usize = 144;
+
+/// Whether code or data of the loaded object holding `addr` enters
+/// `[lo, hi)` (the bytes after a patch's first one) from outside the
+/// function: the first such entry found.
+pub fn interior_entry(addr: u64, lo: u64, hi: u64) -> Option<InteriorEntry> {
+    struct Find {
+        addr: usize,
+        lo: u64,
+        hi: u64,
+        found: Option<InteriorEntry>,
+    }
+    unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, _: usize, data: *mut c_void) -> i32 {
+        // SAFETY: dl_iterate_phdr passes a valid info; data is our Find.
+        let (info, f) = unsafe { (&*info, &mut *(data as *mut Find)) };
+        // SAFETY: a loaded object, read only inside this callback.
+        let img = unsafe { Image::of(info) };
+        let segs = img.load_segments();
+        if !segs.iter().any(|&(lo, hi, _)| lo <= f.addr && f.addr < hi) {
+            return 0;
+        }
+        for (lo, hi, exec) in segs {
+            let Some(bytes) = img.bytes(lo, hi - lo) else {
+                continue;
+            };
+            let a = lo as u64;
+            let found = if !exec {
+                None
+            } else if cfg!(target_arch = "aarch64") {
+                aarch64_branch_into(bytes, a, f.lo, f.hi)
+            } else {
+                let from = f.addr.saturating_sub(BEFORE).max(lo);
+                let near = (lo <= f.addr && f.addr <= hi)
+                    .then(|| img.bytes(from, f.addr - from))
+                    .flatten()
+                    .and_then(|b| x86_64_branch_before(b, f.addr as u64, f.lo, f.hi));
+                near.or_else(|| x86_64_branch_into(bytes, a, f.lo, f.hi))
+            };
+            if let Some(e) = found.or_else(|| pointer_into(bytes, a, f.lo, f.hi)) {
+                f.found = Some(e);
+                break;
+            }
+        }
+        1
+    }
+    let mut f = Find {
+        addr: addr as usize,
+        lo,
+        hi,
+        found: None,
+    };
+    // SAFETY: the callback matches the type and only touches `f`.
+    unsafe { libc::dl_iterate_phdr(Some(cb), &mut f as *mut Find as *mut c_void) };
+    f.found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn x86_64_rel32_branches_into_the_window_are_found() {
+        // At 0x1000: nop; call 0x2003 (e8, disp = 0x2003 - 0x1006).
+        let mut code = vec![0x90, 0xe8];
+        code.extend_from_slice(&(0x2003i32 - 0x1006).to_le_bytes());
+        assert_eq!(
+            x86_64_branch_into(&code, 0x1000, 0x2001, 0x2005),
+            Some(InteriorEntry::Branch {
+                at: 0x1001,
+                target: 0x2003
+            })
+        );
+        // The function's start itself is not inside the window.
+        assert_eq!(x86_64_branch_into(&code, 0x1000, 0x2004, 0x2008), None);
+        // jne rel32 (0f 85) backwards.
+        let mut code = vec![0x0f, 0x85];
+        code.extend_from_slice(&(0x0ff2i32 - 0x1006).to_le_bytes());
+        assert_eq!(
+            x86_64_branch_into(&code, 0x1000, 0x0ff1, 0x0ff5),
+            Some(InteriorEntry::Branch {
+                at: 0x1000,
+                target: 0x0ff2
+            })
+        );
+        // Too short to hold a displacement.
+        assert_eq!(
+            x86_64_branch_into(&[0x90, 0xe9, 1, 2], 0, 0, u64::MAX),
+            None
+        );
+    }
+
+    #[test]
+    fn x86_64_short_branches_just_before_the_function_are_found() {
+        // glibc's shape: mempcpy at 0x0ff0 is `mov rax, rdi; add rax, rdx;
+        // jmp 0x1003` (eb xx), then padding, then memmove at 0x1000.
+        let mut before = vec![0xcc; 16];
+        before[..3].copy_from_slice(&[0x48, 0x89, 0xf8]);
+        before[3..6].copy_from_slice(&[0x48, 0x01, 0xd0]);
+        // jmp at 0x0ff6, next ip 0x0ff8: disp = 0x1003 - 0x0ff8 = 0x0b.
+        before[6..8].copy_from_slice(&[0xeb, 0x0b]);
+        assert_eq!(
+            x86_64_branch_before(&before, 0x1000, 0x1001, 0x1007),
+            Some(InteriorEntry::Branch {
+                at: 0x0ff6,
+                target: 0x1003
+            })
+        );
+        // A jump to the function's start is not inside the window.
+        before[7] = 0x08;
+        assert_eq!(x86_64_branch_before(&before, 0x1000, 0x1001, 0x1007), None);
+    }
+
+    #[test]
+    fn aarch64_b_and_bl_into_the_window_are_found() {
+        // Code at 0x1002 (two bytes of skew): nop at 0x1004, then at
+        // 0x1008 bl +0x10 -> 0x1018.
+        let bl = 0x9400_0004u32.to_le_bytes();
+        let mut code = vec![0, 0];
+        code.extend_from_slice(&0xd503_201fu32.to_le_bytes()); // nop
+        code.extend_from_slice(&bl);
+        assert_eq!(
+            aarch64_branch_into(&code, 0x1002, 0x1018, 0x101c),
+            Some(InteriorEntry::Branch {
+                at: 0x1008,
+                target: 0x1018
+            })
+        );
+        // b -8 (backwards).
+        let b = (0x1400_0000u32 | (0x03ff_ffff & (-2i32 as u32))).to_le_bytes();
+        assert_eq!(
+            aarch64_branch_into(&b, 0x2000, 0x1ff8, 0x1ffc),
+            Some(InteriorEntry::Branch {
+                at: 0x2000,
+                target: 0x1ff8
+            })
+        );
+        assert_eq!(aarch64_branch_into(&b, 0x2000, 0x1ff9, 0x2000), None);
+    }
+
+    #[test]
+    fn aligned_code_pointers_into_the_window_are_found() {
+        let mut data = vec![0u8; 4];
+        data.extend_from_slice(&0x7f00_0000_1003u64.to_le_bytes());
+        assert_eq!(
+            pointer_into(&data, 0x4004, 0x7f00_0000_1001, 0x7f00_0000_1005),
+            Some(InteriorEntry::Pointer {
+                at: 0x4008,
+                target: 0x7f00_0000_1003
+            })
+        );
+        // Not aligned: not a stored pointer.
+        assert_eq!(
+            pointer_into(&data, 0x4000, 0x7f00_0000_1001, 0x7f00_0000_1005),
+            None
+        );
+    }
+}
