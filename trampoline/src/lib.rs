@@ -70,6 +70,14 @@ pub use symbols::{
     Symbol,
 };
 
+/// Runs `f`, a series of installations (a profiler's start-up), paying
+/// the per-hook set-up once: `/proc/self/maps` is read once
+/// ([`maps::batch`]) and each page written stays writable until `f`
+/// returns, when its protection is restored (`patch::batch`).
+pub fn batch<R>(f: impl FnOnce() -> R) -> R {
+    maps::batch(|| patch::batch(f))
+}
+
 /// Hook `target` so that every call goes to `replacement` (a function with
 /// the same signature and ABI). The returned [`Hook::chain`] runs the
 /// original behaviour. If other threads may call the target while it is

@@ -18,7 +18,7 @@
 use crate::arch::{within, Arch};
 use crate::error::Reason;
 use crate::maps;
-use crate::patch::protect;
+use crate::patch::{open_writable, protect};
 use std::sync::Mutex;
 
 struct Page {
@@ -163,13 +163,22 @@ fn new_page_near(near: u64, reach: u64, len: u64) -> Result<Page, Reason> {
 fn write_into_page(base: u64, len: u64, at: u64, code: &[u8]) -> Result<(), Reason> {
     use libc::{PROT_EXEC, PROT_READ, PROT_WRITE};
     // [base, base+len) is a mapping this module created and never unmaps.
-    protect(base, len, PROT_READ | PROT_WRITE | PROT_EXEC)
-        .or_else(|_| protect(base, len, PROT_READ | PROT_WRITE))?;
+    // Inside a batch it stays writable until the batch ends (patch::batch).
+    let close = match open_writable(base, len, PROT_READ | PROT_EXEC) {
+        Ok(close) => close,
+        Err(_) => {
+            protect(base, len, PROT_READ | PROT_WRITE)?;
+            true
+        }
+    };
     debug_assert!(at >= base && at + code.len() as u64 <= base + len);
     // SAFETY: the destination lies inside our writable mapping (checked by
     // the caller's fit computation), and does not overlap `code`.
     unsafe { std::ptr::copy_nonoverlapping(code.as_ptr(), at as *mut u8, code.len()) };
-    protect(base, len, PROT_READ | PROT_EXEC)
+    if close {
+        protect(base, len, PROT_READ | PROT_EXEC)?;
+    }
+    Ok(())
 }
 
 /// Where [`place`] would put `len` bytes near `near` right now, without

@@ -256,7 +256,7 @@ pub fn init(modules: &'static [&'static Module]) {
     let guard = main.enter();
     let mut started: Vec<String> = Vec::new();
     let mut running = 0;
-    trampoline::maps::batch(|| {
+    trampoline::batch(|| {
         crate::process::hooks::install_core();
         each_module(|m| match (m.start)(options::get()) {
             Ok(()) => {
