@@ -195,7 +195,7 @@ pub fn on_alloc_sampled(node: *mut Node, addr: usize, stored: u64, largest: u64)
 
 /// Block `addr` is being freed: forget it and release it from the stack
 /// that allocated it. Returns what was recorded (None if untracked).
-#[inline]
+#[inline(always)]
 pub fn on_free(addr: usize) -> Option<Block> {
     if addr == 0 {
         return None;
@@ -262,6 +262,7 @@ pub fn restore(b: &Block) {
     }
 }
 
+#[inline(always)]
 fn release(b: &Block) {
     if super::spans::active() {
         super::spans::remove(b.addr, b.size);

@@ -381,23 +381,36 @@ fn record_sampled(addr: usize, size: usize, pick: super::sample::Pick, regs: Opt
 /// block's record (for a realloc that may fail and must put it back).
 #[inline(always)]
 fn freeing(p: *mut c_void) -> Option<crate::base::live::Block> {
+    freeing_then(p, |b| b)
+}
+
+/// [`freeing`] for a free, which needs no record back: nothing is copied
+/// out (a block returned through memory, 8-byte fields read back as one
+/// 16-byte load, stalls store forwarding on every free).
+#[inline(always)]
+fn freed(p: *mut c_void) {
+    freeing_then(p, |_| ())
+}
+
+#[inline(always)]
+fn freeing_then<R>(
+    p: *mut c_void,
+    keep: impl Fn(Option<crate::base::live::Block>) -> R + Copy,
+) -> R {
     if p.is_null() {
-        return None;
+        return keep(None);
     }
     if super::sample::active() && !super::sample::may_be_sampled(p as usize) {
         // Never recorded: nothing to take out.
-        return None;
+        return keep(None);
     }
-    freeing_recorded(p)
-}
-
-#[inline]
-fn freeing_recorded(p: *mut c_void) -> Option<crate::base::live::Block> {
     let _e = ErrnoGuard::save();
-    site::unrecorded(KIND_FREE, p as usize, 0, replay, || {
-        account::on_free(p as usize)
-    })
-    .flatten()
+    match site::unrecorded(KIND_FREE, p as usize, 0, replay, || {
+        keep(account::on_free(p as usize))
+    }) {
+        Some(r) => r,
+        None => keep(None),
+    }
 }
 
 /// Starts a call whose original may allocate through another hooked entry
@@ -512,20 +525,20 @@ extern "C" fn reallocarray_hook(p: *mut c_void, n: usize, m: usize) -> *mut c_vo
     });
     let direct = via_end(r);
     if direct && !r.is_null() {
-        freeing(p);
+        freed(p);
         allocated_fill(r, n.wrapping_mul(m), false, None);
     }
     r
 }
 
 extern "C" fn free_hook(p: *mut c_void) {
-    freeing(p);
+    freed(p);
     // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
     unsafe { CHAIN.get::<Free>(Func::Free as usize)(p) }
 }
 
 extern "C" fn cfree_hook(p: *mut c_void) {
-    freeing(p);
+    freed(p);
     // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
     unsafe { CHAIN.get::<Free>(Func::Cfree as usize)(p) }
 }
@@ -612,37 +625,37 @@ extern "C" fn new_array_aligned_hook(size: usize, align: usize) -> *mut c_void {
 }
 
 extern "C" fn delete_hook(p: *mut c_void) {
-    freeing(p);
+    freed(p);
     // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
     unsafe { CHAIN.get::<Free>(Func::Delete as usize)(p) }
 }
 
 extern "C" fn delete_array_hook(p: *mut c_void) {
-    freeing(p);
+    freed(p);
     // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
     unsafe { CHAIN.get::<Free>(Func::DeleteArray as usize)(p) }
 }
 
 extern "C" fn delete_sized_hook(p: *mut c_void, n: usize) {
-    freeing(p);
+    freed(p);
     // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
     unsafe { CHAIN.get::<Sized>(Func::DeleteSized as usize)(p, n) }
 }
 
 extern "C" fn delete_array_sized_hook(p: *mut c_void, n: usize) {
-    freeing(p);
+    freed(p);
     // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
     unsafe { CHAIN.get::<Sized>(Func::DeleteArraySized as usize)(p, n) }
 }
 
 extern "C" fn delete_aligned_hook(p: *mut c_void, a: usize) {
-    freeing(p);
+    freed(p);
     // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
     unsafe { CHAIN.get::<Sized>(Func::DeleteAligned as usize)(p, a) }
 }
 
 extern "C" fn delete_array_aligned_hook(p: *mut c_void, a: usize) {
-    freeing(p);
+    freed(p);
     // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
     unsafe { CHAIN.get::<Sized>(Func::DeleteArrayAligned as usize)(p, a) }
 }
@@ -675,7 +688,7 @@ new_forms! {
 macro_rules! delete_forms {
     ($($name:ident: $f:expr;)*) => {$(
         extern "C" fn $name(p: *mut c_void, b: usize, c: usize) {
-            freeing(p);
+            freed(p);
             // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
             unsafe { CHAIN.get::<Delete3>($f as usize)(p, b, c) }
         }
