@@ -16,5 +16,6 @@ pub mod run;
 pub mod solo;
 pub mod sys;
 pub mod thread;
+pub mod tls;
 pub mod trace;
 pub mod tree;

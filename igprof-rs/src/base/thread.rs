@@ -2,10 +2,9 @@
 //!
 //! Owns [`ThreadState`] (call tree, trace buffer, timer, sample statistics)
 //! and the process-wide list of all states (push-only, lock-free) that the
-//! dumper walks. The pointer to the current thread's state lives in a
-//! `thread_local!` with const initialisation and no destructor, which Rust
-//! compiles to a plain TLS slot: reading it in a signal handler allocates
-//! nothing (the library is preloaded, so its TLS is in the static block).
+//! dumper walks. The pointer to the current thread's state lives in the
+//! library's static TLS area (`tls.rs`): reading it, in a signal handler
+//! too, is two instructions and allocates nothing.
 //!
 //! **Thread exit.** A state is never freed: the dumper may be reading its
 //! tree, and call-tree nodes are referenced from outside the tree (live
@@ -240,9 +239,21 @@ pub const WALK_STACK: usize = 64 * 1024;
 /// `tgkill` probe each) before it makes a fresh one.
 const ADOPT_TRIES: usize = 8;
 
-thread_local! {
-    static CURRENT: Cell<*mut ThreadState> = const { Cell::new(null_mut()) };
+/// The calling thread's state pointer, in the library's TLS area.
+struct Current;
+
+const _: () = assert!(crate::base::tls::fits::<Cell<*mut ThreadState>>(crate::base::tls::THREAD_AT));
+
+impl Current {
+    #[inline(always)]
+    fn with<R>(&self, f: impl FnOnce(&Cell<*mut ThreadState>) -> R) -> R {
+        // SAFETY: this module's slot of the area (checked above to fit); a
+        // null pointer is all-zero.
+        f(unsafe { crate::base::tls::slot::<Cell<*mut ThreadState>>(crate::base::tls::THREAD_AT) })
+    }
 }
+
+static CURRENT: Current = Current;
 
 static ALL: AtomicPtr<ThreadState> = AtomicPtr::new(null_mut());
 

@@ -58,8 +58,9 @@ static PENDING: AtomicBool = AtomicBool::new(false);
 /// The pending specs were named once (see [`report`]).
 static SAID_PENDING: AtomicBool = AtomicBool::new(false);
 
-/// Functions the counting path calls before it holds the thread's guard:
-/// counting their calls would recurse without end.
+/// Functions the counting path may call before it holds the thread's
+/// guard (the library's own TLS is initial-exec, but its runtime's
+/// thread-locals are not): counting their calls would recurse without end.
 const REFUSED: [&str; 2] = ["__tls_get_addr", "___tls_get_addr"];
 
 /// The -fp profiler in the runtime's module registry.

@@ -93,9 +93,22 @@ const HOOK_TLS_INIT: HookTls = HookTls {
     sampler: super::sample::ThreadSampler::new(),
 };
 
-thread_local! {
-    static TLS: HookTls = const { HOOK_TLS_INIT };
+/// The calling thread's record, in the library's TLS area (`base/tls.rs`).
+struct Tls;
+
+const _: () = assert!(crate::base::tls::fits::<HookTls>(crate::base::tls::HOOKS_AT));
+
+impl Tls {
+    #[inline(always)]
+    fn with<R>(&self, f: impl FnOnce(&HookTls) -> R) -> R {
+        // SAFETY: this module's slot of the area (checked above to fit);
+        // HOOK_TLS_INIT is all-zero (null pointers, zero counts, a
+        // sampler that has not decided yet) and HookTls has no destructor.
+        f(unsafe { crate::base::tls::slot::<HookTls>(crate::base::tls::HOOKS_AT) })
+    }
 }
+
+static TLS: Tls = Tls;
 
 /// Runs `f` with the calling thread's hook state.
 #[inline]
