@@ -15,7 +15,7 @@
 //! deepest chain, so the fixed cost per walk (register capture, the frames
 //! under `main`) cancels out.
 //!
-//!     cargo bench -p igprof-rs --bench unwind
+//!     cargo bench -p igprof-unwind-bench --bench unwind
 
 use std::ffi::CString;
 use std::hint::black_box;
