@@ -44,6 +44,27 @@ fn perf_count(d: &Path, event: &str, cmd: &[&str]) -> (u64, Vec<u8>) {
     (line.split(',').next().unwrap().parse().unwrap(), o.stdout)
 }
 
+/// Runs `measure` (our count, perf stat's) up to three times and returns
+/// the closest (relative difference, ours, perf's). perf stat also counts
+/// the context switches of the launcher, the start-up and the dump,
+/// outside the profile: a handful, but on a loaded machine every
+/// preemption there too (40 more of 1,040 seen while CI ran the other
+/// tests of this file).
+fn closest_switch_count(mut measure: impl FnMut() -> (u64, u64)) -> (f64, u64, u64) {
+    let mut best = (f64::MAX, 0, 0);
+    for _ in 0..3 {
+        let (ours, kernel) = measure();
+        let off = (ours as f64 - kernel as f64).abs() / kernel as f64;
+        if off < best.0 {
+            best = (off, ours, kernel);
+        }
+        if off < 0.01 {
+            break;
+        }
+    }
+    best
+}
+
 #[test]
 fn page_faults_are_charged_exactly_where_they_happen() {
     let d = scratch("ev-pf");
@@ -222,15 +243,16 @@ fn totals_match_perf_stat() {
         "100",
         "0",
     ];
-    let (kernel, out) = perf_count(&d, "context-switches", &cmd);
-    assert_eq!(
-        String::from_utf8_lossy(&out),
-        "slept 1000 x 100 us, blocked 0 ms\n"
-    );
-    let p = profile(&d, "cs.gz");
-    let ours = total(&p, "EV_CONTEXT_SWITCHES");
-    let off = (ours as f64 - kernel as f64).abs() / kernel as f64;
+    let (off, ours, kernel) = closest_switch_count(|| {
+        let (kernel, out) = perf_count(&d, "context-switches", &cmd);
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            "slept 1000 x 100 us, blocked 0 ms\n"
+        );
+        (total(&profile(&d, "cs.gz"), "EV_CONTEXT_SWITCHES"), kernel)
+    });
     assert!(off < 0.01, "{ours} switches, perf stat {kernel}");
+    let p = profile(&d, "cs.gz");
     assert!(under(&p, "EV_CONTEXT_SWITCHES", "wait_here").0 >= 1000);
 }
 
@@ -479,29 +501,11 @@ fn counting_groups_add_up_to_perf_stat() {
         "100",
         "0",
     ];
-    // perf stat also counts the switches of the launcher, the start-up and
-    // the dump, outside the profile: a handful, but every preemption there
-    // on a loaded machine too (40 more of 1,040 seen while the other tests
-    // of this file ran). The closest of three runs is compared.
-    let mut tries = Vec::new();
-    for _ in 0..3 {
+    let (off, ours, kernel) = closest_switch_count(|| {
         let (kernel, _) = perf_count(&d, "context-switches", &cmd);
-        let ours = sum_values(&profile(&d, "cs.gz"), "CNT_CONTEXT_SWITCHES");
-        let off = (ours as f64 - kernel as f64).abs() / kernel as f64;
-        tries.push((off, ours, kernel));
-        if off < 0.01 {
-            break;
-        }
-    }
-    let (off, ours, kernel) = tries
-        .iter()
-        .copied()
-        .min_by(|a, b| a.0.total_cmp(&b.0))
-        .unwrap();
-    assert!(
-        off < 0.01,
-        "{ours} switches counted, perf stat {kernel} (closest of {tries:?})"
-    );
+        (sum_values(&profile(&d, "cs.gz"), "CNT_CONTEXT_SWITCHES"), kernel)
+    });
+    assert!(off < 0.01, "{ours} switches counted, perf stat {kernel}");
     // Software events are never multiplexed: a group of six counts whole.
     let six =
         "page-faults,minor-faults,major-faults,context-switches,cpu-migrations,alignment-faults";
