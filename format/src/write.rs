@@ -122,6 +122,55 @@ fn dec(v: u64, buf: &mut [u8; 20]) -> &[u8] {
     &buf[i..]
 }
 
+/// A short run of a line (numbers and literals) assembled in place and
+/// handed to the sink in one `put`: a node's line made of a dozen puts of
+/// one to three bytes cost 180 ns (cc1's 19,000-node dump: 3.5 ms).
+struct Run {
+    buf: [u8; 80],
+    len: usize,
+}
+
+impl Run {
+    fn new() -> Self {
+        Run {
+            buf: [0; 80],
+            len: 0,
+        }
+    }
+
+    /// Appends `b` (the callers' literals and numbers fit: at most 80
+    /// bytes between two puts, checked by the slice bounds).
+    #[inline]
+    fn lit(&mut self, b: &[u8]) -> &mut Self {
+        self.buf[self.len..self.len + b.len()].copy_from_slice(b);
+        self.len += b.len();
+        self
+    }
+
+    /// Appends `v` in lower-case hex, as [`hex`].
+    #[inline]
+    fn hex(&mut self, v: u64) -> &mut Self {
+        let digits = ((64 - v.leading_zeros() as usize).div_ceil(4)).max(1);
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let out = &mut self.buf[self.len..self.len + digits];
+        let mut v = v;
+        for d in out.iter_mut().rev() {
+            *d = DIGITS[(v & 15) as usize];
+            v >>= 4;
+        }
+        self.len += digits;
+        self
+    }
+
+    /// Hands the run to `sink` and empties it.
+    #[inline]
+    fn put<S: Sink>(&mut self, sink: &mut S) -> Result<(), WriteError> {
+        let r = sink.put(&self.buf[..self.len]);
+        self.len = 0;
+        r
+    }
+}
+
 fn check_name(name: &[u8]) -> Result<(), WriteError> {
     match name.iter().find(|&&b| b == b'\n' || b == b'\r' || b == 0) {
         Some(&byte) => Err(WriteError::BadName { byte }),
@@ -206,15 +255,16 @@ impl<S: Sink> Writer<S> {
         if depth == 0 {
             return Err(WriteError::ZeroDepth);
         }
+        let mut run = Run::new();
         if self.in_node {
-            self.put(b"\n")?;
+            run.lit(b"\n");
         }
         self.in_node = true;
-        self.put(b"C")?;
-        self.put_hex(depth as u64)?;
-        self.put(b" FN")?;
+        run.lit(b"C").hex(depth as u64).lit(b" FN");
         match func {
-            FuncRef::Known(id) => self.put_hex(id as u64)?,
+            FuncRef::Known(id) => {
+                run.hex(id as u64);
+            }
             FuncRef::New {
                 id,
                 file,
@@ -222,27 +272,24 @@ impl<S: Sink> Writer<S> {
                 name,
             } => {
                 check_name(name)?;
-                self.put_hex(id as u64)?;
-                self.put(b"=(F")?;
+                run.hex(id as u64).lit(b"=(F");
                 match file {
-                    FileRef::Known(fid) => self.put_hex(fid as u64)?,
+                    FileRef::Known(fid) => {
+                        run.hex(fid as u64);
+                    }
                     FileRef::New { id: fid, path } => {
                         check_name(path)?;
-                        self.put_hex(fid as u64)?;
-                        self.put(b"=(")?;
-                        self.put(path)?;
-                        self.put(b")")?;
+                        run.hex(fid as u64).lit(b"=(").put(&mut self.sink)?;
+                        self.sink.put(path)?;
+                        run.lit(b")");
                     }
                 }
-                self.put(b"+")?;
-                self.put_hex(object_offset)?;
-                self.put(b" N=(")?;
-                self.put(name)?;
-                self.put(b"))")?;
+                run.lit(b"+").hex(object_offset).lit(b" N=(").put(&mut self.sink)?;
+                self.sink.put(name)?;
+                run.lit(b"))");
             }
         }
-        self.put(b"+")?;
-        self.put_hex(offset_in_symbol)
+        run.lit(b"+").hex(offset_in_symbol).put(&mut self.sink)
     }
 
     /// ` V<cid>=(<NAME>):(<ticks>,<value>,<peak>)` on the current node.
@@ -253,35 +300,37 @@ impl<S: Sink> Writer<S> {
         value: u64,
         peak: u64,
     ) -> Result<(), WriteError> {
-        self.put(b" V")?;
+        let mut run = Run::new();
+        run.lit(b" V");
         match counter {
             CounterRef::Known(id) => {
-                self.put_hex(id as u64)?;
-                self.put(b":(")?;
+                run.hex(id as u64).lit(b":(");
             }
             CounterRef::New { id, name } => {
                 check_name(name)?;
-                self.put_hex(id as u64)?;
-                self.put(b"=(")?;
-                self.put(name)?;
-                self.put(b"):(")?;
+                run.hex(id as u64).lit(b"=(").put(&mut self.sink)?;
+                self.sink.put(name)?;
+                run.lit(b"):(");
             }
         }
-        self.put_hex(ticks)?;
-        self.put(b",")?;
-        self.put_hex(value)?;
-        self.put(b",")?;
-        self.put_hex(peak)?;
-        self.put(b")")
+        run.hex(ticks)
+            .lit(b",")
+            .hex(value)
+            .lit(b",")
+            .hex(peak)
+            .lit(b")")
+            .put(&mut self.sink)
     }
 
     /// `;LK=(0x<address>,<size>)` after the counter it belongs to.
     pub fn leak(&mut self, address: u64, size: u64) -> Result<(), WriteError> {
-        self.put(b";LK=(0x")?;
-        self.put_hex(address)?;
-        self.put(b",")?;
-        self.put_hex(size)?;
-        self.put(b")")
+        Run::new()
+            .lit(b";LK=(0x")
+            .hex(address)
+            .lit(b",")
+            .hex(size)
+            .lit(b")")
+            .put(&mut self.sink)
     }
 
     /// Ends the current node's line.
