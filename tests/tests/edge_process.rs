@@ -743,6 +743,80 @@ fn a_relative_output_path_holds_in_processes_that_change_directory() {
     assert!(!d.join("sub/prof").exists());
 }
 
+#[test]
+fn a_profile_sent_to_a_pipe_or_device_leaves_it_in_place() {
+    // `-o` naming something other than a file (/dev/null, a FIFO) is
+    // written in place: a temporary renamed over it replaced /dev/null
+    // itself with a plain file when run as root.
+    use std::os::unix::fs::FileTypeExt;
+    let d = scratch("output_fifo");
+    build(&d, "alloc_churn.c", "alloc_churn", &[]);
+    let fifo = d.join("pipe");
+    let _ = std::fs::remove_file(&fifo);
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read(fifo).unwrap())
+    };
+    let o = igprof(&d, &["-mp", "-z", "-o", "pipe", "./alloc_churn", "1000", "3"]);
+    ok(&o);
+    assert!(
+        std::fs::metadata(&fifo).unwrap().file_type().is_fifo(),
+        "the FIFO was replaced"
+    );
+    assert!(!d.join("pipe.tmp").exists());
+    // A reader still waiting for a writer (no profile came) is let go: a
+    // writer of ours opens and closes (once it has read all, this fails).
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo);
+    }
+    let bytes = reader.join().unwrap();
+    std::fs::write(d.join("got.gz"), &bytes).unwrap();
+    let p = parse_strict(&read_text(&d.join("got.gz"))).unwrap();
+    // alloc_churn's site_leak: 1000 blocks of 1000 bytes never freed.
+    assert_eq!(under(&p, "MEM_LIVE", "site_leak"), (1000, 1_000_000));
+    // A character device: a null device of the test's own where the
+    // system lets it make one (root), not /dev/null, which a regression
+    // would replace.
+    let null = d.join("null");
+    let _ = std::fs::remove_file(&null);
+    let c = std::ffi::CString::new(null.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path; makedev(1, 3) is the null device.
+    if unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) } == 0 {
+        // A shell and its two children: every process writes to the device
+        // (no `null.<pid>` beside it).
+        let o = igprof(
+            &d,
+            &[
+                "-mp",
+                "-o",
+                "null",
+                "sh",
+                "-c",
+                "./alloc_churn 1000 3; ./alloc_churn 1000 3",
+            ],
+        );
+        ok(&o);
+        assert!(std::fs::metadata(&null)
+            .unwrap()
+            .file_type()
+            .is_char_device());
+        let beside: Vec<_> = std::fs::read_dir(&d)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("null."))
+            .collect();
+        assert!(beside.is_empty(), "{beside:?}");
+    }
+}
+
 /// Runs `solo` (unprofiled with `mode` None) with `n` allocations; sends
 /// it signal `sig` every 25 ms while it allocates (0: none). Returns its
 /// output and how many signals were sent.

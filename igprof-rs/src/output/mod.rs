@@ -681,6 +681,23 @@ struct Output {
 
 impl Output {
     fn create(path: &str) -> Result<Output, DumpError> {
+        // Something other than a file or directory (`-o /dev/null`, a
+        // FIFO, a terminal) is written in place: a temporary renamed over
+        // it would replace the device or pipe with a plain file (as root,
+        // /dev/null itself).
+        if std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
+            return match std::fs::OpenOptions::new().write(true).open(path) {
+                Ok(file) => Ok(Output {
+                    file,
+                    tmp: None,
+                    path: path.to_string(),
+                }),
+                Err(e) => Err(DumpError::Create {
+                    path: path.to_string(),
+                    errno: e.raw_os_error().unwrap_or(0),
+                }),
+            };
+        }
         let tmp = format!("{path}.tmp");
         match create_with_room(&tmp) {
             Ok(file) => Ok(Output {

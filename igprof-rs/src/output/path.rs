@@ -1,15 +1,23 @@
 //! The file a process writes its profile to.
 //!
-//! Must never: depend on anything but the options and the run's facts
-//! (`base/run.rs`), so that every writer of this process agrees.
+//! Must never: depend on anything but the options, the run's facts
+//! (`base/run.rs`) and what -o's path is (a device or FIFO is written in
+//! place by every process), so that every writer of this process agrees.
 
 use crate::base::{options, run, sys};
 
 /// The file this process's profile goes to: the name from -o (or the
-/// default), with `.<pid>` for other processes of the run, and with
+/// default), with `.<pid>` for other processes of the run (unless -o names
+/// a device or a FIFO, which every process writes), and with
 /// `.exec<N>` when this image (the N-th of its pid, from 0) is being
 /// replaced by exec, so that the image that follows does not overwrite it.
 pub fn output_path() -> String {
+    let given = options::get().output.as_bytes();
+    if is_device_or_pipe(given) {
+        // `-o /dev/null`, a FIFO: every process of the run writes there (a
+        // per-process name beside it would create files in /dev).
+        return String::from_utf8_lossy(given).into_owned();
+    }
     profile_path(
         options::get().output.as_bytes(),
         &run::info().exe,
@@ -31,6 +39,15 @@ pub fn profile_path(given: &[u8], exe: &[u8], pid: i32, root: i32, exec: Option<
         Some(stem) => format!("{stem}.exec{gen}.gz"),
         None => format!("{name}.exec{gen}"),
     }
+}
+
+/// Whether `given` names something that exists and is neither a regular
+/// file nor a directory (a device, a FIFO, a socket).
+fn is_device_or_pipe(given: &[u8]) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    !given.is_empty()
+        && std::fs::metadata(std::ffi::OsStr::from_bytes(given))
+            .is_ok_and(|m| !m.is_file() && !m.is_dir())
 }
 
 fn basename(p: &[u8]) -> &[u8] {
