@@ -746,37 +746,36 @@ fn timer_samples_while_cpp_exceptions_unwind() {
     let (caught, samples) = sample_during(100_000, 2000, || catcher(ROUNDS));
     assert_eq!(caught, ROUNDS as libc::c_long);
     assert!(samples.len() >= 20, "{} samples", samples.len());
-    let (mut in_unwinder, mut outermost) = (0, 0);
+    let (mut in_unwinder, mut outermost, mut cut_short) = (0, 0, Vec::new());
     for (trace, t) in &samples {
         let n = names(trace, true);
         let unwinding = n.iter().any(|f| f.starts_with("_Unwind_"));
         in_unwinder += unwinding as usize;
-        if t.end == TraceEnd::Outermost {
-            outermost += 1;
-            // catcher, or its cold part (the landing pad; a local symbol
-            // dladdr cannot name), is on every stack.
-            let in_lib = |(i, a): (usize, &usize)| {
-                let at = if i == 0 { *a } else { a - 1 };
-                module_of(at).is_some_and(|m| m.path.ends_with(b"libthrow.so"))
-            };
-            assert!(trace.iter().enumerate().any(in_lib), "{n:?}");
-        } else {
+        // catcher, or its cold part (the landing pad; a local symbol
+        // dladdr cannot name), is on every complete stack.
+        let in_lib = |(i, a): (usize, &usize)| {
+            let at = if i == 0 { *a } else { a - 1 };
+            module_of(at).is_some_and(|m| m.path.ends_with(b"libthrow.so"))
+        };
+        let complete = t.end == TraceEnd::Outermost && trace.iter().enumerate().any(in_lib);
+        outermost += complete as usize;
+        if !complete {
             // libgcc's CFI is not exact while `__builtin_eh_return` moves
             // the stack to the landing pad's frame: a walk from there may
-            // end early, never anywhere else.
-            assert!(
-                unwinding && matches!(t.end, TraceEnd::Broken(_)),
-                "{t:?} {n:?}"
-            );
+            // end early (broken, or at a word that is no return address,
+            // seen once in CI under qemu), never outside the unwinder.
+            assert!(unwinding, "{t:?} {n:?}");
+            cut_short.push((t.end, n));
         }
     }
+
     assert!(
         in_unwinder > 0,
         "some samples land in the exception unwinder"
     );
     assert!(
         outermost * 10 >= samples.len() * 9,
-        "{outermost} of {} samples complete",
+        "{outermost} of {} samples complete; cut short: {cut_short:?}",
         samples.len()
     );
 }
