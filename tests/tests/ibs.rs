@@ -17,6 +17,16 @@ use igprof_tests::*;
 
 const SEAM: &str = "IGPROF_IBS_TEST_RECORDS";
 
+/// How far a sampled share (in points) may be from `want` percent with `n`
+/// samples: 5 points, or 4 standard deviations of a binomial share where
+/// the run got few samples. Quiet runs land within 2 points; one CI run,
+/// with the other tests of this file beside it on two cores, saw 51.9% for
+/// 48%. A sample charged to the wrong object is off by tens of points.
+fn share_tolerance(want: f64, n: u64) -> f64 {
+    let p = want / 100.0;
+    (4.0 * 100.0 * (p * (1.0 - p) / n.max(1) as f64).sqrt()).max(5.0)
+}
+
 fn program(d: &Path) {
     // -rdynamic: the record is found with dlsym; no sibling calls: each
     // alloc_* keeps its frame on the allocating stack.
@@ -78,18 +88,20 @@ fn op_samples_charge_their_instruction_and_the_owners_of_their_data() {
     ] {
         let share = 100.0 * obj(f) as f64 / all as f64;
         let want = 100.0 * ms / 1250.0;
+        let tol = share_tolerance(want, all);
         assert!(
-            (share - want).abs() <= 3.0,
-            "{f}: {share:.1}% of samples, want {want:.1}% +-3"
+            (share - want).abs() <= tol,
+            "{f}: {share:.1}% of {all} samples, want {want:.1}% +-{tol:.1}"
         );
     }
     // The three heap sites among themselves: 60/30/10.
     let heap = obj("alloc_a") + obj("alloc_b") + obj("alloc_c");
     for (f, want) in [("alloc_a", 60.0), ("alloc_b", 30.0), ("alloc_c", 10.0)] {
         let share = 100.0 * obj(f) as f64 / heap as f64;
+        let tol = share_tolerance(want, heap);
         assert!(
-            (share - want).abs() <= 3.0,
-            "{f}: {share:.1}% of heap samples"
+            (share - want).abs() <= tol,
+            "{f}: {share:.1}% of {heap} heap samples, want {want:.1}% +-{tol:.1}"
         );
     }
     // Exact per object: each phase's latency, miss, remote and HitM bits.
