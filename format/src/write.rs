@@ -147,19 +147,11 @@ impl Run {
         self
     }
 
-    /// Appends `v` in lower-case hex, as [`hex`].
+    /// Appends `v` in lower-case hex ([`hex`]).
     #[inline]
     fn hex(&mut self, v: u64) -> &mut Self {
-        let digits = ((64 - v.leading_zeros() as usize).div_ceil(4)).max(1);
-        const DIGITS: &[u8; 16] = b"0123456789abcdef";
-        let out = &mut self.buf[self.len..self.len + digits];
-        let mut v = v;
-        for d in out.iter_mut().rev() {
-            *d = DIGITS[(v & 15) as usize];
-            v >>= 4;
-        }
-        self.len += digits;
-        self
+        let mut digits = [0u8; 16];
+        self.lit(hex(v, &mut digits))
     }
 
     /// Hands the run to `sink` and empties it.
