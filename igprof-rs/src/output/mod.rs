@@ -685,7 +685,7 @@ impl Output {
         // FIFO, a terminal) is written in place: a temporary renamed over
         // it would replace the device or pipe with a plain file (as root,
         // /dev/null itself).
-        if std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
+        if path::is_device_or_pipe(path.as_bytes()) {
             return match std::fs::OpenOptions::new().write(true).open(path) {
                 Ok(file) => Ok(Output {
                     file,

@@ -19,7 +19,7 @@ pub fn output_path() -> String {
         return String::from_utf8_lossy(given).into_owned();
     }
     profile_path(
-        options::get().output.as_bytes(),
+        given,
         &run::info().exe,
         sys::getpid(),
         run::root_pid(),
@@ -43,7 +43,7 @@ pub fn profile_path(given: &[u8], exe: &[u8], pid: i32, root: i32, exec: Option<
 
 /// Whether `given` names something that exists and is neither a regular
 /// file nor a directory (a device, a FIFO, a socket).
-fn is_device_or_pipe(given: &[u8]) -> bool {
+pub(crate) fn is_device_or_pipe(given: &[u8]) -> bool {
     use std::os::unix::ffi::OsStrExt;
     !given.is_empty()
         && std::fs::metadata(std::ffi::OsStr::from_bytes(given))
