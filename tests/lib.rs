@@ -117,12 +117,20 @@ pub fn check_dlopen(p: &Profile) {
     );
 }
 
+/// The descriptor store of this test binary's runs (not the user's, in
+/// ~/.cache): shared by its tests, so that most of them walk stacks with
+/// descriptors an earlier process stored.
+pub fn test_store() -> PathBuf {
+    std::env::temp_dir().join(format!("igprof-tests-{}-descriptors", std::process::id()))
+}
+
 /// Runs the launcher (`igprof <args>`) in `dir`.
 pub fn igprof(dir: &Path, args: &[&str]) -> Output {
     Command::new(launcher())
         .args(args)
         .current_dir(dir)
         .env("IGPROF_LIB", lib())
+        .env("IGPROF_CACHE_DIR", test_store())
         .output()
         .expect("run target/release/igprof")
 }
@@ -168,10 +176,14 @@ pub fn cross_build(dir: &Path, src: &str, out: &str, flags: &[&str]) -> PathBuf 
 /// built for [`foreign_arch`], not yet run.
 pub fn foreign_igprof_command(dir: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(launcher());
-    c.args(args).current_dir(dir).env("IGPROF_LIB", lib()).env(
-        format!("IGPROF_LIB_{}", foreign_arch().0.to_uppercase()),
-        foreign_lib(),
-    );
+    c.args(args)
+        .current_dir(dir)
+        .env("IGPROF_LIB", lib())
+        .env("IGPROF_CACHE_DIR", test_store())
+        .env(
+            format!("IGPROF_LIB_{}", foreign_arch().0.to_uppercase()),
+            foreign_lib(),
+        );
     c
 }
 

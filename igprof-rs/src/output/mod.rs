@@ -565,6 +565,7 @@ fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
             stats.descriptors.hits += c.hits;
             stats.descriptors.misses += c.misses;
             stats.descriptors.framehop += c.framehop;
+            stats.descriptors.stored += c.stored;
         }
         stats.states += 1;
         if let Some(root) = t.tree().root() {

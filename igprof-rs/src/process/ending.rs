@@ -27,9 +27,16 @@ pub fn final_dump(reason: &str) -> bool {
     // sample lands in the dump itself).
     crate::process::stop_sampling();
     let path = output::path::output_path();
-    match thread::paused(|| output::dump_after_others(&path)) {
+    let (dumped, saved) = thread::paused(|| {
+        let dumped = output::dump_after_others(&path);
+        (dumped, crate::unwind::save_descriptors())
+    });
+    let opts = crate::base::options::get();
+    if opts.debug {
+        log_saved_descriptors(&saved);
+    }
+    match dumped {
         Ok(stats) => {
-            let opts = crate::base::options::get();
             if opts.debug || stats.dropped > 0 {
                 crate::igprof_log!(
                     "wrote {} at {reason}: {} samples, {} dropped (taken inside the profiler or no memory), {} truncated stacks, {} thread states",
@@ -76,11 +83,28 @@ fn log_handler_cost(stats: &DumpStats) {
     }
     let d = stats.descriptors;
     crate::igprof_log!(
-        "frame descriptors: {} hits, {} misses, {} frames unwound by framehop",
+        "frame descriptors: {} hits, {} misses ({} of them found in the descriptor store), {} frames unwound by framehop",
         d.hits,
         d.misses,
+        d.stored,
         d.framehop
     );
+}
+
+/// `-d`: what the process added to the descriptor store.
+fn log_saved_descriptors(saved: &crate::unwind::store::SaveReport) {
+    let Some(dir) = crate::unwind::store::dir() else {
+        return;
+    };
+    crate::igprof_log!(
+        "descriptor store {}: {} descriptors added for {} objects",
+        dir.display(),
+        saved.added,
+        saved.objects
+    );
+    if let Some(e) = &saved.error {
+        crate::igprof_log!("descriptor store not written: {e}");
+    }
 }
 
 /// `-d`: how long the dump took and how much of it was naming.

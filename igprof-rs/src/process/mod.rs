@@ -246,6 +246,9 @@ pub fn init(modules: &'static [&'static Module]) {
         return;
     }
     init_thread_key();
+    if let Some(dir) = crate::unwind::store::dir_from_env(|k| std::env::var_os(k)) {
+        crate::unwind::store::configure(dir);
+    }
     crate::base::trace::modules_changed();
     let Some(main) = thread::register_current(options::get().max_depth) else {
         crate::igprof_log!(

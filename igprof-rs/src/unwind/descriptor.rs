@@ -98,6 +98,8 @@ pub(crate) struct DescriptorCache {
     filled: bool,
     pub(crate) hits: u64,
     pub(crate) misses: u64,
+    /// Misses answered by the descriptor store.
+    pub(crate) stored: u64,
     /// Frames whose rule no descriptor can hold (unwound by framehop).
     pub(crate) framehop: u64,
     sets: [[Slot; WAYS]; SETS],

@@ -1,5 +1,5 @@
 //! Memory for the unwinder that is not the program's heap: anonymous,
-//! zero-filled, pre-populated `mmap` regions.
+//! zero-filled `mmap` regions, pre-populated unless asked otherwise.
 //!
 //! Owns: the unwinder's use of such regions (the mapping itself and errno
 //! hygiene are `base::sys`'s, raw system calls that hold no runtime state). Never calls
@@ -39,9 +39,9 @@ impl core::fmt::Display for MapError {
 
 /// Map `bytes` (> 0) of zeroed, populated (so that a signal handler never
 /// takes the page faults of first use), page-aligned memory.
-fn map(bytes: usize) -> Result<NonNull<u8>, MapError> {
-    let p =
-        crate::base::sys::map_anon(bytes, true).map_err(|errno| MapError::Mmap { bytes, errno })?;
+fn map(bytes: usize, populate: bool) -> Result<NonNull<u8>, MapError> {
+    let p = crate::base::sys::map_anon(bytes, populate)
+        .map_err(|errno| MapError::Mmap { bytes, errno })?;
     // mmap never returns null on success with a null hint.
     Ok(NonNull::new(p).expect("mmap returned null"))
 }
@@ -63,6 +63,17 @@ pub(crate) struct MmapSlice<T: Zeroable> {
 impl<T: Zeroable> MmapSlice<T> {
     /// Map a zeroed array of `len` elements (`len` may be 0: nothing mapped).
     pub(crate) fn zeroed(len: usize) -> Result<Self, MapError> {
+        Self::mapped(len, true)
+    }
+
+    /// [`Self::zeroed`] without faulting the pages in: for a large array
+    /// used from its start, whose later pages may never be touched (a
+    /// signal handler may then take the page fault of first use).
+    pub(crate) fn zeroed_lazy(len: usize) -> Result<Self, MapError> {
+        Self::mapped(len, false)
+    }
+
+    fn mapped(len: usize, populate: bool) -> Result<Self, MapError> {
         let bytes = len
             .checked_mul(core::mem::size_of::<T>())
             .ok_or(MapError::Mmap {
@@ -82,7 +93,7 @@ impl<T: Zeroable> MmapSlice<T> {
             )
         };
         Ok(Self {
-            ptr: map(bytes)?.cast(),
+            ptr: map(bytes, populate)?.cast(),
             len,
         })
     }
@@ -137,7 +148,7 @@ impl<T> MmapBox<T> {
                 "page alignment suffices"
             )
         };
-        let ptr = map(Self::BYTES)?.cast::<T>();
+        let ptr = map(Self::BYTES, true)?.cast::<T>();
         // SAFETY: ptr is page aligned, writable and large enough for a T.
         unsafe { ptr.as_ptr().write(value) };
         Ok(MmapBox { ptr })

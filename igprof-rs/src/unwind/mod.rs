@@ -5,7 +5,8 @@
 //! its `.eh_frame_hdr` / `.eh_frame` live), the per-thread descriptor cache,
 //! and the stack walk itself. It must never, from a signal handler or a hook:
 //! allocate (through the program's malloc or anything else), take a lock,
-//! call `dl_iterate_phdr`/`dladdr`, do file IO, or read memory outside the
+//! call `dl_iterate_phdr`/`dladdr`, do file IO (only [`refresh()`] and
+//! [`save_descriptors()`] read or write files), or read memory outside the
 //! thread's stack bounds / the signal frame / mapped unwind data. Of the
 //! rest of the library it uses only `base::sys` (raw system calls: mmap,
 //! errno), nothing that holds the runtime's state.
@@ -71,6 +72,11 @@
 //! for the rule of that PC from the mapped `.eh_frame_hdr`/`.eh_frame`,
 //! stores it as a descriptor, and if the rule cannot be expressed compactly
 //! (a DWARF expression, say) unwinds that one frame with framehop directly.
+//! Before framehop, a miss on a return address looks in the descriptor
+//! store (`store.rs`): the descriptors earlier processes derived for the
+//! same object (same build-id), read from the user's cache directory when
+//! the module table is built; what this process derives is added to it at
+//! exit ([`save_descriptors`]; [`store::configure`] turns it on).
 //! The cache is tagged with the module table generation, so a
 //! dlopen/dlclose invalidates it.
 //!
@@ -102,7 +108,8 @@
 //! Files: `walk.rs` (the per-thread unwinder and the walk loop), `step.rs`
 //! (one frame: applying a descriptor, deriving one from framehop, framehop
 //! itself), `descriptor.rs` (encoding and cache), `modules.rs` (module
-//! table), `stack.rs` (bounds and the bounded reader), `readlog.rs` (the
+//! table), `store.rs` (descriptors kept between processes),
+//! `stack.rs` (bounds and the bounded reader), `readlog.rs` (the
 //! record of a walk's stack reads for the `-mp` stack memo), `mem.rs` (mmap).
 //! Architectures: `x86_64.rs` and `aarch64.rs` supply only registers, the
 //! signal frame layout and the return trampoline's code; on AArch64 a
@@ -115,6 +122,7 @@ mod modules;
 mod readlog;
 mod stack;
 mod step;
+pub mod store;
 mod walk;
 
 #[cfg(test)]
@@ -132,7 +140,7 @@ use x86_64 as arch;
 compile_error!("the unwinder supports x86-64 and AArch64 only");
 
 pub use mem::MapError;
-pub use modules::{generation, module_of, refresh, ModuleInfo, RefreshError};
+pub use modules::{generation, module_of, refresh, save_descriptors, ModuleInfo, RefreshError};
 pub use readlog::{ReadLog, CAPACITY as READ_LOG_CAPACITY};
 pub use stack::{StackBounds, StackBoundsError};
 #[doc(hidden)]

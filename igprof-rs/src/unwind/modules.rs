@@ -17,7 +17,9 @@ use std::sync::Mutex;
 use framehop::{ExplicitModuleSectionInfo, MustNotAllocateDuringUnwind, Unwinder};
 
 use super::hazard::{self, Hazard};
+use super::descriptor::Descriptor;
 use super::mem::{MapError, MmapBox, MmapSlice, Zeroable};
+use super::store::{self, Ident, Registry, SaveReport, Stored};
 use crate::base::sys::ErrnoGuard;
 
 /// framehop's unwinder for the host architecture, reading unwind sections in
@@ -66,6 +68,10 @@ pub(crate) struct ModuleEntry {
     pub eh_frame: (usize, usize),
     /// Address and length of the path in the never-freed name arena.
     name: (usize, usize),
+    /// What its descriptors are derived from (for the descriptor store).
+    pub(crate) ident: Ident,
+    /// Its descriptors derived by earlier processes.
+    pub(crate) stored: Stored,
 }
 
 // SAFETY: plain integers; all-zero is a valid (empty) entry.
@@ -125,6 +131,7 @@ static GENERATION: AtomicU32 = AtomicU32::new(0);
 static REFRESH: Mutex<RefreshState> = Mutex::new(RefreshState {
     retired: Vec::new(),
     names: NameArena::new(),
+    store: Registry::new(),
 });
 /// Replaced tables freed so far.
 pub(crate) static TABLES_FREED: AtomicUsize = AtomicUsize::new(0);
@@ -133,6 +140,7 @@ struct RefreshState {
     /// Replaced tables that a walk may still have been reading (addresses).
     retired: Vec<usize>,
     names: NameArena,
+    store: Registry,
 }
 
 /// Never-freed storage for object paths: a path seen once is kept for the
@@ -245,11 +253,17 @@ pub fn refresh() -> Result<(), RefreshError> {
             }
         }
         let self_addr = refresh as *const () as usize;
-        let self_text = entries
+        let own = entries
             .as_slice()
             .iter()
-            .find(|m| m.text.0 <= self_addr && self_addr < m.text.1)
-            .map_or((0, 0), |m| m.text);
+            .find(|m| m.text.0 <= self_addr && self_addr < m.text.1);
+        let self_text = own.map_or((0, 0), |m| m.text);
+        if let Some(own) = own.filter(|m| m.ident.build_id_len != 0) {
+            state.store.set_producer(own.ident);
+        }
+        for m in entries.as_mut_slice() {
+            m.stored = state.store.attach(&m.ident);
+        }
         let table = MmapBox::new(ModuleTable {
             generation,
             modules: entries,
@@ -330,6 +344,35 @@ impl ModuleEntry {
         // arena (or is empty).
         unsafe { core::slice::from_raw_parts(self.name.0 as *const u8, self.name.1) }
     }
+
+    /// The descriptor an earlier process derived for return address `pc`
+    /// (in this object), if any. Interrupted PCs (`first`) are not
+    /// stored: a sampled PC is seldom sampled again by another process,
+    /// and storing them would grow the files with every run.
+    /// Async-signal-safe.
+    #[inline]
+    pub(crate) fn stored_descriptor(&self, pc: usize, first: bool) -> Option<Descriptor> {
+        if first {
+            return None;
+        }
+        store::lookup(&self.stored, store::key(pc.wrapping_sub(self.base), first))
+    }
+
+    /// Logs a descriptor derived here for `pc`, for [`save_descriptors`]
+    /// (return addresses only). Async-signal-safe.
+    #[inline]
+    pub(crate) fn derived(&self, pc: usize, first: bool, d: Descriptor) {
+        if !first {
+            store::record(self.stored.object, store::key(pc.wrapping_sub(self.base), first), d)
+        }
+    }
+}
+
+/// Adds the descriptors this process derived to the descriptor store (see
+/// `store.rs`). Outside signal context.
+pub fn save_descriptors() -> SaveReport {
+    let state = REFRESH.lock().unwrap_or_else(|e| e.into_inner());
+    state.store.save()
 }
 
 /// The object containing `pc` in the current table. Async-signal-safe.
@@ -435,6 +478,25 @@ unsafe extern "C" fn fill_one(
     if text.0 < text.1 {
         entry.text = text;
     }
+    for ph in phdrs.iter().filter(|ph| ph.p_type == libc::PT_NOTE) {
+        // SAFETY: a PT_NOTE segment lies inside a loaded, readable segment.
+        let notes = unsafe {
+            core::slice::from_raw_parts((base + ph.p_vaddr as usize) as *const u8, ph.p_memsz as usize)
+        };
+        if let Some(id) = store::build_id_in_notes(notes, ph.p_align as usize) {
+            if id.len() <= entry.ident.build_id.len() {
+                entry.ident.build_id[..id.len()].copy_from_slice(id);
+                entry.ident.build_id_len = id.len() as u8;
+            }
+            break;
+        }
+    }
+    entry.ident.layout = [
+        entry.text.0.wrapping_sub(base) as u64,
+        entry.text.1.wrapping_sub(base) as u64,
+        entry.eh_frame_hdr.0.wrapping_sub(base) as u64,
+        entry.eh_frame_hdr.1 as u64,
+    ];
     if entry.eh_frame_hdr.1 != 0 {
         // SAFETY: PT_GNU_EH_FRAME lies inside a loaded segment.
         let hdr = unsafe {

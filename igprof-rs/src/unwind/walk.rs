@@ -4,8 +4,9 @@
 //!
 //! Owns: `ThreadUnwinder`. Everything reachable from `trace_*` is
 //! async-signal-safe: no allocation, no lock, no syscall; the only memory
-//! read is through `StackReader` (stack), the module table and the mapped
-//! unwind sections of loaded objects.
+//! read is through `StackReader` (stack), the module table, the descriptor
+//! store's loaded entries and the mapped unwind sections of loaded objects
+//! (and the only shared memory written is the store's log).
 
 use core::cell::{Cell, UnsafeCell};
 use core::marker::PhantomData;
@@ -39,6 +40,9 @@ pub struct ThreadUnwinder {
 pub struct CacheStats {
     pub hits: u64,
     pub misses: u64,
+    /// Misses answered by the descriptor store (derived by an earlier
+    /// process) instead of framehop.
+    pub stored: u64,
     /// Frames unwound by framehop (a rule no descriptor holds).
     pub framehop: u64,
 }
@@ -159,6 +163,7 @@ impl ThreadUnwinder {
         CacheStats {
             hits: c.hits,
             misses: c.misses,
+            stored: c.stored,
             framehop: c.framehop,
         }
     }
@@ -277,13 +282,23 @@ impl ThreadUnwinder {
                     let d = match cache.get(key, first) {
                         Some(d) => d,
                         None => {
-                            if table.find(regs.pc).is_none() {
+                            let Some(m) = table.find(regs.pc) else {
                                 return Trace {
                                     depth,
                                     end: not_in_any_object,
                                 };
-                            }
-                            let d = step::describe(table, fh, regs.pc, first);
+                            };
+                            let d = match m.stored_descriptor(regs.pc, first) {
+                                Some(d) => {
+                                    cache.stored += 1;
+                                    d
+                                }
+                                None => {
+                                    let d = step::describe(table, fh, regs.pc, first);
+                                    m.derived(regs.pc, first, d);
+                                    d
+                                }
+                            };
                             cache.put(key, d);
                             d
                         }

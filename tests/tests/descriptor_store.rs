@@ -1,0 +1,186 @@
+//! The descriptor store (igprof-rs/src/unwind/store.rs): frame descriptors
+//! one process derived serve the later processes of the same objects, and
+//! change none of their stacks.
+//!
+//! GCC's own compiler (cc1, found through `gcc -print-prog-name`) compiles
+//! a generated C file under `-mp`: without a store, then twice with a
+//! fresh one. Its memory profile is deterministic (without address-space
+//! randomisation: `setarch -R`), so every (stack,
+//! MEM_TOTAL) of the three runs must be equal, and the second run must
+//! have found nearly all its descriptors in the store. A store file that
+//! was damaged, or written for another object or by another build of the
+//! profiler, must be ignored (same stacks) and replaced.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use igprof_tests::*;
+
+fn cc1() -> String {
+    let o = Command::new("gcc")
+        .arg("-print-prog-name=cc1")
+        .output()
+        .expect("gcc (scripts/setup installs it)");
+    String::from_utf8(o.stdout).unwrap().trim().to_string()
+}
+
+/// A C file with enough functions for a few thousand allocation stacks.
+fn write_source(d: &Path) {
+    // No headers: cc1 run alone has no multiarch include path.
+    let mut src = String::from("void *calloc(unsigned long, unsigned long);\nvoid free(void *);\n");
+    for i in 0..40 {
+        src.push_str(&format!(
+            "struct s{i} {{ int a[{n}]; double d; }};\n\
+             static int g{i}(struct s{i} *p, int n) {{ int s = 0; for (int k = 0; k < n && k < {n}; k++) s += p->a[k] * {i}; return s; }}\n\
+             int f{i}(int n) {{ struct s{i} *p = calloc(1, sizeof *p); int r = g{i}(p, n); if (n > 3) r += f{j}(n - 1); free(p); return r; }}\n",
+            n = i + 2,
+            j = (i + 1) % 40
+        ));
+    }
+    std::fs::write(d.join("gen.c"), src).unwrap();
+    // cc1 allocates differently when its output file does not exist yet:
+    // every compared run finds it.
+    std::fs::write(d.join("gen.s"), "").unwrap();
+}
+
+/// Runs cc1 on gen.c under `-mp -d` with the store in `store` (None: no
+/// store); its (stack, MEM_TOTAL calls and bytes) sorted, and the number of
+/// descriptor-cache misses and of those the store answered.
+fn run(d: &Path, store: Option<&Path>, tag: &str) -> (Stacks, u64, u64) {
+    let out = format!("{tag}.gz");
+    // Without address-space randomisation: cc1's collector makes one
+    // more 32 KiB allocation in about half of the runs otherwise.
+    let o = Command::new("setarch")
+        .arg("-R")
+        .arg(launcher())
+        .args(["-mp", "-d", "-o", &out, &cc1()])
+        .args(["-quiet", "gen.c", "-O1", "-o", "gen.s"])
+        .current_dir(d)
+        .env("IGPROF_LIB", lib())
+        .env(
+            "IGPROF_CACHE_DIR",
+            store.map_or(PathBuf::from("none"), Path::to_path_buf),
+        )
+        .output()
+        .expect("run igprof");
+    let err = ok(&o);
+    let line = err
+        .lines()
+        .find(|l| l.contains("frame descriptors:"))
+        .unwrap_or_else(|| panic!("no descriptor line in\n{err}"));
+    let num_before = |what: &str| -> u64 {
+        let at = line.find(what).unwrap_or_else(|| panic!("{what} in {line}"));
+        line[..at].split_whitespace().last().unwrap().trim_start_matches('(').parse().unwrap()
+    };
+    let (misses, stored) = (num_before(" misses"), num_before(" of them found"));
+    let p = parse_strict(&read_text(&d.join(&out))).unwrap();
+    let mut v = path_values(&p, "MEM_TOTAL");
+    v.sort();
+    assert!(v.len() > 100, "{tag}: only {} stacks", v.len());
+    (v, misses, stored)
+}
+
+type Stacks = Vec<(Vec<String>, u64, u64)>;
+
+/// The first few (stack, calls, bytes) of each run that the other lacks.
+fn differences(a: &Stacks, b: &Stacks) -> String {
+    let only = |x: &Stacks, y: &Stacks| -> Vec<String> {
+        x.iter()
+            .filter(|e| !y.contains(e))
+            .take(3)
+            .map(|(s, c, v)| format!("{} calls {c} bytes {v}", s.join(" > ")))
+            .collect()
+    };
+    format!("only in one: {:#?}\nonly in the other: {:#?}", only(a, b), only(b, a))
+}
+
+fn store_file(store: &Path, cc1: &str) -> PathBuf {
+    let notes = Command::new("readelf").args(["-n", cc1]).output().unwrap();
+    let text = String::from_utf8_lossy(&notes.stdout).into_owned();
+    let id = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: "))
+        .unwrap_or_else(|| panic!("cc1 has no build-id:\n{text}"));
+    store.join("unwind").join(id.trim())
+}
+
+#[test]
+fn descriptors_derived_by_one_process_serve_the_next_and_change_no_stack() {
+    let d = scratch("store");
+    write_source(&d);
+    let store = d.join("store");
+    let (plain, misses0, stored0) = run(&d, None, "none");
+    assert_eq!(stored0, 0, "no store, nothing found in it");
+    assert!(!store.exists());
+
+    let (first, misses1, stored1) = run(&d, Some(&store), "first");
+    assert_eq!(stored1, 0, "an empty store answers nothing");
+    let file = store_file(&store, &cc1());
+    let size = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
+    assert!(size > 128 + 16 * 100, "{}: {size} bytes", file.display());
+
+    let (second, misses2, stored2) = run(&d, Some(&store), "second");
+    assert!(
+        stored2 * 10 >= misses2 * 9 && misses2 > 100,
+        "the second run found {stored2} of its {misses2} missing descriptors in the store"
+    );
+    assert!(misses0 > 100 && misses1 > 100);
+    assert!(
+        first == plain,
+        "the first run with a store walked other stacks: {}",
+        differences(&plain, &first)
+    );
+    assert!(
+        second == plain,
+        "descriptors from the store changed stacks: {}",
+        differences(&plain, &second)
+    );
+}
+
+#[test]
+fn a_damaged_or_foreign_store_file_is_ignored_and_replaced() {
+    let d = scratch("store-damaged");
+    write_source(&d);
+    let store = d.join("store");
+    let (plain, _, _) = run(&d, None, "none");
+    run(&d, Some(&store), "fill");
+    let file = store_file(&store, &cc1());
+    let good = std::fs::read(&file).unwrap();
+    let entries = good.len() - 128;
+    // Each damage: one file contents; the run must walk the same stacks
+    // as without a store and find nothing of cc1 in the file (what it
+    // finds comes from the other objects' files).
+    let mut damaged: Vec<(&str, Vec<u8>)> = Vec::new();
+    damaged.push(("truncated", good[..good.len() - 5].to_vec()));
+    let mut kind = good.clone();
+    kind[128 + 16 * (entries / 16 / 2) + 8 + 6] = 0; // an empty descriptor
+    damaged.push(("an invalid descriptor", kind));
+    let mut order = good.clone();
+    order.copy_within(128..144, 144);
+    damaged.push(("keys out of order", order));
+    let mut producer = good.clone();
+    producer[96] ^= 0xff; // the profiler build's id
+    damaged.push(("another profiler build", producer));
+    let mut layout = good.clone();
+    layout[64] ^= 0x10; // the object's text offset
+    damaged.push(("another layout", layout));
+    damaged.push(("garbage", vec![0x5a; good.len()]));
+    let (_, _, found_good) = run(&d, Some(&store), "good");
+    for (what, bytes) in damaged {
+        std::fs::write(&file, &bytes).unwrap();
+        let (stacks, _, found) = run(&d, Some(&store), "damaged");
+        assert!(
+            stacks == plain,
+            "{what}: other stacks: {}",
+            differences(&plain, &stacks)
+        );
+        assert!(
+            found * 4 < found_good,
+            "{what}: {found} descriptors found, with the good file {found_good}"
+        );
+        let replaced = std::fs::read(&file).unwrap();
+        assert_eq!(replaced.len(), good.len(), "{what}: the file was not rewritten whole");
+        assert_eq!(replaced[..16], good[..16], "{what}");
+        assert_eq!(replaced[32..128], good[32..128], "{what}");
+    }
+}
