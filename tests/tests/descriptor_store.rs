@@ -69,8 +69,16 @@ fn run(d: &Path, store: Option<&Path>, tag: &str) -> (Stacks, u64, u64) {
         .find(|l| l.contains("frame descriptors:"))
         .unwrap_or_else(|| panic!("no descriptor line in\n{err}"));
     let num_before = |what: &str| -> u64 {
-        let at = line.find(what).unwrap_or_else(|| panic!("{what} in {line}"));
-        line[..at].split_whitespace().last().unwrap().trim_start_matches('(').parse().unwrap()
+        let at = line
+            .find(what)
+            .unwrap_or_else(|| panic!("{what} in {line}"));
+        line[..at]
+            .split_whitespace()
+            .last()
+            .unwrap()
+            .trim_start_matches('(')
+            .parse()
+            .unwrap()
     };
     let (misses, stored) = (num_before(" misses"), num_before(" of them found"));
     let p = parse_strict(&read_text(&d.join(&out))).unwrap();
@@ -91,7 +99,11 @@ fn differences(a: &Stacks, b: &Stacks) -> String {
             .map(|(s, c, v)| format!("{} calls {c} bytes {v}", s.join(" > ")))
             .collect()
     };
-    format!("only in one: {:#?}\nonly in the other: {:#?}", only(a, b), only(b, a))
+    format!(
+        "only in one: {:#?}\nonly in the other: {:#?}",
+        only(a, b),
+        only(b, a)
+    )
 }
 
 fn store_file(store: &Path, cc1: &str) -> PathBuf {
@@ -179,7 +191,11 @@ fn a_damaged_or_foreign_store_file_is_ignored_and_replaced() {
             "{what}: {found} descriptors found, with the good file {found_good}"
         );
         let replaced = std::fs::read(&file).unwrap();
-        assert_eq!(replaced.len(), good.len(), "{what}: the file was not rewritten whole");
+        assert_eq!(
+            replaced.len(),
+            good.len(),
+            "{what}: the file was not rewritten whole"
+        );
         assert_eq!(replaced[..16], good[..16], "{what}");
         assert_eq!(replaced[32..128], good[32..128], "{what}");
     }

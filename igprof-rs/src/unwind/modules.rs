@@ -16,8 +16,8 @@ use std::sync::Mutex;
 
 use framehop::{ExplicitModuleSectionInfo, MustNotAllocateDuringUnwind, Unwinder};
 
-use super::hazard::{self, Hazard};
 use super::descriptor::Descriptor;
+use super::hazard::{self, Hazard};
 use super::mem::{MapError, MmapBox, MmapSlice, Zeroable};
 use super::store::{self, Ident, Registry, SaveReport, Stored};
 use crate::base::sys::ErrnoGuard;
@@ -363,7 +363,11 @@ impl ModuleEntry {
     #[inline]
     pub(crate) fn derived(&self, pc: usize, first: bool, d: Descriptor) {
         if !first {
-            store::record(self.stored.object, store::key(pc.wrapping_sub(self.base), first), d)
+            store::record(
+                self.stored.object,
+                store::key(pc.wrapping_sub(self.base), first),
+                d,
+            )
         }
     }
 }
@@ -481,7 +485,10 @@ unsafe extern "C" fn fill_one(
     for ph in phdrs.iter().filter(|ph| ph.p_type == libc::PT_NOTE) {
         // SAFETY: a PT_NOTE segment lies inside a loaded, readable segment.
         let notes = unsafe {
-            core::slice::from_raw_parts((base + ph.p_vaddr as usize) as *const u8, ph.p_memsz as usize)
+            core::slice::from_raw_parts(
+                (base + ph.p_vaddr as usize) as *const u8,
+                ph.p_memsz as usize,
+            )
         };
         if let Some(id) = store::build_id_in_notes(notes, ph.p_align as usize) {
             if id.len() <= entry.ident.build_id.len() {

@@ -186,7 +186,8 @@ pub(crate) fn record(object: u32, key: u64, d: Descriptor) {
     // alone claimed entry i.
     let e = unsafe { &*log.add(i) };
     e.key.store(key, Ordering::Relaxed);
-    e.desc.store(u64::from_le_bytes(encode(d)), Ordering::Relaxed);
+    e.desc
+        .store(u64::from_le_bytes(encode(d)), Ordering::Relaxed);
     e.object.store(object, Ordering::Release);
 }
 
@@ -226,7 +227,8 @@ impl Registry {
                     .ok()
                     .and_then(|b| checked_entries(&b, ident, &producer).map(<[u8]>::to_vec))
                     .unwrap_or_default();
-                self.known.push((*ident, Box::leak(entries.into_boxed_slice())));
+                self.known
+                    .push((*ident, Box::leak(entries.into_boxed_slice())));
                 self.known.len() - 1
             }
         };
@@ -268,7 +270,9 @@ impl Registry {
                     report.added += merged.len() - old.len() / ENTRY;
                 }
                 Err(e) => {
-                    report.error.get_or_insert_with(|| format!("{}: {e}", path.display()));
+                    report
+                        .error
+                        .get_or_insert_with(|| format!("{}: {e}", path.display()));
                 }
             }
         }
@@ -529,9 +533,18 @@ mod tests {
             entries: (got.as_ptr() as usize, got.len()),
             object: 1,
         };
-        assert_eq!(lookup(&stored, key(0x1234, false)), Some(d(Kind::CfaSp, 16, false)));
-        assert_eq!(lookup(&stored, key(0x1234, true)), Some(d(Kind::CfaFp, 24, true)));
-        assert_eq!(lookup(&stored, key(0x2000, false)), Some(d(Kind::Framehop, 0, false)));
+        assert_eq!(
+            lookup(&stored, key(0x1234, false)),
+            Some(d(Kind::CfaSp, 16, false))
+        );
+        assert_eq!(
+            lookup(&stored, key(0x1234, true)),
+            Some(d(Kind::CfaFp, 24, true))
+        );
+        assert_eq!(
+            lookup(&stored, key(0x2000, false)),
+            Some(d(Kind::Framehop, 0, false))
+        );
         assert_eq!(lookup(&stored, key(0x1235, false)), None);
         assert_eq!(lookup(&Stored::default(), key(0x1234, false)), None);
 
@@ -617,8 +630,14 @@ mod tests {
             dir_from_env(env(&[("HOME", "/h"), ("IGPROF_CACHE_DIR", "/c")])),
             Some(PathBuf::from("/c/unwind"))
         );
-        assert_eq!(dir_from_env(env(&[("HOME", "/h"), ("IGPROF_CACHE_DIR", "none")])), None);
-        assert_eq!(dir_from_env(env(&[("HOME", "/h"), ("IGPROF_CACHE_DIR", "")])), None);
+        assert_eq!(
+            dir_from_env(env(&[("HOME", "/h"), ("IGPROF_CACHE_DIR", "none")])),
+            None
+        );
+        assert_eq!(
+            dir_from_env(env(&[("HOME", "/h"), ("IGPROF_CACHE_DIR", "")])),
+            None
+        );
         assert_eq!(dir_from_env(env(&[("HOME", "relative")])), None);
         assert_eq!(dir_from_env(env(&[])), None);
     }
