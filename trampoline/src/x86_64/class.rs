@@ -68,6 +68,43 @@ pub(crate) fn decode_at(code: &[u8], base: u64, off: usize) -> Option<Insn> {
     Some(Insn { ins, class, off })
 }
 
+/// Each instruction of `code[from..]` in turn (code[0] is at `base`), with
+/// one decoder for the whole sweep: `None` at an offset whose bytes are no
+/// valid instruction (the sweep goes on at the next byte). The same
+/// results as [`decode_at`] at each offset, without building a decoder per
+/// instruction (a function's sweep decodes hundreds).
+pub(crate) fn sweep(
+    code: &[u8],
+    base: u64,
+    from: usize,
+) -> impl Iterator<Item = (usize, Option<Insn>)> + '_ {
+    let mut dec = Decoder::with_ip(64, code, base, DecoderOptions::NONE);
+    let mut off = from;
+    core::iter::from_fn(move || {
+        if off >= code.len() {
+            return None;
+        }
+        let at = off;
+        dec.set_position(at).ok()?;
+        dec.set_ip(base.wrapping_add(at as u64));
+        let ins = dec.decode();
+        if ins.is_invalid() {
+            off += 1;
+            return Some((at, None));
+        }
+        off += ins.len();
+        let class = classify(&ins, &dec);
+        Some((
+            at,
+            Some(Insn {
+                ins,
+                class,
+                off: at,
+            }),
+        ))
+    })
+}
+
 fn unrelocatable(ins: &Instruction, what: impl Into<String>) -> Reason {
     Reason::Unrelocatable {
         at: ins.ip(),

@@ -8,7 +8,7 @@
 //! the taken bytes (a jump table, a computed goto) cannot be seen; compilers
 //! do not target a function's first instructions that way in practice.
 
-use super::class::{class_target, decode_at, ends_flow, Class, Insn};
+use super::class::{class_target, decode_at, ends_flow, sweep, Class, Insn};
 use super::{ENDBR64, MAX_INSN};
 use crate::arch::Plan;
 use crate::error::Reason;
@@ -169,13 +169,9 @@ fn decode_at_padded(code: &[u8], addr: u64, off: usize) -> bool {
 /// Linear sweep of `code[from..]`: refuse a branch or RIP-relative operand
 /// whose target is in `(start, end)`.
 fn back_jump_scan(code: &[u8], addr: u64, from: usize, start: u64, end: u64) -> Result<(), Reason> {
-    let mut off = from;
-    while off < code.len() {
-        let Some(insn) = decode_at(code, addr, off) else {
-            off += 1; // data or padding: resynchronise
-            continue;
-        };
-        off += insn.len();
+    for (_, insn) in sweep(code, addr, from) {
+        // No instruction: data or padding, resynchronised at the next byte.
+        let Some(insn) = insn else { continue };
         let target = match &insn.class {
             Ok(c) => class_target(c),
             // Unmovable instructions later in the function still have targets.
