@@ -188,7 +188,7 @@ impl Params {
         let ln_keep = if mean <= 1 {
             f64::NEG_INFINITY
         } else {
-            (-1.0 / mean as f64).ln_1p()
+            libm::log1p(-1.0 / mean as f64)
         };
         Params { mean, ln_keep }
     }
@@ -206,7 +206,7 @@ impl Params {
         if self.mean <= 1 {
             return 1.0;
         }
-        let q = -(s as f64 * self.ln_keep).exp_m1();
+        let q = -libm::expm1(s as f64 * self.ln_keep);
         if q > 0.0 {
             1.0 / q
         } else {
@@ -240,10 +240,11 @@ impl ThreadSampler {
         if p.mean <= 1 {
             return 1;
         }
-        // P(G > k) = P(ln U <= k ln(1-p)) = (1-p)^k. U is in (0, 1], so
-        // ln never reports an error through errno here (this runs on the
-        // hooks' fast path, outside their ErrnoGuard).
-        let g = (self.open0().ln() / p.ln_keep).floor() + 1.0;
+        // P(G > k) = P(ln U <= k ln(1-p)) = (1-p)^k. The logarithms are
+        // the libm crate's (musl's, in Rust): they never touch errno (this
+        // runs on the hooks' fast path, outside their ErrnoGuard), and
+        // libigprof.so needs no libm.so.6 loaded into every program.
+        let g = (libm::log(self.open0()) / p.ln_keep).floor() + 1.0;
         if g >= (1u64 << 62) as f64 {
             1 << 62
         } else {
