@@ -272,6 +272,10 @@ pub struct StackMemo {
     table: Option<Table>,
     /// Per set: the way the next stored walk replaces.
     next: [u8; SETS],
+    /// Per set: the way of the last hit, tried before the others (perl
+    /// calls malloc from many stacks with the same registers, so a set's
+    /// hits move between its ways and a scan from way 0 is long).
+    last_hit: [u8; SETS],
     misses: u32,
     rest: u32,
     log: ReadLog,
@@ -311,6 +315,7 @@ impl StackMemo {
             owner: core::ptr::null(),
             table: Table::new(),
             next: [0; SETS],
+            last_hit: [0; SETS],
             misses: 0,
             rest: 0,
             log: ReadLog::new(),
@@ -337,7 +342,8 @@ impl StackMemo {
             let pool = table.pool();
             let (set, tag) = set_of(r.sp, ret);
             let (tags, slots) = (table.tags(set), table.set(set));
-            for s in (0..WAYS).filter(|&w| tags[w] == tag).map(|w| &slots[w]) {
+            // Whether remembered walk `s` is this event's walk.
+            let repeats = |s: &Slot| {
                 if s.len == 0
                     || s.sp != r.sp
                     || s.ret != ret
@@ -345,13 +351,13 @@ impl StackMemo {
                     || s.generation != generation
                     || !table.intact(s)
                 {
-                    continue;
+                    return false;
                 }
                 // The walk's words, in one or two runs of the ring.
                 let from = (s.start as usize) & (POOL - 1);
                 let first = (s.len as usize).min(POOL - from);
                 let runs = [(from, first), (0, s.len as usize - first)];
-                let same = runs.iter().all(|&(at, n)| {
+                runs.iter().all(|&(at, n)| {
                     let (offsets, values) = (&pool.offsets[at..at + n], &pool.values[at..at + n]);
                     offsets.iter().zip(values).all(|(&o, &v)| {
                         // SAFETY: every word was checked when stored to lie
@@ -363,12 +369,19 @@ impl StackMemo {
                         };
                         now == v
                     })
-                });
-                if same {
-                    self.misses = 0;
-                    bump(&COUNTS[t.tid() as usize % SHARDS].hits);
-                    return Some(s.node);
-                }
+                })
+            };
+            let last = self.last_hit[set] as usize % WAYS;
+            let hit = if tags[last] == tag && repeats(&slots[last]) {
+                Some(last)
+            } else {
+                (0..WAYS).find(|&w| w != last && tags[w] == tag && repeats(&slots[w]))
+            };
+            if let Some(w) = hit {
+                self.last_hit[set] = w as u8;
+                self.misses = 0;
+                bump(&COUNTS[t.tid() as usize % SHARDS].hits);
+                return Some(slots[w].node);
             }
         }
         self.misses += 1;
