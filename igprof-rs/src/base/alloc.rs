@@ -237,7 +237,13 @@ impl Bump {
         let start = (self.cur + align - 1) & !(align - 1);
         if self.cur == 0 || start + size > self.end {
             let len = round_pages(size.max(self.chunk));
-            let p = sys::mmap_anon(len);
+            // Chunks grow to 2 MiB only in a tree that filled the smaller
+            // ones (1.75 MiB): from there, huge pages.
+            let p = if len >= sys::HUGE_PAGE {
+                sys::mmap_anon_huge(len)
+            } else {
+                sys::mmap_anon(len)
+            };
             if p.is_null() {
                 return p;
             }
@@ -300,5 +306,19 @@ mod tests {
         let big = b.alloc(1 << 20, 16);
         // SAFETY: fresh mapping of 1 MiB.
         unsafe { big.add((1 << 20) - 1).write(1) };
+    }
+
+    #[test]
+    fn chunks_of_2_mib_and_more_are_aligned_for_huge_pages() {
+        let mut b = Bump::new(sys::HUGE_PAGE);
+        for len in [sys::HUGE_PAGE, 2 * sys::HUGE_PAGE + 4096] {
+            let p = b.alloc(len, 8);
+            assert!(!p.is_null());
+            assert_eq!(p as usize % sys::HUGE_PAGE, 0, "{len}");
+            // SAFETY: a fresh mapping of at least `len` bytes.
+            let s = unsafe { core::slice::from_raw_parts_mut(p, len) };
+            assert!(s.iter().all(|&x| x == 0), "zero-filled");
+            s.fill(0xa5);
+        }
     }
 }

@@ -88,6 +88,39 @@ pub fn map_anon(len: usize, populate: bool) -> Result<*mut u8, i32> {
     }
 }
 
+/// Transparent huge pages' size on x86-64 and on AArch64 with 4 KiB pages.
+pub const HUGE_PAGE: usize = 2 << 20;
+
+/// [`mmap_anon`] for a region of at least [`HUGE_PAGE`] bytes that will be
+/// filled from its start (a call tree's nodes): aligned to 2 MiB and marked
+/// `MADV_HUGEPAGE`, so that where transparent huge pages are enabled
+/// ("always" or "madvise") each 2 MiB costs one page fault (30-35 us
+/// here) instead of 512 (650 us), and a fraction of the teardown at exit.
+/// Where they are not, the same as [`mmap_anon`]. Null on failure.
+pub fn mmap_anon_huge(len: usize) -> *mut u8 {
+    const MADV_HUGEPAGE: libc::c_long = 14;
+    let raw = mmap_anon(len + HUGE_PAGE);
+    if raw.is_null() {
+        return raw;
+    }
+    let start = (raw as usize).next_multiple_of(HUGE_PAGE);
+    let head = start - raw as usize;
+    // SAFETY: both pieces lie in the mapping just made, outside
+    // [start, start + len), and nothing refers to them.
+    unsafe {
+        if head > 0 {
+            munmap(raw, head);
+        }
+        if head < HUGE_PAGE {
+            munmap((start + len) as *mut u8, HUGE_PAGE - head);
+        }
+    }
+    let _errno = ErrnoGuard::save();
+    // SAFETY: advice on our own mapping; a kernel without THP refuses it.
+    unsafe { libc::syscall(libc::SYS_madvise, start, len, MADV_HUGEPAGE) };
+    start as *mut u8
+}
+
 /// Faults in the whole pages of `p..p+len` for writing, in one system
 /// call (`MADV_POPULATE_WRITE`, Linux 5.14): for a table about to be
 /// filled at random places, whose pages would otherwise each take two
