@@ -31,6 +31,7 @@
 //! lock, no system call. Without [`configure`] nothing is read or written.
 
 use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -57,7 +58,7 @@ const MACHINE: u32 = 62;
 const MACHINE: u32 = 183;
 
 /// What an object's descriptors are derived from.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 #[repr(C)]
 pub(crate) struct Ident {
     /// The GNU build-id (`build_id_len` bytes of it; 0: none).
@@ -194,6 +195,9 @@ pub(crate) fn record(object: u32, key: u64, d: Descriptor) {
 /// The objects this process knows, in the order of their numbers.
 pub(crate) struct Registry {
     known: Vec<(Ident, &'static [u8])>,
+    /// Each known object's place in `known` (a refresh after every dlopen
+    /// looks up every loaded object: hundreds in a Python program).
+    index: BTreeMap<Ident, usize>,
     /// The build-id of the libigprof.so deriving descriptors here.
     producer: Option<Ident>,
 }
@@ -202,6 +206,7 @@ impl Registry {
     pub(crate) const fn new() -> Self {
         Registry {
             known: Vec::new(),
+            index: BTreeMap::new(),
             producer: None,
         }
     }
@@ -220,8 +225,8 @@ impl Registry {
         if ident.build_id_len == 0 {
             return Stored::default();
         }
-        let i = match self.known.iter().position(|(k, _)| k == ident) {
-            Some(i) => i,
+        let i = match self.index.get(ident) {
+            Some(&i) => i,
             None => {
                 let entries = std::fs::read(file_of(dir, ident))
                     .ok()
@@ -229,6 +234,7 @@ impl Registry {
                     .unwrap_or_default();
                 self.known
                     .push((*ident, Box::leak(entries.into_boxed_slice())));
+                self.index.insert(*ident, self.known.len() - 1);
                 self.known.len() - 1
             }
         };
