@@ -218,7 +218,12 @@ fn a_stripped_program_has_one_entry_per_function() {
                 ticks += n.values.iter().map(|v| v.ticks).sum::<u64>();
             }
         }
-        assert!(addresses.len() >= 2, "{f}: sampled at {addresses:?}");
+        // hot_a (60% of the samples) is always sampled at several
+        // addresses, which the entry must merge; hot_b's and hot_c's
+        // loops are multiply chains whose samples mostly land after the
+        // multiply: hot_c (about 16 samples) once had all at one address.
+        let least = if f == "hot_a" { 2 } else { 1 };
+        assert!(addresses.len() >= least, "{f}: sampled at {addresses:?}");
         let want = 100.0 * ticks as f64 / all;
         let s = share(&report, &format!("@{{stripped_hot+{start}}}"));
         assert!(
