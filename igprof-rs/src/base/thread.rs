@@ -240,20 +240,10 @@ pub const WALK_STACK: usize = 64 * 1024;
 const ADOPT_TRIES: usize = 8;
 
 /// The calling thread's state pointer, in the library's TLS area.
-struct Current;
-
-const _: () = assert!(crate::base::tls::fits::<Cell<*mut ThreadState>>(crate::base::tls::THREAD_AT));
-
-impl Current {
-    #[inline(always)]
-    fn with<R>(&self, f: impl FnOnce(&Cell<*mut ThreadState>) -> R) -> R {
-        // SAFETY: this module's slot of the area (checked above to fit); a
-        // null pointer is all-zero.
-        f(unsafe { crate::base::tls::slot::<Cell<*mut ThreadState>>(crate::base::tls::THREAD_AT) })
-    }
-}
-
-static CURRENT: Current = Current;
+// SAFETY: a null pointer is all-zero and needs no drop; THREAD_AT is this
+// module's slot alone.
+static CURRENT: crate::base::tls::Slot<Cell<*mut ThreadState>> =
+    unsafe { crate::base::tls::Slot::new(crate::base::tls::THREAD_AT) };
 
 static ALL: AtomicPtr<ThreadState> = AtomicPtr::new(null_mut());
 

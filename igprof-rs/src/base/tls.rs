@@ -7,7 +7,7 @@
 //! `alloc_churn`'s time under `-mp` and 8% under `--sample-bytes`.
 //!
 //! Owns [`AREA_BYTES`] zero-initialised bytes per thread, 64-byte aligned,
-//! and hands out typed views of fixed slices of them ([`slot`]); the users
+//! and hands out typed views of fixed slices of them ([`Slot`]); the users
 //! (the current thread's state pointer in `thread.rs`, the memory and
 //! descriptor hooks' record in `modules/mem/site.rs`) each own their
 //! slice, checked at compile time to fit. A type stored here must be valid
@@ -92,21 +92,49 @@ pub fn area() -> *mut u8 {
 /// # Safety
 /// `T` must be valid all-zero and need no drop, `at` must be the offset
 /// its one owner uses for it (the same `T` at every call), and
-/// `at + size_of::<T>() <= AREA_BYTES` with `at` aligned for `T` (the
-/// owners assert both at compile time with [`fits`]).
+/// `at + size_of::<T>() <= AREA_BYTES` with `at` aligned for `T` ([`fits`]).
 #[inline(always)]
-pub unsafe fn slot<T>(at: usize) -> &'static T {
+unsafe fn slot<T>(at: usize) -> &'static T {
     // SAFETY: guaranteed by the caller; the area lives as long as the
     // thread, and a reference obtained here is only used by it.
     unsafe { &*(area().add(at) as *const T) }
 }
 
-/// Whether a `T` at byte `at` fits the area, aligned (for the owners'
-/// compile-time checks).
-pub const fn fits<T>(at: usize) -> bool {
+/// Whether a `T` at byte `at` fits the area, aligned.
+const fn fits<T>(at: usize) -> bool {
     at + core::mem::size_of::<T>() <= AREA_BYTES
         && at.is_multiple_of(core::mem::align_of::<T>())
         && core::mem::align_of::<T>() <= 64
+}
+
+/// One owner's `T` at a fixed byte of every thread's area, read as a
+/// `thread_local!` is: `SLOT.with(|t| ...)`.
+pub struct Slot<T> {
+    at: usize,
+    _t: core::marker::PhantomData<fn() -> T>,
+}
+
+impl<T: 'static> Slot<T> {
+    /// The slot of `T` at byte `at` (in a `static` initialiser: a `T` that
+    /// does not fit the area there fails the build).
+    ///
+    /// # Safety
+    /// `T` must be valid all-zero and need no drop, and this must be the
+    /// only slot at `at` (its owner's, always with this `T`).
+    pub const unsafe fn new(at: usize) -> Self {
+        assert!(fits::<T>(at), "the slot does not fit the TLS area");
+        Slot {
+            at,
+            _t: core::marker::PhantomData,
+        }
+    }
+
+    /// Runs `f` with the calling thread's `T`.
+    #[inline(always)]
+    pub fn with<R>(&self, f: impl FnOnce(&T) -> R) -> R {
+        // SAFETY: `new`'s contract, and its check that `T` fits at `at`.
+        f(unsafe { slot::<T>(self.at) })
+    }
 }
 
 #[cfg(test)]

@@ -94,21 +94,11 @@ const HOOK_TLS_INIT: HookTls = HookTls {
 };
 
 /// The calling thread's record, in the library's TLS area (`base/tls.rs`).
-struct Tls;
-
-const _: () = assert!(crate::base::tls::fits::<HookTls>(crate::base::tls::HOOKS_AT));
-
-impl Tls {
-    #[inline(always)]
-    fn with<R>(&self, f: impl FnOnce(&HookTls) -> R) -> R {
-        // SAFETY: this module's slot of the area (checked above to fit);
-        // HOOK_TLS_INIT is all-zero (null pointers, zero counts, a
-        // sampler that has not decided yet) and HookTls has no destructor.
-        f(unsafe { crate::base::tls::slot::<HookTls>(crate::base::tls::HOOKS_AT) })
-    }
-}
-
-static TLS: Tls = Tls;
+// SAFETY: HOOK_TLS_INIT is all-zero (null pointers, zero counts, a sampler
+// that has not decided yet), HookTls has no destructor, and HOOKS_AT is
+// this module's slot alone.
+static TLS: crate::base::tls::Slot<HookTls> =
+    unsafe { crate::base::tls::Slot::new(crate::base::tls::HOOKS_AT) };
 
 /// Runs `f` with the calling thread's hook state.
 #[inline]
