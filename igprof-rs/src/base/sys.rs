@@ -104,6 +104,7 @@ pub fn mmap_anon_huge(len: usize) -> *mut u8 {
         return raw;
     }
     let start = (raw as usize).next_multiple_of(HUGE_PAGE);
+    // Less than HUGE_PAGE before `start`, so the rest of it after the end.
     let head = start - raw as usize;
     // SAFETY: both pieces lie in the mapping just made, outside
     // [start, start + len), and nothing refers to them.
@@ -111,9 +112,7 @@ pub fn mmap_anon_huge(len: usize) -> *mut u8 {
         if head > 0 {
             munmap(raw, head);
         }
-        if head < HUGE_PAGE {
-            munmap((start + len) as *mut u8, HUGE_PAGE - head);
-        }
+        munmap((start + len) as *mut u8, HUGE_PAGE - head);
     }
     let _errno = ErrnoGuard::save();
     // SAFETY: advice on our own mapping; a kernel without THP refuses it.

@@ -70,14 +70,15 @@ pub(crate) fn decode_at(code: &[u8], base: u64, off: usize) -> Option<Insn> {
 
 /// Each instruction of `code[from..]` in turn (code[0] is at `base`), with
 /// one decoder for the whole sweep: `None` at an offset whose bytes are no
-/// valid instruction (the sweep goes on at the next byte). The same
+/// valid instruction (the sweep goes on at the next byte; the instruction's
+/// offset is [`Insn::off`]). The same
 /// results as [`decode_at`] at each offset, without building a decoder per
 /// instruction (a function's sweep decodes hundreds).
 pub(crate) fn sweep(
     code: &[u8],
     base: u64,
     from: usize,
-) -> impl Iterator<Item = (usize, Option<Insn>)> + '_ {
+) -> impl Iterator<Item = Option<Insn>> + '_ {
     let mut dec = Decoder::with_ip(64, code, base, DecoderOptions::NONE);
     let mut off = from;
     core::iter::from_fn(move || {
@@ -90,18 +91,15 @@ pub(crate) fn sweep(
         let ins = dec.decode();
         if ins.is_invalid() {
             off += 1;
-            return Some((at, None));
+            return Some(None);
         }
         off += ins.len();
         let class = classify(&ins, &dec);
-        Some((
-            at,
-            Some(Insn {
-                ins,
-                class,
-                off: at,
-            }),
-        ))
+        Some(Some(Insn {
+            ins,
+            class,
+            off: at,
+        }))
     })
 }
 

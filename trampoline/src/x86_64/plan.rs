@@ -169,7 +169,7 @@ fn decode_at_padded(code: &[u8], addr: u64, off: usize) -> bool {
 /// Linear sweep of `code[from..]`: refuse a branch or RIP-relative operand
 /// whose target is in `(start, end)`.
 fn back_jump_scan(code: &[u8], addr: u64, from: usize, start: u64, end: u64) -> Result<(), Reason> {
-    for (_, insn) in sweep(code, addr, from) {
+    for insn in sweep(code, addr, from) {
         // No instruction: data or padding, resynchronised at the next byte.
         let Some(insn) = insn else { continue };
         let target = match &insn.class {
