@@ -226,13 +226,77 @@ const STV_INTERNAL: u8 = 1;
 const STV_HIDDEN: u8 = 2;
 pub const SYM_SIZE: usize = core::mem::size_of::<libc::Elf64_Sym>();
 
+/// Where values fall among sorted addresses, in constant time: the range
+/// from the first to the last address cut into about as many equal spans
+/// as there are addresses, and where each span's addresses begin; a
+/// question searches one span. [`dynsym_names`] asks it once per dynamic
+/// symbol (cc1 has 28,902, a dump of it names 3,700 addresses in it), and
+/// a binary search over all the addresses per symbol was most of the
+/// naming's time.
+struct Spans<'a> {
+    addrs: &'a [usize],
+    /// Each span is `1 << shift` bytes wide, the first starting at `addrs[0]`.
+    shift: u32,
+    /// `starts[k]`: the first address of span k (or later); one more entry
+    /// than spans, `addrs.len()`.
+    starts: Vec<u32>,
+}
+
+impl<'a> Spans<'a> {
+    /// `addrs` sorted; at most `u32::MAX` of them.
+    fn new(addrs: &'a [usize]) -> Self {
+        let (Some(&lo), Some(&hi)) = (addrs.first(), addrs.last()) else {
+            return Spans {
+                addrs,
+                shift: 0,
+                starts: Vec::new(),
+            };
+        };
+        let width = (hi - lo).div_ceil(addrs.len()).max(1);
+        let shift = width.next_power_of_two().trailing_zeros();
+        let spans = ((hi - lo) >> shift) + 1;
+        let mut starts = Vec::with_capacity(spans + 1);
+        let mut i = 0;
+        for k in 0..spans {
+            let from = lo + (k << shift);
+            while addrs[i] < from {
+                i += 1;
+            }
+            starts.push(i as u32);
+        }
+        starts.push(addrs.len() as u32);
+        Spans {
+            addrs,
+            shift,
+            starts,
+        }
+    }
+
+    /// The index of the first address at or above `v` (`addrs.len()` when none).
+    #[inline]
+    fn first_from(&self, v: usize) -> usize {
+        let Some(&lo) = self.addrs.first() else {
+            return 0;
+        };
+        if v <= lo {
+            return 0;
+        }
+        let k = (v - lo) >> self.shift;
+        if k + 1 >= self.starts.len() {
+            return self.addrs.len();
+        }
+        let (i, j) = (self.starts[k] as usize, self.starts[k + 1] as usize);
+        i + self.addrs[i..j].partition_point(|&a| a < v)
+    }
+}
+
 /// `dladdr`'s rule for one symbol covering `[start, end)`, visited after
 /// the ones already in `best` (per address of `addrs`, sorted): it becomes
 /// an address's symbol if it covers it and starts above its current one
 /// (so among symbols at one address, the first visited stays).
-fn offer(best: &mut [Option<(usize, u32)>], addrs: &[usize], start: usize, end: usize, name: u32) {
-    let mut i = addrs.partition_point(|&a| a < start);
-    while i < addrs.len() && addrs[i] < end {
+fn offer(best: &mut [Option<(usize, u32)>], addrs: &Spans, start: usize, end: usize, name: u32) {
+    let mut i = addrs.first_from(start);
+    while i < addrs.addrs.len() && addrs.addrs[i] < end {
         if best[i].is_none_or(|(cur, _)| cur < start) {
             best[i] = Some((start, name));
         }
@@ -275,9 +339,10 @@ fn each_dynsym(img: &Image, mut f: impl FnMut(usize, u64, bool, u32)) -> Option<
 /// symbol table as loaded, in one pass over the symbols.
 pub fn dynsym_names(img: &Image, addrs: &[usize]) -> Vec<Option<(usize, Vec<u8>)>> {
     let mut best: Vec<Option<(usize, u32)>> = vec![None; addrs.len()];
+    let spans = Spans::new(addrs);
     let Some(tables) = each_dynsym(img, |start, size, _, name| {
         let end = start.saturating_add((size as usize).max(1));
-        offer(&mut best, addrs, start, end, name)
+        offer(&mut best, &spans, start, end, name)
     }) else {
         return vec![None; addrs.len()];
     };
@@ -434,13 +499,14 @@ mod tests {
         // visited before a longer one there, a size-0 one at 0x300.
         let addrs = [0x50, 0x210, 0x285, 0x290, 0x300, 0x301, 0x1000];
         let mut best = vec![None; addrs.len()];
+        let spans = Spans::new(&addrs);
         for (start, end, name) in [
             (0x100, 0x1000, 10),
             (0x200, 0x280, 20),
             (0x300, 0x301, 40),
             (0x200, 0x290, 30),
         ] {
-            offer(&mut best, &addrs, start, end, name);
+            offer(&mut best, &spans, start, end, name);
         }
         let names: Vec<Option<u32>> = best.iter().map(|b| b.map(|(_, n)| n)).collect();
         assert_eq!(
@@ -455,6 +521,53 @@ mod tests {
                 None, // the big one's end
             ]
         );
+    }
+
+    /// `first_from` agrees with a binary search over all the addresses,
+    /// for spread, clustered, repeated and single addresses, at and
+    /// between every address and beyond both ends.
+    #[test]
+    fn spans_find_what_a_binary_search_finds() {
+        let sets: [&[usize]; 5] = [
+            &[0x1000],
+            &[0x10, 0x10, 0x10, 0x11],
+            &[
+                0x400000,
+                0x400001,
+                0x400002,
+                0x7fff_0000_0000,
+                0x7fff_0000_0008,
+            ],
+            &[
+                3,
+                90,
+                91,
+                200,
+                201,
+                202,
+                5000,
+                5001,
+                70000,
+                70001,
+                70002,
+                1 << 40,
+            ],
+            &[],
+        ];
+        for addrs in sets {
+            let spans = Spans::new(addrs);
+            let mut probes = vec![0, 1, usize::MAX];
+            for &a in addrs {
+                probes.extend([a - 1, a, a + 1, a + 1000]);
+            }
+            for v in probes {
+                assert_eq!(
+                    spans.first_from(v),
+                    addrs.partition_point(|&a| a < v),
+                    "{v:#x} in {addrs:x?}"
+                );
+            }
+        }
     }
 
     extern "C" fn index_libc(
