@@ -147,9 +147,11 @@ struct Merged {
     values: Vec<(u64, u64, u64)>,
     index: HashMap<(u32, usize), u32>,
     nslots: usize,
-    /// (thread-tree node, merged node), sorted by thread-tree node once
-    /// the merge is done (for LK records of live resources).
-    origin: Vec<(usize, u32)>,
+    /// Thread-tree nodes that hold live resources (for LK records) ->
+    /// the merged node each went into (`u32::MAX` until merged). Only
+    /// those: a table of every node's origin cost a compiler's dump more
+    /// than its merge (the vector's growth, its sort, its page faults).
+    origin: HashMap<usize, u32>,
     /// (merged node, counter slot) -> leaked (address, size).
     leaks: HashMap<(u32, usize), Vec<(u64, u64)>>,
     /// Names of synthetic top-level functions (address SYNTHETIC_BASE + i).
@@ -166,7 +168,7 @@ impl Merged {
             values: Vec::new(),
             index: HashMap::default(),
             nslots,
-            origin: Vec::new(),
+            origin: HashMap::default(),
             leaks: HashMap::default(),
             synthetic: Vec::new(),
             stored_forms: Vec::new(),
@@ -218,7 +220,6 @@ impl Merged {
     fn reserve(&mut self, more: usize) {
         self.nodes.reserve(more);
         self.value_at.reserve(more);
-        self.origin.reserve(more);
     }
 
     /// A new child `addr` of `parent`, known not to be one already (its
@@ -298,7 +299,11 @@ impl Merged {
         let mut stack: Vec<(u32, &Node)> = vec![(into, from)];
         while let Some((m, n)) = stack.pop() {
             self.add(m, n, &merges);
-            self.origin.push((n as *const Node as usize, m));
+            if !self.origin.is_empty() {
+                if let Some(o) = self.origin.get_mut(&(n as *const Node as usize)) {
+                    *o = m;
+                }
+            }
             let fresh = m >= made && self.nodes[m as usize].first_child == u32::MAX;
             for c in n.children() {
                 let known = if fresh {
@@ -312,15 +317,10 @@ impl Merged {
         }
     }
 
-    /// Ends the merges: the origins sorted for [`Self::origin_of`].
-    fn merged_all(&mut self) {
-        self.origin.sort_unstable_by_key(|&(n, _)| n);
-    }
-
-    /// The merged node of thread-tree node `node`.
+    /// The merged node of thread-tree node `node`, if it was one of the
+    /// nodes asked for in `origin` and merged.
     fn origin_of(&self, node: usize) -> Option<u32> {
-        let i = self.origin.binary_search_by_key(&node, |&(n, _)| n).ok()?;
-        Some(self.origin[i].1)
+        self.origin.get(&node).copied().filter(|&m| m != u32::MAX)
     }
 }
 
@@ -432,6 +432,16 @@ enum Naming {
     Index(crate::output::names::Names),
     /// `dladdr` per address (the comparison dump of `IGPROF_NAMES_CHECK`).
     Dladdr,
+}
+
+impl Naming {
+    /// How many distinct addresses it names (0 when it does not know).
+    fn addresses(&self) -> usize {
+        match self {
+            Naming::Index(names) => names.len(),
+            Naming::Dladdr => 0,
+        }
+    }
 }
 
 fn resolve(addr: usize, exe: &[u8], synthetic: &[&'static str], naming: &Naming) -> Resolved {
@@ -579,6 +589,14 @@ fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
     crate::modules::each(crate::base::options::get(), |m| {
         merged.stored_forms.extend(m.dump_value)
     });
+    // Live resources first: the merge notes where their nodes go.
+    let mut live: Vec<(usize, usize, u64, u64)> = Vec::new();
+    crate::modules::each(crate::base::options::get(), |md| {
+        if let Some(f) = md.leaks {
+            f(&mut |node, slot, addr, size| live.push((node as usize, slot, addr, size)));
+        }
+    });
+    merged.origin = live.iter().map(|&(node, ..)| (node, u32::MAX)).collect();
     let mut stats = DumpStats::default();
     let states: Vec<_> = thread::all()
         .filter(|t| !t.stale.load(Ordering::Acquire))
@@ -602,7 +620,6 @@ fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
             merged.merge_tree(0, root, Some(i) == last_tree);
         }
     }
-    merged.merged_all();
     crate::modules::each(crate::base::options::get(), |m| {
         if let Some(f) = m.synthetic {
             f(&mut |name, slot, ticks, value| merged.add_synthetic(name, slot, ticks, value))
@@ -610,19 +627,15 @@ fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
     });
     stats.nodes = merged.nodes.len() - 1;
     stats.merge_ns = crate::base::sys::thread_cpu_ns() - started;
-    crate::modules::each(crate::base::options::get(), |md| {
-        if let Some(f) = md.leaks {
-            f(&mut |node, slot, addr, size| {
-                if let Some(m) = merged.origin_of(node as usize) {
-                    merged
-                        .leaks
-                        .entry((m, slot))
-                        .or_default()
-                        .push((addr, size));
-                }
-            });
+    for (node, slot, addr, size) in live {
+        if let Some(m) = merged.origin_of(node) {
+            merged
+                .leaks
+                .entry((m, slot))
+                .or_default()
+                .push((addr, size));
         }
-    });
+    }
 
     let gzip = crate::base::options::get().gzip || path.ends_with(".gz");
     let exe = &crate::base::run::info().exe;
@@ -930,8 +943,13 @@ fn write_profile<S: Sink>(sink: S, m: &Merged, naming: &Naming) -> Result<S, Wri
         exe: rt.exe.clone(),
     };
     let mut counter_defined = vec![false; m.nslots];
-    // Per code address: its names, and its function's id once written.
-    let mut cache: HashMap<usize, (Resolved, Option<u32>)> = HashMap::default();
+    // Per code address once written: its symbol's start and its
+    // function's id. Its names are needed only once, for the function's
+    // definition; kept small and sized for every address at once, the
+    // table costs no regrowth (a small cc1's 3,700 addresses made it
+    // rehash four times, 400 page faults in all).
+    let mut known: HashMap<usize, (usize, u32)> =
+        HashMap::with_capacity_and_hasher(naming.addresses(), Default::default());
     let mut kids = Vec::new();
     // Iterative pre-order walk: (node, depth).
     let mut stack: Vec<(u32, u32)> = Vec::new();
@@ -944,12 +962,12 @@ fn write_profile<S: Sink>(sink: S, m: &Merged, naming: &Naming) -> Result<S, Wri
     while let Some((id, depth)) = stack.pop() {
         let node = &m.nodes[id as usize];
         let addr = node.addr;
-        let (r, known) = cache
-            .entry(addr)
-            .or_insert_with(|| (resolve(addr, &syms.exe, &m.synthetic, naming), None));
-        let func = match *known {
-            Some(fnid) => FuncRef::Known(fnid),
+        // A function met for the first time: its names and file.
+        let mut fresh = None;
+        let (sym_addr, fnid) = match known.get(&addr) {
+            Some(&k) => k,
             None => {
+                let r = resolve(addr, &syms.exe, &m.synthetic, naming);
                 let next_file = syms.files.len() as u32;
                 let mut new_file = false;
                 let fid = syms
@@ -969,28 +987,31 @@ fn write_profile<S: Sink>(sink: S, m: &Merged, naming: &Naming) -> Result<S, Wri
                         new_fn = true;
                         next_fn
                     });
-                *known = Some(fnid);
+                known.insert(addr, (r.sym_addr, fnid));
+                let sym_addr = r.sym_addr;
                 if new_fn {
-                    let file = if new_file {
-                        FileRef::New {
-                            id: fid,
-                            path: &r.file_path,
-                        }
-                    } else {
-                        FileRef::Known(fid)
-                    };
-                    FuncRef::New {
-                        id: fnid,
-                        file,
-                        object_offset: r.object_offset,
-                        name: &r.name,
-                    }
-                } else {
-                    FuncRef::Known(fnid)
+                    fresh = Some((r, new_file, fid));
                 }
+                (sym_addr, fnid)
             }
         };
-        w.node(depth, func, (addr - r.sym_addr) as u64)?;
+        let func = match &fresh {
+            Some((r, new_file, fid)) => FuncRef::New {
+                id: fnid,
+                file: if *new_file {
+                    FileRef::New {
+                        id: *fid,
+                        path: &r.file_path,
+                    }
+                } else {
+                    FileRef::Known(*fid)
+                },
+                object_offset: r.object_offset,
+                name: &r.name,
+            },
+            None => FuncRef::Known(fnid),
+        };
+        w.node(depth, func, (addr - sym_addr) as u64)?;
         let values = m.values_of(id).unwrap_or(&[]);
         for ((s, defined), &(t, v, p)) in counter_defined.iter_mut().enumerate().zip(values) {
             if t == 0 && v == 0 && p == 0 {
@@ -1054,6 +1075,7 @@ mod tests {
         let mut b = CallTree::new();
         // SAFETY (all derefs below): nodes returned by node_for are live.
         let n = a.node_for(&[0x30, 0x20, 0x10], false);
+        let live_in_a = n as usize;
         unsafe { &*n }.counter(ticks).add(3, 3);
         unsafe { &*n }.counter(max).record_max(100);
         unsafe { &*n }.counter(live).tick_shared(64);
@@ -1064,12 +1086,16 @@ mod tests {
         unsafe { &*n }.counter(live).tick_shared(16);
         unsafe { &*n }.counter(live).release_shared(16);
         let n = b.node_for(&[0x31, 0x20, 0x10], false);
+        let live_in_b = n as usize;
         unsafe { &*n }.counter(ticks).add(1, 1);
 
         let mut m = Merged::new(counters::nslots());
+        // Nodes holding live resources: where they are merged is noted.
+        m.origin = [(live_in_a, u32::MAX), (live_in_b, u32::MAX)]
+            .into_iter()
+            .collect();
         m.merge_tree(0, a.root().unwrap(), false);
         m.merge_tree(0, b.root().unwrap(), true);
-        m.merged_all();
         m.add_synthetic("<unattributed>", ticks, 1, 7);
         m.add_synthetic("<unattributed>", ticks, 1, 5);
         // root, 0x10, 0x20, 0x30, 0x31, synthetic
@@ -1096,6 +1122,12 @@ mod tests {
             "MEM_LIVE adds what is live, keeps the largest peak"
         );
         assert_eq!(v(find(&m, &[0x10, 0x20, 0x31]), ticks), (1, 1, 1));
+        assert_eq!(m.origin_of(live_in_a), Some(leaf as u32));
+        assert_eq!(
+            m.origin_of(live_in_b),
+            Some(find(&m, &[0x10, 0x20, 0x31]) as u32)
+        );
+        assert_eq!(m.origin_of(n as usize + 8), None, "not asked for");
         assert_eq!(
             v(find(&m, &[0x10, 0x20]), ticks),
             (0, 0, 0),

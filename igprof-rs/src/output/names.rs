@@ -81,6 +81,16 @@ impl Names {
         Some((&self.objects[*o as usize], s.as_ref().map(|(s, _)| s)))
     }
 
+    /// How many addresses were named (with or without a symbol).
+    pub fn len(&self) -> usize {
+        self.named.len()
+    }
+
+    /// Whether no address was named.
+    pub fn is_empty(&self) -> bool {
+        self.named.is_empty()
+    }
+
     /// As [`Self::get`], with where the symbol came from.
     pub fn source(&self, addr: usize) -> Option<Source> {
         self.named.get(&addr)?.1.as_ref().map(|(_, k)| *k)
