@@ -164,7 +164,7 @@ fn write_into_page(base: u64, len: u64, at: u64, code: &[u8]) -> Result<(), Reas
     use libc::{PROT_EXEC, PROT_READ, PROT_WRITE};
     // [base, base+len) is a mapping this module created and never unmaps.
     // Inside a batch it stays writable until the batch ends (patch::batch).
-    let close = match open_writable(base, len, PROT_READ | PROT_EXEC) {
+    let close = match open_writable(base, len, PROT_READ | PROT_EXEC, None) {
         Ok(close) => close,
         Err(_) => {
             protect(base, len, PROT_READ | PROT_WRITE)?;

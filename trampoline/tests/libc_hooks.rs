@@ -95,14 +95,37 @@ fn main() {
     let workers: Vec<_> = (0..WORKERS)
         .map(|_| std::thread::spawn(move || worker(pid)))
         .collect();
-    let hooks = vec![
-        hook("getpid", &GETPID, r_getpid as *const ()),
-        hook("strlen", &STRLEN, r_strlen as *const ()),
-        hook("malloc", &MALLOC, r_malloc as *const ()),
-        hook("free", &FREE, r_free as *const ()),
-        hook("open", &OPEN, r_open as *const ()),
-        hook("close", &CLOSE, r_close as *const ()),
-    ];
+    // As a profiler installs them: in one batch, which opens libc's whole
+    // code mapping for writing while the workers run in it, and closes it
+    // at the end.
+    let hooks = trampoline::batch(|| {
+        vec![
+            hook("getpid", &GETPID, r_getpid as *const ()),
+            hook("strlen", &STRLEN, r_strlen as *const ()),
+            hook("malloc", &MALLOC, r_malloc as *const ()),
+            hook("free", &FREE, r_free as *const ()),
+            hook("open", &OPEN, r_open as *const ()),
+            hook("close", &CLOSE, r_close as *const ()),
+        ]
+    });
+    let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
+    let writable_code: Vec<&str> = maps
+        .lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .is_some_and(|p| p.starts_with("rwx"))
+        })
+        .collect();
+    assert!(
+        writable_code.is_empty(),
+        "code left writable after the batch: {writable_code:?}"
+    );
+    assert!(
+        maps.lines()
+            .any(|l| l.contains("r-xp") && l.ends_with("libc.so.6")),
+        "libc's code is executable and read-only again:\n{maps}"
+    );
     PHASE.store(1, SeqCst);
     while DONE.load(SeqCst) < WORKERS {
         std::hint::spin_loop();
