@@ -71,11 +71,22 @@ pub fn read_self() -> std::io::Result<Vec<Mapping>> {
             return Ok(m.clone());
         }
     }
-    let m = parse(&std::fs::read_to_string("/proc/self/maps")?);
+    let m = parse(&read_proc_text("/proc/self/maps")?);
     if b.depth > 0 {
         b.snapshot = Some(m.clone());
     }
     Ok(m)
+}
+
+/// The text of a /proc file, read in a few large reads: a /proc file says
+/// its size is 0, so `fs::read_to_string` starts with a 32-byte read and
+/// doubles (9 system calls for a small process's maps, each making the
+/// kernel walk the mappings again).
+fn read_proc_text(path: &str) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::with_capacity(32 * 1024);
+    std::fs::File::open(path)?.read_to_string(&mut text)?;
+    Ok(text)
 }
 
 /// [`read_self`] after [`invalidate`]: for a caller that did not find what
