@@ -760,7 +760,10 @@ fn a_profile_sent_to_a_pipe_or_device_leaves_it_in_place() {
         let fifo = fifo.clone();
         std::thread::spawn(move || std::fs::read(fifo).unwrap())
     };
-    let o = igprof(&d, &["-mp", "-z", "-o", "pipe", "./alloc_churn", "1000", "3"]);
+    let o = igprof(
+        &d,
+        &["-mp", "-z", "-o", "pipe", "./alloc_churn", "1000", "3"],
+    );
     ok(&o);
     assert!(
         std::fs::metadata(&fifo).unwrap().file_type().is_fifo(),
@@ -875,5 +878,48 @@ fn a_single_threaded_program_gets_no_thread_and_its_dump_requests_are_served() {
         assert_eq!(under(&p, "MEM_TOTAL", "churn").0, n, "{mode:?}");
         assert_eq!(under(&p, "MEM_LIVE", "churn"), (0, 0), "{mode:?}");
         assert!(leftovers(&d).is_empty(), "{mode:?}");
+    }
+}
+
+/// The library needs only the C library and the loader: Rust's standard
+/// library names the C unwinder (`libgcc_s.so.1`), which every profiled C
+/// program would otherwise load for nothing, so the library keeps hidden
+/// stand-ins of its own (`base/nounwind.rs`). None of them may be
+/// exported: a C++ program preloaded with the library would throw through
+/// them. Checked on the host library and the foreign-architecture one.
+#[test]
+fn the_library_needs_only_libc_and_exports_no_unwinder() {
+    for lib in [lib(), foreign_lib()] {
+        let readelf = |args: &[&str]| {
+            let out = Command::new("readelf")
+                .args(args)
+                .arg(&lib)
+                .output()
+                .expect("readelf (binutils) runs");
+            assert!(out.status.success(), "readelf {args:?} {}", lib.display());
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let needed: Vec<String> = readelf(&["-dW"])
+            .lines()
+            .filter(|l| l.contains("(NEEDED)"))
+            .filter_map(|l| Some(l.split_once('[')?.1.trim_end_matches(']').to_string()))
+            .collect();
+        assert!(
+            needed
+                .iter()
+                .all(|n| n.starts_with("libc.so") || n.starts_with("ld-linux")),
+            "{} needs {needed:?}",
+            lib.display()
+        );
+        let exported: Vec<String> = readelf(&["--dyn-syms", "-W"])
+            .lines()
+            .filter(|l| l.contains("_Unwind_"))
+            .map(str::to_string)
+            .collect();
+        assert!(
+            exported.is_empty(),
+            "{} names unwinder symbols: {exported:?}",
+            lib.display()
+        );
     }
 }

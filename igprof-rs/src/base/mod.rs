@@ -11,6 +11,10 @@ pub mod alloc;
 pub mod counters;
 pub mod live;
 pub mod log;
+// Only where nothing unwinds (the release library); tests and benchmarks
+// built from these sources unwind through the real unwinder.
+#[cfg(panic = "abort")]
+mod nounwind;
 pub mod options;
 pub mod run;
 pub mod solo;
