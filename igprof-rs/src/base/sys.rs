@@ -7,10 +7,9 @@
 //! Must never: call into libc functions that may lock or allocate.
 
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicIsize, Ordering};
 
 /// Restores `errno` when dropped, so hooks and handlers leave it untouched.
-/// Keeps the thread's errno slot, so a hook finds it once.
+/// Keeps the thread's errno slot, so a hook asks libc for it once.
 pub struct ErrnoGuard {
     slot: *mut i32,
     value: i32,
@@ -19,12 +18,13 @@ pub struct ErrnoGuard {
 impl ErrnoGuard {
     #[inline]
     pub fn save() -> Self {
-        let slot = errno_slot();
-        // SAFETY: the calling thread's errno slot (see `errno_slot`), valid
-        // for the lifetime of the thread; the guard is dropped on the
+        // SAFETY: __errno_location returns the calling thread's errno slot,
+        // valid for the lifetime of the thread; the guard is dropped on the
         // thread that made it (it is not Send: it holds a raw pointer).
-        let value = unsafe { *slot };
-        ErrnoGuard { slot, value }
+        unsafe {
+            let slot = libc::__errno_location();
+            ErrnoGuard { slot, value: *slot }
+        }
     }
 }
 
@@ -36,37 +36,10 @@ impl Drop for ErrnoGuard {
     }
 }
 
-/// How far the C library's `errno` lies from the library's TLS area
-/// ([`crate::base::tls::area`]), learnt by [`learn_errno_slot`]; 0 before.
-/// Both are in the static TLS block, at offsets from the thread pointer
-/// fixed when the process started, so the distance is the same in every
-/// thread: a hook finds its thread's errno with an addition instead of a
-/// call of `__errno_location` (about 1% of perl's time under `-mp`, which
-/// saves errno around every allocation and free).
-static ERRNO_FROM_AREA: AtomicIsize = AtomicIsize::new(0);
-
-/// Records where `errno` lies from the TLS area (once, at start-up).
-pub fn learn_errno_slot() {
-    // SAFETY: __errno_location has no preconditions.
-    let errno = unsafe { libc::__errno_location() } as isize;
-    let area = crate::base::tls::area() as isize;
-    ERRNO_FROM_AREA.store(errno.wrapping_sub(area), Ordering::Relaxed);
-}
-
-/// The calling thread's errno slot.
-#[inline(always)]
-fn errno_slot() -> *mut i32 {
-    match ERRNO_FROM_AREA.load(Ordering::Relaxed) {
-        // SAFETY: __errno_location has no preconditions.
-        0 => unsafe { libc::__errno_location() },
-        d => crate::base::tls::area().wrapping_offset(d) as *mut i32,
-    }
-}
-
 /// The last OS error number of this thread.
 pub fn errno() -> i32 {
-    // SAFETY: the calling thread's errno slot.
-    unsafe { *errno_slot() }
+    // SAFETY: see ErrnoGuard::save.
+    unsafe { *libc::__errno_location() }
 }
 
 /// write(2) until done or failed; returns false on failure.
@@ -1063,30 +1036,6 @@ pub fn signal_name(sig: i32) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// After start-up has learnt it, every thread finds its own errno
-    /// (the one `__errno_location` gives it) and the guard restores it.
-    #[test]
-    fn errno_slot_is_each_threads_own() {
-        learn_errno_slot();
-        let own = || {
-            // SAFETY: __errno_location has no preconditions.
-            assert_eq!(errno_slot(), unsafe { libc::__errno_location() });
-            // SAFETY: this thread's errno.
-            unsafe { *errno_slot() = libc::ENOENT };
-            {
-                let _g = ErrnoGuard::save();
-                // SAFETY: as above.
-                unsafe { *libc::__errno_location() = libc::EBADF };
-            }
-            assert_eq!(errno(), libc::ENOENT);
-        };
-        own();
-        let threads: Vec<_> = (0..4).map(|_| std::thread::spawn(own)).collect();
-        for t in threads {
-            t.join().unwrap();
-        }
-    }
 
     /// The bytes of a sampling event's attr, field by field at the offsets
     /// of include/uapi/linux/perf_event.h (`struct perf_event_attr`,
