@@ -4,12 +4,18 @@
 //!
 //! GCC's own compiler (cc1, found through `gcc -print-prog-name`) compiles
 //! a generated C file under `-mp`: without a store, then twice with a
-//! fresh one. Its memory profile is deterministic (without address-space
-//! randomisation: `setarch -R`), so every (stack,
-//! MEM_TOTAL) of the three runs must be equal, and the second run must
-//! have found nearly all its descriptors in the store. A store file that
-//! was damaged, or written for another object or by another build of the
-//! profiler, must be ignored (same stacks) and replaced.
+//! fresh one. The second run must have found nearly all its descriptors in
+//! the store, and every one of them must be what deriving it again gives
+//! (`IGPROF_STORE_CHECK=1`: each store answer is derived again and
+//! compared). The three memory profiles must agree: the same allocations
+//! (MEM_TOTAL calls and bytes) from the same stacks, but for one. cc1's
+//! collector allocates a 32 KiB page-table chain from whichever allocation
+//! first gets a collector page in a new 4 GiB region of the address space,
+//! and where its pages land moves with the profiler's own mappings (those
+//! the store's reads add, the libraries loaded): that one allocation may
+//! come from another stack (`setarch -R` keeps the rest of the layout
+//! fixed). A store file that was damaged, or written for another object or
+//! by another build of the profiler, must be ignored and replaced.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -52,6 +58,7 @@ fn run(d: &Path, store: Option<&Path>, tag: &str) -> (Stacks, u64, u64) {
     // more 32 KiB allocation in about half of the runs otherwise.
     let o = Command::new("setarch")
         .arg("-R")
+        .env("IGPROF_STORE_CHECK", "1")
         .arg(launcher())
         .args(["-mp", "-d", "-o", &out, &cc1()])
         .args(["-quiet", "gen.c", "-O1", "-o", "gen.s"])
@@ -81,6 +88,17 @@ fn run(d: &Path, store: Option<&Path>, tag: &str) -> (Stacks, u64, u64) {
             .unwrap()
     };
     let (misses, stored) = (num_before(" misses"), num_before(" of them found"));
+    // With a store: none of its answers differs from a fresh derivation.
+    if store.is_some() {
+        let check = err
+            .lines()
+            .find(|l| l.contains("descriptor store check:"))
+            .unwrap_or_else(|| panic!("{tag}: no store check line in\n{err}"));
+        assert!(
+            check.contains(&format!(": 0 of {stored} stored descriptors differ")),
+            "{tag}: {check}"
+        );
+    }
     let p = parse_strict(&read_text(&d.join(&out))).unwrap();
     let mut v = path_values(&p, "MEM_TOTAL");
     v.sort();
@@ -89,6 +107,22 @@ fn run(d: &Path, store: Option<&Path>, tag: &str) -> (Stacks, u64, u64) {
 }
 
 type Stacks = Vec<(Vec<String>, u64, u64)>;
+
+/// Whether two runs made the same allocations from the same stacks, but
+/// for at most one allocation whose stack differs (see the module docs):
+/// equal totals, and at most one (stack, calls, bytes) in each run that
+/// the other lacks, of the same calls and bytes.
+fn same_but_one(a: &Stacks, b: &Stacks) -> bool {
+    let total = |x: &Stacks| x.iter().fold((0, 0), |(c, v), e| (c + e.1, v + e.2));
+    let only = |x: &Stacks, y: &Stacks| -> Vec<(u64, u64)> {
+        x.iter()
+            .filter(|e| !y.contains(e))
+            .map(|e| (e.1, e.2))
+            .collect()
+    };
+    let (oa, ob) = (only(a, b), only(b, a));
+    total(a) == total(b) && oa.len() <= 1 && oa == ob
+}
 
 /// The first few (stack, calls, bytes) of each run that the other lacks.
 fn differences(a: &Stacks, b: &Stacks) -> String {
@@ -138,12 +172,12 @@ fn descriptors_derived_by_one_process_serve_the_next_and_change_no_stack() {
     );
     assert!(misses0 > 100 && misses1 > 100);
     assert!(
-        first == plain,
+        same_but_one(&plain, &first),
         "the first run with a store walked other stacks: {}",
         differences(&plain, &first)
     );
     assert!(
-        second == plain,
+        same_but_one(&plain, &second),
         "descriptors from the store changed stacks: {}",
         differences(&plain, &second)
     );
@@ -160,8 +194,9 @@ fn a_damaged_or_foreign_store_file_is_ignored_and_replaced() {
     let good = std::fs::read(&file).unwrap();
     let entries = good.len() - 128;
     // Each damage: one file contents; the run must walk the same stacks
-    // as without a store and find nothing of cc1 in the file (what it
-    // finds comes from the other objects' files).
+    // as without a store (but for one allocation: module docs) and find
+    // nothing of cc1 in the file (what it finds comes from the other
+    // objects' files).
     let mut damaged: Vec<(&str, Vec<u8>)> = Vec::new();
     damaged.push(("truncated", good[..good.len() - 5].to_vec()));
     let mut kind = good.clone();
@@ -182,7 +217,7 @@ fn a_damaged_or_foreign_store_file_is_ignored_and_replaced() {
         std::fs::write(&file, &bytes).unwrap();
         let (stacks, _, found) = run(&d, Some(&store), "damaged");
         assert!(
-            stacks == plain,
+            same_but_one(&plain, &stacks),
             "{what}: other stacks: {}",
             differences(&plain, &stacks)
         );

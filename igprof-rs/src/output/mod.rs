@@ -613,6 +613,7 @@ fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
             stats.descriptors.misses += c.misses;
             stats.descriptors.framehop += c.framehop;
             stats.descriptors.stored += c.stored;
+            stats.descriptors.stored_differ += c.stored_differ;
         }
         stats.states += 1;
         if let Some(root) = t.tree().root() {

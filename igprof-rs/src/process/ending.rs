@@ -89,6 +89,13 @@ fn log_handler_cost(stats: &DumpStats) {
         d.stored,
         d.framehop
     );
+    if crate::unwind::store::checking() {
+        crate::igprof_log!(
+            "descriptor store check: {} of {} stored descriptors differ from a fresh derivation",
+            d.stored_differ,
+            d.stored
+        );
+    }
 }
 
 /// `-d`: what the process added to the descriptor store.

@@ -100,6 +100,9 @@ pub(crate) struct DescriptorCache {
     pub(crate) misses: u64,
     /// Misses answered by the descriptor store.
     pub(crate) stored: u64,
+    /// With `IGPROF_STORE_CHECK`: of those, how many a fresh derivation
+    /// described otherwise.
+    pub(crate) stored_differ: u64,
     /// Frames whose rule no descriptor can hold (unwound by framehop).
     pub(crate) framehop: u64,
     sets: [[Slot; WAYS]; SETS],

@@ -30,7 +30,7 @@
 //! (atomics in a mapping made by [`configure`]) run: no allocation, no
 //! lock, no system call. Without [`configure`] nothing is read or written.
 
-use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
@@ -144,6 +144,9 @@ struct Learned {
 unsafe impl Zeroable for Learned {}
 
 static DIR: OnceLock<PathBuf> = OnceLock::new();
+/// `IGPROF_STORE_CHECK=1`: every descriptor the store answers is derived
+/// again and compared (`-d` says how many differed; tests require none).
+static CHECK: AtomicBool = AtomicBool::new(false);
 static LOG: AtomicPtr<Learned> = AtomicPtr::new(core::ptr::null_mut());
 static LOG_NEXT: AtomicUsize = AtomicUsize::new(0);
 
@@ -162,7 +165,17 @@ pub fn configure(dir: PathBuf) {
         return;
     };
     LOG.store(log.leak().as_mut_ptr(), Ordering::Release);
+    CHECK.store(
+        std::env::var_os("IGPROF_STORE_CHECK").is_some_and(|v| v == "1"),
+        Ordering::Relaxed,
+    );
     let _ = DIR.set(dir);
+}
+
+/// Whether store answers are checked against a fresh derivation.
+#[inline]
+pub(crate) fn checking() -> bool {
+    CHECK.load(Ordering::Relaxed)
 }
 
 /// The directory descriptors are stored in, if any.

@@ -43,6 +43,9 @@ pub struct CacheStats {
     /// Misses answered by the descriptor store (derived by an earlier
     /// process) instead of framehop.
     pub stored: u64,
+    /// With `IGPROF_STORE_CHECK=1`: store answers that a fresh derivation
+    /// described otherwise (must be 0).
+    pub stored_differ: u64,
     /// Frames unwound by framehop (a rule no descriptor holds).
     pub framehop: u64,
 }
@@ -164,6 +167,7 @@ impl ThreadUnwinder {
             hits: c.hits,
             misses: c.misses,
             stored: c.stored,
+            stored_differ: c.stored_differ,
             framehop: c.framehop,
         }
     }
@@ -291,6 +295,11 @@ impl ThreadUnwinder {
                             let d = match m.stored_descriptor(regs.pc, first) {
                                 Some(d) => {
                                     cache.stored += 1;
+                                    if super::store::checking()
+                                        && step::describe(table, fh, regs.pc, first) != d
+                                    {
+                                        cache.stored_differ += 1;
+                                    }
                                     d
                                 }
                                 None => {
