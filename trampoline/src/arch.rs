@@ -99,6 +99,32 @@ pub trait Arch {
     /// `addr + keep + taken`. Its length is at most `MAX_TRAMPOLINE_LEN`.
     fn relocate(code: &[u8], addr: u64, plan: &Plan, tramp: u64) -> Result<Vec<u8>, Reason>;
 
+    /// What [`Arch::relocate`] learns by decoding the taken instructions of
+    /// `plan`, as bytes that [`Arch::relocate_known`] turns into the same
+    /// trampoline without decoding (the plan store: a process whose hooked
+    /// functions were all planned by an earlier one never builds its
+    /// decoder's tables). `None`: the architecture keeps nothing (decoding
+    /// costs it nothing to set up).
+    fn record(_code: &[u8], _addr: u64, _plan: &Plan) -> Option<Vec<u8>> {
+        None
+    }
+
+    /// [`Arch::relocate`] from a `record` made for the same code at any
+    /// address: byte for byte what `relocate` gives. Refuses a record that
+    /// does not fit `code` and `plan`.
+    fn relocate_known(
+        _code: &[u8],
+        _addr: u64,
+        _plan: &Plan,
+        _tramp: u64,
+        _record: &[u8],
+    ) -> Result<Vec<u8>, Reason> {
+        Err(Reason::Unrelocatable {
+            at: _addr,
+            what: "no plan record for this architecture".into(),
+        })
+    }
+
     /// Independent check of a relocation: decode `out` (at `tramp`) and the
     /// original taken instructions and compare every absolute branch and
     /// memory target (targets inside the taken bytes map to their copies).

@@ -1,9 +1,10 @@
 //! Installing and removing a hook in the running process, for any
 //! architecture implementing [`Arch`].
 //!
-//! Owns: the install sequence (read the function's bytes, plan, place the
-//! trampoline near the target, place an entry stub when the replacement is
-//! out of near reach, write the patch) and its reverse. Holds a process-wide
+//! Owns: the install sequence (read the function's bytes, plan, or take
+//! the plan the table of known plans has for exactly these bytes, place
+//! the trampoline near the target, place an entry stub when the
+//! replacement is out of near reach, write the patch) and its reverse. Holds a process-wide
 //! lock so installs and uninstalls never interleave.
 //!
 //! Must never: be used from a signal handler or from inside a hook (it
@@ -12,7 +13,7 @@
 use crate::arch::{Arch, Plan};
 use crate::error::{HookError, Reason};
 use crate::symbols::Symbol;
-use crate::{maps, nearmem, patch, symbols};
+use crate::{known, maps, nearmem, patch, symbols};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
@@ -226,13 +227,59 @@ pub(crate) fn prepare_with<A: Arch>(
     })
 }
 
+/// The plan of a patch of `patch_len` bytes on `code`: from the table of
+/// known plans when it has one for these bytes whose record fits them
+/// (then no decoding), else planned. Returns the record, if known, and the
+/// table's key for the caller to add a plan it made.
+fn plan_for<A: Arch>(
+    sym: &Symbol,
+    code: &[u8],
+    patch_len: usize,
+) -> Result<(Plan, Option<Vec<u8>>, known::Key), Reason> {
+    let key = known::key(code, sym.size, patch_len);
+    if let Some((plan, record)) = known::get(&key) {
+        let fits = plan.patch_len == patch_len
+            && plan.keep + plan.taken <= code.len()
+            && plan.taken >= patch_len
+            && A::relocate_known(code, sym.addr, &plan, sym.addr, &record).is_ok();
+        if fits {
+            return Ok((plan, Some(record), key));
+        }
+    }
+    Ok((A::plan(code, sym.addr, sym.size, patch_len)?, None, key))
+}
+
+/// The trampoline at `tramp`: from the known record, else decoded.
+fn relocated<A: Arch>(
+    sym: &Symbol,
+    code: &[u8],
+    plan: &Plan,
+    record: Option<&[u8]>,
+    tramp: u64,
+) -> Result<Vec<u8>, Reason> {
+    match record {
+        Some(r) => A::relocate_known(code, sym.addr, plan, tramp, r),
+        None => A::relocate(code, sym.addr, plan, tramp),
+    }
+}
+
+/// After a hook was built from a plan made here: keep its plan and record
+/// for later processes.
+fn remember<A: Arch>(sym: &Symbol, code: &[u8], plan: &Plan, key: known::Key, known: bool) {
+    if !known {
+        if let Some(record) = A::record(code, sym.addr, plan) {
+            known::put(key, *plan, record);
+        }
+    }
+}
+
 /// Near form: `A::NEAR_PATCH_LEN` bytes at the target, trampoline (and, if
 /// the replacement is out of reach, an entry stub) within `A::NEAR_REACH`.
 fn build_near<A: Arch>(sym: &Symbol, code: &[u8], replacement: u64) -> Result<Built, Reason> {
-    let plan = A::plan(code, sym.addr, sym.size, A::NEAR_PATCH_LEN)?;
+    let (plan, record, key) = plan_for::<A>(sym, code, A::NEAR_PATCH_LEN)?;
     let patch_at = sym.addr + plan.keep as u64;
     let chain = nearmem::place::<A>(patch_at, A::MAX_TRAMPOLINE_LEN, |tramp| {
-        A::relocate(code, sym.addr, &plan, tramp)
+        relocated::<A>(sym, code, &plan, record.as_deref(), tramp)
     })?;
     let mut patch = match A::near_patch(patch_at, replacement) {
         Some(p) => p,
@@ -248,19 +295,21 @@ fn build_near<A: Arch>(sym: &Symbol, code: &[u8], replacement: u64) -> Result<Bu
         }
     };
     patch.extend(A::filler(plan.taken - plan.patch_len));
+    remember::<A>(sym, code, &plan, key, record.is_some());
     Ok((plan, chain, patch))
 }
 
 /// Far form: `A::FAR_PATCH_LEN` bytes at the target jump anywhere; the
 /// trampoline goes wherever memory is free (nearest first).
 fn build_far<A: Arch>(sym: &Symbol, code: &[u8], replacement: u64) -> Result<Built, Reason> {
-    let plan = A::plan(code, sym.addr, sym.size, A::FAR_PATCH_LEN)?;
+    let (plan, record, key) = plan_for::<A>(sym, code, A::FAR_PATCH_LEN)?;
     let patch_at = sym.addr + plan.keep as u64;
     let chain = nearmem::place_within::<A>(patch_at, ANYWHERE, A::MAX_TRAMPOLINE_LEN, |tramp| {
-        A::relocate(code, sym.addr, &plan, tramp)
+        relocated::<A>(sym, code, &plan, record.as_deref(), tramp)
     })?;
     let mut patch = A::far_patch(patch_at, replacement);
     patch.extend(A::filler(plan.taken - plan.patch_len));
+    remember::<A>(sym, code, &plan, key, record.is_some());
     Ok((plan, chain, patch))
 }
 

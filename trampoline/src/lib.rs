@@ -55,6 +55,7 @@ mod error;
 mod hook;
 pub mod image;
 pub mod interior;
+pub mod known;
 pub mod maps;
 mod nearmem;
 mod patch;

@@ -246,17 +246,34 @@ pub fn try_function<A: Arch>(
     match A::relocate(code, addr, &plan, tramp) {
         Err(r) => Outcome::Refused(r),
         Ok(out) => match A::verify(code, addr, &plan, tramp, &out) {
-            Ok(()) if out.len() <= A::MAX_TRAMPOLINE_LEN => Outcome::Relocatable {
-                plan,
-                trampoline_len: out.len(),
-            },
-            Ok(()) => Outcome::VerifyFailed(format!(
+            Ok(()) if out.len() > A::MAX_TRAMPOLINE_LEN => Outcome::VerifyFailed(format!(
                 "trampoline of {} bytes exceeds MAX_TRAMPOLINE_LEN",
                 out.len()
             )),
+            Ok(()) if !replays::<A>(code, addr, &plan, tramp, &out) => Outcome::VerifyFailed(
+                "the plan's record gives another trampoline than decoding".into(),
+            ),
+            Ok(()) => Outcome::Relocatable {
+                plan,
+                trampoline_len: out.len(),
+            },
             Err(e) => Outcome::VerifyFailed(e),
         },
     }
+}
+
+/// Whether the architecture's record of the taken instructions (the plan
+/// store's, `known.rs`) gives `out` again at `tramp`, and what decoding
+/// gives at another trampoline address (one page further; where a record
+/// is kept). True when the architecture keeps none.
+fn replays<A: Arch>(code: &[u8], addr: u64, plan: &Plan, tramp: u64, out: &[u8]) -> bool {
+    let Some(record) = A::record(code, addr, plan) else {
+        return true;
+    };
+    let other = tramp.wrapping_add(4096);
+    A::relocate_known(code, addr, plan, tramp, &record).as_deref() == Ok(out)
+        && A::relocate_known(code, addr, plan, other, &record)
+            == A::relocate(code, addr, plan, other)
 }
 
 fn survey_with<A: Arch>(path: &str, file: &ElfFile64<Endianness>, form: PatchForm) -> Report {

@@ -20,13 +20,51 @@ fn hex(s: &str) -> Vec<u8> {
 }
 
 /// Plan with the symbol size = the given bytes, relocate to `tramp`, check
-/// the bytes, and check `verify` agrees.
+/// the bytes, and check `verify` agrees and that the plan's record (the
+/// plan store's) gives the same trampoline without decoding.
 fn reloc(code: &str, tramp: u64) -> (Plan, Vec<u8>) {
     let code = hex(code);
     let plan = X86_64::plan(&code, X, Some(code.len() as u64), 5).expect("plan");
     let out = X86_64::relocate(&code, X, &plan, tramp).expect("relocate");
     X86_64::verify(&code, X, &plan, tramp, &out).expect("verify");
+    let record = X86_64::record(&code, X, &plan).expect("x86-64 keeps a record");
+    assert_eq!(
+        X86_64::relocate_known(&code, X, &plan, tramp, &record).expect("from the record"),
+        out
+    );
     (plan, out)
+}
+
+/// A record that does not fit the code is refused: another target for a
+/// RIP-relative operand or a call, another length, a cut record, a record
+/// of other code.
+#[test]
+fn a_record_that_does_not_fit_the_code_is_refused() {
+    // push rbp; call rel32 +0x200 / push rbp; mov rax, [rip+0x100]; then ret
+    // (code, where the record holds the second instruction's target, a
+    // byte of that instruction's displacement in the code)
+    for (code, target_at, disp_at) in [
+        ("55 e8 00 02 00 00 c3", 13 + 5, 3),
+        ("55 48 8b 05 00 01 00 00 c3", 13 + 5, 5),
+    ] {
+        let code = hex(code);
+        let plan = X86_64::plan(&code, X, Some(code.len() as u64), 5).expect("plan");
+        assert_eq!(plan.instructions, 2);
+        let record = X86_64::record(&code, X, &plan).expect("record");
+        assert_eq!(record.len(), 13 * plan.instructions);
+        let refused = |r: &[u8], code: &[u8]| X86_64::relocate_known(code, X, &plan, Y, r).is_err();
+        assert!(!refused(&record, &code));
+        let mut target = record.clone();
+        target[target_at] ^= 8; // the second instruction's recorded target
+        assert!(refused(&target, &code));
+        let mut len = record.clone();
+        len[2] += 1; // the first instruction's length
+        assert!(refused(&len, &code));
+        assert!(refused(&record[..record.len() - 1], &code));
+        let mut other = code.clone();
+        other[disp_at] ^= 0x10; // another displacement in the code itself
+        assert!(refused(&record, &other));
+    }
 }
 
 fn check(code: &str, tramp: u64, taken: usize, expected: &str) {

@@ -9,7 +9,8 @@
 //!
 //! Files: `class` (what each instruction needs to be moved), `plan` (which
 //! instructions are taken, refusals, back-jump scan), `relocate` (the
-//! trampoline bytes), `verify` (independent re-decode check).
+//! trampoline bytes, from decoded instructions or from a record of them),
+//! `verify` (independent re-decode check).
 //!
 //! Must never: touch process memory or depend on the host architecture.
 
@@ -62,6 +63,20 @@ impl Arch for X86_64 {
         relocate: relocate::relocate,
         verify: verify::verify,
     );
+
+    fn record(code: &[u8], addr: u64, plan: &crate::arch::Plan) -> Option<Vec<u8>> {
+        relocate::record(code, addr, plan)
+    }
+
+    fn relocate_known(
+        code: &[u8],
+        addr: u64,
+        plan: &crate::arch::Plan,
+        tramp: u64,
+        record: &[u8],
+    ) -> Result<Vec<u8>, crate::error::Reason> {
+        relocate::relocate_known(code, addr, plan, tramp, record)
+    }
 
     fn near_patch(from: u64, to: u64) -> Option<Vec<u8>> {
         if !within(from + 5, to, Self::NEAR_REACH) {

@@ -69,21 +69,160 @@ fn to_copy_rel32(
     out.extend([0; 4]);
 }
 
+/// One taken instruction as relocation needs it: where it is in `code`,
+/// how long, and its class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Taken {
+    pub off: usize,
+    pub len: usize,
+    pub class: Class,
+}
+
+/// The taken instructions of `plan`, decoded. A `loop`-like branch out of
+/// the taken bytes is refused here, where its mnemonic is known.
+fn decoded(code: &[u8], addr: u64, plan: &Plan) -> Result<Vec<Taken>, Reason> {
+    let start = addr.wrapping_add(plan.keep as u64);
+    let inside = |t: u64| t.wrapping_sub(start) < plan.taken as u64;
+    taken(code, addr, plan)?
+        .iter()
+        .map(|insn| {
+            let class = insn.class.clone()?;
+            if let Class::Rel8Only { target } = class {
+                if !inside(target) {
+                    let m = format!("{:?}", insn.ins.mnemonic()).to_lowercase();
+                    return Err(Reason::Unrelocatable {
+                        at: insn.ip(),
+                        what: format!("{m} to outside the taken bytes"),
+                    });
+                }
+            }
+            Ok(Taken {
+                off: insn.off,
+                len: insn.len(),
+                class,
+            })
+        })
+        .collect()
+}
+
 pub(crate) fn relocate(code: &[u8], addr: u64, plan: &Plan, tramp: u64) -> Result<Vec<u8>, Reason> {
-    let insns = taken(code, addr, plan)?;
+    emit(code, addr, plan, tramp, &decoded(code, addr, plan)?)
+}
+
+/// Bytes of one recorded instruction: offset (2), length, class tag,
+/// displacement offset or condition (1 each), target - addr (8).
+const RECORD_INSN: usize = 13;
+
+/// The taken instructions of `plan` as [`relocate_known`] reads them.
+pub(crate) fn record(code: &[u8], addr: u64, plan: &Plan) -> Option<Vec<u8>> {
+    let insns = decoded(code, addr, plan).ok()?;
+    let mut out = Vec::with_capacity(insns.len() * RECORD_INSN);
+    for t in insns {
+        let (tag, a, target) = match t.class {
+            Class::Plain => (0u8, 0u8, addr),
+            Class::RipRel { disp_off, target } => (1, u8::try_from(disp_off).ok()?, target),
+            Class::Jmp { target } => (2, 0, target),
+            Class::Jcc { cc, target } => (3, cc, target),
+            Class::Call { target } => (4, 0, target),
+            Class::Rel8Only { target } => (5, 0, target),
+        };
+        out.extend(u16::try_from(t.off).ok()?.to_le_bytes());
+        out.push(u8::try_from(t.len).ok()?);
+        out.push(tag);
+        out.push(a);
+        out.extend(target.wrapping_sub(addr).to_le_bytes());
+    }
+    Some(out)
+}
+
+/// [`relocate`] from a [`record`] of the same code: every instruction must
+/// follow the previous one from `plan.keep` to the end of the taken bytes,
+/// and each branch's or RIP-relative operand's displacement in `code` must
+/// say the recorded target.
+pub(crate) fn relocate_known(
+    code: &[u8],
+    addr: u64,
+    plan: &Plan,
+    tramp: u64,
+    record: &[u8],
+) -> Result<Vec<u8>, Reason> {
+    let bad = || Reason::Unrelocatable {
+        at: addr,
+        what: "plan record does not fit the code".into(),
+    };
+    if !record.len().is_multiple_of(RECORD_INSN) || record.len() / RECORD_INSN != plan.instructions
+    {
+        return Err(bad());
+    }
+    let mut insns = Vec::with_capacity(plan.instructions);
+    let mut next = plan.keep;
+    for r in record.chunks_exact(RECORD_INSN) {
+        let off = u16::from_le_bytes([r[0], r[1]]) as usize;
+        let len = r[2] as usize;
+        let target = addr.wrapping_add(u64::from_le_bytes(r[5..13].try_into().unwrap()));
+        if off != next || len == 0 || len > super::MAX_INSN || off + len > code.len() {
+            return Err(bad());
+        }
+        next = off + len;
+        let ip_end = addr.wrapping_add(next as u64);
+        // The displacement field ending at `end` of the instruction.
+        let says = |field_end: usize, width: usize| -> bool {
+            let f = &code[off..off + len];
+            let Some(start) = field_end.checked_sub(width) else {
+                return false;
+            };
+            let rel = match (width, f.get(start..field_end)) {
+                (4, Some(b)) => i32::from_le_bytes(b.try_into().unwrap()) as i64,
+                (1, Some(b)) => b[0] as i8 as i64,
+                _ => return false,
+            };
+            ip_end.wrapping_add(rel as u64) == target
+        };
+        let width = if len == 2 { 1 } else { 4 };
+        let class = match r[3] {
+            0 => Class::Plain,
+            1 => {
+                let disp_off = r[4] as usize;
+                if !says(disp_off + 4, 4) {
+                    return Err(bad());
+                }
+                Class::RipRel { disp_off, target }
+            }
+            2..=4 if !says(len, width) => return Err(bad()),
+            2 => Class::Jmp { target },
+            3 if r[4] < 16 => Class::Jcc { cc: r[4], target },
+            4 => Class::Call { target },
+            5 if says(len, 1) => Class::Rel8Only { target },
+            _ => return Err(bad()),
+        };
+        insns.push(Taken { off, len, class });
+    }
+    if next != plan.keep + plan.taken {
+        return Err(bad());
+    }
+    emit(code, addr, plan, tramp, &insns)
+}
+
+/// The trampoline for `plan` at `tramp` from its taken instructions.
+fn emit(
+    code: &[u8],
+    addr: u64,
+    plan: &Plan,
+    tramp: u64,
+    insns: &[Taken],
+) -> Result<Vec<u8>, Reason> {
     let start = addr.wrapping_add(plan.keep as u64);
     let inside = |t: u64| t.wrapping_sub(start) < plan.taken as u64;
     let mut out = Vec::with_capacity(64);
     out.extend_from_slice(&code[..plan.keep]);
     let mut copies: Vec<(u64, usize)> = Vec::with_capacity(insns.len());
     let mut fixups: Vec<Fixup> = Vec::new();
-    for insn in &insns {
-        let class = insn.class.clone()?;
-        let bytes = &code[insn.off..insn.off + insn.len()];
+    for insn in insns {
+        let bytes = &code[insn.off..insn.off + insn.len];
         let here = tramp.wrapping_add(out.len() as u64);
-        copies.push((insn.ip(), out.len()));
-        let from = insn.ip();
-        match class {
+        let from = addr.wrapping_add(insn.off as u64);
+        copies.push((from, out.len()));
+        match insn.class {
             Class::Plain => out.extend_from_slice(bytes),
             Class::RipRel { disp_off, target } => {
                 let next = here.wrapping_add(bytes.len() as u64);
@@ -122,10 +261,9 @@ pub(crate) fn relocate(code: &[u8], addr: u64, plan: &Plan, tramp: u64) -> Resul
             }
             Class::Rel8Only { target } => {
                 if !inside(target) {
-                    let m = format!("{:?}", insn.ins.mnemonic()).to_lowercase();
                     return Err(Reason::Unrelocatable {
                         at: from,
-                        what: format!("{m} to outside the taken bytes"),
+                        what: "loop or jrcxz to outside the taken bytes".into(),
                     });
                 }
                 out.extend_from_slice(bytes);
