@@ -235,3 +235,65 @@ fn a_damaged_or_foreign_store_file_is_ignored_and_replaced() {
         assert_eq!(replaced[32..128], good[32..128], "{what}");
     }
 }
+
+/// The hooked functions' plans (`trampoline/src/known.rs`,
+/// `igprof-rs/src/hook/plans.rs`): the first process with a fresh store
+/// plans its hooks and keeps them; the next one plans nothing (on x86-64
+/// it never decodes: no decoder tables); a damaged file is ignored and
+/// replaced. Every other test of the suite hooks from the plans its
+/// predecessors kept (`scripts/test` shares one store).
+#[test]
+fn hook_plans_made_by_one_process_serve_the_next() {
+    let d = scratch("plans");
+    let store = d.join("store");
+    let plans_line = |tag: &str| -> (u64, u64, bool) {
+        let o = Command::new(launcher())
+            .args(["-mp", "-d", "-o", &format!("{tag}.gz"), "/bin/true"])
+            .current_dir(&d)
+            .env("IGPROF_LIB", lib())
+            .env("IGPROF_CACHE_DIR", &store)
+            .output()
+            .expect("run igprof");
+        let err = ok(&o);
+        let line = err
+            .lines()
+            .find(|l| l.contains("hook plans:"))
+            .unwrap_or_else(|| panic!("{tag}: no plans line in\n{err}"));
+        let num = |after: &str| -> u64 {
+            line.split(after)
+                .next()
+                .unwrap()
+                .split_whitespace()
+                .last()
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        (num(" known"), num(" in all"), line.ends_with(", saved"))
+    };
+    let (known, all, saved) = plans_line("first");
+    assert!(
+        known == 0 && all >= 20 && saved,
+        "first: {known} {all} {saved}"
+    );
+    let dir = store.join("plans");
+    let files: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    assert_eq!(files.len(), 1, "one file, named by the library's build-id");
+    let file = files[0].as_ref().unwrap().path();
+    let (known2, all2, saved2) = plans_line("second");
+    assert!(
+        known2 == all && all2 == all && !saved2,
+        "second: {known2} {all2} {saved2}"
+    );
+    // Damaged: one byte of the first plan's record.
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes[12 + 21 + 5] ^= 0xff;
+    std::fs::write(&file, &bytes).unwrap();
+    let (known3, all3, saved3) = plans_line("damaged");
+    assert!(
+        known3 < all && all3 == all && saved3,
+        "damaged: {known3} {all3} {saved3}"
+    );
+    let (known4, _, _) = plans_line("after");
+    assert_eq!(known4, all, "the damaged file was replaced");
+}

@@ -1,8 +1,9 @@
 //! Hook plumbing shared by every layer that hooks a function: the chain
 //! pointers of the process-wide hooks ([`orig`]), one install sequence
-//! ([`install`]: the chain is published before the patch goes live), and
-//! the real `sigaction` that bypasses our own hook, and whether a call of
-//! the dynamic loader is in progress.
+//! ([`install`]: the chain is published before the patch goes live), the
+//! real `sigaction` that bypasses our own hook, whether a call of the
+//! dynamic loader is in progress, and the hooked functions' plans kept
+//! between processes ([`plans`]).
 //!
 //! Owns: chain pointer storage and installation. Which functions are
 //! hooked, and what the replacements do, belongs to the layers above
@@ -15,6 +16,8 @@ use core::ffi::{c_char, c_int, c_void};
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::base::sys;
+
+pub mod plans;
 
 /// The function a `clone()` child runs.
 pub type CloneFn = extern "C" fn(*mut c_void) -> c_int;

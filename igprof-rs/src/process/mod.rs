@@ -163,6 +163,22 @@ fn after_leave() {
     watcher::serve_pending();
 }
 
+/// Keeps the plans of the functions hooked at start-up that were not
+/// known (`known` were read); says what it did under `-d`.
+fn save_plans(known: usize) {
+    let saved = crate::hook::plans::save();
+    if options::get().debug {
+        match saved {
+            Ok(wrote) => crate::igprof_log!(
+                "hook plans: {known} known from earlier runs, {} in all{}",
+                trampoline::known::len(),
+                if wrote { ", saved" } else { "" }
+            ),
+            Err(e) => crate::igprof_log!("hook plans: not saved: {e}"),
+        }
+    }
+}
+
 /// The library constructor's work. Never panics into the program.
 pub fn init(modules: &'static [&'static Module]) {
     let Some(raw) = getenv(b"IGPROF\0") else {
@@ -259,6 +275,7 @@ pub fn init(modules: &'static [&'static Module]) {
     let guard = main.enter();
     let mut started: Vec<String> = Vec::new();
     let mut running = 0;
+    let known = crate::hook::plans::load();
     trampoline::batch(|| {
         crate::process::hooks::install_core();
         each_module(|m| match (m.start)(options::get()) {
@@ -270,6 +287,7 @@ pub fn init(modules: &'static [&'static Module]) {
             Err(e) => crate::igprof_log!("{}: {e}; running without it", m.flag),
         });
     });
+    save_plans(known);
     if running == 0 {
         crate::igprof_log!("nothing left to profile; the program runs unprofiled");
         // No exec hook will say that the next image of this process is a

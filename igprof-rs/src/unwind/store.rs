@@ -333,14 +333,22 @@ fn snapshot() -> Vec<(u32, u64, u64)> {
 }
 
 fn file_of(dir: &Path, ident: &Ident) -> PathBuf {
-    let mut name = String::with_capacity(2 * ident.build_id().len());
-    for b in ident.build_id() {
-        name.push_str(&format!("{b:02x}"));
-    }
-    dir.join(name)
+    dir.join(hex(ident.build_id()))
 }
 
-fn write_file(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// A build-id as a file name.
+pub(crate) fn hex(id: &[u8]) -> String {
+    let mut name = String::with_capacity(2 * id.len());
+    for b in id {
+        name.push_str(&format!("{b:02x}"));
+    }
+    name
+}
+
+/// Writes `bytes` to `path` in `dir` (made, mode 0700, if missing)
+/// through `<path>.<pid>.tmp` and a rename: a concurrent reader sees the
+/// old file or the new one, never a part.
+pub(crate) fn write_file(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)
