@@ -71,19 +71,8 @@ fn own_build_id() -> Option<Vec<u8>> {
         if !holds {
             return 0;
         }
-        for ph in phdrs.iter().filter(|ph| ph.p_type == libc::PT_NOTE) {
-            // SAFETY: a PT_NOTE segment lies inside a loaded, readable segment.
-            let notes = unsafe {
-                core::slice::from_raw_parts(
-                    (base + ph.p_vaddr as usize) as *const u8,
-                    ph.p_memsz as usize,
-                )
-            };
-            if let Some(id) = store::build_id_in_notes(notes, ph.p_align as usize) {
-                f.id = Some(id.to_vec());
-                break;
-            }
-        }
+        // SAFETY: the loader's program headers of the object at `base`.
+        f.id = unsafe { store::build_id_of(base, phdrs) }.map(<[u8]>::to_vec);
         1
     }
     let mut f = Find {

@@ -482,20 +482,11 @@ unsafe extern "C" fn fill_one(
     if text.0 < text.1 {
         entry.text = text;
     }
-    for ph in phdrs.iter().filter(|ph| ph.p_type == libc::PT_NOTE) {
-        // SAFETY: a PT_NOTE segment lies inside a loaded, readable segment.
-        let notes = unsafe {
-            core::slice::from_raw_parts(
-                (base + ph.p_vaddr as usize) as *const u8,
-                ph.p_memsz as usize,
-            )
-        };
-        if let Some(id) = store::build_id_in_notes(notes, ph.p_align as usize) {
-            if id.len() <= entry.ident.build_id.len() {
-                entry.ident.build_id[..id.len()].copy_from_slice(id);
-                entry.ident.build_id_len = id.len() as u8;
-            }
-            break;
+    // SAFETY: the loader's program headers of the object loaded at `base`.
+    if let Some(id) = unsafe { store::build_id_of(base, phdrs) } {
+        if id.len() <= entry.ident.build_id.len() {
+            entry.ident.build_id[..id.len()].copy_from_slice(id);
+            entry.ident.build_id_len = id.len() as u8;
         }
     }
     entry.ident.layout = [

@@ -487,6 +487,28 @@ fn decode(b: [u8; 8]) -> Option<Descriptor> {
     ))
 }
 
+/// The GNU build-id of the loaded object at `base` with program headers
+/// `phdrs` (from its first note segment that has one).
+///
+/// # Safety
+/// `phdrs` must be the loader's program headers of an object loaded at
+/// `base` (its note segments lie in its loaded, readable segments).
+pub(crate) unsafe fn build_id_of(base: usize, phdrs: &[libc::Elf64_Phdr]) -> Option<&'static [u8]> {
+    phdrs
+        .iter()
+        .filter(|ph| ph.p_type == libc::PT_NOTE)
+        .find_map(|ph| {
+            // SAFETY: per the caller, a note segment of a loaded object.
+            let notes = unsafe {
+                core::slice::from_raw_parts(
+                    (base + ph.p_vaddr as usize) as *const u8,
+                    ph.p_memsz as usize,
+                )
+            };
+            build_id_in_notes(notes, ph.p_align as usize)
+        })
+}
+
 /// The GNU build-id in the notes `notes` of a segment aligned to `align`.
 pub(crate) fn build_id_in_notes(notes: &[u8], align: usize) -> Option<&[u8]> {
     const NT_GNU_BUILD_ID: u32 = 3;
