@@ -124,9 +124,9 @@ under qemu-user (qemu-<arch> -L $QEMU_LD_PREFIX or /usr/<arch>-linux-gnu)
 with the library built for it: IGPROF_LIB_AARCH64 / IGPROF_LIB_X86_64, else
 <arch>/libigprof.so next to this program, else the build tree's
 target/<arch>-unknown-linux-gnu/release (cargo build --release --target ...).
-IGPROF_CACHE_DIR=DIR keeps the frame descriptors processes share (derived
-once per object build-id) in DIR/unwind instead of
-$XDG_CACHE_HOME/igprof-rs/unwind or ~/.cache/igprof-rs/unwind; none: off.
+IGPROF_CACHE_DIR=DIR keeps what processes share (frame descriptors derived
+once per object build-id, the hooked functions' plans) in DIR/unwind instead
+of $XDG_CACHE_HOME/igprof-rs/unwind or ~/.cache/igprof-rs/unwind; none: off.
 ";
 
 /// PATH when it is unset: bash's default, which the shell launcher used.

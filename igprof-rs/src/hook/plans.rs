@@ -3,9 +3,9 @@
 //! planned never decodes them (on x86-64 it never builds iced-x86's
 //! decoder tables, about 0.45 ms of every profiled process).
 //!
-//! Owns: where the table lives, `<store>/plans/<build-id of this
-//! libigprof.so>` next to the descriptor store (`unwind/store.rs`, whose
-//! directory, `IGPROF_CACHE_DIR` and `none` it follows), read before the
+//! Owns: where the table lives, `plans-<build-id of this libigprof.so>` in
+//! the descriptor store's directory (`unwind/store.rs`, whose
+//! `IGPROF_CACHE_DIR` and `none` it follows), read before the
 //! start-up hooks are installed and written when a process planned
 //! something new. A table written by another build of the library is
 //! never read: plans depend on the trampoline code that made them.
@@ -19,11 +19,12 @@ use std::path::PathBuf;
 use crate::unwind::store;
 
 /// The table's file, when the store is on and the library has a build-id:
-/// in `plans` next to the store's `unwind` directory.
+/// `plans-<build-id>` among the store's descriptor files (whose names are
+/// bare build-ids), so that a first process makes no second directory.
 fn file() -> Option<(PathBuf, PathBuf)> {
-    let dir = store::dir()?.parent()?.join("plans");
+    let dir = store::dir()?.to_path_buf();
     let id = own_build_id()?;
-    let path = dir.join(store::hex(&id));
+    let path = dir.join(format!("plans-{}", store::hex(&id)));
     Some((dir, path))
 }
 
@@ -35,12 +36,19 @@ pub fn load() -> usize {
     }
 }
 
-/// Writes the table when this process planned something new. Returns
+/// Writes the table when this process planned something new, into a
+/// store directory that exists already: a process makes no directory for
+/// its plans (creating one costs a process that derives no descriptor,
+/// which never makes it, about 0.3 ms here), the first one that saves
+/// descriptors does, and the processes after it keep the plans. Returns
 /// whether it wrote, or why it could not.
 pub fn save() -> Result<bool, String> {
     let Some((dir, path)) = file() else {
         return Ok(false);
     };
+    if !dir.is_dir() {
+        return Ok(false);
+    }
     let Some(bytes) = trampoline::known::export() else {
         return Ok(false);
     };
