@@ -46,11 +46,15 @@ static MODULES: &[&modules::Module] = &[
     &modules::calls::MODULE,
 ];
 
+// The program finds errno as it left it (zero at start, as C promises):
+// start-up and the end read and write files, and some are missing.
 extern "C" fn igprof_init() {
+    let _errno = base::sys::ErrnoGuard::save();
     process::init(MODULES);
 }
 
 extern "C" fn igprof_fini() {
+    let _errno = base::sys::ErrnoGuard::save();
     process::fini();
 }
 

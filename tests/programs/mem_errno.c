@@ -1,6 +1,6 @@
-/* What the program sees through the hooks: return values and errno after
-   successful and failing allocation and descriptor calls. The output must
-   be the same with and without the profiler. */
+/* What the program sees through the hooks: errno at start, return values
+   and errno after successful and failing allocation and descriptor calls.
+   The output must be the same with and without the profiler. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -10,6 +10,9 @@
 #include <unistd.h>
 static void *volatile keep;
 int main(void) {
+  /* C: errno is zero at program start; the profiler's start-up (files it
+     read or did not find) must not change that. */
+  printf("errno at start: %d\n", errno);
   errno = 1234; keep = malloc(100); printf("malloc ok: errno %d\n", errno); free(keep);
   errno = 1234; free(NULL); printf("free(NULL): errno %d\n", errno);
   errno = 0; keep = malloc(SIZE_MAX / 2); printf("malloc huge: %s errno %d\n", keep ? "ptr" : "null", errno);
