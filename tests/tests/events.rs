@@ -503,7 +503,10 @@ fn counting_groups_add_up_to_perf_stat() {
     ];
     let (off, ours, kernel) = closest_switch_count(|| {
         let (kernel, _) = perf_count(&d, "context-switches", &cmd);
-        (sum_values(&profile(&d, "cs.gz"), "CNT_CONTEXT_SWITCHES"), kernel)
+        (
+            sum_values(&profile(&d, "cs.gz"), "CNT_CONTEXT_SWITCHES"),
+            kernel,
+        )
     });
     assert!(off < 0.01, "{ours} switches counted, perf stat {kernel}");
     // Software events are never multiplexed: a group of six counts whole.
@@ -565,7 +568,16 @@ fn major_faults_and_events_that_would_share_a_signal() {
     assert_eq!(String::from_utf8_lossy(&out), "64\n");
     let p = profile(&d, "mj.gz");
     assert_eq!(under(&p, "MAJOR_FAULTS", "read_file_pages"), (64, 64));
-    assert_eq!(total(&p, "MAJOR_FAULTS"), kernel);
+    // perf stat also counts what the profile does not: major faults of the
+    // launcher and of the profiler's own start-up and dump, which happen
+    // when a page of a library or program was dropped from the page cache
+    // (this VM runs DAMON's proactive reclaim, `pageout` on physical
+    // memory: a full CI run once saw 65 against 64).
+    let seen = total(&p, "MAJOR_FAULTS");
+    assert!(
+        seen <= kernel && kernel <= seen + 3,
+        "MAJOR_FAULTS {seen}, perf stat {kernel}"
+    );
     // Two sampled events that fire on the same fault or switch would get
     // one SIGTRAP between them: the later one is refused, named.
     let o = igprof(
