@@ -71,29 +71,14 @@ fn run(d: &Path, store: Option<&Path>, tag: &str) -> (Stacks, u64, u64) {
         .output()
         .expect("run igprof");
     let err = ok(&o);
-    let line = err
-        .lines()
-        .find(|l| l.contains("frame descriptors:"))
-        .unwrap_or_else(|| panic!("no descriptor line in\n{err}"));
-    let num_before = |what: &str| -> u64 {
-        let at = line
-            .find(what)
-            .unwrap_or_else(|| panic!("{what} in {line}"));
-        line[..at]
-            .split_whitespace()
-            .last()
-            .unwrap()
-            .trim_start_matches('(')
-            .parse()
-            .unwrap()
-    };
-    let (misses, stored) = (num_before(" misses"), num_before(" of them found"));
+    let line = debug_line(&err, "frame descriptors:", tag);
+    let (misses, stored) = (
+        number_before(line, " misses"),
+        number_before(line, " of them found"),
+    );
     // With a store: none of its answers differs from a fresh derivation.
     if store.is_some() {
-        let check = err
-            .lines()
-            .find(|l| l.contains("descriptor store check:"))
-            .unwrap_or_else(|| panic!("{tag}: no store check line in\n{err}"));
+        let check = debug_line(&err, "descriptor store check:", tag);
         assert!(
             check.contains(&format!(": 0 of {stored} stored descriptors differ")),
             "{tag}: {check}"
@@ -104,6 +89,27 @@ fn run(d: &Path, store: Option<&Path>, tag: &str) -> (Stacks, u64, u64) {
     v.sort();
     assert!(v.len() > 100, "{tag}: only {} stacks", v.len());
     (v, misses, stored)
+}
+
+/// The `-d` line of `err` that holds `what` (panics naming `tag` if none).
+fn debug_line<'a>(err: &'a str, what: &str, tag: &str) -> &'a str {
+    err.lines()
+        .find(|l| l.contains(what))
+        .unwrap_or_else(|| panic!("{tag}: no {what:?} line in\n{err}"))
+}
+
+/// The number just before the first `what` in `line` ("(12 of them").
+fn number_before(line: &str, what: &str) -> u64 {
+    let at = line
+        .find(what)
+        .unwrap_or_else(|| panic!("{what} in {line}"));
+    line[..at]
+        .split_whitespace()
+        .last()
+        .unwrap()
+        .trim_start_matches('(')
+        .parse()
+        .unwrap()
 }
 
 type Stacks = Vec<(Vec<String>, u64, u64)>;
@@ -256,21 +262,12 @@ fn hook_plans_made_by_one_process_serve_the_next() {
             .output()
             .expect("run igprof");
         let err = ok(&o);
-        let line = err
-            .lines()
-            .find(|l| l.contains("hook plans:"))
-            .unwrap_or_else(|| panic!("{tag}: no plans line in\n{err}"));
-        let num = |after: &str| -> u64 {
-            line.split(after)
-                .next()
-                .unwrap()
-                .split_whitespace()
-                .last()
-                .unwrap()
-                .parse()
-                .unwrap()
-        };
-        (num(" known"), num(" in all"), line.ends_with(", saved"))
+        let line = debug_line(&err, "hook plans:", tag);
+        (
+            number_before(line, " known"),
+            number_before(line, " in all"),
+            line.ends_with(", saved"),
+        )
     };
     let (known0, all, saved0) = plans_line("no directory");
     assert!(

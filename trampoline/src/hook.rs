@@ -4,8 +4,8 @@
 //! Owns: the install sequence (read the function's bytes, plan, or take
 //! the plan the table of known plans has for exactly these bytes, place
 //! the trampoline near the target, place an entry stub when the
-//! replacement is out of near reach, write the patch) and its reverse. Holds a process-wide
-//! lock so installs and uninstalls never interleave.
+//! replacement is out of near reach, write the patch) and its reverse.
+//! Holds a process-wide lock so installs and uninstalls never interleave.
 //!
 //! Must never: be used from a signal handler or from inside a hook (it
 //! allocates, reads /proc/self/maps, takes a lock).

@@ -165,7 +165,8 @@ pub(crate) fn relocate_known(
         }
         next = off + len;
         let ip_end = addr.wrapping_add(next as u64);
-        // The displacement field ending at `end` of the instruction.
+        // Whether the `width`-byte displacement ending at byte `field_end` of
+        // the instruction says the recorded target.
         let says = |field_end: usize, width: usize| -> bool {
             let f = &code[off..off + len];
             let Some(start) = field_end.checked_sub(width) else {
