@@ -28,8 +28,10 @@ pub fn final_dump(reason: &str) -> bool {
     crate::process::stop_sampling();
     let path = output::path::output_path();
     let (dumped, saved) = thread::paused(|| {
-        let dumped = output::dump_after_others(&path);
-        (dumped, crate::unwind::save_descriptors())
+        crate::base::alloc::final_arena(|| {
+            let dumped = output::dump_after_others(&path);
+            (dumped, crate::unwind::save_descriptors())
+        })
     });
     let opts = crate::base::options::get();
     if opts.debug {
