@@ -353,23 +353,21 @@ impl StackMemo {
                 {
                     return false;
                 }
-                // The walk's words, in one or two runs of the ring.
-                let from = (s.start as usize) & (POOL - 1);
-                let first = (s.len as usize).min(POOL - from);
-                let runs = [(from, first), (0, s.len as usize - first)];
-                runs.iter().all(|&(at, n)| {
-                    let (offsets, values) = (&pool.offsets[at..at + n], &pool.values[at..at + n]);
-                    offsets.iter().zip(values).all(|(&o, &v)| {
-                        // SAFETY: every word was checked when stored to lie
-                        // in [r.sp, hi) of this thread's stack (ReadLog's
-                        // floor and top), which is mapped while the thread
-                        // runs at r.sp.
-                        let now = unsafe {
-                            core::ptr::read_unaligned((r.sp + o as usize) as *const usize)
-                        };
-                        now == v
-                    })
-                })
+                // The walk's words: one run of the ring (see `store`),
+                // compared without a branch per word (nearly every
+                // comparison that gets this far is a hit).
+                let (at, n) = ((s.start as usize) & (POOL - 1), s.len as usize);
+                let (offsets, values) = (&pool.offsets[at..at + n], &pool.values[at..at + n]);
+                let diff = offsets.iter().zip(values).fold(0, |d, (&o, &v)| {
+                    // SAFETY: every word was checked when stored to lie in
+                    // [r.sp, hi) of this thread's stack (ReadLog's floor
+                    // and top), which is mapped while the thread runs at
+                    // r.sp.
+                    let now =
+                        unsafe { core::ptr::read_unaligned((r.sp + o as usize) as *const usize) };
+                    d | (now ^ v)
+                });
+                diff == 0
             };
             let last = self.last_hit[set] as usize % WAYS;
             let hit = if tags[last] == tag && repeats(&slots[last]) {
@@ -425,15 +423,21 @@ impl StackMemo {
         let (set, tag) = set_of(r.sp, ret);
         let way = self.next[set] as usize % WAYS;
         self.next[set] = ((way + 1) % WAYS) as u8;
-        let start = table.head;
+        // One run of the ring: words that would wrap past its end start
+        // over at its beginning instead (the rest of the lap stays unused).
+        let mut start = table.head;
+        let at = (start as usize) & (POOL - 1);
+        if at + words.len() > POOL {
+            start += (POOL - at) as u64;
+        }
+        let at = (start as usize) & (POOL - 1);
         let pool = table.pool_mut();
         for (i, &(a, v)) in words.iter().enumerate() {
             // In [r.sp, stack end) (the record's floor and top): fits.
-            let k = (start as usize + i) & (POOL - 1);
-            pool.offsets[k] = (a - r.sp) as u32;
-            pool.values[k] = v;
+            pool.offsets[at + i] = (a - r.sp) as u32;
+            pool.values[at + i] = v;
         }
-        table.head += words.len() as u64;
+        table.head = start + words.len() as u64;
         table.tags_mut(set)[way] = tag;
         let s = &mut table.set_mut(set)[way];
         s.sp = r.sp;
