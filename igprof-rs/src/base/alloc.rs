@@ -128,9 +128,10 @@ fn assert_not_in_signal() {
     }
 }
 
-/// Virtual size of the final dump's region: a dump that needs more takes
-/// the rest from the size classes and mappings as usual.
-const ARENA_BYTES: usize = 128 << 20;
+/// Size of the final dump's region: a dump that needs more takes the rest
+/// from the size classes and mappings as usual. Small: a first touch of a
+/// huge page costs 60-100 us here, but now and then 2-3 ms.
+const ARENA_BYTES: usize = 8 << 20;
 
 /// The final dump's region: [lo, hi), next free byte at `cur`; `on` while
 /// allocations come from it.
@@ -148,15 +149,18 @@ static ARENA: Arena = Arena {
     cur: AtomicUsize::new(0),
 };
 
-/// Runs `f` (the final dump: the process is ending) with every allocation
-/// of the global allocator served from one region in huge pages and never
-/// given back. The dump's memory is a few MiB made once and dropped at the
-/// end: from the size classes and per-block mappings it cost a small
-/// compiler's dump 700 page faults (1.1 us each here) and dozens of
-/// mmap/mremap/munmap calls; from the region it costs a few huge-page
-/// faults. Blocks that outlive `f` stay valid (the region is never
-/// unmapped; freeing one does nothing). Where the region cannot be mapped,
-/// or once it is full, allocation goes on as usual.
+/// Runs `f` (a small final dump: the process is ending) with every
+/// allocation of the global allocator served from one region in huge pages
+/// and never given back. A small dump's memory is a few MiB made once and
+/// dropped at the end: from the size classes and per-block mappings it
+/// cost a small compiler's dump 700 page faults (1.1-1.9 us each here) and
+/// dozens of mmap/mremap/munmap calls; from the region it costs a few
+/// huge-page faults. Not for a big dump, which frees and allocates much
+/// more than it keeps: without reuse, and copying where mremap grew blocks
+/// in place, cc1plus's dump took twice as long. Blocks that outlive `f`
+/// stay valid (the region is never unmapped; freeing one does nothing).
+/// Where the region cannot be mapped, or once it is full, allocation goes
+/// on as usual.
 pub fn final_arena<R>(f: impl FnOnce() -> R) -> R {
     if ARENA.lo.load(Ordering::Acquire) == 0 {
         let p = sys::mmap_anon_huge(ARENA_BYTES) as usize;

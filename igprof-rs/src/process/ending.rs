@@ -18,6 +18,11 @@ pub fn allow_final_again() {
     FINAL_DONE.store(false, Ordering::Release);
 }
 
+/// Call-tree nodes up to which the final dump's memory comes from one
+/// region in huge pages (`alloc::final_arena`): a small cc1 has 19,000
+/// (its dump needs about 3 MiB), cc1plus on a template-heavy file 375,000.
+const SMALL_DUMP_NODES: usize = 50_000;
+
 /// The end-of-process dump (exit, _exit, abort, kill of self, exec): once.
 pub fn final_dump(reason: &str) -> bool {
     if !crate::base::run::active() || FINAL_DONE.swap(true, Ordering::AcqRel) {
@@ -28,10 +33,16 @@ pub fn final_dump(reason: &str) -> bool {
     crate::process::stop_sampling();
     let path = output::path::output_path();
     let (dumped, saved) = thread::paused(|| {
-        crate::base::alloc::final_arena(|| {
+        let write = || {
             let dumped = output::dump_after_others(&path);
             (dumped, crate::unwind::save_descriptors())
-        })
+        };
+        let nodes: usize = thread::all().map(|t| t.tree().len()).sum();
+        if nodes <= SMALL_DUMP_NODES {
+            crate::base::alloc::final_arena(write)
+        } else {
+            write()
+        }
     });
     let opts = crate::base::options::get();
     if opts.debug {
