@@ -2,9 +2,11 @@
 //! naming the data symbol that holds an address ([`data_symbols`]).
 //!
 //! Owns: `dlsym`/`dlvsym` lookups (first definition in the process, or in a
-//! named library that is already loaded), the symbol size and padding
-//! from an index of each object's dynamic symbols (`image`: what `dladdr1`
-//! answers, without its scan of the whole table per question), and the
+//! named library that is already loaded), the size of a function found by
+//! name from its own dynamic symbol (through the object's hash table), and
+//! otherwise the symbol size and padding from an index of each object's
+//! dynamic symbols, made on first need (`image`: what `dladdr1` answers,
+//! without its scan of the whole table per question), and the
 //! fallback to the ELF `.symtab`/`.dynsym` of
 //! the loaded objects' files (object crate) for names `dlsym` cannot see
 //! and for sizes of implementations chosen by IFUNC resolvers.
@@ -13,7 +15,7 @@
 //! a signal handler or a hook (it allocates, reads files, takes loader locks).
 
 use crate::error::LookupError;
-use crate::image::{DynIndex, Image};
+use crate::image::{dynsym_named, DynEntry, DynIndex, Image};
 use object::{Object, ObjectSymbol};
 use std::collections::HashMap;
 use std::ffi::{c_void, CStr, CString};
@@ -102,18 +104,30 @@ fn lookup(name: &str, version: Option<&str>, lib: Option<&str>) -> Result<Symbol
     Ok(Symbol {
         name: name.to_string(),
         addr,
-        size: size_of_function_at(addr),
+        size: size_of_named_function_at(name, addr),
     })
 }
 
 /// Size of the function starting exactly at `addr`: from the dynamic symbol
 /// `dladdr1` would find, else from the object's file symbol tables.
 pub fn size_of_function_at(addr: u64) -> Option<u64> {
-    let o = object_holding(addr)?;
-    if let Some(e) = o.index.starting_at(addr as usize) {
-        if e.size > 0 {
-            return Some(e.size);
-        }
+    let (o, e) = symbol_at(addr, None)?;
+    size_or_file(&o, e, addr)
+}
+
+/// [`size_of_function_at`] for the function `name` found there: its own
+/// dynamic symbol, found through the hash table, gives the size without
+/// an index of the object's symbols.
+fn size_of_named_function_at(name: &str, addr: u64) -> Option<u64> {
+    match symbol_at(addr, Some(name))? {
+        (_, Some(e)) if e.size > 0 => Some(e.size),
+        _ => size_of_function_at(addr),
+    }
+}
+
+fn size_or_file(o: &Indexed, e: Option<DynEntry>, addr: u64) -> Option<u64> {
+    if let Some(e) = e.filter(|e| e.size > 0) {
+        return Some(e.size);
     }
     let path = if o.path.is_empty() {
         "/proc/self/exe"
@@ -129,28 +143,71 @@ pub fn size_of_function_at(addr: u64) -> Option<u64> {
 /// (`dlsym` returns that address, but the symbol is undefined there and
 /// the code is a jump to the real one).
 pub fn defined_at(addr: u64) -> bool {
-    object_holding(addr)
-        .and_then(|o| o.index.starting_at(addr as usize))
+    symbol_at(addr, None)
+        .and_then(|(_, e)| e)
         .is_some_and(|e| e.defined)
+}
+
+/// [`defined_at`] for a function found by name ([`find_function`]): its
+/// own dynamic symbol says, found through the hash table (without an index
+/// of the object's symbols); else as [`defined_at`].
+pub fn defined(sym: &Symbol) -> bool {
+    match symbol_at(sym.addr, Some(&sym.name)) {
+        Some((_, Some(e))) => e.defined,
+        _ => defined_at(sym.addr),
+    }
 }
 
 /// How many of the `max` bytes from `end` (the end of a function) are not
 /// the start of another dynamic symbol, i.e. may be alignment padding.
 pub(crate) fn padding_after(end: u64, max: u64) -> u64 {
-    let Some(o) = object_holding(end) else {
+    let Some(o) = object_holding(end, Query::Index) else {
         return max;
     };
     o.index
-        .first_start_in(end as usize, (end + max) as usize)
+        .get()
+        .and_then(|i| i.first_start_in(end as usize, (end + max) as usize))
         .map_or(max, |s| s as u64 - end)
 }
 
-/// A loaded object with the index of its dynamic symbols.
+/// The object holding `addr` and the dynamic symbol starting there: the
+/// one named `name` when given and found through the hash table, else the
+/// one `dladdr1` names (from the object's index, made on first need).
+fn symbol_at(addr: u64, name: Option<&str>) -> Option<(Arc<Indexed>, Option<DynEntry>)> {
+    let query = match name {
+        Some(n) if !n.is_empty() => Query::Named(n.as_bytes()),
+        _ => Query::Index,
+    };
+    let mut named = None;
+    let o = object_holding_then(addr, query, &mut named)?;
+    if let Some(e) = named {
+        return Some((o, Some(e)));
+    }
+    if name.is_some() {
+        // Not in the hash table: the caller falls back on the index.
+        return Some((o, None));
+    }
+    let e = o.index.get().and_then(|i| i.starting_at(addr as usize));
+    Some((o, e))
+}
+
+/// A loaded object with the index of its dynamic symbols (made on the
+/// first question that needs it).
 struct Indexed {
     /// `dladdr`'s `dli_fbase` and `dli_fname` ("" for the main program).
     base: usize,
     path: String,
-    index: DynIndex,
+    index: std::sync::OnceLock<DynIndex>,
+}
+
+/// What to find in the object holding an address, while the loader keeps
+/// it described (`image`'s rule: only inside the `dl_iterate_phdr` call).
+#[derive(Clone, Copy)]
+enum Query<'a> {
+    /// Its index of dynamic symbols, made if missing.
+    Index,
+    /// The dynamic symbol with this name starting at the address.
+    Named(&'a [u8]),
 }
 
 /// An object's identity while loaded: (load bias, program headers'
@@ -161,14 +218,35 @@ type ObjectKey = (usize, usize);
 /// Indexes made so far.
 static INDEXED: Mutex<Vec<(ObjectKey, Arc<Indexed>)>> = Mutex::new(Vec::new());
 
-/// The object `dladdr` would name for `addr`, indexed (once per object:
-/// `dladdr` scans the object's whole symbol table for each question).
-fn object_holding(addr: u64) -> Option<Arc<Indexed>> {
-    struct Find {
+/// The object `dladdr` would name for `addr`, with its index of dynamic
+/// symbols (made once per object: `dladdr` scans the object's whole symbol
+/// table for each question).
+fn object_holding(addr: u64, query: Query) -> Option<Arc<Indexed>> {
+    object_holding_then(addr, query, &mut None)
+}
+
+/// [`object_holding`] answering `query`: a named symbol goes to `named`.
+fn object_holding_then(
+    addr: u64,
+    query: Query,
+    named: &mut Option<DynEntry>,
+) -> Option<Arc<Indexed>> {
+    struct Find<'a, 'b> {
         addr: usize,
         page: usize,
         seen: usize,
+        query: Query<'a>,
+        named: &'b mut Option<DynEntry>,
         found: Option<Arc<Indexed>>,
+    }
+    /// Answers the query on the object (inside the callback).
+    fn answer(img: &Image, o: &Indexed, f: &mut Find) {
+        match f.query {
+            Query::Named(name) => *f.named = dynsym_named(img, name, f.addr),
+            Query::Index => {
+                o.index.get_or_init(|| DynIndex::of(img));
+            }
+        }
     }
     unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, _: usize, data: *mut c_void) -> i32 {
         // SAFETY: dl_iterate_phdr passes a valid info; data is our Find.
@@ -190,7 +268,10 @@ fn object_holding(addr: u64) -> Option<Arc<Indexed>> {
         let key = (img.bias, info.dlpi_phdr as usize);
         let mut cache = INDEXED.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, o)) = cache.iter().find(|(k, _)| *k == key) {
-            f.found = Some(o.clone());
+            let o = o.clone();
+            drop(cache);
+            answer(&img, &o, f);
+            f.found = Some(o);
             return 1;
         }
         let path = if program || info.dlpi_name.is_null() {
@@ -204,9 +285,11 @@ fn object_holding(addr: u64) -> Option<Arc<Indexed>> {
         let o = Arc::new(Indexed {
             base,
             path,
-            index: DynIndex::of(&img),
+            index: std::sync::OnceLock::new(),
         });
         cache.push((key, o.clone()));
+        drop(cache);
+        answer(&img, &o, f);
         f.found = Some(o);
         1
     }
@@ -216,6 +299,8 @@ fn object_holding(addr: u64) -> Option<Arc<Indexed>> {
         addr: addr as usize,
         page,
         seen: 0,
+        query,
+        named,
         found: None,
     };
     // SAFETY: the callback matches the type and only touches `f` and the cache.

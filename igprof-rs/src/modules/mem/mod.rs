@@ -151,7 +151,7 @@ pub fn install() {
     // which is not a definition.)
     let malloc_obj = trampoline::find_function("malloc", None)
         .ok()
-        .filter(|s| trampoline::defined_at(s.addr))
+        .filter(trampoline::defined)
         .and_then(|s| object_of(s.addr));
     let is_libc = |p: &[u8]| p.ends_with(b"/libc.so.6") || p == b"libc.so.6";
     let glibc = malloc_obj.is_none_or(is_libc);
