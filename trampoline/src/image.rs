@@ -26,6 +26,33 @@ pub struct Image {
     exec: Vec<bool>,
 }
 
+/// Whether `addr` may lie in the object `info` describes: inside the span
+/// from its first loadable segment's page to the end of its last, where
+/// every range [`Image::ranges`] gives lies. Reads only the loader's
+/// program headers (no allocation: callers skip most objects with it).
+///
+/// # Safety
+/// `info` must describe a loaded object (inside the `dl_iterate_phdr` call).
+pub unsafe fn may_hold(info: &libc::dl_phdr_info, addr: usize, page: usize) -> bool {
+    if info.dlpi_phdr.is_null() {
+        return false;
+    }
+    let bias = info.dlpi_addr as usize;
+    // SAFETY: dlpi_phnum entries of the loader's headers (guaranteed by the caller).
+    let phdrs = unsafe { core::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
+    let mut loads = phdrs.iter().filter(|p| p.p_type == libc::PT_LOAD);
+    let Some(first) = loads.next() else {
+        return false;
+    };
+    let lo = bias.wrapping_add(first.p_vaddr as usize & !(page - 1));
+    let hi = core::iter::once(first)
+        .chain(loads)
+        .map(|p| bias.wrapping_add((p.p_vaddr + p.p_memsz) as usize))
+        .max()
+        .unwrap_or(lo);
+    lo <= addr && addr < hi
+}
+
 impl Image {
     /// # Safety
     /// `info` must describe a loaded object and the object must stay
@@ -689,6 +716,46 @@ mod tests {
         }
         assert_eq!(dynsym_named(&img, b"no_such_function_anywhere", 0), None);
         1
+    }
+
+    extern "C" fn holders_of_malloc(
+        info: *mut libc::dl_phdr_info,
+        _: usize,
+        out: *mut libc::c_void,
+    ) -> i32 {
+        // SAFETY: dl_iterate_phdr passes a valid info; out is our Vec.
+        let (info, out) = unsafe { (&*info, &mut *(out as *mut Vec<(bool, bool)>)) };
+        // SAFETY: a NUL-terminated name; dlsym takes no lock held here.
+        let malloc = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"malloc".as_ptr()) } as usize;
+        // SAFETY: a loaded object, inside the callback.
+        let img = unsafe { Image::of(info) };
+        let holds = img
+            .segments
+            .iter()
+            .any(|&(lo, hi, _)| lo <= malloc && malloc < hi);
+        // SAFETY: as above.
+        out.push((holds, unsafe { may_hold(info, malloc, 4096) }));
+        0
+    }
+
+    /// The cheap test says "may hold" for the object whose segment holds an
+    /// address, and "no" for most of the others.
+    #[test]
+    fn may_hold_keeps_the_holder_and_skips_the_others() {
+        let mut seen: Vec<(bool, bool)> = Vec::new();
+        // SAFETY: the callback matches the type; seen outlives the call.
+        unsafe {
+            libc::dl_iterate_phdr(
+                Some(holders_of_malloc),
+                &mut seen as *mut Vec<(bool, bool)> as *mut libc::c_void,
+            )
+        };
+        assert_eq!(seen.iter().filter(|&&(h, _)| h).count(), 1, "{seen:?}");
+        assert!(seen.iter().all(|&(h, m)| !h || m), "{seen:?}");
+        assert!(
+            seen.iter().filter(|&&(_, m)| m).count() < seen.len(),
+            "{seen:?}"
+        );
     }
 
     /// The hash-table lookup finds every symbol the index holds, under its

@@ -15,7 +15,7 @@
 //! a signal handler or a hook (it allocates, reads files, takes loader locks).
 
 use crate::error::LookupError;
-use crate::image::{dynsym_named, DynEntry, DynIndex, Image};
+use crate::image::{dynsym_named, may_hold, DynEntry, DynIndex, Image};
 use object::{Object, ObjectSymbol};
 use std::collections::HashMap;
 use std::ffi::{c_void, CStr, CString};
@@ -253,6 +253,10 @@ fn object_holding_then(
         let (info, f) = unsafe { (&*info, &mut *(data as *mut Find)) };
         let program = f.seen == 0;
         f.seen += 1;
+        // SAFETY: a loaded object, inside this callback.
+        if !unsafe { may_hold(info, f.addr, f.page) } {
+            return 0;
+        }
         // SAFETY: a loaded object, read only inside this callback.
         let img = unsafe { Image::of(info) };
         let Some(base) = img.map_start(f.page) else {

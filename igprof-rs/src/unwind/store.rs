@@ -338,9 +338,11 @@ fn file_of(dir: &Path, ident: &Ident) -> PathBuf {
 
 /// A build-id as a file name.
 pub(crate) fn hex(id: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut name = String::with_capacity(2 * id.len());
     for b in id {
-        name.push_str(&format!("{b:02x}"));
+        name.push(DIGITS[(b >> 4) as usize] as char);
+        name.push(DIGITS[(b & 15) as usize] as char);
     }
     name
 }
