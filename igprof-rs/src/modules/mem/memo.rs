@@ -406,7 +406,11 @@ impl StackMemo {
             return;
         };
         if !core::ptr::eq(self.owner, t) {
-            table.clear();
+            // A new table is zero-filled already: clearing it would only
+            // fault its 60 KiB of slots in (a short process's first walk).
+            if !self.owner.is_null() {
+                table.clear();
+            }
             self.owner = t;
         }
         let Some(words) = self.log.words() else {
