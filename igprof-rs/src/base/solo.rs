@@ -79,7 +79,7 @@ pub fn max(a: &AtomicU64, v: u64) -> u64 {
 }
 
 #[inline(always)]
-fn add_in(one: bool, a: &AtomicU64, v: u64) -> u64 {
+pub fn add_in(one: bool, a: &AtomicU64, v: u64) -> u64 {
     if one {
         let n = a.load(Ordering::Relaxed).wrapping_add(v);
         a.store(n, Ordering::Relaxed);
@@ -90,7 +90,7 @@ fn add_in(one: bool, a: &AtomicU64, v: u64) -> u64 {
 }
 
 #[inline(always)]
-fn sub_in(one: bool, a: &AtomicU64, v: u64) {
+pub fn sub_in(one: bool, a: &AtomicU64, v: u64) {
     if one {
         a.store(a.load(Ordering::Relaxed).wrapping_sub(v), Ordering::Relaxed);
     } else {
@@ -99,7 +99,7 @@ fn sub_in(one: bool, a: &AtomicU64, v: u64) {
 }
 
 #[inline(always)]
-fn max_in(one: bool, a: &AtomicU64, v: u64) -> u64 {
+pub fn max_in(one: bool, a: &AtomicU64, v: u64) -> u64 {
     let old = a.load(Ordering::Relaxed);
     if old >= v {
         return old;

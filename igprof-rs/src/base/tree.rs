@@ -67,9 +67,16 @@ impl Counter {
     /// Any-thread accumulate of `ticks` events worth `amount` in total.
     #[inline]
     pub fn add_shared(&self, ticks: u64, amount: u64) {
-        solo::add(&self.ticks, ticks);
-        let v = solo::add(&self.value, amount);
-        solo::max(&self.peak, v);
+        self.add_shared_in(solo::solo(), ticks, amount)
+    }
+
+    /// [`Self::add_shared`] with the caller's [`solo::solo`] answer
+    /// (`one`), read once for several updates.
+    #[inline(always)]
+    pub fn add_shared_in(&self, one: bool, ticks: u64, amount: u64) {
+        solo::add_in(one, &self.ticks, ticks);
+        let v = solo::add_in(one, &self.value, amount);
+        solo::max_in(one, &self.peak, v);
     }
 
     /// IgProf's max counter: ticks += 1, value = max(value, amount).
@@ -88,8 +95,14 @@ impl Counter {
     /// `ticks` live resources worth `amount` released (any thread).
     #[inline]
     pub fn release_many(&self, ticks: u64, amount: u64) {
-        solo::sub(&self.ticks, ticks);
-        solo::sub(&self.value, amount);
+        self.release_many_in(solo::solo(), ticks, amount)
+    }
+
+    /// [`Self::release_many`] with the caller's [`solo::solo`] answer.
+    #[inline(always)]
+    pub fn release_many_in(&self, one: bool, ticks: u64, amount: u64) {
+        solo::sub_in(one, &self.ticks, ticks);
+        solo::sub_in(one, &self.value, amount);
     }
 
     pub fn get(&self) -> (u64, u64, u64) {

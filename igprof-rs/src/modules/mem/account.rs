@@ -96,10 +96,17 @@ fn counter(node: *const Node, slot: usize) -> Option<&'static Counter> {
 /// snapshot is older than that peak (see the module docs).
 #[inline]
 fn snapshot_before_change(node: *const Node) {
-    let (Some(at), Some(live)) = (
-        counter(node, AT_PEAK.load(Ordering::Relaxed)),
-        counter(node, LIVE_SLOT.load(Ordering::Relaxed)),
-    ) else {
+    snapshot_in(
+        node,
+        AT_PEAK.load(Ordering::Relaxed),
+        LIVE_SLOT.load(Ordering::Relaxed),
+    )
+}
+
+/// [`snapshot_before_change`] with the slots already read.
+#[inline(always)]
+fn snapshot_in(node: *const Node, at_slot: usize, live_slot: usize) {
+    let (Some(at), Some(live)) = (counter(node, at_slot), counter(node, live_slot)) else {
         return;
     };
     let e = PEAK_EPOCH.load(Ordering::Acquire);
@@ -138,20 +145,24 @@ pub fn on_alloc(node: *mut Node, addr: usize, size: u64) {
     if super::spans::active() {
         super::spans::insert(addr, size, node);
     }
-    let Some(live) = counter(node, LIVE_SLOT.load(Ordering::Relaxed)) else {
+    // The slots and the solo flag read once for the updates below.
+    let live_slot = LIVE_SLOT.load(Ordering::Relaxed);
+    let Some(live) = counter(node, live_slot) else {
         return;
     };
-    snapshot_before_change(node);
-    live.tick_shared(size);
-    grow_process_live(size);
+    let one = solo::solo();
+    snapshot_in(node, AT_PEAK.load(Ordering::Relaxed), live_slot);
+    live.add_shared_in(one, 1, size);
+    grow_process_live(one, size);
 }
 
-/// The process's live bytes grow by `bytes`; a new peak starts an epoch.
+/// The process's live bytes grow by `bytes`; a new peak starts an epoch
+/// (`one`: the process is [`solo`]).
 #[inline]
-fn grow_process_live(bytes: u64) {
-    let now = solo::add(&LIVE_BYTES, bytes);
-    if now > PEAK_BYTES.load(Ordering::Relaxed) && now > solo::max(&PEAK_BYTES, now) {
-        solo::add(&PEAK_EPOCH, 1);
+fn grow_process_live(one: bool, bytes: u64) {
+    let now = solo::add_in(one, &LIVE_BYTES, bytes);
+    if now > PEAK_BYTES.load(Ordering::Relaxed) && now > solo::max_in(one, &PEAK_BYTES, now) {
+        solo::add_in(one, &PEAK_EPOCH, 1);
     }
 }
 
@@ -190,7 +201,7 @@ pub fn on_alloc_sampled(node: *mut Node, addr: usize, stored: u64, largest: u64)
     };
     snapshot_before_change(node);
     live.add_shared(calls, bytes);
-    grow_process_live(bytes);
+    grow_process_live(solo::solo(), bytes);
 }
 
 /// Block `addr` is being freed: forget it and release it from the stack
@@ -267,11 +278,13 @@ fn release(b: &Block) {
     if super::spans::active() {
         super::spans::remove(b.addr, b.size);
     }
-    if let Some(live) = counter(b.node, LIVE_SLOT.load(Ordering::Relaxed)) {
-        snapshot_before_change(b.node);
+    let live_slot = LIVE_SLOT.load(Ordering::Relaxed);
+    if let Some(live) = counter(b.node, live_slot) {
+        let one = solo::solo();
+        snapshot_in(b.node, AT_PEAK.load(Ordering::Relaxed), live_slot);
         let (calls, bytes) = super::sample::weight_of(b.size);
-        live.release_many(calls, bytes);
-        solo::sub(&LIVE_BYTES, bytes);
+        live.release_many_in(one, calls, bytes);
+        solo::sub_in(one, &LIVE_BYTES, bytes);
     }
 }
 
