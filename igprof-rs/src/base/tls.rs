@@ -132,8 +132,19 @@ impl<T: 'static> Slot<T> {
     /// Runs `f` with the calling thread's `T`.
     #[inline(always)]
     pub fn with<R>(&self, f: impl FnOnce(&T) -> R) -> R {
+        // SAFETY: the reference lives only for the call, on this thread.
+        f(unsafe { self.get() })
+    }
+
+    /// The calling thread's `T`.
+    ///
+    /// # Safety
+    /// The reference must not be used after the thread ends (its area goes
+    /// with it) nor by another thread.
+    #[inline(always)]
+    pub unsafe fn get(&self) -> &'static T {
         // SAFETY: `new`'s contract, and its check that `T` fits at `at`.
-        f(unsafe { slot::<T>(self.at) })
+        unsafe { slot::<T>(self.at) }
     }
 }
 

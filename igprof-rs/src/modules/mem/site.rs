@@ -100,29 +100,43 @@ const HOOK_TLS_INIT: HookTls = HookTls {
 static TLS: crate::base::tls::Slot<HookTls> =
     unsafe { crate::base::tls::Slot::new(crate::base::tls::HOOKS_AT) };
 
-/// Runs `f` with the calling thread's hook state.
-#[inline]
+/// Runs `f` with the calling thread's hook state. The record is found
+/// first and `f` runs once on it: with the rare path (TLS shared) out of
+/// line and taking `f` along, every hook built `f`'s captures in memory
+/// (16 stores an allocation) whichever path it took.
+#[inline(always)]
 pub fn tls<R>(f: impl FnOnce(&HookTls) -> R) -> R {
-    if thread::tls_is_shared() {
-        return shared_tls(f);
-    }
-    TLS.with(f)
+    let blank;
+    let h: &HookTls = if !thread::tls_is_shared() {
+        // SAFETY: used for this call only, on this thread.
+        unsafe { TLS.get() }
+    } else {
+        match shared_record() {
+            Some(h) => h,
+            None => {
+                // A blank record for this call only.
+                blank = HOOK_TLS_INIT;
+                &blank
+            }
+        }
+    };
+    f(h)
 }
 
-/// [`tls`] in a process with threads that share their creator's TLS (raw
-/// `clone()`): such a thread's hook state is kept with its thread state,
-/// made on first use (mmap, so also from signal context); a thread that
-/// has no state and runs on another thread's TLS gets a blank record for
-/// the call (its events pass through) and never touches the owner's.
+/// [`tls`]'s record in a process with threads that share their creator's
+/// TLS (raw `clone()`): such a thread's hook state is kept with its thread
+/// state, made on first use (mmap, so also from signal context); a thread
+/// that has no state and runs on another thread's TLS gets None (a blank
+/// record for the call: its events pass through) and never touches the
+/// owner's.
 #[cold]
 #[inline(never)]
-fn shared_tls<R>(f: impl FnOnce(&HookTls) -> R) -> R {
+fn shared_record() -> Option<&'static HookTls> {
     match which_record() {
-        Record::Private(h) => f(h),
-        // A blank record for this call only.
-        #[allow(clippy::borrow_interior_mutable_const)]
-        Record::Blank => f(&HOOK_TLS_INIT),
-        Record::Tls => TLS.with(f),
+        Record::Private(h) => Some(h),
+        Record::Blank => None,
+        // SAFETY: handed to `tls`, which uses it for one call on this thread.
+        Record::Tls => Some(unsafe { TLS.get() }),
     }
 }
 
