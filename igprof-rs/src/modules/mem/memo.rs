@@ -308,6 +308,42 @@ fn caller_frame(r: &EntryRegs) -> (usize, usize) {
     }
 }
 
+/// Whether remembered walk `s` is the walk of an event with registers `r`
+/// (return address `ret`) under module table `generation`. Inlined into
+/// the lookup: called out of line, its arguments went through memory.
+#[inline(always)]
+fn repeats(
+    s: &Slot,
+    r: &EntryRegs,
+    ret: usize,
+    generation: u32,
+    table: &Table,
+    pool: &Pool,
+) -> bool {
+    if s.len == 0
+        || s.sp != r.sp
+        || s.ret != ret
+        || (s.fp_used && s.fp != r.fp)
+        || s.generation != generation
+        || !table.intact(s)
+    {
+        return false;
+    }
+    // The walk's words: one run of the ring (see `store`), compared
+    // without a branch per word (nearly every comparison that gets this
+    // far is a hit).
+    let (at, n) = ((s.start as usize) & (POOL - 1), s.len as usize);
+    let (offsets, values) = (&pool.offsets[at..at + n], &pool.values[at..at + n]);
+    let diff = offsets.iter().zip(values).fold(0, |d, (&o, &v)| {
+        // SAFETY: every word was checked when stored to lie in [r.sp, hi)
+        // of this thread's stack (ReadLog's floor and top), which is mapped
+        // while the thread runs at r.sp.
+        let now = unsafe { core::ptr::read_unaligned((r.sp + o as usize) as *const usize) };
+        d | (now ^ v)
+    });
+    diff == 0
+}
+
 impl StackMemo {
     /// Maps memory: with the thread's other extras, not in a signal handler.
     pub fn new() -> Self {
@@ -342,33 +378,7 @@ impl StackMemo {
             let pool = table.pool();
             let (set, tag) = set_of(r.sp, ret);
             let (tags, slots) = (table.tags(set), table.set(set));
-            // Whether remembered walk `s` is this event's walk.
-            let repeats = |s: &Slot| {
-                if s.len == 0
-                    || s.sp != r.sp
-                    || s.ret != ret
-                    || (s.fp_used && s.fp != r.fp)
-                    || s.generation != generation
-                    || !table.intact(s)
-                {
-                    return false;
-                }
-                // The walk's words: one run of the ring (see `store`),
-                // compared without a branch per word (nearly every
-                // comparison that gets this far is a hit).
-                let (at, n) = ((s.start as usize) & (POOL - 1), s.len as usize);
-                let (offsets, values) = (&pool.offsets[at..at + n], &pool.values[at..at + n]);
-                let diff = offsets.iter().zip(values).fold(0, |d, (&o, &v)| {
-                    // SAFETY: every word was checked when stored to lie in
-                    // [r.sp, hi) of this thread's stack (ReadLog's floor
-                    // and top), which is mapped while the thread runs at
-                    // r.sp.
-                    let now =
-                        unsafe { core::ptr::read_unaligned((r.sp + o as usize) as *const usize) };
-                    d | (now ^ v)
-                });
-                diff == 0
-            };
+            let repeats = |s: &Slot| repeats(s, r, ret, generation, table, pool);
             let last = self.last_hit[set] as usize % WAYS;
             let hit = if tags[last] == tag && repeats(&slots[last]) {
                 Some(last)
