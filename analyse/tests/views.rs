@@ -8,6 +8,7 @@
 //! Snapshots: tests/snapshots/views_*.txt; `UPDATE_SNAPSHOTS=1` rewrites them.
 
 use std::collections::BTreeMap;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 
@@ -366,19 +367,62 @@ fn differential_flame_graph_against_a_baseline() {
 
 /// Runs a consumer of the views; a missing one fails with what to install.
 fn consumer(program: &str, args: &[&str], dir: &Path, install: &str) -> String {
-    let out = Command::new(program)
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap_or_else(|e| {
-            panic!("cannot run {program} ({e}): it reads the views in these tests; install {install} (scripts/setup does)")
-        });
-    assert!(
-        out.status.success(),
-        "{program} {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    // Headless chromium hung once for minutes in a full CI run (its
+    // processes idle, no output): a run that takes more than this is
+    // killed and run once more.
+    const LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
+    for attempt in 1..=2 {
+        let mut child = Command::new(program)
+            .args(args)
+            .current_dir(dir)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot run {program} ({e}): it reads the views in these tests; install {install} (scripts/setup does)")
+            });
+        // Read both pipes while waiting, so a large output cannot block it.
+        let mut pipes = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+        let readers = (
+            std::thread::spawn(move || {
+                let mut v = Vec::new();
+                std::io::Read::read_to_end(&mut pipes.0, &mut v).map(|_| v)
+            }),
+            std::thread::spawn(move || {
+                let mut v = Vec::new();
+                std::io::Read::read_to_end(&mut pipes.1, &mut v).map(|_| v)
+            }),
+        );
+        let started = std::time::Instant::now();
+        let status = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break Some(st);
+            }
+            if started.elapsed() > LIMIT {
+                // The whole group: chromium's helpers keep the pipes open.
+                let _ = Command::new("kill")
+                    .args(["-KILL", "--", &format!("-{}", child.id())])
+                    .status();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        let out = readers.0.join().unwrap().unwrap_or_default();
+        let err = readers.1.join().unwrap().unwrap_or_default();
+        let Some(status) = status else {
+            eprintln!("{program} {args:?}: no answer in {LIMIT:?} (attempt {attempt}); killed");
+            continue;
+        };
+        assert!(
+            status.success(),
+            "{program} {args:?} failed: {}",
+            String::from_utf8_lossy(&err)
+        );
+        return String::from_utf8(out).unwrap();
+    }
+    panic!("{program} {args:?}: no answer in two attempts of {LIMIT:?}");
 }
 
 fn go_pprof(d: &Dir, args: &[&str]) -> String {
