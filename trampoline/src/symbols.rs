@@ -125,6 +125,8 @@ fn size_of_named_function_at(name: &str, addr: u64) -> Option<u64> {
     }
 }
 
+/// The size of dynamic symbol `e` if it has one, else the size the
+/// object's file symbol tables give the function at `addr`.
 fn size_or_file(o: &Indexed, e: Option<DynEntry>, addr: u64) -> Option<u64> {
     if let Some(e) = e.filter(|e| e.size > 0) {
         return Some(e.size);

@@ -101,9 +101,9 @@ static TLS: crate::base::tls::Slot<HookTls> =
     unsafe { crate::base::tls::Slot::new(crate::base::tls::HOOKS_AT) };
 
 /// Runs `f` with the calling thread's hook state. The record is found
-/// first and `f` runs once on it: with the rare path (TLS shared) out of
-/// line and taking `f` along, every hook built `f`'s captures in memory
-/// (16 stores an allocation) whichever path it took.
+/// first (the rare case of shared TLS out of line) and `f` runs once on
+/// it, inlined: an out-of-line path that took `f` itself made every hook
+/// store `f`'s captures in memory (16 stores an allocation).
 #[inline(always)]
 pub fn tls<R>(f: impl FnOnce(&HookTls) -> R) -> R {
     let blank;
