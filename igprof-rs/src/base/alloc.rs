@@ -281,18 +281,12 @@ unsafe impl GlobalAlloc for IgAlloc {
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let old_small = class_of(layout.size(), layout.align());
         let new_small = class_of(new_size, layout.align());
+        // A block in the final dump's region, or one that should move there,
+        // is copied to a new block.
+        let in_place = !in_arena(ptr) && !ARENA.on.load(Ordering::Relaxed);
         match (old_small, new_small) {
-            _ if in_arena(ptr) || ARENA.on.load(Ordering::Relaxed) => {
-                // SAFETY: new layout has the old alignment and a non-zero size.
-                let new = self.alloc(Layout::from_size_align_unchecked(new_size, layout.align()));
-                if !new.is_null() {
-                    core::ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_size));
-                    self.dealloc(ptr, layout);
-                }
-                new
-            }
-            (Some(a), Some(b)) if a == b => ptr,
-            (None, None) => {
+            (Some(a), Some(b)) if a == b && in_place => ptr,
+            (None, None) if in_place => {
                 let (o, n) = (round_pages(layout.size()), round_pages(new_size));
                 if o == n {
                     ptr
