@@ -379,20 +379,13 @@ pub fn dynsym_named(img: &Image, name: &[u8], addr: usize) -> Option<DynEntry> {
     let h = name
         .iter()
         .fold(5381u32, |h, &c| h.wrapping_mul(33).wrapping_add(c as u32));
-    let nbuckets: u32 = img.read(t.gnu_hash)?;
-    let symbias: u32 = img.read(t.gnu_hash + 4)?;
-    let bloom_words: u32 = img.read(t.gnu_hash + 8)?;
-    if nbuckets == 0 {
+    let g = GnuHash::of(img, t.gnu_hash)?;
+    if g.nbuckets == 0 {
         return None;
     }
-    let buckets = t.gnu_hash + 16 + bloom_words as usize * 8;
-    let chain0 = buckets + nbuckets as usize * 4;
-    let mut ndx: u32 = img.read(buckets + (h % nbuckets) as usize * 4)?;
-    if ndx == 0 || ndx < symbias {
-        return None;
-    }
+    let mut ndx = g.first(img, (h % g.nbuckets) as usize)??;
     loop {
-        let ch: u32 = img.read(chain0 + (ndx - symbias) as usize * 4)?;
+        let ch = g.hash(img, ndx)?;
         if ch | 1 == h | 1 {
             let s: libc::Elf64_Sym = img.read(t.symtab + ndx as usize * SYM_SIZE)?;
             if considered(&s, true, t.strsz)
@@ -483,6 +476,44 @@ impl DynIndex {
     }
 }
 
+/// A GNU hash table (`DT_GNU_HASH`) as loaded: its buckets give each
+/// chain's first symbol index; a chain runs over consecutive symbols, each
+/// with its hash (bit 0 set on the chain's last).
+struct GnuHash {
+    nbuckets: u32,
+    symbias: u32,
+    buckets: usize,
+    chain0: usize,
+}
+
+impl GnuHash {
+    /// The table at `at` (None when its header cannot be read).
+    fn of(img: &Image, at: usize) -> Option<GnuHash> {
+        let nbuckets: u32 = img.read(at)?;
+        let symbias: u32 = img.read(at + 4)?;
+        let bloom_words: u32 = img.read(at + 8)?;
+        let buckets = at + 16 + bloom_words as usize * 8;
+        Some(GnuHash {
+            nbuckets,
+            symbias,
+            buckets,
+            chain0: buckets + nbuckets as usize * 4,
+        })
+    }
+
+    /// The first symbol index of bucket `b`'s chain, None for an empty
+    /// bucket (outer None: unreadable).
+    fn first(&self, img: &Image, b: usize) -> Option<Option<u32>> {
+        let ndx: u32 = img.read(self.buckets + b * 4)?;
+        Some((ndx != 0 && ndx >= self.symbias).then_some(ndx))
+    }
+
+    /// The chain hash of symbol `ndx` (at or after its bucket's first).
+    fn hash(&self, img: &Image, ndx: u32) -> Option<u32> {
+        img.read(self.chain0 + (ndx - self.symbias) as usize * 4)
+    }
+}
+
 /// Where an object's dynamic symbols are, from its dynamic section.
 struct DynTables {
     symtab: usize,
@@ -530,20 +561,14 @@ impl DynTables {
         if self.gnu_hash != 0 {
             // glibc's dladdr visits, bucket by bucket, every symbol of the
             // bucket's chain (the last has bit 0 of its hash set).
-            let gnu_hash = self.gnu_hash;
-            let nbuckets: u32 = img.read(gnu_hash)?;
-            let symbias: u32 = img.read(gnu_hash + 4)?;
-            let bloom_words: u32 = img.read(gnu_hash + 8)?;
-            let buckets = gnu_hash + 16 + bloom_words as usize * 8;
-            let chain0 = buckets + nbuckets as usize * 4;
-            for b in 0..nbuckets as usize {
-                let mut ndx: u32 = img.read(buckets + b * 4)?;
-                if ndx == 0 || ndx < symbias {
+            let g = GnuHash::of(img, self.gnu_hash)?;
+            for b in 0..g.nbuckets as usize {
+                let Some(mut ndx) = g.first(img, b)? else {
                     continue;
-                }
+                };
                 loop {
                     visit(ndx as usize, true)?;
-                    let h: u32 = img.read(chain0 + (ndx - symbias) as usize * 4)?;
+                    let h = g.hash(img, ndx)?;
                     if h & 1 != 0 {
                         break;
                     }

@@ -182,12 +182,9 @@ fn symbol_at(addr: u64, name: Option<&str>) -> Option<(Arc<Indexed>, Option<DynE
     };
     let mut named = None;
     let o = object_holding_then(addr, query, &mut named)?;
-    if let Some(e) = named {
-        return Some((o, Some(e)));
-    }
-    if name.is_some() {
-        // Not in the hash table: the caller falls back on the index.
-        return Some((o, None));
+    if let Query::Named(_) = query {
+        // None: not in the hash table; the caller falls back on the index.
+        return Some((o, named));
     }
     let e = o.index.get().and_then(|i| i.starting_at(addr as usize));
     Some((o, e))
