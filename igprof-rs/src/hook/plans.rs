@@ -15,17 +15,23 @@
 //! then planned as without it).
 
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
 use crate::unwind::store;
 
 /// The table's file, when the store is on and the library has a build-id:
 /// `plans-<build-id>` among the store's descriptor files (whose names are
 /// bare build-ids), so that a first process makes no second directory.
-fn file() -> Option<(PathBuf, PathBuf)> {
-    let dir = store::dir()?.to_path_buf();
-    let id = own_build_id()?;
-    let path = dir.join(format!("plans-{}", store::hex(&id)));
-    Some((dir, path))
+/// Found once, for [`load`] and [`save`] alike.
+fn file() -> Option<&'static (PathBuf, PathBuf)> {
+    static FILE: OnceLock<Option<(PathBuf, PathBuf)>> = OnceLock::new();
+    FILE.get_or_init(|| {
+        let dir = store::dir()?.to_path_buf();
+        let id = own_build_id()?;
+        let path = dir.join(format!("plans-{}", store::hex(&id)));
+        Some((dir, path))
+    })
+    .as_ref()
 }
 
 /// Reads the plans earlier processes kept. Returns how many were added.
@@ -52,7 +58,7 @@ pub fn save() -> Result<bool, String> {
     let Some(bytes) = trampoline::known::export() else {
         return Ok(false);
     };
-    store::write_file(&dir, &path, &bytes)
+    store::write_file(dir, path, &bytes)
         .map(|()| true)
         .map_err(|e| format!("{}: {e}", path.display()))
 }
@@ -67,18 +73,15 @@ fn own_build_id() -> Option<Vec<u8>> {
         // SAFETY: dl_iterate_phdr passes a valid info for the call; data is
         // our Find.
         let (info, f) = unsafe { (&*info, &mut *(data as *mut Find)) };
+        // SAFETY: a loaded object, inside the callback. Objects' spans do
+        // not overlap, so the one that may hold this function holds it.
+        if !unsafe { trampoline::image::may_hold(info, f.addr, 4096) } {
+            return 0;
+        }
         // SAFETY: the loader's program headers of a loaded object.
         let phdrs =
             unsafe { core::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
         let base = info.dlpi_addr as usize;
-        let holds = phdrs.iter().any(|ph| {
-            ph.p_type == libc::PT_LOAD
-                && (base + ph.p_vaddr as usize..base + (ph.p_vaddr + ph.p_memsz) as usize)
-                    .contains(&f.addr)
-        });
-        if !holds {
-            return 0;
-        }
         // SAFETY: the loader's program headers of the object at `base`.
         f.id = unsafe { store::build_id_of(base, phdrs) }.map(<[u8]>::to_vec);
         1
