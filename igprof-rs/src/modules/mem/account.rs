@@ -121,7 +121,7 @@ fn snapshot_in(node: *const Node, at_slot: usize, live_slot: usize) {
 
 /// An allocation of `size` bytes at `addr` by the stack of `node` (owner
 /// thread of `node`'s tree, guard held).
-#[inline]
+#[inline(always)]
 pub fn on_alloc(node: *mut Node, addr: usize, size: u64) {
     if let Some(c) = counter(node, TOTAL.load(Ordering::Relaxed)) {
         c.tick(size);

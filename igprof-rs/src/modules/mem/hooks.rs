@@ -405,9 +405,14 @@ fn freeing_then<R>(
         return keep(None);
     }
     let _e = ErrnoGuard::save();
-    match site::unrecorded(KIND_FREE, p as usize, 0, replay, || {
-        keep(account::on_free(p as usize))
-    }) {
+    match site::unrecorded(
+        KIND_FREE,
+        p as usize,
+        0,
+        replay,
+        #[inline(always)]
+        || keep(account::on_free(p as usize)),
+    ) {
         Some(r) => r,
         None => keep(None),
     }

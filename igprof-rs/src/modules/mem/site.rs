@@ -214,7 +214,7 @@ pub fn caller_node(t: &'static ThreadState, h: &HookTls, outer_bit: u8) -> Optio
 /// As [`caller_node`], for an allocation hook entered through a stub that
 /// passed the program's registers: the stack memo answers when the stack
 /// is the same as the previous event's.
-#[inline]
+#[inline(always)]
 pub fn caller_node_at(
     t: &'static ThreadState,
     h: &HookTls,
@@ -228,14 +228,26 @@ pub fn caller_node_at(
     if !m.usable(t, r) {
         return caller_node(t, h, MEM_OUTER);
     }
-    if let Some(n) = m.lookup(t, r) {
-        if !super::memo::checking() {
-            return Some(n);
+    match m.lookup(t, r) {
+        Some(n) if !super::memo::checking() => Some(n),
+        Some(n) => {
+            let (walked, _) = walk_node(t, h, MEM_OUTER, None)?;
+            super::memo::checked(n, walked);
+            Some(walked)
         }
-        let (walked, _) = walk_node(t, h, MEM_OUTER, None)?;
-        super::memo::checked(n, walked);
-        return Some(walked);
+        None => walk_and_remember(t, h, m, r),
     }
+}
+
+/// [`caller_node_at`] when the memo has no walk for the event: walks, and
+/// remembers the walk. Out of line, so that a hit runs inlined in the hook.
+#[inline(never)]
+fn walk_and_remember(
+    t: &'static ThreadState,
+    h: &HookTls,
+    m: &mut super::memo::StackMemo,
+    r: &super::memo::EntryRegs,
+) -> Option<*mut Node> {
     let log = m.begin(t, r);
     let (n, depth) = walk_node(t, h, MEM_OUTER, Some(log))?;
     // A walk cut by the depth limit would read on in a longer one: not
@@ -540,17 +552,22 @@ pub fn unrecorded<R>(
     replay: Replay,
     f: impl FnOnce() -> R,
 ) -> Option<R> {
-    tls(|h| {
-        let prev = h.outer.get();
-        h.outer.set(prev | IN_RECORD);
-        if prev & IN_RECORD != 0 {
-            defer_in(h, kind, a, b, replay);
-            return None;
-        }
-        let r = f();
-        h.outer.set(h.outer.get() & !IN_RECORD);
-        Some(r)
-    })
+    // Inlined: compiled out of line, the closure made every free store its
+    // eight captures in memory.
+    tls(
+        #[inline(always)]
+        |h| {
+            let prev = h.outer.get();
+            h.outer.set(prev | IN_RECORD);
+            if prev & IN_RECORD != 0 {
+                defer_in(h, kind, a, b, replay);
+                return None;
+            }
+            let r = f();
+            h.outer.set(h.outer.get() & !IN_RECORD);
+            Some(r)
+        },
+    )
 }
 
 /// Queues an event without a guard (the free path, which needs no call
