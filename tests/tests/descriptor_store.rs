@@ -15,7 +15,10 @@
 //! the store's reads add, the libraries loaded): that one allocation may
 //! come from another stack (`setarch -R` keeps the rest of the layout
 //! fixed). A store file that was damaged, or written for another object or
-//! by another build of the profiler, must be ignored and replaced.
+//! by another build of the profiler, must be ignored and replaced. The
+//! descriptors a run derives are read from cc1's CFI rows directly
+//! (`unwind/cfi.rs`), and `IGPROF_CFI_CHECK=1` derives each through
+//! framehop too: none may differ.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -59,6 +62,7 @@ fn run(d: &Path, store: Option<&Path>, tag: &str) -> (Stacks, u64, u64) {
     let o = Command::new("setarch")
         .arg("-R")
         .env("IGPROF_STORE_CHECK", "1")
+        .env("IGPROF_CFI_CHECK", "1")
         .arg(launcher())
         .args(["-mp", "-d", "-o", &out, &cc1()])
         .args(["-quiet", "gen.c", "-O1", "-o", "gen.s"])
@@ -84,6 +88,16 @@ fn run(d: &Path, store: Option<&Path>, tag: &str) -> (Stacks, u64, u64) {
             "{tag}: {check}"
         );
     }
+    // The descriptors derived here were read from cc1's CFI rows
+    // directly, nearly all, and each is what framehop derives.
+    let cfi = debug_line(&err, "CFI check:", tag);
+    let direct = number_before(cfi, " direct derivations");
+    assert!(cfi.contains(": 0 of "), "{tag}: {cfi}");
+    assert!(
+        direct * 10 >= (misses - stored) * 9,
+        "{tag}: {direct} of {} derivations read directly",
+        misses - stored
+    );
     let p = parse_strict(&read_text(&d.join(&out))).unwrap();
     let mut v = path_values(&p, "MEM_TOTAL");
     v.sort();

@@ -102,6 +102,13 @@ fn log_handler_cost(stats: &DumpStats) {
         d.stored,
         d.framehop
     );
+    let (direct, differ) = crate::unwind::direct_cfi_stats();
+    crate::igprof_log!("frame descriptors derived from CFI rows directly: {direct}");
+    if crate::unwind::cfi_checking() {
+        crate::igprof_log!(
+            "CFI check: {differ} of {direct} direct derivations differ from framehop's"
+        );
+    }
     if crate::unwind::store::checking() {
         crate::igprof_log!(
             "descriptor store check: {} of {} stored descriptors differ from a fresh derivation",

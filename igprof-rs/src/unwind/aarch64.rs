@@ -14,6 +14,8 @@
 use framehop::aarch64::{CacheAarch64, UnwindRegsAarch64};
 use framehop::MustNotAllocateDuringUnwind;
 
+use super::cfi::{Regs as CfiRegs, Row};
+use super::descriptor::Descriptor;
 use super::stack::StackReader;
 use super::step::Regs;
 use super::BrokenFrame;
@@ -23,6 +25,19 @@ pub type FramehopCache = CacheAarch64<MustNotAllocateDuringUnwind>;
 
 /// `bl` leaves the return address in x30 until the callee saves it.
 pub(crate) const RA_IN_LR: bool = true;
+
+/// DWARF numbers of the return-address column (x30) and the frame pointer
+/// (x29). Descriptors are not derived from CFI rows directly here:
+/// framehop's AArch64 rules (the return address still in LR, pointer
+/// authentication's `negate_ra_state`) are not mirrored, so every
+/// derivation goes through framehop.
+pub(crate) const DWARF: CfiRegs = CfiRegs { ra: 30, fp: 29 };
+pub(crate) const DIRECT_CFI: bool = false;
+
+/// Not used (`DIRECT_CFI` is false): framehop derives every descriptor.
+pub(crate) fn descriptor_of_row(_row: &Row, _first: bool) -> Option<Descriptor> {
+    None
+}
 
 /// `__kernel_rt_sigreturn` (vDSO): `mov x8, #139` (rt_sigreturn); `svc #0`.
 pub(crate) const SIGRETURN: &[u8] = &[0x68, 0x11, 0x80, 0xd2, 0x01, 0x00, 0x00, 0xd4];

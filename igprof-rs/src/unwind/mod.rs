@@ -115,6 +115,7 @@
 //! signal frame layout and the return trampoline's code; on AArch64 a
 //! descriptor may also say "return address still in LR" (leaf frames).
 
+mod cfi;
 mod descriptor;
 mod hazard;
 mod mem;
@@ -139,6 +140,7 @@ use x86_64 as arch;
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 compile_error!("the unwinder supports x86-64 and AArch64 only");
 
+pub use cfi::{checking as cfi_checking, stats as direct_cfi_stats};
 pub use mem::MapError;
 pub use modules::{generation, module_of, refresh, save_descriptors, ModuleInfo, RefreshError};
 pub use readlog::{ReadLog, CAPACITY as READ_LOG_CAPACITY};

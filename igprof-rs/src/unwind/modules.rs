@@ -215,6 +215,7 @@ pub(crate) fn with_current<R>(f: impl FnOnce(&ModuleTable) -> R) -> Option<R> {
 /// Outside signal context only. See `unwind/mod.rs`.
 pub fn refresh() -> Result<(), RefreshError> {
     let _errno = ErrnoGuard::save();
+    super::cfi::init_check();
     let mut state = REFRESH.lock().unwrap_or_else(|e| e.into_inner());
     let state = &mut *state;
     // SAFETY: only a refresh frees tables, and this one holds the mutex,
@@ -308,6 +309,12 @@ pub(crate) fn is_retired(table: usize) -> bool {
 }
 
 impl ModuleTable {
+    /// Every object of the table (tests).
+    #[cfg(all(test, target_arch = "x86_64"))]
+    pub(crate) fn entries(&self) -> &[ModuleEntry] {
+        self.modules.as_slice()
+    }
+
     /// The object whose executable range contains `pc`. Async-signal-safe.
     pub(crate) fn find(&self, pc: usize) -> Option<&ModuleEntry> {
         let modules = self.modules.as_slice();
@@ -571,7 +578,9 @@ pub(crate) fn eh_frame_start(hdr: &[u8], hdr_addr: usize) -> Option<usize> {
     Some(applied as usize)
 }
 
-fn read_encoded(b: &[u8], format: u8) -> Option<(u64, usize)> {
+/// A value of DWARF pointer format `format` (the low nibble of an
+/// encoding) at the start of `b`, and its length.
+pub(crate) fn read_encoded(b: &[u8], format: u8) -> Option<(u64, usize)> {
     let le = |n: usize| -> Option<u64> {
         let s = b.get(..n)?;
         Some(s.iter().rev().fold(0u64, |acc, &x| acc << 8 | x as u64))

@@ -10,6 +10,7 @@
 use framehop::{FrameAddress, UnwindRegsNative, Unwinder};
 
 use super::arch::{self, FramehopCache};
+use super::cfi;
 use super::descriptor::{Descriptor, Kind};
 use super::modules::ModuleTable;
 use super::stack::StackReader;
@@ -178,6 +179,35 @@ pub(crate) fn describe(
     if table.code_at(pc, arch::SIGRETURN) {
         return Descriptor::of_kind(Kind::SignalFrame, first);
     }
+    if let Some(d) = direct(table, pc, first) {
+        let differs = cfi::checking() && describe_by_framehop(table, fh, pc, first) != d;
+        cfi::answered(differs);
+        return d;
+    }
+    describe_by_framehop(table, fh, pc, first)
+}
+
+/// The descriptor of the frame at `pc` read from its CFI row directly
+/// (`cfi.rs`), where the architecture's mapping of the row is certain to
+/// give what framehop would.
+pub(crate) fn direct(table: &ModuleTable, pc: usize, first: bool) -> Option<Descriptor> {
+    if !arch::DIRECT_CFI {
+        return None;
+    }
+    // framehop looks a return address up at the call instruction.
+    let lookup = if first { pc } else { pc.checked_sub(1)? };
+    let m = table.find(lookup)?;
+    arch::descriptor_of_row(&cfi::row_at(m, lookup, arch::DWARF)?, first)
+}
+
+/// [`describe`] by running framehop's rule for `pc` on two sets of
+/// symbolic registers (not for signal frames).
+pub(crate) fn describe_by_framehop(
+    table: &ModuleTable,
+    fh: &mut FramehopCache,
+    pc: usize,
+    first: bool,
+) -> Descriptor {
     let fallback = Descriptor::of_kind(Kind::Framehop, first);
     let mut found = None;
     for start in PROBES {

@@ -13,6 +13,8 @@
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
 use framehop::MustNotAllocateDuringUnwind;
 
+use super::cfi::{Regs as CfiRegs, Row, Rule};
+use super::descriptor::{Descriptor, Kind};
 use super::stack::StackReader;
 use super::step::Regs;
 use super::BrokenFrame;
@@ -23,6 +25,65 @@ pub type FramehopCache = CacheX86_64<MustNotAllocateDuringUnwind>;
 
 /// The return address is always on the stack (pushed by `call`).
 pub(crate) const RA_IN_LR: bool = false;
+
+/// DWARF numbers of the return-address column and the frame pointer
+/// (rbp), and whether descriptors are derived from CFI rows directly
+/// ([`descriptor_of_row`]).
+pub(crate) const DWARF: CfiRegs = CfiRegs { ra: 16, fp: 6 };
+pub(crate) const DIRECT_CFI: bool = true;
+const DWARF_RSP: u64 = 7;
+
+/// The descriptor `step::describe` gets from framehop for a PC whose CFI
+/// row is `row`, for the rows where that is certain; None for the rest
+/// (framehop derives those).
+///
+/// framehop (0.16, `x86_64/dwarf.rs`) turns a row whose return address is
+/// at CFA-8 into a rule: CFA = rsp + a multiple of 8 (`OffsetSp`, with rbp
+/// restored from CFA + o when the row saves it: `OffsetSpAndRestoreBp`),
+/// or CFA = rbp + off with rbp saved at CFA + o (`UseFramePointer` for 16
+/// and -16, else the same evaluated directly); a row without a return
+/// address rule, or an undefined one, ends the stack. The probes of
+/// `step::describe` read these as CFA from SP (offset at least 8) or from
+/// FP, the return address in slot -1 and rbp's slot when it is restored
+/// (non-zero, a multiple of 8 that fits an i8).
+pub(crate) fn descriptor_of_row(row: &Row, first: bool) -> Option<Descriptor> {
+    match row.ra {
+        Rule::Unset | Rule::Undefined => return Some(Descriptor::of_kind(Kind::Outermost, first)),
+        Rule::Offset(-8) => {}
+        _ => return None,
+    }
+    let slot = |o: i64| -> Option<i8> {
+        (o != 0 && o % 8 == 0).then_some(())?;
+        i8::try_from(o / 8).ok()
+    };
+    let (reg, off) = row.cfa?;
+    match reg {
+        DWARF_RSP => {
+            if off < 8 || off % 8 != 0 || off / 8 > i64::from(u16::MAX) {
+                return None;
+            }
+            let fp_slot = match row.fp {
+                Rule::Unset | Rule::Undefined | Rule::SameValue => 0,
+                Rule::Offset(o) => slot(o)?,
+                Rule::Other => return None,
+            };
+            Some(Descriptor::new(Kind::CfaSp, off as i32, -1, fp_slot, first))
+        }
+        r if r == DWARF.fp => {
+            let Rule::Offset(o) = row.fp else {
+                return None;
+            };
+            Some(Descriptor::new(
+                Kind::CfaFp,
+                i32::try_from(off).ok()?,
+                -1,
+                slot(o)?,
+                first,
+            ))
+        }
+        _ => None,
+    }
+}
 
 /// glibc's `__restore_rt`: `mov $15, %rax` (rt_sigreturn); `syscall`. A
 /// signal handler returns to its first byte.
