@@ -370,21 +370,40 @@ impl StackMemo {
     }
 
     /// The node of a remembered walk that this event's walk would repeat.
-    #[inline]
+    /// The way of the set's last hit is tried inline (nearly every hit of
+    /// a program that repeats its stacks), the other ways out of line.
+    #[inline(always)]
     pub fn lookup(&mut self, t: &ThreadState, r: &EntryRegs) -> Option<*mut Node> {
+        if let (true, Some(table)) = (core::ptr::eq(self.owner, t), &self.table) {
+            let generation = crate::unwind::generation();
+            let (ret, _) = caller_frame(r);
+            let (set, tag) = set_of(r.sp, ret);
+            let last = self.last_hit[set] as usize % WAYS;
+            let slot = &table.set(set)[last];
+            if table.tags(set)[last] == tag
+                && repeats(slot, r, ret, generation, table, table.pool())
+            {
+                bump(&COUNTS[t.tid() as usize % SHARDS].hits);
+                self.misses = 0;
+                return Some(slot.node);
+            }
+        }
+        self.lookup_other_ways(t, r)
+    }
+
+    /// [`Self::lookup`] in the ways of the set other than its last hit's.
+    #[inline(never)]
+    fn lookup_other_ways(&mut self, t: &ThreadState, r: &EntryRegs) -> Option<*mut Node> {
         if let (true, Some(table)) = (core::ptr::eq(self.owner, t), &self.table) {
             let generation = crate::unwind::generation();
             let (ret, _) = caller_frame(r);
             let pool = table.pool();
             let (set, tag) = set_of(r.sp, ret);
             let (tags, slots) = (table.tags(set), table.set(set));
-            let repeats = |s: &Slot| repeats(s, r, ret, generation, table, pool);
             let last = self.last_hit[set] as usize % WAYS;
-            let hit = if tags[last] == tag && repeats(&slots[last]) {
-                Some(last)
-            } else {
-                (0..WAYS).find(|&w| w != last && tags[w] == tag && repeats(&slots[w]))
-            };
+            let hit = (0..WAYS).find(|&w| {
+                w != last && tags[w] == tag && repeats(&slots[w], r, ret, generation, table, pool)
+            });
             if let Some(w) = hit {
                 self.last_hit[set] = w as u8;
                 self.misses = 0;
