@@ -312,7 +312,7 @@ fn caller_frame(r: &EntryRegs) -> (usize, usize) {
 /// (return address `ret`) under module table `generation`. Inlined into
 /// the lookup: called out of line, its arguments went through memory.
 #[inline(always)]
-fn repeats(
+fn repeats<const SCAN: bool>(
     s: &Slot,
     r: &EntryRegs,
     ret: usize,
@@ -330,17 +330,24 @@ fn repeats(
         return false;
     }
     // The walk's words: one run of the ring (see `store`), compared
-    // without a branch per word (nearly every comparison that gets this
-    // far is a hit).
+    // without a branch per word (nearly every comparison of the last hit's
+    // way is a hit). `SCAN`: a search of the other ways, where several
+    // walks may share the registers (cc1: 78% of its lookups get there);
+    // the first word (the caller's return address, where walks from one
+    // call site to the allocator usually part) is compared alone first.
     let (at, n) = ((s.start as usize) & (POOL - 1), s.len as usize);
     let (offsets, values) = (&pool.offsets[at..at + n], &pool.values[at..at + n]);
-    let diff = offsets.iter().zip(values).fold(0, |d, (&o, &v)| {
-        // SAFETY: every word was checked when stored to lie in [r.sp, hi)
-        // of this thread's stack (ReadLog's floor and top), which is mapped
-        // while the thread runs at r.sp.
-        let now = unsafe { core::ptr::read_unaligned((r.sp + o as usize) as *const usize) };
-        d | (now ^ v)
-    });
+    // SAFETY: every word was checked when stored to lie in [r.sp, hi) of
+    // this thread's stack (ReadLog's floor and top), which is mapped while
+    // the thread runs at r.sp.
+    let now = |o: u32| unsafe { core::ptr::read_unaligned((r.sp + o as usize) as *const usize) };
+    if SCAN && now(offsets[0]) != values[0] {
+        return false;
+    }
+    let diff = offsets
+        .iter()
+        .zip(values)
+        .fold(0, |d, (&o, &v)| d | (now(o) ^ v));
     diff == 0
 }
 
@@ -381,7 +388,7 @@ impl StackMemo {
             let last = self.last_hit[set] as usize % WAYS;
             let slot = &table.set(set)[last];
             if table.tags(set)[last] == tag
-                && repeats(slot, r, ret, generation, table, table.pool())
+                && repeats::<false>(slot, r, ret, generation, table, table.pool())
             {
                 bump(&COUNTS[t.tid() as usize % SHARDS].hits);
                 self.misses = 0;
@@ -402,7 +409,9 @@ impl StackMemo {
             let (tags, slots) = (table.tags(set), table.set(set));
             let last = self.last_hit[set] as usize % WAYS;
             let hit = (0..WAYS).find(|&w| {
-                w != last && tags[w] == tag && repeats(&slots[w], r, ret, generation, table, pool)
+                w != last
+                    && tags[w] == tag
+                    && repeats::<true>(&slots[w], r, ret, generation, table, pool)
             });
             if let Some(w) = hit {
                 self.last_hit[set] = w as u8;
