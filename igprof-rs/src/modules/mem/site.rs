@@ -544,7 +544,7 @@ pub fn recording() -> bool {
 /// defers its events instead of waiting for a lock this thread holds.
 /// Returns None, and queues the event (kind, a, b) for `replay` instead, if
 /// the thread was already recording (this is such a handler).
-#[inline]
+#[inline(always)]
 pub fn unrecorded<R>(
     kind: u8,
     a: usize,
