@@ -184,6 +184,7 @@ pub fn init(modules: &'static [&'static Module]) {
     let Some(raw) = getenv(b"IGPROF\0") else {
         return;
     };
+    sys::learn_errno_offset();
     crate::modules::set_registry(modules);
     crate::modules::cpu::set_program_signal(signals::forward_program_signal);
     crate::base::alloc::set_signal_probe(thread::in_sampling_handler);
