@@ -1,5 +1,6 @@
 //! Stack traces for the injected profiler: cached per-PC frame descriptors,
-//! framehop on a miss, signal frames walked through their saved context.
+//! derived on a miss from the CFI row (x86-64) or by framehop, signal frames
+//! walked through their saved context.
 //!
 //! This module owns: the module table (which code is mapped where, and where
 //! its `.eh_frame_hdr` / `.eh_frame` live), the per-thread descriptor cache,
@@ -68,11 +69,13 @@
 //! two-way set-associative per-thread cache of compact frame descriptors
 //! (CFA = rsp or rbp + offset, return address and saved rbp at fixed
 //! offsets from the CFA, or "signal frame", or "end of stack"). A hit costs
-//! a lookup and two or three bounded loads. A miss asks framehop (`MustNotAllocateDuringUnwind`)
-//! for the rule of that PC from the mapped `.eh_frame_hdr`/`.eh_frame`,
-//! stores it as a descriptor, and if the rule cannot be expressed compactly
-//! (a DWARF expression, say) unwinds that one frame with framehop directly.
-//! Before framehop, a miss on a return address looks in the descriptor
+//! a lookup and two or three bounded loads. A miss derives the descriptor
+//! from the mapped `.eh_frame_hdr`/`.eh_frame`: on x86-64 from the PC's CFI
+//! row read directly (`cfi.rs`) when that reader follows every step as
+//! gimli would, otherwise from framehop's rule for the PC
+//! (`MustNotAllocateDuringUnwind`); if the rule cannot be expressed
+//! compactly (a DWARF expression, say) that one frame is unwound with
+//! framehop directly. Before deriving, a miss on a return address looks in the descriptor
 //! store (`store.rs`): the descriptors earlier processes derived for the
 //! same object (same build-id), read from the user's cache directory when
 //! the module table is built; what this process derives is added to it at
