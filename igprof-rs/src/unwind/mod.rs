@@ -145,12 +145,19 @@ compile_error!("the unwinder supports x86-64 and AArch64 only");
 
 pub use cfi::{checking as cfi_checking, stats as direct_cfi_stats};
 pub use mem::MapError;
-pub use modules::{generation, module_of, refresh, save_descriptors, ModuleInfo, RefreshError};
+pub use modules::{generation, module_of, save_descriptors, ModuleInfo, RefreshError};
 pub use readlog::{ReadLog, CAPACITY as READ_LOG_CAPACITY};
 pub use stack::{StackBounds, StackBoundsError};
 #[doc(hidden)]
 pub use walk::FramehopCache;
 pub use walk::{CacheStats, ThreadUnwinder};
+
+/// Builds the module table and publishes it (see the module docs); the
+/// first call also reads `IGPROF_CFI_CHECK` (`cfi.rs`).
+pub fn refresh() -> Result<(), RefreshError> {
+    cfi::init_check();
+    modules::refresh()
+}
 
 /// A depth limit for callers that have none of their own (the unwinder's
 /// tests and benchmarks); libigprof passes `--depth` (default 1024).

@@ -215,7 +215,6 @@ pub(crate) fn with_current<R>(f: impl FnOnce(&ModuleTable) -> R) -> Option<R> {
 /// Outside signal context only. See `unwind/mod.rs`.
 pub fn refresh() -> Result<(), RefreshError> {
     let _errno = ErrnoGuard::save();
-    super::cfi::init_check();
     let mut state = REFRESH.lock().unwrap_or_else(|e| e.into_inner());
     let state = &mut *state;
     // SAFETY: only a refresh frees tables, and this one holds the mutex,
