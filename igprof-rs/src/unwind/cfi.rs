@@ -87,10 +87,7 @@ pub(crate) fn row_at(m: &ModuleEntry, lookup: usize, regs: Regs) -> Option<Row> 
 /// table every linker writes).
 fn fde_for(hdr: &[u8], hdr_addr: usize, lookup: usize) -> Option<usize> {
     let (table, count) = search_table(hdr)?;
-    let field = |i: usize, at: usize| -> usize {
-        let b = &table[i * 8 + at..i * 8 + at + 4];
-        hdr_addr.wrapping_add_signed(i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as isize)
-    };
+    let field = |i: usize, at: usize| table_field(table, hdr_addr, i, at);
     // Entries are sorted by start: the last one starting at or below.
     let (mut lo, mut hi) = (0, count);
     while lo < hi {
@@ -102,6 +99,13 @@ fn fde_for(hdr: &[u8], hdr_addr: usize, lookup: usize) -> Option<usize> {
         }
     }
     Some(field(lo.checked_sub(1)?, 4))
+}
+
+/// Field `at` (0: the start, 4: the FDE) of entry `i` of the search table
+/// of the header at `hdr_addr`, as an address (`i` below its count).
+fn table_field(table: &[u8], hdr_addr: usize, i: usize, at: usize) -> usize {
+    let b = &table[i * 8 + at..i * 8 + at + 4];
+    hdr_addr.wrapping_add_signed(i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as isize)
 }
 
 /// `.eh_frame_hdr`'s search table (pairs of 32-bit start and FDE address,
@@ -129,12 +133,7 @@ pub(crate) fn fde_starts(m: &ModuleEntry) -> Vec<usize> {
         return Vec::new();
     };
     (0..count)
-        .map(|i| {
-            let b = &table[i * 8..i * 8 + 4];
-            m.eh_frame_hdr
-                .0
-                .wrapping_add_signed(i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as isize)
-        })
+        .map(|i| table_field(table, m.eh_frame_hdr.0, i, 0))
         .collect()
 }
 
@@ -285,6 +284,10 @@ fn parse_cie(eh: &[u8], at: usize, regs: Regs) -> Option<Cie> {
                 }
                 b'P' => {
                     let enc = c.u8()?;
+                    // An aligned pointer would move what follows ('R').
+                    if enc & 0x70 == 0x50 {
+                        return None;
+                    }
                     match enc & 0x0f {
                         0x01 => {
                             c.uleb()?;
