@@ -698,6 +698,38 @@ mod tests {
         assert!(row(&section(&[0x42, 0x3f]), 0x1001).is_some());
     }
 
+    /// Damaged sections (bytes of a valid one changed at random, or cut
+    /// short) give an answer or None, never a panic or a read outside them.
+    #[test]
+    fn damaged_sections_are_refused_without_panicking() {
+        let good = section(&[0x41, 0x0e, 16, 0x86, 2, 0x43, 0x0a, 0x0e, 8, 0x42, 0x0b]);
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        // Where the FDE starts in the undamaged section.
+        let fde_at = 4 + u32::from_le_bytes(good[..4].try_into().unwrap()) as usize;
+        let mut answered = 0;
+        for round in 0..20_000 {
+            let mut eh = good.clone();
+            for _ in 0..1 + next() % 4 {
+                let i = (next() % eh.len() as u64) as usize;
+                eh[i] = next() as u8;
+            }
+            if round % 8 == 0 {
+                eh.truncate((next() % eh.len() as u64) as usize + 1);
+            }
+            for lookup in [0x1000, 0x1005, 0x10ff] {
+                answered +=
+                    run_fde(&eh, eh.as_ptr() as usize, fde_at, lookup, X86).is_some() as u32;
+            }
+        }
+        assert!(answered > 0, "some damage leaves a readable program");
+    }
+
     #[test]
     fn leb128_numbers() {
         let mut c = Cursor {
