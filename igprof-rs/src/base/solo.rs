@@ -78,6 +78,8 @@ pub fn max(a: &AtomicU64, v: u64) -> u64 {
     max_in(solo(), a, v)
 }
 
+/// [`add`] with the caller's [`solo`] answer (`one`), read once for
+/// several updates.
 #[inline(always)]
 pub fn add_in(one: bool, a: &AtomicU64, v: u64) -> u64 {
     if one {
@@ -89,6 +91,8 @@ pub fn add_in(one: bool, a: &AtomicU64, v: u64) -> u64 {
     }
 }
 
+/// [`sub`] with the caller's [`solo`] answer (`one`), read once for
+/// several updates.
 #[inline(always)]
 pub fn sub_in(one: bool, a: &AtomicU64, v: u64) {
     if one {
@@ -98,6 +102,8 @@ pub fn sub_in(one: bool, a: &AtomicU64, v: u64) {
     }
 }
 
+/// [`max`] with the caller's [`solo`] answer (`one`), read once for
+/// several updates.
 #[inline(always)]
 pub fn max_in(one: bool, a: &AtomicU64, v: u64) -> u64 {
     let old = a.load(Ordering::Relaxed);

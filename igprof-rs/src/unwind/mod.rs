@@ -75,11 +75,12 @@
 //! gimli would, otherwise from framehop's rule for the PC
 //! (`MustNotAllocateDuringUnwind`); if the rule cannot be expressed
 //! compactly (a DWARF expression, say) that one frame is unwound with
-//! framehop directly. Before deriving, a miss on a return address looks in the descriptor
-//! store (`store.rs`): the descriptors earlier processes derived for the
-//! same object (same build-id), read from the user's cache directory when
-//! the module table is built; what this process derives is added to it at
-//! exit ([`save_descriptors`]; [`store::configure`] turns it on).
+//! framehop directly. Before deriving, a miss on a return address looks in
+//! the descriptor store (`store.rs`): the descriptors earlier processes
+//! derived for the same object (same build-id), read from the user's cache
+//! directory when the module table is built; what this process derives is
+//! added to it at exit ([`save_descriptors`]; [`store::configure`] turns it
+//! on).
 //! The cache is tagged with the module table generation, so a
 //! dlopen/dlclose invalidates it.
 //!

@@ -256,11 +256,7 @@ fn probe(
         if stored & PROBE_TAG == 0 {
             return None;
         }
-        let off = offset_from(stored & !PROBE_TAG, cfa)?;
-        if off % 8 != 0 || off == 0 {
-            return None;
-        }
-        i8::try_from(off / 8).ok()
+        slot_by_8(offset_from(stored & !PROBE_TAG, cfa)?.into())
     };
     let ra_slot_by_8 = if arch::RA_IN_LR && first && ra == lr {
         0
@@ -275,6 +271,15 @@ fn probe(
         fp_slot_by_8,
         first,
     ))
+}
+
+/// A descriptor's slot for a register saved `off` bytes from the CFA: a
+/// non-zero multiple of 8 whose count of words fits an i8.
+pub(crate) fn slot_by_8(off: i64) -> Option<i8> {
+    if off % 8 != 0 || off == 0 {
+        return None;
+    }
+    i8::try_from(off / 8).ok()
 }
 
 /// `a - b` if it fits an i32.

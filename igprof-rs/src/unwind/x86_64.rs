@@ -16,7 +16,7 @@ use framehop::MustNotAllocateDuringUnwind;
 use super::cfi::{Regs as CfiRegs, Row, Rule};
 use super::descriptor::{Descriptor, Kind};
 use super::stack::StackReader;
-use super::step::Regs;
+use super::step::{slot_by_8, Regs};
 use super::BrokenFrame;
 
 /// framehop's per-thread scratch space (its rule cache and DWARF row
@@ -52,10 +52,6 @@ pub(crate) fn descriptor_of_row(row: &Row, first: bool) -> Option<Descriptor> {
         Rule::Offset(-8) => {}
         _ => return None,
     }
-    let slot = |o: i64| -> Option<i8> {
-        (o != 0 && o % 8 == 0).then_some(())?;
-        i8::try_from(o / 8).ok()
-    };
     let (reg, off) = row.cfa?;
     match reg {
         DWARF_RSP => {
@@ -64,7 +60,7 @@ pub(crate) fn descriptor_of_row(row: &Row, first: bool) -> Option<Descriptor> {
             }
             let fp_slot = match row.fp {
                 Rule::Unset | Rule::Undefined | Rule::SameValue => 0,
-                Rule::Offset(o) => slot(o)?,
+                Rule::Offset(o) => slot_by_8(o)?,
                 Rule::Other => return None,
             };
             Some(Descriptor::new(Kind::CfaSp, off as i32, -1, fp_slot, first))
@@ -77,7 +73,7 @@ pub(crate) fn descriptor_of_row(row: &Row, first: bool) -> Option<Descriptor> {
                 Kind::CfaFp,
                 i32::try_from(off).ok()?,
                 -1,
-                slot(o)?,
+                slot_by_8(o)?,
                 first,
             ))
         }
