@@ -304,7 +304,9 @@ fn walk_node(
 pub struct PathCache {
     owner: *const ThreadState,
     truncated: bool,
-    /// Previous trace, leaf first, and `nodes[i]` = node of `trace[i..]`.
+    /// Previous trace, outermost frame first, and `nodes[i]` = node of
+    /// `trace[..=i]`: the part two traces share is a common prefix, kept
+    /// in place while the rest is replaced.
     trace: Vec<usize>,
     nodes: Vec<*mut Node>,
 }
@@ -319,8 +321,9 @@ impl PathCache {
         }
     }
 
-    /// The node for `trace` in `tree` (as `CallTree::node_for`), reusing the
-    /// nodes of the longest outer part shared with the previous trace.
+    /// The node for `trace` (leaf first) in `tree` (as
+    /// `CallTree::node_for`), reusing the nodes of the longest outer part
+    /// shared with the previous trace.
     fn node_for(
         &mut self,
         t: &'static ThreadState,
@@ -328,26 +331,30 @@ impl PathCache {
         trace: &[usize],
         truncated: bool,
     ) -> *mut Node {
-        let same_tree = core::ptr::eq(self.owner, t) && self.truncated == truncated;
-        let (d, ld) = (trace.len(), self.trace.len());
+        let d = trace.len();
+        if d > self.trace.capacity() {
+            self.owner = core::ptr::null();
+            return tree.node_for(trace, truncated);
+        }
         let mut common = 0;
-        if same_tree {
-            while common < d && common < ld && trace[d - 1 - common] == self.trace[ld - 1 - common]
-            {
+        if core::ptr::eq(self.owner, t) && self.truncated == truncated {
+            let known = self.trace.len().min(d);
+            while common < known && trace[d - 1 - common] == self.trace[common] {
                 common += 1;
             }
         }
-        if common == 0 || trace.len() > self.trace.capacity() {
+        if common == 0 {
             let n = tree.node_for(trace, truncated);
             self.owner = core::ptr::null();
-            if !n.is_null() && trace.len() <= self.trace.capacity() && !trace.is_empty() {
-                // Rebuild the node list by walking parents from the leaf.
+            if !n.is_null() && d > 0 {
+                // The node list, from the leaf's parents.
                 self.trace.clear();
-                self.trace.extend_from_slice(trace);
+                self.trace.extend(trace.iter().rev());
                 self.nodes.clear();
+                self.nodes.resize(d, core::ptr::null_mut());
                 let mut p = n;
-                for _ in 0..trace.len() {
-                    self.nodes.push(p);
+                for slot in self.nodes.iter_mut().rev() {
+                    *slot = p;
                     // SAFETY: nodes are never freed; parents of a path node exist.
                     p = unsafe { &*p }.parent as *mut Node;
                 }
@@ -356,32 +363,19 @@ impl PathCache {
             }
             return n;
         }
-        if common == d && d == ld {
-            return self.nodes[0];
-        }
         // Keep the shared outer part, look up the rest.
-        let keep_from = ld - common;
-        let mut node = self.nodes[keep_from];
-        let new_from = d - common;
-        // New trace layout: trace[..new_from] are new, trace[new_from..] shared.
-        let mut fresh: [*mut Node; 64] = [core::ptr::null_mut(); 64];
-        if new_from > fresh.len() {
-            self.owner = core::ptr::null();
-            return tree.node_for(trace, truncated);
-        }
-        for i in (0..new_from).rev() {
-            node = tree.child(node, trace[i]);
+        self.trace.truncate(common);
+        self.nodes.truncate(common);
+        let mut node = self.nodes[common - 1];
+        for &addr in trace[..d - common].iter().rev() {
+            node = tree.child(node, addr);
             if node.is_null() {
                 self.owner = core::ptr::null();
                 return node;
             }
-            fresh[i] = node;
+            self.trace.push(addr);
+            self.nodes.push(node);
         }
-        // Splice: drop the old inner part, put the new one in front.
-        self.trace.drain(..keep_from);
-        self.nodes.drain(..keep_from);
-        self.trace.splice(0..0, trace[..new_from].iter().copied());
-        self.nodes.splice(0..0, fresh[..new_from].iter().copied());
         node
     }
 }
