@@ -66,6 +66,7 @@ const REST: u32 = 1024;
 /// of its 4 million stacks were among the previous 256).
 const SETS: usize = 32;
 const WAYS: usize = 32;
+const _: () = assert!(WAYS <= 32, "a set's ways are a u32 bit mask");
 /// Stack words the remembered walks of a thread share (a ring: storing a
 /// walk overwrites the oldest words, and the walks that had them are
 /// forgotten), and the most one walk may have. 32768 words hold all 1024
@@ -408,11 +409,22 @@ impl StackMemo {
             let (set, tag) = set_of(r.sp, ret);
             let (tags, slots) = (table.tags(set), table.set(set));
             let last = self.last_hit[set] as usize % WAYS;
-            let hit = (0..WAYS).find(|&w| {
-                w != last
-                    && tags[w] == tag
-                    && repeats::<true>(&slots[w], r, ret, generation, table, pool)
-            });
+            // The ways whose tag matches, as a bit mask (one vector
+            // compare of the set's tags), tried in order.
+            let mut ways = tags
+                .iter()
+                .enumerate()
+                .fold(0u32, |m, (w, &t)| m | (u32::from(t == tag) << w))
+                & !(1 << last);
+            let mut hit = None;
+            while ways != 0 {
+                let w = ways.trailing_zeros() as usize;
+                ways &= ways - 1;
+                if repeats::<true>(&slots[w], r, ret, generation, table, pool) {
+                    hit = Some(w);
+                    break;
+                }
+            }
             if let Some(w) = hit {
                 self.last_hit[set] = w as u8;
                 self.misses = 0;
