@@ -91,18 +91,38 @@ pub enum CounterRef<'a> {
     New { id: u32, name: &'a [u8] },
 }
 
-/// Lower-case hexadecimal digits of `v` into `buf`, returning the used tail.
-fn hex(v: u64, buf: &mut [u8; 16]) -> &[u8] {
+/// The two lower-case hexadecimal digits of every byte value.
+const HEX_PAIRS: [u8; 512] = {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut t = [0u8; 512];
+    let mut i = 0;
+    while i < 256 {
+        t[2 * i] = DIGITS[i >> 4];
+        t[2 * i + 1] = DIGITS[i & 15];
+        i += 1;
+    }
+    t
+};
+
+/// Lower-case hexadecimal digits of `v` into `buf`, returning the used tail
+/// (two digits a step: a dump writes several numbers a line).
+#[inline]
+fn hex(v: u64, buf: &mut [u8; 16]) -> &[u8] {
     let mut i = buf.len();
     let mut v = v;
-    loop {
+    while v >= 0x100 {
+        let p = (v & 0xff) as usize * 2;
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&HEX_PAIRS[p..p + 2]);
+        v >>= 8;
+    }
+    let p = v as usize * 2;
+    if v >= 0x10 {
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&HEX_PAIRS[p..p + 2]);
+    } else {
         i -= 1;
-        buf[i] = DIGITS[(v & 15) as usize];
-        v >>= 4;
-        if v == 0 {
-            break;
-        }
+        buf[i] = HEX_PAIRS[p + 1];
     }
     &buf[i..]
 }
@@ -276,7 +296,10 @@ impl<S: Sink> Writer<S> {
                         run.lit(b")");
                     }
                 }
-                run.lit(b"+").hex(object_offset).lit(b" N=(").put(&mut self.sink)?;
+                run.lit(b"+")
+                    .hex(object_offset)
+                    .lit(b" N=(")
+                    .put(&mut self.sink)?;
                 self.sink.put(name)?;
                 run.lit(b"))");
             }
@@ -419,6 +442,33 @@ impl<W: std::io::Write> Sink for IoSink<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_digits_match_std_formatting() {
+        let mut v: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut values = vec![
+            0,
+            1,
+            0xf,
+            0x10,
+            0xff,
+            0x100,
+            0xfff,
+            0x1000,
+            u64::MAX,
+            1 << 63,
+        ];
+        for _ in 0..10_000 {
+            v ^= v << 13;
+            v ^= v >> 7;
+            v ^= v << 17;
+            values.push(v >> (v % 64));
+        }
+        for x in values {
+            let mut buf = [0u8; 16];
+            assert_eq!(hex(x, &mut buf), format!("{x:x}").as_bytes(), "{x:#x}");
+        }
+    }
 
     /// Rewrites the first lines of the real IgProf fixture
     /// igprof-pp-cpu_split.gz and compares byte for byte.

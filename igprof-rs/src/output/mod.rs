@@ -34,7 +34,7 @@ use crate::base::tree::{Node, TRUNCATED};
 /// protection against chosen collisions: a multiply-rotate hash (FxHash's)
 /// instead of SipHash, a third of the merge's time on a large profile.
 #[derive(Default, Clone, Copy)]
-struct FastHasher(u64);
+pub(crate) struct FastHasher(u64);
 
 impl core::hash::Hasher for FastHasher {
     #[inline]
@@ -63,7 +63,7 @@ impl core::hash::Hasher for FastHasher {
     }
 }
 
-type HashMap<K, V> = StdHashMap<K, V, core::hash::BuildHasherDefault<FastHasher>>;
+pub(crate) type HashMap<K, V> = StdHashMap<K, V, core::hash::BuildHasherDefault<FastHasher>>;
 
 /// Why a dump failed.
 #[derive(Debug)]

@@ -32,7 +32,7 @@
 //! `dl_iterate_phdr` callback (lock-order inversion with a concurrent
 //! `dlclose`), or read loader memory outside an object's readable segments.
 
-use std::collections::HashMap;
+use super::HashMap;
 
 use trampoline::image::{dynsym_names, Image, SHN_ABS, SHN_UNDEF, SYM_SIZE};
 
@@ -125,7 +125,7 @@ pub fn name_all(addrs: &[usize], exe: &[u8]) -> Names {
     } = pass;
     let mut names = Names {
         objects: Vec::with_capacity(objects.len()),
-        named: HashMap::with_capacity(sorted.len()),
+        named: HashMap::with_capacity_and_hasher(sorted.len(), Default::default()),
         symtab_errors: Vec::new(),
     };
     // Addresses dladdr leaves unnamed, from the files' .symtab.
