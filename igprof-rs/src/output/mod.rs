@@ -1,5 +1,7 @@
 //! Writing profiles: merging every thread's tree, naming addresses, and
-//! streaming IgProf's format (format::write) through flate2 into a file.
+//! writing IgProf's format (format::write) into a file, gzipped whole by
+//! libdeflate (`deflate`) or, past 32 MiB of text, streamed through
+//! flate2's zlib-rs.
 //!
 //! Owns the dump's common path ([`dump_to`]; what triggers one is
 //! `process/`'s), the output file name (`path`), and how records name
@@ -17,6 +19,7 @@
 //! Must never: run from a signal handler, fork a compressor, or write a
 //! partial file under the final name (it writes `<name>.tmp` and renames).
 
+mod deflate;
 pub mod names;
 pub mod path;
 
@@ -698,19 +701,87 @@ fn write_file(
         errno: e.raw_os_error().unwrap_or(0),
     };
     if gzip {
-        // zlib-rs at level 3: the cc1plus -mp profile (8.3 MB of text)
-        // compresses to 1.66 MB in 36 ms, where miniz_oxide took 64 ms for
-        // 1.54 MB (and 4.4 ms against 2.5 ms for a small cc1 one): the dump
-        // ends every profiled process, so its CPU counts more than 8% of
-        // bytes.
-        let enc = flate2::write::GzEncoder::new(file, flate2::Compression::new(3));
-        let enc = write_profile(IoSink::new(enc), merged, naming)?.finish()?;
-        enc.finish().map_err(io)?;
+        let out = GzipWriter::new(file, merged.nodes.len().saturating_mul(40), WHOLE_GZIP_MAX);
+        write_profile(IoSink::new(out), merged, naming)?
+            .finish()?
+            .finish()
+            .map_err(io)?;
     } else {
         let mut f = write_profile(IoSink::new(file), merged, naming)?.finish()?;
         f.flush().map_err(io)?;
     }
     Ok(())
+}
+
+/// Text of a profile kept in memory and gzipped whole by libdeflate (see
+/// `deflate`), up to this size; a larger one streams through zlib-rs.
+const WHOLE_GZIP_MAX: usize = 32 << 20;
+
+/// Gzips a dump's text into `file`: whole with libdeflate while it is at
+/// most [`WHOLE_GZIP_MAX`] bytes, else (and if libdeflate fails) as a
+/// stream through zlib-rs at level 3 (the cc1plus -mp profile, 8.3 MB of
+/// text, in 36 ms where miniz_oxide took 64 ms), so that a dump's memory
+/// stays bounded.
+struct GzipWriter<'f> {
+    file: &'f std::fs::File,
+    /// The text so far, until it streams.
+    text: Option<Vec<u8>>,
+    /// The most text kept.
+    whole_max: usize,
+    stream: Option<flate2::write::GzEncoder<&'f std::fs::File>>,
+}
+
+impl<'f> GzipWriter<'f> {
+    /// Room for `expected` bytes of text, kept whole up to `whole_max`.
+    fn new(file: &'f std::fs::File, expected: usize, whole_max: usize) -> Self {
+        GzipWriter {
+            file,
+            text: Some(Vec::with_capacity(expected.min(whole_max))),
+            whole_max,
+            stream: None,
+        }
+    }
+
+    /// Switches to the stream, handing it the text so far.
+    fn stream(&mut self) -> std::io::Result<&mut flate2::write::GzEncoder<&'f std::fs::File>> {
+        if self.stream.is_none() {
+            let mut enc = flate2::write::GzEncoder::new(self.file, flate2::Compression::new(3));
+            enc.write_all(&self.text.take().unwrap_or_default())?;
+            self.stream = Some(enc);
+        }
+        Ok(self.stream.as_mut().expect("set above"))
+    }
+
+    /// Compresses what is left and writes it out.
+    fn finish(mut self) -> std::io::Result<()> {
+        if let Some(text) = &self.text {
+            if let Some(z) = deflate::gzip(text, deflate::LEVEL) {
+                let mut f = self.file;
+                return f.write_all(&z);
+            }
+        }
+        self.stream()?.try_finish()
+    }
+}
+
+impl Write for GzipWriter<'_> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        match &mut self.text {
+            Some(text) if text.len() + bytes.len() <= self.whole_max => {
+                text.extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            _ => self.stream()?.write(bytes),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        // The text is written at `finish`; a stream flushes its own.
+        match &mut self.stream {
+            Some(s) => s.flush(),
+            None => Ok(()),
+        }
+    }
 }
 
 /// The file a dump is written into: `<path>.tmp`, renamed over `path` when
@@ -1057,6 +1128,50 @@ mod tests {
     use super::*;
     use crate::base::counters::{self, CounterId};
     use crate::base::tree::CallTree;
+
+    #[test]
+    fn gzip_writer_keeps_small_texts_whole_and_streams_large_ones() {
+        use std::io::{Read, Seek};
+        let text: Vec<u8> = (0..20_000u32)
+            .flat_map(|i| format!("C{} FN{:x}+{:x}\n", i % 30, i % 500, i).into_bytes())
+            .collect();
+        // Whole (one libdeflate call), then past the limit from the start,
+        // then past it halfway.
+        for whole_max in [usize::MAX, 0, text.len() / 2] {
+            let mut file = tempfile_in_tmp();
+            let mut w = GzipWriter::new(&file, 64, whole_max);
+            for chunk in text.chunks(8192) {
+                w.write_all(chunk).unwrap();
+            }
+            let streamed = w.stream.is_some();
+            w.finish().unwrap();
+            assert_eq!(streamed, whole_max < text.len(), "whole_max {whole_max}");
+            file.rewind().unwrap();
+            let mut back = Vec::new();
+            flate2::read::GzDecoder::new(&mut file)
+                .read_to_end(&mut back)
+                .unwrap();
+            assert_eq!(back, text, "whole_max {whole_max}");
+        }
+    }
+
+    /// An unnamed file under /tmp, removed when closed.
+    fn tempfile_in_tmp() -> std::fs::File {
+        let path = format!(
+            "/tmp/igprof-gzip-test.{}.{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        );
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        f
+    }
 
     #[test]
     fn threads_merge_by_path_with_each_counters_rule() {
