@@ -404,6 +404,16 @@ fn freeing_then<R>(
         // Never recorded: nothing to take out.
         return keep(None);
     }
+    freeing_recorded_then(p, keep)
+}
+
+/// [`freeing_then`] for a block that may hold a record (not null, and in
+/// a sampled profile one the filter does not rule out).
+#[inline(always)]
+fn freeing_recorded_then<R>(
+    p: *mut c_void,
+    keep: impl Fn(Option<crate::base::live::Block>) -> R + Copy,
+) -> R {
     let _e = ErrnoGuard::save();
     match site::unrecorded(
         KIND_FREE,
@@ -537,15 +547,31 @@ extern "C" fn reallocarray_hook(p: *mut c_void, n: usize, m: usize) -> *mut c_vo
 }
 
 extern "C" fn free_hook(p: *mut c_void) {
-    freed(p);
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    unsafe { CHAIN.get::<Free>(Func::Free as usize)(p) }
+    free_then_chain(p, Func::Free)
 }
 
 extern "C" fn cfree_hook(p: *mut c_void) {
-    freed(p);
+    free_then_chain(p, Func::Cfree)
+}
+
+/// A free through the chain's `f`: a block that cannot hold a record goes
+/// straight on (a jump, with no frame of ours: most frees of a sampled
+/// profile), the others are taken out of the live table first, out of
+/// line.
+#[inline(always)]
+fn free_then_chain(p: *mut c_void, f: Func) {
+    if p.is_null() || (super::sample::active() && !super::sample::may_be_sampled(p as usize)) {
+        // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+        return unsafe { CHAIN.get::<Free>(f as usize)(p) };
+    }
+    free_recorded(p, f)
+}
+
+#[inline(never)]
+fn free_recorded(p: *mut c_void, f: Func) {
+    freeing_recorded_then(p, |_| ());
     // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    unsafe { CHAIN.get::<Free>(Func::Cfree as usize)(p) }
+    unsafe { CHAIN.get::<Free>(f as usize)(p) }
 }
 
 extern "C" fn memalign_hook(align: usize, size: usize) -> *mut c_void {
