@@ -567,6 +567,8 @@ fn free_then_chain(p: *mut c_void, f: Func) {
     free_recorded(p, f)
 }
 
+/// [`free_then_chain`] for a block that may hold a record: out of the
+/// live table, then the chain's `f`.
 #[inline(never)]
 fn free_recorded(p: *mut c_void, f: Func) {
     freeing_recorded_then(p, |_| ());
