@@ -701,7 +701,8 @@ fn write_file(
         errno: e.raw_os_error().unwrap_or(0),
     };
     if gzip {
-        let out = GzipWriter::new(file, merged.nodes.len().saturating_mul(40), WHOLE_GZIP_MAX);
+        let expected = merged.nodes.len().saturating_mul(TEXT_PER_NODE);
+        let out = GzipWriter::new(file, expected, WHOLE_GZIP_MAX);
         write_profile(IoSink::new(out), merged, naming)?
             .finish()?
             .finish()
@@ -716,6 +717,10 @@ fn write_file(
 /// Text of a profile kept in memory and gzipped whole by libdeflate (see
 /// `deflate`), up to this size; a larger one streams through zlib-rs.
 const WHOLE_GZIP_MAX: usize = 32 << 20;
+
+/// Bytes of text reserved per call-tree node (a small cc1's profile: 31 a
+/// node), so that the text rarely grows by copying.
+const TEXT_PER_NODE: usize = 40;
 
 /// Gzips a dump's text into `file`: whole with libdeflate while it is at
 /// most [`WHOLE_GZIP_MAX`] bytes, else (and if libdeflate fails) as a
@@ -1138,7 +1143,7 @@ mod tests {
         // Whole (one libdeflate call), then past the limit from the start,
         // then past it halfway.
         for whole_max in [usize::MAX, 0, text.len() / 2] {
-            let mut file = tempfile_in_tmp();
+            let mut file = unnamed_temp_file();
             let mut w = GzipWriter::new(&file, 64, whole_max);
             for chunk in text.chunks(8192) {
                 w.write_all(chunk).unwrap();
@@ -1155,13 +1160,13 @@ mod tests {
         }
     }
 
-    /// An unnamed file under /tmp, removed when closed.
-    fn tempfile_in_tmp() -> std::fs::File {
-        let path = format!(
-            "/tmp/igprof-gzip-test.{}.{:?}",
+    /// An unnamed file in the temporary directory, removed when closed.
+    fn unnamed_temp_file() -> std::fs::File {
+        let path = std::env::temp_dir().join(format!(
+            "igprof-gzip-test.{}.{:?}",
             std::process::id(),
             std::thread::current().id()
-        );
+        ));
         let f = std::fs::OpenOptions::new()
             .read(true)
             .write(true)

@@ -169,11 +169,25 @@ impl Cursor<'_> {
                 self.at += 1;
                 Some(u64::from(b))
             }
-            _ => self.uleb_long(),
+            _ => self.leb().map(|(v, _, _)| v),
         }
     }
 
-    fn uleb_long(&mut self) -> Option<u64> {
+    /// A signed LEB128 number.
+    fn sleb(&mut self) -> Option<i64> {
+        let (v, bits, last) = self.leb()?;
+        // The same bits, sign-extended from the last byte's bit 6.
+        let v = v as i64;
+        Some(if bits < 64 && last & 0x40 != 0 {
+            v | -1i64 << bits
+        } else {
+            v
+        })
+    }
+
+    /// The bits of a LEB128 number, either signedness: (value, how many
+    /// bits were read, the last byte).
+    fn leb(&mut self) -> Option<(u64, u32, u8)> {
         let (mut v, mut shift) = (0u64, 0u32);
         loop {
             let b = self.u8()?;
@@ -183,25 +197,7 @@ impl Cursor<'_> {
             v |= u64::from(b & 0x7f) << shift;
             shift += 7;
             if b & 0x80 == 0 {
-                return Some(v);
-            }
-        }
-    }
-
-    fn sleb(&mut self) -> Option<i64> {
-        let (mut v, mut shift) = (0i64, 0u32);
-        loop {
-            let b = self.u8()?;
-            if shift >= 64 {
-                return None;
-            }
-            v |= i64::from(b & 0x7f) << shift;
-            shift += 7;
-            if b & 0x80 == 0 {
-                if shift < 64 && b & 0x40 != 0 {
-                    v |= -1i64 << shift;
-                }
-                return Some(v);
+                return Some((v, shift, b));
             }
         }
     }

@@ -397,18 +397,21 @@ fn freeing_then<R>(
     p: *mut c_void,
     keep: impl Fn(Option<crate::base::live::Block>) -> R + Copy,
 ) -> R {
-    if p.is_null() {
-        return keep(None);
-    }
-    if super::sample::active() && !super::sample::may_be_sampled(p as usize) {
+    if !may_hold_record(p) {
         // Never recorded: nothing to take out.
         return keep(None);
     }
     freeing_recorded_then(p, keep)
 }
 
-/// [`freeing_then`] for a block that may hold a record (not null, and in
-/// a sampled profile one the filter does not rule out).
+/// Whether the block at `p` may hold a record: not null, and in a sampled
+/// profile one the filter does not rule out.
+#[inline(always)]
+fn may_hold_record(p: *mut c_void) -> bool {
+    !p.is_null() && (!super::sample::active() || super::sample::may_be_sampled(p as usize))
+}
+
+/// [`freeing_then`] for a block that [`may_hold_record`].
 #[inline(always)]
 fn freeing_recorded_then<R>(
     p: *mut c_void,
@@ -560,7 +563,7 @@ extern "C" fn cfree_hook(p: *mut c_void) {
 /// line.
 #[inline(always)]
 fn free_then_chain(p: *mut c_void, f: Func) {
-    if p.is_null() || (super::sample::active() && !super::sample::may_be_sampled(p as usize)) {
+    if !may_hold_record(p) {
         // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
         return unsafe { CHAIN.get::<Free>(f as usize)(p) };
     }
