@@ -23,7 +23,10 @@
 //! allocation the program asked for (an allocation made inside the real
 //! realloc/reallocarray is left to the outer hook's decision, and an inner
 //! hook that decided marks the block so that an outer one does not decide
-//! again); only a recorded allocation walks the stack. Every free goes
+//! again); only a recorded allocation walks the stack. malloc and calloc
+//! first ask whether the sampler passes over the allocation, before the
+//! call, and if so jump to the real function (the common case; not inside
+//! another hook, whose protocol needs the general path). Every free goes
 //! through `freeing`, which skips the live table for a block the
 //! sampler's filter says was never recorded.
 //!
@@ -34,7 +37,7 @@ use core::ffi::{c_int, c_void};
 
 use super::account;
 use super::memo::EntryRegs;
-use super::site::{self, MEM_OUTER};
+use super::site::{self, MEM_OUTER, MEM_VIA};
 use crate::base::sys::ErrnoGuard;
 use crate::hook::Chains;
 
@@ -103,20 +106,22 @@ const N: usize = 31;
 /// (symbol, replacement, whether only an allocator other than libc's may
 /// provide it).
 pub fn funcs() -> [(Func, &'static str, *const (), bool); N] {
+    use super::memo::entry;
     use Func::*;
+    let (malloc_entry, calloc_entry) = if super::sample::active() {
+        (
+            entry::malloc_sampled_entry as *const (),
+            entry::calloc_sampled_entry as *const (),
+        )
+    } else {
+        (
+            entry::malloc_entry as *const (),
+            entry::calloc_entry as *const (),
+        )
+    };
     [
-        (
-            Malloc,
-            "malloc",
-            super::memo::entry::malloc_entry as *const (),
-            false,
-        ),
-        (
-            Calloc,
-            "calloc",
-            super::memo::entry::calloc_entry as *const (),
-            false,
-        ),
+        (Malloc, "malloc", malloc_entry, false),
+        (Calloc, "calloc", calloc_entry, false),
         (
             Realloc,
             "realloc",
@@ -433,17 +438,29 @@ fn freeing_recorded_then<R>(
 
 /// Starts a call whose original may allocate through another hooked entry
 /// point (realloc(NULL) -> malloc, glibc tail-calls it; reallocarray ->
-/// realloc; jemalloc's operator new -> malloc).
+/// realloc; jemalloc's operator new -> malloc). Marks the thread as waiting
+/// for an inner hook (so that sampled mode's malloc does not count off an
+/// inner allocation unseen: see `malloc_sampled_with_regs`); returns the
+/// mark as it was, for [`via_end`].
 #[inline]
-fn via_begin() {
-    site::tls(|h| h.inner.set(0));
+fn via_begin() -> u8 {
+    site::tls(|h| {
+        h.inner.set(0);
+        let o = h.outer.get();
+        h.outer.set(o | MEM_VIA);
+        o & MEM_VIA
+    })
 }
 
-/// Ends [`via_begin`]: whether the outer hook must record block `r` itself
-/// (false when an inner hook already recorded exactly that block).
+/// Ends [`via_begin`] (`had`: what it returned): whether the outer hook
+/// must record block `r` itself (false when an inner hook already recorded
+/// exactly that block).
 #[inline]
-fn via_end(r: *mut c_void) -> bool {
-    site::tls(|h| h.inner.replace(0) != r as usize || r.is_null())
+fn via_end(r: *mut c_void, had: u8) -> bool {
+    site::tls(|h| {
+        h.outer.set((h.outer.get() & !MEM_VIA) | had);
+        h.inner.replace(0) != r as usize || r.is_null()
+    })
 }
 
 /// An allocation hook recorded block `addr`.
@@ -468,6 +485,49 @@ pub(super) extern "C" fn malloc_with_regs(
     let p = unsafe { CHAIN.get::<Malloc>(Func::Malloc as usize)(size) };
     allocated_fill(p, size, true, Some(EntryRegs { sp, fp, lr }));
     p
+}
+
+/// Sampled mode's malloc: the sampler's decision is taken before the call,
+/// so an allocation it passes over (most) goes straight on to the real
+/// malloc, a jump with no frame of ours. Only a thread inside none of our
+/// hooks may pass over before the call: inside a real realloc or an
+/// operator new (`MEM_OUTER`, `MEM_VIA`) the outer hook must see that an
+/// inner one decided, which only the general path tells it.
+pub(super) extern "C" fn malloc_sampled_with_regs(
+    size: usize,
+    sp: usize,
+    fp: usize,
+    lr: usize,
+) -> *mut c_void {
+    if passes_over(size) {
+        // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+        return unsafe { CHAIN.get::<Malloc>(Func::Malloc as usize)(size) };
+    }
+    malloc_with_regs(size, sp, fp, lr)
+}
+
+/// Sampled mode's calloc, as [`malloc_sampled_with_regs`].
+pub(super) extern "C" fn calloc_sampled_with_regs(
+    n: usize,
+    m: usize,
+    sp: usize,
+    fp: usize,
+    lr: usize,
+) -> *mut c_void {
+    if passes_over(n.wrapping_mul(m)) {
+        // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
+        return unsafe { CHAIN.get::<Calloc>(Func::Calloc as usize)(n, m) };
+    }
+    calloc_with_regs(n, m, sp, fp, lr)
+}
+
+/// Whether sampled mode may let an allocation of `size` bytes pass before
+/// it is made (see [`malloc_sampled_with_regs`]): the thread is in none of
+/// our hooks and the sampler counts the bytes off.
+#[inline(always)]
+fn passes_over(size: usize) -> bool {
+    site::tls_private(|h| h.outer.get() == 0 && super::sample::passes_over(&h.sampler, size))
+        .unwrap_or(false)
 }
 
 pub(super) extern "C" fn calloc_with_regs(
@@ -507,9 +567,9 @@ fn reallocate(
     call: impl FnOnce() -> *mut c_void,
 ) -> *mut c_void {
     let old = freeing(p);
-    via_begin();
+    let via = via_begin();
     let r = site::with_outer(MEM_OUTER, call);
-    let record = via_end(r);
+    let record = via_end(r, via);
     if r.is_null() {
         // glibc: realloc(p, 0) frees p and returns NULL; otherwise NULL
         // means failure and p is untouched.
@@ -535,13 +595,13 @@ fn reallocate(
 /// records the call. Only a reallocarray that does not go through realloc
 /// is recorded here (the old block is then forgotten after the call).
 extern "C" fn reallocarray_hook(p: *mut c_void, n: usize, m: usize) -> *mut c_void {
-    via_begin();
+    let via = via_begin();
     // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged. Allocations libc
     // makes inside it (realloc(NULL, n) -> malloc) are not separate calls.
     let r = site::with_outer(MEM_OUTER, || unsafe {
         CHAIN.get::<ReallocArray>(Func::ReallocArray as usize)(p, n, m)
     });
-    let direct = via_end(r);
+    let direct = via_end(r, via);
     if direct && !r.is_null() {
         freed(p);
         allocated_fill(r, n.wrapping_mul(m), false, None);
@@ -620,41 +680,41 @@ extern "C" fn pvalloc_hook(size: usize) -> *mut c_void {
 // C++ operators of an allocator that defines them itself (tcmalloc).
 
 extern "C" fn new_hook(size: usize) -> *mut c_void {
-    via_begin();
+    let via = via_begin();
     // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged (it may throw: the
     // exception passes through this frame, which has nothing to clean up).
     let p = unsafe { CHAIN.get::<Malloc>(Func::New as usize)(size) };
-    if via_end(p) {
+    if via_end(p, via) {
         allocated(p, size);
     }
     p
 }
 
 extern "C" fn new_array_hook(size: usize) -> *mut c_void {
-    via_begin();
+    let via = via_begin();
     // SAFETY: as new_hook.
     let p = unsafe { CHAIN.get::<Malloc>(Func::NewArray as usize)(size) };
-    if via_end(p) {
+    if via_end(p, via) {
         allocated(p, size);
     }
     p
 }
 
 extern "C" fn new_aligned_hook(size: usize, align: usize) -> *mut c_void {
-    via_begin();
+    let via = via_begin();
     // SAFETY: as new_hook.
     let p = unsafe { CHAIN.get::<Aligned>(Func::NewAligned as usize)(size, align) };
-    if via_end(p) {
+    if via_end(p, via) {
         allocated(p, size);
     }
     p
 }
 
 extern "C" fn new_array_aligned_hook(size: usize, align: usize) -> *mut c_void {
-    via_begin();
+    let via = via_begin();
     // SAFETY: as new_hook.
     let p = unsafe { CHAIN.get::<Aligned>(Func::NewArrayAligned as usize)(size, align) };
-    if via_end(p) {
+    if via_end(p, via) {
         allocated(p, size);
     }
     p
@@ -704,10 +764,10 @@ macro_rules! new_forms {
         extern "C" fn $name(size: usize, b: usize, c: usize) -> *mut c_void {
             // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged (registers
             // the original does not read are passed through harmlessly).
-            via_begin();
+            let via = via_begin();
             // SAFETY: as above.
             let p = unsafe { CHAIN.get::<New3>($f as usize)(size, b, c) };
-            if via_end(p) {
+            if via_end(p, via) {
                 allocated(p, size);
             }
             p

@@ -548,4 +548,14 @@ pub mod entry {
     stub!(malloc_entry, super::super::hooks::malloc_with_regs, one);
     stub!(calloc_entry, super::super::hooks::calloc_with_regs, two);
     stub!(realloc_entry, super::super::hooks::realloc_with_regs, two);
+    stub!(
+        malloc_sampled_entry,
+        super::super::hooks::malloc_sampled_with_regs,
+        one
+    );
+    stub!(
+        calloc_sampled_entry,
+        super::super::hooks::calloc_sampled_with_regs,
+        two
+    );
 }

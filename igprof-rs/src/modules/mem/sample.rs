@@ -262,12 +262,24 @@ impl ThreadSampler {
     /// The decision for `s` bytes (s >= 1).
     #[inline]
     fn decide(&self, s: u64, p: impl FnOnce() -> (Params, u64)) -> Option<Pick> {
-        let left = self.left.get();
-        if s < left {
-            self.left.set(left - s);
+        if self.passes_over(s) {
             return None;
         }
         self.decide_slow(s, p)
+    }
+
+    /// The common decision for `s` bytes (s >= 1): true when no sampling
+    /// point falls in them (they are counted off); false when one may (or
+    /// the thread has not decided yet), leaving the decision to
+    /// [`Self::decide`].
+    #[inline(always)]
+    fn passes_over(&self, s: u64) -> bool {
+        let left = self.left.get();
+        if s < left {
+            self.left.set(left - s);
+            return true;
+        }
+        false
     }
 
     #[cold]
@@ -320,6 +332,15 @@ pub fn decide(t: &ThreadSampler, size: usize) -> Option<Pick> {
             mix(PROCESS_SEED.load(Ordering::Relaxed) ^ mix(k.wrapping_add(1))),
         )
     })
+}
+
+/// Whether an allocation of `size` bytes is certainly not recorded, taken
+/// before the allocation is made: true counts its bytes off as
+/// [`decide`] would have; false leaves the whole decision to [`decide`]
+/// (nothing is counted off, so the allocation is decided once).
+#[inline(always)]
+pub fn passes_over(t: &ThreadSampler, size: usize) -> bool {
+    t.passes_over((size as u64).max(1))
 }
 
 /// The packed weight of a sampled allocation whose accounted bytes (-mo)

@@ -123,6 +123,19 @@ pub fn tls<R>(f: impl FnOnce(&HookTls) -> R) -> R {
     f(h)
 }
 
+/// Runs `f` with the calling thread's own hook state, or returns None
+/// without running it when the process has threads that share their
+/// creator's TLS (the caller then takes its general path, through [`tls`]).
+/// For a hook's first test, which must not grow the hook's frame.
+#[inline(always)]
+pub fn tls_private<R>(f: impl FnOnce(&HookTls) -> R) -> Option<R> {
+    if thread::tls_is_shared() {
+        return None;
+    }
+    // SAFETY: used for this call only, on this thread.
+    Some(f(unsafe { TLS.get() }))
+}
+
 /// [`tls`]'s record in a process with threads that share their creator's
 /// TLS (raw `clone()`): such a thread's hook state is kept with its thread
 /// state, made on first use (mmap, so also from signal context); a thread
@@ -504,6 +517,10 @@ pub const IN_RECORD: u8 = 0x80;
 /// Bit set while a memory hook runs a real function that may call another
 /// allocation function inside libc (realloc, reallocarray).
 pub const MEM_OUTER: u8 = 0x01;
+/// Bit set while an allocation hook runs a real function whose allocation
+/// another hooked entry point may make and decide for (see
+/// `hooks::via_begin`).
+pub const MEM_VIA: u8 = 0x08;
 /// Bit set while a descriptor hook runs a real function that may open or
 /// close inside libc (fopen, tmpfile, fclose, creat).
 pub const FD_OUTER: u8 = 0x02;
