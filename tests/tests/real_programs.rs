@@ -2,11 +2,14 @@
 //! multiprocessing pool), perl, sqlite3, a C++ compile through the g++
 //! driver, `make -j2` of a small C project, a bash pipeline, and node when
 //! it is installed. Each runs unprofiled and under `-pp`, `-pp -i 1ms`,
-//! `-mp`, `-fd`, `-pp -mp -fd`, `-pf -mp -oc` and `-pp -e page-faults/50
-//! -c context-switches,cpu-migrations`; the output and exit status must be the
-//! same, every process must leave a profile that parses with IgProf's
-//! grammar (and no `.tmp`), and for sqlite3, python3 and sort the number of
-//! allocation calls must equal heaptrack's on the same run.
+//! `-mp`, `-mp --sample-bytes 64K`, `-fd`, `-pp -mp -fd`, `-pf -mp -oc`
+//! and `-pp -e page-faults/50 -c context-switches,cpu-migrations`; the
+//! output and exit status must be the same, every process must leave a
+//! profile that parses with IgProf's grammar (and no `.tmp`), and for
+//! sqlite3, python3 and sort the number of allocation calls must equal
+//! heaptrack's on the same run. Sampled profiles of sqlite3, perl and a
+//! g++ compile must estimate the run's allocation calls and bytes within
+//! a few standard errors of the exact profile.
 //!
 //! Every failing (program, mode) is reported, not only the first.
 
@@ -19,6 +22,7 @@ const MODES: &[&[&str]] = &[
     &["-pp"],
     &["-pp", "-i", "1ms"],
     &["-mp"],
+    &["-mp", "--sample-bytes", "64K"],
     &["-fd"],
     &["-pp", "-mp", "-fd"],
     &["-pf", "-mp", "-oc"],
@@ -356,6 +360,91 @@ fn allocation_calls_equal_heaptracks() {
             failures.push(format!(
                 "{name}: igprof -mp {ours} calls, heaptrack {theirs}"
             ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// MEM_TOTAL's calls and bytes over every profile a run left in `dir`.
+fn mem_totals(dir: &Path) -> (u64, u64) {
+    let mut t = (0, 0);
+    for f in profiles(dir) {
+        let p = parse_strict(&read_text(&f)).unwrap();
+        for v in p.nodes.iter().flat_map(|n| n.values.iter()) {
+            if v.counter == "MEM_TOTAL" {
+                t.0 += v.ticks;
+                t.1 += v.value;
+            }
+        }
+    }
+    t
+}
+
+#[test]
+fn sampled_totals_of_real_programs_come_near_their_exact_profiles() {
+    // -mp --sample-bytes 1K against -mp on the same runs: a block of s
+    // bytes is sampled with probability 1 - exp(-s/N) and counts for the
+    // calls and bytes it stands for, so the whole run's estimates are
+    // unbiased. Over seeds 1-6 at N = 1 KiB the errors were at most 3.5%
+    // (calls) and 2.7% (bytes), on perl's 15,000 allocations; standard
+    // errors about 2% there and under 1.5% on the others. The bounds, 10%
+    // and 8%, are over 4 standard errors; an allocation path that decided
+    // twice (about +100%) or never decided (its blocks missing) is far
+    // outside them.
+    let cases: Vec<Case> = vec![
+        (
+            "sqlite3",
+            argv(&["sqlite3", ":memory:", ".read q.sql"]),
+            write_sql,
+        ),
+        ("perl", argv(&["perl", "-e", PERL]), no_setup),
+        (
+            "g++",
+            argv(&[
+                "g++",
+                "-std=c++17",
+                "-O1",
+                "-c",
+                "templates.cpp",
+                "-o",
+                "t.o",
+            ]),
+            write_cpp,
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (name, args, setup) in cases {
+        let run = |tag: &str, opts: &[&str]| {
+            let d = scratch(&format!("sampled-{name}-{tag}"));
+            setup(&d);
+            let mut cmd = argv(opts);
+            cmd.extend(args.iter().cloned());
+            let o = Command::new(launcher())
+                .args(&cmd)
+                .current_dir(&d)
+                .env("IGPROF_LIB", lib())
+                .env("PERL_HASH_SEED", "0")
+                .output()
+                .unwrap();
+            ok(&o);
+            mem_totals(&d)
+        };
+        let (ec, eb) = run("exact", &["-mp"]);
+        assert!(ec > 10_000, "{name}: {ec} allocation calls");
+        for seed in ["1", "2"] {
+            let (sc, sb) = run(
+                seed,
+                &["-mp", "--sample-bytes", "1K", "--sample-seed", seed],
+            );
+            let (c, b) = (sc as f64 / ec as f64 - 1.0, sb as f64 / eb as f64 - 1.0);
+            eprintln!(
+                "{name} seed {seed}: calls {c:+.4}, bytes {b:+.4} ({ec} calls, {eb} bytes exact)"
+            );
+            if c.abs() > 0.10 || b.abs() > 0.08 {
+                failures.push(format!(
+                    "{name} seed {seed}: {sc} calls, {sb} bytes estimated; exact {ec}, {eb} ({c:+.3}, {b:+.3})"
+                ));
+            }
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
