@@ -11,12 +11,19 @@ use std::process::Command;
 mod mem_support;
 use mem_support::*;
 
+/// A scratch directory `name` with alloc_churn built for both
+/// architectures (alloc_churn_host, alloc_churn_foreign).
+fn churn_builds(name: &str) -> std::path::PathBuf {
+    let d = scratch(name);
+    cross_build(&d, "alloc_churn.c", "alloc_churn_foreign", &[]);
+    build(&d, "alloc_churn.c", "alloc_churn_host", &[]);
+    d
+}
+
 #[test]
 fn a_program_of_another_architecture_runs_under_qemu_with_exact_counts() {
     let arch = foreign_arch().0;
-    let d = scratch("foreign_arch");
-    cross_build(&d, "alloc_churn.c", "alloc_churn_foreign", &[]);
-    build(&d, "alloc_churn.c", "alloc_churn_host", &[]);
+    let d = churn_builds("foreign_arch");
     let mut counts = Vec::new();
     for prog in ["alloc_churn_host", "alloc_churn_foreign"] {
         let o = foreign_igprof(
@@ -63,9 +70,7 @@ fn a_program_of_another_architecture_is_memory_sampled_under_qemu() {
     // errors under 1%: site_small's 20,000 blocks, 0.9%) on both
     // architectures.
     let arch = foreign_arch().0;
-    let d = scratch("foreign_arch_sampled");
-    cross_build(&d, "alloc_churn.c", "alloc_churn_foreign", &[]);
-    build(&d, "alloc_churn.c", "alloc_churn_host", &[]);
+    let d = churn_builds("foreign_arch_sampled");
     let exact = [20000.0, 20000.0, 2000.0, 4000.0, 1000.0];
     for prog in ["alloc_churn_host", "alloc_churn_foreign"] {
         let out = format!("{prog}-sampled.gz");

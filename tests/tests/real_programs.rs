@@ -131,6 +131,20 @@ fn write_project(d: &Path) {
     std::fs::write(p.join("Makefile"), mk).unwrap();
 }
 
+/// A C++ compile through the g++ driver (driver, cc1plus, as) of
+/// templates.cpp, which `write_cpp` puts in the directory.
+fn gxx_compile() -> Vec<String> {
+    argv(&[
+        "g++",
+        "-std=c++17",
+        "-O1",
+        "-c",
+        "templates.cpp",
+        "-o",
+        "templates.o",
+    ])
+}
+
 fn programs() -> Vec<Program> {
     let mut v = vec![
         Program {
@@ -154,15 +168,7 @@ fn programs() -> Vec<Program> {
         },
         Program {
             name: "g++",
-            argv: argv(&[
-                "g++",
-                "-std=c++17",
-                "-O1",
-                "-c",
-                "templates.cpp",
-                "-o",
-                "templates.o",
-            ]),
+            argv: gxx_compile(),
             setup: write_cpp,
             // The driver, cc1plus and as.
             min_profiles: 3,
@@ -203,13 +209,28 @@ fn programs() -> Vec<Program> {
     v
 }
 
+/// Runs `args` in `dir` (python's and perl's hashing fixed, so that runs
+/// repeat).
 fn run_in(dir: &Path, args: &[String]) -> Output {
     Command::new(&args[0])
         .args(&args[1..])
         .current_dir(dir)
         .env("PYTHONHASHSEED", "0")
+        .env("PERL_HASH_SEED", "0")
         .output()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", args[0]))
+}
+
+/// Runs the launcher with `args` in `dir`, as [`run_in`].
+fn igprof_in(dir: &Path, args: &[String]) -> Output {
+    Command::new(launcher())
+        .args(args)
+        .current_dir(dir)
+        .env("IGPROF_LIB", lib())
+        .env("PYTHONHASHSEED", "0")
+        .env("PERL_HASH_SEED", "0")
+        .output()
+        .unwrap()
 }
 
 /// A fresh working directory for one run of `p`.
@@ -227,13 +248,7 @@ fn check(p: &Program, mode: &[&str], want: &Output) -> Vec<String> {
     let mut args: Vec<String> = argv(mode);
     args.extend(["-o".to_string(), out.join("p.gz").display().to_string()]);
     args.extend(p.argv.iter().cloned());
-    let got = Command::new(launcher())
-        .args(&args)
-        .current_dir(&d)
-        .env("IGPROF_LIB", lib())
-        .env("PYTHONHASHSEED", "0")
-        .output()
-        .unwrap();
+    let got = igprof_in(&d, &args);
     let mut bad = Vec::new();
     if got.stdout != want.stdout {
         bad.push(format!(
@@ -346,13 +361,7 @@ fn allocation_calls_equal_heaptracks() {
         let theirs = heaptrack_calls(&d, &args);
         let mut cmd = vec!["-mp".to_string(), "-o".to_string(), "mp.gz".to_string()];
         cmd.extend(args.iter().cloned());
-        let o = Command::new(launcher())
-            .args(&cmd)
-            .current_dir(&d)
-            .env("IGPROF_LIB", lib())
-            .env("PYTHONHASHSEED", "0")
-            .output()
-            .unwrap();
+        let o = igprof_in(&d, &cmd);
         ok(&o);
         let p = parse_strict(&read_text(&d.join("mp.gz"))).unwrap();
         let ours = total(&p, "MEM_TOTAL");
@@ -398,19 +407,7 @@ fn sampled_totals_of_real_programs_come_near_their_exact_profiles() {
             write_sql,
         ),
         ("perl", argv(&["perl", "-e", PERL]), no_setup),
-        (
-            "g++",
-            argv(&[
-                "g++",
-                "-std=c++17",
-                "-O1",
-                "-c",
-                "templates.cpp",
-                "-o",
-                "t.o",
-            ]),
-            write_cpp,
-        ),
+        ("g++", gxx_compile(), write_cpp),
     ];
     let mut failures = Vec::new();
     for (name, args, setup) in cases {
@@ -419,14 +416,7 @@ fn sampled_totals_of_real_programs_come_near_their_exact_profiles() {
             setup(&d);
             let mut cmd = argv(opts);
             cmd.extend(args.iter().cloned());
-            let o = Command::new(launcher())
-                .args(&cmd)
-                .current_dir(&d)
-                .env("IGPROF_LIB", lib())
-                .env("PERL_HASH_SEED", "0")
-                .output()
-                .unwrap();
-            ok(&o);
+            ok(&igprof_in(&d, &cmd));
             mem_totals(&d)
         };
         let (ec, eb) = run("exact", &["-mp"]);
