@@ -86,7 +86,7 @@ struct Args {
     /// Show each function's library (-l).
     #[arg(short = 'l', long)]
     libs: bool,
-    /// Demangle C++ and Rust names (-d).
+    /// Demangle C++, Rust and Fortran (gfortran module procedure) names (-d).
     #[arg(short = 'd', long)]
     demangle: bool,
     /// Accepted for IgProf compatibility: symbol resolution is built in and

@@ -649,7 +649,8 @@ impl Resolver {
     }
 }
 
-/// Demangles C++ (`_Z...`) and Rust (legacy and v0) names, keeping IgProf's
+/// Demangles C++ (`_Z...`), Rust (legacy and v0) and gfortran's module
+/// procedure names (`__work_MOD_churn` -> `work::churn`), keeping IgProf's
 /// recursion suffix (`name'2`) intact; other names are returned unchanged.
 pub fn demangle(name: &str) -> String {
     let (base, suffix) = match name.rfind('\'') {
@@ -668,7 +669,22 @@ pub fn demangle(name: &str) -> String {
             }
         }
     }
+    if let Some(d) = fortran_module_procedure(base) {
+        return format!("{d}{suffix}");
+    }
     name.to_string()
+}
+
+/// gfortran's name of a module procedure, `__<module>_MOD_<procedure>`
+/// (both lower-case Fortran names), as `module::procedure`.
+fn fortran_module_procedure(name: &str) -> Option<String> {
+    let (module, procedure) = name.strip_prefix("__")?.split_once("_MOD_")?;
+    let fortran_name = |s: &str| {
+        s.bytes().next().is_some_and(|b| b.is_ascii_lowercase())
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    };
+    (fortran_name(module) && fortran_name(procedure)).then(|| format!("{module}::{procedure}"))
 }
 
 #[cfg(test)]
@@ -686,6 +702,19 @@ mod tests {
         assert_eq!(demangle("_RNvCs1234_4test4main"), "test::main");
         assert_eq!(demangle("main"), "main");
         assert_eq!(demangle("recurse'2"), "recurse'2");
+        assert_eq!(demangle("__work_MOD_hot_a"), "work::hot_a");
+        assert_eq!(demangle("__work_MOD_churn'2"), "work::churn'2");
+        assert_eq!(demangle("__my_mod2_MOD_f"), "my_mod2::f");
+        // Not gfortran's: unchanged.
+        for other in [
+            "__x_MOD_",
+            "___MOD_f",
+            "__X_MOD_f",
+            "__libc_MOD_f(int)",
+            "MAIN__",
+        ] {
+            assert_eq!(demangle(other), other);
+        }
     }
 
     #[test]

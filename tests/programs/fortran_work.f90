@@ -1,0 +1,79 @@
+! A Fortran program with known work: hot_a does twice hot_b's arithmetic
+! (CPU shares 2:1), churn allocates and frees an array of 100 doubles N
+! times (N calls of 800 bytes), keep leaks one array of 1000 doubles.
+! argv(1): N (default 200000); argv(2): rounds of hot work (default 300).
+module work
+  implicit none
+  real(8), allocatable :: kept(:)
+contains
+  subroutine hot_a(rounds, s)
+    integer, intent(in) :: rounds
+    real(8), intent(inout) :: s
+    integer :: i, j
+    do j = 1, rounds
+      do i = 1, 200000
+        s = s + sqrt(real(i + j, 8)) * 1.0000001d0
+      end do
+    end do
+  end subroutine hot_a
+
+  subroutine hot_b(rounds, s)
+    integer, intent(in) :: rounds
+    real(8), intent(inout) :: s
+    integer :: i, j
+    do j = 1, rounds
+      do i = 1, 100000
+        s = s + sqrt(real(i + j, 8)) * 1.0000001d0
+      end do
+    end do
+  end subroutine hot_b
+
+  subroutine fill(a, i)
+    real(8), intent(inout) :: a(:)
+    integer, intent(in) :: i
+    a(1 + mod(i, size(a))) = real(i, 8)
+  end subroutine fill
+
+  subroutine churn(n, s)
+    integer, intent(in) :: n
+    real(8), intent(inout) :: s
+    real(8), allocatable :: a(:)
+    integer :: i
+    do i = 1, n
+      allocate(a(100))
+      a = 0
+      call fill(a, i)
+      s = s + sum(a)
+      deallocate(a)
+    end do
+  end subroutine churn
+
+  subroutine keep()
+    allocate(kept(1000))
+    kept = 1
+  end subroutine keep
+end module work
+
+program main
+  use work
+  implicit none
+  integer :: n, rounds
+  character(len=32) :: arg
+  real(8) :: s
+  n = 200000
+  rounds = 300
+  if (command_argument_count() >= 1) then
+    call get_command_argument(1, arg)
+    read (arg, *) n
+  end if
+  if (command_argument_count() >= 2) then
+    call get_command_argument(2, arg)
+    read (arg, *) rounds
+  end if
+  s = 0
+  call churn(n, s)
+  call keep()
+  call hot_a(rounds, s)
+  call hot_b(rounds, s)
+  print '(a, i0, a, l1)', 'fortran done ', n, ' ', s > 0
+end program main
