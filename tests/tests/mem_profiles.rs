@@ -315,58 +315,70 @@ fn empty_memory_profilers() {
 
 #[test]
 fn another_allocator_is_detected_and_exact() {
-    // gperftools' tcmalloc (Debian's google-perftools, installed by scripts/setup).
-    let tc = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4";
-    if cfg!(not(target_arch = "x86_64")) || !std::path::Path::new(tc).exists() {
-        eprintln!("{tc} not installed: skipped");
-        return;
+    // tcmalloc and jemalloc, preloaded: their malloc, free... are hooked,
+    // and their own C++ operators (which do not call their malloc).
+    for (name, path) in other_allocators() {
+        let d = scratch(name);
+        build(&d, "alloc_churn.c", "alloc_churn", &[]);
+        build(&d, "mem_newdel.cpp", "mem_newdel", &["-std=c++17"]);
+        let run_with = |args: &[&str]| {
+            let o = std::process::Command::new(launcher())
+                .args(args)
+                .current_dir(&d)
+                .env("IGPROF_LIB", lib())
+                .env("LD_PRELOAD", path)
+                .output()
+                .unwrap();
+            ok(&o)
+        };
+        let err = run_with(&["-mp", "-o", "churn.gz", "./alloc_churn", "20000", "5"]);
+        assert!(
+            err.contains("the program's allocator is") && err.contains(name),
+            "{err}"
+        );
+        let p = load(&d.join("churn.gz"));
+        let t = sites(&p, "MEM_TOTAL");
+        let n = 20_000u64;
+        assert_eq!(
+            (site(&t, "site_small").calls, site(&t, "site_small").bytes),
+            (n, 32 * n),
+            "{name}"
+        );
+        assert_eq!(
+            (site(&t, "site_calloc").calls, site(&t, "site_calloc").bytes),
+            (n / 10, 240 * (n / 10)),
+            "{name}"
+        );
+        assert_eq!(site(&t, "site_realloc").calls, 2 * (n / 10), "{name}");
+        let l = site(&sites(&p, "MEM_LIVE"), "site_leak");
+        assert_eq!((l.calls, l.bytes), (1000, 1_000_000), "{name}");
+        run_with(&["-mp", "-o", "newdel.gz", "./mem_newdel"]);
+        let p = load(&d.join("newdel.gz"));
+        // Each operator's block under the function that called it
+        // (jemalloc's aligned new allocates through its own aligned
+        // allocation function, whose hook records it: the operator's frame
+        // is then the leaf).
+        for (f, bytes) in [
+            ("_Z5f_newv", 1000),
+            ("_Z6f_new1v", 8),
+            ("_Z9f_alignedv", 128),
+            ("_Z9f_nothrowv", 77),
+        ] {
+            assert_eq!(under(&p, "MEM_TOTAL", f), (1, bytes), "{name} {f}");
+            assert_eq!(under(&p, "MEM_LIVE", f).1, 0, "{name} {f}: deleted");
+        }
+        // No frame of the profiler in any stack (a hook that runs the real
+        // operator new, which calls another hooked function, is between
+        // the program's frames and the allocator's).
+        for f in p.funcs.values() {
+            assert!(
+                !f.file.ends_with("libigprof.so"),
+                "{name}: a profiler frame in the profile: {} in {}",
+                f.name,
+                f.file
+            );
+        }
     }
-    let d = scratch("tcmalloc");
-    build(&d, "alloc_churn.c", "alloc_churn", &[]);
-    build(&d, "mem_newdel.cpp", "mem_newdel", &["-std=c++17"]);
-    let run_tc = |args: &[&str]| {
-        let o = std::process::Command::new(launcher())
-            .args(args)
-            .current_dir(&d)
-            .env("IGPROF_LIB", lib())
-            .env("LD_PRELOAD", tc)
-            .output()
-            .unwrap();
-        ok(&o)
-    };
-    let err = run_tc(&["-mp", "-o", "churn.gz", "./alloc_churn", "20000", "5"]);
-    assert!(
-        err.contains("the program's allocator is") && err.contains("tcmalloc"),
-        "{err}"
-    );
-    let p = load(&d.join("churn.gz"));
-    let t = sites(&p, "MEM_TOTAL");
-    let n = 20_000u64;
-    assert_eq!(
-        (site(&t, "site_small").calls, site(&t, "site_small").bytes),
-        (n, 32 * n)
-    );
-    assert_eq!(site(&t, "site_realloc").calls, 2 * (n / 10));
-    let l = site(&sites(&p, "MEM_LIVE"), "site_leak");
-    assert_eq!((l.calls, l.bytes), (1000, 1_000_000));
-    // tcmalloc defines operator new/delete itself (they do not call malloc).
-    run_tc(&["-mp", "-o", "newdel.gz", "./mem_newdel"]);
-    let p = load(&d.join("newdel.gz"));
-    let t = sites(&p, "MEM_TOTAL");
-    for (f, bytes) in [
-        ("_Z5f_newv", 1000),
-        ("_Z6f_new1v", 8),
-        ("_Z9f_alignedv", 128),
-        ("_Z9f_nothrowv", 77),
-    ] {
-        let s = site(&t, f);
-        assert_eq!((s.calls, s.bytes), (1, bytes), "{f}");
-    }
-    let live: u64 = ["_Z5f_newv", "_Z6f_new1v", "_Z9f_alignedv", "_Z9f_nothrowv"]
-        .iter()
-        .map(|f| site(&sites(&p, "MEM_LIVE"), f).bytes)
-        .sum();
-    assert_eq!(live, 0, "every delete form released its block");
 }
 
 /// The rows of a report section (rank numbers dropped): `% total`, self,

@@ -341,24 +341,27 @@ fn comparable(p: &Profile) -> BTreeMap<String, BTreeMap<String, SiteValues>> {
 #[test]
 fn one_byte_mean_is_the_exact_profile() {
     // q(s) = 1 and w = 1 for every size: every allocation is recorded at
-    // its own size, through every entry point (glibc's, and tcmalloc's own
-    // C++ operators when it is installed).
-    let tc = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4";
-    let tc = (cfg!(target_arch = "x86_64") && Path::new(tc).exists()).then_some(tc);
+    // its own size, through every entry point (glibc's, and tcmalloc's and
+    // jemalloc's own C++ operators when they are installed).
     let mut cases = vec![
         ("mem_family.c", &[][..], "family done", None),
         ("alloc_churn.c", &["20000", "5"][..], "done 20000", None),
         ("mem_newdel.cpp", &[][..], "", None),
     ];
-    match tc {
-        Some(tc) => cases.extend([
-            ("alloc_churn.c", &["20000", "5"][..], "done 20000", Some(tc)),
-            ("mem_newdel.cpp", &[][..], "", Some(tc)),
-        ]),
-        None => eprintln!("tcmalloc not installed: its entry points are not checked"),
+    for (_, path) in other_allocators() {
+        cases.extend([
+            (
+                "alloc_churn.c",
+                &["20000", "5"][..],
+                "done 20000",
+                Some(path),
+            ),
+            ("mem_newdel.cpp", &[][..], "", Some(path)),
+        ]);
     }
     for (src, args, marker, preload) in cases {
-        let mut b = Bench::new(&format!("one-byte-{src}-{}", preload.is_some()), src);
+        let tag = preload.map_or("glibc", |p| p.rsplit('/').next().unwrap());
+        let mut b = Bench::new(&format!("one-byte-{src}-{tag}"), src);
         b.preload = preload;
         let (out, exact) = b.run(&["-mp"], args, "exact.gz");
         assert!(out.contains(marker), "{out}");

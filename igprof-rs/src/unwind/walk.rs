@@ -1,6 +1,6 @@
 //! The per-thread unwinder and the walk loop: cache lookup, descriptor on a
-//! miss, framehop for the rest, depth limit, skipping the profiler's own
-//! frames, re-entrancy guard.
+//! miss, framehop for the rest, depth limit, leaving out the profiler's own
+//! frames (wherever they are in the stack), re-entrancy guard.
 //!
 //! Owns: `ThreadUnwinder`. Everything reachable from `trace_*` is
 //! async-signal-safe: no allocation, no lock, no syscall; the only memory
@@ -50,6 +50,22 @@ pub struct CacheStats {
     pub framehop: u64,
 }
 
+/// Which frames of the profiler (the object holding this unwinder) a walk
+/// leaves out.
+#[derive(Clone, Copy, Debug)]
+enum Skip {
+    /// None.
+    None,
+    /// Those above the first frame of another object: the code taking the
+    /// trace.
+    Leading((usize, usize)),
+    /// Every one, wherever it is: also a hook of ours between a profiled
+    /// program's frames (one whose real function runs program code or
+    /// another hook: an allocator's operator new calling its memalign, a
+    /// dlopen running constructors).
+    All((usize, usize)),
+}
+
 impl ThreadUnwinder {
     /// Outside signal context (maps memory; framehop preallocates its
     /// scratch space with the global allocator).
@@ -77,12 +93,13 @@ impl ThreadUnwinder {
     ) -> Trace {
         // SAFETY: guaranteed by the caller.
         let regs = unsafe { arch::regs_from_ucontext(uc) };
-        self.guarded(|this, table| this.walk(table, regs, bounds, out, None, None))
+        self.guarded(|this, table| this.walk(table, regs, bounds, out, Skip::None, None))
     }
 
     /// [`Self::trace_from_ucontext`] for a profiled program: a signal that
     /// interrupted the profiler's own code (a hook the program called) is
-    /// traced from the program's frame that called into it.
+    /// traced from the program's frame that called into it, and the
+    /// profiler's frames between the program's are left out.
     ///
     /// # Safety
     /// As for [`Self::trace_from_ucontext`].
@@ -94,7 +111,7 @@ impl ThreadUnwinder {
     ) -> Trace {
         // SAFETY: guaranteed by the caller.
         let regs = unsafe { arch::regs_from_ucontext(uc) };
-        self.guarded(|this, table| this.walk(table, regs, bounds, out, Some(table.self_text), None))
+        self.guarded(|this, table| this.walk(table, regs, bounds, out, Skip::All(table.self_text), None))
     }
 
     /// Trace the caller of the profiler: the frames of the object that
@@ -103,7 +120,7 @@ impl ThreadUnwinder {
     pub fn trace_here(&self, bounds: &StackBounds, out: &mut [usize]) -> Trace {
         let regs = arch::capture();
         let t = self.guarded(|this, table| {
-            this.walk(table, regs, bounds, out, Some(table.self_text), None)
+            this.walk(table, regs, bounds, out, Skip::Leading(table.self_text), None)
         });
         // Keep this frame (whose registers were captured) alive until the
         // walk is done: no tail call into `guarded`.
@@ -119,7 +136,9 @@ impl ThreadUnwinder {
     }
 
     /// `trace_here` from registers captured earlier by [`Self::capture`]
-    /// in a frame that is still live: the profiler's frames are skipped.
+    /// in a frame that is still live, for a profiled program: the
+    /// profiler's frames are left out, above the program's and between
+    /// them.
     /// With a `log` (begun by the caller), the stack words read and the
     /// module table generation used are recorded there.
     pub(crate) fn trace_from_regs_logged(
@@ -133,7 +152,7 @@ impl ThreadUnwinder {
             if let Some(log) = log {
                 log.set_generation(table.generation);
             }
-            this.walk_logged(table, regs, bounds, out, Some(table.self_text), None, log)
+            this.walk_logged(table, regs, bounds, out, Skip::All(table.self_text), None, log)
         })
     }
 
@@ -150,7 +169,7 @@ impl ThreadUnwinder {
     ) -> Trace {
         let regs = arch::capture();
         let t = self.guarded(|this, table| {
-            this.walk(table, regs, bounds, out, Some(table.self_text), Some(fh))
+            this.walk(table, regs, bounds, out, Skip::Leading(table.self_text), Some(fh))
         });
         core::hint::black_box(&regs);
         t
@@ -210,7 +229,7 @@ impl ThreadUnwinder {
         regs: Regs,
         bounds: &StackBounds,
         out: &mut [usize],
-        skip: Option<(usize, usize)>,
+        skip: Skip,
         framehop_only: Option<&mut FramehopCache>,
     ) -> Trace {
         self.walk_logged(table, regs, bounds, out, skip, framehop_only, None)
@@ -224,7 +243,7 @@ impl ThreadUnwinder {
         mut regs: Regs,
         bounds: &StackBounds,
         out: &mut [usize],
-        skip: Option<(usize, usize)>,
+        skip: Skip,
         mut framehop_only: Option<&mut FramehopCache>,
         log: Option<&ReadLog>,
     ) -> Trace {
@@ -239,7 +258,11 @@ impl ThreadUnwinder {
         };
         cache.sync_generation(table.generation);
         let mut reader = StackReader::new(bounds, regs.sp).with_log(log);
-        let mut skipping = skip;
+        let ((lo, hi), everywhere) = match skip {
+            Skip::None => ((0, 0), false),
+            Skip::Leading(r) => (r, false),
+            Skip::All(r) => (r, true),
+        };
         let mut first = true;
         let mut depth = 0;
         loop {
@@ -249,22 +272,19 @@ impl ThreadUnwinder {
                     end: TraceEnd::Outermost,
                 };
             }
-            match skipping {
-                Some((lo, hi)) if lo <= regs.pc && regs.pc < hi => {}
-                _ => {
-                    if skipping.is_some() || depth == 0 {
-                        reader.start(regs.pc, regs.sp);
-                    }
-                    skipping = None;
-                    if depth == out.len() {
-                        return Trace {
-                            depth,
-                            end: TraceEnd::Truncated,
-                        };
-                    }
-                    out[depth] = regs.pc;
-                    depth += 1;
+            let ours = lo <= regs.pc && regs.pc < hi;
+            if !(ours && (everywhere || depth == 0)) {
+                if depth == 0 {
+                    reader.start(regs.pc, regs.sp);
                 }
+                if depth == out.len() {
+                    return Trace {
+                        depth,
+                        end: TraceEnd::Truncated,
+                    };
+                }
+                out[depth] = regs.pc;
+                depth += 1;
             }
             // A PC in no loaded object (JIT code or a corrupt return
             // address) is kept and ends the walk. Cached PCs were checked

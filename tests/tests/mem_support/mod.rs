@@ -100,6 +100,28 @@ pub fn load(path: &Path) -> Profile {
     parse_strict(&read_text(path)).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// Other allocators installed by scripts/setup (Debian's google-perftools
+/// and libjemalloc2), by the name the profiler reports them under: the
+/// ones present on this machine.
+pub fn other_allocators() -> Vec<(&'static str, &'static str)> {
+    [
+        (
+            "tcmalloc",
+            "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
+        ),
+        ("jemalloc", "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"),
+    ]
+    .into_iter()
+    .filter(|(name, path)| {
+        let there = cfg!(target_arch = "x86_64") && std::path::Path::new(path).exists();
+        if !there {
+            eprintln!("{name} ({path}) not installed: not checked");
+        }
+        there
+    })
+    .collect()
+}
+
 // ---- Checks shared by the host tests and their foreign-architecture
 // ---- twins (tests/tests/foreign_arch.rs).
 

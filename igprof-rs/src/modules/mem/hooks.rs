@@ -438,27 +438,28 @@ fn freeing_recorded_then<R>(
 
 /// Starts a call whose original may allocate through another hooked entry
 /// point (realloc(NULL) -> malloc, glibc tail-calls it; reallocarray ->
-/// realloc; jemalloc's operator new -> malloc). Marks the thread as waiting
-/// for an inner hook (so that sampled mode's malloc does not count off an
-/// inner allocation unseen: see `malloc_sampled_with_regs`); returns the
-/// mark as it was, for [`via_end`].
+/// realloc; an allocator's operator new -> its malloc or memalign). Marks
+/// the thread as waiting for an inner hook (`MEM_VIA`), so that sampled
+/// mode's malloc does not count off an inner allocation unseen (see
+/// `malloc_sampled_with_regs`). The mark is not nested: reallocarray ->
+/// realloc clears it at the inner end, while the outer keeps `MEM_OUTER`
+/// set until its own. An exception thrown through an operator new's hook
+/// leaves the mark until the thread's next [`via_end`]: its allocations
+/// meanwhile take the general path.
 #[inline]
-fn via_begin() -> u8 {
+fn via_begin() {
     site::tls(|h| {
         h.inner.set(0);
-        let o = h.outer.get();
-        h.outer.set(o | MEM_VIA);
-        o & MEM_VIA
+        h.outer.set(h.outer.get() | MEM_VIA);
     })
 }
 
-/// Ends [`via_begin`] (`had`: what it returned): whether the outer hook
-/// must record block `r` itself (false when an inner hook already recorded
-/// exactly that block).
+/// Ends [`via_begin`]: whether the outer hook must record block `r` itself
+/// (false when an inner hook already recorded exactly that block).
 #[inline]
-fn via_end(r: *mut c_void, had: u8) -> bool {
+fn via_end(r: *mut c_void) -> bool {
     site::tls(|h| {
-        h.outer.set((h.outer.get() & !MEM_VIA) | had);
+        h.outer.set(h.outer.get() & !MEM_VIA);
         h.inner.replace(0) != r as usize || r.is_null()
     })
 }
@@ -567,9 +568,9 @@ fn reallocate(
     call: impl FnOnce() -> *mut c_void,
 ) -> *mut c_void {
     let old = freeing(p);
-    let via = via_begin();
+    via_begin();
     let r = site::with_outer(MEM_OUTER, call);
-    let record = via_end(r, via);
+    let record = via_end(r);
     if r.is_null() {
         // glibc: realloc(p, 0) frees p and returns NULL; otherwise NULL
         // means failure and p is untouched.
@@ -595,13 +596,13 @@ fn reallocate(
 /// records the call. Only a reallocarray that does not go through realloc
 /// is recorded here (the old block is then forgotten after the call).
 extern "C" fn reallocarray_hook(p: *mut c_void, n: usize, m: usize) -> *mut c_void {
-    let via = via_begin();
+    via_begin();
     // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged. Allocations libc
     // makes inside it (realloc(NULL, n) -> malloc) are not separate calls.
     let r = site::with_outer(MEM_OUTER, || unsafe {
         CHAIN.get::<ReallocArray>(Func::ReallocArray as usize)(p, n, m)
     });
-    let direct = via_end(r, via);
+    let direct = via_end(r);
     if direct && !r.is_null() {
         freed(p);
         allocated_fill(r, n.wrapping_mul(m), false, None);
@@ -680,41 +681,41 @@ extern "C" fn pvalloc_hook(size: usize) -> *mut c_void {
 // C++ operators of an allocator that defines them itself (tcmalloc).
 
 extern "C" fn new_hook(size: usize) -> *mut c_void {
-    let via = via_begin();
+    via_begin();
     // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged (it may throw: the
     // exception passes through this frame, which has nothing to clean up).
     let p = unsafe { CHAIN.get::<Malloc>(Func::New as usize)(size) };
-    if via_end(p, via) {
+    if via_end(p) {
         allocated(p, size);
     }
     p
 }
 
 extern "C" fn new_array_hook(size: usize) -> *mut c_void {
-    let via = via_begin();
+    via_begin();
     // SAFETY: as new_hook.
     let p = unsafe { CHAIN.get::<Malloc>(Func::NewArray as usize)(size) };
-    if via_end(p, via) {
+    if via_end(p) {
         allocated(p, size);
     }
     p
 }
 
 extern "C" fn new_aligned_hook(size: usize, align: usize) -> *mut c_void {
-    let via = via_begin();
+    via_begin();
     // SAFETY: as new_hook.
     let p = unsafe { CHAIN.get::<Aligned>(Func::NewAligned as usize)(size, align) };
-    if via_end(p, via) {
+    if via_end(p) {
         allocated(p, size);
     }
     p
 }
 
 extern "C" fn new_array_aligned_hook(size: usize, align: usize) -> *mut c_void {
-    let via = via_begin();
+    via_begin();
     // SAFETY: as new_hook.
     let p = unsafe { CHAIN.get::<Aligned>(Func::NewArrayAligned as usize)(size, align) };
-    if via_end(p, via) {
+    if via_end(p) {
         allocated(p, size);
     }
     p
@@ -764,10 +765,10 @@ macro_rules! new_forms {
         extern "C" fn $name(size: usize, b: usize, c: usize) -> *mut c_void {
             // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged (registers
             // the original does not read are passed through harmlessly).
-            let via = via_begin();
+            via_begin();
             // SAFETY: as above.
             let p = unsafe { CHAIN.get::<New3>($f as usize)(size, b, c) };
-            if via_end(p, via) {
+            if via_end(p) {
                 allocated(p, size);
             }
             p
