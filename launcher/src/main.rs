@@ -4,7 +4,9 @@
 //! variable (the words the library parses; values are checked here, so a
 //! mistake stops the run with one line instead of giving a run without a
 //! profile), finding the program (in PATH as bash's `type -P` does),
-//! refusing statically linked programs (the ELF program headers, read here),
+//! refusing statically linked programs (the ELF program headers, read here)
+//! and programs the exec would run in the loader's secure-execution mode
+//! (set-user-ID, set-group-ID, file capabilities: LD_PRELOAD ignored),
 //! finding libigprof.so, and the environment of the exec: `IGPROF`,
 //! `IGPROF_ROOT_PID` (this process's pid, which the exec keeps) and
 //! `LD_PRELOAD`, or qemu-user with the library built for the program's
@@ -162,6 +164,9 @@ enum Refusal {
     CommandNotFound(Vec<u8>),
     NoSuchFile(Vec<u8>),
     NotExecutable(Vec<u8>),
+    /// Set-user-ID, set-group-ID or given file capabilities: how, and
+    /// what to do.
+    SecureExec(Vec<u8>, [&'static [u8]; 2]),
     Static(Vec<u8>),
     /// A program of `machine` and no qemu-user for it.
     NoQemu {
@@ -220,6 +225,14 @@ impl Refusal {
             CommandNotFound(p) => cat(&[p, b": command not found"]),
             NoSuchFile(p) => cat(&[p, b": no such file"]),
             NotExecutable(p) => cat(&[p, b": not executable"]),
+            SecureExec(p, [how, advice]) => cat(&[
+                p,
+                b" is ",
+                how,
+                b": the loader runs it in secure-execution mode, which ignores LD_PRELOAD, so it would run without the profiler (",
+                advice,
+                b")",
+            ]),
             Static(p) => cat(&[
                 p,
                 b" is statically linked: libigprof.so can only be preloaded into dynamically linked programs (rebuild it without -static)",
@@ -618,6 +631,60 @@ fn executable(p: &[u8]) -> bool {
     unsafe { libc::faccessat(libc::AT_FDCWD, c.as_ptr(), libc::X_OK, libc::AT_EACCESS) == 0 }
 }
 
+/// Whether exec'ing `p` would put the process in the loader's
+/// secure-execution mode (AT_SECURE), and why: a set-user-ID file owned by
+/// another user than the real one, a set-group-ID file of another group
+/// than the real one, or file capabilities for a user other than root.
+/// None when the exec cannot raise privileges: a file system mounted
+/// nosuid, or no_new_privs set on this process (both inherited by the
+/// exec).
+fn secure_exec(p: &[u8]) -> Option<[&'static [u8]; 2]> {
+    let m = stat(p)?;
+    let c = c_string(p);
+    // SAFETY: no arguments are read; returns 0 or 1.
+    if unsafe { libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) } == 1 {
+        return None;
+    }
+    // SAFETY: a zeroed statvfs is a valid out-buffer; `c` is NUL-terminated.
+    let mut vfs: libc::statvfs = unsafe { core::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut vfs) } == 0 && vfs.f_flag & libc::ST_NOSUID != 0 {
+        return None;
+    }
+    // SAFETY: plain queries of this process's ids.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let mode = m.mode();
+    if mode & libc::S_ISUID != 0 && m.uid() != uid {
+        return Some([
+            b"set-user-ID",
+            b"run igprof as the file's owner, or profile a copy: cp drops the bit",
+        ]);
+    }
+    // Without group execute permission the bit means mandatory locking.
+    if mode & libc::S_ISGID != 0 && mode & libc::S_IXGRP != 0 && m.gid() != gid {
+        return Some([
+            b"set-group-ID",
+            b"run igprof with the file's group as real group, or profile a copy: cp drops the bit",
+        ]);
+    }
+    // SAFETY: `c` and the name are NUL-terminated; a null buffer of size 0
+    // asks only whether the attribute exists (and its size).
+    let caps = unsafe {
+        libc::getxattr(
+            c.as_ptr(),
+            c"security.capability".as_ptr(),
+            core::ptr::null_mut(),
+            0,
+        )
+    };
+    if uid != 0 && caps > 0 {
+        return Some([
+            b"given file capabilities",
+            b"run igprof as root, or profile a copy: cp drops them",
+        ]);
+    }
+    None
+}
+
 /// The file bash's `type -P name` names: the first executable non-directory
 /// `dir/name` for the directories of `path` (an empty one is "."), else the
 /// first existing `dir/name` if that is not a directory (the caller then
@@ -905,6 +972,12 @@ fn launch(
     }
     if !executable(&resolved) {
         return Err(Refusal::NotExecutable(resolved));
+    }
+    // A program that the exec gives another user, group or capabilities
+    // runs in the loader's secure-execution mode, which drops LD_PRELOAD:
+    // it would run without the profiler and leave no profile.
+    if let Some(how) = secure_exec(&resolved) {
+        return Err(Refusal::SecureExec(resolved, how));
     }
     // A statically linked program has no dynamic loader: LD_PRELOAD cannot
     // put the profiler into it, so the run would silently give no profile.

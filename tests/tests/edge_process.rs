@@ -390,6 +390,85 @@ fn a_process_that_drops_root_privileges_keeps_its_profile() {
 }
 
 #[test]
+fn a_program_that_would_change_its_user_is_refused_with_the_reason() {
+    // A set-user-ID or set-group-ID program of another user, or one with
+    // file capabilities, runs in the loader's secure-execution mode, which
+    // ignores LD_PRELOAD: unprofiled, with no profile and no word. The
+    // launcher refuses it (127, one line saying why and what to do) for a
+    // user the exec would change; its owner (root) profiles it as usual,
+    // and so does the user with a plain copy.
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("not root: set-user-ID files of another user cannot be made here");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let d = dir_for("secure_exec", "endings.c", &[]);
+    let out = d.join("out");
+    std::fs::create_dir(&out).unwrap();
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let copy = |name: &str, mode: u32| {
+        std::fs::copy(d.join("secure_exec"), d.join(name)).unwrap();
+        std::fs::set_permissions(d.join(name), std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    copy("suid", 0o4755);
+    copy("sgid", 0o2755);
+    copy("plain", 0o755);
+    let mut cases = vec![
+        ("suid", "is set-user-ID", "the file's owner"),
+        ("sgid", "is set-group-ID", "the file's group"),
+    ];
+    copy("caps", 0o755);
+    let setcap = Command::new("setcap")
+        .args(["cap_net_raw+ep"])
+        .arg(d.join("caps"))
+        .status();
+    match setcap {
+        Ok(st) if st.success() => cases.push(("caps", "is given file capabilities", "as root")),
+        _ => eprintln!("setcap (libcap2-bin) unavailable: file capabilities not checked"),
+    }
+    // As nobody.
+    let as_nobody = |prog: &str| {
+        let o = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(launcher())
+            .args(["-pp", "-o"])
+            .arg(out.join(format!("{prog}.gz")))
+            .arg(format!("./{prog}"))
+            .current_dir(&d)
+            .env("IGPROF_LIB", lib())
+            .env("IGPROF_CACHE_DIR", "none")
+            .output()
+            .expect("setpriv (util-linux)");
+        (
+            o.status.code(),
+            text(&o.stderr),
+            out.join(format!("{prog}.gz")).exists(),
+        )
+    };
+    for (prog, why, advice) in cases {
+        let (code, err, profile) = as_nobody(prog);
+        assert_eq!(code, Some(127), "{prog}: {err}");
+        assert!(
+            err.starts_with("igprof: ")
+                && err.contains(why)
+                && err.contains("secure-execution mode")
+                && err.contains(advice)
+                && err.lines().count() == 1,
+            "{prog}: {err}"
+        );
+        assert!(!profile, "{prog}");
+    }
+    let (code, err, profile) = as_nobody("plain");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(profile, "the plain copy is profiled: {err}");
+    // Its owner: no change of user, profiled.
+    let o = profiled(&d, &["-pp", "-o", "out/root.gz"], "suid", &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(out.join("root.gz").exists());
+}
+
+#[test]
 fn time_inside_the_hooks_is_charged_to_the_program() {
     let mode = ["-d", "-pp", "-mp", "-fd"];
     let d = dir_for("hook_time", "hook_time.c", &mode);
