@@ -469,6 +469,40 @@ fn a_program_that_would_change_its_user_is_refused_with_the_reason() {
 }
 
 #[test]
+fn a_program_that_changes_directory_leaves_its_profile_where_it_started() {
+    // The default name and a relative -o given to the library directly
+    // (the launcher makes -o absolute itself) are taken from the directory
+    // the program started in, as the start-up line says, not the one it
+    // exits in.
+    let d = dir_for("moves_away", "moves_away.c", &[]);
+    let away = d.join("away");
+    std::fs::create_dir(&away).unwrap();
+    let o = profiled(&d, &["-mp"], "moves_away", &["away"]);
+    assert_eq!(text(&o.stdout), "moved\n");
+    let err = ok(&o);
+    let ps = profiles(&d);
+    assert_eq!(ps.len(), 1, "{err}");
+    assert!(
+        err.contains(&format!("profile -> {}", ps[0].display())),
+        "{err}"
+    );
+    assert!(profiles(&away).is_empty());
+    let p = parse_strict(&read_text(&ps[0])).unwrap();
+    // Its 100 blocks and stdout's buffer.
+    assert_eq!(under(&p, "MEM_TOTAL", "main").0, 101);
+    let o = Command::new(d.join("moves_away"))
+        .arg("away")
+        .current_dir(&d)
+        .env("LD_PRELOAD", lib())
+        .env("IGPROF", "-mp -o rel.gz")
+        .output()
+        .unwrap();
+    assert_eq!(text(&o.stdout), "moved\n", "{}", text(&o.stderr));
+    assert!(d.join("rel.gz").exists(), "{}", text(&o.stderr));
+    assert!(!away.join("rel.gz").exists());
+}
+
+#[test]
 fn time_inside_the_hooks_is_charged_to_the_program() {
     let mode = ["-d", "-pp", "-mp", "-fd"];
     let d = dir_for("hook_time", "hook_time.c", &mode);

@@ -32,6 +32,9 @@ pub struct Info {
     pub program: Vec<u8>,
     /// Absolute path of the executable (/proc/self/exe).
     pub exe: Vec<u8>,
+    /// The working directory when the image started (empty if unknown):
+    /// relative profile names are taken from it.
+    pub start_dir: Vec<u8>,
 }
 
 static INFO: OnceLock<Info> = OnceLock::new();
@@ -40,6 +43,7 @@ pub fn info() -> &'static Info {
     INFO.get_or_init(|| Info {
         program: b"<unknown>".to_vec(),
         exe: b"<unknown>".to_vec(),
+        start_dir: Vec::new(),
     })
 }
 

@@ -11,20 +11,35 @@ use crate::base::{options, run, sys};
 /// a device or a FIFO, which every process writes), and with
 /// `.exec<N>` when this image (the N-th of its pid, from 0) is being
 /// replaced by exec, so that the image that follows does not overwrite it.
+/// A relative name is taken from the directory the image started in, not
+/// the one it ends in (a program that changes directory still leaves its
+/// profile where it was run, and where the start-up line said).
 pub fn output_path() -> String {
-    let given = options::get().output.as_bytes();
-    if is_device_or_pipe(given) {
+    let info = run::info();
+    let given = in_dir(&info.start_dir, options::get().output.as_bytes());
+    if is_device_or_pipe(&given) {
         // `-o /dev/null`, a FIFO: every process of the run writes there (a
         // per-process name beside it would create files in /dev).
-        return String::from_utf8_lossy(given).into_owned();
+        return String::from_utf8_lossy(&given).into_owned();
     }
-    profile_path(
-        given,
-        &run::info().exe,
+    let path = profile_path(
+        &given,
+        &info.exe,
         sys::getpid(),
         run::root_pid(),
         run::execing().then(run::exec_generation),
-    )
+    );
+    String::from_utf8_lossy(&in_dir(&info.start_dir, path.as_bytes())).into_owned()
+}
+
+/// `path` taken from directory `dir`: as it is when absolute, empty, or
+/// when `dir` is unknown (empty).
+fn in_dir(dir: &[u8], path: &[u8]) -> Vec<u8> {
+    if path.is_empty() || path.starts_with(b"/") || dir.is_empty() {
+        return path.to_vec();
+    }
+    let sep: &[u8] = if dir.ends_with(b"/") { b"" } else { b"/" };
+    [dir, sep, path].concat()
 }
 
 /// [`output_path`] from its inputs: `given` is -o's value (empty: the
@@ -78,7 +93,20 @@ fn base_path(given: &[u8], exe: &[u8], pid: i32, root: i32) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::profile_path;
+    use super::{in_dir, profile_path};
+
+    #[test]
+    fn relative_names_are_taken_from_the_start_directory() {
+        assert_eq!(
+            in_dir(b"/home/u", b"igprof.x.1.gz"),
+            b"/home/u/igprof.x.1.gz"
+        );
+        assert_eq!(in_dir(b"/", b"p.gz"), b"/p.gz");
+        assert_eq!(in_dir(b"/home/u", b"out/p.gz"), b"/home/u/out/p.gz");
+        assert_eq!(in_dir(b"/home/u", b"/t/p.gz"), b"/t/p.gz");
+        assert_eq!(in_dir(b"", b"p.gz"), b"p.gz");
+        assert_eq!(in_dir(b"/home/u", b""), b"");
+    }
 
     #[test]
     fn names_follow_igprof_and_keep_every_process_apart() {

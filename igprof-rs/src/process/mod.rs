@@ -249,6 +249,9 @@ pub fn init(modules: &'static [&'static Module]) {
     run::set_info(run::Info {
         program: read_argv0(),
         exe,
+        start_dir: std::env::current_dir()
+            .map(|d| std::os::unix::ffi::OsStringExt::into_vec(d.into_os_string()))
+            .unwrap_or_default(),
     });
     run::set_pid(sys::getpid());
 
