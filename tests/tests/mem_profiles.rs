@@ -195,6 +195,16 @@ fn allocations_in_signal_handlers_are_all_counted() {
     let live = sites(&p, "MEM_LIVE");
     assert_eq!(site(&live, "in_handler").bytes, 0);
     assert_eq!(site(&live, "churn").bytes, 0);
+    // A handler that interrupted one of our hooks has the hook's frames
+    // under its own: never in the profile.
+    for f in p.funcs.values() {
+        assert!(
+            !f.file.ends_with("libigprof.so"),
+            "a profiler frame in the profile: {} in {}",
+            f.name,
+            f.file
+        );
+    }
 }
 
 #[test]

@@ -45,6 +45,10 @@
 //!   own shared object (libigprof.so) is skipped, so `out[0]` is the return
 //!   address into the code that called the hooked function (for a trampoline
 //!   hook: into the application function that called `malloc`).
+//!   [`ThreadUnwinder::trace_program_here`] leaves out the profiler's
+//!   frames between the program's too (a hook interrupted by a signal
+//!   whose handler's event is traced); the hooks' own walks and the
+//!   sampler's ucontext walks of a profiled program do the same.
 //!
 //! Both write at most `out.len()` addresses (the caller's depth limit, e.g.
 //! [`DEFAULT_MAX_DEPTH`]) and return a [`Trace`]: `depth` entries of

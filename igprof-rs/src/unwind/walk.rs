@@ -128,6 +128,20 @@ impl ThreadUnwinder {
         t
     }
 
+    /// [`Self::trace_here`] for a profiled program: the profiler's frames
+    /// are also left out between the program's (an event of a signal
+    /// handler that interrupted one of our hooks).
+    #[inline(never)]
+    pub fn trace_program_here(&self, bounds: &StackBounds, out: &mut [usize]) -> Trace {
+        let regs = arch::capture();
+        let t = self.guarded(|this, table| {
+            this.walk(table, regs, bounds, out, Skip::All(table.self_text), None)
+        });
+        // As in `trace_here`: this frame stays alive until the walk is done.
+        core::hint::black_box(&regs);
+        t
+    }
+
     /// The registers of the calling frame, for [`Self::trace_from_regs_logged`]
     /// (a walk run on another stack than the frames it walks).
     #[inline(always)]

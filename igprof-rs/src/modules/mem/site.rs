@@ -621,7 +621,7 @@ fn defer(t: &'static ThreadState, h: &HookTls, replay: Replay, kind: u8, a: usiz
         e.truncated = true;
     } else {
         // SAFETY: the nested unwinder belongs to this thread and is never freed.
-        let w = unsafe { &*nested }.trace_here(&t.bounds, &mut e.trace);
+        let w = unsafe { &*nested }.trace_program_here(&t.bounds, &mut e.trace);
         e.depth = w.depth as u8;
         e.truncated = w.truncated() || w.depth == 0;
     }
