@@ -111,7 +111,9 @@ impl ThreadUnwinder {
     ) -> Trace {
         // SAFETY: guaranteed by the caller.
         let regs = unsafe { arch::regs_from_ucontext(uc) };
-        self.guarded(|this, table| this.walk(table, regs, bounds, out, Skip::All(table.self_text), None))
+        self.guarded(|this, table| {
+            this.walk(table, regs, bounds, out, Skip::All(table.self_text), None)
+        })
     }
 
     /// Trace the caller of the profiler: the frames of the object that
@@ -120,7 +122,14 @@ impl ThreadUnwinder {
     pub fn trace_here(&self, bounds: &StackBounds, out: &mut [usize]) -> Trace {
         let regs = arch::capture();
         let t = self.guarded(|this, table| {
-            this.walk(table, regs, bounds, out, Skip::Leading(table.self_text), None)
+            this.walk(
+                table,
+                regs,
+                bounds,
+                out,
+                Skip::Leading(table.self_text),
+                None,
+            )
         });
         // Keep this frame (whose registers were captured) alive until the
         // walk is done: no tail call into `guarded`.
@@ -166,7 +175,15 @@ impl ThreadUnwinder {
             if let Some(log) = log {
                 log.set_generation(table.generation);
             }
-            this.walk_logged(table, regs, bounds, out, Skip::All(table.self_text), None, log)
+            this.walk_logged(
+                table,
+                regs,
+                bounds,
+                out,
+                Skip::All(table.self_text),
+                None,
+                log,
+            )
         })
     }
 
@@ -183,7 +200,14 @@ impl ThreadUnwinder {
     ) -> Trace {
         let regs = arch::capture();
         let t = self.guarded(|this, table| {
-            this.walk(table, regs, bounds, out, Skip::Leading(table.self_text), Some(fh))
+            this.walk(
+                table,
+                regs,
+                bounds,
+                out,
+                Skip::Leading(table.self_text),
+                Some(fh),
+            )
         });
         core::hint::black_box(&regs);
         t
