@@ -463,7 +463,7 @@ fn install_into_a_fresh_prefix_then_profile_outside_the_build_tree() {
     };
     let mut c = Command::new(prefix.join("bin/igprof"));
     // About 250 samples: with about 50 at 5 ms, a run missed one of the
-    // three functions in 3 of 200 runs on this VM (its 5.2 ms cycle of
+    // three functions in 3 of 240 runs on this VM (its 5.2 ms cycle of
     // work and the sampling period in step; 0 of 60 at 1 ms).
     c.args(["-pp", "-i", "1ms", "-o", "p.gz", "./cpu_split", "50"]);
     clean(&mut c);
