@@ -4,7 +4,9 @@
 //! variable (the words the library parses; values are checked here, so a
 //! mistake stops the run with one line instead of giving a run without a
 //! profile), finding the program (in PATH as bash's `type -P` does),
-//! refusing statically linked programs (the ELF program headers, read here)
+//! refusing an -o the run could not write (a missing or read-only
+//! directory, a directory named as the file), statically linked programs
+//! (the ELF program headers, read here)
 //! and programs the exec would run in the loader's secure-execution mode
 //! (set-user-ID, set-group-ID, file capabilities: LD_PRELOAD ignored),
 //! finding libigprof.so, and the environment of the exec: `IGPROF`,
@@ -164,6 +166,12 @@ enum Refusal {
     CommandNotFound(Vec<u8>),
     NoSuchFile(Vec<u8>),
     NotExecutable(Vec<u8>),
+    /// -o names a directory.
+    OutputIsDir(Vec<u8>),
+    /// -o's directory does not exist (the path, the directory).
+    NoOutputDir(Vec<u8>, Vec<u8>),
+    /// -o's directory is not writable by the user (the path, the directory).
+    OutputDirNotWritable(Vec<u8>, Vec<u8>),
     /// Set-user-ID, set-group-ID or given file capabilities: how, and
     /// what to do.
     SecureExec(Vec<u8>, [&'static [u8]; 2]),
@@ -225,6 +233,9 @@ impl Refusal {
             CommandNotFound(p) => cat(&[p, b": command not found"]),
             NoSuchFile(p) => cat(&[p, b": no such file"]),
             NotExecutable(p) => cat(&[p, b": not executable"]),
+            OutputIsDir(p) => cat(&[b"-o ", p, b": is a directory (give a file name in it, e.g. ", p, b"/p.gz)"]),
+            NoOutputDir(p, d) => cat(&[b"-o ", p, b": no directory ", d, b" (create it first, or give another path)"]),
+            OutputDirNotWritable(p, d) => cat(&[b"-o ", p, b": cannot create files in ", d, b" (give a directory you can write in)"]),
             SecureExec(p, [how, advice]) => cat(&[
                 p,
                 b" is ",
@@ -340,6 +351,9 @@ enum Request {
     Run {
         igprof: Vec<u8>,
         program: usize,
+        /// -o's path, made absolute (checked by [`output_place`] before
+        /// the run).
+        output: Option<Vec<u8>>,
     },
 }
 
@@ -349,6 +363,7 @@ enum Request {
 /// other directories and must write where the user asked).
 fn parse(args: &[OsString], pwd: &mut dyn FnMut() -> Vec<u8>) -> Result<Request, Refusal> {
     let mut words: Vec<Cow<[u8]>> = Vec::with_capacity(args.len());
+    let mut output = None;
     let (mut sampled, mut seeded, mut counted) = (false, false, false);
     let mut i = 0;
     while i < args.len() {
@@ -431,13 +446,15 @@ fn parse(args: &[OsString], pwd: &mut dyn FnMut() -> Vec<u8>) -> Result<Request,
             b"-o" | b"--output" | b"-D" | b"--dump-flag" => {
                 let v = value()?;
                 no_quote(v)?;
-                let mut q = vec![b'\''];
-                if !v.starts_with(b"/") {
-                    q.extend(pwd());
-                    q.push(b'/');
+                let path = if v.starts_with(b"/") {
+                    v.to_vec()
+                } else {
+                    [&pwd()[..], b"/", v].concat()
+                };
+                if matches!(opt, b"-o" | b"--output") {
+                    output = Some(path.clone());
                 }
-                q.extend([v, b"'"].concat());
-                words.extend([opt.into(), q.into()]);
+                words.extend([opt.into(), [b"'", &path[..], b"'"].concat().into()]);
             }
             b"-t" | b"--target" => {
                 let v = value()?;
@@ -532,6 +549,7 @@ fn parse(args: &[OsString], pwd: &mut dyn FnMut() -> Vec<u8>) -> Result<Request,
     Ok(Request::Run {
         igprof: words.join(&b' '),
         program: i,
+        output,
     })
 }
 
@@ -561,6 +579,48 @@ fn sample_seed_ok(v: &[u8]) -> bool {
     (1..=20).contains(&v.len())
         && v.iter().all(u8::is_ascii_digit)
         && (v.len() < 20 || v < &b"18446744073709551616"[..])
+}
+
+/// Whether the run can write its profile at `path` (absolute): an existing
+/// device or FIFO, or a file in an existing directory the user may create
+/// files in. Checked before the program runs, so that a mistyped -o does
+/// not cost a whole run (the library would then write the profile in the
+/// temporary directory instead). A `%p` in the directory part is left to
+/// the run.
+fn output_place(path: &[u8]) -> Result<(), Refusal> {
+    if let Some(m) = stat(path) {
+        if m.is_dir() {
+            return Err(Refusal::OutputIsDir(path.to_vec()));
+        }
+        if !m.is_file() {
+            return Ok(());
+        }
+    }
+    let dir = match path.iter().rposition(|&b| b == b'/') {
+        Some(0) | None => b"/".to_vec(),
+        Some(i) => path[..i].to_vec(),
+    };
+    if dir.windows(2).any(|w| w == b"%p") {
+        return Ok(());
+    }
+    if !stat(&dir).is_some_and(|m| m.is_dir()) {
+        return Err(Refusal::NoOutputDir(path.to_vec(), dir));
+    }
+    let c = c_string(&dir);
+    // SAFETY: `c` is NUL-terminated and alive for the call; faccessat only
+    // reads it.
+    let writable = unsafe {
+        libc::faccessat(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            libc::W_OK | libc::X_OK,
+            libc::AT_EACCESS,
+        )
+    } == 0;
+    if !writable {
+        return Err(Refusal::OutputDirNotWritable(path.to_vec(), dir));
+    }
+    Ok(())
 }
 
 /// The current directory as bash's `$PWD` at start-up: the inherited PWD
@@ -936,7 +996,14 @@ fn run() -> libc::c_int {
             write_fd(2, USAGE.as_bytes());
             return 127;
         }
-        Ok(Request::Run { igprof, program }) => (igprof, program),
+        Ok(Request::Run {
+            igprof,
+            program,
+            output,
+        }) => match output.as_deref().map(output_place) {
+            Some(Err(r)) => return refuse(r),
+            _ => (igprof, program),
+        },
         Err(r) => return refuse(r),
     };
     match launch(&args[program..], &igprof, &mut pwd) {
@@ -1117,6 +1184,33 @@ mod tests {
         }
     }
 
+    #[test]
+    fn an_output_the_run_cannot_write_is_refused() {
+        let d = std::env::temp_dir().join(format!("igprof-launcher-out-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let path = |p: &str| d.join(p).into_os_string().into_vec();
+        assert_eq!(output_place(&path("p.gz")), Ok(()));
+        assert_eq!(output_place(b"/dev/null"), Ok(()));
+        assert_eq!(output_place(&path("x%p/p.gz")), Ok(()), "left to the run");
+        let msg = |r: Result<(), Refusal>| String::from_utf8(r.unwrap_err().message()).unwrap();
+        assert_eq!(
+            msg(output_place(&path("no/p.gz"))),
+            format!(
+                "-o {0}/no/p.gz: no directory {0}/no (create it first, or give another path)",
+                d.display()
+            )
+        );
+        let dir = d.clone().into_os_string().into_vec();
+        assert_eq!(
+            msg(output_place(&dir)),
+            format!(
+                "-o {0}: is a directory (give a file name in it, e.g. {0}/p.gz)",
+                d.display()
+            )
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
     fn refusal_of(a: &[&str]) -> String {
         match parse_in(a, "/w") {
             Err(r) => String::from_utf8(r.message()).unwrap(),
@@ -1185,14 +1279,16 @@ mod tests {
             parse_in(&["-pp", "--", "-x", "y"], "/w"),
             Ok(Request::Run {
                 igprof: b"-pp".to_vec(),
-                program: 2
+                program: 2,
+                output: None,
             })
         );
         assert_eq!(
             parse_in(&["-fd", "ls", "-pp"], "/w"),
             Ok(Request::Run {
                 igprof: b"-fd".to_vec(),
-                program: 1
+                program: 1,
+                output: None
             })
         );
         assert_eq!(parse_in(&["-pp", "-h", "-bogus"], "/w"), Ok(Request::Help));

@@ -503,6 +503,51 @@ fn a_program_that_changes_directory_leaves_its_profile_where_it_started() {
 }
 
 #[test]
+fn a_profile_that_cannot_be_written_where_asked_is_not_lost() {
+    // The launcher refuses an -o it can tell is unwritable before the run
+    // (127, one line); a path that fails only at the end (a library
+    // preloaded without the launcher, a directory removed meanwhile) gets
+    // the profile in $TMPDIR instead, and says where.
+    let d = dir_for("unwritable", "moves_away.c", &[]);
+    std::fs::create_dir(d.join("away")).unwrap();
+    let o = profiled(
+        &d,
+        &["-mp", "-o", "no/such/dir/p.gz"],
+        "moves_away",
+        &["away"],
+    );
+    assert_eq!(o.status.code(), Some(127));
+    let err = text(&o.stderr);
+    assert!(
+        err.starts_with("igprof: -o ") && err.contains("no directory") && err.lines().count() == 1,
+        "{err}"
+    );
+    assert_eq!(text(&o.stdout), "", "the program did not run");
+    let tmp = d.join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let o = Command::new(d.join("unwritable"))
+        .arg("away")
+        .current_dir(&d)
+        .env("LD_PRELOAD", lib())
+        .env("IGPROF", "-mp -o /no/such/dir/p.gz")
+        .env("TMPDIR", &tmp)
+        .output()
+        .unwrap();
+    assert_eq!(text(&o.stdout), "moved\n");
+    let err = text(&o.stderr);
+    let alt = tmp.join("p.gz");
+    assert!(
+        err.contains("could not write the profile at exit")
+            && err.contains("No such file or directory")
+            && err.contains(&format!("wrote {} instead", alt.display())),
+        "{err}"
+    );
+    let p = parse_strict(&read_text(&alt)).unwrap();
+    // Its 100 blocks and stdout's buffer.
+    assert_eq!(under(&p, "MEM_TOTAL", "main").0, 101);
+}
+
+#[test]
 fn time_inside_the_hooks_is_charged_to_the_program() {
     let mode = ["-d", "-pp", "-mp", "-fd"];
     let d = dir_for("hook_time", "hook_time.c", &mode);

@@ -83,11 +83,16 @@ impl core::fmt::Display for DumpError {
         match self {
             DumpError::NotProfiling => write!(f, "profiling is not active in this process"),
             DumpError::Busy => write!(f, "another dump is being written"),
-            DumpError::Create { path, errno } => write!(f, "cannot create {path}: errno {errno}"),
+            DumpError::Create { path, errno } => write!(
+                f,
+                "cannot create {path}: {}",
+                std::io::Error::from_raw_os_error(*errno)
+            ),
             DumpError::Write { path, err } => write!(f, "writing {path}: {err}"),
             DumpError::Rename { path, errno } => write!(
                 f,
-                "cannot rename the finished dump to {path}: errno {errno}"
+                "cannot rename the finished dump to {path}: {}",
+                std::io::Error::from_raw_os_error(*errno)
             ),
         }
     }

@@ -32,6 +32,18 @@ pub fn output_path() -> String {
     String::from_utf8_lossy(&in_dir(&info.start_dir, path.as_bytes())).into_owned()
 }
 
+/// Where a final profile that cannot be created at `path` goes instead:
+/// the same file name in `$TMPDIR` (else /tmp), if that is another place.
+pub fn fallback_path(path: &str) -> Option<String> {
+    let dir = std::env::var("TMPDIR")
+        .ok()
+        .filter(|d| d.starts_with('/'))
+        .unwrap_or_else(|| "/tmp".to_string());
+    let name = path.rsplit('/').next().filter(|n| !n.is_empty())?;
+    let alt = String::from_utf8_lossy(&in_dir(dir.as_bytes(), name.as_bytes())).into_owned();
+    (alt != path).then_some(alt)
+}
+
 /// `path` taken from directory `dir`: as it is when absolute, empty, or
 /// when `dir` is unknown (empty).
 fn in_dir(dir: &[u8], path: &[u8]) -> Vec<u8> {
@@ -94,6 +106,16 @@ fn base_path(given: &[u8], exe: &[u8], pid: i32, root: i32) -> String {
 #[cfg(test)]
 mod tests {
     use super::{in_dir, profile_path};
+
+    #[test]
+    fn a_profile_that_cannot_be_created_goes_to_the_temporary_directory() {
+        let alt = super::fallback_path("/nonexistent/dir/p.gz").unwrap();
+        assert!(alt.ends_with("/p.gz") && alt.starts_with('/'), "{alt}");
+        assert_ne!(alt, "/nonexistent/dir/p.gz");
+        let same = super::fallback_path(&alt);
+        assert_eq!(same, None, "already there: no other place");
+        assert_eq!(super::fallback_path("/t/"), None);
+    }
 
     #[test]
     fn relative_names_are_taken_from_the_start_directory() {

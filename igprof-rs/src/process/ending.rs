@@ -34,7 +34,21 @@ pub fn final_dump(reason: &str) -> bool {
     let path = output::path::output_path();
     let (dumped, saved) = thread::paused(|| {
         let write = || {
-            let dumped = output::dump_after_others(&path);
+            // A file that cannot be created where it was asked for (the
+            // directory gone, or never writable) goes to the temporary
+            // directory instead: the run's profile is not lost.
+            let dumped = match output::dump_after_others(&path) {
+                Err(e @ output::DumpError::Create { .. }) => {
+                    match output::path::fallback_path(&path) {
+                        Some(alt) => match output::dump_after_others(&alt) {
+                            Ok(stats) => Ok((stats, Some((alt, e)))),
+                            Err(_) => Err(e),
+                        },
+                        None => Err(e),
+                    }
+                }
+                r => r.map(|stats| (stats, None)),
+            };
             (dumped, crate::unwind::save_descriptors())
         };
         let nodes: usize = thread::all().map(|t| t.tree().len()).sum();
@@ -49,7 +63,16 @@ pub fn final_dump(reason: &str) -> bool {
         log_saved_descriptors(&saved);
     }
     match dumped {
-        Ok(stats) => {
+        Ok((stats, instead)) => {
+            let path = match instead {
+                Some((alt, e)) => {
+                    crate::igprof_log!(
+                        "could not write the profile at {reason} ({e}); wrote {alt} instead"
+                    );
+                    alt
+                }
+                None => path,
+            };
             if opts.debug || stats.dropped > 0 {
                 crate::igprof_log!(
                     "wrote {} at {reason}: {} samples, {} dropped (taken inside the profiler or no memory), {} truncated stacks, {} thread states",
