@@ -606,18 +606,7 @@ fn output_place(path: &[u8]) -> Result<(), Refusal> {
     if !stat(&dir).is_some_and(|m| m.is_dir()) {
         return Err(Refusal::NoOutputDir(path.to_vec(), dir));
     }
-    let c = c_string(&dir);
-    // SAFETY: `c` is NUL-terminated and alive for the call; faccessat only
-    // reads it.
-    let writable = unsafe {
-        libc::faccessat(
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            libc::W_OK | libc::X_OK,
-            libc::AT_EACCESS,
-        )
-    } == 0;
-    if !writable {
+    if !accessible(&dir, libc::W_OK | libc::X_OK) {
         return Err(Refusal::OutputDirNotWritable(path.to_vec(), dir));
     }
     Ok(())
@@ -685,10 +674,16 @@ fn is_file(p: &[u8]) -> bool {
 
 /// Whether this process may execute `p` (bash's test -x: eaccess X_OK).
 fn executable(p: &[u8]) -> bool {
+    accessible(p, libc::X_OK)
+}
+
+/// Whether this process's effective ids give `mode` (`X_OK`, `W_OK`...)
+/// on `p` (eaccess).
+fn accessible(p: &[u8], mode: libc::c_int) -> bool {
     let c = c_string(p);
     // SAFETY: `c` is a NUL-terminated string alive for the call;
     // faccessat only reads it.
-    unsafe { libc::faccessat(libc::AT_FDCWD, c.as_ptr(), libc::X_OK, libc::AT_EACCESS) == 0 }
+    unsafe { libc::faccessat(libc::AT_FDCWD, c.as_ptr(), mode, libc::AT_EACCESS) == 0 }
 }
 
 /// Whether exec'ing `p` would put the process in the loader's

@@ -143,9 +143,7 @@ impl ThreadUnwinder {
     #[inline(never)]
     pub fn trace_program_here(&self, bounds: &StackBounds, out: &mut [usize]) -> Trace {
         let regs = arch::capture();
-        let t = self.guarded(|this, table| {
-            this.walk(table, regs, bounds, out, Skip::All(table.self_text), None)
-        });
+        let t = self.trace_from_regs_logged(regs, bounds, out, None);
         // As in `trace_here`: this frame stays alive until the walk is done.
         core::hint::black_box(&regs);
         t

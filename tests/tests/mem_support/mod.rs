@@ -122,6 +122,19 @@ pub fn other_allocators() -> Vec<(&'static str, &'static str)> {
     .collect()
 }
 
+/// No function of profile `p` is in libigprof.so: the profiler's frames
+/// are left out of every stack (`what` names the run in the message).
+pub fn assert_no_profiler_frames(p: &Profile, what: &str) {
+    for f in p.funcs.values() {
+        assert!(
+            !f.file.ends_with("libigprof.so"),
+            "{what}: a profiler frame in the profile: {} in {}",
+            f.name,
+            f.file
+        );
+    }
+}
+
 // ---- Checks shared by the host tests and their foreign-architecture
 // ---- twins (tests/tests/foreign_arch.rs).
 
