@@ -277,15 +277,30 @@ impl Client {
         Client { config, failed }
     }
 
-    /// The cached file for `build_id`, if any.
+    /// The cached file for `build_id`, if any: only in a cache whose
+    /// directories belong to this user and no other may write into, and
+    /// only a regular file of this user, not a link (see `safefs`).
     pub fn cached(&self, build_id: &[u8]) -> Option<PathBuf> {
-        let p = self.cache_path(build_id);
-        p.is_file().then_some(p)
+        use std::os::unix::fs::MetadataExt;
+        let dir = self.cache_dir(build_id, false).ok()?;
+        let p = dir.path().join("debuginfo");
+        let m = std::fs::symlink_metadata(&p).ok()?;
+        (m.is_file() && m.uid() == safefs::euid()).then_some(p)
     }
 
     fn cache_path(&self, build_id: &[u8]) -> PathBuf {
-        let hex: String = build_id.iter().map(|b| format!("{b:02x}")).collect();
-        self.config.cache.join(hex).join("debuginfo")
+        self.config.cache.join(hex(build_id)).join("debuginfo")
+    }
+
+    /// The cache's directory for `build_id` (`create`: made, mode 0700,
+    /// where missing), its root and itself checked.
+    fn cache_dir(
+        &self,
+        build_id: &[u8],
+        create: bool,
+    ) -> Result<safefs::PrivateDir, safefs::Error> {
+        safefs::PrivateDir::open(&self.config.cache, create)?;
+        safefs::PrivateDir::open(&self.config.cache.join(hex(build_id)), create)
     }
 
     /// The debug file of `build_id`: from the cache, else from the first
@@ -299,8 +314,7 @@ impl Client {
         if let Some(p) = self.cached(build_id) {
             return (Some(p), Vec::new());
         }
-        let hex: String = build_id.iter().map(|b| format!("{b:02x}")).collect();
-        let path = format!("/buildid/{hex}/debuginfo");
+        let path = format!("/buildid/{}/debuginfo", hex(build_id));
         let mut errors = Vec::new();
         for (i, url) in self.config.urls.iter().enumerate() {
             if self.failed[i] {
@@ -328,20 +342,20 @@ impl Client {
 
     fn store(&self, build_id: &[u8], data: &[u8]) -> Result<PathBuf, FetchError> {
         let path = self.cache_path(build_id);
-        let err = |e: std::io::Error| FetchError::Cache {
+        let err = |e: safefs::Error| FetchError::Cache {
             path: path.clone(),
             reason: e.to_string(),
         };
-        let dir = path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir).map_err(err)?;
-        let tmp = dir.join(format!(".debuginfo.{}.tmp", std::process::id()));
-        std::fs::write(&tmp, data).map_err(err)?;
-        std::fs::rename(&tmp, &path).map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            err(e)
-        })?;
+        self.cache_dir(build_id, true)
+            .and_then(|dir| dir.write("debuginfo", data))
+            .map_err(err)?;
         Ok(path)
     }
+}
+
+/// A build-id as the cache names it.
+fn hex(build_id: &[u8]) -> String {
+    build_id.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -300,12 +300,38 @@ pub fn sqlite_db(
     let mut text = Vec::new();
     sql(&mut text, key, totals, tick, rows, p, names).map_err(|e| e.to_string())?;
     let text = String::from_utf8(text).map_err(|e| e.to_string())?;
-    let conn =
-        rusqlite::Connection::open(path).map_err(|e| format!("cannot create the database: {e}"))?;
+    // A new database under an unpredictable name created exclusively,
+    // renamed over `path` when complete: a link planted at `path` is
+    // replaced, never written through (see `safefs`).
+    let dest = std::path::Path::new(path);
+    let tmp = safefs::Temp::beside(dest, 0o666)
+        .map_err(|e| format!("cannot create the database: {e}"))?;
+    let written = fill_db(tmp.path(), &text);
+    match written {
+        Ok(()) => tmp
+            .commit(dest)
+            .map_err(|e| format!("cannot write the database: {e}")),
+        Err(e) => {
+            tmp.discard();
+            Err(e)
+        }
+    }
+}
+
+/// Writes the statements `text` into the new, empty database file `path`.
+fn fill_db(path: &std::path::Path, text: &str) -> Result<(), String> {
+    use rusqlite::OpenFlags;
+    let conn = rusqlite::Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NOFOLLOW,
+    )
+    .map_err(|e| format!("cannot create the database: {e}"))?;
     // IgProf's schema declares references to columns that only get their
     // unique index at the end; sqlite3's shell does not enforce them either.
     conn.execute_batch("PRAGMA foreign_keys=OFF;")
         .map_err(|e| format!("cannot configure the database: {e}"))?;
-    conn.execute_batch(&text)
-        .map_err(|e| format!("cannot write the database: {e}"))
+    conn.execute_batch(text)
+        .map_err(|e| format!("cannot write the database: {e}"))?;
+    conn.close()
+        .map_err(|(_, e)| format!("cannot write the database: {e}"))
 }

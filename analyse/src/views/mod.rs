@@ -479,16 +479,29 @@ pub fn run(
         if req.path == "-" {
             view.write(&input, out).map_err(failed)?;
         } else {
-            let file = std::fs::File::create(&req.path).map_err(|e| {
+            // Through a temporary renamed over the name (or in place for
+            // a device or FIFO): a link planted at the name is replaced,
+            // never written through (see `safefs`).
+            let dest = std::path::Path::new(&req.path);
+            let mut out = safefs::Output::create(dest).map_err(|e| {
                 Error::Output(format!(
                     "{}: cannot create ({}): {e}",
                     req.path,
                     view.name()
                 ))
             })?;
-            let mut w = io::BufWriter::with_capacity(1 << 16, file);
-            view.write(&input, &mut w).map_err(failed)?;
-            w.flush().map_err(|e| failed(ViewError::Io(e)))?;
+            let written = {
+                let mut w = io::BufWriter::with_capacity(1 << 16, out.file_mut());
+                view.write(&input, &mut w)
+                    .and_then(|()| w.flush().map_err(ViewError::Io))
+            };
+            match written {
+                Ok(()) => out.finish(dest).map_err(|e| failed(ViewError::Io(e)))?,
+                Err(e) => {
+                    out.discard();
+                    return Err(failed(e));
+                }
+            }
         }
     }
     Ok(())

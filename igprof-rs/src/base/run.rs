@@ -35,6 +35,10 @@ pub struct Info {
     /// The working directory when the image started (empty if unknown):
     /// relative profile names are taken from it.
     pub start_dir: Vec<u8>,
+    /// The real user id when the image started: besides the effective
+    /// user, the one whose files the profile may be written into in place
+    /// after the program gave up its privileges.
+    pub start_uid: u32,
 }
 
 static INFO: OnceLock<Info> = OnceLock::new();
@@ -44,6 +48,8 @@ pub fn info() -> &'static Info {
         program: b"<unknown>".to_vec(),
         exe: b"<unknown>".to_vec(),
         start_dir: Vec::new(),
+        // SAFETY: getuid has no preconditions.
+        start_uid: unsafe { libc::getuid() },
     })
 }
 

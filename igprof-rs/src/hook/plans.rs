@@ -14,29 +14,36 @@
 //! program when the directory cannot be read or written (the hooks are
 //! then planned as without it).
 
-use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use crate::unwind::store;
 
-/// The table's file, when the store is on and the library has a build-id:
-/// `plans-<build-id>` among the store's descriptor files (whose names are
-/// bare build-ids), so that a first process makes no second directory.
-/// Found once, for [`load`] and [`save`] alike.
-fn file() -> Option<&'static (PathBuf, PathBuf)> {
-    static FILE: OnceLock<Option<(PathBuf, PathBuf)>> = OnceLock::new();
+/// The table's file name, when the store is on and the library has a
+/// build-id: `plans-<build-id>` among the store's descriptor files (whose
+/// names are bare build-ids), so that a first process makes no second
+/// directory. Found once, for [`load`] and [`save`] alike.
+fn file() -> Option<&'static str> {
+    static FILE: OnceLock<Option<String>> = OnceLock::new();
     FILE.get_or_init(|| {
-        let dir = store::dir()?.to_path_buf();
+        store::dir()?;
         let id = own_build_id()?;
-        let path = dir.join(format!("plans-{}", store::hex(&id)));
-        Some((dir, path))
+        Some(format!("plans-{}", store::hex(&id)))
     })
-    .as_ref()
+    .as_deref()
 }
 
-/// Reads the plans earlier processes kept. Returns how many were added.
+/// The most bytes a plans table is read up to (a table of every hook of
+/// every module is a few KiB).
+const MAX_TABLE: usize = 1 << 20;
+
+/// Reads the plans earlier processes kept (only from the store's checked
+/// directory, see `unwind/store.rs`). Returns how many were added.
 pub fn load() -> usize {
-    match file().and_then(|(_, path)| std::fs::read(path).ok()) {
+    let bytes = file().and_then(|name| {
+        let dir = store::open_dir(false)?.ok()?;
+        dir.read(name, MAX_TABLE).ok()
+    });
+    match bytes {
         Some(bytes) => trampoline::known::import(&bytes),
         None => 0,
     }
@@ -45,22 +52,32 @@ pub fn load() -> usize {
 /// Writes the table when this process planned something new, into a
 /// store directory that exists already: a process makes no directory for
 /// its plans (creating one costs a process that derives no descriptor,
-/// which never makes it, about 0.3 ms here), the first one that saves
-/// descriptors does, and the processes after it keep the plans. Returns
-/// whether it wrote, or why it could not.
+/// which never makes it, a fraction of a millisecond), the first one that
+/// saves descriptors does, and the processes after it keep the plans.
+/// Returns whether it wrote, or why it could not.
 pub fn save() -> Result<bool, String> {
-    let Some((dir, path)) = file() else {
+    let Some(name) = file() else {
         return Ok(false);
     };
-    if !dir.is_dir() {
-        return Ok(false);
-    }
+    let dir = match store::open_dir(false) {
+        None => return Ok(false),
+        Some(Err(e)) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(false),
+        Some(Err(e)) => {
+            return Err(format!(
+                "{}: {e}",
+                store::dir()
+                    .map(|d| d.display().to_string())
+                    .unwrap_or_default()
+            ))
+        }
+        Some(Ok(d)) => d,
+    };
     let Some(bytes) = trampoline::known::export() else {
         return Ok(false);
     };
-    store::write_file(dir, path, &bytes)
+    dir.write(name, &bytes)
         .map(|()| true)
-        .map_err(|e| format!("{}: {e}", path.display()))
+        .map_err(|e| format!("{}/{name}: {e}", dir.path().display()))
 }
 
 /// The GNU build-id of this library, from its own notes.

@@ -17,7 +17,8 @@
 //! concurrently.
 //!
 //! Must never: run from a signal handler, fork a compressor, or write a
-//! partial file under the final name (it writes `<name>.tmp` and renames).
+//! partial file under the final name, or write through a link planted at
+//! the name (see `create_output`).
 
 mod deflate;
 pub mod names;
@@ -25,6 +26,7 @@ pub mod path;
 
 use std::collections::HashMap as StdHashMap;
 use std::io::Write;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use igprof_format::write::{CounterRef, FileRef, FuncRef, IoSink, Sink, WriteError, Writer};
@@ -73,9 +75,23 @@ pub(crate) type HashMap<K, V> = StdHashMap<K, V, core::hash::BuildHasherDefault<
 pub enum DumpError {
     NotProfiling,
     Busy,
-    Create { path: String, errno: i32 },
-    Write { path: String, err: WriteError },
-    Rename { path: String, errno: i32 },
+    Create {
+        path: String,
+        errno: i32,
+    },
+    /// A file that must be written in place was not safe to write.
+    Refused {
+        path: String,
+        why: safefs::Refusal,
+    },
+    Write {
+        path: String,
+        err: WriteError,
+    },
+    Rename {
+        path: String,
+        errno: i32,
+    },
 }
 
 impl core::fmt::Display for DumpError {
@@ -88,6 +104,7 @@ impl core::fmt::Display for DumpError {
                 "cannot create {path}: {}",
                 std::io::Error::from_raw_os_error(*errno)
             ),
+            DumpError::Refused { path, why } => write!(f, "not writing {path}: {why}"),
             DumpError::Write { path, err } => write!(f, "writing {path}: {err}"),
             DumpError::Rename { path, errno } => write!(
                 f,
@@ -680,19 +697,23 @@ fn names_check() -> bool {
     std::env::var_os("IGPROF_NAMES_CHECK").is_some_and(|v| !v.is_empty() && v != "0")
 }
 
-/// Writes the merged profile to `path` (through `<path>.tmp`).
+/// Writes the merged profile to `path` (through a temporary, see
+/// [`create_output`]).
 fn write_named(path: &str, gzip: bool, merged: &Merged, naming: &Naming) -> Result<(), DumpError> {
-    let out = Output::create(path)?;
+    let out = create_output(path)?;
     let written = {
         let _fsize = FsizeGuard::block();
-        write_file(&out.file, gzip, merged, naming)
+        write_file(out.file(), gzip, merged, naming)
     };
     if let Err(err) = written {
-        let path = out.written_path().to_string();
+        let path = out.written_path(Path::new(path)).display().to_string();
         out.discard();
         return Err(DumpError::Write { path, err });
     }
-    out.finish(path)
+    out.finish(Path::new(path)).map_err(|e| DumpError::Rename {
+        path: path.to_string(),
+        errno: e.raw_os_error().unwrap_or(0),
+    })
 }
 
 /// Streams the merged profile into `file`, gzipped or plain.
@@ -794,95 +815,48 @@ impl Write for GzipWriter<'_> {
     }
 }
 
-/// The file a dump is written into: `<path>.tmp`, renamed over `path` when
-/// complete; or, when the process may no longer create files there (it
-/// dropped its privileges: see [`prepare_for_setuid`]), the prepared
-/// `path` itself, written in place.
-struct Output {
-    file: std::fs::File,
-    tmp: Option<String>,
-    path: String,
-}
-
-impl Output {
-    fn create(path: &str) -> Result<Output, DumpError> {
-        // Something other than a file or directory (`-o /dev/null`, a
-        // FIFO, a terminal) is written in place: a temporary renamed over
-        // it would replace the device or pipe with a plain file (as root,
-        // /dev/null itself).
-        if path::is_device_or_pipe(path.as_bytes()) {
-            return match std::fs::OpenOptions::new().write(true).open(path) {
-                Ok(file) => Ok(Output {
-                    file,
-                    tmp: None,
-                    path: path.to_string(),
-                }),
-                Err(e) => Err(DumpError::Create {
-                    path: path.to_string(),
-                    errno: e.raw_os_error().unwrap_or(0),
-                }),
-            };
-        }
-        let tmp = format!("{path}.tmp");
-        match create_with_room(&tmp) {
-            Ok(file) => Ok(Output {
-                file,
-                tmp: Some(tmp),
-                path: path.to_string(),
-            }),
-            Err(e) => {
-                let errno = e.raw_os_error().unwrap_or(0);
-                let prepared = (errno == libc::EACCES || errno == libc::EPERM)
-                    .then(|| {
-                        std::fs::OpenOptions::new()
-                            .write(true)
-                            .truncate(true)
-                            .open(path)
-                            .ok()
-                    })
-                    .flatten();
-                match prepared {
-                    Some(file) => Ok(Output {
-                        file,
-                        tmp: None,
-                        path: path.to_string(),
-                    }),
-                    None => Err(DumpError::Create { path: tmp, errno }),
-                }
-            }
-        }
+/// The file a dump is written into (see `safefs`): a device or FIFO in
+/// place; else a file created exclusively under an unpredictable name
+/// beside `path` and renamed over it when complete (a link planted at
+/// either name is never written through); or, when the process may no
+/// longer create files there (it dropped its privileges: see
+/// [`prepare_for_setuid`]), the prepared `path` itself, written in place
+/// if it is a regular file, not a link, of the process's user or of the
+/// user who started it.
+fn create_output(path: &str) -> Result<safefs::Output, DumpError> {
+    let dest = Path::new(path);
+    let errno = match with_descriptor_room(|| safefs::Output::create(dest)) {
+        Ok(out) => return Ok(out),
+        Err(e) => e.raw_os_error().unwrap_or(0),
+    };
+    let create_failed = DumpError::Create {
+        path: path.to_string(),
+        errno,
+    };
+    if errno != libc::EACCES && errno != libc::EPERM {
+        return Err(create_failed);
     }
-
-    fn written_path(&self) -> &str {
-        self.tmp.as_deref().unwrap_or(&self.path)
-    }
-
-    /// A failed write: no partial `.tmp` is left behind.
-    fn discard(self) {
-        if let Some(tmp) = self.tmp {
-            let _ = std::fs::remove_file(tmp);
-        }
-    }
-
-    fn finish(self, path: &str) -> Result<(), DumpError> {
-        let Some(tmp) = self.tmp else {
-            return Ok(());
-        };
-        std::fs::rename(&tmp, path).map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            DumpError::Rename {
-                path: path.to_string(),
-                errno: e.raw_os_error().unwrap_or(0),
-            }
-        })
+    match safefs::open_in_place(dest, &file_owners()) {
+        Ok(file) => Ok(safefs::Output::InPlace(file)),
+        Err(safefs::Error::Refused(why)) => Err(DumpError::Refused {
+            path: path.to_string(),
+            why,
+        }),
+        Err(safefs::Error::Io(_)) => Err(create_failed),
     }
 }
 
-/// Creates `path`; when the program holds every descriptor its limit
-/// allows (EMFILE), raises the soft limit by one for the call (and the hard
-/// limit too, where the process may), then puts the limits back.
-fn create_with_room(path: &str) -> std::io::Result<std::fs::File> {
-    match std::fs::File::create(path) {
+/// The users whose regular file a profile may be written into in place:
+/// the process's effective user and the user who started it.
+fn file_owners() -> [u32; 2] {
+    [safefs::euid(), crate::base::run::info().start_uid]
+}
+
+/// Runs `create`; when the program holds every descriptor its limit
+/// allows (EMFILE), raises the soft limit by one for a second call (and
+/// the hard limit too, where the process may), then puts the limits back.
+fn with_descriptor_room<T>(create: impl Fn() -> std::io::Result<T>) -> std::io::Result<T> {
+    match create() {
         Err(e) if e.raw_os_error() == Some(libc::EMFILE) => {
             let mut old = libc::rlimit {
                 rlim_cur: 0,
@@ -900,7 +874,7 @@ fn create_with_room(path: &str) -> std::io::Result<std::fs::File> {
             if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &more) } != 0 {
                 return Err(e);
             }
-            let r = std::fs::File::create(path);
+            let r = create();
             // SAFETY: as above; the program's limits are restored (the
             // descriptor just opened stays valid above the soft limit).
             unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &old) };
@@ -913,22 +887,19 @@ fn create_with_room(path: &str) -> std::io::Result<std::fs::File> {
 /// Before the process gives up its privileges (setuid and friends, to the
 /// effective user `uid`): makes sure the profile can still be written where
 /// the user asked, by creating the output file now, owned by `uid`; a dump
-/// that can no longer create `<path>.tmp` writes it in place. Not signal
+/// that can no longer create its temporary there writes it in place. Not signal
 /// context.
 pub fn prepare_for_setuid(uid: libc::uid_t) {
     if !crate::base::run::active() {
         return;
     }
     let path = path::output_path();
-    if let Ok(f) = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
+    if path::is_device_or_pipe(path.as_bytes()) {
+        return;
+    }
+    if let Err(safefs::Error::Refused(why)) = safefs::prepare(Path::new(&path), &file_owners(), uid)
     {
-        use std::os::fd::AsRawFd;
-        // SAFETY: fchown on a descriptor we own; -1 keeps the group.
-        unsafe { libc::fchown(f.as_raw_fd(), uid, u32::MAX) };
+        crate::igprof_log!("not preparing {path} for the profile: {why}");
     }
 }
 

@@ -38,15 +38,17 @@ pub fn final_dump(reason: &str) -> bool {
             // directory gone, or never writable) goes to the temporary
             // directory instead: the run's profile is not lost.
             let dumped = match output::dump_after_others(&path) {
-                Err(e @ output::DumpError::Create { .. }) => {
-                    match output::path::fallback_path(&path) {
-                        Some(alt) => match output::dump_after_others(&alt) {
-                            Ok(stats) => Ok((stats, Some((alt, e)))),
-                            Err(_) => Err(e),
-                        },
-                        None => Err(e),
-                    }
-                }
+                Err(
+                    e @ (output::DumpError::Create { .. }
+                    | output::DumpError::Refused { .. }
+                    | output::DumpError::Rename { .. }),
+                ) => match output::path::fallback_path(&path) {
+                    Some(alt) => match output::dump_after_others(&alt) {
+                        Ok(stats) => Ok((stats, Some((alt, e)))),
+                        Err(_) => Err(e),
+                    },
+                    None => Err(e),
+                },
                 r => r.map(|stats| (stats, None)),
             };
             (dumped, crate::unwind::save_descriptors())

@@ -252,6 +252,8 @@ pub fn init(modules: &'static [&'static Module]) {
         start_dir: std::env::current_dir()
             .map(|d| std::os::unix::ffi::OsStringExt::into_vec(d.into_os_string()))
             .unwrap_or_default(),
+        // SAFETY: getuid has no preconditions.
+        start_uid: unsafe { libc::getuid() },
     });
     run::set_pid(sys::getpid());
 
@@ -267,7 +269,12 @@ pub fn init(modules: &'static [&'static Module]) {
     }
     init_thread_key();
     if let Some(dir) = crate::unwind::store::dir_from_env(|k| std::env::var_os(k)) {
-        crate::unwind::store::configure(dir);
+        if let Err(e) = crate::unwind::store::configure(dir.clone()) {
+            crate::igprof_debug!(
+                "descriptor store {} not used ({e}); every descriptor is derived here",
+                dir.display()
+            );
+        }
     }
     crate::base::trace::modules_changed();
     let Some(main) = thread::register_current(options::get().max_depth) else {

@@ -21,24 +21,32 @@
 //! ignored and replaced at the next save. Objects without a build-id are
 //! not stored.
 //!
+//! The directory is used only when it is owned by the effective user and
+//! no other user may write into it (checked at [`configure`] and each time
+//! it is opened), and its files only when they are regular files of that
+//! user reached without a link (`safefs::PrivateDir`): descriptors steer
+//! the walk through the program's stack and hook plans steer code
+//! patching, so a file someone else could have written is never trusted.
+//!
 //! Owns: the file format, the process's registry of stored objects, and
 //! the log of descriptors derived here. Files are read (copied into memory,
 //! never mapped: a file truncated by someone else would raise SIGBUS in the
 //! program) when the module table is rebuilt and written when the process
-//! ends, outside signal context, through `<file>.<pid>.tmp` and a rename.
+//! ends, outside signal context, under an unpredictable name created
+//! exclusively and renamed over the file.
 //! From a walk only [`lookup`] (reads what was loaded) and [`record`]
 //! (atomics in a mapping made by [`configure`]) run: no allocation, no
 //! lock, no system call. Without [`configure`] nothing is read or written.
 
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use super::descriptor::{Descriptor, Kind};
 use super::mem::{MmapSlice, Zeroable};
+use safefs::PrivateDir;
 
 /// Changes whenever the file layout changes.
 const MAGIC: [u8; 8] = *b"IGPRUWD1";
@@ -153,16 +161,22 @@ static LOG_NEXT: AtomicUsize = AtomicUsize::new(0);
 /// Store descriptors in `dir` (created when first written; a relative
 /// path is taken from the current directory now, not at exit). Call once,
 /// before the first module table is built; later calls change nothing.
-pub fn configure(dir: PathBuf) {
+/// A directory that exists but fails the checks (see the module's docs)
+/// leaves the store off for this process: the error says why.
+pub fn configure(dir: PathBuf) -> Result<(), safefs::Error> {
     if DIR.get().is_some() {
-        return;
+        return Ok(());
     }
     let dir = match std::env::current_dir() {
         Ok(cwd) if dir.is_relative() => cwd.join(dir),
         _ => dir,
     };
+    match PrivateDir::open(&dir, false) {
+        Err(e) if e.raw_os_error() != Some(libc::ENOENT) => return Err(e),
+        _ => {}
+    }
     let Ok(log) = MmapSlice::<Learned>::zeroed_lazy(LOG_CAPACITY) else {
-        return;
+        return Ok(());
     };
     LOG.store(log.leak().as_mut_ptr(), Ordering::Release);
     CHECK.store(
@@ -170,7 +184,17 @@ pub fn configure(dir: PathBuf) {
         Ordering::Relaxed,
     );
     let _ = DIR.set(dir);
+    Ok(())
 }
+
+/// The store's directory, opened and checked (`create`: made first, mode
+/// 0700, where missing). Outside signal context.
+pub(crate) fn open_dir(create: bool) -> Option<Result<PrivateDir, safefs::Error>> {
+    DIR.get().map(|d| PrivateDir::open(d, create))
+}
+
+/// The most bytes a store file may hold.
+const MAX_FILE: usize = HEADER + MAX_ENTRIES * ENTRY;
 
 /// Whether store answers are checked against a fresh derivation.
 #[inline]
@@ -232,7 +256,7 @@ impl Registry {
     /// The registry entry for `ident`, its file read when first seen.
     /// Outside signal context (reads a file).
     pub(crate) fn attach(&mut self, ident: &Ident) -> Stored {
-        let (Some(dir), Some(producer)) = (DIR.get(), self.producer) else {
+        let (true, Some(producer)) = (DIR.get().is_some(), self.producer) else {
             return Stored::default();
         };
         if ident.build_id_len == 0 {
@@ -241,8 +265,9 @@ impl Registry {
         let i = match self.index.get(ident) {
             Some(&i) => i,
             None => {
-                let entries = std::fs::read(file_of(dir, ident))
-                    .ok()
+                let entries = open_dir(false)
+                    .and_then(Result::ok)
+                    .and_then(|d| d.read(&file_of(ident), MAX_FILE).ok())
                     .and_then(|b| checked_entries(&b, ident, &producer).map(<[u8]>::to_vec))
                     .unwrap_or_default();
                 self.known
@@ -263,18 +288,29 @@ impl Registry {
     /// log after the snapshot is not saved).
     pub(crate) fn save(&self) -> SaveReport {
         let mut report = SaveReport::default();
-        let (Some(dir), Some(producer)) = (DIR.get(), self.producer) else {
+        let Some(producer) = self.producer else {
             return report;
         };
         let mut learned = snapshot();
+        if learned.is_empty() {
+            return report;
+        }
+        let dir = match open_dir(true) {
+            None => return report,
+            Some(Ok(d)) => d,
+            Some(Err(e)) => {
+                report.error = DIR.get().map(|d| format!("{}: {e}", d.display()));
+                return report;
+            }
+        };
         learned.sort_unstable();
         learned.dedup_by_key(|e| (e.0, e.1));
         for group in learned.chunk_by(|a, b| a.0 == b.0) {
             let Some((ident, _)) = self.known.get(group[0].0 as usize - 1) else {
                 continue;
             };
-            let path = file_of(dir, ident);
-            let old = std::fs::read(&path).ok();
+            let name = file_of(ident);
+            let old = dir.read(&name, MAX_FILE).ok();
             let old = old
                 .as_deref()
                 .and_then(|b| checked_entries(b, ident, &producer))
@@ -283,7 +319,7 @@ impl Registry {
             let Some(merged) = merge(old, &new) else {
                 continue;
             };
-            match write_file(dir, &path, &encode_file(ident, &producer, &merged)) {
+            match dir.write(&name, &encode_file(ident, &producer, &merged)) {
                 Ok(()) => {
                     report.objects += 1;
                     report.added += merged.len() - old.len() / ENTRY;
@@ -291,7 +327,7 @@ impl Registry {
                 Err(e) => {
                     report
                         .error
-                        .get_or_insert_with(|| format!("{}: {e}", path.display()));
+                        .get_or_insert_with(|| format!("{}/{name}: {e}", dir.path().display()));
                 }
             }
         }
@@ -332,8 +368,9 @@ fn snapshot() -> Vec<(u32, u64, u64)> {
         .collect()
 }
 
-fn file_of(dir: &Path, ident: &Ident) -> PathBuf {
-    dir.join(hex(ident.build_id()))
+/// The name of `ident`'s file in the store's directory.
+fn file_of(ident: &Ident) -> String {
+    hex(ident.build_id())
 }
 
 /// A build-id as a file name.
@@ -345,25 +382,6 @@ pub(crate) fn hex(id: &[u8]) -> String {
         name.push(DIGITS[(b & 15) as usize] as char);
     }
     name
-}
-
-/// Writes `bytes` to `path` in `dir` (made, mode 0700, if missing)
-/// through `<path>.<pid>.tmp` and a rename: a concurrent reader sees the
-/// old file or the new one, never a part.
-pub(crate) fn write_file(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".{}.tmp", std::process::id()));
-    let written = std::fs::File::create(&tmp).and_then(|mut f| f.write_all(bytes));
-    let renamed = written.and_then(|()| std::fs::rename(&tmp, path));
-    if renamed.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    renamed
 }
 
 /// `old` (a file's checked entries) with the `new` keys it lacks, in key
