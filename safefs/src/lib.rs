@@ -436,29 +436,7 @@ fn open_dir_fd(at: Option<&OwnedFd>, path: &Path, flags: i32) -> Result<OwnedFd,
 /// others cannot write into unless it is sticky (`/tmp`): a home directory
 /// of another user (root under `sudo` keeps the user's `HOME`) is refused.
 fn create_missing(path: &Path) -> Result<(), Error> {
-    let mut missing: Vec<OsString> = Vec::new();
-    let mut top = path;
-    while std::fs::symlink_metadata(top).is_err() {
-        let (Some(parent), Some(name)) = (top.parent(), top.file_name()) else {
-            return Err(io::Error::from_raw_os_error(libc::ENOENT).into());
-        };
-        missing.push(name.to_owned());
-        top = if parent.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            parent
-        };
-    }
-    if missing.is_empty() {
-        return Ok(());
-    }
-    let me = euid();
-    let link = std::fs::symlink_metadata(top)?;
-    if link.file_type().is_symlink() && link.uid() != me && link.uid() != 0 {
-        return Err(Refusal::Link.into());
-    }
-    let mut fd = open_dir_fd(None, top, 0)?;
-    check_dir(&fd, true, true)?;
+    let (mut fd, missing) = missing_below(path)?;
     for name in missing.iter().rev() {
         let c = cstring(name)?;
         // SAFETY: a NUL-terminated name relative to the directory we hold.
@@ -475,7 +453,46 @@ fn create_missing(path: &Path) -> Result<(), Error> {
     Ok(())
 }
 
+/// The deepest existing directory above `path`, opened and checked as
+/// [`create_missing`] requires, and the missing components below it,
+/// deepest first (none: `path` exists, and the descriptor is unchecked).
+fn missing_below(path: &Path) -> Result<(OwnedFd, Vec<OsString>), Error> {
+    let mut missing: Vec<OsString> = Vec::new();
+    let mut top = path;
+    while std::fs::symlink_metadata(top).is_err() {
+        let (Some(parent), Some(name)) = (top.parent(), top.file_name()) else {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT).into());
+        };
+        missing.push(name.to_owned());
+        top = if parent.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            parent
+        };
+    }
+    let link = std::fs::symlink_metadata(top)?;
+    let me = euid();
+    if !missing.is_empty() && link.file_type().is_symlink() && link.uid() != me && link.uid() != 0 {
+        return Err(Refusal::Link.into());
+    }
+    let fd = open_dir_fd(None, top, 0)?;
+    if !missing.is_empty() {
+        check_dir(&fd, true, true)?;
+    }
+    Ok((fd, missing))
+}
+
 impl PrivateDir {
+    /// Whether `path` would be used: it is a private directory already,
+    /// or it is missing and [`PrivateDir::open`] with `create` would be
+    /// allowed to make it. Makes nothing.
+    pub fn check(path: &Path) -> Result<(), Error> {
+        match PrivateDir::open(path, false) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => missing_below(path).map(drop),
+            r => r.map(drop),
+        }
+    }
+
     /// Opens `path` (never through a link at its last component) and
     /// checks it; with `create`, makes it first where missing (see
     /// [`create_missing`]).

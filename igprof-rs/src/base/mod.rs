@@ -9,6 +9,7 @@
 
 pub mod alloc;
 pub mod counters;
+pub mod limits;
 pub mod live;
 pub mod log;
 // Only where nothing unwinds (the release library); tests and benchmarks

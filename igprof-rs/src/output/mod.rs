@@ -79,6 +79,11 @@ pub enum DumpError {
         path: String,
         errno: i32,
     },
+    /// The program's address-space limit leaves no room for the dump.
+    NoMemory {
+        needed: usize,
+        limit: u64,
+    },
     /// A file that must be written in place was not safe to write.
     Refused {
         path: String,
@@ -99,18 +104,44 @@ impl core::fmt::Display for DumpError {
         match self {
             DumpError::NotProfiling => write!(f, "profiling is not active in this process"),
             DumpError::Busy => write!(f, "another dump is being written"),
-            DumpError::Create { path, errno } => write!(
+            DumpError::Create { path, errno } => {
+                write!(f, "cannot create {path}: {}", OsError(*errno))
+            }
+            DumpError::NoMemory { needed, limit } => write!(
                 f,
-                "cannot create {path}: {}",
-                std::io::Error::from_raw_os_error(*errno)
+                "the program's address-space limit (RLIMIT_AS, {} MiB) leaves no room for the dump (about {} MiB)",
+                limit >> 20,
+                needed >> 20
             ),
             DumpError::Refused { path, why } => write!(f, "not writing {path}: {why}"),
+            DumpError::Write {
+                path,
+                err: WriteError::Io { errno },
+            } => write!(f, "writing {path}: {}", OsError(*errno)),
             DumpError::Write { path, err } => write!(f, "writing {path}: {err}"),
             DumpError::Rename { path, errno } => write!(
                 f,
                 "cannot rename the finished dump to {path}: {}",
-                std::io::Error::from_raw_os_error(*errno)
+                OsError(*errno)
             ),
+        }
+    }
+}
+
+/// A system error's text, with the limit of the program's that caused it
+/// where that is the usual reason.
+struct OsError(i32);
+
+impl core::fmt::Display for OsError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}", std::io::Error::from_raw_os_error(self.0))?;
+        match self.0 {
+            libc::EFBIG => write!(f, " (the program's file size limit, RLIMIT_FSIZE)"),
+            libc::EMFILE => write!(
+                f,
+                " (the program holds every descriptor its RLIMIT_NOFILE allows)"
+            ),
+            _ => Ok(()),
         }
     }
 }
@@ -575,6 +606,12 @@ fn is_main_program(fbase: usize) -> bool {
     base == fbase || base == 0
 }
 
+/// Address space a dump may need besides what the program holds: the
+/// final dump's region (`alloc::final_arena`) and the compressor's state,
+/// then per call-tree node its merged copy, counters and text.
+const DUMP_MEMORY_BASE: usize = 12 << 20;
+const DUMP_MEMORY_PER_NODE: usize = 512;
+
 /// Writes the current profile of every thread to `path`.
 pub fn dump_to(path: &str) -> Result<DumpStats, DumpError> {
     if !crate::base::run::active() {
@@ -583,7 +620,19 @@ pub fn dump_to(path: &str) -> Result<DumpStats, DumpError> {
     if DUMPING.swap(true, Ordering::AcqRel) {
         return Err(DumpError::Busy);
     }
+    // A program that lowered RLIMIT_AS may leave no room for the dump's
+    // memory: an allocation failing halfway would abort the program.
+    let nodes: usize = thread::all().map(|t| t.tree().len()).sum();
+    let needed = DUMP_MEMORY_BASE + nodes.saturating_mul(DUMP_MEMORY_PER_NODE);
+    let room = match crate::base::limits::AddressSpaceRoom::make(needed) {
+        Ok(room) => room,
+        Err(limit) => {
+            DUMPING.store(false, Ordering::Release);
+            return Err(DumpError::NoMemory { needed, limit });
+        }
+    };
     let r = dump_locked(path);
+    drop(room);
     DUMPING.store(false, Ordering::Release);
     r
 }
@@ -702,7 +751,7 @@ fn names_check() -> bool {
 fn write_named(path: &str, gzip: bool, merged: &Merged, naming: &Naming) -> Result<(), DumpError> {
     let out = create_output(path)?;
     let written = {
-        let _fsize = FsizeGuard::block();
+        let _fsize = crate::base::limits::FsizeGuard::block();
         write_file(out.file(), gzip, merged, naming)
     };
     if let Err(err) = written {
@@ -825,7 +874,7 @@ impl Write for GzipWriter<'_> {
 /// user who started it.
 fn create_output(path: &str) -> Result<safefs::Output, DumpError> {
     let dest = Path::new(path);
-    let errno = match with_descriptor_room(|| safefs::Output::create(dest)) {
+    let errno = match crate::base::limits::with_descriptor_room(|| safefs::Output::create(dest)) {
         Ok(out) => return Ok(out),
         Err(e) => e.raw_os_error().unwrap_or(0),
     };
@@ -852,38 +901,6 @@ fn file_owners() -> [u32; 2] {
     [safefs::euid(), crate::base::run::info().start_uid]
 }
 
-/// Runs `create`; when the program holds every descriptor its limit
-/// allows (EMFILE), raises the soft limit by one for a second call (and
-/// the hard limit too, where the process may), then puts the limits back.
-fn with_descriptor_room<T>(create: impl Fn() -> std::io::Result<T>) -> std::io::Result<T> {
-    match create() {
-        Err(e) if e.raw_os_error() == Some(libc::EMFILE) => {
-            let mut old = libc::rlimit {
-                rlim_cur: 0,
-                rlim_max: 0,
-            };
-            // SAFETY: reading the limit into a valid struct.
-            if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut old) } != 0 {
-                return Err(e);
-            }
-            let more = libc::rlimit {
-                rlim_cur: old.rlim_cur + 1,
-                rlim_max: old.rlim_max.max(old.rlim_cur + 1),
-            };
-            // SAFETY: setting the limit from a valid struct.
-            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &more) } != 0 {
-                return Err(e);
-            }
-            let r = create();
-            // SAFETY: as above; the program's limits are restored (the
-            // descriptor just opened stays valid above the soft limit).
-            unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &old) };
-            r
-        }
-        r => r,
-    }
-}
-
 /// Before the process gives up its privileges (setuid and friends, to the
 /// effective user `uid`): makes sure the profile can still be written where
 /// the user asked, by creating the output file now, owned by `uid`; a dump
@@ -900,72 +917,6 @@ pub fn prepare_for_setuid(uid: libc::uid_t) {
     if let Err(safefs::Error::Refused(why)) = safefs::prepare(Path::new(&path), &file_owners(), uid)
     {
         crate::igprof_log!("not preparing {path} for the profile: {why}");
-    }
-}
-
-/// Blocks SIGXFSZ on the dumping thread while a profile is written, so a
-/// file size limit (RLIMIT_FSIZE) fails the write (EFBIG) instead of killing
-/// the program; a SIGXFSZ the write raised is taken back afterwards.
-struct FsizeGuard {
-    saved: libc::sigset_t,
-    was_pending: bool,
-}
-
-fn xfsz_set() -> libc::sigset_t {
-    // SAFETY: an all-zero sigset_t is empty; sigaddset on a valid set.
-    unsafe {
-        let mut set: libc::sigset_t = core::mem::zeroed();
-        libc::sigaddset(&mut set, libc::SIGXFSZ);
-        set
-    }
-}
-
-fn xfsz_pending() -> bool {
-    // SAFETY: sigpending fills a valid set; sigismember reads it.
-    unsafe {
-        let mut p: libc::sigset_t = core::mem::zeroed();
-        libc::sigpending(&mut p);
-        libc::sigismember(&p, libc::SIGXFSZ) == 1
-    }
-}
-
-impl FsizeGuard {
-    fn block() -> Self {
-        let set = xfsz_set();
-        // SAFETY: valid sigset pointers.
-        let mut saved: libc::sigset_t = unsafe { core::mem::zeroed() };
-        // SAFETY: as above; raw syscall, the program's mask shadow is untouched.
-        unsafe { crate::base::sys::rt_sigprocmask(libc::SIG_BLOCK, &set, &mut saved) };
-        FsizeGuard {
-            saved,
-            was_pending: xfsz_pending(),
-        }
-    }
-}
-
-impl Drop for FsizeGuard {
-    fn drop(&mut self) {
-        if !self.was_pending && xfsz_pending() {
-            let set = xfsz_set();
-            let zero = libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            };
-            // SAFETY: takes the pending SIGXFSZ of this thread, without waiting.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_rt_sigtimedwait,
-                    &set,
-                    core::ptr::null_mut::<libc::siginfo_t>(),
-                    &zero,
-                    8,
-                )
-            };
-        }
-        // SAFETY: restores the mask saved in `block`.
-        unsafe {
-            crate::base::sys::rt_sigprocmask(libc::SIG_SETMASK, &self.saved, core::ptr::null_mut())
-        };
     }
 }
 

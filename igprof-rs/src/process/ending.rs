@@ -51,7 +51,11 @@ pub fn final_dump(reason: &str) -> bool {
                 },
                 r => r.map(|stats| (stats, None)),
             };
-            (dumped, crate::unwind::save_descriptors())
+            let saved = {
+                let _fsize = crate::base::limits::FsizeGuard::block();
+                crate::unwind::save_descriptors()
+            };
+            (dumped, saved)
         };
         let nodes: usize = thread::all().map(|t| t.tree().len()).sum();
         if nodes <= SMALL_DUMP_NODES {

@@ -166,7 +166,10 @@ fn after_leave() {
 /// Keeps the plans of the functions hooked at start-up that were not
 /// known (`known` were read); says what it did under `-d`.
 fn save_plans(known: usize) {
-    let saved = crate::hook::plans::save();
+    let saved = {
+        let _fsize = crate::base::limits::FsizeGuard::block();
+        crate::hook::plans::save()
+    };
     if options::get().debug {
         match saved {
             Ok(wrote) => crate::igprof_log!(

@@ -171,10 +171,7 @@ pub fn configure(dir: PathBuf) -> Result<(), safefs::Error> {
         Ok(cwd) if dir.is_relative() => cwd.join(dir),
         _ => dir,
     };
-    match PrivateDir::open(&dir, false) {
-        Err(e) if e.raw_os_error() != Some(libc::ENOENT) => return Err(e),
-        _ => {}
-    }
+    PrivateDir::check(&dir)?;
     let Ok(log) = MmapSlice::<Learned>::zeroed_lazy(LOG_CAPACITY) else {
         return Ok(());
     };
