@@ -441,4 +441,36 @@ mod tests {
             Some(cache.path().join("abcd/debuginfo"))
         );
     }
+
+    #[test]
+    fn a_cache_others_may_write_into_or_a_linked_file_is_not_used() {
+        use std::os::unix::fs::PermissionsExt;
+        let cache = tempfile::tempdir().unwrap();
+        let c = Client::new(Config {
+            urls: Vec::new(),
+            cache: cache.path().to_path_buf(),
+            timeout: Duration::from_secs(2),
+        });
+        let victim = cache.path().join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        std::fs::create_dir(cache.path().join("abcd")).unwrap();
+        std::os::unix::fs::symlink(&victim, cache.path().join("abcd/debuginfo")).unwrap();
+        assert_eq!(c.cached(&[0xab, 0xcd]), None, "a link is not a cached file");
+        c.store(&[0xab, 0xcd], b"debug").unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert!(c.cached(&[0xab, 0xcd]).is_some());
+        let mode = |m| std::fs::Permissions::from_mode(m);
+        std::fs::set_permissions(cache.path(), mode(0o777)).unwrap();
+        assert_eq!(
+            c.cached(&[0xab, 0xcd]),
+            None,
+            "a cache others may write into"
+        );
+        let e = c.store(&[0xab, 0xcd], b"debug").unwrap_err();
+        assert!(
+            e.to_string().contains("other users may write into it"),
+            "{e}"
+        );
+        std::fs::set_permissions(cache.path(), mode(0o700)).unwrap();
+    }
 }
