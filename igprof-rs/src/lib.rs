@@ -1,4 +1,5 @@
-//! libigprof.so: the profiler injected with LD_PRELOAD. See DESIGN.md.
+//! libigprof.so: the profiler injected with LD_PRELOAD. Its architecture
+//! is described in docs/internals.md.
 //!
 //! Layers, each importing only from those below it (`scripts/import-graph`
 //! checks that no files import each other in a circle); data flows one way: event -> stack trace -> call tree ->

@@ -433,14 +433,14 @@ fn dump_on_flag_file_and_on_request() {
 
 #[test]
 fn fixtures_parse_with_the_strict_parser() {
-    // CI checks out shared/ beside the repository, as format's fixture tests expect.
+    // Profiles written by the original IgProf, kept in the repository.
     let dir = std::path::Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../fixtures/igprof-dumps"
     ));
     assert!(
         dir.is_dir(),
-        "{}: IgProf fixture profiles absent; check out the project's shared/ directory beside the repository",
+        "{}: IgProf fixture profiles absent (they are part of the repository)",
         dir.display()
     );
     for f in [

@@ -1,6 +1,6 @@
 //! Install a hook on a function by patching its first instructions.
 //!
-//! See DESIGN.md ("Trampolines"). This crate knows nothing about profiling.
+//! See docs/internals.md ("Trampolines"). This crate knows nothing about profiling.
 //!
 //! # Using it
 //!

@@ -1,4 +1,4 @@
-//! The core hooks, installed with trampolines (DESIGN.md): thread creation,
+//! The core hooks, installed with trampolines (trampoline/): thread creation,
 //! fork, exec, the signal functions, the ways a process ends (_exit, abort,
 //! kill/raise of itself), longjmp out of profiler code, dlopen/dlclose, and
 //! the setuid family (a process
