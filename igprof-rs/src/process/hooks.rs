@@ -252,7 +252,7 @@ fn aside(f: impl FnOnce()) {
 /// Writes the profile before the process ends through `how`, if `ends()`
 /// says it will (checked only outside the profiler and in our own process,
 /// not in a vfork child).
-fn dump_before_end(how: &str, ends: impl FnOnce() -> bool) {
+pub(crate) fn dump_before_end(how: &str, ends: impl FnOnce() -> bool) {
     if !thread::is_busy() && crate::process::is_own_process() && ends() {
         aside(|| {
             crate::process::ending::final_dump(how);

@@ -13,6 +13,7 @@
 pub mod ending;
 pub mod fatal;
 pub mod hooks;
+mod raw_exit;
 pub mod signals;
 pub mod watcher;
 
@@ -292,6 +293,7 @@ pub fn init(modules: &'static [&'static Module]) {
     let known = crate::hook::plans::load();
     trampoline::batch(|| {
         crate::process::hooks::install_core();
+        raw_exit::install();
         each_module(|m| match (m.start)(options::get()) {
             Ok(()) => {
                 running += 1;
