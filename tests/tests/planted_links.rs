@@ -13,6 +13,7 @@
 //! The tests need root (to be root, to become nobody and to plant files of
 //! another user); as another user they say so and pass.
 
+use std::ffi::OsStr;
 use std::os::unix::fs::{lchown, symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -119,18 +120,48 @@ fn program(base: &Path) -> PathBuf {
     build(base, "planted.c", "planted", &[])
 }
 
-/// `igprof ARGS ./planted` as `who` in `base`, with `env`.
-fn run(who: Who, base: &Path, args: &[&str], env: &[(&str, &Path)]) -> Output {
+/// `igprof ARGS` as `who` in `dir`, with `env` only (no store setting of
+/// the test run's).
+fn igprof_as(who: Who, dir: &Path, args: &[&OsStr], env: &[(&str, &OsStr)]) -> Output {
     let mut c = who.command(&launcher());
     c.args(args)
-        .arg(base.join("planted"))
-        .current_dir(base)
+        .current_dir(dir)
         .env("IGPROF_LIB", lib())
-        .env_remove("IGPROF_CACHE_DIR");
+        .env_remove("IGPROF_CACHE_DIR")
+        .env_remove("XDG_CACHE_HOME");
     for (k, v) in env {
         c.env(k, v);
     }
     c.output().expect("run the launcher")
+}
+
+/// `igprof ARGS ./planted` as `who` in `base`, with `env`.
+fn run(who: Who, base: &Path, args: &[&str], env: &[(&str, &Path)]) -> Output {
+    let prog = base.join("planted");
+    let mut all: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+    all.push(prog.as_os_str());
+    let env: Vec<(&str, &OsStr)> = env.iter().map(|(k, v)| (*k, v.as_os_str())).collect();
+    igprof_as(who, base, &all, &env)
+}
+
+/// `igprof -mp -o OUT ./planted` as `who` in `base`, with `$TMPDIR` at
+/// `tmp` and no store.
+fn run_to(who: Who, base: &Path, out: &Path, tmp: &Path) -> Output {
+    let prog = base.join("planted");
+    igprof_as(
+        who,
+        base,
+        &[
+            "-mp".as_ref(),
+            "-o".as_ref(),
+            out.as_os_str(),
+            prog.as_os_str(),
+        ],
+        &[
+            ("TMPDIR", tmp.as_os_str()),
+            ("IGPROF_CACHE_DIR", "none".as_ref()),
+        ],
+    )
 }
 
 /// What the program does unprofiled: its output and status.
@@ -188,17 +219,7 @@ fn links_planted_at_the_profiles_names_are_replaced_never_followed() {
             let dest = d.join("p.gz");
             plant(&dest, &v);
             plant(&d.join("p.gz.tmp"), &v);
-            let o = {
-                let mut c = who.command(&launcher());
-                c.args(["-mp", "-o"])
-                    .arg(&dest)
-                    .arg(base.join("planted"))
-                    .current_dir(&base)
-                    .env("IGPROF_LIB", lib())
-                    .env("IGPROF_CACHE_DIR", "none")
-                    .env("TMPDIR", &fallback);
-                c.output().unwrap()
-            };
+            let o = run_to(who, &base, &dest, &fallback);
             assert_unchanged(&o);
             assert_intact(&v);
             if who == Who::Nobody && place == Place::Sticky {
@@ -232,15 +253,7 @@ fn a_fallback_directory_with_a_planted_link_loses_nothing_and_says_why() {
         plant(&dir.join("p.gz"), &v);
         plant(&dir.join("p.gz.tmp"), &v);
     }
-    let mut c = Who::Nobody.command(&launcher());
-    c.args(["-mp", "-o"])
-        .arg(d.join("p.gz"))
-        .arg(base.join("planted"))
-        .current_dir(&base)
-        .env("IGPROF_LIB", lib())
-        .env("IGPROF_CACHE_DIR", "none")
-        .env("TMPDIR", &tmp);
-    let o = c.output().unwrap();
+    let o = run_to(Who::Nobody, &base, &d.join("p.gz"), &tmp);
     assert_unchanged(&o);
     assert_intact(&v);
     let err = stderr(&o);
@@ -312,15 +325,19 @@ fn the_descriptor_store_is_used_only_in_the_users_own_private_directory() {
         std::fs::create_dir(&home).unwrap();
         chown(&home, PLANTER);
         chmod(&home, 0o777);
-        let mut c = who.command(&launcher());
-        c.args(["-d", "-mp", "-o", "/dev/null"])
-            .arg(base.join("planted"))
-            .current_dir(&base)
-            .env("IGPROF_LIB", lib())
-            .env_remove("IGPROF_CACHE_DIR")
-            .env_remove("XDG_CACHE_HOME")
-            .env("HOME", &home);
-        let o = c.output().unwrap();
+        let prog = base.join("planted");
+        let o = igprof_as(
+            who,
+            &base,
+            &[
+                "-d".as_ref(),
+                "-mp".as_ref(),
+                "-o".as_ref(),
+                "/dev/null".as_ref(),
+                prog.as_os_str(),
+            ],
+            &[("HOME", home.as_os_str())],
+        );
         assert_unchanged(&o);
         assert!(
             stderr(&o).lines().any(|l| l.contains("descriptor store")
@@ -404,16 +421,20 @@ fn a_file_prepared_before_a_privilege_drop_is_never_a_link_or_another_users() {
                 chmod(&dest, 0o666);
             }
         }
-        let o = Command::new(launcher())
-            .args(["-mp", "-o"])
-            .arg(&dest)
-            .arg("./drop_privileges")
-            .current_dir(&base)
-            .env("IGPROF_LIB", lib())
-            .env("IGPROF_CACHE_DIR", "none")
-            .env("TMPDIR", &tmp)
-            .output()
-            .unwrap();
+        let o = igprof_as(
+            Who::Root,
+            &base,
+            &[
+                "-mp".as_ref(),
+                "-o".as_ref(),
+                dest.as_os_str(),
+                "./drop_privileges".as_ref(),
+            ],
+            &[
+                ("TMPDIR", tmp.as_os_str()),
+                ("IGPROF_CACHE_DIR", "none".as_ref()),
+            ],
+        );
         assert_eq!(
             (o.status.code(), String::from_utf8_lossy(&o.stdout).as_ref()),
             (Some(0), "uid 65534\n"),
@@ -447,15 +468,7 @@ fn the_analysers_outputs_replace_planted_links() {
     let base = scratch("planted_views");
     program(&base);
     let prof = base.join("p.gz");
-    let o = Command::new(launcher())
-        .args(["-mp", "-o"])
-        .arg(&prof)
-        .arg("./planted")
-        .current_dir(&base)
-        .env("IGPROF_LIB", lib())
-        .env("IGPROF_CACHE_DIR", "none")
-        .output()
-        .unwrap();
+    let o = run_to(Who::Root, &base, &prof, &base);
     assert_unchanged(&o);
     let d = directory(&base.join("views"), Place::Sticky, Who::Root);
     let v = victim(&base.join("victim"), Who::Root);
