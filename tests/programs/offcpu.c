@@ -1,16 +1,17 @@
 /* Time off the CPU with known totals, for -e context-switches and -oc.
-   wait_here(): SLEEPS nanosleeps of SLEEP_US microseconds (one voluntary
-   context switch each); lock_here(): blocks LOCK_MS milliseconds on a
-   mutex another thread holds (it takes the lock, signals, sleeps, then
-   unlocks). Usage: offcpu [SLEEPS] [SLEEP_US] [LOCK_MS]
-   (default 100 10000 500). Prints what it did; with OFFCPU_TIMES=FILE
-   in the environment, also writes to FILE the wall-clock minus CPU time
-   each of wait_here and lock_here really took (ns): on a loaded machine
-   a woken thread waits for a CPU, which is time off the CPU too; then the
-   main thread's voluntary and involuntary context switches (getrusage's
-   counts) inside wait_here, and from the start of main to its last
-   printf: on a loaded machine every preemption is one more involuntary
-   switch. */
+   wait_here(): SLEEPS nanosleeps of SLEEP_US microseconds (a voluntary
+   context switch each, unless a preemption just before it let the sleep
+   end first); lock_here(): blocks LOCK_MS milliseconds on a mutex another
+   thread holds (it takes the lock, signals, sleeps from when main has
+   taken its marks, then unlocks). Usage: offcpu [SLEEPS] [SLEEP_US]
+   [LOCK_MS] (default 100 10000 500). Prints what it did; with
+   OFFCPU_TIMES=FILE in the environment, also writes to FILE the wall-clock
+   minus CPU time each of wait_here and lock_here really took (ns): on a
+   loaded machine a woken thread waits for a CPU, which is time off the
+   CPU too; then the main thread's voluntary and involuntary context
+   switches (getrusage's counts) inside wait_here, and from the start of
+   main to its last printf: on a loaded machine every preemption is one
+   more involuntary switch. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
@@ -21,7 +22,7 @@
 static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t ready_m = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t ready_c = PTHREAD_COND_INITIALIZER;
-static int ready;
+static int ready, go;
 static long lock_ms;
 
 static void sleep_us(long us) {
@@ -39,7 +40,10 @@ static void *holder(void *arg) {
   pthread_mutex_lock(&m);
   pthread_mutex_lock(&ready_m);
   ready = 1;
-  pthread_cond_signal(&ready_c);
+  pthread_cond_broadcast(&ready_c);
+  /* The sleep starts once main has taken its marks: however late main
+     wakes up on a loaded machine, it then waits the whole LOCK_MS. */
+  while (!go) pthread_cond_wait(&ready_c, &ready_m);
   pthread_mutex_unlock(&ready_m);
   sleep_us(lock_ms * 1000);
   pthread_mutex_unlock(&m);
@@ -87,9 +91,11 @@ int main(int argc, char **argv) {
     pthread_create(&t, 0, holder, 0);
     pthread_mutex_lock(&ready_m);
     while (!ready) pthread_cond_wait(&ready_c, &ready_m);
-    pthread_mutex_unlock(&ready_m);
     wall = ns(CLOCK_MONOTONIC);
     cpu = ns(CLOCK_THREAD_CPUTIME_ID);
+    go = 1;
+    pthread_cond_broadcast(&ready_c);
+    pthread_mutex_unlock(&ready_m);
     lock_here();
     blocked = off_since(wall, cpu);
     pthread_join(t, 0);
