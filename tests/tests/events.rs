@@ -3,7 +3,8 @@
 //! are checked for their message, and their resolution in `events/`):
 //! page faults charged exactly to the function that takes them (main
 //! thread, a second thread, a forked child), totals against `perf stat` for
-//! `page-faults/100` and `context-switches`, the specification resolved as
+//! `page-faults/100` and, between the program's own getrusage counts and
+//! perf stat's, `context-switches`, the specification resolved as
 //! `perf stat -vv` resolves it, the one-line messages for events this
 //! machine cannot sample with the program's output unchanged; `-pf -mp`
 //! charging the faults in three blocks to their allocating sites,
