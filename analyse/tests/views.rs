@@ -16,8 +16,12 @@ mod common;
 use common::{Dir, CPU, FD, MEM};
 
 impl Dir {
+    /// A successful run's stdout. Every report here is made with
+    /// [`Dir::isolated`]: the fixtures name IgProf's library at the path
+    /// of the machine that recorded them, and a file there would name the
+    /// profiler frames `-nf` keeps (`@{libigprof.so+...}` otherwise).
     fn ok(&self, args: &[&str]) -> String {
-        let (out, err, ok) = self.run(args);
+        let (out, err, ok) = self.run(&self.isolated(args));
         assert!(ok, "igprof-analyse {args:?} failed: {err}");
         out
     }

@@ -21,24 +21,92 @@ const MODES: &[&[&str]] = &[
     &["-pp", "-i", "1ms", "-mp", "-fd"],
 ];
 
-/// Runs `cmd` to its end, at most `secs` seconds (then kills it and fails).
+/// Tells a hung child from a slow one on a loaded machine: a child is hung
+/// once its CPU time (all its threads and the children it reaped,
+/// /proc/PID/stat; the launcher execs the program in its own process)
+/// has not grown for `idle` of wall
+/// time (a deadlock, a wait that never ends), or it ran `idle` ten times
+/// over (a loop that never ends).
+struct Hang {
+    pid: u32,
+    idle: Duration,
+    start: Instant,
+    last: (u64, Instant),
+}
+
+impl Hang {
+    fn new(pid: u32, idle: Duration) -> Hang {
+        let now = Instant::now();
+        Hang {
+            pid,
+            idle,
+            start: now,
+            last: (0, now),
+        }
+    }
+
+    /// The child's CPU time and its reaped children's (utime, stime,
+    /// cutime, cstime), in clock ticks (None once it is gone).
+    fn cpu(&self) -> Option<u64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).ok()?;
+        // After the command name's closing parenthesis: state is field 3,
+        // the times fields 14 to 17.
+        let fields: Vec<&str> = stat[stat.rfind(')')? + 2..].split(' ').collect();
+        fields
+            .get(11..15)?
+            .iter()
+            .map(|f| f.parse::<u64>().ok())
+            .sum()
+    }
+
+    /// Whether the child counts as hung now (see the type).
+    fn hung(&mut self) -> bool {
+        let now = Instant::now();
+        if let Some(cpu) = self.cpu() {
+            if cpu != self.last.0 {
+                self.last = (cpu, now);
+            }
+        }
+        now - self.last.1 > self.idle || now - self.start > self.idle * 10
+    }
+}
+
+/// A thread that reads `from` to its end: a child whose output fills a
+/// pipe must not wait for the test to read it.
+fn drain(mut from: impl std::io::Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut all = Vec::new();
+        from.read_to_end(&mut all).unwrap();
+        all
+    })
+}
+
+/// Runs `cmd` to its end; kills it and fails when it hangs ([`Hang`],
+/// idle `secs` seconds).
 fn finish(mut cmd: Command, secs: u64, what: &str) -> Output {
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
-    let start = Instant::now();
+    let stdout = drain(child.stdout.take().unwrap());
+    let stderr = drain(child.stderr.take().unwrap());
+    let mut hang = Hang::new(child.id(), Duration::from_secs(secs));
     loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
+        if let Some(status) = child.try_wait().unwrap() {
+            return Output {
+                status,
+                stdout: stdout.join().unwrap(),
+                stderr: stderr.join().unwrap(),
+            };
         }
-        if start.elapsed() > Duration::from_secs(secs) {
+        if hang.hung() {
             let _ = child.kill();
-            let o = child.wait_with_output().unwrap();
+            let _ = child.wait();
             panic!(
-                "{what}: still running after {secs} s (hung); stderr: {}",
-                String::from_utf8_lossy(&o.stderr)
+                "{what}: hung (no CPU time used in {secs} s, or running {}0 s); stderr: {}",
+                secs,
+                String::from_utf8_lossy(&stderr.join().unwrap())
             );
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -219,22 +287,21 @@ fn longjmp_out_of_signal_handlers_keeps_the_thread_sampled() {
     }
 }
 
-/// Starts `die_by_signal <arg>` (profiled when `mode` is given), waits for
-/// its "ready", sends `sig`, and returns what it printed and how it ended.
+/// A program started by [`until_ready`]: the child, its stdout reader,
+/// what it printed so far, and the thread that reads its stderr all along
+/// (a program that writes more than a pipe holds there, the profiler's -d
+/// lines of many dumps on a loaded machine, must not wait for a reader).
+struct Started {
+    child: std::process::Child,
+    out: BufReader<std::process::ChildStdout>,
+    seen: String,
+    err: std::thread::JoinHandle<Vec<u8>>,
+}
+
 /// `prog` built in `d`, run unprofiled (`mode` None) or under the launcher
 /// with `mode`, with argument `arg`, stdin piped if `stdin`, until it
-/// prints "ready": the child, its stdout reader and what it printed so far.
-fn until_ready(
-    d: &Path,
-    mode: Option<&[&str]>,
-    prog: &str,
-    arg: &str,
-    stdin: bool,
-) -> (
-    std::process::Child,
-    BufReader<std::process::ChildStdout>,
-    String,
-) {
+/// prints "ready".
+fn until_ready(d: &Path, mode: Option<&[&str]>, prog: &str, arg: &str, stdin: bool) -> Started {
     let mut c = match mode {
         Some(m) => {
             let mut c = Command::new(launcher());
@@ -265,6 +332,7 @@ fn until_ready(
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let err = drain(child.stderr.take().unwrap());
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut seen = String::new();
     while !seen.ends_with("ready\n") {
@@ -273,27 +341,33 @@ fn until_ready(
             "no ready line: {seen}"
         );
     }
-    (child, out, seen)
+    Started {
+        child,
+        out,
+        seen,
+        err,
+    }
 }
 
+/// Starts `die_by_signal <arg>` (profiled when `mode` is given), waits for
+/// its "ready", sends `sig`, and returns what it printed and how it ended.
 fn killed(d: &Path, mode: Option<&[&str]>, arg: &str, sig: i32) -> Output {
-    let (child, out, seen) = until_ready(d, mode, "die_by_signal", arg, false);
+    let started = until_ready(d, mode, "die_by_signal", arg, false);
     // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(child.id() as i32, sig) };
-    rest_of(child, out, seen)
+    unsafe { libc::kill(started.child.id() as i32, sig) };
+    rest_of(started)
 }
 
 /// Waits for a child [`until_ready`] started: its output, stdout whole.
-fn rest_of(
-    child: std::process::Child,
-    mut out: BufReader<std::process::ChildStdout>,
-    seen: String,
-) -> Output {
+fn rest_of(mut s: Started) -> Output {
     let mut rest = String::new();
-    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
-    let mut o = child.wait_with_output().unwrap();
-    o.stdout = format!("{seen}{rest}").into_bytes();
-    o
+    std::io::Read::read_to_string(&mut s.out, &mut rest).unwrap();
+    let status = s.child.wait().unwrap();
+    Output {
+        status,
+        stdout: format!("{}{rest}", s.seen).into_bytes(),
+        stderr: s.err.join().unwrap(),
+    }
 }
 
 #[test]
@@ -983,12 +1057,13 @@ fn a_profile_sent_to_a_pipe_or_device_leaves_it_in_place() {
 /// output and how many signals were sent.
 fn solo_run(d: &Path, mode: Option<&[&str]>, n: &str, sig: i32) -> (Output, usize) {
     use std::io::Write;
-    let (mut child, out, seen) = until_ready(d, mode, "solo", n, true);
+    let mut started = until_ready(d, mode, "solo", n, true);
+    let child = &mut started.child;
     child.stdin.take().unwrap().write_all(b"go\n").unwrap();
-    let start = Instant::now();
+    let mut hang = Hang::new(child.id(), Duration::from_secs(60));
     let mut sent = 0;
     while child.try_wait().unwrap().is_none() {
-        assert!(start.elapsed() < Duration::from_secs(60), "solo hung");
+        assert!(!hang.hung(), "solo hung");
         std::thread::sleep(Duration::from_millis(25));
         if sig != 0 {
             // SAFETY: kill(2) on our own child (it has not been reaped).
@@ -997,7 +1072,7 @@ fn solo_run(d: &Path, mode: Option<&[&str]>, n: &str, sig: i32) -> (Output, usiz
             }
         }
     }
-    (rest_of(child, out, seen), sent)
+    (rest_of(started), sent)
 }
 
 #[test]

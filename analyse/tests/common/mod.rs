@@ -83,12 +83,12 @@ impl Dir {
     pub fn file(&self, name: &str) -> PathBuf {
         self.path().join(name)
     }
-    /// Runs igprof-analyse here reading object files only from a root that
-    /// holds the host objects the fixtures name (libc and the loader, as
-    /// this machine lays them out, symlinks included), never from where
-    /// the fixtures' other paths happen to lead on this machine (the
-    /// fixtures' IgProf library path, say).
-    pub fn ok_isolated(&self, args: &[&str]) -> String {
+    /// `args` after those that make igprof-analyse read object files only
+    /// from a root here that holds the host objects the fixtures name (libc
+    /// and the loader, as this machine lays them out, symlinks included),
+    /// never from where the fixtures' other paths happen to lead on this
+    /// machine (the fixtures' IgProf library path, say).
+    pub fn isolated(&self, args: &[&str]) -> Vec<String> {
         let root = self.path().join("sysroot");
         if !root.exists() {
             for p in [
@@ -98,14 +98,22 @@ impl Dir {
                 mirror(&root, Path::new(p));
             }
         }
-        let root = root.to_str().unwrap().to_string();
-        let mut all = vec!["--sysroot", &root, "--sysroot-only"];
-        all.extend_from_slice(args);
-        self.ok(&all)
+        let root = root.to_str().unwrap();
+        ["--sysroot", root, "--sysroot-only"]
+            .iter()
+            .chain(args)
+            .map(|a| a.to_string())
+            .collect()
+    }
+
+    /// The test file's `ok` (a successful run's stdout), run [`Dir::isolated`].
+    pub fn ok_isolated(&self, args: &[&str]) -> String {
+        let all = self.isolated(args);
+        self.ok(&all.iter().map(String::as_str).collect::<Vec<_>>())
     }
 
     /// Runs igprof-analyse here: (stdout, stderr, success).
-    pub fn run(&self, args: &[&str]) -> (String, String, bool) {
+    pub fn run<S: AsRef<std::ffi::OsStr>>(&self, args: &[S]) -> (String, String, bool) {
         let out = Command::new(env!("CARGO_BIN_EXE_igprof-analyse"))
             .args(args)
             .current_dir(self.path())

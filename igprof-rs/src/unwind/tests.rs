@@ -740,12 +740,37 @@ fn timer_samples_while_cpp_exceptions_unwind() {
     let catcher: extern "C" fn(libc::c_int) -> libc::c_long =
         unsafe { std::mem::transmute(lib.sym("catcher")) };
     // CPU-time timers fire at most once per scheduler tick (4 ms at
-    // HZ=250), whatever the interval: 10,000 throws take long enough for
-    // dozens of samples.
-    const ROUNDS: i32 = 10_000;
-    let (caught, samples) = sample_during(100_000, 2000, || catcher(ROUNDS));
-    assert_eq!(caught, ROUNDS as libc::c_long);
-    assert!(samples.len() >= 20, "{} samples", samples.len());
+    // HZ=250), whatever the interval, and only at a tick the thread is
+    // running at (on a loaded machine, fewer of them per millisecond of
+    // CPU): throw in rounds of 1,000 until 40 samples are in, for at most
+    // 10 s of this thread's CPU time (a timer that never fires fails).
+    const ROUNDS: i32 = 1_000;
+    const SAMPLES: usize = 40;
+    let cpu_ms = || {
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid timespec to fill.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+        t.tv_sec * 1000 + t.tv_nsec / 1_000_000
+    };
+    let start = cpu_ms();
+    let ((thrown, caught), samples) = sample_during(100_000, 2000, || {
+        let (mut thrown, mut caught) = (0, 0);
+        while TAKEN.load(Ordering::Relaxed) < SAMPLES && cpu_ms() - start < 10_000 {
+            thrown += ROUNDS as libc::c_long;
+            caught += catcher(ROUNDS);
+        }
+        (thrown, caught)
+    });
+    assert_eq!(caught, thrown);
+    assert!(
+        samples.len() >= SAMPLES,
+        "{} samples in {} ms of CPU time",
+        samples.len(),
+        cpu_ms() - start
+    );
     let (mut in_unwinder, mut outermost, mut cut_short) = (0, 0, Vec::new());
     for (trace, t) in &samples {
         let n = names(trace, true);

@@ -684,10 +684,17 @@ mod data {
 mod tests {
     use super::*;
 
+    /// The recorded sysfs tree of `machine`, in the events crate. These
+    /// sources are also built by bench/unwind-bench, whose manifest
+    /// directory is deeper: the workspace root is the nearest ancestor
+    /// that holds the trees.
     fn tree(machine: &str) -> std::path::PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../events/tests/sysfs")
-            .join(machine)
+        let trees = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .ancestors()
+            .map(|a| a.join("events/tests/sysfs"))
+            .find(|t| t.is_dir())
+            .expect("events/tests/sysfs above the crate's manifest directory");
+        trees.join(machine)
     }
 
     fn plan(word: &str, machine: &str, vendor: &str) -> Result<Plan, String> {
