@@ -5,6 +5,8 @@
    exit for the profiler; reachable, so LeakSanitizer does not report it).
    san_lost: with argv[2] = "leak", one block of 777 bytes whose address is
    dropped (LeakSanitizer reports it at exit and the exit status is its).
+   san_overflow: with argv[2] = "ub", a signed addition that overflows
+   (UBSan reports it on stderr and the program goes on).
    san_fds: 10 opens of /dev/null, all closed.
    Then some CPU work in san_burn, and "done N" on stdout; exit status 3. */
 #include <fcntl.h>
@@ -26,6 +28,7 @@ __attribute__((noinline)) void san_small(long n) {
 }
 __attribute__((noinline)) void san_kept(void) { san_kept_block = malloc(12345); }
 __attribute__((noinline)) void san_lost(void) { char *volatile p = malloc(777); p[0] = 1; p = 0; }
+__attribute__((noinline)) int san_overflow(int x) { return x + (int)(2147483647L - 1); }
 __attribute__((noinline)) void san_fds(void) {
   for (int i = 0; i < 10; i++) {
     int fd = open("/dev/null", O_RDONLY);
@@ -42,6 +45,7 @@ int main(int argc, char **argv) {
   san_small(n);
   san_kept();
   if (argc > 2 && strcmp(argv[2], "leak") == 0) san_lost();
+  if (argc > 2 && strcmp(argv[2], "ub") == 0) printf("overflow %d\n", san_overflow(argc));
   san_fds();
   double x = san_burn(50000000);
   printf("done %ld %d\n", n, x > 0);
