@@ -197,3 +197,39 @@ fn ubsan_report_is_kept() {
     }
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// The runtime preloaded is the one the program would load: a copy of
+/// libasan in a directory of the program's RUNPATH, ahead of the system's.
+#[test]
+fn asan_runtime_is_found_as_the_loader_finds_it() {
+    let (d, exe) = built("address", "san-system");
+    // "libasan.so.N => /path/libasan.so.N (0x...)": the name the program
+    // needs and the system's file.
+    let ldd = Command::new("ldd").arg(&exe).output().expect("ldd");
+    let ldd = String::from_utf8_lossy(&ldd.stdout).into_owned();
+    let (name, path) = ldd
+        .lines()
+        .find_map(|l| {
+            let (name, rest) = l.trim().split_once(" => ")?;
+            let path = rest.split_whitespace().next()?;
+            name.starts_with("libasan.so")
+                .then(|| (name.to_string(), path.to_string()))
+        })
+        .unwrap_or_else(|| panic!("no libasan in ldd's output: {ldd}"));
+    let rt = d.join("rt");
+    std::fs::create_dir_all(&rt).unwrap();
+    std::fs::copy(&path, rt.join(&name)).unwrap();
+    let rpath = format!("-Wl,-rpath,{}", rt.display());
+    let exe = build(&d, "san_alloc.c", "san", &["-fsanitize=address", &rpath]);
+    let plain = unprofiled(&d, &exe, &["100"]);
+    assert_eq!(plain.status.code(), Some(3), "{plain:?}");
+    let o = profiled(&d, &["-mp"], &["100"]);
+    same_run(&plain, &o, "", "RUNPATH -mp");
+    let err = String::from_utf8_lossy(&o.stderr);
+    let copy = rt.join(&name);
+    assert!(
+        err.contains(&format!("the program's allocator is {}", copy.display())),
+        "the copy in RUNPATH is the runtime: {err}"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
