@@ -890,8 +890,8 @@ impl<'a> Elf<'a> {
         }
     }
 
-    /// The program headers; None when there are none or they cannot be
-    /// read.
+    /// The program headers; None when they cannot be read (also when
+    /// their entry size is too small for one).
     fn segments(&self) -> Option<Vec<Segment>> {
         let head = self.head;
         let phoff = self.word(head, 32, 28)?;
