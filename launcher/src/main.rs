@@ -11,7 +11,8 @@
 //! (set-user-ID, set-group-ID, file capabilities: LD_PRELOAD ignored),
 //! finding libigprof.so, and the environment of the exec: `IGPROF`,
 //! `IGPROF_ROOT_PID` (this process's pid, which the exec keeps) and
-//! `LD_PRELOAD`, or qemu-user with the library built for the program's
+//! `LD_PRELOAD` (a sanitizer runtime the program needs first:
+//! [`sanitizers`]), or qemu-user with the library built for the program's
 //! architecture when that is not this machine's.
 //!
 //! What it must never do: start another process before the exec (its own
@@ -34,6 +35,8 @@ use std::ffi::{CString, OsStr, OsString};
 use std::fs::File;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{FileExt, MetadataExt};
+
+mod sanitizers;
 
 /// `igprof -h` (stdout, exit 0); also on stderr when no program is named.
 const USAGE: &str = "\
@@ -788,17 +791,21 @@ enum Linkage {
 /// Reads the ELF program headers of `path`: its loader (PT_INTERP), else
 /// whether its dynamic section needs a library (DT_NEEDED).
 fn linkage(path: &[u8]) -> Linkage {
-    let Ok(f) = File::open(os(path)) else {
-        return Linkage::NotElf;
-    };
-    // The header, program headers and loader path sit in the first
-    // kilobyte of any linker's output: usually this one read is all.
+    with_elf(path, |e| elf_linkage(e).unwrap_or(Linkage::Static)).unwrap_or(Linkage::NotElf)
+}
+
+/// `read(elf)` on the ELF file `path`; None when it is not one (or cannot
+/// be opened).
+fn with_elf<R>(path: &[u8], read: impl FnOnce(Option<&Elf>) -> R) -> Option<R> {
+    let f = File::open(os(path)).ok()?;
+    // The header, program headers, loader path and dynamic section sit in
+    // the first pages of any linker's output: usually this one read is all.
     let mut head = [0u8; 4096];
     let n = read_at(&f, 0, &mut head);
     if !head[..n].starts_with(b"\x7fELF") {
-        return Linkage::NotElf;
+        return None;
     }
-    elf_linkage(&f, &head[..n]).unwrap_or(Linkage::Static)
+    Some(read(Elf::new(&f, &head[..n]).as_ref()))
 }
 
 /// Reads into `buf` at `off` until it is full or the file ends; the count.
@@ -823,7 +830,36 @@ struct Elf<'a> {
     big: bool,
 }
 
-impl Elf<'_> {
+const PT_LOAD: u64 = 1;
+const PT_DYNAMIC: u64 = 2;
+const PT_INTERP: u64 = 3;
+const DT_NEEDED: u64 = 1;
+
+/// One program header: p_type, p_offset, p_vaddr, p_filesz.
+struct Segment {
+    kind: u64,
+    offset: u64,
+    vaddr: u64,
+    size: u64,
+}
+
+impl<'a> Elf<'a> {
+    /// The reader of the ELF file `f` whose first bytes are `head`; None
+    /// for an unknown class or byte order.
+    fn new(f: &'a File, head: &'a [u8]) -> Option<Elf<'a>> {
+        let wide = match head.get(4)? {
+            1 => false,
+            2 => true,
+            _ => return None,
+        };
+        let big = match head.get(5)? {
+            1 => false,
+            2 => true,
+            _ => return None,
+        };
+        Some(Elf { f, head, wide, big })
+    }
+
     /// `len` bytes at `off`: from the first read when it holds them.
     fn bytes(&self, off: u64, len: u64) -> Option<Cow<'_, [u8]>> {
         let end = off.checked_add(len)?;
@@ -853,59 +889,65 @@ impl Elf<'_> {
             false => self.uint(b, off32, 4),
         }
     }
+
+    /// The program headers; None when they cannot be read (also when
+    /// their entry size is too small for one).
+    fn segments(&self) -> Option<Vec<Segment>> {
+        let head = self.head;
+        let phoff = self.word(head, 32, 28)?;
+        let (entsize, count) = match self.wide {
+            true => (self.uint(head, 54, 2)?, self.uint(head, 56, 2)?),
+            false => (self.uint(head, 42, 2)?, self.uint(head, 44, 2)?),
+        };
+        if entsize < if self.wide { 56 } else { 32 } {
+            return None;
+        }
+        let table = self.bytes(phoff, entsize * count)?;
+        table
+            .chunks_exact(entsize as usize)
+            .map(|ph| {
+                Some(Segment {
+                    kind: self.uint(ph, 0, 4)?,
+                    offset: self.word(ph, 8, 4)?,
+                    vaddr: self.word(ph, 16, 8)?,
+                    size: self.word(ph, 32, 16)?,
+                })
+            })
+            .collect()
+    }
+
+    /// The entries (tag, value) of the dynamic section `dynamic` before
+    /// its DT_NULL.
+    fn dynamic(&self, dynamic: &Segment) -> Option<Vec<(u64, u64)>> {
+        let entries = self.bytes(dynamic.offset, dynamic.size)?;
+        let mut v = Vec::new();
+        for d in entries.chunks_exact(if self.wide { 16 } else { 8 }) {
+            match (self.word(d, 0, 0)?, self.word(d, 8, 4)?) {
+                (0, _) => break,
+                e => v.push(e),
+            }
+        }
+        Some(v)
+    }
 }
 
-/// The linkage of an ELF file whose first bytes are `head`; None when its
-/// headers cannot be read (readelf would fail: the shell launcher then
-/// called the program statically linked).
-fn elf_linkage(f: &File, head: &[u8]) -> Option<Linkage> {
-    const PT_DYNAMIC: u64 = 2;
-    const PT_INTERP: u64 = 3;
-    const DT_NEEDED: u64 = 1;
-    let wide = match head.get(4)? {
-        1 => false,
-        2 => true,
-        _ => return None,
-    };
-    let big = match head.get(5)? {
-        1 => false,
-        2 => true,
-        _ => return None,
-    };
-    let e = Elf { f, head, wide, big };
-    let phoff = e.word(head, 32, 28)?;
-    let (entsize, count) = match wide {
-        true => (e.uint(head, 54, 2)?, e.uint(head, 56, 2)?),
-        false => (e.uint(head, 42, 2)?, e.uint(head, 44, 2)?),
-    };
-    if entsize < if wide { 56 } else { 32 } {
-        return (count == 0).then_some(Linkage::Static);
+/// The linkage of ELF file `e` (None: an unknown class or byte order);
+/// None when its headers cannot be read (readelf would fail: the shell
+/// launcher then called the program statically linked).
+fn elf_linkage(e: Option<&Elf>) -> Option<Linkage> {
+    let e = e?;
+    let segments = e.segments()?;
+    if let Some(s) = segments.iter().find(|s| s.kind == PT_INTERP) {
+        let interp = e.bytes(s.offset, s.size)?;
+        return Some(Linkage::Dynamic(Machine::of_loader(&interp)));
     }
-    let table = e.bytes(phoff, entsize * count)?;
-    let mut dynamic = None;
-    for ph in table.chunks_exact(entsize as usize) {
-        let (offset, size) = (e.word(ph, 8, 4)?, e.word(ph, 32, 16)?);
-        match e.uint(ph, 0, 4)? {
-            PT_INTERP => {
-                let interp = e.bytes(offset, size)?;
-                return Some(Linkage::Dynamic(Machine::of_loader(&interp)));
-            }
-            PT_DYNAMIC => dynamic = Some((offset, size)),
-            _ => {}
-        }
-    }
-    let Some((offset, size)) = dynamic else {
+    let Some(dynamic) = segments.iter().find(|s| s.kind == PT_DYNAMIC) else {
         return Some(Linkage::Static);
     };
-    let entries = e.bytes(offset, size)?;
-    for d in entries.chunks_exact(if wide { 16 } else { 8 }) {
-        match e.word(d, 0, 0)? {
-            0 => break,
-            DT_NEEDED => return Some(Linkage::Dynamic(None)),
-            _ => {}
-        }
-    }
-    Some(Linkage::Static)
+    Some(match e.dynamic(dynamic)?.iter().any(|d| d.0 == DT_NEEDED) {
+        true => Linkage::Dynamic(None),
+        false => Linkage::Static,
+    })
 }
 
 /// Writes all of `b` to `fd` (errors ignored: nowhere to report them).
@@ -1048,6 +1090,10 @@ fn launch(
         Linkage::Dynamic(m) => m,
         Linkage::NotElf => None,
     };
+    // A sanitizer's runtime the program needs goes first in LD_PRELOAD
+    // (ASan aborts otherwise; see sanitizers.rs).
+    let runtimes = sanitizers::runtimes(&resolved);
+    let user_preload = env_set("LD_PRELOAD");
     // This program's directory (the real one: /proc/self/exe), looked up
     // only when no variable names the library.
     let here = || -> Option<Vec<u8>> {
@@ -1106,10 +1152,11 @@ fn launch(
                 })
             }
         };
-        let mut guest_preload = [&b"LD_PRELOAD="[..], &xlib].concat();
-        if let Some(p) = env_set("LD_PRELOAD") {
-            guest_preload.extend([b":", &p[..]].concat());
-        }
+        let guest_preload = [
+            &b"LD_PRELOAD="[..],
+            &sanitizers::preload(&runtimes, &xlib, user_preload.as_deref()),
+        ]
+        .concat();
         std::env::set_var("IGPROF", os(igprof));
         std::env::set_var("IGPROF_ROOT_PID", &pid);
         // The library then starts no watcher thread in fork children,
@@ -1145,10 +1192,7 @@ fn launch(
         }
     };
     let lib = absolute(lib, pwd);
-    let mut preload = lib;
-    if let Some(p) = env_set("LD_PRELOAD") {
-        preload.extend([b":", &p[..]].concat());
-    }
+    let preload = sanitizers::preload(&runtimes, &lib, user_preload.as_deref());
     std::env::set_var("IGPROF", os(igprof));
     std::env::set_var("IGPROF_ROOT_PID", &pid);
     std::env::set_var("LD_PRELOAD", os(&preload));

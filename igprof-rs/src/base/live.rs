@@ -249,25 +249,42 @@ impl ShardState {
     }
 }
 
+/// What the recent cache stores instead of a block's address: the address
+/// with bits 48-62 flipped, never a user-space pointer (x86-64 and AArch64,
+/// also with AArch64's top-byte-ignore). The cache is part of the library's
+/// static data, which LeakSanitizer scans for pointers at exit: a real
+/// address there would make every leaked block it holds look reachable,
+/// and an ASan-built program's leak report and exit status would change
+/// under -mp. (The shards are anonymous mmap, which it does not scan.) An
+/// empty slot stores `HIDE` (address 0).
+const HIDE: usize = !(usize::MAX >> 16) & (usize::MAX >> 1);
+
+/// An empty recent-cache slot as stored.
+const RECENT_EMPTY: Block = Block {
+    addr: HIDE,
+    ..EMPTY
+};
+
 /// Writes a recent-cache slot one 8-byte field at a time (see
-/// [`LiveMem::insert`]).
+/// [`LiveMem::insert`]); the address hidden ([`HIDE`]).
 #[inline(always)]
 fn set_fields(slot: &mut Block, addr: usize, size: u64, node: *const Node) {
     // SAFETY: three aligned fields of a live &mut Block.
     unsafe {
-        core::ptr::write_volatile(&mut slot.addr, addr);
+        core::ptr::write_volatile(&mut slot.addr, addr ^ HIDE);
         core::ptr::write_volatile(&mut slot.size, size);
         core::ptr::write_volatile(&mut slot.node, node);
     }
 }
 
-/// Reads a recent-cache slot one 8-byte field at a time.
+/// Reads a recent-cache slot one 8-byte field at a time (the address as
+/// it is, not as stored).
 #[inline(always)]
 fn fields(slot: &Block) -> Block {
     // SAFETY: three aligned fields of a live &Block.
     unsafe {
         Block {
-            addr: core::ptr::read_volatile(&slot.addr),
+            addr: core::ptr::read_volatile(&slot.addr) ^ HIDE,
             size: core::ptr::read_volatile(&slot.size),
             node: core::ptr::read_volatile(&slot.node),
         }
@@ -336,7 +353,7 @@ impl LiveMem {
     pub const fn new() -> Self {
         LiveMem {
             shards: [const { Shard::new() }; SHARDS],
-            recent: UnsafeCell::new([EMPTY; RECENT]),
+            recent: UnsafeCell::new([RECENT_EMPTY; RECENT]),
             always_solo: false,
         }
     }
@@ -397,7 +414,8 @@ impl LiveMem {
         }
         // The older block moves to the shards; a stale entry found there
         // is released by the caller like one of `addr`'s.
-        self.insert_shard(older).inspect_err(|_| *slot = older)
+        self.insert_shard(older)
+            .inspect_err(|_| set_fields(slot, older.addr, older.size, older.node))
     }
 
     #[inline(never)]
@@ -430,7 +448,7 @@ impl LiveMem {
     #[inline(always)]
     pub fn remove(&self, addr: usize) -> Option<Block> {
         if let Some(slot) = self.recent_slot(addr) {
-            if slot.addr == addr {
+            if slot.addr == addr ^ HIDE {
                 // Field by field (see `insert`).
                 let b = fields(slot);
                 set_fields(slot, 0, 0, core::ptr::null());
@@ -453,8 +471,8 @@ impl LiveMem {
     /// What is recorded for `addr`, without removing it.
     pub fn get(&self, addr: usize) -> Option<Block> {
         if let Some(slot) = self.recent_slot(addr) {
-            if slot.addr == addr {
-                return Some(*slot);
+            if slot.addr == addr ^ HIDE {
+                return Some(fields(slot));
             }
         }
         let mut g = self.shard(addr).lock();
@@ -471,7 +489,8 @@ impl LiveMem {
         }
         for i in 0..RECENT {
             // SAFETY: solo (checked above): this thread is the only user.
-            let b = unsafe { core::mem::replace(&mut (*self.recent.get())[i], EMPTY) };
+            let b =
+                fields(&unsafe { core::mem::replace(&mut (*self.recent.get())[i], RECENT_EMPTY) });
             if b.addr == 0 {
                 continue;
             }
@@ -487,7 +506,7 @@ impl LiveMem {
     fn recent_blocks(&self) -> impl Iterator<Item = Block> + '_ {
         (0..if self.solo() { RECENT } else { 0 })
             // SAFETY: solo: this thread is the only user.
-            .map(move |i| unsafe { (*self.recent.get())[i] })
+            .map(move |i| fields(unsafe { &(*self.recent.get())[i] }))
             .filter(|b| b.addr != 0)
     }
 
@@ -534,7 +553,7 @@ impl LiveMem {
     /// been inside one at fork time; its copy is simply abandoned).
     pub fn reset(&self) {
         // SAFETY: only the forking thread exists in the child.
-        unsafe { *self.recent.get() = [EMPTY; RECENT] };
+        unsafe { *self.recent.get() = [RECENT_EMPTY; RECENT] };
         for s in self.shards.iter() {
             // SAFETY: only the forking thread exists in the child; nobody
             // holds or waits for the lock.
