@@ -102,17 +102,23 @@ fn every_call_is_counted_at_its_calling_function() {
     assert_eq!(self_of("site_c").as_deref(), Some("7"), "{text}");
 }
 
-#[test]
-fn arguments_and_results_pass_through_unchanged() {
-    let (d, exe) = build_calls("fp-args");
-    let bare = Command::new(&exe)
+/// `fp_calls args` unprofiled in `d` (it must succeed).
+fn bare_args(d: &Path, exe: &Path) -> std::process::Output {
+    let bare = Command::new(exe)
         .arg("args")
-        .current_dir(&d)
+        .current_dir(d)
         .output()
         .unwrap();
     assert!(bare.status.success());
+    bare
+}
+
+#[test]
+fn arguments_and_results_pass_through_unchanged() {
+    let (d, exe) = build_calls("fp-args");
+    let bare = bare_args(&d, &exe);
     let mut funcs = ARGS.to_vec();
-    funcs.extend(["-fp:vec256", "-fp:vec512"]);
+    funcs.extend(["-fp:vec256", "-fp:vec512", "-fpf:tiny512"]);
     let (out, err, p) = run(&d, &funcs, "args");
     assert_eq!(out.as_bytes(), &bare.stdout[..], "{err}");
     let avx = out.contains("vec256");
@@ -123,6 +129,7 @@ fn arguments_and_results_pass_through_unchanged() {
     }
     if avx512 {
         want.insert("check_avx512".into(), 50);
+        want.insert("keep512".into(), 50);
     }
     assert_eq!(by_caller(&p), want, "{err}");
     // Each function alone: 50 calls.
@@ -408,8 +415,9 @@ fn host_forms() -> Vec<String> {
     v
 }
 
-/// The functions to hook under `form`: those of [`ARGS`], and vec256 and
-/// vec512 when the form keeps their registers (a narrower form is a
+/// The functions to hook under `form`: those of [`ARGS`], and vec256, and
+/// vec512 and tiny512 (whose caller keeps values in xmm16-31) when the
+/// form keeps their registers (a narrower form is a
 /// test of the smaller save, not of vectors it does not keep).
 #[cfg(target_arch = "x86_64")]
 fn hooked_under(form: &str) -> Vec<&'static str> {
@@ -418,7 +426,7 @@ fn hooked_under(form: &str) -> Vec<&'static str> {
         v.push("-fp:vec256");
     }
     if form.contains("zmm") {
-        v.push("-fp:vec512");
+        v.extend(["-fp:vec512", "-fpf:tiny512"]);
     }
     v
 }
@@ -440,6 +448,7 @@ fn check_args_run(what: &str, o: &std::process::Output, bare: &[u8], fp: &[&str]
     }
     if fp.contains(&"-fp:vec512") {
         want.insert("check_avx512".into(), 50);
+        want.insert("keep512".into(), 50);
     }
     let p = parse_strict(&read_text(prof)).unwrap_or_else(|e| panic!("{what}: {e}\n{err}"));
     assert_eq!(by_caller(&p), want, "{what}: {err}");
@@ -457,12 +466,7 @@ fn check_args_run(what: &str, o: &std::process::Output, bare: &[u8], fp: &[&str]
 #[test]
 fn every_save_form_keeps_arguments_and_the_callers_registers() {
     let (d, exe) = build_calls("fp-forms");
-    let bare = Command::new(&exe)
-        .arg("args")
-        .current_dir(&d)
-        .output()
-        .unwrap();
-    assert!(bare.status.success());
+    let bare = bare_args(&d, &exe);
     let forms = host_forms();
     for form in &forms {
         let fp = hooked_under(form);

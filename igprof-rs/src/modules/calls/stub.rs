@@ -125,25 +125,28 @@ mod arch {
     /// which a stack area does not guarantee.)
     pub static XSAVE_COMPACT: AtomicU32 = AtomicU32::new(0);
     /// Non-zero: the XINUSE shortcut is on, and these are the components
-    /// that must be in their initial state for it (AVX and the AVX-512
-    /// components saved). `xgetbv` with ecx = 1 reads which components
-    /// are in use; when none of these is (the upper halves are zero, as
-    /// after `vzeroupper`: code that uses no AVX, or that returned from
-    /// AVX code), xmm0-15 are saved with `movdqa` and MXCSR with
-    /// `stmxcsr`, and the restore starts with `vzeroupper`, which puts
-    /// the upper halves back to zero whatever the counting path left
-    /// there. All sixteen: a caller compiled with GCC's interprocedural
-    /// register allocation (-O2) keeps values in any vector register that
-    /// FUNC's own code leaves alone across the call, not only in the
-    /// argument registers xmm0-7. x87 is left as it is (the counting path
-    /// has no x87 instruction).
+    /// that must be in their initial state for it (AVX, and ZMM_Hi256
+    /// when saved: the upper halves of ymm0-15 and zmm0-15). `xgetbv`
+    /// with ecx = 1 reads which components are in use; when none of these
+    /// is (the upper halves are zero, as after `vzeroupper`: code that
+    /// uses no AVX, or that returned from AVX code), xmm0-15 are saved
+    /// with `movdqa` and MXCSR with `stmxcsr` (and with AVX-512, zmm16-31
+    /// and k0-7: see [`SHORTCUT_AVX512`]), and the restore starts with
+    /// `vzeroupper`, which puts the upper halves back to zero whatever
+    /// the counting path left there. All sixteen: a caller compiled with
+    /// GCC's interprocedural register allocation (-O2) keeps values in
+    /// any vector register that FUNC's own code leaves alone across the
+    /// call, not only in the argument registers xmm0-7. x87 is left as it
+    /// is (the counting path has no x87 instruction).
     pub static XINUSE: AtomicU32 = AtomicU32::new(0);
-    /// The components the shortcut puts back in their initial state after
-    /// the count when the counting path left them in use (opmask and
-    /// Hi16_ZMM, which `vzeroupper` does not clear: glibc's EVEX string
-    /// functions use ymm16-31), by an `xrstor` whose header says none is
-    /// saved.
-    pub static XINUSE_RESET: AtomicU32 = AtomicU32::new(0);
+    /// With AVX-512 state saved, the shortcut also saves zmm16-31
+    /// (`vmovdqa64`) and k0-7: 1 with `kmovw` (AVX-512F alone: 16-bit
+    /// masks), 2 with `kmovq` (AVX512BW: 64-bit masks); 0 not. glibc's
+    /// EVEX string functions write ymm16-31 on the counting path, and
+    /// leave Hi16_ZMM in use in nearly every process: a shortcut that
+    /// required it initial would almost never be taken, and `xsavec` +
+    /// `xrstor` of the whole AVX-512 state costs several times more.
+    pub static SHORTCUT_AVX512: AtomicU32 = AtomicU32::new(0);
 
     /// Bytes of the save area: the standard-format offsets of the
     /// components saved end at 2688 (Hi16_ZMM is at 1664, 1024 bytes);
@@ -395,12 +398,18 @@ mod arch {
         XSAVE_MASK.store(c.mask, Ordering::Relaxed);
         XSAVE_COMPACT.store(c.compact as u32, Ordering::Relaxed);
         let test = if c.xinuse {
-            (c.mask & (AVX | AVX512)) | AVX
+            (c.mask & ZMM_HI256) | AVX
         } else {
             0
         };
         XINUSE.store(test, Ordering::Relaxed);
-        XINUSE_RESET.store(c.mask & (OPMASK | HI16_ZMM), Ordering::Relaxed);
+        let bw = core::arch::x86_64::__cpuid_count(7, 0).ebx & (1 << 30) != 0;
+        let k = match (c.mask & AVX512 == AVX512, bw) {
+            (false, _) => 0,
+            (true, false) => 1,
+            (true, true) => 2,
+        };
+        SHORTCUT_AVX512.store(k, Ordering::Relaxed);
         if std::env::var_os("IGPROF_FP_CLOBBER").is_some_and(|v| v == "1") {
             let mut p = SSE;
             if h.xcr0 & AVX != 0 {
@@ -419,6 +428,23 @@ mod arch {
     /// CPU has them; 0: off.
     static CLOBBER: AtomicU32 = AtomicU32::new(0);
 
+    /// `insn` (with `\n` the register number) for each of xmm0-15, which
+    /// it declares clobbered (with their upper halves).
+    macro_rules! all_ones_xmm0_15 {
+        ($insn:literal) => {
+            core::arch::asm!(
+                ".irp n, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15",
+                $insn,
+                ".endr",
+                out("xmm0") _, out("xmm1") _, out("xmm2") _, out("xmm3") _,
+                out("xmm4") _, out("xmm5") _, out("xmm6") _, out("xmm7") _,
+                out("xmm8") _, out("xmm9") _, out("xmm10") _, out("xmm11") _,
+                out("xmm12") _, out("xmm13") _, out("xmm14") _, out("xmm15") _,
+                options(nomem, nostack, preserves_flags)
+            )
+        };
+    }
+
     /// With `IGPROF_FP_CLOBBER=1`, writes all-ones to every vector register
     /// a callee may change (xmm0-15; with AVX their upper halves; with
     /// AVX-512 zmm0-31 and k1-7), so that a test sees any the stub does not
@@ -435,32 +461,10 @@ mod arch {
         } else if p & AVX != 0 {
             // SAFETY: vcmptrueps only writes the registers named as
             // clobbered; XCR0 enables AVX.
-            unsafe {
-                core::arch::asm!(
-                    ".irp n, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15",
-                    "vcmptrueps ymm\\n, ymm\\n, ymm\\n",
-                    ".endr",
-                    out("xmm0") _, out("xmm1") _, out("xmm2") _, out("xmm3") _,
-                    out("xmm4") _, out("xmm5") _, out("xmm6") _, out("xmm7") _,
-                    out("xmm8") _, out("xmm9") _, out("xmm10") _, out("xmm11") _,
-                    out("xmm12") _, out("xmm13") _, out("xmm14") _, out("xmm15") _,
-                    options(nomem, nostack, preserves_flags)
-                )
-            }
+            unsafe { all_ones_xmm0_15!("vcmptrueps ymm\\n, ymm\\n, ymm\\n") }
         } else {
             // SAFETY: pcmpeqd only writes the registers named as clobbered.
-            unsafe {
-                core::arch::asm!(
-                    ".irp n, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15",
-                    "pcmpeqd xmm\\n, xmm\\n",
-                    ".endr",
-                    out("xmm0") _, out("xmm1") _, out("xmm2") _, out("xmm3") _,
-                    out("xmm4") _, out("xmm5") _, out("xmm6") _, out("xmm7") _,
-                    out("xmm8") _, out("xmm9") _, out("xmm10") _, out("xmm11") _,
-                    out("xmm12") _, out("xmm13") _, out("xmm14") _, out("xmm15") _,
-                    options(nomem, nostack, preserves_flags)
-                )
-            }
+            unsafe { all_ones_xmm0_15!("pcmpeqd xmm\\n, xmm\\n") }
         }
     }
 
@@ -494,26 +498,13 @@ mod arch {
     // The stack at entry: rsp -> return address into FUNC's caller.
     // rbp-8..rbp-72: rdi rsi rdx rcx r8 r9 rax r10 r11; rbp-80: how the
     // vector state was saved (0 xsave/xsavec, 1 the XINUSE shortcut: xmm0-15
-    // at 0..255 and MXCSR at 256, 2 fxsave); then the 64-byte aligned save
-    // area. The xsave header (bytes 512..575) is zeroed first: xsave
-    // writes only XSTATE_BV, and xrstor requires the rest of the header to
-    // be zero (xrstor reads which form it restores from the header that
-    // xsave or xsavec wrote). After the shortcut, a zero header with the
-    // standard form makes xrstor put the components it is given back in
-    // their initial state.
+    // at 0..255, MXCSR at 256, k0-7 at 320..383, zmm16-31 at 384..1407;
+    // 2 fxsave); then the 64-byte aligned save area. The xsave header
+    // (bytes 512..575) is zeroed first: xsave writes only XSTATE_BV, and
+    // xrstor requires the rest of the header to be zero (xrstor reads
+    // which form it restores from the header that xsave or xsavec wrote).
     core::arch::global_asm!(
         r#"
-        .macro igprof_fp_zero_header
-        mov qword ptr [rsp + 512], 0
-        mov qword ptr [rsp + 520], 0
-        mov qword ptr [rsp + 528], 0
-        mov qword ptr [rsp + 536], 0
-        mov qword ptr [rsp + 544], 0
-        mov qword ptr [rsp + 552], 0
-        mov qword ptr [rsp + 560], 0
-        mov qword ptr [rsp + 568], 0
-        .endm
-
         .macro igprof_fp_entry i
         .p2align 4
         .hidden igprof_fp_entry_\i
@@ -565,12 +556,35 @@ mod arch {
         movdqa xmmword ptr [rsp + 224], xmm14
         movdqa xmmword ptr [rsp + 240], xmm15
         stmxcsr dword ptr [rsp + 256]
+        mov eax, dword ptr [rip + {k}]
+        test eax, eax
+        jz 2f
+        .irp n, 16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31
+        vmovdqa64 zmmword ptr [rsp + 384 + 64 * (\n - 16)], zmm\n
+        .endr
+        cmp eax, 2
+        je 9f
+        .irp n, 0,1,2,3,4,5,6,7
+        kmovw word ptr [rsp + 320 + 8 * \n], k\n
+        .endr
+        jmp 2f
+        9:
+        .irp n, 0,1,2,3,4,5,6,7
+        kmovq qword ptr [rsp + 320 + 8 * \n], k\n
+        .endr
         jmp 2f
         6:
         mov qword ptr [rbp - 80], 0
         mov eax, dword ptr [rip + {mask}]
         xor edx, edx
-        igprof_fp_zero_header
+        mov qword ptr [rsp + 512], 0
+        mov qword ptr [rsp + 520], 0
+        mov qword ptr [rsp + 528], 0
+        mov qword ptr [rsp + 536], 0
+        mov qword ptr [rsp + 544], 0
+        mov qword ptr [rsp + 552], 0
+        mov qword ptr [rsp + 560], 0
+        mov qword ptr [rsp + 568], 0
         cmp dword ptr [rip + {compact}], 0
         je 5f
         xsavec [rsp]
@@ -597,15 +611,22 @@ mod arch {
         xrstor [rsp]
         jmp 4f
         7:
-        cmp dword ptr [rip + {reset}], 0
-        je 8f
-        mov ecx, 1
-        xgetbv
-        and eax, dword ptr [rip + {reset}]
+        mov eax, dword ptr [rip + {k}]
+        test eax, eax
         jz 8f
-        igprof_fp_zero_header
-        xor edx, edx
-        xrstor [rsp]
+        .irp n, 16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31
+        vmovdqa64 zmm\n, zmmword ptr [rsp + 384 + 64 * (\n - 16)]
+        .endr
+        cmp eax, 2
+        je 10f
+        .irp n, 0,1,2,3,4,5,6,7
+        kmovw k\n, word ptr [rsp + 320 + 8 * \n]
+        .endr
+        jmp 8f
+        10:
+        .irp n, 0,1,2,3,4,5,6,7
+        kmovq k\n, qword ptr [rsp + 320 + 8 * \n]
+        .endr
         8:
         vzeroupper
         movdqa xmm0, xmmword ptr [rsp]
@@ -653,7 +674,7 @@ mod arch {
         mask = sym XSAVE_MASK,
         compact = sym XSAVE_COMPACT,
         xinuse = sym XINUSE,
-        reset = sym XINUSE_RESET,
+        k = sym SHORTCUT_AVX512,
         count = sym super::super::count_entry,
         chains = sym super::CHAINS,
     );
