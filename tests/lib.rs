@@ -126,13 +126,20 @@ pub fn test_store() -> PathBuf {
 
 /// Runs the launcher (`igprof <args>`) in `dir`.
 pub fn igprof(dir: &Path, args: &[&str]) -> Output {
-    Command::new(launcher())
-        .args(args)
-        .current_dir(dir)
-        .env("IGPROF_LIB", lib())
-        .env("IGPROF_CACHE_DIR", test_store())
+    igprof_command(dir, args)
         .output()
         .expect("run target/release/igprof")
+}
+
+/// The launcher (`igprof <args>`) in `dir` with the release library, not
+/// yet run (to add variables).
+pub fn igprof_command(dir: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(launcher());
+    c.args(args)
+        .current_dir(dir)
+        .env("IGPROF_LIB", lib())
+        .env("IGPROF_CACHE_DIR", test_store());
+    c
 }
 
 /// The other architecture whose programs run here under qemu-user (see

@@ -6,7 +6,9 @@
               stack), a printf-like varargs function with doubles, a
               function returning double, structures by value (in registers
               and in memory) and returned in memory, and on x86-64 __m256
-              and __m512 arguments (when the CPU has AVX / AVX-512F).
+              and __m512 arguments (when the CPU has AVX / AVX-512F), and
+              (AVX-512F) 28 values a caller keeps in registers, xmm16-31
+              among them, across a call of tiny512.
               Each is called 50 times; every result is checked against
               the same computation done inline, and printed.
      plugin   dlopen("./fp_plug.so") and 250 calls of its plug_fn from
@@ -130,6 +132,42 @@ __attribute__((target("avx512f"))) static void check_avx512(int i) {
   for (int k = 0; k < 8; k++) check("vec512", out[k] == da[k] - db[k]);
   if (i == 0) printf("vec512 %.17g %.17g\n", out[0], out[7]);
 }
+
+/* Under GCC's interprocedural register allocation keep512 holds its 28
+   values across the call of tiny512, which writes none of them, in
+   xmm1-31 and in call-clobbered integer registers instead of spilling
+   them: the stub must keep zmm16-31 too. The values and sums are exact,
+   whatever FMA contraction the compiler chooses. */
+static volatile double vin[28];
+__attribute__((target("avx512f"))) NOINLINE double tiny512(double x) {
+  return x * 2.0 + 1.0;
+}
+#define KEEP_LOAD(n) double v##n = vin[n];
+#define KEEP_SUM(n) +v##n *(n + 1)
+__attribute__((target("avx512f"))) NOINLINE static double keep512(double x) {
+  KEEP_LOAD(0) KEEP_LOAD(1) KEEP_LOAD(2) KEEP_LOAD(3) KEEP_LOAD(4) KEEP_LOAD(5)
+  KEEP_LOAD(6) KEEP_LOAD(7) KEEP_LOAD(8) KEEP_LOAD(9) KEEP_LOAD(10)
+  KEEP_LOAD(11) KEEP_LOAD(12) KEEP_LOAD(13) KEEP_LOAD(14) KEEP_LOAD(15)
+  KEEP_LOAD(16) KEEP_LOAD(17) KEEP_LOAD(18) KEEP_LOAD(19) KEEP_LOAD(20)
+  KEEP_LOAD(21) KEEP_LOAD(22) KEEP_LOAD(23) KEEP_LOAD(24) KEEP_LOAD(25)
+  KEEP_LOAD(26) KEEP_LOAD(27)
+  double r = tiny512(x);
+  return r KEEP_SUM(0) KEEP_SUM(1) KEEP_SUM(2) KEEP_SUM(3) KEEP_SUM(4)
+      KEEP_SUM(5) KEEP_SUM(6) KEEP_SUM(7) KEEP_SUM(8) KEEP_SUM(9) KEEP_SUM(10)
+      KEEP_SUM(11) KEEP_SUM(12) KEEP_SUM(13) KEEP_SUM(14) KEEP_SUM(15)
+      KEEP_SUM(16) KEEP_SUM(17) KEEP_SUM(18) KEEP_SUM(19) KEEP_SUM(20)
+      KEEP_SUM(21) KEEP_SUM(22) KEEP_SUM(23) KEEP_SUM(24) KEEP_SUM(25)
+      KEEP_SUM(26) KEEP_SUM(27);
+}
+
+static void check_keep512(int i) {
+  double want = 2.0 * i + 1.0;
+  for (int k = 0; k < 28; k++) {
+    vin[k] = i + k * 0.25;
+    want += (i + k * 0.25) * (k + 1);
+  }
+  check("keep512", keep512(i) == want);
+}
 #endif
 
 NOINLINE void call_args(void) {
@@ -158,7 +196,10 @@ NOINLINE void call_args(void) {
                           b.f == 4.5 * i);
 #ifdef __x86_64__
     if (__builtin_cpu_supports("avx")) check_avx(i);
-    if (__builtin_cpu_supports("avx512f")) check_avx512(i);
+    if (__builtin_cpu_supports("avx512f")) {
+      check_avx512(i);
+      check_keep512(i);
+    }
 #endif
     if (i == 49)
       printf("%ld %.17g %.17g %s %.17g %ld %ld %.17g\n", r, d, m, buf, s.x,

@@ -102,17 +102,23 @@ fn every_call_is_counted_at_its_calling_function() {
     assert_eq!(self_of("site_c").as_deref(), Some("7"), "{text}");
 }
 
-#[test]
-fn arguments_and_results_pass_through_unchanged() {
-    let (d, exe) = build_calls("fp-args");
-    let bare = Command::new(&exe)
+/// `fp_calls args` unprofiled in `d` (it must succeed).
+fn bare_args(d: &Path, exe: &Path) -> std::process::Output {
+    let bare = Command::new(exe)
         .arg("args")
-        .current_dir(&d)
+        .current_dir(d)
         .output()
         .unwrap();
     assert!(bare.status.success());
+    bare
+}
+
+#[test]
+fn arguments_and_results_pass_through_unchanged() {
+    let (d, exe) = build_calls("fp-args");
+    let bare = bare_args(&d, &exe);
     let mut funcs = ARGS.to_vec();
-    funcs.extend(["-fp:vec256", "-fp:vec512"]);
+    funcs.extend(["-fp:vec256", "-fp:vec512", "-fpf:tiny512"]);
     let (out, err, p) = run(&d, &funcs, "args");
     assert_eq!(out.as_bytes(), &bare.stdout[..], "{err}");
     let avx = out.contains("vec256");
@@ -123,6 +129,7 @@ fn arguments_and_results_pass_through_unchanged() {
     }
     if avx512 {
         want.insert("check_avx512".into(), 50);
+        want.insert("keep512".into(), 50);
     }
     assert_eq!(by_caller(&p), want, "{err}");
     // Each function alone: 50 calls.
@@ -361,4 +368,254 @@ fn the_other_architectures_stub_keeps_arguments_and_counts_exactly() {
         counts(&[("site_a", 1000), ("site_b", 300), ("site_c", 7)])
     );
     let _ = exe;
+}
+
+/// What /proc/cpuinfo says this x86-64 host (and its kernel) offers the
+/// stub: xsave (OSXSAVE), xsavec, AVX and AVX-512 state, xgetbv with
+/// ecx = 1 (the XINUSE shortcut).
+#[cfg(target_arch = "x86_64")]
+fn cpu_flags() -> Vec<String> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap();
+    let line = info.lines().find(|l| l.starts_with("flags")).unwrap();
+    line.split_whitespace().map(str::to_string).collect()
+}
+
+/// Every `IGPROF_XSAVE_FORM` this host can execute: fxsave; xsave and
+/// (where the CPU has it) xsavec with the components SSE, SSE+AVX and
+/// SSE+AVX+AVX-512 as XCR0 enables them, the XINUSE shortcut off and on.
+#[cfg(target_arch = "x86_64")]
+fn host_forms() -> Vec<String> {
+    let f = cpu_flags();
+    let has = |x: &str| f.iter().any(|g| g == x);
+    let mut v = vec!["fxsave".to_string()];
+    if !has("xsave") {
+        return v;
+    }
+    let mut parts = vec!["sse"];
+    if has("avx") {
+        parts.push("sse+avx");
+    }
+    if has("avx512f") {
+        parts.push("sse+avx+zmm");
+    }
+    let mut shortcut = vec!["noxinuse"];
+    if has("avx") && has("xgetbv1") {
+        shortcut.push("xinuse");
+    }
+    for form in ["xsave", "xsavec"] {
+        if form == "xsavec" && !has("xsavec") {
+            continue;
+        }
+        for p in &parts {
+            for s in &shortcut {
+                v.push(format!("{form}:{p}:{s}"));
+            }
+        }
+    }
+    v
+}
+
+/// The functions to hook under `form`: those of [`ARGS`], and vec256, and
+/// vec512 and tiny512 (whose caller keeps values in xmm16-31) when the
+/// form keeps their registers (a narrower form is a
+/// test of the smaller save, not of vectors it does not keep).
+#[cfg(target_arch = "x86_64")]
+fn hooked_under(form: &str) -> Vec<&'static str> {
+    let mut v = ARGS.to_vec();
+    if form.contains("avx") {
+        v.push("-fp:vec256");
+    }
+    if form.contains("zmm") {
+        v.extend(["-fp:vec512", "-fpf:tiny512"]);
+    }
+    v
+}
+
+/// `fp_calls args` output and profile under the hooks of `fp`: the output
+/// must be `bare`'s and each function counted 50 times at its caller.
+#[cfg(target_arch = "x86_64")]
+fn check_args_run(what: &str, o: &std::process::Output, bare: &[u8], fp: &[&str], prof: &Path) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{what}: {err}");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(bare),
+        "{what}: {err}"
+    );
+    let mut want = counts(&[("call_args", 50 * ARGS.len() as u64)]);
+    if fp.contains(&"-fp:vec256") {
+        want.insert("check_avx".into(), 50);
+    }
+    if fp.contains(&"-fp:vec512") {
+        want.insert("check_avx512".into(), 50);
+        want.insert("keep512".into(), 50);
+    }
+    let p = parse_strict(&read_text(prof)).unwrap_or_else(|e| panic!("{what}: {e}\n{err}"));
+    assert_eq!(by_caller(&p), want, "{what}: {err}");
+}
+
+/// Every save form of the x86-64 stub this host can execute, forced with
+/// `IGPROF_XSAVE_FORM`, keeps every argument and result, with the counting
+/// path overwriting every vector register a callee may change
+/// (`IGPROF_FP_CLOBBER=1`): GCC's caller keeps values in xmm8-15 across a
+/// call of a function that leaves them alone, so a stub that kept only
+/// the argument registers changes the caller's result. Then the AVX2-only
+/// host's case without the clobber: glibc's AVX2 string functions (what
+/// it picks without AVX-512) on the counting path and the XINUSE shortcut.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn every_save_form_keeps_arguments_and_the_callers_registers() {
+    let (d, exe) = build_calls("fp-forms");
+    let bare = bare_args(&d, &exe);
+    let forms = host_forms();
+    for form in &forms {
+        let fp = hooked_under(form);
+        let mut a = fp.clone();
+        a.extend_from_slice(&["-o", "prof.gz", "./fp_calls", "args"]);
+        let o = igprof_command(&d, &a)
+            .env("IGPROF_XSAVE_FORM", form)
+            .env("IGPROF_FP_CLOBBER", "1")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(&format!("IGPROF_XSAVE_FORM={form}: the -fp stubs save")),
+            "{form} not used: {err}"
+        );
+        check_args_run(form, &o, &bare.stdout, &fp, &d.join("prof.gz"));
+    }
+    let shortcut = forms
+        .iter()
+        .rev()
+        .find(|f| f.ends_with("sse+avx:xinuse"))
+        .cloned();
+    if let Some(form) = shortcut {
+        let mut a = hooked_under(&form);
+        a.extend_from_slice(&["-o", "prof.gz", "./fp_calls", "args"]);
+        let o = igprof_command(&d, &a)
+            .env("IGPROF_XSAVE_FORM", &form)
+            .env(
+                "GLIBC_TUNABLES",
+                "glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ,-AVX512CD",
+            )
+            .output()
+            .unwrap();
+        check_args_run(
+            &format!("{form}, AVX2 string functions"),
+            &o,
+            &bare.stdout,
+            &hooked_under(&form),
+            &d.join("prof.gz"),
+        );
+    }
+    // A form that is no form: one line, and the detected form is used.
+    let o = igprof_command(
+        &d,
+        &["-fp:many_doubles", "-o", "prof.gz", "./fp_calls", "args"],
+    )
+    .env("IGPROF_XSAVE_FORM", "xsaves")
+    .output()
+    .unwrap();
+    let err = ok(&o);
+    let line: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("IGPROF_XSAVE_FORM"))
+        .collect();
+    assert_eq!(line.len(), 1, "{err}");
+    assert!(line[0].contains("unknown form 'xsaves'"), "{err}");
+}
+
+/// The x86-64 stub on CPUs this host is not, under qemu-user: Nehalem (no
+/// AVX, no xsave: fxsave) and Haswell (AVX2, xsave without xsavec; qemu
+/// 7.2 has no XINUSE). Each form the model can execute keeps every
+/// argument with the clobber on; one it cannot is refused on one line and
+/// the detected form is used. The program runs as `qemu-x86_64 -cpu M`
+/// with the library preloaded in the guest (`-E LD_PRELOAD`) and the
+/// launcher's variables: the launcher runs qemu only for another
+/// architecture's program. It is linked with its code in the first
+/// segment: qemu 7.2 shows a same-architecture guest's maps with the
+/// flags of each host mapping's first page, so a text segment after a
+/// read-only one would look not executable and nothing could be hooked.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn the_stub_keeps_arguments_on_cpus_without_avx_or_xsavec_under_qemu() {
+    let d = scratch("fp-qemu-x86");
+    build(&d, "fp_calls.c", "fp_calls", &["-Wl,-z,noseparate-code"]);
+    let qemu = |cpu: &str, form: &str, fp: &[&str]| {
+        let mut c = Command::new("sh");
+        c.args([
+            "-c",
+            "cpu=$1; shift; exec qemu-x86_64 -cpu $cpu -E IGPROF_ROOT_PID=$$ \"$@\"",
+            "sh",
+            cpu,
+        ]);
+        if !fp.is_empty() {
+            c.args(["-E", &format!("LD_PRELOAD={}", lib().display())])
+                .env("IGPROF", format!("{} -o q.gz", fp.join(" ")))
+                .env("IGPROF_QEMU_USER", "1")
+                .env("IGPROF_CACHE_DIR", test_store())
+                .env("IGPROF_FP_CLOBBER", "1")
+                .env("IGPROF_XSAVE_FORM", form);
+        }
+        c.args(["./fp_calls", "args"])
+            .current_dir(&d)
+            .output()
+            .unwrap()
+    };
+    for (cpu, forms, refused) in [
+        ("Nehalem", &["fxsave"][..], "xsave:sse"),
+        (
+            "Haswell",
+            &["fxsave", "xsave:sse:noxinuse", "xsave:sse+avx:noxinuse", ""][..],
+            "xsavec:sse+avx",
+        ),
+    ] {
+        let bare = qemu(cpu, "", &[]);
+        assert!(bare.status.success(), "{cpu}");
+        for form in forms.iter().chain([&refused]) {
+            let fp = hooked_under(if form.is_empty() {
+                cpu_default(cpu)
+            } else {
+                form
+            });
+            let _ = std::fs::remove_file(d.join("q.gz"));
+            let o = qemu(cpu, form, &fp);
+            let err = String::from_utf8_lossy(&o.stderr);
+            let said: Vec<&str> = err
+                .lines()
+                .filter(|l| l.contains("IGPROF_XSAVE_FORM"))
+                .collect();
+            if form.is_empty() {
+                assert!(said.is_empty(), "{err}");
+            } else if *form == refused {
+                assert_eq!(said.len(), 1, "{cpu} {form}: {err}");
+                assert!(said[0].contains("; the -fp stubs save"), "{err}");
+                assert!(!said[0].contains(&format!("{form}: the -fp")), "{err}");
+            } else {
+                assert_eq!(said.len(), 1, "{cpu} {form}: {err}");
+                assert!(
+                    said[0].contains(&format!("{form}: the -fp stubs save")),
+                    "{err}"
+                );
+            }
+            check_args_run(
+                &format!("{cpu} {form}"),
+                &o,
+                &bare.stdout,
+                &fp,
+                &d.join("q.gz"),
+            );
+        }
+    }
+}
+
+/// The form the stub detects on a qemu CPU model, as [`hooked_under`]
+/// spells it.
+#[cfg(target_arch = "x86_64")]
+fn cpu_default(cpu: &str) -> &'static str {
+    if cpu == "Haswell" {
+        "xsave:sse+avx"
+    } else {
+        "fxsave"
+    }
 }

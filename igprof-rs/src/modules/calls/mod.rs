@@ -360,6 +360,7 @@ fn begin_count(ret: usize) -> bool {
 /// (AArch64) link register at the call: counts the call on its caller's
 /// stack.
 extern "C" fn count_entry(i: usize, sp: usize, fp: usize, lr: usize) {
+    stub::clobber();
     if !crate::base::run::recording() {
         return;
     }
