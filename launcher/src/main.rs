@@ -35,6 +35,8 @@ use std::fs::File;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{FileExt, MetadataExt};
 
+mod glibc;
+
 /// `igprof -h` (stdout, exit 0); also on stderr when no program is named.
 const USAGE: &str = "\
 igprof [options] [--] program [args...]
@@ -194,6 +196,8 @@ enum Refusal {
     /// IGPROF_LIB names no file.
     NoIgprofLib(Vec<u8>),
     NoLib,
+    /// The library needs a glibc newer than the program's.
+    OldGlibc(Vec<u8>, glibc::Missing),
 }
 
 impl Refusal {
@@ -283,6 +287,7 @@ impl Refusal {
                 b")",
             ]),
             NoIgprofLib(l) => cat(&[b"IGPROF_LIB=", l, b": no such file"]),
+            OldGlibc(lib, m) => m.message(lib),
             NoLib => b"cannot find libigprof.so (looked next to this program, in ../lib and target/release; build with 'cargo build --release' or set IGPROF_LIB)".to_vec(),
         }
     }
@@ -1145,6 +1150,9 @@ fn launch(
         }
     };
     let lib = absolute(lib, pwd);
+    if let Some(m) = glibc::check(&lib, &resolved) {
+        return Err(Refusal::OldGlibc(lib, m));
+    }
     let mut preload = lib;
     if let Some(p) = env_set("LD_PRELOAD") {
         preload.extend([b":", &p[..]].concat());

@@ -146,3 +146,53 @@ fn the_check_sees_newer_symbols_in_an_ordinary_link() {
     }
     assert_eq!(glibc_version("GLIBC_2.2.5"), Some((2, 2)));
 }
+
+/// A library that needs a newer glibc than the program's is refused before
+/// the program runs, with one line naming both glibc releases. The library
+/// is the release libigprof.so with its GLIBC_2.28 requirement renamed
+/// GLIBC_9.28 (in .dynstr), which no C library defines.
+#[test]
+fn a_library_needing_a_newer_glibc_is_refused_with_one_line() {
+    use object::{Object, ObjectSection};
+    let d = scratch("glibc-newer");
+    let real = std::fs::read(target_dir().join("release/libigprof.so")).unwrap();
+    let file = object::File::parse(&*real).unwrap();
+    let (start, size) = file
+        .section_by_name(".dynstr")
+        .and_then(|s| s.file_range())
+        .expect(".dynstr");
+    let mut fake = real.clone();
+    let dynstr = &mut fake[start as usize..(start + size) as usize];
+    let at = dynstr
+        .windows(11)
+        .position(|w| w == b"GLIBC_2.28\0")
+        .expect("libigprof.so needs GLIBC_2.28");
+    dynstr[at + 6] = b'9';
+    let lib = d.join("libigprof.so");
+    std::fs::write(&lib, &fake).unwrap();
+    let prog = igprof_tests::build(&d, "cpu_split.c", "cpu_split", &[]);
+    let o = Command::new(igprof_tests::launcher())
+        .env("IGPROF_LIB", &lib)
+        .args(["-pp", "-o"])
+        .arg(d.join("p.gz"))
+        .arg(&prog)
+        .arg("5")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(127), "{err}");
+    assert!(o.stdout.is_empty(), "the program ran: {:?}", o.stdout);
+    let getconf = Command::new("getconf")
+        .arg("GNU_LIBC_VERSION")
+        .output()
+        .unwrap();
+    let ours = String::from_utf8_lossy(&getconf.stdout).trim().to_string();
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    let want = format!(
+        "igprof: {} needs glibc 9.28 or newer (symbol version GLIBC_9.28), but the program would run with {ours} (",
+        lib.display()
+    );
+    assert!(lines[0].starts_with(&want), "{}\nwanted: {want}", lines[0]);
+    assert!(!d.join("p.gz").exists());
+}
