@@ -36,6 +36,7 @@ use std::fs::File;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{FileExt, MetadataExt};
 
+mod glibc;
 mod sanitizers;
 
 /// `igprof -h` (stdout, exit 0); also on stderr when no program is named.
@@ -197,6 +198,8 @@ enum Refusal {
     /// IGPROF_LIB names no file.
     NoIgprofLib(Vec<u8>),
     NoLib,
+    /// The library needs a glibc newer than the program's.
+    OldGlibc(Vec<u8>, glibc::Missing),
 }
 
 impl Refusal {
@@ -286,6 +289,7 @@ impl Refusal {
                 b")",
             ]),
             NoIgprofLib(l) => cat(&[b"IGPROF_LIB=", l, b": no such file"]),
+            OldGlibc(lib, m) => m.message(lib),
             NoLib => b"cannot find libigprof.so (looked next to this program, in ../lib and target/release; build with 'cargo build --release' or set IGPROF_LIB)".to_vec(),
         }
     }
@@ -1192,6 +1196,9 @@ fn launch(
         }
     };
     let lib = absolute(lib, pwd);
+    if let Some(m) = glibc::check(&lib, &resolved) {
+        return Err(Refusal::OldGlibc(lib, m));
+    }
     let preload = sanitizers::preload(&runtimes, &lib, user_preload.as_deref());
     std::env::set_var("IGPROF", os(igprof));
     std::env::set_var("IGPROF_ROOT_PID", &pid);

@@ -90,7 +90,14 @@ fn a_foreign_profile_is_named_from_the_objects_under_its_sysroot() {
     for entry in std::fs::read_dir(Path::new(cross_root).join("lib")).unwrap() {
         let name = entry.unwrap().file_name().into_string().unwrap();
         if name.starts_with("ld-linux")
-            || ["libc.so.6", "libm.so.6", "libgcc_s.so.1"].contains(&name.as_str())
+            || [
+                "libc.so.6",
+                "libm.so.6",
+                "libgcc_s.so.1",
+                "libpthread.so.0",
+                "libdl.so.2",
+            ]
+            .contains(&name.as_str())
         {
             std::fs::copy(
                 Path::new(cross_root).join("lib").join(&name),

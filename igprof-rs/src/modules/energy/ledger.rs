@@ -568,7 +568,7 @@ mod tests {
 
     #[test]
     fn kernel_cpu_clock_reads_own_thread() {
-        let tid = unsafe { libc::gettid() };
+        let tid = sys::gettid();
         let a = KernelCpuClock.thread_cpu_ns(tid).unwrap();
         let t = std::time::Instant::now();
         while t.elapsed().as_millis() < 3 {}
