@@ -374,6 +374,10 @@ fn register(
     if let Some(t) = adopt_ended(tid, max_depth + 1, shares_tls) {
         t.busy.set(false);
         t.in_signal.set(false);
+        // A thread cancelled asynchronously may have ended mid-walk.
+        if let Some(u) = &t.unwinder {
+            u.abandon_walk();
+        }
         t.set_energy_slot(None);
         // SAFETY: the state is ours (claimed in adopt_ended) and not yet
         // reachable as any thread's current state: no one reads its
@@ -551,6 +555,9 @@ impl ThreadState {
     pub fn left_by_jump(&self) {
         self.busy.set(false);
         self.in_signal.set(false);
+        if let Some(u) = &self.unwinder {
+            u.abandon_walk();
+        }
     }
 
     /// Marks the handler's extent for the allocation check.

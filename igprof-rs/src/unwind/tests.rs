@@ -1319,6 +1319,16 @@ fn reentered_walk_returns_at_once() {
     unwinder.busy_for_test(false);
     let t = unwinder.trace_here(&bounds, &mut out);
     assert!(t.depth > 0, "{t:?}");
+    // A walk the thread left by a jump (a program's handler that
+    // interrupted it called siglongjmp) never finishes: once abandoned, the
+    // unwinder walks again instead of refusing every later walk.
+    unwinder.busy_for_test(true);
+    unwinder.abandon_walk();
+    let t = unwinder.trace_here(&bounds, &mut out);
+    assert!(t.depth > 0, "{t:?}");
+    // Abandoning when no walk is under way changes nothing.
+    unwinder.abandon_walk();
+    assert!(unwinder.trace_here(&bounds, &mut out).depth > 0);
 }
 
 #[test]

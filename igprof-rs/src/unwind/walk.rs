@@ -227,6 +227,20 @@ impl ThreadUnwinder {
         }
     }
 
+    /// The thread left a walk of this unwinder for good: a signal handler
+    /// of the program interrupted the profiler code that was walking and
+    /// jumped out of it (siglongjmp). The walk never finishes, so the
+    /// unwinder is free again (otherwise every later walk would be refused
+    /// as re-entered). Only for the owning thread, outside any walk of its
+    /// own.
+    pub fn abandon_walk(&self) {
+        if self.busy.get() {
+            self.hazard.clear();
+            compiler_fence(Ordering::SeqCst);
+            self.busy.set(false);
+        }
+    }
+
     #[cfg(test)]
     pub(crate) fn busy_for_test(&self, busy: bool) {
         self.busy.set(busy);

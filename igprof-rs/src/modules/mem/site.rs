@@ -506,7 +506,15 @@ pub fn in_hook() -> bool {
 /// The thread left a hook by longjmp (a program's signal handler that
 /// interrupted it): it is no longer recording nor inside a real call.
 pub fn left_by_jump() {
-    tls(|h| h.outer.set(0));
+    tls(|h| {
+        h.outer.set(0);
+        let nested = h.nested.get();
+        if !nested.is_null() {
+            // SAFETY: the thread's own second unwinder, made with its first
+            // recorded event and freed only at its exit.
+            unsafe { &*nested }.abandon_walk();
+        }
+    });
 }
 
 /// Events on threads the profiler has no state for (passed through).
