@@ -3,9 +3,12 @@
 //! with a strict parser of IgProf's grammar, and name its addresses from the
 //! objects' symbol tables (`nm`), independently of igprof-analyse.
 //!
-//! The tests need the release library and launcher: `cargo build --release
-//! --workspace` (scripts/test does it first). The target
-//! directory is `$CARGO_TARGET_DIR` or the workspace's `target/`.
+//! The tests need the release library, launcher and analyser (and the
+//! library built for the other architecture, for the tests of foreign
+//! programs): the first helper that needs one runs `cargo build --release`
+//! for it, so a plain `cargo test --workspace` works in a fresh clone
+//! (scripts/test builds them first, and the build is then a no-op). The
+//! target directory is `$CARGO_TARGET_DIR` or the workspace's `target/`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
@@ -35,27 +38,44 @@ pub fn target_dir() -> PathBuf {
     }
 }
 
-/// The release libigprof.so (panics with what to do when missing).
-pub fn lib() -> PathBuf {
-    let p = target_dir().join("release/libigprof.so");
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo build --release -p igprof-rs` first",
-        p.display()
-    );
+/// Runs `cargo build --release [--target TRIPLE] -p igprof-rs -p
+/// igprof-launcher -p igprof-analyse` once per test binary and target: the
+/// artefacts the tests run are then those of the sources under test, even
+/// when `cargo test` was not given `--release` (cargo holds no lock on the
+/// release directory while tests run). Panics with cargo's status.
+fn build_release(target: Option<&str>) {
+    static HOST: std::sync::Once = std::sync::Once::new();
+    static FOREIGN: std::sync::Once = std::sync::Once::new();
+    let once = if target.is_some() { &FOREIGN } else { &HOST };
+    once.call_once(|| {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut c = Command::new(cargo);
+        c.current_dir(root()).args(["build", "--release", "--quiet"]);
+        match target {
+            Some(t) => c.args(["--target", t, "-p", "igprof-rs"]),
+            None => c.args(["-p", "igprof-rs", "-p", "igprof-launcher", "-p", "igprof-analyse"]),
+        };
+        let st = c.status().expect("run cargo");
+        assert!(st.success(), "{c:?} failed: {st}");
+    });
+}
+
+/// A release artefact of the host, built first if needed.
+fn release_artefact(name: &str) -> PathBuf {
+    build_release(None);
+    let p = target_dir().join("release").join(name);
+    assert!(p.exists(), "{} is missing after cargo build --release", p.display());
     p
 }
 
-/// The release launcher, target/release/igprof (panics with what to do
-/// when missing).
+/// The release libigprof.so.
+pub fn lib() -> PathBuf {
+    release_artefact("libigprof.so")
+}
+
+/// The release launcher, target/release/igprof.
 pub fn launcher() -> PathBuf {
-    let p = target_dir().join("release/igprof");
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo build --release --workspace` first",
-        p.display()
-    );
-    p
+    release_artefact("igprof")
 }
 
 /// A fresh scratch directory for one test.
@@ -88,15 +108,9 @@ fn compile(compiler: &str, dir: &Path, src: &str, out: &str, flags: &[&str]) -> 
     outp
 }
 
-/// The release igprof-analyse (panics with what to do when missing).
+/// The release igprof-analyse.
 pub fn analyser() -> PathBuf {
-    let p = target_dir().join("release/igprof-analyse");
-    assert!(
-        p.exists(),
-        "{} missing: cargo build --release --workspace",
-        p.display()
-    );
-    p
+    release_artefact("igprof-analyse")
 }
 
 /// Checks a profile of dlopen_main (main burns in plugin.so's plugin_burn
@@ -153,16 +167,13 @@ pub fn foreign_arch() -> (&'static str, &'static str, &'static str) {
     }
 }
 
-/// The release libigprof.so built for [`foreign_arch`] (panics with what
-/// to do when missing).
+/// The release libigprof.so built for [`foreign_arch`] (built first if
+/// needed; scripts/setup installs the rustup target and cross linker).
 pub fn foreign_lib() -> PathBuf {
-    let arch = foreign_arch().0;
-    let p = target_dir().join(format!("{arch}-unknown-linux-gnu/release/libigprof.so"));
-    assert!(
-        p.exists(),
-        "{} is missing: cargo build --release --target {arch}-unknown-linux-gnu -p igprof-rs (scripts/test does)",
-        p.display()
-    );
+    let triple = format!("{}-unknown-linux-gnu", foreign_arch().0);
+    build_release(Some(&triple));
+    let p = target_dir().join(format!("{triple}/release/libigprof.so"));
+    assert!(p.exists(), "{} is missing after cargo build --release", p.display());
     p
 }
 

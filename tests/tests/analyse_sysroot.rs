@@ -74,12 +74,7 @@ fn libc_offset(report: &str) -> u64 {
 #[test]
 fn a_foreign_profile_is_named_from_the_objects_under_its_sysroot() {
     let (arch, compiler, cross_root) = foreign();
-    let xlib = target_dir().join(format!("{arch}-unknown-linux-gnu/release/libigprof.so"));
-    assert!(
-        xlib.exists(),
-        "{} missing: cargo build --release --target {arch}-unknown-linux-gnu -p igprof-rs (scripts/test does)",
-        xlib.display()
-    );
+    let xlib = foreign_lib();
     let d = scratch("analyse_sysroot");
     // The machine's root: merged /usr (lib -> usr/lib), its C library and
     // what libigprof.so needs, copied from the cross root, and a library

@@ -438,10 +438,7 @@ fn install_into_a_fresh_prefix_then_profile_outside_the_build_tree() {
             assert!(prefix.join(f).is_file(), "{f} not installed");
         }
         let foreign = foreign_arch().0;
-        if target_dir()
-            .join(format!("{foreign}-unknown-linux-gnu/release/libigprof.so"))
-            .exists()
-        {
+        if foreign_lib().exists() {
             assert!(prefix.join(format!("lib/{foreign}/libigprof.so")).is_file());
             // Where the launcher looks for it: <arch>/ next to itself.
             assert!(prefix.join(format!("bin/{foreign}/libigprof.so")).is_file());

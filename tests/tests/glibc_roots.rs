@@ -13,7 +13,7 @@
 //! otherwise. What it must never do: leave /proc mounted in a root, or
 //! write anywhere in a root but its /igprof-test directory.
 
-use igprof_tests::{root, target_dir};
+use igprof_tests::{analyser, launcher, lib, root};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -113,14 +113,11 @@ fn run_suite(suite: &str, glibc: &str) {
     for d in ["bin", "tmp", "store", "src"] {
         std::fs::create_dir_all(work.join(d)).unwrap();
     }
-    let release = target_dir().join("release");
-    for b in ["libigprof.so", "igprof", "igprof-analyse"] {
-        let from = release.join(b);
-        assert!(
-            from.exists(),
-            "{} is missing: run `cargo build --release -p igprof-rs -p igprof-launcher -p igprof-analyse` first",
-            from.display()
-        );
+    for (b, from) in [
+        ("libigprof.so", lib()),
+        ("igprof", launcher()),
+        ("igprof-analyse", analyser()),
+    ] {
         std::fs::copy(&from, work.join("bin").join(b)).unwrap();
     }
     for p in ["cpu_split", "alloc_churn", "fd_churn", "procs"] {

@@ -2,14 +2,14 @@
 //! launcher and igprof-analyse as `cargo build --release` makes them (linked
 //! by scripts/zig-linker against glibc 2.28) require no symbol version newer
 //! than GLIBC_2.28, read from their dynamic symbol tables with `object`.
-//! The AArch64 library is checked too when it has been built.
+//! The AArch64 library is checked too (built first if needed).
 //!
 //! The check is shown to catch what it looks for on a program linked the
 //! ordinary way against this machine's newer glibc.
 //!
 //! What it must never do: accept a binary whose version table it cannot read.
 
-use igprof_tests::{scratch, target_dir};
+use igprof_tests::{analyser, foreign_lib, launcher, lib, scratch};
 use object::elf::{FileHeader64, STB_WEAK};
 use object::read::elf::{FileHeader, Sym};
 use object::Endianness;
@@ -69,27 +69,8 @@ fn newer_than(path: &Path, oldest: (u32, u32)) -> Vec<String> {
 
 #[test]
 fn release_binaries_need_no_glibc_newer_than_2_28() {
-    let release = target_dir().join("release");
-    let mut checked = Vec::new();
+    let checked = [lib(), launcher(), analyser(), foreign_lib()];
     let mut bad = Vec::new();
-    for name in ["libigprof.so", "igprof", "igprof-analyse"] {
-        let p = release.join(name);
-        assert!(
-            p.exists(),
-            "{} is missing: run `cargo build --release -p igprof-rs -p igprof-launcher -p igprof-analyse` first",
-            p.display()
-        );
-        checked.push(p);
-    }
-    let aarch64 = target_dir().join("aarch64-unknown-linux-gnu/release/libigprof.so");
-    if aarch64.exists() {
-        checked.push(aarch64);
-    } else {
-        eprintln!(
-            "{} not built: only the host binaries are checked",
-            aarch64.display()
-        );
-    }
     for p in &checked {
         let newer = newer_than(p, OLDEST_GLIBC);
         if !newer.is_empty() {
@@ -155,7 +136,7 @@ fn the_check_sees_newer_symbols_in_an_ordinary_link() {
 fn a_library_needing_a_newer_glibc_is_refused_with_one_line() {
     use object::{Object, ObjectSection};
     let d = scratch("glibc-newer");
-    let real = std::fs::read(target_dir().join("release/libigprof.so")).unwrap();
+    let real = std::fs::read(lib()).unwrap();
     let file = object::File::parse(&*real).unwrap();
     let (start, size) = file
         .section_by_name(".dynstr")
