@@ -50,10 +50,18 @@ fn build_release(target: Option<&str>) {
     once.call_once(|| {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let mut c = Command::new(cargo);
-        c.current_dir(root()).args(["build", "--release", "--quiet"]);
+        c.current_dir(root())
+            .args(["build", "--release", "--quiet"]);
         match target {
             Some(t) => c.args(["--target", t, "-p", "igprof-rs"]),
-            None => c.args(["-p", "igprof-rs", "-p", "igprof-launcher", "-p", "igprof-analyse"]),
+            None => c.args([
+                "-p",
+                "igprof-rs",
+                "-p",
+                "igprof-launcher",
+                "-p",
+                "igprof-analyse",
+            ]),
         };
         let st = c.status().expect("run cargo");
         assert!(st.success(), "{c:?} failed: {st}");
@@ -64,7 +72,11 @@ fn build_release(target: Option<&str>) {
 fn release_artefact(name: &str) -> PathBuf {
     build_release(None);
     let p = target_dir().join("release").join(name);
-    assert!(p.exists(), "{} is missing after cargo build --release", p.display());
+    assert!(
+        p.exists(),
+        "{} is missing after cargo build --release",
+        p.display()
+    );
     p
 }
 
@@ -173,7 +185,11 @@ pub fn foreign_lib() -> PathBuf {
     let triple = format!("{}-unknown-linux-gnu", foreign_arch().0);
     build_release(Some(&triple));
     let p = target_dir().join(format!("{triple}/release/libigprof.so"));
-    assert!(p.exists(), "{} is missing after cargo build --release", p.display());
+    assert!(
+        p.exists(),
+        "{} is missing after cargo build --release",
+        p.display()
+    );
     p
 }
 

@@ -209,6 +209,40 @@ fn in_arena(p: *mut u8) -> bool {
     ARENA.lo.load(Ordering::Relaxed) <= p && p < ARENA.hi.load(Ordering::Relaxed)
 }
 
+/// Set in the keeper once the program is gone (process/keeper.rs): a
+/// killed thread may have held a class lock, or been half-way through a
+/// free list, so from then on every block is new memory from
+/// [`lone_alloc`] and nothing is reused or given back.
+static LONE: AtomicBool = AtomicBool::new(false);
+/// [`lone_alloc`]'s current region: next free byte and end.
+static LONE_CUR: AtomicUsize = AtomicUsize::new(0);
+static LONE_END: AtomicUsize = AtomicUsize::new(0);
+/// Size of each region [`lone_alloc`] maps (more for a larger block).
+const LONE_REGION: usize = 64 << 20;
+
+/// See [`LONE`]: called by the keeper, the only thread left.
+pub fn owned_by_one_thread() {
+    LONE.store(true, Ordering::Release);
+}
+
+/// A block of new memory (one thread only: see [`LONE`]).
+fn lone_alloc(layout: Layout) -> *mut u8 {
+    let align = layout.align().max(16);
+    let size = layout.size().max(1);
+    let mut start = (LONE_CUR.load(Ordering::Relaxed) + align - 1) & !(align - 1);
+    if LONE_CUR.load(Ordering::Relaxed) == 0 || start + size > LONE_END.load(Ordering::Relaxed) {
+        let len = round_pages(size.max(LONE_REGION) + align);
+        let p = sys::mmap_anon(len) as usize;
+        if p == 0 {
+            return core::ptr::null_mut();
+        }
+        LONE_END.store(p + len, Ordering::Relaxed);
+        start = (p + align - 1) & !(align - 1);
+    }
+    LONE_CUR.store(start + size, Ordering::Relaxed);
+    start as *mut u8
+}
+
 /// The library's global allocator (installed in lib.rs).
 pub struct IgAlloc;
 
@@ -216,6 +250,9 @@ pub struct IgAlloc;
 // alignment classes of the allocator below) and never unwind.
 unsafe impl GlobalAlloc for IgAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if LONE.load(Ordering::Relaxed) {
+            return lone_alloc(layout);
+        }
         assert_not_in_signal();
         let a = arena_alloc(layout);
         if !a.is_null() {
@@ -259,7 +296,7 @@ unsafe impl GlobalAlloc for IgAlloc {
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        if in_arena(ptr) {
+        if in_arena(ptr) || LONE.load(Ordering::Relaxed) {
             // Never reused (final_arena).
             return;
         }
@@ -283,7 +320,8 @@ unsafe impl GlobalAlloc for IgAlloc {
         let new_small = class_of(new_size, layout.align());
         // A block in the final dump's region, or one that should move there,
         // is copied to a new block.
-        let in_place = !in_arena(ptr) && !ARENA.on.load(Ordering::Relaxed);
+        let in_place =
+            !in_arena(ptr) && !ARENA.on.load(Ordering::Relaxed) && !LONE.load(Ordering::Relaxed);
         match (old_small, new_small) {
             (Some(a), Some(b)) if a == b && in_place => ptr,
             (None, None) if in_place => {

@@ -637,6 +637,12 @@ pub fn dump_to(path: &str) -> Result<DumpStats, DumpError> {
     r
 }
 
+/// In the keeper: a dump the program's threads were writing when they
+/// died will never finish.
+pub fn forget_unfinished_dump() {
+    DUMPING.store(false, Ordering::Release);
+}
+
 /// [`dump_to`], after waiting (at most a minute) for a dump another thread
 /// is writing (a snapshot just before exit must not cost the final profile).
 pub fn dump_after_others(path: &str) -> Result<DumpStats, DumpError> {

@@ -31,6 +31,28 @@ pub fn final_dump(reason: &str) -> bool {
     // The process is ending: stop sampling so the profile ends here (and no
     // sample lands in the dump itself).
     crate::process::stop_sampling();
+    let written = write_final(reason, false);
+    // Written or not, the image has said what became of its profile.
+    crate::process::keeper::image_ended(crate::base::run::execing());
+    written
+}
+
+/// The keeper's dump for an image that ended without its own (`how`: how
+/// it ended): the same profile, with one line saying so. The image's
+/// threads are gone: nothing of theirs (timers, descriptors) is touched,
+/// and a dump they were writing when they died is written again.
+pub fn final_dump_by_keeper(how: &str) {
+    if !crate::base::run::active() {
+        return;
+    }
+    FINAL_DONE.store(true, Ordering::Release);
+    output::forget_unfinished_dump();
+    write_final(&format!("{how}, by the keeper"), true);
+}
+
+/// Writes the final profile (see [`final_dump`]); `always_say`: one line
+/// even without `-d`.
+fn write_final(reason: &str, always_say: bool) -> bool {
     let path = output::path::output_path();
     let (dumped, saved) = thread::paused(|| {
         let write = || {
@@ -79,7 +101,7 @@ pub fn final_dump(reason: &str) -> bool {
                 }
                 None => path,
             };
-            if opts.debug || stats.dropped > 0 {
+            if opts.debug || stats.dropped > 0 || always_say {
                 crate::igprof_log!(
                     "wrote {} at {reason}: {} samples, {} dropped (taken inside the profiler or no memory), {} truncated stacks, {} thread states",
                     path,
@@ -104,9 +126,13 @@ pub fn final_dump(reason: &str) -> bool {
 
 /// The process dies by `sig` and its profile could not be written (no
 /// watcher thread, or the signal interrupted the profiler itself, which may
-/// hold what a dump needs): says so. Signal context.
+/// hold what a dump needs): says so, unless the keeper will write it.
+/// Signal context.
 pub fn final_dump_from_signal(sig: i32) {
-    if crate::base::run::active() && !FINAL_DONE.load(Ordering::Acquire) {
+    if crate::base::run::active()
+        && !FINAL_DONE.load(Ordering::Acquire)
+        && !crate::process::keeper::watching()
+    {
         crate::igprof_log!(
             "{} (default action) ends the process; no profile written",
             crate::base::sys::signal_name(sig)

@@ -13,6 +13,7 @@
 pub mod ending;
 pub mod fatal;
 pub mod hooks;
+pub mod keeper;
 mod raw_exit;
 pub mod signals;
 pub mod watcher;
@@ -349,7 +350,24 @@ pub fn init(modules: &'static [&'static Module]) {
             output_path()
         );
     }
+    keeper::configure(
+        !QEMU_USER.load(Ordering::Relaxed) && getenv(b"IGPROF_KEEPER\0") != Some(b"0"),
+    );
+    start_keeper();
     cpu::start_thread(main);
+}
+
+/// Starts this image's keeper (before the sampler of the thread that makes
+/// it starts: the keeper must inherit no timer or counter); `-d` says how.
+fn start_keeper() {
+    let t0 = sys::monotonic_ns();
+    match keeper::start() {
+        Ok(pid) => crate::igprof_debug!(
+            "keeper: pid {pid} writes the profile if this process dies without writing it (started in {} us)",
+            (sys::monotonic_ns() - t0) / 1000
+        ),
+        Err(why) => crate::igprof_debug!("keeper: none ({why}); a process killed by SIGKILL leaves no profile"),
+    }
 }
 
 /// The library destructor: the final dump at normal exit.
@@ -496,6 +514,7 @@ pub fn after_fork_child() {
             crate::process::watcher::start();
             drop(g);
         }
+        start_keeper();
         restart_thread(t);
     }
 }
@@ -543,7 +562,9 @@ pub fn before_exec() {
 pub fn exec_failed() {
     run::set_execing(false);
     ending::allow_final_again();
+    start_keeper();
     if let Some(t) = thread::current() {
+        start_keeper();
         restart_thread(t);
     }
 }

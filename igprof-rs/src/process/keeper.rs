@@ -1,0 +1,487 @@
+//! The keeper: a process that writes the final profile of an image that
+//! ended without writing it (SIGKILL, a crash in the program's own signal
+//! handler, a raw `exit_group`, a fatal signal the handlers could not
+//! serve, death in the middle of the final dump).
+//!
+//! Owns the keeper's life: its creation at start-up, in a fork child and
+//! after an exec that failed ([`start`]); the image's word that it wrote its
+//! profile itself ([`image_ended`]); the wait for the program's end; and the
+//! dump the keeper writes when that word never came.
+//!
+//! How it sees the profile after the program is gone: it is made by
+//! `clone(CLONE_VM)` without `CLONE_THREAD`, so it shares the program's memory
+//! but is not in its thread group. Whatever ends every thread of the program
+//! leaves the memory in place while the keeper holds it, with every call
+//! tree, live table and module list as they were at that instant, and the
+//! keeper runs the ordinary final dump over them. The OOM killer is the one
+//! exception: it kills every process that shares the victim's memory, the
+//! keeper too.
+//!
+//! What the program sees of it: nothing it can wait for, signal or inherit.
+//! An intermediate process makes the keeper and exits at once, and is
+//! reaped here, so the keeper is not the program's child; it has no signal
+//! to send its parent; it starts a session of its own (no signal to the
+//! program's process group or terminal reaches it); it blocks every signal;
+//! it closes every descriptor it got from the program (a pipe's reader
+//! still sees end-of-file when the program ends) except a copy of stderr
+//! when that is a terminal or a regular file, for its one line.
+//!
+//! Must never: touch TLS, errno or anything of libc while the program lives
+//! (the keeper runs with its creator's TLS, so it makes raw system calls
+//! only, into its own stack); write a profile the image wrote or said it
+//! could not write; keep the program's memory after the image is gone
+//! (it exits when the image ends by exec, and after its dump).
+
+use core::sync::atomic::{AtomicI32, AtomicU32, AtomicUsize, Ordering};
+
+use crate::base::sys;
+
+/// The keeper's stack: the final dump's deepest calls (naming, gzip) run on
+/// it. Mapped without reserve: only the pages it touches cost memory.
+const STACK_BYTES: usize = 8 << 20;
+/// The intermediate process's stack, at the top of the same mapping.
+const SPAWN_STACK_BYTES: usize = 64 << 10;
+/// A dump that takes longer than this (a lock held by a killed thread) ends
+/// the keeper instead of keeping the program's memory for ever.
+const DUMP_LIMIT_S: u64 = 600;
+
+/// Generation of the current keeper (0: none started yet); each [`start`]
+/// makes a new one, and a keeper exits once its generation has ended.
+static GEN: AtomicU32 = AtomicU32::new(0);
+/// The latest generation whose image ended having written its profile (or
+/// said why not) itself.
+static ENDED: AtomicU32 = AtomicU32::new(0);
+/// The current keeper's pid (0: none).
+static KEEPER: AtomicI32 = AtomicI32::new(0);
+/// The program's pid, for the keeper.
+static PROGRAM: AtomicI32 = AtomicI32::new(0);
+/// The program's pidfd, opened by the intermediate process (its table,
+/// inherited by the keeper's).
+static PIDFD: AtomicI32 = AtomicI32::new(-1);
+/// Why the intermediate process made no keeper (an errno; 0: it did).
+static SPAWN_ERRNO: AtomicI32 = AtomicI32::new(0);
+/// The stack mapping of the current keeper (0: none).
+static STACK: AtomicUsize = AtomicUsize::new(0);
+/// Set at start-up when no keeper may be made in this process (see
+/// [`configure`]).
+static OFF: AtomicU32 = AtomicU32::new(0);
+
+/// Raw system calls: the keeper must not write errno (its creator's TLS).
+mod raw {
+    /// # Safety
+    /// As the system call `n` with these arguments.
+    #[cfg(target_arch = "x86_64")]
+    pub unsafe fn call(n: libc::c_long, a: [usize; 6]) -> isize {
+        let r: isize;
+        core::arch::asm!(
+            "syscall",
+            inlateout("rax") n as isize => r,
+            in("rdi") a[0], in("rsi") a[1], in("rdx") a[2],
+            in("r10") a[3], in("r8") a[4], in("r9") a[5],
+            lateout("rcx") _, lateout("r11") _,
+            options(nostack)
+        );
+        r
+    }
+
+    /// # Safety
+    /// As the system call `n` with these arguments.
+    #[cfg(target_arch = "aarch64")]
+    pub unsafe fn call(n: libc::c_long, a: [usize; 6]) -> isize {
+        let r: isize;
+        core::arch::asm!(
+            "svc 0",
+            in("x8") n,
+            inlateout("x0") a[0] as isize => r,
+            in("x1") a[1], in("x2") a[2], in("x3") a[3], in("x4") a[4], in("x5") a[5],
+            options(nostack)
+        );
+        r
+    }
+
+    pub fn exit(code: i32) -> ! {
+        loop {
+            // SAFETY: ends the calling thread; never returns.
+            unsafe { call(libc::SYS_exit, [code as usize, 0, 0, 0, 0, 0]) };
+        }
+    }
+}
+
+/// Start-up, before the first [`start`]: `allowed` is false where no keeper
+/// may run (turned off by `IGPROF_KEEPER=0`, qemu-user, which has no
+/// `clone(CLONE_VM)` without a thread).
+pub fn configure(allowed: bool) {
+    OFF.store(!allowed as u32, Ordering::Relaxed);
+}
+
+/// Makes this image's keeper (start-up; a fork child; an exec that failed).
+/// Returns why there is none, for `-d`.
+pub fn start() -> Result<i32, &'static str> {
+    KEEPER.store(0, Ordering::Release);
+    if OFF.load(Ordering::Relaxed) != 0 {
+        return Err("turned off (IGPROF_KEEPER=0, or qemu-user)");
+    }
+    let me = sys::getpid();
+    // Orphans go to the nearest subreaper: if that is the program itself
+    // (an init, PR_SET_CHILD_SUBREAPER), the keeper would become a child
+    // it can wait for.
+    let mut subreaper: libc::c_int = 0;
+    // SAFETY: PR_GET_CHILD_SUBREAPER writes one int.
+    unsafe {
+        libc::prctl(
+            libc::PR_GET_CHILD_SUBREAPER,
+            &mut subreaper as *mut libc::c_int,
+        )
+    };
+    if me == 1 || subreaper != 0 {
+        return Err("the program adopts orphans (an init or a subreaper): it would see the keeper");
+    }
+    // A keeper of an earlier generation may still run on the old stack
+    // (an exec that failed): a new one gets a new stack. A fork child's
+    // copy of the parent's is free.
+    let old = STACK.load(Ordering::Acquire);
+    let stack = if old != 0 && GEN.load(Ordering::Acquire) == ENDED.load(Ordering::Acquire) {
+        sys::mmap_anon(STACK_BYTES + SPAWN_STACK_BYTES)
+    } else if old != 0 {
+        old as *mut u8
+    } else {
+        sys::mmap_anon(STACK_BYTES + SPAWN_STACK_BYTES)
+    };
+    if stack.is_null() {
+        return Err("no memory for its stack");
+    }
+    STACK.store(stack as usize, Ordering::Release);
+    let gen = GEN.fetch_add(1, Ordering::AcqRel) + 1;
+    PROGRAM.store(me, Ordering::Release);
+    SPAWN_ERRNO.store(0, Ordering::Release);
+    let spawn_top = (stack as usize + STACK_BYTES + SPAWN_STACK_BYTES) & !15;
+    let clone = real_clone();
+    let _e = sys::ErrnoGuard::save();
+    // The intermediate process: shares our memory, exit signal 0 (no
+    // SIGCHLD to the program), reaped below.
+    // SAFETY: spawn runs on its own stack at spawn_top and only makes raw
+    // system calls and the clone below.
+    let pid = unsafe {
+        clone(
+            spawn,
+            spawn_top as *mut libc::c_void,
+            libc::CLONE_VM,
+            gen as usize as *mut libc::c_void,
+            core::ptr::null_mut(),
+            core::ptr::null_mut(),
+            core::ptr::null_mut(),
+        )
+    };
+    if pid <= 0 {
+        return Err("clone refused");
+    }
+    loop {
+        // SAFETY: waits for the child made above (a "clone" child: exit
+        // signal 0, hence __WCLONE); no status wanted.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_wait4,
+                pid,
+                core::ptr::null_mut::<libc::c_int>(),
+                libc::__WCLONE,
+                core::ptr::null_mut::<libc::rusage>(),
+            )
+        };
+        if r >= 0 || sys::errno() != libc::EINTR {
+            break;
+        }
+    }
+    match KEEPER.load(Ordering::Acquire) {
+        0 => Err(match SPAWN_ERRNO.load(Ordering::Acquire) {
+            libc::ENOSYS => "this kernel has no pidfd_open (Linux 5.3)",
+            _ => "the kernel refused its process",
+        }),
+        k => Ok(k),
+    }
+}
+
+/// glibc's clone, past our hook (which would take the keeper for a thread
+/// of the program).
+fn real_clone() -> crate::hook::orig::Clone {
+    crate::hook::orig::clone().unwrap_or_else(|| {
+        // SAFETY: glibc's variadic clone, called with its seven arguments
+        // (see orig::Clone); its code reads no variadic register count.
+        unsafe {
+            core::mem::transmute::<*const (), crate::hook::orig::Clone>(libc::clone as *const ())
+        }
+    })
+}
+
+/// The intermediate process: opens the program's pidfd (the program is
+/// alive: it waits for this process), makes the keeper and exits.
+extern "C" fn spawn(arg: *mut libc::c_void) -> libc::c_int {
+    let program = PROGRAM.load(Ordering::Acquire);
+    // SAFETY: pidfd_open(pid, 0).
+    let fd = unsafe { raw::call(libc::SYS_pidfd_open, [program as usize, 0, 0, 0, 0, 0]) };
+    if fd < 0 {
+        SPAWN_ERRNO.store(-fd as i32, Ordering::Release);
+        return 0;
+    }
+    PIDFD.store(fd as i32, Ordering::Release);
+    let stack_top = (STACK.load(Ordering::Acquire) + STACK_BYTES) & !15;
+    let clone = real_clone();
+    // SAFETY: keep runs on its own stack below ours; glibc's clone touches
+    // neither TLS nor errno in the child, and in the parent only on
+    // failure, which this process survives by exiting.
+    let k = unsafe {
+        clone(
+            keep,
+            stack_top as *mut libc::c_void,
+            libc::CLONE_VM,
+            arg,
+            core::ptr::null_mut(),
+            core::ptr::null_mut(),
+            core::ptr::null_mut(),
+        )
+    };
+    if k > 0 {
+        KEEPER.store(k, Ordering::Release);
+    } else {
+        SPAWN_ERRNO.store(libc::EAGAIN, Ordering::Release);
+    }
+    0
+}
+
+/// The keeper process.
+extern "C" fn keep(arg: *mut libc::c_void) -> libc::c_int {
+    let gen = arg as usize as u32;
+    let all: u64 = !0;
+    // SAFETY: raw system calls with valid pointers into this stack.
+    unsafe {
+        raw::call(
+            libc::SYS_rt_sigprocmask,
+            [
+                libc::SIG_SETMASK as usize,
+                &all as *const u64 as usize,
+                0,
+                8,
+                0,
+                0,
+            ],
+        );
+        raw::call(libc::SYS_setsid, [0; 6]);
+        let name = b"igprof-keeper\0";
+        raw::call(
+            libc::SYS_prctl,
+            [
+                libc::PR_SET_NAME as usize,
+                name.as_ptr() as usize,
+                0,
+                0,
+                0,
+                0,
+            ],
+        );
+    }
+    let pidfd = PIDFD.load(Ordering::Acquire);
+    let stderr = kept_stderr();
+    close_all_but(&[pidfd, stderr]);
+    let chld: u64 = 1 << (libc::SIGCHLD - 1);
+    // SAFETY: signalfd4(-1, mask, 8, SFD_CLOEXEC).
+    let sfd = unsafe {
+        raw::call(
+            libc::SYS_signalfd4,
+            [
+                usize::MAX,
+                &chld as *const u64 as usize,
+                8,
+                libc::SFD_CLOEXEC as usize,
+                0,
+                0,
+            ],
+        )
+    } as i32;
+    loop {
+        if ENDED.load(Ordering::Acquire) >= gen {
+            raw::exit(0);
+        }
+        let mut fds = [
+            libc::pollfd {
+                fd: pidfd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: sfd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: ppoll over two pollfds on this stack, no timeout.
+        let n = unsafe { raw::call(libc::SYS_ppoll, [fds.as_mut_ptr() as usize, 2, 0, 0, 0, 0]) };
+        if ENDED.load(Ordering::Acquire) >= gen {
+            raw::exit(0);
+        }
+        if n > 0 && fds[0].revents != 0 {
+            break;
+        }
+        if n > 0 && fds[1].revents != 0 {
+            let mut buf = [0u8; 128];
+            // SAFETY: reads one signalfd_siginfo into buf.
+            unsafe {
+                raw::call(
+                    libc::SYS_read,
+                    [sfd as usize, buf.as_mut_ptr() as usize, 128, 0, 0, 0],
+                )
+            };
+        }
+    }
+    // Every thread of the program is gone: its memory is this process's
+    // alone, and libc may be used (the TLS and errno are a dead thread's).
+    // SAFETY: closing our own descriptors.
+    unsafe {
+        libc::close(pidfd);
+        libc::close(sfd);
+    }
+    after_death(gen, stderr)
+}
+
+/// A copy of the program's stderr, when it is a terminal or a regular file
+/// (holding a pipe or socket would keep its reader from end-of-file); -1
+/// otherwise.
+fn kept_stderr() -> i32 {
+    // SAFETY: a zeroed stat is a valid out-buffer; raw fstat(2).
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    let r = unsafe {
+        raw::call(
+            libc::SYS_fstat,
+            [2, &mut st as *mut libc::stat as usize, 0, 0, 0, 0],
+        )
+    };
+    let kind = st.st_mode & libc::S_IFMT;
+    if r != 0 || (kind != libc::S_IFCHR && kind != libc::S_IFREG) {
+        return -1;
+    }
+    // SAFETY: fcntl(2, F_DUPFD_CLOEXEC, 3).
+    let fd = unsafe {
+        raw::call(
+            libc::SYS_fcntl,
+            [2, libc::F_DUPFD_CLOEXEC as usize, 3, 0, 0, 0],
+        )
+    };
+    if fd < 0 {
+        -1
+    } else {
+        fd as i32
+    }
+}
+
+/// Closes every descriptor but `keep` (negative entries ignored).
+fn close_all_but(keep: &[i32]) {
+    let mut kept: [u32; 2] = [u32::MAX; 2];
+    for (i, &k) in keep.iter().take(2).enumerate() {
+        if k >= 0 {
+            kept[i] = k as u32;
+        }
+    }
+    kept.sort_unstable();
+    let mut from = 0u32;
+    for k in kept.iter().copied().chain(core::iter::once(u32::MAX)) {
+        if k == u32::MAX {
+            close_range(from, u32::MAX);
+            break;
+        }
+        if k > from {
+            close_range(from, k - 1);
+        }
+        from = k + 1;
+    }
+}
+
+fn close_range(first: u32, last: u32) {
+    // SAFETY: close_range(first, last, 0) on this process's own table.
+    let r = unsafe {
+        raw::call(
+            libc::SYS_close_range,
+            [first as usize, last as usize, 0, 0, 0, 0],
+        )
+    };
+    if r == -(libc::ENOSYS as isize) {
+        // Before Linux 5.9: one by one, as far as descriptors usually go.
+        for fd in first..last.min(4096).saturating_add(1) {
+            // SAFETY: close(fd).
+            unsafe { raw::call(libc::SYS_close, [fd as usize, 0, 0, 0, 0, 0]) };
+        }
+    }
+}
+
+/// The image ended without its word: write its final profile.
+fn after_death(gen: u32, stderr: i32) -> ! {
+    let program = PROGRAM.load(Ordering::Acquire);
+    sys::stand_for(program);
+    crate::base::alloc::owned_by_one_thread();
+    // Descriptors 0-2: what a file opened for the dump must not become.
+    let null = c"/dev/null";
+    // SAFETY: plain opens and dup2 of our own descriptors.
+    unsafe {
+        for fd in 0..3 {
+            let n = libc::open(null.as_ptr(), libc::O_RDWR);
+            if n >= 0 && n != fd {
+                libc::dup2(n, fd);
+                libc::close(n);
+            }
+        }
+        if stderr >= 0 {
+            libc::dup2(stderr, 2);
+            libc::close(stderr);
+        }
+    }
+    // A lock held by a killed thread would stop the dump for ever: the
+    // alarm ends the keeper then (its default action; this process's
+    // handlers are copies of the program's, so reset it first).
+    // SAFETY: SIG_DFL for SIGALRM, then unblock it; alarm has no preconditions.
+    unsafe {
+        libc::signal(libc::SIGALRM, libc::SIG_DFL);
+        let mut set: libc::sigset_t = core::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGALRM);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, core::ptr::null_mut());
+        libc::alarm(DUMP_LIMIT_S as u32);
+    }
+    let why = how_it_ended(program);
+    if ENDED.load(Ordering::Acquire) < gen {
+        crate::process::ending::final_dump_by_keeper(&why);
+    }
+    // SAFETY: ends this process (the keeper) only.
+    unsafe { libc::_exit(0) }
+}
+
+/// How the program ended, from its zombie's /proc/PID/stat (the exit code,
+/// the last field) while its parent has not reaped it yet.
+fn how_it_ended(pid: i32) -> String {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let code = stat
+        .rsplit(' ')
+        .find(|f| !f.trim().is_empty())
+        .and_then(|f| f.trim().parse::<i32>().ok());
+    match code {
+        Some(c) if c & 0x7f != 0 => format!("death by {}", sys::signal_name(c & 0x7f)),
+        Some(c) => format!("exit status {} without exit handlers", (c >> 8) & 0xff),
+        None => "its end".to_string(),
+    }
+}
+
+/// The image wrote its final profile, or said why it could not: its keeper
+/// has nothing to do. At exec it is told now, so that it lets the old
+/// image's memory go; at exit it sees the program end.
+pub fn image_ended(exec: bool) {
+    ENDED.store(GEN.load(Ordering::Acquire), Ordering::Release);
+    let k = KEEPER.load(Ordering::Acquire);
+    if exec && k > 0 {
+        // SAFETY: kill(keeper, SIGCHLD): the keeper's signalfd wakes. A
+        // stray SIGCHLD is ignored by default and harmless to a handler.
+        unsafe { libc::syscall(libc::SYS_kill, k, libc::SIGCHLD) };
+    }
+}
+
+/// Whether a keeper watches this image (it writes the profile if the
+/// image dies without writing it).
+pub fn watching() -> bool {
+    KEEPER.load(Ordering::Acquire) > 0
+        && ENDED.load(Ordering::Acquire) < GEN.load(Ordering::Acquire)
+}

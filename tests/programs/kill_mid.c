@@ -1,0 +1,124 @@
+/* Ends without any exit handler, in the way argv[1] says, after making
+ * argv[2] allocations of 64 bytes at one site (kept_alloc) and burning
+ * about 0.3 s of CPU in burn():
+ *   kill      prints "ready N" and waits to be killed (SIGKILL by the test);
+ *   crash     segfaults inside its own SIGSEGV handler;
+ *   exitgroup ends with a raw exit_group(7) system call;
+ *   child     forks a child that does the above and then kills itself with a
+ *             raw SIGKILL system call (no hook of kill sees it); the parent
+ *             prints how the child ended;
+ *   daemon    forks a child that closes its stdio and lives on for 3 s,
+ *             while the parent returns at once (a pipe's reader must see
+ *             end-of-file then);
+ *   children  prints what wait() and waitpid(-1, __WALL) return and how many
+ *             processes name it as their parent (none, as unprofiled);
+ *   none      returns from main (the ordinary end, for comparison).
+ * Its output and status are what the tests compare with the unprofiled run. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <dirent.h>
+#include <errno.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static void *kept[1 << 20];
+
+__attribute__((noinline)) void *kept_alloc(size_t n) {
+    void *p = malloc(n);
+    __asm__ volatile("" : : "r"(p) : "memory");
+    return p;
+}
+
+__attribute__((noinline)) double burn(double secs) {
+    struct timespec a, b;
+    double x = 0;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &a);
+    do {
+        for (int i = 0; i < 100000; i++) x += i * 0.5;
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &b);
+    } while ((b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9 < secs);
+    return x;
+}
+
+static void bad_handler(int sig) {
+    (void)sig;
+    volatile int *p = (volatile int *)(unsigned long)sig - sig;
+    *p = 1; /* SIGSEGV again, inside the handler: the kernel kills the process */
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: kill_mid kill|crash|exitgroup|child|daemon|children|none N\n");
+        return 2;
+    }
+    long n = atol(argv[2]);
+    if (!strcmp(argv[1], "children")) {
+        errno = 0;
+        pid_t w = wait(NULL);
+        printf("wait %d %s\n", (int)w, strerror(errno));
+        errno = 0;
+        w = waitpid(-1, NULL, __WALL | WNOHANG);
+        printf("waitpid __WALL %d %s\n", (int)w, strerror(errno));
+        int kids = 0;
+        DIR *d = opendir("/proc");
+        struct dirent *e;
+        while (d && (e = readdir(d))) {
+            char path[300], buf[512];
+            snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+            FILE *f = fopen(path, "r");
+            if (!f) continue;
+            size_t len = fread(buf, 1, sizeof buf - 1, f);
+            fclose(f);
+            buf[len] = 0;
+            char *r = strrchr(buf, ')');
+            int ppid = 0;
+            if (r && sscanf(r + 2, "%*c %d", &ppid) == 1 && ppid == getpid()) kids++;
+        }
+        if (d) closedir(d);
+        printf("children %d\n", kids);
+        return 0;
+    }
+    if (!strcmp(argv[1], "daemon")) {
+        pid_t c = fork();
+        if (c == 0) {
+            close(0);
+            close(1);
+            close(2);
+            setsid();
+            sleep(3);
+            _exit(0);
+        }
+        printf("parent %d\n", c > 0);
+        return 0;
+    }
+    if (!strcmp(argv[1], "child")) {
+        fflush(stdout);
+        pid_t c = fork();
+        if (c > 0) {
+            int st = 0;
+            waitpid(c, &st, 0);
+            printf("child killed by %d\n", WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+            return 0;
+        }
+    }
+    if (n > (long)(sizeof kept / sizeof kept[0])) n = sizeof kept / sizeof kept[0];
+    for (long i = 0; i < n; i++) kept[i] = kept_alloc(64);
+    double x = burn(0.3);
+    printf("ready %ld %d\n", n, x > 0);
+    fflush(stdout);
+    if (!strcmp(argv[1], "kill")) {
+        for (;;) pause();
+    } else if (!strcmp(argv[1], "child")) {
+        syscall(SYS_kill, getpid(), SIGKILL);
+    } else if (!strcmp(argv[1], "crash")) {
+        signal(SIGSEGV, bad_handler);
+        raise(SIGSEGV);
+    } else if (!strcmp(argv[1], "exitgroup")) {
+        syscall(SYS_exit_group, 7);
+    }
+    return 0;
+}
