@@ -85,6 +85,39 @@ fn a_cgo_program_that_ends_with_a_raw_exit_group_leaves_its_profile() {
     }
 }
 
+/// -pp on a Go program: the sampling signal lands on goroutine stacks of a
+/// few KiB (the handler must run on the thread's signal stack, or it writes
+/// over Go's heap: the program died of a "sigpanic"). The program's output
+/// and status are unchanged, and its Go code and C code both get samples.
+#[test]
+fn sampling_go_code_leaves_the_program_unchanged() {
+    let d = scratch("go_cgo_pp");
+    let prog = build_go(&d, false);
+    let plain = run(Command::new(&prog).arg("burn"));
+    assert_eq!(plain.status.code(), Some(0));
+    for round in 0..3 {
+        let p = d.join("p.gz");
+        let _ = std::fs::remove_file(&p);
+        let got = run(Command::new(launcher())
+            .args(["-pp", "-o"])
+            .arg(&p)
+            .arg(&prog)
+            .arg("burn")
+            .current_dir(&d)
+            .env("IGPROF_LIB", lib())
+            .env("IGPROF_CACHE_DIR", test_store()));
+        let err = String::from_utf8_lossy(&got.stderr);
+        assert_eq!(
+            (got.status.code(), &got.stdout),
+            (plain.status.code(), &plain.stdout),
+            "round {round}: {err}"
+        );
+        let prof = parse_strict(&read_text(&p)).unwrap();
+        assert!(under(&prof, "PERF_TICKS", "main.goBurn").0 > 0, "round {round}");
+        assert!(under(&prof, "PERF_TICKS", "c_burn").0 > 0, "round {round}");
+    }
+}
+
 #[test]
 fn the_same_go_program_for_the_other_architecture_under_qemu() {
     let d = scratch("go_cgo_foreign");

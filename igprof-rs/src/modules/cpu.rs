@@ -229,7 +229,10 @@ pub fn install_handler() -> Result<(), i32> {
     // SAFETY: a zeroed sigaction is a valid starting point; fields set below.
     let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
     sa.sa_sigaction = handler as *const () as usize;
-    sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+    // On the thread's alternate stack where it has one: Go runs goroutines
+    // on stacks of a few KiB with its heap below, and gives every thread a
+    // signal stack for handlers like this one.
+    sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
     // Every signal blocked while a sample is taken: a program handler that
     // interrupted it and left by longjmp (SIGALRM timeouts, SIGSEGV
     // recovery) would leave the thread marked inside the profiler for good.

@@ -13,9 +13,8 @@
 //! process without one ([`crate::process::watcher::final_dump_here`]), restores
 //! SIG_DFL and lets the signal take its course.
 //!
-//! SIGKILL (and SIGSTOP) cannot be caught: periodic dumps (`--dump-every`),
-//! the dump signal and `-D` are what remains for a process that may be
-//! killed that way.
+//! SIGKILL cannot be caught: the keeper (keeper.rs) writes the profile of
+//! a process killed that way.
 //!
 //! Must never: keep a signal the program handles or ignores, or return
 //! from a fatal signal into the program.
@@ -59,7 +58,7 @@ fn our_action() -> libc::sigaction {
     // SAFETY: a zeroed sigaction is valid; fields set below.
     let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
     sa.sa_sigaction = handler as *const () as usize;
-    sa.sa_flags = libc::SA_SIGINFO;
+    sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
     // Nothing of the program runs on this thread until it dies.
     // SAFETY: sa_mask is a valid sigset_t.
     unsafe { libc::sigfillset(&mut sa.sa_mask) };
