@@ -5,8 +5,12 @@
 //!
 //! Owns the keeper's life: its creation at start-up, in a fork child and
 //! after an exec that failed ([`start`]); the image's word that it wrote its
-//! profile itself ([`image_ended`]); the wait for the program's end; and the
-//! dump the keeper writes when that word never came.
+//! profile itself ([`image_ended`]); the wait for the program's end; the
+//! dump the keeper writes when that word never came; and, where the
+//! process's cgroup limits its memory ([`watch_memory`]), the watch of the
+//! usage that asks the program for a snapshot as it nears the limit: the
+//! evidence that remains when the OOM killer strikes (it kills the keeper
+//! too).
 //!
 //! How it sees the profile after the program is gone: it is made by
 //! `clone(CLONE_VM)` without `CLONE_THREAD`, so it shares the program's memory
@@ -32,7 +36,7 @@
 //! could not write; keep the program's memory after the image is gone
 //! (it exits when the image ends by exec, and after its dump).
 
-use core::sync::atomic::{AtomicI32, AtomicU32, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::base::sys;
 
@@ -65,6 +69,211 @@ static STACK: AtomicUsize = AtomicUsize::new(0);
 /// Set at start-up when no keeper may be made in this process (see
 /// [`configure`]).
 static OFF: AtomicU32 = AtomicU32::new(0);
+
+/// The memory limit watched (0: none), and the NUL-terminated path of the
+/// file holding the usage held against it (leaked at start-up).
+static LIMIT: AtomicU64 = AtomicU64::new(0);
+static USAGE_PATH: AtomicUsize = AtomicUsize::new(0);
+/// How often the keeper reads the usage while a limit is watched.
+const WATCH_NS: u64 = 50_000_000;
+/// A snapshot is asked for when the usage reaches this share of the limit
+/// (per mille), and again only after it fell below [`REARM_PER_MILLE`].
+pub const SNAPSHOT_PER_MILLE: u64 = 850;
+const REARM_PER_MILLE: u64 = 750;
+
+/// cgroup v1's `cgroup.event_control` beside the usage file (0: none):
+/// where the keeper registers an eventfd that the kernel signals as the
+/// usage crosses the snapshot threshold, so a fast-growing process is
+/// caught between two reads.
+static CONTROL_PATH: AtomicUsize = AtomicUsize::new(0);
+
+/// `path` NUL-terminated, leaked (start-up: once per image).
+fn leak_path(path: std::path::PathBuf) -> usize {
+    let mut bytes = path.into_os_string().into_encoded_bytes();
+    bytes.push(0);
+    let leaked: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+    leaked.as_ptr() as usize
+}
+
+/// Start-up (before [`start`]): the process's cgroup limit to watch.
+pub fn watch_memory(limit: Option<crate::base::cgroup::MemoryLimit>) {
+    let Some(l) = limit else { return };
+    if l.usage_file.ends_with("memory.usage_in_bytes") {
+        if let Some(dir) = l.usage_file.parent() {
+            CONTROL_PATH.store(
+                leak_path(dir.join("cgroup.event_control")),
+                Ordering::Release,
+            );
+        }
+    }
+    USAGE_PATH.store(leak_path(l.usage_file), Ordering::Release);
+    LIMIT.store(l.limit, Ordering::Release);
+    crate::base::cgroup::check_as_heap_grows(l.limit, check_near_limit);
+}
+
+/// Registers a v1 memory threshold at `threshold` bytes: an eventfd the
+/// kernel signals when the usage crosses it (-1 where that cannot be done:
+/// cgroup v2, or no permission on the control file). Raw system calls.
+fn threshold_eventfd(threshold: u64) -> i32 {
+    let (control, usage) = (
+        CONTROL_PATH.load(Ordering::Acquire),
+        USAGE_PATH.load(Ordering::Acquire),
+    );
+    if control == 0 || usage == 0 {
+        return -1;
+    }
+    let open = |path: usize, flags: i32| {
+        // SAFETY: a NUL-terminated path leaked by watch_memory.
+        unsafe {
+            raw::call(
+                libc::SYS_openat,
+                [
+                    libc::AT_FDCWD as usize,
+                    path,
+                    (flags | libc::O_CLOEXEC) as usize,
+                    0,
+                    0,
+                    0,
+                ],
+            )
+        }
+    };
+    let close = |fd: isize| {
+        // SAFETY: closes our own descriptor.
+        unsafe { raw::call(libc::SYS_close, [fd as usize, 0, 0, 0, 0, 0]) };
+    };
+    // SAFETY: eventfd2(0, EFD_CLOEXEC).
+    let efd = unsafe {
+        raw::call(
+            libc::SYS_eventfd2,
+            [0, libc::EFD_CLOEXEC as usize, 0, 0, 0, 0],
+        )
+    };
+    let ufd = open(usage, libc::O_RDONLY);
+    let cfd = open(control, libc::O_WRONLY);
+    let mut line = [0u8; 64];
+    let mut len = 0;
+    for (i, v) in [efd as u64, ufd as u64, threshold].into_iter().enumerate() {
+        if i > 0 {
+            line[len] = b' ';
+            len += 1;
+        }
+        len += write_decimal(&mut line[len..], v);
+    }
+    let ok = efd >= 0 && ufd >= 0 && cfd >= 0 && {
+        // SAFETY: writes the line from this stack to our descriptor.
+        let n = unsafe {
+            raw::call(
+                libc::SYS_write,
+                [cfd as usize, line.as_ptr() as usize, len, 0, 0, 0],
+            )
+        };
+        n == len as isize
+    };
+    // The registration holds the usage file; the eventfd is kept.
+    for fd in [ufd, cfd] {
+        if fd >= 0 {
+            close(fd);
+        }
+    }
+    if ok {
+        efd as i32
+    } else {
+        if efd >= 0 {
+            close(efd);
+        }
+        -1
+    }
+}
+
+/// Writes `v` in decimal at the start of `out`; returns its length.
+fn write_decimal(out: &mut [u8], mut v: u64) -> usize {
+    let mut digits = [0u8; 20];
+    let mut n = 0;
+    loop {
+        digits[n] = b'0' + (v % 10) as u8;
+        n += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    for i in 0..n {
+        out[i] = digits[n - 1 - i];
+    }
+    n
+}
+
+/// The usage the keeper reads (raw system calls only), or None.
+fn read_usage() -> Option<u64> {
+    let path = USAGE_PATH.load(Ordering::Acquire);
+    if path == 0 {
+        return None;
+    }
+    let flags = (libc::O_RDONLY | libc::O_CLOEXEC) as usize;
+    // SAFETY: a NUL-terminated path leaked by watch_memory.
+    let fd = unsafe {
+        raw::call(
+            libc::SYS_openat,
+            [libc::AT_FDCWD as usize, path, flags, 0, 0, 0],
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    let mut buf = [0u8; 32];
+    // SAFETY: reads into this stack's buffer, then closes our descriptor.
+    let n = unsafe {
+        let n = raw::call(
+            libc::SYS_read,
+            [fd as usize, buf.as_mut_ptr() as usize, 32, 0, 0, 0],
+        );
+        raw::call(libc::SYS_close, [fd as usize, 0, 0, 0, 0, 0]);
+        n
+    };
+    let text = buf.get(..usize::try_from(n).ok()?)?;
+    let digits = text.iter().take_while(|b| b.is_ascii_digit());
+    let mut v: u64 = 0;
+    let mut any = false;
+    for d in digits {
+        v = v.checked_mul(10)?.checked_add((d - b'0') as u64)?;
+        any = true;
+    }
+    any.then_some(v)
+}
+
+/// Set while a snapshot near the limit may be asked for (cleared when one
+/// is, set again once the usage fell back below [`REARM_PER_MILLE`]).
+static ARMED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(true);
+
+/// Looks at the usage and asks the program for a snapshot when it crossed
+/// the threshold. Called by the keeper (its watch) and by the program's
+/// memory hooks as its heap grows (base/cgroup.rs): raw system calls only,
+/// no allocation.
+pub fn check_near_limit() {
+    let limit = LIMIT.load(Ordering::Acquire);
+    let Some(usage) = read_usage() else { return };
+    if usage >= limit / 1000 * SNAPSHOT_PER_MILLE {
+        if ARMED.swap(false, Ordering::AcqRel) {
+            crate::process::watcher::snapshot_near_limit(usage, limit, futex_wake_raw);
+        }
+    } else if usage < limit / 1000 * REARM_PER_MILLE {
+        ARMED.store(true, Ordering::Release);
+    }
+}
+
+/// Wakes a waiter on a futex word of the program (the keeper shares its
+/// memory, so the private futex is the same word).
+fn futex_wake_raw(word: &AtomicU32) {
+    let op = (libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG) as usize;
+    // SAFETY: FUTEX_WAKE on a valid word, one waiter.
+    unsafe {
+        raw::call(
+            libc::SYS_futex,
+            [word as *const AtomicU32 as usize, op, 1, 0, 0, 0],
+        )
+    };
+}
 
 /// Raw system calls: the keeper must not write errno (its creator's TLS).
 mod raw {
@@ -296,6 +505,16 @@ extern "C" fn keep(arg: *mut libc::c_void) -> libc::c_int {
             ],
         )
     } as i32;
+    let limit = LIMIT.load(Ordering::Acquire);
+    let watch = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: WATCH_NS as libc::c_long,
+    };
+    let efd = if limit != 0 {
+        threshold_eventfd(limit / 1000 * SNAPSHOT_PER_MILLE)
+    } else {
+        -1
+    };
     loop {
         if ENDED.load(Ordering::Acquire) >= gen {
             raw::exit(0);
@@ -311,11 +530,42 @@ extern "C" fn keep(arg: *mut libc::c_void) -> libc::c_int {
                 events: libc::POLLIN,
                 revents: 0,
             },
+            libc::pollfd {
+                fd: efd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
-        // SAFETY: ppoll over two pollfds on this stack, no timeout.
-        let n = unsafe { raw::call(libc::SYS_ppoll, [fds.as_mut_ptr() as usize, 2, 0, 0, 0, 0]) };
+        let timeout = if limit != 0 {
+            &watch as *const libc::timespec as usize
+        } else {
+            0
+        };
+        // SAFETY: ppoll over three pollfds on this stack (a negative one is
+        // skipped); no timeout, or the
+        // watch interval.
+        let n = unsafe {
+            raw::call(
+                libc::SYS_ppoll,
+                [fds.as_mut_ptr() as usize, 3, timeout, 0, 0, 0],
+            )
+        };
         if ENDED.load(Ordering::Acquire) >= gen {
             raw::exit(0);
+        }
+        if n > 0 && fds[2].revents != 0 {
+            let mut count = [0u8; 8];
+            // SAFETY: reads the eventfd's counter into this stack.
+            unsafe {
+                raw::call(
+                    libc::SYS_read,
+                    [efd as usize, count.as_mut_ptr() as usize, 8, 0, 0, 0],
+                )
+            };
+        }
+        if n == 0 || (n > 0 && fds[2].revents != 0) {
+            check_near_limit();
+            continue;
         }
         if n > 0 && fds[0].revents != 0 {
             break;
@@ -337,6 +587,9 @@ extern "C" fn keep(arg: *mut libc::c_void) -> libc::c_int {
     unsafe {
         libc::close(pidfd);
         libc::close(sfd);
+        if efd >= 0 {
+            libc::close(efd);
+        }
     }
     after_death(gen, stderr)
 }
@@ -345,8 +598,9 @@ extern "C" fn keep(arg: *mut libc::c_void) -> libc::c_int {
 /// (holding a pipe or socket would keep its reader from end-of-file); -1
 /// otherwise.
 fn kept_stderr() -> i32 {
-    // SAFETY: a zeroed stat is a valid out-buffer; raw fstat(2).
+    // SAFETY: a zeroed stat is a valid out-buffer.
     let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: raw fstat(2) into st.
     let r = unsafe {
         raw::call(
             libc::SYS_fstat,

@@ -163,6 +163,7 @@ fn grow_process_live(one: bool, bytes: u64) {
     let now = solo::add_in(one, &LIVE_BYTES, bytes);
     if now > PEAK_BYTES.load(Ordering::Relaxed) && now > solo::max_in(one, &PEAK_BYTES, now) {
         solo::add_in(one, &PEAK_EPOCH, 1);
+        crate::base::cgroup::live_peak(now);
     }
 }
 
