@@ -143,8 +143,8 @@ pub const HUGE_PAGE: usize = 2 << 20;
 /// [`mmap_anon`] for a region of at least [`HUGE_PAGE`] bytes that will be
 /// filled from its start (a call tree's nodes): aligned to 2 MiB and marked
 /// `MADV_HUGEPAGE`, so that where transparent huge pages are enabled
-/// ("always" or "madvise") each 2 MiB costs one page fault (30-35 us
-/// here) instead of 512 (650 us), and a fraction of the teardown at exit.
+/// ("always" or "madvise") each 2 MiB costs one page fault instead of 512
+/// (a twentieth of the time), and a fraction of the teardown at exit.
 /// Where they are not, the same as [`mmap_anon`]. Null on failure.
 pub fn mmap_anon_huge(len: usize) -> *mut u8 {
     const MADV_HUGEPAGE: libc::c_long = 14;

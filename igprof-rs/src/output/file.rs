@@ -77,9 +77,8 @@ pub(super) const TEXT_PER_NODE: usize = 40;
 
 /// Gzips a dump's text into `file`: whole with libdeflate while it is at
 /// most [`WHOLE_GZIP_MAX`] bytes, else (and if libdeflate fails) as a
-/// stream through zlib-rs at level 3 (the cc1plus -mp profile, 8.3 MB of
-/// text, in 36 ms where miniz_oxide took 64 ms), so that a dump's memory
-/// stays bounded.
+/// stream through zlib-rs at level 3 (faster than miniz_oxide at the same
+/// ratio), so that a dump's memory stays bounded.
 pub(super) struct GzipWriter<'f> {
     pub(super) file: &'f std::fs::File,
     /// The text so far, until it streams.
