@@ -12,9 +12,9 @@
  *             end-of-file then);
  *   children  prints what wait() and waitpid(-1, __WALL) return and how many
  *             processes name it as their parent (none, as unprofiled);
- *   grow      allocates and touches 1 MiB blocks at grow_alloc without end,
- *             printing how many after each (the OOM killer ends it in a
- *             memory cgroup);
+ *   grow      runs for 0.3 s (a service at work), then allocates and touches
+ *             1 MiB blocks at grow_alloc without end, printing how many
+ *             after each (the OOM killer ends it in a memory cgroup);
  *   none      returns from main (the ordinary end, for comparison).
  * Its output and status are what the tests compare with the unprofiled run. */
 #include <signal.h>
@@ -66,6 +66,7 @@ int main(int argc, char **argv) {
     }
     long n = atol(argv[2]);
     if (!strcmp(argv[1], "grow")) {
+        burn(0.3);
         for (long i = 1;; i++) {
             if (!grow_alloc(1 << 20)) return 3;
             printf("%ld\n", i);

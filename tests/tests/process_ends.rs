@@ -160,9 +160,12 @@ fn ok_stdout(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-/// A program that grows in a memory cgroup of 96 MiB until the OOM killer
-/// ends it: the snapshot written near the limit is its profile, the growing
-/// site on top, and one line said so. Needs root and a writable memory
+/// A program that runs for 0.3 s, then grows in a memory cgroup of 96 MiB
+/// until the OOM killer ends it: the snapshot written near the limit is its
+/// profile, the growing site on top, and one line said so. (The keeper
+/// finds the limit a moment after the process starts: a process that
+/// fills its cgroup in its first milliseconds may end before the watch
+/// begins.) Needs root and a writable memory
 /// cgroup (v1's memory controller, as on this project's CI, or v2).
 #[test]
 fn a_process_the_oom_killer_ends_leaves_the_snapshot_taken_near_its_limit() {

@@ -7,7 +7,7 @@
 //! after an exec that failed ([`start`]); the image's word that it wrote its
 //! profile itself ([`image_ended`]); the wait for the program's end; the
 //! dump the keeper writes when that word never came; and, where the
-//! process's cgroup limits its memory ([`watch_memory`]), the watch of the
+//! process's cgroup limits its memory ([`find_memory_limit`]), the watch of the
 //! usage that asks the program for a snapshot as it nears the limit: the
 //! evidence that remains when the OOM killer strikes (it kills the keeper
 //! too).
@@ -70,10 +70,9 @@ static STACK: AtomicUsize = AtomicUsize::new(0);
 /// [`configure`]).
 static OFF: AtomicU32 = AtomicU32::new(0);
 
-/// The memory limit watched (0: none), and the NUL-terminated path of the
-/// file holding the usage held against it (leaked at start-up).
+/// The memory limit watched (0: none). Set by the keeper once it found
+/// it, after the paths below: a reader that sees it sees them.
 static LIMIT: AtomicU64 = AtomicU64::new(0);
-static USAGE_PATH: AtomicUsize = AtomicUsize::new(0);
 /// How often the keeper reads the usage while a limit is watched.
 const WATCH_NS: u64 = 50_000_000;
 /// A snapshot is asked for when the usage reaches this share of the limit
@@ -81,49 +80,126 @@ const WATCH_NS: u64 = 50_000_000;
 pub const SNAPSHOT_PER_MILLE: u64 = 850;
 const REARM_PER_MILLE: u64 = 750;
 
-/// cgroup v1's `cgroup.event_control` beside the usage file (0: none):
-/// where the keeper registers an eventfd that the kernel signals as the
-/// usage crosses the snapshot threshold, so a fast-growing process is
-/// caught between two reads.
-static CONTROL_PATH: AtomicUsize = AtomicUsize::new(0);
+/// A NUL-terminated path written by the keeper before it sets [`LIMIT`]
+/// and only read once [`LIMIT`] is set (or by the keeper itself).
+struct PathCell(core::cell::UnsafeCell<[u8; 512]>);
+// SAFETY: written only before LIMIT is published (Release) and read only
+// after it is seen (Acquire); see the statics below.
+unsafe impl Sync for PathCell {}
 
-/// `path` NUL-terminated, leaked (start-up: once per image).
-fn leak_path(path: std::path::PathBuf) -> usize {
-    let mut bytes = path.into_os_string().into_encoded_bytes();
-    bytes.push(0);
-    let leaked: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-    leaked.as_ptr() as usize
+impl PathCell {
+    const fn new() -> Self {
+        PathCell(core::cell::UnsafeCell::new([0; 512]))
+    }
+
+    /// Writes `parts` joined and NUL-terminated; false when too long.
+    fn set(&self, parts: &[&[u8]]) -> bool {
+        // SAFETY: see the Sync impl: no reader until LIMIT is published.
+        let buf = unsafe { &mut *self.0.get() };
+        let mut n = 0;
+        for p in parts {
+            if n + p.len() + 1 > buf.len() {
+                buf[0] = 0;
+                return false;
+            }
+            buf[n..n + p.len()].copy_from_slice(p);
+            n += p.len();
+        }
+        buf[n] = 0;
+        true
+    }
+
+    fn ptr(&self) -> usize {
+        self.0.get() as usize
+    }
+
+    fn is_set(&self) -> bool {
+        // SAFETY: see the Sync impl.
+        unsafe { (*self.0.get())[0] != 0 }
+    }
 }
 
-/// Start-up (before [`start`]): the process's cgroup limit to watch.
-pub fn watch_memory(limit: Option<crate::base::cgroup::MemoryLimit>) {
-    let Some(l) = limit else { return };
-    if l.usage_file.ends_with("memory.usage_in_bytes") {
-        if let Some(dir) = l.usage_file.parent() {
-            CONTROL_PATH.store(
-                leak_path(dir.join("cgroup.event_control")),
-                Ordering::Release,
-            );
-        }
+/// The file holding the usage held against [`LIMIT`].
+static USAGE_PATH: PathCell = PathCell::new();
+/// cgroup v1's `cgroup.event_control` beside it (empty on v2): where the
+/// keeper registers an eventfd that the kernel signals as the usage
+/// crosses the snapshot threshold, so a fast-growing process is caught
+/// between two reads.
+static CONTROL_PATH: PathCell = PathCell::new();
+
+/// Reads the start of the file at NUL-terminated `path` into `buf` (raw
+/// system calls); its length, or None when it cannot be read.
+fn read_file(path: &[u8], buf: &mut [u8]) -> Option<usize> {
+    let flags = (libc::O_RDONLY | libc::O_CLOEXEC) as usize;
+    // SAFETY: a NUL-terminated path.
+    let fd = unsafe {
+        raw::call(
+            libc::SYS_openat,
+            [
+                libc::AT_FDCWD as usize,
+                path.as_ptr() as usize,
+                flags,
+                0,
+                0,
+                0,
+            ],
+        )
+    };
+    if fd < 0 {
+        return None;
     }
-    USAGE_PATH.store(leak_path(l.usage_file), Ordering::Release);
-    LIMIT.store(l.limit, Ordering::Release);
-    crate::base::cgroup::check_as_heap_grows(l.limit, check_near_limit);
+    // SAFETY: reads into the caller's buffer, then closes our descriptor.
+    let n = unsafe {
+        let n = raw::call(
+            libc::SYS_read,
+            [fd as usize, buf.as_mut_ptr() as usize, buf.len(), 0, 0, 0],
+        );
+        raw::call(libc::SYS_close, [fd as usize, 0, 0, 0, 0, 0]);
+        n
+    };
+    usize::try_from(n).ok()
+}
+
+/// The keeper, at its start: finds the limit of the process's memory
+/// cgroup (base/cgroup.rs, raw reads into its stack) and, where there is
+/// one, publishes it for the watch. The program pays nothing for it.
+fn find_memory_limit() {
+    use crate::base::cgroup;
+    let mut text = [0u8; 2048];
+    let Some(n) = read_file(b"/proc/self/cgroup\0", &mut text) else {
+        return;
+    };
+    let mut dir = [0u8; 400];
+    let Some((len, version)) = cgroup::memory_dir(&text[..n], &mut dir) else {
+        return;
+    };
+    let dir = &dir[..len];
+    let limit = cgroup::lowest_limit(dir, version, |path| {
+        let mut buf = [0u8; 32];
+        let n = read_file(path, &mut buf)?;
+        Some(cgroup::leading_number(&buf[..n]))
+    });
+    let Some(limit) = limit else { return };
+    if !USAGE_PATH.set(&[dir, b"/", version.usage_file()]) {
+        return;
+    }
+    if version == cgroup::Version::V1 {
+        CONTROL_PATH.set(&[dir, b"/cgroup.event_control"]);
+    }
+    LIMIT.store(limit, Ordering::Release);
+    cgroup::check_as_heap_grows(limit, check_near_limit);
 }
 
 /// Registers a v1 memory threshold at `threshold` bytes: an eventfd the
 /// kernel signals when the usage crosses it (-1 where that cannot be done:
 /// cgroup v2, or no permission on the control file). Raw system calls.
 fn threshold_eventfd(threshold: u64) -> i32 {
-    let (control, usage) = (
-        CONTROL_PATH.load(Ordering::Acquire),
-        USAGE_PATH.load(Ordering::Acquire),
-    );
-    if control == 0 || usage == 0 {
+    if !CONTROL_PATH.is_set() || !USAGE_PATH.is_set() {
         return -1;
     }
+    let (control, usage) = (CONTROL_PATH.ptr(), USAGE_PATH.ptr());
     let open = |path: usize, flags: i32| {
-        // SAFETY: a NUL-terminated path leaked by watch_memory.
+        // SAFETY: NUL-terminated paths, written before LIMIT was set.
         unsafe {
             raw::call(
                 libc::SYS_openat,
@@ -204,42 +280,16 @@ fn write_decimal(out: &mut [u8], mut v: u64) -> usize {
     n
 }
 
-/// The usage the keeper reads (raw system calls only), or None.
+/// The cgroup's usage (raw system calls only), or None.
 fn read_usage() -> Option<u64> {
-    let path = USAGE_PATH.load(Ordering::Acquire);
-    if path == 0 {
+    if LIMIT.load(Ordering::Acquire) == 0 {
         return None;
     }
-    let flags = (libc::O_RDONLY | libc::O_CLOEXEC) as usize;
-    // SAFETY: a NUL-terminated path leaked by watch_memory.
-    let fd = unsafe {
-        raw::call(
-            libc::SYS_openat,
-            [libc::AT_FDCWD as usize, path, flags, 0, 0, 0],
-        )
-    };
-    if fd < 0 {
-        return None;
-    }
+    // SAFETY: LIMIT is set, so USAGE_PATH is written and NUL-terminated.
+    let path = unsafe { &*USAGE_PATH.0.get() };
     let mut buf = [0u8; 32];
-    // SAFETY: reads into this stack's buffer, then closes our descriptor.
-    let n = unsafe {
-        let n = raw::call(
-            libc::SYS_read,
-            [fd as usize, buf.as_mut_ptr() as usize, 32, 0, 0, 0],
-        );
-        raw::call(libc::SYS_close, [fd as usize, 0, 0, 0, 0, 0]);
-        n
-    };
-    let text = buf.get(..usize::try_from(n).ok()?)?;
-    let digits = text.iter().take_while(|b| b.is_ascii_digit());
-    let mut v: u64 = 0;
-    let mut any = false;
-    for d in digits {
-        v = v.checked_mul(10)?.checked_add((d - b'0') as u64)?;
-        any = true;
-    }
-    any.then_some(v)
+    let n = read_file(path, &mut buf)?;
+    crate::base::cgroup::leading_number(&buf[..n])
 }
 
 /// Set while a snapshot near the limit may be asked for (cleared when one
@@ -327,6 +377,10 @@ pub fn configure(allowed: bool) {
 /// Returns why there is none, for `-d`.
 pub fn start() -> Result<i32, &'static str> {
     KEEPER.store(0, Ordering::Release);
+    // The new keeper looks for the memory limit again (a fork child's
+    // copy of the parent's is not published until it has).
+    LIMIT.store(0, Ordering::Release);
+    crate::base::cgroup::stop_checks();
     if OFF.load(Ordering::Relaxed) != 0 {
         return Err("turned off (IGPROF_KEEPER=0, or qemu-user)");
     }
@@ -505,6 +559,7 @@ extern "C" fn keep(arg: *mut libc::c_void) -> libc::c_int {
             ],
         )
     } as i32;
+    find_memory_limit();
     let limit = LIMIT.load(Ordering::Acquire);
     let watch = libc::timespec {
         tv_sec: 0,

@@ -350,23 +350,6 @@ pub fn init(modules: &'static [&'static Module]) {
             output_path()
         );
     }
-    let t0 = sys::monotonic_ns();
-    let limit = crate::base::cgroup::memory_limit();
-    if let Some(l) = &limit {
-        crate::igprof_debug!(
-            "memory limit of the process's cgroup: {} MiB; a snapshot is written at {}% of it ({}, found in {} us)",
-            l.limit >> 20,
-            keeper::SNAPSHOT_PER_MILLE / 10,
-            l.usage_file.display(),
-            (sys::monotonic_ns() - t0) / 1000
-        );
-    } else {
-        crate::igprof_debug!(
-            "no memory limit on the process's cgroup (looked in {} us)",
-            (sys::monotonic_ns() - t0) / 1000
-        );
-    }
-    keeper::watch_memory(limit);
     keeper::configure(
         !QEMU_USER.load(Ordering::Relaxed) && getenv(b"IGPROF_KEEPER\0") != Some(b"0"),
     );
