@@ -526,6 +526,11 @@ pub fn all() -> impl Iterator<Item = &'static ThreadState> {
     })
 }
 
+/// Call-tree nodes of every thread state (what a dump will merge).
+pub fn total_nodes() -> usize {
+    all().map(|t| t.tree().len()).sum()
+}
+
 impl ThreadState {
     /// Whether the state's thread shares its creator's TLS (raw `clone()`).
     pub fn shares_tls(&self) -> bool {

@@ -99,7 +99,7 @@ pub fn dump_to(path: &str) -> Result<DumpStats, DumpError> {
     }
     // A program that lowered RLIMIT_AS may leave no room for the dump's
     // memory: an allocation failing halfway would abort the program.
-    let nodes: usize = thread::all().map(|t| t.tree().len()).sum();
+    let nodes = thread::total_nodes();
     let needed = DUMP_MEMORY_BASE + nodes.saturating_mul(DUMP_MEMORY_PER_NODE);
     let room = match crate::base::limits::AddressSpaceRoom::make(needed) {
         Ok(room) => room,

@@ -79,7 +79,7 @@ fn write_final(reason: &str, always_say: bool) -> bool {
             };
             (dumped, saved)
         };
-        let nodes: usize = thread::all().map(|t| t.tree().len()).sum();
+        let nodes = thread::total_nodes();
         if nodes <= SMALL_DUMP_NODES {
             crate::base::alloc::final_arena(write)
         } else {
