@@ -218,17 +218,27 @@ fn a_process_the_oom_killer_ends_leaves_the_snapshot_taken_near_its_limit() {
         .and_then(|l| l.parse().ok())
         .unwrap_or(0);
     assert!(
-        err.lines().any(|l| l.contains("of its cgroup's 96.0 MiB limit: wrote a snapshot")),
+        err.lines()
+            .any(|l| l.contains("of its cgroup's 96.0 MiB limit: wrote a snapshot")),
         "{err}"
     );
     let p = profiles(&d);
     assert_eq!(p.len(), 1, "{err}");
     let prof = parse_strict(&read_text(&p[0])).unwrap();
     let (blocks, bytes) = under(&prof, "MEM_LIVE", "grow_alloc");
-    // Taken at 85% of the limit, before the last blocks the program made.
-    assert!(blocks >= 40 && blocks <= grown, "{blocks} of {grown} blocks");
+    // The last snapshot, taken at 85%, 92% or 97% of the limit, before the
+    // last blocks the program made.
+    // It holds at least 85% of the blocks the program reported.
+    eprintln!("snapshot: {blocks} of {grown} blocks");
+    assert!(
+        blocks * 100 >= grown * 85 && blocks <= grown,
+        "{blocks} of {grown} blocks"
+    );
     assert_eq!(bytes, blocks << 20);
-    assert!(bytes * 10 >= total_value(&prof, "MEM_LIVE") * 9, "grow_alloc on top");
+    assert!(
+        bytes * 10 >= total_value(&prof, "MEM_LIVE") * 9,
+        "grow_alloc on top"
+    );
 }
 
 /// The sum of a counter's values over every node.

@@ -75,9 +75,11 @@ static OFF: AtomicU32 = AtomicU32::new(0);
 static LIMIT: AtomicU64 = AtomicU64::new(0);
 /// How often the keeper reads the usage while a limit is watched.
 const WATCH_NS: u64 = 50_000_000;
-/// A snapshot is asked for when the usage reaches this share of the limit
-/// (per mille), and again only after it fell below [`REARM_PER_MILLE`].
-pub const SNAPSHOT_PER_MILLE: u64 = 850;
+/// A snapshot is asked for as the usage reaches each of these shares of
+/// the limit (per mille): the last one written before an OOM kill holds
+/// nearly everything; once the usage fell below [`REARM_PER_MILLE`], each
+/// may be taken again.
+pub const SNAPSHOT_PER_MILLE: [u64; 3] = [850, 920, 970];
 const REARM_PER_MILLE: u64 = 750;
 
 /// A NUL-terminated path written by the keeper before it sets [`LIMIT`]
@@ -190,10 +192,11 @@ fn find_memory_limit() {
     cgroup::check_as_heap_grows(limit, check_near_limit);
 }
 
-/// Registers a v1 memory threshold at `threshold` bytes: an eventfd the
-/// kernel signals when the usage crosses it (-1 where that cannot be done:
-/// cgroup v2, or no permission on the control file). Raw system calls.
-fn threshold_eventfd(threshold: u64) -> i32 {
+/// Registers v1 memory thresholds at `thresholds` bytes: an eventfd the
+/// kernel signals when the usage crosses any of them (-1 where that cannot
+/// be done: cgroup v2, or no permission on the control file). Raw system
+/// calls.
+fn threshold_eventfd(thresholds: &[u64]) -> i32 {
     if !CONTROL_PATH.is_set() || !USAGE_PATH.is_set() {
         return -1;
     }
@@ -227,25 +230,28 @@ fn threshold_eventfd(threshold: u64) -> i32 {
     };
     let ufd = open(usage, libc::O_RDONLY);
     let cfd = open(control, libc::O_WRONLY);
-    let mut line = [0u8; 64];
-    let mut len = 0;
-    for (i, v) in [efd as u64, ufd as u64, threshold].into_iter().enumerate() {
-        if i > 0 {
-            line[len] = b' ';
-            len += 1;
-        }
-        len += write_decimal(&mut line[len..], v);
-    }
-    let ok = efd >= 0 && ufd >= 0 && cfd >= 0 && {
-        // SAFETY: writes the line from this stack to our descriptor.
-        let n = unsafe {
-            raw::call(
-                libc::SYS_write,
-                [cfd as usize, line.as_ptr() as usize, len, 0, 0, 0],
-            )
-        };
-        n == len as isize
-    };
+    let ok = efd >= 0
+        && ufd >= 0
+        && cfd >= 0
+        && thresholds.iter().all(|&threshold| {
+            let mut line = [0u8; 64];
+            let mut len = 0;
+            for (i, v) in [efd as u64, ufd as u64, threshold].into_iter().enumerate() {
+                if i > 0 {
+                    line[len] = b' ';
+                    len += 1;
+                }
+                len += write_decimal(&mut line[len..], v);
+            }
+            // SAFETY: writes the line from this stack to our descriptor.
+            let n = unsafe {
+                raw::call(
+                    libc::SYS_write,
+                    [cfd as usize, line.as_ptr() as usize, len, 0, 0, 0],
+                )
+            };
+            n == len as isize
+        });
     // The registration holds the usage file; the eventfd is kept.
     for fd in [ufd, cfd] {
         if fd >= 0 {
@@ -292,9 +298,9 @@ fn read_usage() -> Option<u64> {
     crate::base::cgroup::leading_number(&buf[..n])
 }
 
-/// Set while a snapshot near the limit may be asked for (cleared when one
-/// is, set again once the usage fell back below [`REARM_PER_MILLE`]).
-static ARMED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(true);
+/// How many of [`SNAPSHOT_PER_MILLE`]'s thresholds were crossed (and their
+/// snapshots asked for) since the usage was last below [`REARM_PER_MILLE`].
+static CROSSED: AtomicU32 = AtomicU32::new(0);
 
 /// Looks at the usage and asks the program for a snapshot when it crossed
 /// the threshold. Called by the keeper (its watch) and by the program's
@@ -303,12 +309,14 @@ static ARMED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::n
 pub fn check_near_limit() {
     let limit = LIMIT.load(Ordering::Acquire);
     let Some(usage) = read_usage() else { return };
-    if usage >= limit / 1000 * SNAPSHOT_PER_MILLE {
-        if ARMED.swap(false, Ordering::AcqRel) {
-            crate::process::watcher::snapshot_near_limit(usage, limit, futex_wake_raw);
-        }
-    } else if usage < limit / 1000 * REARM_PER_MILLE {
-        ARMED.store(true, Ordering::Release);
+    let reached = SNAPSHOT_PER_MILLE
+        .iter()
+        .filter(|&&m| usage >= limit / 1000 * m)
+        .count() as u32;
+    if usage < limit / 1000 * REARM_PER_MILLE {
+        CROSSED.store(0, Ordering::Release);
+    } else if reached > CROSSED.fetch_max(reached, Ordering::AcqRel) {
+        crate::process::watcher::snapshot_near_limit(usage, limit, futex_wake_raw);
     }
 }
 
@@ -380,6 +388,7 @@ pub fn start() -> Result<i32, &'static str> {
     // The new keeper looks for the memory limit again (a fork child's
     // copy of the parent's is not published until it has).
     LIMIT.store(0, Ordering::Release);
+    CROSSED.store(0, Ordering::Release);
     crate::base::cgroup::stop_checks();
     if OFF.load(Ordering::Relaxed) != 0 {
         return Err("turned off (IGPROF_KEEPER=0, or qemu-user)");
@@ -566,7 +575,7 @@ extern "C" fn keep(arg: *mut libc::c_void) -> libc::c_int {
         tv_nsec: WATCH_NS as libc::c_long,
     };
     let efd = if limit != 0 {
-        threshold_eventfd(limit / 1000 * SNAPSHOT_PER_MILLE)
+        threshold_eventfd(&SNAPSHOT_PER_MILLE.map(|m| limit / 1000 * m))
     } else {
         -1
     };
