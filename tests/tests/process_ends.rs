@@ -228,10 +228,11 @@ fn a_process_the_oom_killer_ends_leaves_the_snapshot_taken_near_its_limit() {
     let (blocks, bytes) = under(&prof, "MEM_LIVE", "grow_alloc");
     // The last snapshot, taken at 85%, 92% or 97% of the limit, before the
     // last blocks the program made.
-    // It holds at least 85% of the blocks the program reported.
+    // It holds at least 85% of the blocks the program reported, and at
+    // most the one it made but was killed before reporting.
     eprintln!("snapshot: {blocks} of {grown} blocks");
     assert!(
-        blocks * 100 >= grown * 85 && blocks <= grown,
+        blocks * 100 >= grown * 85 && blocks <= grown + 1,
         "{blocks} of {grown} blocks"
     );
     assert_eq!(bytes, blocks << 20);

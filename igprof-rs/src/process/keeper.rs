@@ -316,7 +316,12 @@ pub fn check_near_limit() {
     if usage < limit / 1000 * REARM_PER_MILLE {
         CROSSED.store(0, Ordering::Release);
     } else if reached > CROSSED.fetch_max(reached, Ordering::AcqRel) {
-        crate::process::watcher::snapshot_near_limit(usage, limit, futex_wake_raw);
+        let f = SNAPSHOT.load(Ordering::Acquire);
+        if f != 0 {
+            // SAFETY: only Calls::snapshot_near_limit is stored in SNAPSHOT.
+            let f = unsafe { core::mem::transmute::<usize, fn(u64, u64, fn(&AtomicU32))>(f) };
+            f(usage, limit, futex_wake_raw);
+        }
     }
 }
 
@@ -374,10 +379,27 @@ mod raw {
     }
 }
 
+/// What the keeper calls in the rest of the runtime, given at start-up so
+/// that this file imports none of it (the final dump imports this file).
+#[derive(Clone, Copy)]
+pub struct Calls {
+    /// Writes the final profile of an image that died (`how` it ended).
+    pub final_dump: fn(&str),
+    /// Asks the program for a snapshot near its memory limit (usage,
+    /// limit, a futex wake): no TLS, no libc.
+    pub snapshot_near_limit: fn(u64, u64, fn(&AtomicU32)),
+}
+
+/// The [`Calls`] (set once by [`configure`]; `fn` pointers as usize).
+static FINAL_DUMP: AtomicUsize = AtomicUsize::new(0);
+static SNAPSHOT: AtomicUsize = AtomicUsize::new(0);
+
 /// Start-up, before the first [`start`]: `allowed` is false where no keeper
 /// may run (turned off by `IGPROF_KEEPER=0`, qemu-user, which has no
 /// `clone(CLONE_VM)` without a thread).
-pub fn configure(allowed: bool) {
+pub fn configure(allowed: bool, calls: Calls) {
+    FINAL_DUMP.store(calls.final_dump as usize, Ordering::Release);
+    SNAPSHOT.store(calls.snapshot_near_limit as usize, Ordering::Release);
     OFF.store(!allowed as u32, Ordering::Relaxed);
 }
 
@@ -763,7 +785,12 @@ fn after_death(gen: u32, stderr: i32) -> ! {
     }
     let why = how_it_ended(program);
     if ENDED.load(Ordering::Acquire) < gen {
-        crate::process::ending::final_dump_by_keeper(&why);
+        let f = FINAL_DUMP.load(Ordering::Acquire);
+        if f != 0 {
+            // SAFETY: only Calls::final_dump is stored in FINAL_DUMP.
+            let f = unsafe { core::mem::transmute::<usize, fn(&str)>(f) };
+            f(&why);
+        }
     }
     // SAFETY: ends this process (the keeper) only.
     unsafe { libc::_exit(0) }

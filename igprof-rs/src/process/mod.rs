@@ -352,6 +352,10 @@ pub fn init(modules: &'static [&'static Module]) {
     }
     keeper::configure(
         !QEMU_USER.load(Ordering::Relaxed) && getenv(b"IGPROF_KEEPER\0") != Some(b"0"),
+        keeper::Calls {
+            final_dump: ending::final_dump_by_keeper,
+            snapshot_near_limit: watcher::snapshot_near_limit,
+        },
     );
     start_keeper();
     cpu::start_thread(main);
