@@ -436,7 +436,9 @@ fn start(o: &Options) -> Result<(), String> {
     if count::any() {
         count::init_slots();
         if !cpu::add_consumer(|t, node| {
-            if let (Some(r), Some(node)) = (existing(t), unsafe_node(node)) {
+            // SAFETY: a sample consumer is given the sample's node of the
+            // thread's tree, or null.
+            if let (Some(r), Some(node)) = (existing(t), unsafe { sampled_node(node) }) {
                 count::on_sample(&r.count, node);
             }
         }) {
@@ -524,9 +526,16 @@ fn start(o: &Options) -> Result<(), String> {
     Ok(())
 }
 
-/// The node a CPU sample landed on, if it could be stored.
-fn unsafe_node(node: *mut crate::base::tree::Node) -> Option<&'static crate::base::tree::Node> {
-    // SAFETY: a node of a tree (never freed) or null.
+/// The node a CPU sample landed on, if it could be stored (`node` not
+/// null).
+///
+/// # Safety
+/// `node` is null or a node of a thread's call tree (nodes are never freed,
+/// so the reference stays valid for the life of the process).
+unsafe fn sampled_node(
+    node: *mut crate::base::tree::Node,
+) -> Option<&'static crate::base::tree::Node> {
+    // SAFETY: guaranteed by the caller.
     unsafe { node.as_ref() }
 }
 
@@ -912,7 +921,9 @@ fn close_all(t: &'static ThreadState) {
 /// unmapped too (not while the thread may still run).
 fn end_all(t: &'static ThreadState, final_read: bool, unmap: bool) {
     let Some(r) = existing(t) else { return };
-    let last = unsafe_node(t.sampler.last_sample.load(Ordering::Acquire));
+    // SAFETY: the sampler stores only nodes of the thread's tree (or null)
+    // as its last sample.
+    let last = unsafe { sampled_node(t.sampler.last_sample.load(Ordering::Acquire)) };
     count::close(&r.count, last.filter(|_| final_read), unmap);
     // With a frequency, what was counted after the last sample goes to it.
     if final_read {
@@ -1008,7 +1019,8 @@ fn sample(t: &'static ThreadState, i: u8, uc: *mut libc::c_void, addr: usize) {
     // A fault sample with no fault counted is the late signal of faults
     // the profiler's own handler took, already counted past.
     if let Some(f) = faults {
-        charge_faults(f, unsafe_node(node));
+        // SAFETY: interrupted_node gives a node of t's tree or null.
+        charge_faults(f, unsafe { sampled_node(node) });
     }
     let faults = faults.map(|(f, _)| f);
     let value = match ev.charge {
