@@ -372,13 +372,13 @@ extern "C" fn fopen64_hook(path: *const c_char, mode: *const c_char) -> *mut lib
 }
 
 extern "C" fn tmpfile_hook() -> *mut libc::FILE {
-    let f = site::with_outer(FD_OUTER, || chain::tmpfile());
+    let f = site::with_outer(FD_OUTER, chain::tmpfile);
     stream_created(f);
     f
 }
 
 extern "C" fn tmpfile64_hook() -> *mut libc::FILE {
-    let f = site::with_outer(FD_OUTER, || chain::tmpfile64());
+    let f = site::with_outer(FD_OUTER, chain::tmpfile64);
     stream_created(f);
     f
 }
