@@ -137,9 +137,9 @@ fn created(fd: c_int) {
         fd as usize,
         0,
         super::replay,
-        |t, h| {
-            if let Some(n) = site::caller_node(t, h, FD_OUTER) {
-                super::acquire(n, fd);
+        |g, h| {
+            if let Some(n) = site::caller_node(g, h, FD_OUTER) {
+                super::acquire(g, n, fd);
             }
         },
     );

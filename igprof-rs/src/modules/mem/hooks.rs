@@ -107,12 +107,7 @@ pub fn funcs() -> [(Func, &'static str, *const (), bool); N] {
     [
         (Malloc, "malloc", malloc_entry, false),
         (Calloc, "calloc", calloc_entry, false),
-        (
-            Realloc,
-            "realloc",
-            entry::realloc_entry as *const (),
-            false,
-        ),
+        (Realloc, "realloc", entry::realloc_entry as *const (), false),
         (
             ReallocArray,
             "reallocarray",
@@ -266,15 +261,21 @@ fn accounted(addr: usize, requested: usize) -> u64 {
 }
 
 /// Replays one deferred memory event.
-pub fn replay(node: *mut crate::base::tree::Node, kind: u8, a: usize, b: u64) {
+pub fn replay(
+    g: &crate::base::thread::Guard,
+    node: *mut crate::base::tree::Node,
+    kind: u8,
+    a: usize,
+    b: u64,
+) {
     match kind {
         KIND_ALLOC if super::sample::active() => {
             // The deferred event kept the packed weight, not the size:
             // MEM_MAX gets the size it implies.
             let (calls, bytes) = super::sample::unpack(b);
-            account::on_alloc_sampled(node, a, b, bytes / calls.max(1))
+            account::on_alloc_sampled(g, node, a, b, bytes / calls.max(1))
         }
-        KIND_ALLOC => account::on_alloc(node, a, b),
+        KIND_ALLOC => account::on_alloc(g, node, a, b),
         KIND_FREE => {
             account::on_free(a);
         }
@@ -309,10 +310,10 @@ fn allocated_exact(p: *mut c_void, size: usize, fill: bool, regs: Option<EntryRe
     let addr = p as usize;
     let _e = ErrnoGuard::save();
     let bytes = accounted(addr, size);
-    site::event(KIND_ALLOC, addr, bytes, replay, |t, h| {
+    site::event(KIND_ALLOC, addr, bytes, replay, |g, h| {
         let n = match &regs {
-            Some(r) => site::caller_node_at(t, h, r),
-            None => site::caller_node(t, h, MEM_OUTER),
+            Some(r) => site::caller_node_at(g, h, r),
+            None => site::caller_node(g, h, MEM_OUTER),
         };
         if let Some(n) = n {
             // Recorded here: an outer hook waiting for an inner one
@@ -321,7 +322,7 @@ fn allocated_exact(p: *mut c_void, size: usize, fill: bool, regs: Option<EntryRe
             if fill && super::empty::active() {
                 super::empty::fill(addr, size);
             }
-            account::on_alloc(n, addr, bytes);
+            account::on_alloc(g, n, addr, bytes);
         }
     });
 }
@@ -355,13 +356,13 @@ fn record_sampled(addr: usize, size: usize, pick: super::sample::Pick, regs: Opt
     // Counted in the free filter before the program sees the block, so a
     // free of it (even one deferred from a signal handler) is not skipped.
     super::sample::remember(addr);
-    site::event(KIND_ALLOC, addr, stored, replay, |t, h| {
+    site::event(KIND_ALLOC, addr, stored, replay, |g, h| {
         let n = match &regs {
-            Some(r) => site::caller_node_at(t, h, r),
-            None => site::caller_node(t, h, MEM_OUTER),
+            Some(r) => site::caller_node_at(g, h, r),
+            None => site::caller_node(g, h, MEM_OUTER),
         };
         match n {
-            Some(n) => account::on_alloc_sampled(n, addr, stored, bytes),
+            Some(n) => account::on_alloc_sampled(g, n, addr, stored, bytes),
             None => super::sample::forget(addr),
         }
     });
@@ -532,7 +533,9 @@ pub(super) extern "C" fn realloc_with_regs(
     fp: usize,
     lr: usize,
 ) -> *mut c_void {
-    reallocate(p, size, Some(EntryRegs { sp, fp, lr }), || chain::realloc(p, size))
+    reallocate(p, size, Some(EntryRegs { sp, fp, lr }), || {
+        chain::realloc(p, size)
+    })
 }
 
 /// realloc and reallocarray: the old block leaves the table before the
@@ -795,14 +798,6 @@ pub(super) mod entry {
     stub!(malloc_entry, super::malloc_with_regs, one);
     stub!(calloc_entry, super::calloc_with_regs, two);
     stub!(realloc_entry, super::realloc_with_regs, two);
-    stub!(
-        malloc_sampled_entry,
-        super::malloc_sampled_with_regs,
-        one
-    );
-    stub!(
-        calloc_sampled_entry,
-        super::calloc_sampled_with_regs,
-        two
-    );
+    stub!(malloc_sampled_entry, super::malloc_sampled_with_regs, one);
+    stub!(calloc_sampled_entry, super::calloc_sampled_with_regs, two);
 }
