@@ -256,7 +256,7 @@ const NO_SLOT: usize = usize::MAX;
 /// runs the process-wide requests that had to wait ([`request_after_leave`]:
 /// a fatal signal's death, a dump asked for by signal).
 pub struct LeaveHooks {
-    pub settle: fn(&'static ThreadState),
+    pub settle: fn(&Guard),
     pub after: fn(),
 }
 
@@ -571,12 +571,16 @@ impl ThreadState {
         self.in_signal.set(v);
     }
 
-    /// The call tree, for the owning thread while holding a [`Guard`].
+    /// The call tree, for the owning thread while it holds its guard
+    /// (`held`: while the thread is inside profiler code, no hook or
+    /// handler of ours on it touches the tree).
     ///
     /// # Safety
-    /// Only the owning thread may call this, with its guard held.
+    /// Only the owning thread may call this, and no other reference to
+    /// the tree obtained through it may be alive.
     #[allow(clippy::mut_from_ref)]
-    pub unsafe fn tree_mut(&self) -> &mut CallTree {
+    pub unsafe fn tree_mut(&self, held: &Guard) -> &mut CallTree {
+        debug_assert!(core::ptr::eq(held.t, self));
         &mut *self.tree.get()
     }
 
@@ -603,17 +607,22 @@ impl ThreadState {
         Some(self.energy_slot.swap(NO_SLOT, Ordering::AcqRel)).filter(|&s| s != NO_SLOT)
     }
 
-    /// The trace buffer (owner thread only, guard held).
+    /// The trace buffer (owner thread only, while it holds its guard).
     ///
     /// # Safety
-    /// Only the owning thread, with its guard held.
+    /// Only the owning thread, and no other reference to the buffer
+    /// obtained through it may be alive.
     #[allow(clippy::mut_from_ref)]
-    pub unsafe fn trace_buf(&self) -> &mut [usize] {
+    pub unsafe fn trace_buf(&self, held: &Guard) -> &mut [usize] {
+        debug_assert!(core::ptr::eq(held.t, self));
         core::slice::from_raw_parts_mut(self.trace, self.trace_cap)
     }
 }
 
-/// Proof that the current thread is inside profiler code; dropping it leaves.
+/// Proof that the current thread is inside profiler code; dropping it
+/// leaves. Functions that may run only inside profiler code take it (or
+/// `&Guard`) as a parameter, so that calling them without it does not
+/// compile.
 pub struct Guard {
     t: &'static ThreadState,
 }
@@ -629,7 +638,7 @@ impl Drop for Guard {
     fn drop(&mut self) {
         if self.t.sampler.clock.pending_ticks.get() != 0 {
             if let Some(h) = LEAVE_HOOKS.get() {
-                (h.settle)(self.t);
+                (h.settle)(self);
             }
         }
         self.t.busy.set(false);
@@ -678,8 +687,8 @@ mod tests {
     fn register_and_sample(depth: usize) -> (usize, i32, usize) {
         let t = register_current(depth).unwrap();
         let g = t.enter().unwrap();
-        // SAFETY: our own state, guard held.
-        let n = unsafe { t.tree_mut() }.node_for(&[0x20, 0x10], false);
+        // SAFETY: our own state.
+        let n = unsafe { t.tree_mut(&g) }.node_for(&[0x20, 0x10], false);
         let slot = counters::slot(CounterId::PerfTicks).unwrap();
         // SAFETY: a live node of our tree.
         unsafe { &*n }.counter(slot).tick(1);

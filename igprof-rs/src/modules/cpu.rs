@@ -61,7 +61,7 @@ use core::sync::atomic::{AtomicI32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use crate::base::counters::{self, CounterId};
 use crate::base::options::{self, PerfClock, Sampler};
 use crate::base::sys::{self, PerfDelivery};
-use crate::base::thread::{self, ThreadState};
+use crate::base::thread::{self, Guard, ThreadState};
 
 /// The signal our samplers send (0 when nothing is sampled); see [`signal`].
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
@@ -174,9 +174,9 @@ const SI_TIMER: i32 = -2;
 static TICK_SLOT: AtomicUsize = AtomicUsize::new(usize::MAX);
 
 /// A consumer of every timer sample besides PERF_TICKS (e.g. energy).
-/// Called in signal context with the thread's guard held and the sample's
+/// Called in signal context with the thread's guard and the sample's
 /// node (null if the stack could not be stored); must be async-signal-safe.
-pub type SampleConsumer = fn(&'static ThreadState, *mut crate::base::tree::Node);
+pub type SampleConsumer = fn(&Guard, *mut crate::base::tree::Node);
 
 const MAX_CONSUMERS: usize = 4;
 static CONSUMERS: [AtomicUsize; MAX_CONSUMERS] = [const { AtomicUsize::new(0) }; MAX_CONSUMERS];
@@ -410,11 +410,11 @@ pub struct EventSamples {
     /// Their descriptors where they signal through fasync, by index (-1:
     /// none), to recognise their SIGPROFs (signal context).
     pub fds: fn(&ThreadState) -> [i32; 8],
-    /// Takes a sample of event `i` (signal context, guard held, the
-    /// thread inside our handler): `uc` the context the kernel passed to
+    /// Takes a sample of event `i` (signal context, the thread inside our
+    /// handler, with its guard): `uc` the context the kernel passed to
     /// the handler, `addr` the event's data address (`si_addr`, 0 without
     /// one).
-    pub sample: fn(&'static ThreadState, u8, *mut libc::c_void, usize),
+    pub sample: fn(&Guard, u8, *mut libc::c_void, usize),
     /// A sample of event `i` that came while the thread ran profiler code:
     /// the profiler's own event, not charged (signal context).
     pub inside: fn(&'static ThreadState, u8),
@@ -444,7 +444,7 @@ fn event_sample(
         return;
     };
     t.set_in_signal(true);
-    (e.sample)(t, i, uc, addr);
+    (e.sample)(&guard, i, uc, addr);
     t.set_in_signal(false);
     drop(guard);
 }
@@ -864,7 +864,7 @@ extern "C" fn handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_voi
         return;
     };
     t.set_in_signal(true);
-    sample(t, uc, ticks);
+    sample(&guard, uc, ticks);
     t.set_in_signal(false);
     drop(guard);
     if timed {
@@ -972,33 +972,35 @@ pub mod cost {
 
 /// Charges the samples that landed while the thread was inside profiler
 /// code to the stack of the program code that called into it (profiler
-/// frames skipped). Called as profiler code is left, guard still held.
+/// frames skipped). Called as profiler code is left, by the guard's drop.
 #[inline]
-pub fn settle_pending(t: &'static ThreadState) {
-    if t.sampler.clock.pending_ticks.get() != 0 {
-        settle_slow(t);
+pub fn settle_pending(g: &Guard) {
+    if g.state().sampler.clock.pending_ticks.get() != 0 {
+        settle_slow(g);
     }
 }
 
 #[cold]
 #[inline(never)]
-fn settle_slow(t: &'static ThreadState) {
+fn settle_slow(g: &Guard) {
+    let t = g.state();
     // A sample taken meanwhile adds to the pending ticks again: a few rounds at most.
     for _ in 0..4 {
         let k = t.sampler.clock.pending_ticks.replace(0);
         if k == 0 {
             return;
         }
-        // SAFETY: the owning thread, still inside its guard.
-        let buf = unsafe { t.trace_buf() };
+        // SAFETY: the owning thread (its guard is being dropped); the
+        // buffer is not borrowed elsewhere.
+        let buf = unsafe { t.trace_buf(g) };
         let walk = crate::base::trace::here(t, buf);
         t.stats.samples.fetch_add(1, Ordering::Relaxed);
         if walk.refused {
             t.stats.dropped.fetch_add(1, Ordering::Relaxed);
             continue;
         }
-        // SAFETY: owner thread, guard held.
-        let node = unsafe { t.tree_mut() }.node_for(&buf[..walk.depth], walk.truncated);
+        // SAFETY: owner thread; the tree is not borrowed elsewhere.
+        let node = unsafe { t.tree_mut(g) }.node_for(&buf[..walk.depth], walk.truncated);
         let slot = TICK_SLOT.load(Ordering::Relaxed);
         if node.is_null() {
             t.stats.dropped.fetch_add(1, Ordering::Relaxed);
@@ -1054,17 +1056,15 @@ fn whole_intervals(carried: u64, elapsed: u64, interval: u64) -> (u64, u64) {
 /// The node of the stack a signal interrupted (`uc`), in the thread's own
 /// tree; null when no stack or node could be stored (counted as dropped).
 /// Counts the sample (unless its stack was refused) and a truncated stack.
-/// Signal context, guard held.
+/// Signal context, with the thread's guard `g`.
 ///
 /// # Safety
 /// `uc` must be the `ucontext_t` the kernel passed to this thread's
-/// `SA_SIGINFO` handler for the signal being handled.
-pub unsafe fn interrupted_node(
-    t: &'static ThreadState,
-    uc: *mut libc::c_void,
-) -> *mut crate::base::tree::Node {
+/// `SA_SIGINFO` handler for the signal being handled, and `g` the guard of
+/// the thread that handles it.
+pub unsafe fn interrupted_node(g: &Guard, uc: *mut libc::c_void) -> *mut crate::base::tree::Node {
     // SAFETY: as the caller guarantees.
-    unsafe { interrupted_node_at(t, uc, None) }
+    unsafe { interrupted_node_at(g, uc, None) }
 }
 
 /// [`interrupted_node`] with the leaf's address replaced by `leaf` when
@@ -1074,12 +1074,14 @@ pub unsafe fn interrupted_node(
 /// # Safety
 /// As [`interrupted_node`].
 pub unsafe fn interrupted_node_at(
-    t: &'static ThreadState,
+    g: &Guard,
     uc: *mut libc::c_void,
     leaf: Option<usize>,
 ) -> *mut crate::base::tree::Node {
-    // SAFETY: we are the owning thread with the guard held.
-    let buf = unsafe { t.trace_buf() };
+    let t = g.state();
+    // SAFETY: the owning thread (caller); the buffer is not borrowed
+    // elsewhere.
+    let buf = unsafe { t.trace_buf(g) };
     // SAFETY: uc comes from the kernel for this thread's signal (caller).
     let walk = unsafe { crate::base::trace::from_ucontext(t, uc, buf) };
     if let (Some(pc), true) = (leaf, walk.depth > 0) {
@@ -1092,8 +1094,8 @@ pub unsafe fn interrupted_node_at(
     if walk.truncated {
         t.stats.truncated.fetch_add(1, Ordering::Relaxed);
     }
-    // SAFETY: owner thread, guard held.
-    let node = unsafe { t.tree_mut() }.node_for(&buf[..walk.depth], walk.truncated);
+    // SAFETY: owner thread; the tree is not borrowed elsewhere.
+    let node = unsafe { t.tree_mut(g) }.node_for(&buf[..walk.depth], walk.truncated);
     t.stats.samples.fetch_add(1, Ordering::Relaxed);
     if node.is_null() {
         t.stats.dropped.fetch_add(1, Ordering::Relaxed);
@@ -1101,9 +1103,11 @@ pub unsafe fn interrupted_node_at(
     node
 }
 
-fn sample(t: &'static ThreadState, uc: *mut libc::c_void, k: u64) {
-    // SAFETY: uc is the context the kernel gave our handler (`handler`).
-    let node = unsafe { interrupted_node(t, uc) };
+fn sample(g: &Guard, uc: *mut libc::c_void, k: u64) {
+    let t = g.state();
+    // SAFETY: uc is the context the kernel gave our handler (`handler`),
+    // on this thread.
+    let node = unsafe { interrupted_node(g, uc) };
     if !node.is_null() {
         t.sampler.last_sample.store(node, Ordering::Release);
         let slot = TICK_SLOT.load(Ordering::Relaxed);
@@ -1122,7 +1126,7 @@ fn sample(t: &'static ThreadState, uc: *mut libc::c_void, k: u64) {
         }
         // SAFETY: only SampleConsumer pointers are stored.
         let f: SampleConsumer = unsafe { core::mem::transmute::<usize, SampleConsumer>(f) };
-        f(t, node);
+        f(g, node);
     }
 }
 

@@ -10,7 +10,6 @@
 
 use std::collections::HashMap as StdHashMap;
 
-use super::resolve::SYNTHETIC_BASE;
 use crate::base::counters::{self, Merge};
 use crate::base::tree::{Node, TRUNCATED};
 
@@ -48,6 +47,9 @@ impl core::hash::Hasher for FastHasher {
 }
 
 pub(crate) type HashMap<K, V> = StdHashMap<K, V, core::hash::BuildHasherDefault<FastHasher>>;
+
+/// Addresses of synthetic top-level functions (below any code address).
+pub(super) const SYNTHETIC_BASE: usize = 0x100;
 
 /// `Merged::value_at` of a node whose counters are all zero.
 pub(super) const NO_VALUES: u32 = u32::MAX;

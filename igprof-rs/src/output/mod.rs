@@ -231,7 +231,8 @@ fn names_check() -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::resolve::{resolve, SYNTHETIC_BASE};
+    use super::merge::SYNTHETIC_BASE;
+    use super::resolve::resolve;
     use super::*;
     use crate::base::counters::{self, CounterId};
     use crate::base::tree::CallTree;

@@ -11,7 +11,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::merge::HashMap;
+use super::merge::{HashMap, SYNTHETIC_BASE};
 use crate::base::tree::TRUNCATED;
 
 /// Names of code addresses, with IgProf's function/file identities.
@@ -117,9 +117,6 @@ pub(super) fn resolve_unloaded(addr: usize) -> Option<Resolved> {
             })
     })
 }
-
-/// Addresses of synthetic top-level functions (below any code address).
-pub(super) const SYNTHETIC_BASE: usize = 0x100;
 
 /// How a dump names code addresses.
 pub(super) enum Naming {

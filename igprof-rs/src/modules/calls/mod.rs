@@ -321,7 +321,7 @@ fn tick(n: *mut Node) {
 /// Replays a call deferred from a signal handler (`mem::site`); not
 /// reached while [`begin_count`] refuses calls during a hook's recording,
 /// which is when `site::event` defers.
-fn replay(n: *mut Node, kind: u8, _: usize, _: u64) {
+fn replay(_: &crate::base::thread::Guard, n: *mut Node, kind: u8, _: usize, _: u64) {
     if kind == KIND_CALL {
         tick(n)
     }
@@ -373,7 +373,7 @@ extern "C" fn count_entry(i: usize, sp: usize, fp: usize, lr: usize) {
     if !begin_count(ret) {
         return;
     }
-    site::event(KIND_CALL, i, 0, replay, |t, h| {
+    site::event(KIND_CALL, i, 0, replay, |g, h| {
         // Inside the guard: errno's slot is found through libc, whose
         // functions may be -fp'd themselves (they pass through now).
         let _e = crate::base::sys::ErrnoGuard::save();
@@ -381,9 +381,9 @@ extern "C" fn count_entry(i: usize, sp: usize, fp: usize, lr: usize) {
         // (not inside a real realloc, where it would ask whether the call
         // is libc's own: every call of FUNC counts).
         let n = if h.outer.get() & site::MEM_OUTER == 0 {
-            site::caller_node_at(t, h, &crate::modules::mem::memo::EntryRegs { sp, fp, lr })
+            site::caller_node_at(g, h, &crate::modules::mem::memo::EntryRegs { sp, fp, lr })
         } else {
-            site::caller_node(t, h, 0)
+            site::caller_node(g, h, 0)
         };
         if let Some(n) = n {
             tick(n)

@@ -152,7 +152,8 @@ fn charge(node: *const Node, v: [u64; DOMAINS]) {
 
 /// Sample consumer (signal context): close the interval if due, then charge
 /// what this thread is owed to the stack just sampled.
-fn on_sample(t: &'static ThreadState, node: *mut Node) {
+fn on_sample(g: &crate::base::thread::Guard, node: *mut Node) {
+    let t = g.state();
     let Some(l) = LEDGER.get() else { return };
     let _ = l.close_interval();
     if node.is_null() {

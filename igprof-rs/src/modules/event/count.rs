@@ -32,7 +32,7 @@ use std::sync::OnceLock;
 
 use crate::base::counters::{self, CounterId};
 use crate::base::sys::{self, PerfEventKind};
-use crate::base::thread::ThreadState;
+use crate::base::thread::{Guard, ThreadState};
 use crate::base::tree::Node;
 
 /// Groups, and counted events in all, per run.
@@ -393,8 +393,8 @@ fn read_group(r: &PerThread, gi: usize, g: &Group, node: Option<&Node>, own: boo
 }
 
 /// A CPU sample of the thread landed on `node`: every group is read and
-/// charged there (signal context, guard held).
-pub fn on_sample(r: &PerThread, node: &Node) {
+/// charged there (signal context, inside profiler code: `_held`).
+pub fn on_sample(_held: &Guard, r: &PerThread, node: &Node) {
     for (gi, g) in groups().iter().enumerate() {
         read_group(r, gi, g, Some(node), true);
     }

@@ -56,7 +56,7 @@ use std::sync::OnceLock;
 use crate::base::counters::{self, EVENT_IDS};
 use crate::base::options::Options;
 use crate::base::sys::{self, PerfEventKind};
-use crate::base::thread::{self, ThreadState};
+use crate::base::thread::{self, Guard, ThreadState};
 use crate::modules::cpu;
 
 /// One `-e` event of the run.
@@ -435,9 +435,11 @@ fn trial_open(kind: &mut PerfEventKind, best_precise: bool, period: u64) -> Resu
 fn start(o: &Options) -> Result<(), String> {
     if count::any() {
         count::init_slots();
-        if !cpu::add_consumer(|t, node| {
-            if let (Some(r), Some(node)) = (existing(t), unsafe_node(node)) {
-                count::on_sample(&r.count, node);
+        if !cpu::add_consumer(|g, node| {
+            // SAFETY: a sample consumer is given the sample's node of the
+            // thread's tree, or null.
+            if let (Some(r), Some(node)) = (existing(g.state()), unsafe { sampled_node(node) }) {
+                count::on_sample(g, &r.count, node);
             }
         }) {
             return Err("-c: no room for another sample consumer".into());
@@ -524,9 +526,16 @@ fn start(o: &Options) -> Result<(), String> {
     Ok(())
 }
 
-/// The node a CPU sample landed on, if it could be stored.
-fn unsafe_node(node: *mut crate::base::tree::Node) -> Option<&'static crate::base::tree::Node> {
-    // SAFETY: a node of a tree (never freed) or null.
+/// The node a CPU sample landed on, if it could be stored (`node` not
+/// null).
+///
+/// # Safety
+/// `node` is null or a node of a thread's call tree (nodes are never freed,
+/// so the reference stays valid for the life of the process).
+unsafe fn sampled_node(
+    node: *mut crate::base::tree::Node,
+) -> Option<&'static crate::base::tree::Node> {
+    // SAFETY: guaranteed by the caller.
     unsafe { node.as_ref() }
 }
 
@@ -912,7 +921,9 @@ fn close_all(t: &'static ThreadState) {
 /// unmapped too (not while the thread may still run).
 fn end_all(t: &'static ThreadState, final_read: bool, unmap: bool) {
     let Some(r) = existing(t) else { return };
-    let last = unsafe_node(t.sampler.last_sample.load(Ordering::Acquire));
+    // SAFETY: the sampler stores only nodes of the thread's tree (or null)
+    // as its last sample.
+    let last = unsafe { sampled_node(t.sampler.last_sample.load(Ordering::Acquire)) };
     count::close(&r.count, last.filter(|_| final_read), unmap);
     // With a frequency, what was counted after the last sample goes to it.
     if final_read {
@@ -970,15 +981,16 @@ fn forget_inherited() {
     ibs::reset();
 }
 
-/// One sample of event `i` (signal context, guard held).
-fn sample(t: &'static ThreadState, i: u8, uc: *mut libc::c_void, addr: usize) {
+/// One sample of event `i` (signal context, with the thread's guard).
+fn sample(g: &Guard, i: u8, uc: *mut libc::c_void, addr: usize) {
+    let t = g.state();
     let i = i as usize;
     let (Some(r), Some(ev)) = (existing(t), events().get(i)) else {
         return;
     };
     if let Charge::Ibs(b) = ev.charge {
         let period = r.period[i].load(Ordering::Relaxed);
-        let n = ibs::sample(t, uc, b, ibs_ring(r, i), period);
+        let n = ibs::sample(g, uc, b, ibs_ring(r, i), period);
         CHARGED[i].fetch_add(n, Ordering::Relaxed);
         renew_period(t, r, i, ev);
         return;
@@ -1000,15 +1012,17 @@ fn sample(t: &'static ThreadState, i: u8, uc: *mut libc::c_void, addr: usize) {
     // entry's (the sampled one, and any whose signal merged with this
     // one), read before this handler's own work can fault.
     let faults = faults_since(r);
-    // SAFETY: the handler of modules/cpu passes the kernel's context.
-    let node = unsafe { cpu::interrupted_node(t, uc) };
+    // SAFETY: the handler of modules/cpu passes the kernel's context, on
+    // this thread.
+    let node = unsafe { cpu::interrupted_node(g, uc) };
     if ev.kind.freq {
         r.last_node[i].store(node, Ordering::Relaxed);
     }
     // A fault sample with no fault counted is the late signal of faults
     // the profiler's own handler took, already counted past.
     if let Some(f) = faults {
-        charge_faults(f, unsafe_node(node));
+        // SAFETY: interrupted_node gives a node of t's tree or null.
+        charge_faults(f, unsafe { sampled_node(node) });
     }
     let faults = faults.map(|(f, _)| f);
     let value = match ev.charge {

@@ -20,6 +20,7 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::base::counters::{self, CounterId};
 use crate::base::live::LiveFds;
+use crate::base::thread::Guard;
 use crate::base::tree::{Counter, Node};
 
 /// Descriptors open now and their creating nodes.
@@ -74,8 +75,9 @@ fn counter(node: *const Node, slot: usize) -> Option<&'static Counter> {
     Some(unsafe { &*node }.counter(slot))
 }
 
-/// `fd` was created by the stack of `node` (owner thread, guard held).
-pub fn acquire(node: *mut Node, fd: i32) {
+/// `fd` was created by the stack of `node` (owner thread, inside profiler
+/// code: `_held`).
+pub fn acquire(_held: &Guard, node: *mut Node, fd: i32) {
     if let Some(c) = counter(node, USED.load(Ordering::Relaxed)) {
         c.tick(1);
     }
@@ -110,9 +112,9 @@ pub const KIND_ACQUIRE: u8 = 16;
 pub const KIND_RELEASE: u8 = 17;
 
 /// Replays one deferred descriptor event.
-pub fn replay(node: *mut Node, kind: u8, a: usize, _b: u64) {
+pub fn replay(g: &Guard, node: *mut Node, kind: u8, a: usize, _b: u64) {
     match kind {
-        KIND_ACQUIRE => acquire(node, a as i32),
+        KIND_ACQUIRE => acquire(g, node, a as i32),
         KIND_RELEASE => release(a as i32),
         _ => {}
     }
