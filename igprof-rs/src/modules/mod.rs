@@ -22,7 +22,7 @@
 //! MODULE: Module` made with [`Module::new`] and the hooks it takes part in
 //! (`Module { start: ..., ..Module::new(...) }`), one line in the registry
 //! list of `lib.rs`, and end-to-end tests. A module may use `base/`,
-//! `hook/` and `unwind/`, never `output/` or `process/`.
+//! `hook/`, `unwind/` and `sampler/`, never `output/` or `process/`.
 
 pub mod calls;
 pub mod cpu;
@@ -85,6 +85,11 @@ pub struct Module {
     pub before_exec: Option<fn()>,
     /// Before a dump reads the call trees (e.g. settle what is owed).
     pub before_dump: Option<fn()>,
+    /// The calling thread is about to leave by longjmp, maybe out of a
+    /// program signal handler that interrupted profiler code; `true` when
+    /// it is inside the profiler (its guard is being given up): clear
+    /// what marks it inside a hook of the module (signal context).
+    pub left_by_jump: Option<fn(bool)>,
     /// After a successful dlopen or dlclose (not signal context; the
     /// calling thread is inside the profiler; the unwinder's module table
     /// is already refreshed), e.g. hook functions of new objects.
@@ -123,6 +128,7 @@ impl Module {
             before_threads: None,
             before_exec: None,
             before_dump: None,
+            left_by_jump: None,
             objects_changed: None,
             synthetic: None,
             leaks: None,

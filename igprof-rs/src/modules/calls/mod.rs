@@ -72,6 +72,7 @@ pub const MODULE: crate::modules::Module = crate::modules::Module {
     start,
     objects_changed: Some(objects_changed),
     before_dump: Some(report),
+    left_by_jump: Some(site::jumped_out),
     ..crate::modules::Module::new("-fp", |o| !o.functions.is_empty())
 };
 

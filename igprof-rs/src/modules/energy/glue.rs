@@ -58,7 +58,7 @@ fn root() -> Root {
 fn register_counters(_: &Options) {
     match energy::detect(&root()) {
         Ok(mut m) => {
-            let _ = m.relocate_fds(crate::modules::cpu::high_fd_base());
+            let _ = m.relocate_fds(crate::sampler::high_fd_base());
             for d in Domain::ALL {
                 if m.has(d) {
                     counters::enable(COUNTER[d.index()]);
@@ -88,7 +88,7 @@ fn start(o: &Options) -> Result<(), String> {
     // With a sampling profiler the header's T is its tick, and NRG values
     // count units of T Joules; alone, microjoules.
     let t = if o.perf.is_some() {
-        crate::modules::cpu::tick_seconds()
+        crate::sampler::tick_seconds()
     } else {
         energy::JOULES_PER_VALUE
     };
@@ -105,7 +105,7 @@ fn start(o: &Options) -> Result<(), String> {
     {
         return Err("started twice".into());
     }
-    if !crate::modules::cpu::add_consumer(on_sample) {
+    if !crate::sampler::add_consumer(on_sample) {
         return Err("no free sample-consumer slot".into());
     }
     Ok(())

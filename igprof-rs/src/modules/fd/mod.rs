@@ -59,6 +59,7 @@ pub const MODULE: crate::modules::Module = crate::modules::Module {
     register_counters: |_| register_counters(),
     start: |_| start(),
     thread_end: Some(|_| crate::modules::mem::site::release_thread_extras()),
+    left_by_jump: Some(crate::modules::mem::site::jumped_out),
     fork_child: Some(reset_after_fork),
     before_exec: Some(before_exec),
     leaks: Some(leaks),

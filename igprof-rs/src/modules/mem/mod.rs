@@ -79,6 +79,7 @@ pub const MODULE: Module = Module {
     register_counters: |_| account::register_counters(),
     start: |_| start(),
     thread_end: Some(|_| site::release_thread_extras()),
+    left_by_jump: Some(site::jumped_out),
     fork_child: Some(after_fork_child),
     before_threads: Some(account::flush_recent),
     leaks: Some(leaks),
@@ -94,6 +95,7 @@ pub const EMPTY_MODULE: Module = Module {
     register_counters: |_| empty::register_counters(),
     start: |_| start(),
     thread_end: Some(|_| site::release_thread_extras()),
+    left_by_jump: Some(site::jumped_out),
     fork_child: Some(after_fork_child),
     before_threads: Some(account::flush_recent),
     ..Module::new("-ep/-ei/-eu", |o| o.empty.is_some())
