@@ -46,6 +46,32 @@ pub type SyntheticFn = fn(&mut dyn FnMut(&'static str, usize, u64, u64));
 /// when the module stores that counter in another form; None otherwise.
 pub type DumpValueFn = fn(&Node, usize) -> Option<(u64, u64, u64)>;
 
+/// Why a module did not start ([`Module::start`]): the run goes on
+/// without it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum StartError {
+    /// The module already said why (one line, or a line for each part it
+    /// could not set up): nothing more to say.
+    AlreadyReported,
+    /// Why, in words: said as `<flag>: <why>; running without it`.
+    Refused(String),
+}
+
+impl StartError {
+    /// A [`StartError::Refused`] saying `why`.
+    pub fn refused(why: impl core::fmt::Display) -> StartError {
+        StartError::Refused(why.to_string())
+    }
+
+    /// The line to say for module `flag`, if any.
+    pub fn line(&self, flag: &str) -> Option<String> {
+        match self {
+            StartError::AlreadyReported => None,
+            StartError::Refused(why) => Some(format!("{flag}: {why}; running without it")),
+        }
+    }
+}
+
 /// A profiler module. Every hook but `wanted`, `register_counters` and
 /// `start` is optional; the runtime calls each hook of every module the
 /// options select, in registry order.
@@ -60,10 +86,9 @@ pub struct Module {
     /// Enables its counters (before the counter registry freezes).
     pub register_counters: fn(&Options),
     /// Starts it after the counters froze and the core hooks are in place
-    /// (install its own hooks, open its sources). An error is printed on
-    /// one line and the run continues without it; an empty error means the
-    /// module already said why.
-    pub start: fn(&Options) -> Result<(), String>,
+    /// (install its own hooks, open its sources). On an error the run
+    /// continues without it (see [`StartError`]).
+    pub start: fn(&Options) -> Result<(), StartError>,
     /// Per-thread set-up / teardown (not signal context).
     pub thread_begin: Option<fn(&'static ThreadState)>,
     pub thread_end: Option<fn(&'static ThreadState)>,

@@ -300,8 +300,11 @@ pub fn init(modules: &'static [&'static Module]) {
                 running += 1;
                 started.extend((m.describe)(options::get()));
             }
-            Err(e) if e.is_empty() => {} // the module already said why
-            Err(e) => crate::igprof_log!("{}: {e}; running without it", m.flag),
+            Err(e) => {
+                if let Some(line) = e.line(m.flag) {
+                    crate::igprof_log!("{line}");
+                }
+            }
         });
     });
     save_plans(known);

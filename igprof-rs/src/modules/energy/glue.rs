@@ -19,6 +19,7 @@ use crate::base::thread::ThreadState;
 use crate::base::tree::Node;
 use crate::modules::energy::{self, ledger::SlotId, Domain, EnergyMeter, Ledger, Root, DOMAINS};
 use crate::modules::Module;
+use crate::modules::StartError;
 
 static LEDGER: OnceLock<Ledger> = OnceLock::new();
 static METER: Mutex<Option<EnergyMeter>> = Mutex::new(None);
@@ -74,11 +75,11 @@ fn register_counters(_: &Options) {
     }
 }
 
-fn start(o: &Options) -> Result<(), String> {
+fn start(o: &Options) -> Result<(), StartError> {
     let meter = METER.lock().unwrap_or_else(|e| e.into_inner()).take();
     let Some(meter) = meter else {
         // register_counters already said why, on one line.
-        return Err(String::new());
+        return Err(StartError::AlreadyReported);
     };
     for d in Domain::ALL {
         if let Some(s) = counters::slot(COUNTER[d.index()]) {
@@ -103,10 +104,10 @@ fn start(o: &Options) -> Result<(), String> {
         ))
         .is_err()
     {
-        return Err("started twice".into());
+        return Err(StartError::refused("started twice"));
     }
     if !crate::sampler::add_consumer(on_sample) {
-        return Err("no free sample-consumer slot".into());
+        return Err(StartError::refused("no free sample-consumer slot"));
     }
     Ok(())
 }

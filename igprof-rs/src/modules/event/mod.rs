@@ -57,6 +57,7 @@ use crate::base::counters::{self, EVENT_IDS};
 use crate::base::options::Options;
 use crate::base::sys::{self, PerfEventKind};
 use crate::base::thread::{self, ThreadState};
+use crate::modules::StartError;
 use crate::sampler;
 
 /// One `-e` event of the run.
@@ -432,7 +433,7 @@ fn trial_open(kind: &mut PerfEventKind, best_precise: bool, period: u64) -> Resu
     Err(last)
 }
 
-fn start(o: &Options) -> Result<(), String> {
+fn start(o: &Options) -> Result<(), StartError> {
     if count::any() {
         count::init_slots();
         if !sampler::add_consumer(|t, node| {
@@ -440,7 +441,9 @@ fn start(o: &Options) -> Result<(), String> {
                 count::on_sample(&r.count, node);
             }
         }) {
-            return Err("-c: no room for another sample consumer".into());
+            return Err(StartError::refused(
+                "-c: no room for another sample consumer",
+            ));
         }
     }
     if events().is_empty() {
@@ -448,11 +451,13 @@ fn start(o: &Options) -> Result<(), String> {
         return if count::any() {
             Ok(())
         } else {
-            Err(String::new())
+            Err(StartError::AlreadyReported)
         };
     }
     let Some(how) = sampler::event_delivery() else {
-        return Err("no sampling signal could be set up for the events".into());
+        return Err(StartError::refused(
+            "no sampling signal could be set up for the events",
+        ));
     };
     if matches!(how, sys::PerfDelivery::Fasync { .. }) {
         crate::igprof_debug!(

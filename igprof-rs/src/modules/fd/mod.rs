@@ -21,6 +21,7 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 use crate::base::counters::{self, CounterId};
 use crate::base::live::LiveFds;
 use crate::base::tree::{Counter, Node};
+use crate::modules::StartError;
 
 /// Descriptors open now and their creating nodes.
 pub static LIVE: LiveFds = LiveFds::new();
@@ -146,7 +147,7 @@ pub fn reset_after_fork() {
 }
 
 /// Slots, live table, hooks (start-up, guard held).
-fn start() -> Result<(), String> {
+fn start() -> Result<(), StartError> {
     init_slots();
     crate::modules::mem::site::init_libc_range();
     // The hard limit: the program may raise its soft limit up to it later.
@@ -160,7 +161,7 @@ fn start() -> Result<(), String> {
     } else {
         crate::base::sys::nofile_limit().min(1 << 24) as usize
     };
-    LIVE.init(limit).map_err(|e| e.to_string())?;
+    LIVE.init(limit).map_err(StartError::refused)?;
     hooks::install();
     Ok(())
 }

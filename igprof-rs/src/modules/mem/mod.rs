@@ -33,7 +33,7 @@ use core::sync::atomic::{AtomicU8, Ordering};
 
 use crate::base::options::{self, MemOverhead};
 use crate::base::tree::Node;
-use crate::modules::Module;
+use crate::modules::{Module, StartError};
 
 static OVERHEAD: AtomicU8 = AtomicU8::new(0);
 
@@ -104,7 +104,7 @@ pub const EMPTY_MODULE: Module = Module {
 static STARTED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 
 /// Slots, then hooks (once, whichever of -mp / -ep... asks first).
-fn start() -> Result<(), String> {
+fn start() -> Result<(), StartError> {
     if STARTED.swap(true, Ordering::AcqRel) {
         return Ok(());
     }
@@ -129,7 +129,7 @@ fn start() -> Result<(), String> {
     }
     install();
     if !hooks::hooked(hooks::Func::Malloc) || !hooks::hooked(hooks::Func::Free) {
-        return Err("malloc or free could not be hooked".to_string());
+        return Err(StartError::refused("malloc or free could not be hooked"));
     }
     Ok(())
 }
