@@ -187,3 +187,21 @@ pub fn each(o: &Options, mut f: impl FnMut(&'static Module)) {
         f(m)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::StartError;
+
+    /// A refused start is said on one line naming the module; one the
+    /// module already explained is not said again.
+    #[test]
+    fn a_refused_start_is_said_once() {
+        assert_eq!(StartError::AlreadyReported.line("-fp"), None);
+        assert_eq!(
+            StartError::refused("malloc or free could not be hooked")
+                .line("-mp")
+                .as_deref(),
+            Some("-mp: malloc or free could not be hooked; running without it")
+        );
+    }
+}

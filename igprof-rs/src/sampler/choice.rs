@@ -13,7 +13,7 @@ use core::sync::atomic::{AtomicI32, AtomicU8, Ordering};
 
 use super::{COOKIE, EVENT_COOKIE};
 use crate::base::options::{self, PerfClock, Sampler};
-use crate::base::sys::{self, PerfDelivery};
+use crate::base::sys::{self, Errno, PerfDelivery};
 
 /// The signal our samplers send (0 when nothing is sampled); see [`signal`].
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
@@ -37,9 +37,10 @@ pub(super) fn mode() -> Sampler {
 
 /// Whether a sigtrap task-clock event opens on the calling thread (Linux
 /// 5.13+, perf events allowed): the errno otherwise.
-fn probe_sigtrap() -> Result<(), i32> {
+fn probe_sigtrap() -> Result<(), Errno> {
     let how = PerfDelivery::Sigtrap { cookie: COOKIE };
-    let (fd, ring) = sys::perf_task_clock_open(sys::gettid(), 1_000_000_000, false, how, 0)?;
+    let (fd, ring) =
+        sys::perf_task_clock_open(sys::gettid(), 1_000_000_000, false, how, 0).map_err(Errno)?;
     sys::perf_close(fd, ring);
     Ok(())
 }

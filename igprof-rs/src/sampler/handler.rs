@@ -18,12 +18,12 @@ use super::origin::{origin, Origin};
 use super::ticks::{off_cpu_ticks, tick_slot, ticks_for};
 use super::{EventSamples, ProgramSignal, SampleConsumer, CONSUMERS, EVENT_SAMPLES, FORWARD};
 use crate::base::options;
-use crate::base::sys;
+use crate::base::sys::{self, Errno};
 use crate::base::thread::{self, ThreadState};
 
 /// Installs our handler for [`signal`] with the real sigaction (nothing to
 /// do when the process is not sampled).
-pub fn install_handler() -> Result<(), i32> {
+pub fn install_handler() -> Result<(), Errno> {
     if signal() == 0 {
         return Ok(());
     }
@@ -39,7 +39,7 @@ pub fn install_handler() -> Result<(), i32> {
     // recovery) would leave the thread marked inside the profiler for good.
     // SAFETY: sa_mask is a valid sigset_t.
     unsafe { libc::sigfillset(&mut sa.sa_mask) };
-    crate::hook::real_sigaction(signal(), &sa, core::ptr::null_mut())
+    crate::hook::real_sigaction(signal(), &sa, core::ptr::null_mut()).map_err(Errno)
 }
 
 /// An `-e` event's sample: charged by its module unless recording is off

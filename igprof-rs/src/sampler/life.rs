@@ -14,7 +14,7 @@ use super::perf::{open_event, open_switch_event, release_event, renew_held_event
 use super::ticks::next_interval;
 use super::{has_event, timer, COOKIE};
 use crate::base::options::{self, PerfClock, Sampler};
-use crate::base::sys::{self, PerfDelivery};
+use crate::base::sys::{self, Errno, PerfDelivery};
 use crate::base::thread::ThreadState;
 
 /// Starts sampling the calling thread (its state must be registered).
@@ -57,7 +57,7 @@ pub fn start_thread(t: &'static ThreadState) {
 /// is not in [`start_thread`]'s frame on every thread's (maybe small) stack.
 #[cold]
 #[inline(never)]
-fn no_timer(tid: i32, e: i32) {
+fn no_timer(tid: i32, e: Errno) {
     crate::igprof_log!(
         "cannot create the sampling timer of thread {tid} (errno {e}); it is not sampled"
     );
@@ -65,7 +65,7 @@ fn no_timer(tid: i32, e: i32) {
 
 #[cold]
 #[inline(never)]
-fn no_perf_events(e: i32) {
+fn no_perf_events(e: Errno) {
     crate::igprof_log!(
         "perf_event_open(task-clock) failed (errno {e}); sampling with CPU-clock timers (scheduler-tick resolution)"
     );

@@ -14,7 +14,7 @@ use super::origin::mark_fd_ours;
 use super::ticks::{next_interval, set_event_period};
 use super::{COOKIE, SWITCH_COOKIE};
 use crate::base::options::{self, PerfClock};
-use crate::base::sys::{self, PerfDelivery};
+use crate::base::sys::{self, Errno, PerfDelivery};
 use crate::base::thread::ThreadState;
 
 /// Opens and enables the calling thread's sampling perf event.
@@ -29,18 +29,19 @@ pub(super) fn open_event(
     t: &'static ThreadState,
     user_only: bool,
     how: PerfDelivery,
-) -> Result<(), i32> {
+) -> Result<(), Errno> {
     if let PerfDelivery::Sigtrap { .. } = how {
         if !HOLD_REFUSED.load(Ordering::Relaxed) {
             let period = next_interval(t);
-            let (fd, _) = sys::perf_task_clock_open(t.tid(), period, user_only, how, 0)?;
+            let (fd, _) =
+                sys::perf_task_clock_open(t.tid(), period, user_only, how, 0).map_err(Errno)?;
             match sys::perf_hold(fd) {
                 Ok(hold) => {
                     let enabled = sys::perf_enable(fd);
                     sys::close(fd);
                     if !enabled {
                         sys::perf_release(hold);
-                        return Err(sys::errno());
+                        return Err(Errno::last());
                     }
                     t.sampler.perf_ring.store(hold, Ordering::Release);
                     set_event_period(t, period);
@@ -54,7 +55,8 @@ pub(super) fn open_event(
         }
     }
     let period = next_interval(t);
-    let (fd, ring) = sys::perf_task_clock_open(t.tid(), period, user_only, how, high_fd_base())?;
+    let (fd, ring) = sys::perf_task_clock_open(t.tid(), period, user_only, how, high_fd_base())
+        .map_err(Errno)?;
     set_event_period(t, period);
     mark_fd_ours(fd);
     t.sampler.perf_ring.store(ring, Ordering::Release);
@@ -62,7 +64,7 @@ pub(super) fn open_event(
     if sys::perf_enable(fd) {
         return Ok(());
     }
-    let e = sys::errno();
+    let e = Errno::last();
     // The thread has no timer yet (its sampler is being started).
     release_event(t);
     Err(e)
@@ -73,7 +75,7 @@ pub(super) fn open_event(
 /// time it spent off the CPU is charged where it waited ([`off_cpu_ticks`](super::ticks::off_cpu_ticks)).
 /// Nothing to do for the other clocks. On failure the task-clock event is
 /// closed too (the caller falls back to wall-clock timers).
-pub(super) fn open_switch_event(t: &'static ThreadState) -> Result<(), i32> {
+pub(super) fn open_switch_event(t: &'static ThreadState) -> Result<(), Errno> {
     if options::get().perf != Some(PerfClock::Real) {
         return Ok(());
     }
@@ -91,7 +93,7 @@ pub(super) fn open_switch_event(t: &'static ThreadState) -> Result<(), i32> {
         }
         Err(e) => {
             release_event(t);
-            Err(e)
+            Err(Errno(e))
         }
     }
 }

@@ -12,7 +12,7 @@ use super::choice::signal;
 use super::origin::{mark_timer_ours, timer_cookie};
 use super::ticks::{next_interval, sampled_clock_ns};
 use crate::base::options::{self, PerfClock};
-use crate::base::sys;
+use crate::base::sys::{self, Errno};
 use crate::base::thread::ThreadState;
 
 fn clock_for(tid: i32) -> libc::clockid_t {
@@ -24,11 +24,12 @@ fn clock_for(tid: i32) -> libc::clockid_t {
 
 /// Creates and arms the calling thread's sampling timer; the errno when it
 /// cannot be created.
-pub(super) fn start(t: &'static ThreadState) -> Result<(), i32> {
+pub(super) fn start(t: &'static ThreadState) -> Result<(), Errno> {
     t.sampler.clock.clock_seen.set(sampled_clock_ns());
     t.sampler.clock.clock_credit.set(0);
     let id =
-        sys::timer_create_for_thread(clock_for(t.tid()), signal(), t.tid(), timer_cookie(t.tid()))?;
+        sys::timer_create_for_thread(clock_for(t.tid()), signal(), t.tid(), timer_cookie(t.tid()))
+            .map_err(Errno)?;
     mark_timer_ours(id);
     t.sampler.timer.store(id, Ordering::Release);
     sys::timer_arm_once(id, next_interval(t));
