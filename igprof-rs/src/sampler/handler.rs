@@ -139,8 +139,6 @@ extern "C" fn handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_voi
     }
 }
 
-/// The sampling handler's CPU time per sample (`-d`): a histogram with
-
 /// The node of the stack a signal interrupted (`uc`), in the thread's own
 /// tree; null when no stack or node could be stored (counted as dropped).
 /// Counts the sample (unless its stack was refused) and a truncated stack.
