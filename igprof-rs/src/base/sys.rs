@@ -35,6 +35,25 @@ impl Drop for ErrnoGuard {
     }
 }
 
+/// The error number of a failed system call: what `errno` held after it,
+/// or what a wrapper of this file returned for it. Shown as the bare
+/// number ("errno 13" reads as before).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Errno(pub i32);
+
+impl Errno {
+    /// The calling thread's last error number ([`errno`]).
+    pub fn last() -> Errno {
+        Errno(errno())
+    }
+}
+
+impl core::fmt::Display for Errno {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
 /// The last OS error number of this thread.
 pub fn errno() -> i32 {
     // SAFETY: see ErrnoGuard::save.
@@ -1107,6 +1126,12 @@ pub fn signal_name(sig: i32) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An Errno reads as the bare number in the messages that show one.
+    #[test]
+    fn an_errno_shows_as_its_number() {
+        assert_eq!(format!("(errno {})", Errno(libc::EACCES)), "(errno 13)");
+    }
 
     /// errno found from the thread pointer is libc's, on the thread that
     /// learnt the offset and on others, and a guard restores it.

@@ -53,7 +53,7 @@ pub struct ThreadState {
     /// signal stack does not have.
     pub walk_stack: usize,
     pub trace_cap: usize,
-    /// The sampler's part (modules/cpu).
+    /// The sampler's part (`sampler/`).
     pub sampler: Sampler,
     /// Counts the dump reports (samples, drops, truncations, handler time).
     pub stats: SampleStats,
@@ -127,7 +127,7 @@ impl<T> OwnerCell<T> {
 }
 
 /// The sampler's part of a thread's state: its per-thread sampling
-/// events or timer (written by `modules/cpu` on the owner thread, read by
+/// events or timer (written by `sampler/` on the owner thread, read by
 /// other threads to stop or recognise them) and the owner-only
 /// [`SamplerClock`].
 pub struct Sampler {
@@ -171,18 +171,18 @@ impl Sampler {
 /// What only the owner thread's sampler reads and writes.
 pub struct SamplerClock {
     /// -pr: wall-clock and thread CPU time when off-CPU time was last
-    /// charged (see cpu::off_cpu_ticks).
+    /// charged (see `sampler::ticks::off_cpu_ticks`).
     pub wall_mark: Cell<u64>,
     pub cpu_mark: Cell<u64>,
     /// Samples since the sampling period was last re-randomised.
     pub since_jitter: Cell<u32>,
     /// Ticks of samples that landed while the thread was inside profiler
-    /// code, not yet charged (see cpu::settle_pending).
+    /// code, not yet charged (see `sampler::settle_pending`).
     pub pending_ticks: Cell<u64>,
     /// xorshift state for interval jitter.
     rng: Cell<u64>,
     /// POSIX-timer samplers: the sampled clock's reading already turned into
-    /// ticks, and the carried remainder (see cpu::ticks_for).
+    /// ticks, and the carried remainder (see `sampler::ticks::ticks_for`).
     pub clock_seen: Cell<u64>,
     pub clock_credit: Cell<u64>,
 }

@@ -45,7 +45,7 @@ static OURS: AtomicU64 = AtomicU64::new(0);
 
 fn watched(sig: i32) -> bool {
     WATCHED.contains(&sig)
-        && sig != crate::modules::cpu::signal()
+        && sig != crate::sampler::signal()
         && sig != crate::base::options::get().dump_signal
         && sig != crate::base::options::get().toggle_signal
 }

@@ -25,7 +25,7 @@ use crate::base::thread::{self, ThreadState};
 use crate::base::{options, run};
 use crate::modules::Module;
 pub use crate::output::path::output_path;
-use crate::{base::counters, base::sys, modules::cpu, output};
+use crate::{base::counters, base::sys, output, sampler};
 
 /// Set by the launcher (IGPROF_QEMU_USER) when the program runs under
 /// qemu-user: see [`after_fork_child`].
@@ -191,10 +191,10 @@ pub fn init(modules: &'static [&'static Module]) {
     };
     sys::learn_errno_offset();
     crate::modules::set_registry(modules);
-    crate::modules::cpu::set_program_signal(signals::forward_program_signal);
+    crate::sampler::set_program_signal(signals::forward_program_signal);
     crate::base::alloc::set_signal_probe(thread::in_sampling_handler);
     thread::set_leave_hooks(thread::LeaveHooks {
-        settle: crate::modules::cpu::settle_pending,
+        settle: crate::sampler::settle_pending,
         after: after_leave,
     });
     crate::base::log::remember_stderr();
@@ -265,8 +265,8 @@ pub fn init(modules: &'static [&'static Module]) {
     each_module(|m| (m.register_counters)(options::get()));
     counters::freeze();
 
-    cpu::choose_sampler();
-    if let Err(e) = cpu::install_handler() {
+    sampler::choose_sampler();
+    if let Err(e) = sampler::install_handler() {
         crate::igprof_log!(
             "cannot install the sampling signal's handler (errno {e}); the program runs unprofiled"
         );
@@ -300,8 +300,11 @@ pub fn init(modules: &'static [&'static Module]) {
                 running += 1;
                 started.extend((m.describe)(options::get()));
             }
-            Err(e) if e.is_empty() => {} // the module already said why
-            Err(e) => crate::igprof_log!("{}: {e}; running without it", m.flag),
+            Err(e) => {
+                if let Some(line) = e.line(m.flag) {
+                    crate::igprof_log!("{line}");
+                }
+            }
         });
     });
     save_plans(known);
@@ -358,7 +361,7 @@ pub fn init(modules: &'static [&'static Module]) {
         },
     );
     start_keeper();
-    cpu::start_thread(main);
+    sampler::start_thread(main);
 }
 
 /// Starts this image's keeper (before the sampler of the thread that makes
@@ -391,7 +394,7 @@ extern "C" fn thread_end(p: *mut libc::c_void) {
 /// Last thing in a thread the profiler knows (pthread key destructor, or
 /// the return of a raw clone()'s function).
 pub fn end_thread(t: &'static ThreadState) {
-    cpu::stop_thread(t);
+    sampler::stop_thread(t);
     each_module(|m| {
         if let Some(f) = m.thread_end {
             f(t)
@@ -440,7 +443,7 @@ fn begin_thread(t: &'static ThreadState) {
         }
     });
     drop(g);
-    cpu::start_thread(t);
+    sampler::start_thread(t);
 }
 
 /// The program is about to create a thread (or a process sharing its
@@ -484,7 +487,7 @@ pub fn after_fork_child() {
         if !keep {
             t.stale.store(true, Ordering::Release);
         }
-        cpu::forget_inherited(t);
+        sampler::forget_inherited(t);
     }
     output::reset_after_fork();
     ending::allow_final_again();
@@ -532,13 +535,13 @@ fn restart_thread(t: &'static ThreadState) {
         }
     });
     drop(g);
-    cpu::start_thread(t);
+    sampler::start_thread(t);
 }
 
 /// Every thread stops sampling (final profile, exec).
 pub fn stop_sampling() {
     for t in thread::all() {
-        cpu::stop_thread(t);
+        sampler::stop_thread(t);
         each_module(|m| {
             if let Some(f) = m.thread_stop {
                 f(t)

@@ -47,6 +47,7 @@ use std::sync::Mutex;
 use crate::base::counters::{self, CounterId};
 use crate::base::tree::Node;
 use crate::modules::mem::site;
+use crate::modules::StartError;
 
 /// Deferred-event kind of a call (see `mem::site`).
 const KIND_CALL: u8 = 16;
@@ -72,6 +73,7 @@ pub const MODULE: crate::modules::Module = crate::modules::Module {
     start,
     objects_changed: Some(objects_changed),
     before_dump: Some(report),
+    left_by_jump: Some(site::jumped_out),
     ..crate::modules::Module::new("-fp", |o| !o.functions.is_empty())
 };
 
@@ -124,9 +126,9 @@ fn describe(o: &crate::base::options::Options) -> Option<String> {
     Some(format!("calls of {} (CALLS_TOTAL)", words.join(" ")))
 }
 
-fn start(o: &crate::base::options::Options) -> Result<(), String> {
+fn start(o: &crate::base::options::Options) -> Result<(), StartError> {
     let Some(slot) = counters::slot(CounterId::CallsTotal) else {
-        return Err("its counter could not be enabled".into());
+        return Err(StartError::refused("its counter could not be enabled"));
     };
     SLOT.store(slot, Ordering::Relaxed);
     crate::modules::mem::memo::init_check();
@@ -151,7 +153,7 @@ fn start(o: &crate::base::options::Options) -> Result<(), String> {
     }
     resolve(&mut t, true);
     if t.specs.iter().all(|s| s.state == State::Refused) {
-        return Err(String::new());
+        return Err(StartError::AlreadyReported);
     }
     Ok(())
 }

@@ -272,14 +272,14 @@ pub fn open(t: &ThreadState, r: &PerThread) {
         let Ok(leader) = sys::perf_counter_open(&g.events[0].kind, t.tid(), -1) else {
             continue;
         };
-        let leader = sys::move_fd_up(leader, crate::modules::cpu::high_fd_base());
+        let leader = sys::move_fd_up(leader, crate::sampler::high_fd_base());
         keep(r, g.first, leader);
         for (k, e) in g.events.iter().enumerate().skip(1) {
             if let Ok(fd) = sys::perf_counter_open(&e.kind, t.tid(), leader) {
                 keep(
                     r,
                     g.first + k,
-                    sys::move_fd_up(fd, crate::modules::cpu::high_fd_base()),
+                    sys::move_fd_up(fd, crate::sampler::high_fd_base()),
                 );
             }
         }

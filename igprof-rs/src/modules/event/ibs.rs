@@ -12,7 +12,7 @@
 //!
 //! A sample's stack: IbsOpRip (or the fetch address) is the leaf, the
 //! callers are those of the stack the interrupt found, unwound in the
-//! thread (`cpu::interrupted_node_at`). The interrupt comes some
+//! thread (`sampler::interrupted_node_at`). The interrupt comes some
 //! instructions after the sampled op retired (the NMI's latency); when it
 //! lands in the same function the stack is exact, when the op's function
 //! has returned or called another meanwhile, the leaf is the op's
@@ -60,7 +60,7 @@ use crate::base::options::Options;
 use crate::base::sys::PerfEventKind;
 use crate::base::thread::{Guard, ThreadState};
 use crate::base::tree::Node;
-use crate::modules::cpu;
+use crate::sampler;
 
 /// The ring of a thread's IBS event: control page and 8 data pages (32
 /// KiB, some 300 samples between two reads).
@@ -391,7 +391,7 @@ fn charge(g: &Guard, uc: *mut libc::c_void, raw: &[u8], ibs: Ibs, period: u64) -
                 return false;
             };
             // SAFETY: the kernel's context for this signal (our caller's).
-            let node = unsafe { cpu::interrupted_node_at(g, uc, op.rip.map(|r| r as usize)) };
+            let node = unsafe { sampler::interrupted_node_at(g, uc, op.rip.map(|r| r as usize)) };
             // SAFETY: a node of this thread's tree, or null.
             if let Some(n) = unsafe { node.as_ref() } {
                 charge_op(n, &op, period);
@@ -411,7 +411,7 @@ fn charge(g: &Guard, uc: *mut libc::c_void, raw: &[u8], ibs: Ibs, period: u64) -
                 return false;
             };
             // SAFETY: as above.
-            let node = unsafe { cpu::interrupted_node_at(g, uc, Some(f.address as usize)) };
+            let node = unsafe { sampler::interrupted_node_at(g, uc, Some(f.address as usize)) };
             // SAFETY: as above.
             if let Some(n) = unsafe { node.as_ref() } {
                 add(n, CounterId::IbsFetches, 1, period);

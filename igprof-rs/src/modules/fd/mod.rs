@@ -22,6 +22,7 @@ use crate::base::counters::{self, CounterId};
 use crate::base::live::LiveFds;
 use crate::base::thread::Guard;
 use crate::base::tree::{Counter, Node};
+use crate::modules::StartError;
 
 /// Descriptors open now and their creating nodes.
 pub static LIVE: LiveFds = LiveFds::new();
@@ -60,6 +61,7 @@ pub const MODULE: crate::modules::Module = crate::modules::Module {
     register_counters: |_| register_counters(),
     start: |_| start(),
     thread_end: Some(|_| crate::modules::mem::site::release_thread_extras()),
+    left_by_jump: Some(crate::modules::mem::site::jumped_out),
     fork_child: Some(reset_after_fork),
     before_exec: Some(before_exec),
     leaks: Some(leaks),
@@ -147,7 +149,7 @@ pub fn reset_after_fork() {
 }
 
 /// Slots, live table, hooks (start-up, guard held).
-fn start() -> Result<(), String> {
+fn start() -> Result<(), StartError> {
     init_slots();
     crate::modules::mem::site::init_libc_range();
     // The hard limit: the program may raise its soft limit up to it later.
@@ -161,7 +163,7 @@ fn start() -> Result<(), String> {
     } else {
         crate::base::sys::nofile_limit().min(1 << 24) as usize
     };
-    LIVE.init(limit).map_err(|e| e.to_string())?;
+    LIVE.init(limit).map_err(StartError::refused)?;
     hooks::install();
     Ok(())
 }

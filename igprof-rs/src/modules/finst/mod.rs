@@ -56,6 +56,7 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering
 use crate::base::counters::{self, CounterId};
 use crate::base::thread::{self, ThreadState};
 use crate::base::tree::{CallTree, Node};
+use crate::modules::StartError;
 
 /// One instrumented call in progress.
 #[derive(Clone, Copy)]
@@ -122,12 +123,12 @@ pub const MODULE: crate::modules::Module = crate::modules::Module {
     ..crate::modules::Module::new("-finst", |o| o.finst)
 };
 
-fn start() -> Result<(), String> {
+fn start() -> Result<(), StartError> {
     let (Some(c), Some(t)) = (
         counters::slot(CounterId::CallCount),
         counters::slot(CounterId::CallTime),
     ) else {
-        return Err("its counters could not be enabled".into());
+        return Err(StartError::refused("its counters could not be enabled"));
     };
     COUNT_SLOT.store(c, Ordering::Relaxed);
     TIME_SLOT.store(t, Ordering::Relaxed);

@@ -511,6 +511,15 @@ pub fn left_by_jump() {
     });
 }
 
+/// Before a longjmp (the registry's `left_by_jump` of every module that
+/// records through this file): a thread inside the profiler (`busy`) or
+/// inside a hook leaves it for good.
+pub fn jumped_out(busy: bool) {
+    if busy || in_hook() {
+        left_by_jump();
+    }
+}
+
 /// Events on threads the profiler has no state for (passed through).
 pub static UNKNOWN_THREAD: AtomicU64 = AtomicU64::new(0);
 
