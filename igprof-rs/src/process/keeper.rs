@@ -394,14 +394,28 @@ pub struct Calls {
 static FINAL_DUMP: AtomicUsize = AtomicUsize::new(0);
 static SNAPSHOT: AtomicUsize = AtomicUsize::new(0);
 
-/// Start-up, before the first [`start`]: `allowed` is false where no keeper
-/// may run (turned off by `IGPROF_KEEPER=0`, qemu-user, which has no
-/// `clone(CLONE_VM)` without a thread).
-pub fn configure(allowed: bool, calls: Calls) {
+/// Why no keeper may run in this process (see [`configure`]).
+static OFF_WHY: AtomicUsize = AtomicUsize::new(0);
+const OFF_REASONS: [&str; 3] = [
+    "turned off by IGPROF_KEEPER=0",
+    "qemu-user has no clone(CLONE_VM) without a thread",
+    "a sanitizer runtime is loaded (ThreadSanitizer crashed beside a keeper)",
+];
+
+/// Start-up, before the first [`start`]: `off` says why no keeper may run
+/// (an index into the reasons: IGPROF_KEEPER=0, qemu-user, a sanitizer
+/// runtime), None where one may.
+pub fn configure(off: Option<usize>, calls: Calls) {
     FINAL_DUMP.store(calls.final_dump as usize, Ordering::Release);
     SNAPSHOT.store(calls.snapshot_near_limit as usize, Ordering::Release);
-    OFF.store(!allowed as u32, Ordering::Relaxed);
+    OFF_WHY.store(off.unwrap_or(0), Ordering::Relaxed);
+    OFF.store(off.is_some() as u32, Ordering::Relaxed);
 }
+
+/// [`configure`]'s reasons, by index.
+pub const OFF_BY_ENV: usize = 0;
+pub const OFF_UNDER_QEMU: usize = 1;
+pub const OFF_UNDER_SANITIZER: usize = 2;
 
 /// Makes this image's keeper (start-up; a fork child; an exec that failed).
 /// Returns why there is none, for `-d`.
@@ -413,7 +427,7 @@ pub fn start() -> Result<i32, &'static str> {
     CROSSED.store(0, Ordering::Release);
     crate::base::cgroup::stop_checks();
     if OFF.load(Ordering::Relaxed) != 0 {
-        return Err("turned off (IGPROF_KEEPER=0, or qemu-user)");
+        return Err(OFF_REASONS[OFF_WHY.load(Ordering::Relaxed).min(OFF_REASONS.len() - 1)]);
     }
     let me = sys::getpid();
     // Orphans go to the nearest subreaper: if that is the program itself

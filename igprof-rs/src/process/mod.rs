@@ -353,8 +353,24 @@ pub fn init(modules: &'static [&'static Module]) {
             output_path()
         );
     }
+    // SAFETY: a NUL-terminated name looked up in the global scope.
+    let sanitizer = !unsafe {
+        libc::dlsym(
+            libc::RTLD_DEFAULT,
+            c"__sanitizer_set_death_callback".as_ptr(),
+        )
+    }
+    .is_null();
     keeper::configure(
-        !QEMU_USER.load(Ordering::Relaxed) && getenv(b"IGPROF_KEEPER\0") != Some(b"0"),
+        if getenv(b"IGPROF_KEEPER\0") == Some(b"0") {
+            Some(keeper::OFF_BY_ENV)
+        } else if QEMU_USER.load(Ordering::Relaxed) {
+            Some(keeper::OFF_UNDER_QEMU)
+        } else if sanitizer {
+            Some(keeper::OFF_UNDER_SANITIZER)
+        } else {
+            None
+        },
         keeper::Calls {
             final_dump: ending::final_dump_by_keeper,
             snapshot_near_limit: watcher::snapshot_near_limit,
