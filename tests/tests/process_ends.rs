@@ -59,6 +59,7 @@ fn a_process_killed_by_sigkill_leaves_its_profile() {
         &d,
         &["-pp", "-mp", "-fd", "./kill_mid", "kill", &N.to_string()],
     )
+    .env("IGPROF_KEEPER", "1")
     .stdout(Stdio::piped())
     .stderr(Stdio::piped())
     .spawn()
@@ -89,7 +90,7 @@ fn crashes_and_raw_exits_leave_their_profile_and_status() {
             .current_dir(&d)
             .output()
             .unwrap();
-        let got = igprof(&d, &["-pp", "-mp", "./kill_mid", mode, &N.to_string()]);
+        let got = kept(&d, &["-pp", "-mp", "./kill_mid", mode, &N.to_string()]);
         let err = String::from_utf8_lossy(&got.stderr);
         assert_eq!(
             (got.status.to_string(), &got.stdout),
@@ -122,7 +123,7 @@ fn the_program_sees_no_keeper() {
         .unwrap();
     assert!(plain.status.success());
     for mode in ["-pp", "-mp", "-fd"] {
-        let got = igprof(&d, &[mode, "./kill_mid", "children", "0"]);
+        let got = kept(&d, &[mode, "./kill_mid", "children", "0"]);
         assert_eq!(
             (got.status.code(), ok_stdout(&got)),
             (Some(0), String::from_utf8_lossy(&plain.stdout).into_owned()),
@@ -133,7 +134,7 @@ fn the_program_sees_no_keeper() {
     // keepers hold no copy of the pipes, so output() returns when the
     // daemon closes them, not when the daemon (3 s) or a keeper ends.
     let started = Instant::now();
-    let got = igprof(&d, &["-pp", "-mp", "./kill_mid", "daemon", "0"]);
+    let got = kept(&d, &["-pp", "-mp", "./kill_mid", "daemon", "0"]);
     assert_eq!(ok_stdout(&got), "parent 1\n");
     assert!(
         started.elapsed() < Duration::from_millis(2500),
@@ -154,6 +155,14 @@ fn the_program_sees_no_keeper() {
         String::from_utf8_lossy(&sh.stdout).ends_with("\n7\n"),
         "{sh:?}"
     );
+}
+
+/// The launcher with the keeper turned on (it is opt-in: IGPROF_KEEPER=1).
+fn kept(d: &Path, args: &[&str]) -> std::process::Output {
+    igprof_command(d, args)
+        .env("IGPROF_KEEPER", "1")
+        .output()
+        .expect("run igprof")
 }
 
 fn ok_stdout(o: &std::process::Output) -> String {
@@ -207,6 +216,7 @@ fn a_process_the_oom_killer_ends_leaves_the_snapshot_taken_near_its_limit() {
         .current_dir(&d)
         .env("IGPROF_LIB", lib())
         .env("IGPROF_CACHE_DIR", test_store())
+        .env("IGPROF_KEEPER", "1")
         .output()
         .unwrap();
     use std::os::unix::process::ExitStatusExt;

@@ -397,7 +397,7 @@ static SNAPSHOT: AtomicUsize = AtomicUsize::new(0);
 /// Why no keeper may run in this process (see [`configure`]).
 static OFF_WHY: AtomicUsize = AtomicUsize::new(0);
 const OFF_REASONS: [&str; 3] = [
-    "turned off by IGPROF_KEEPER=0",
+    "not turned on (IGPROF_KEEPER=1)",
     "qemu-user has no clone(CLONE_VM) without a thread",
     "a sanitizer runtime is loaded (ThreadSanitizer crashed beside a keeper)",
 ];
