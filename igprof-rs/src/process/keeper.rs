@@ -403,7 +403,7 @@ const OFF_REASONS: [&str; 3] = [
 ];
 
 /// Start-up, before the first [`start`]: `off` says why no keeper may run
-/// (an index into the reasons: IGPROF_KEEPER=0, qemu-user, a sanitizer
+/// (an index into the reasons: IGPROF_KEEPER not 1, qemu-user, a sanitizer
 /// runtime), None where one may.
 pub fn configure(off: Option<usize>, calls: Calls) {
     FINAL_DUMP.store(calls.final_dump as usize, Ordering::Release);
