@@ -353,14 +353,13 @@ pub fn init(modules: &'static [&'static Module]) {
             output_path()
         );
     }
-    // SAFETY: a NUL-terminated name looked up in the global scope.
-    let sanitizer = !unsafe {
-        libc::dlsym(
-            libc::RTLD_DEFAULT,
-            c"__sanitizer_set_death_callback".as_ptr(),
-        )
-    }
-    .is_null();
+    // Inside the profiler (paused): dlsym of a missing name allocates its
+    // error text, which the program did not ask for.
+    let sanitizer = thread::paused(|| {
+        let name = c"__sanitizer_set_death_callback";
+        // SAFETY: a NUL-terminated name looked up in the global scope.
+        !unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) }.is_null()
+    });
     keeper::configure(
         if getenv(b"IGPROF_KEEPER\0") != Some(b"1") {
             Some(keeper::OFF_BY_ENV)
