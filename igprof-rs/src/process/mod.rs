@@ -141,7 +141,7 @@ fn install_toggle_signal(sig: i32) {
     // SAFETY: zeroed sigaction then fields set; the handler only flips a flag.
     let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
     sa.sa_sigaction = toggle_signal_handler as *const () as usize;
-    sa.sa_flags = libc::SA_RESTART | libc::SA_ONSTACK;
+    sa.sa_flags = libc::SA_RESTART;
     if let Err(e) = crate::hook::real_sigaction(sig, &sa, core::ptr::null_mut()) {
         crate::igprof_log!("--toggle-signal {sig}: cannot handle it (errno {e}); recording cannot be toggled by signal");
     }

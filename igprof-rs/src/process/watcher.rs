@@ -114,7 +114,7 @@ pub fn install_dump_signal() {
         // a request or dumps when that is safe (see the module docs).
         let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
         sa.sa_sigaction = dump_signal_handler as *const () as usize;
-        sa.sa_flags = libc::SA_RESTART | libc::SA_ONSTACK;
+        sa.sa_flags = libc::SA_RESTART;
         let _ = crate::hook::real_sigaction(o.dump_signal, &sa, core::ptr::null_mut());
     }
 }

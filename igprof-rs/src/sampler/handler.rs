@@ -30,10 +30,15 @@ pub fn install_handler() -> Result<(), Errno> {
     // SAFETY: a zeroed sigaction is a valid starting point; fields set below.
     let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
     sa.sa_sigaction = handler as *const () as usize;
-    // On the thread's alternate stack where it has one: Go runs goroutines
-    // on stacks of a few KiB with its heap below, and gives every thread a
-    // signal stack for handlers like this one.
-    sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
+    // In a Go program (cgo's `_cgo_topofstack` defined), on the thread's
+    // alternate stack: Go runs goroutines on stacks of a few KiB with its
+    // heap below, and gives every thread a signal stack big enough. Not
+    // elsewhere: a C program's alternate stack may be MINSIGSTKSZ, too small
+    // for a sample. (Start-up, before any hook: the lookup's allocation is
+    // not the program's.)
+    // SAFETY: a NUL-terminated name looked up in the global scope.
+    let go = !unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"_cgo_topofstack".as_ptr()) }.is_null();
+    sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | if go { libc::SA_ONSTACK } else { 0 };
     // Every signal blocked while a sample is taken: a program handler that
     // interrupted it and left by longjmp (SIGALRM timeouts, SIGSEGV
     // recovery) would leave the thread marked inside the profiler for good.
