@@ -150,14 +150,21 @@ fn read_file(path: &[u8], buf: &mut [u8]) -> Option<usize> {
     if fd < 0 {
         return None;
     }
-    // SAFETY: reads into the caller's buffer, then closes our descriptor.
+    let n = raw_read(fd as i32, buf);
+    // SAFETY: closes our own descriptor.
+    unsafe { raw::call(libc::SYS_close, [fd as usize, 0, 0, 0, 0, 0]) };
+    n
+}
+
+/// read(2) of `fd` into `buf` with a raw system call: the bytes read, or
+/// None on an error.
+fn raw_read(fd: i32, buf: &mut [u8]) -> Option<usize> {
+    // SAFETY: reads at most buf.len() bytes into the caller's buffer.
     let n = unsafe {
-        let n = raw::call(
+        raw::call(
             libc::SYS_read,
             [fd as usize, buf.as_mut_ptr() as usize, buf.len(), 0, 0, 0],
-        );
-        raw::call(libc::SYS_close, [fd as usize, 0, 0, 0, 0, 0]);
-        n
+        )
     };
     usize::try_from(n).ok()
 }
@@ -653,17 +660,12 @@ extern "C" fn keep(arg: *mut libc::c_void) -> libc::c_int {
         if ENDED.load(Ordering::Acquire) >= gen {
             raw::exit(0);
         }
-        if n > 0 && fds[2].revents != 0 {
-            let mut count = [0u8; 8];
-            // SAFETY: reads the eventfd's counter into this stack.
-            unsafe {
-                raw::call(
-                    libc::SYS_read,
-                    [efd as usize, count.as_mut_ptr() as usize, 8, 0, 0, 0],
-                )
-            };
+        let crossed = n > 0 && fds[2].revents != 0;
+        if crossed {
+            // The eventfd's counter.
+            raw_read(efd, &mut [0u8; 8]);
         }
-        if n == 0 || (n > 0 && fds[2].revents != 0) {
+        if n == 0 || crossed {
             check_near_limit();
             continue;
         }
@@ -671,14 +673,8 @@ extern "C" fn keep(arg: *mut libc::c_void) -> libc::c_int {
             break;
         }
         if n > 0 && fds[1].revents != 0 {
-            let mut buf = [0u8; 128];
-            // SAFETY: reads one signalfd_siginfo into buf.
-            unsafe {
-                raw::call(
-                    libc::SYS_read,
-                    [sfd as usize, buf.as_mut_ptr() as usize, 128, 0, 0, 0],
-                )
-            };
+            // One signalfd_siginfo.
+            raw_read(sfd, &mut [0u8; 128]);
         }
     }
     // Every thread of the program is gone: its memory is this process's
