@@ -261,3 +261,52 @@ fn total_value(p: &Profile, counter: &str) -> u64 {
         .map(|v| v.value)
         .sum()
 }
+
+/// An exec that fails (execvp trying each PATH directory) starts one new
+/// keeper for the image that goes on, and every keeper is gone once the
+/// process has exec'd and ended: no keeper writes a profile for an image
+/// that wrote its own. Two keepers of one image shared one stack, and the
+/// one left asleep later woke on a stack the other had overwritten.
+#[test]
+fn failed_execs_leave_one_keeper_each_and_none_behind() {
+    let d = scratch("ends_failed_exec");
+    let path = format!(
+        "{}/no-such-dir-a:{}/no-such-dir-b:/usr/bin:/bin",
+        d.display(),
+        d.display()
+    );
+    let out = igprof_command(&d, &["-d", "-pp", "env", "true"])
+        .env("IGPROF_KEEPER", "1")
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let keepers: Vec<i32> = err
+        .lines()
+        .filter_map(|l| l.strip_prefix("igprof: keeper: pid "))
+        .map(|l| l.split_whitespace().next().unwrap().parse().unwrap())
+        .collect();
+    // env's keeper, one after each of its two failed execs, true's.
+    assert_eq!(keepers.len(), 4, "{err}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for pid in &keepers {
+        // SAFETY: kill(pid, 0) only checks that the process exists.
+        while unsafe { libc::kill(*pid, 0) } == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // SAFETY: as above.
+        assert_ne!(unsafe { libc::kill(*pid, 0) }, 0, "keeper {pid} still runs");
+    }
+    let ps = profiles(&d);
+    assert_eq!(ps.len(), 2, "env's and true's: {ps:?}");
+    for p in &ps {
+        parse_strict(&read_text(p)).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    }
+    let names: Vec<String> = std::fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    assert!(names.is_empty(), "{names:?}");
+}

@@ -57,7 +57,8 @@ static GEN: AtomicU32 = AtomicU32::new(0);
 static ENDED: AtomicU32 = AtomicU32::new(0);
 /// The current keeper's pid (0: none).
 static KEEPER: AtomicI32 = AtomicI32::new(0);
-/// The program's pid, for the keeper.
+/// The program's pid, for the keeper (a fork child inherits the parent's
+/// value, and so knows the keeper is not its own).
 static PROGRAM: AtomicI32 = AtomicI32::new(0);
 /// The program's pidfd, opened by the intermediate process (its table,
 /// inherited by the keeper's).
@@ -418,6 +419,16 @@ pub const OFF_UNDER_SANITIZER: usize = 2;
 /// Makes this image's keeper (start-up; a fork child; an exec that failed).
 /// Returns why there is none, for `-d`.
 pub fn start() -> Result<i32, &'static str> {
+    let me = sys::getpid();
+    // This image's keeper still watches it: a second one would share its
+    // stack. (A fork child's copy of the parent's state names another pid.)
+    let k = KEEPER.load(Ordering::Acquire);
+    if k > 0
+        && PROGRAM.load(Ordering::Acquire) == me
+        && GEN.load(Ordering::Acquire) != ENDED.load(Ordering::Acquire)
+    {
+        return Ok(k);
+    }
     KEEPER.store(0, Ordering::Release);
     // The new keeper looks for the memory limit again (a fork child's
     // copy of the parent's is not published until it has).
@@ -427,7 +438,6 @@ pub fn start() -> Result<i32, &'static str> {
     if OFF.load(Ordering::Relaxed) != 0 {
         return Err(OFF_REASONS[OFF_WHY.load(Ordering::Relaxed).min(OFF_REASONS.len() - 1)]);
     }
-    let me = sys::getpid();
     // Orphans go to the nearest subreaper: if that is the program itself
     // (an init, PR_SET_CHILD_SUBREAPER), the keeper would become a child
     // it can wait for.

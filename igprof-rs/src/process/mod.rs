@@ -578,9 +578,10 @@ pub fn before_exec() {
 pub fn exec_failed() {
     run::set_execing(false);
     ending::allow_final_again();
+    // One keeper for the image that goes on: a second one would run on the
+    // first one's stack (see keeper::start).
     start_keeper();
     if let Some(t) = thread::current() {
-        start_keeper();
         restart_thread(t);
     }
 }
