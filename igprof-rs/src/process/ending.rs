@@ -22,6 +22,10 @@ pub fn allow_final_again() {
 /// region in huge pages (`alloc::final_arena`): a small cc1 has 19,000
 /// (its dump needs about 3 MiB), cc1plus on a template-heavy file 375,000.
 const SMALL_DUMP_NODES: usize = 50_000;
+/// Below this many nodes the region costs more than it saves: zeroing its
+/// first huge page was a third of an empty profile's dump (a profiled
+/// no-op's), where the usual allocator takes a few small pages.
+const TINY_DUMP_NODES: usize = 1_000;
 
 /// The end-of-process dump (exit, _exit, abort, kill of self, exec): once.
 pub fn final_dump(reason: &str) -> bool {
@@ -84,7 +88,7 @@ fn write_final(reason: &str, always_say: bool) -> bool {
             (dumped, saved)
         };
         let nodes = thread::total_nodes();
-        if nodes <= SMALL_DUMP_NODES {
+        if (TINY_DUMP_NODES..=SMALL_DUMP_NODES).contains(&nodes) {
             crate::base::alloc::final_arena(write)
         } else {
             write()
