@@ -59,7 +59,6 @@ fn a_process_killed_by_sigkill_leaves_its_profile() {
         &d,
         &["-pp", "-mp", "-fd", "./kill_mid", "kill", &N.to_string()],
     )
-    .env("IGPROF_KEEPER", "1")
     .stdout(Stdio::piped())
     .stderr(Stdio::piped())
     .spawn()
@@ -157,12 +156,9 @@ fn the_program_sees_no_keeper() {
     );
 }
 
-/// The launcher with the keeper turned on (it is opt-in: IGPROF_KEEPER=1).
+/// The launcher's run of `args` (every image gets a keeper by default).
 fn kept(d: &Path, args: &[&str]) -> std::process::Output {
-    igprof_command(d, args)
-        .env("IGPROF_KEEPER", "1")
-        .output()
-        .expect("run igprof")
+    igprof_command(d, args).output().expect("run igprof")
 }
 
 fn ok_stdout(o: &std::process::Output) -> String {
@@ -216,7 +212,6 @@ fn a_process_the_oom_killer_ends_leaves_the_snapshot_taken_near_its_limit() {
         .current_dir(&d)
         .env("IGPROF_LIB", lib())
         .env("IGPROF_CACHE_DIR", test_store())
-        .env("IGPROF_KEEPER", "1")
         .output()
         .unwrap();
     use std::os::unix::process::ExitStatusExt;
@@ -276,7 +271,6 @@ fn failed_execs_leave_one_keeper_each_and_none_behind() {
         d.display()
     );
     let out = igprof_command(&d, &["-d", "-pp", "env", "true"])
-        .env("IGPROF_KEEPER", "1")
         .env("PATH", &path)
         .output()
         .unwrap();

@@ -396,13 +396,13 @@ static SNAPSHOT: AtomicUsize = AtomicUsize::new(0);
 /// Why no keeper may run in this process (see [`configure`]).
 static OFF_WHY: AtomicUsize = AtomicUsize::new(0);
 const OFF_REASONS: [&str; 3] = [
-    "not turned on (IGPROF_KEEPER=1)",
+    "turned off (IGPROF_KEEPER=0)",
     "qemu-user has no clone(CLONE_VM) without a thread",
     "a sanitizer runtime is loaded (ThreadSanitizer crashed beside a keeper)",
 ];
 
 /// Start-up, before the first [`start`]: `off` says why no keeper may run
-/// (an index into the reasons: IGPROF_KEEPER not 1, qemu-user, a sanitizer
+/// (an index into the reasons: IGPROF_KEEPER=0, qemu-user, a sanitizer
 /// runtime), None where one may.
 pub fn configure(off: Option<usize>, calls: Calls) {
     FINAL_DUMP.store(calls.final_dump as usize, Ordering::Release);

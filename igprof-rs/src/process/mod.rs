@@ -354,7 +354,7 @@ pub fn init(modules: &'static [&'static Module]) {
         );
     }
     keeper::configure(
-        if getenv(b"IGPROF_KEEPER\0") != Some(b"1") {
+        if getenv(b"IGPROF_KEEPER\0") == Some(b"0") {
             Some(keeper::OFF_BY_ENV)
         } else if QEMU_USER.load(Ordering::Relaxed) {
             Some(keeper::OFF_UNDER_QEMU)
