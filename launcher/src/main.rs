@@ -37,105 +37,10 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{FileExt, MetadataExt};
 
 mod glibc;
+mod grammar;
 mod sanitizers;
 
-/// `igprof -h` (stdout, exit 0); also on stderr when no program is named.
-const USAGE: &str = "\
-igprof [options] [--] program [args...]
-
-IgProf's options (as IgProf spells them):
-  -pp, --perf-profile        CPU time (per-thread CPU-clock samplers)
-  -pu, --perf-user           user CPU time
-  -pr, --perf-real           wall-clock time
-  -pd, --profile-disabled    start with recording off: the program turns it
-                             on with igprof_enable() (and off with
-                             igprof_disable()), or --toggle-signal N does
-  -pk, --perf-keep           a fork child's profile goes on from its
-                             parent's (default: it starts empty)
-  -mp, --memory-profile      memory: MEM_TOTAL, MEM_MAX, MEM_LIVE
-  -mo, --memory-overhead M   none | include | delta
-  -fd, --file-descriptors    FD_USED, FD_LIVE
-  -fp:FUNC[:LIB], -fpi:FUNC[:LIB], -fpf:FUNC[:LIB]
-                             calls of FUNC counted per calling stack
-                             (CALLS_TOTAL): FUNC of the program, or of
-                             LIB (also when dlopen'ed later); several
-                             allowed; -fpi/-fpf are the same as -fp here
-  -j, --jemalloc             accepted: jemalloc (or any allocator defining
-                             malloc) is found without it
-  -np, --energy-profile      energy: NRG_PKG, NRG_PP0, NRG_PP1, NRG_DRAM
-  -ep / -ei / -eu            empty-memory profilers
-  -finst                     functions built with -finstrument-functions:
-                             CALL_COUNT, CALL_TIME (self nanoseconds) per
-                             path of instrumented calls
-  -o, --output FILE          profile file (default igprof.<program>.<pid>.gz;
-                             %p in FILE becomes the pid; other processes of
-                             the run write FILE with .<pid> before .gz)
-  -z, --compress             gzip the output (also when FILE ends in .gz)
-  -t, --target NAMES         profile only programs whose name contains one of
-                             the comma-separated NAMES (others run normally)
-  -D, --dump-flag FILE       write the profile whenever FILE appears (then removed)
-  -d, --debug                more messages from the profiler
-  -h, --help                 this help
-igprof-rs's own options:
-  -e, --event EVENT[/PERIOD] sample a perf event on every thread (several
-                             -e allowed): page-faults, context-switches,
-                             cycles:u/100000, cycles/F999 (per second),
-                             L1-dcache-load-misses,
-                             cpu/event=0xc0,umask=0/, r01c2 (as perf -e);
-                             counter EV_<EVENT>, e.g. EV_PAGE_FAULTS
-  -pf, --page-faults         page faults per faulting stack: PAGE_FAULTS,
-                             MAJOR_FAULTS; with -mp also MEM_FAULTS on the
-                             stack that allocated the (64 KiB or larger)
-                             heap block the fault is in
-  -oc, --off-cpu             time off the CPU per stack where each thread
-                             waited: OFFCPU_TIME (switches, nanoseconds)
-  -ibs[:TERMS][/PERIOD]      AMD IBS op samples (IbsOpRip as the leaf):
-                             IBS_OPS, IBS_LOADS, IBS_DC_MISS, IBS_LOAD_LAT...;
-                             with -mp, the data they touch charged to the
-                             stack that allocated it: IBS_OBJ_*; TERMS:
-                             cnt_ctl, l3missonly, ldlat=N; PERIOD: cycles
-                             (ops with cnt_ctl), a multiple of 16
-  -ibs-fetch[:TERMS][/PERIOD] AMD IBS fetch samples: IBS_FETCHES,
-                             IBS_IC_MISS, IBS_ITLB_MISS, IBS_FETCH_LAT;
-                             TERMS: rand_en, l3missonly
-  -c, --count EVENT,EVENT... a group of events counted per thread, read at
-                             each -pp/-pu/-pr sample and charged to its
-                             stack: CNT_<EVENT> (several -c: several groups)
-  -i, --interval TIME        sampling interval: 5ms (default), 1ms, 100us...
-      --depth N              stack depth limit (default 1024)
-      --sampler KIND         how samples are taken: auto (default: sigtrap,
-                             else sigprof, else timer), sigtrap (perf event
-                             raising SIGTRAP, Linux 5.13+), sigprof (perf
-                             event waking SIGPROF), timer (POSIX CPU timers,
-                             scheduler-tick resolution)
-      --sample-bytes N       with -mp: record a sample of the allocations,
-                             one per N allocated bytes on average (512K, 1M,
-                             or bytes; 1..16M); each recorded allocation
-                             counts for the calls and bytes it stands for,
-                             so totals and live bytes are unbiased estimates
-                             and only recorded allocations walk the stack
-      --sample-seed S        seed of that sampling (0..2^64-1; random by
-                             default; the profile header names the seed used)
-      --dump-signal N        signal that writes the profile (default 42 =
-                             SIGRTMIN+8; 0 disables): kill -42 <pid>
-      --dump-every TIME      also write the profile every TIME (60 = seconds,
-                             10s, 500ms), so a run killed by SIGKILL keeps
-                             its last snapshot (SIGTERM, SIGINT and other
-                             fatal signals write the profile themselves)
-      --toggle-signal N      each signal N turns recording off or on
-                             (default: none), e.g. with -pd
-Environment: IGPROF_LIB=/path/to/libigprof.so overrides the library search
-(next to this program, as in the build tree's target/release, ../lib, then
-$CARGO_TARGET_DIR/release).
-A program of another architecture (AArch64 on x86-64, or the reverse) runs
-under qemu-user (qemu-<arch> -L $QEMU_LD_PREFIX or /usr/<arch>-linux-gnu)
-with the library built for it: IGPROF_LIB_AARCH64 / IGPROF_LIB_X86_64, else
-<arch>/libigprof.so next to this program, else the build tree's
-target/<arch>-unknown-linux-gnu/release (cargo build --release --target ...).
-IGPROF_CACHE_DIR=DIR keeps what processes share (frame descriptors derived
-once per object build-id, the hooked functions' plans) in DIR/unwind instead
-of $XDG_CACHE_HOME/igprof-rs/unwind or ~/.cache/igprof-rs/unwind; none: off.
-";
+use grammar::Request;
 
 /// PATH when it is unset: bash's default, which the shell launcher used.
 const DEFAULT_PATH: &[u8] = b"/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin:.";
@@ -144,29 +49,17 @@ const DEFAULT_PATH: &[u8] = b"/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:
 /// `igprof: <message>`, on stderr, and exit status 127.
 #[derive(Debug, PartialEq, Eq)]
 enum Refusal {
-    /// An option that takes a value came last.
-    NeedsValue(Vec<u8>),
-    /// `-mo` with another value than none, include or delta.
-    BadOverhead(Vec<u8>),
-    /// `-fp:`, `-fpi:` or `-fpf:` without a function name, or with a
-    /// character IGPROF cannot carry.
-    BadFunction(Vec<u8>),
+    /// An option, value or combination the option table refuses (its
+    /// message).
+    Option(String),
     /// A value with `'` for an option whose value IGPROF quotes (the option).
     Quote(Vec<u8>),
-    BadSampleBytes(Vec<u8>),
-    BadSampleSeed(Vec<u8>),
-    BadSampler(Vec<u8>),
-    /// `-e` with a specification that does not parse (the parser's message).
+    /// `-e` or `-c` with a specification that does not parse (the parser's
+    /// message).
     BadEvent(String),
     /// An `-ibs` or `-ibs-fetch` option that does not parse (the reason
     /// names the option).
     BadIbs(String),
-    UnknownOption(Vec<u8>),
-    SampleWithoutMp,
-    /// `-c` without a CPU profiler, whose samples read the counters.
-    CountWithoutSamples,
-    SampleWithEmpty,
-    SeedWithoutSample,
     CommandNotFound(Vec<u8>),
     NoSuchFile(Vec<u8>),
     NotExecutable(Vec<u8>),
@@ -208,34 +101,10 @@ impl Refusal {
         use Refusal::*;
         let host = std::env::consts::ARCH.as_bytes();
         match self {
-            NeedsValue(o) => cat(&[b"option ", o, b" needs a value (see igprof -h)"]),
-            BadOverhead(v) => cat(&[b"-mo: '", v, b"' is not none, include or delta"]),
-            BadFunction(w) => cat(&[b"'", w, b"': give a function name, e.g. -fp:malloc or -fp:deflate:libz.so.1"]),
+            Option(why) => why.as_bytes().to_vec(),
             Quote(o) => cat(&[o, b": a value containing ' cannot be passed"]),
-            BadSampleBytes(v) => cat(&[
-                b"--sample-bytes '",
-                v,
-                b"': give the mean number of bytes between samples, from 1 to 16M (K = 1024), e.g. --sample-bytes 512K",
-            ]),
-            BadSampleSeed(v) => cat(&[
-                b"--sample-seed '",
-                v,
-                b"': give a decimal number from 0 to 18446744073709551615",
-            ]),
-            BadSampler(v) => cat(&[b"--sampler: '", v, b"' is not auto, sigtrap, sigprof or timer"]),
             BadEvent(why) => cat(&[b"-e: ", why.as_bytes()]),
             BadIbs(why) => why.as_bytes().to_vec(),
-            UnknownOption(o) => cat(&[b"unknown option '", o, b"' (see igprof -h)"]),
-            CountWithoutSamples => {
-                b"-c counts beside the CPU samples, which read the counters: add -pp (or -pu, -pr)".to_vec()
-            }
-            SampleWithoutMp => {
-                b"--sample-bytes samples the memory profiler's allocations: add -mp".to_vec()
-            }
-            SampleWithEmpty => b"--sample-bytes cannot be combined with -ep/-ei/-eu (they inspect every block): drop one of them".to_vec(),
-            SeedWithoutSample => {
-                b"--sample-seed seeds the allocation sampler: add --sample-bytes N".to_vec()
-            }
             CommandNotFound(p) => cat(&[p, b": command not found"]),
             NoSuchFile(p) => cat(&[p, b": no such file"]),
             NotExecutable(p) => cat(&[p, b": not executable"]),
@@ -346,246 +215,6 @@ impl Machine {
 /// Whether `needle` occurs in `hay`.
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     needle.is_empty() || hay.windows(needle.len()).any(|w| w == needle)
-}
-
-/// What the command line asks for.
-#[derive(Debug, PartialEq, Eq)]
-enum Request {
-    Help,
-    /// No program named: the usage on stderr, exit status 127.
-    NoProgram,
-    /// Run `args[program..]` with `IGPROF=igprof`.
-    Run {
-        igprof: Vec<u8>,
-        program: usize,
-        /// -o's path, made absolute (checked by [`output_place`] before
-        /// the run).
-        output: Option<Vec<u8>>,
-    },
-}
-
-/// Translates the options (`args`, without argv[0]) into IGPROF's words,
-/// joined by single spaces; `pwd` gives the directory relative -o and -D
-/// paths are made absolute against (the program's processes may run in
-/// other directories and must write where the user asked).
-fn parse(args: &[OsString], pwd: &mut dyn FnMut() -> Vec<u8>) -> Result<Request, Refusal> {
-    let mut words: Vec<Cow<[u8]>> = Vec::with_capacity(args.len());
-    let mut output = None;
-    let (mut sampled, mut seeded, mut counted) = (false, false, false);
-    let mut i = 0;
-    while i < args.len() {
-        let opt = args[i].as_bytes();
-        let value = || match args.get(i + 1) {
-            Some(v) => Ok(v.as_bytes()),
-            None => Err(Refusal::NeedsValue(opt.to_vec())),
-        };
-        let no_quote = |v: &[u8]| match v.contains(&b'\'') {
-            true => Err(Refusal::Quote(opt.to_vec())),
-            false => Ok(()),
-        };
-        match opt {
-            b"-h" | b"--help" => return Ok(Request::Help),
-            b"-pp"
-            | b"--perf-profile"
-            | b"-pu"
-            | b"--perf-user"
-            | b"-pr"
-            | b"--perf-real"
-            | b"-mp"
-            | b"--memory-profile"
-            | b"-fd"
-            | b"--file-descriptors"
-            | b"-np"
-            | b"--energy-profile"
-            | b"-ep"
-            | b"-ei"
-            | b"-eu"
-            | b"-pd"
-            | b"--profile-disabled"
-            | b"-pk"
-            | b"--perf-keep"
-            | b"-j"
-            | b"--jemalloc"
-            | b"-finst"
-            | b"-pf"
-            | b"--page-faults"
-            | b"-oc"
-            | b"--off-cpu"
-            | b"-z"
-            | b"--compress"
-            | b"-d"
-            | b"--debug" => {
-                words.push(opt.into());
-                i += 1;
-                continue;
-            }
-            w if [&b"-fp:"[..], b"-fpi:", b"-fpf:"]
-                .iter()
-                .any(|p| w.starts_with(p)) =>
-            {
-                let func = &w[w.iter().position(|&b| b == b':').map_or(0, |p| p + 1)..];
-                if func.is_empty()
-                    || func.starts_with(b":")
-                    || w.iter().any(|b| b.is_ascii_whitespace() || *b == b'\'')
-                {
-                    return Err(Refusal::BadFunction(w.to_vec()));
-                }
-                words.push(w.into());
-                i += 1;
-                continue;
-            }
-            w if w.starts_with(b"-ibs") => {
-                let text = std::str::from_utf8(w).map_err(|_| {
-                    Refusal::BadEvent(format!("'{}' is not text", String::from_utf8_lossy(w)))
-                })?;
-                igprof_events::ibs::parse_request(text).map_err(Refusal::BadIbs)?;
-                words.push(w.into());
-                i += 1;
-                continue;
-            }
-            b"-mo" | b"--memory-overhead" => {
-                let v = value()?;
-                if !matches!(v, b"none" | b"include" | b"delta") {
-                    return Err(Refusal::BadOverhead(v.to_vec()));
-                }
-                words.extend([b"-mo"[..].into(), v.into()]);
-            }
-            b"-o" | b"--output" | b"-D" | b"--dump-flag" => {
-                let v = value()?;
-                no_quote(v)?;
-                let path = if v.starts_with(b"/") {
-                    v.to_vec()
-                } else {
-                    [&pwd()[..], b"/", v].concat()
-                };
-                if matches!(opt, b"-o" | b"--output") {
-                    output = Some(path.clone());
-                }
-                words.extend([opt.into(), [b"'", &path[..], b"'"].concat().into()]);
-            }
-            b"-t" | b"--target" => {
-                let v = value()?;
-                no_quote(v)?;
-                words.extend([opt.into(), [b"'", v, b"'"].concat().into()]);
-            }
-            b"-i" | b"--interval" => words.extend([b"--interval"[..].into(), value()?.into()]),
-            b"--depth" | b"--dump-signal" | b"--dump-every" | b"--toggle-signal" => {
-                words.extend([opt.into(), value()?.into()])
-            }
-            b"--sample-bytes" => {
-                let v = value()?;
-                if !sample_bytes_ok(v) {
-                    return Err(Refusal::BadSampleBytes(v.to_vec()));
-                }
-                words.extend([opt.into(), v.into()]);
-                sampled = true;
-            }
-            b"--sample-seed" => {
-                let v = value()?;
-                if !sample_seed_ok(v) {
-                    return Err(Refusal::BadSampleSeed(v.to_vec()));
-                }
-                words.extend([opt.into(), v.into()]);
-                seeded = true;
-            }
-            b"-e" | b"--event" => {
-                let v = value()?;
-                let text = std::str::from_utf8(v).map_err(|_| {
-                    Refusal::BadEvent(format!("'{}' is not text", String::from_utf8_lossy(v)))
-                })?;
-                igprof_events::parse(text).map_err(|e| Refusal::BadEvent(e.to_string()))?;
-                words.extend([b"-e"[..].into(), v.into()]);
-            }
-            b"-c" | b"--count" => {
-                let v = value()?;
-                let text = std::str::from_utf8(v).map_err(|_| {
-                    Refusal::BadEvent(format!("'{}' is not text", String::from_utf8_lossy(v)))
-                })?;
-                for spec in igprof_events::split_list(text) {
-                    let s =
-                        igprof_events::parse(spec).map_err(|e| Refusal::BadEvent(e.to_string()))?;
-                    if s.period.is_some() {
-                        return Err(Refusal::BadEvent(format!(
-                            "event '{spec}': a counted event (-c) takes no period"
-                        )));
-                    }
-                }
-                words.extend([b"-c"[..].into(), v.into()]);
-                counted = true;
-            }
-            b"--sampler" => {
-                let v = value()?;
-                if !matches!(v, b"auto" | b"sigtrap" | b"sigprof" | b"timer") {
-                    return Err(Refusal::BadSampler(v.to_vec()));
-                }
-                words.extend([opt.into(), v.into()]);
-            }
-            b"--" => {
-                i += 1;
-                break;
-            }
-            _ if opt.starts_with(b"-") => return Err(Refusal::UnknownOption(opt.to_vec())),
-            _ => break,
-        }
-        i += 2;
-    }
-    if i >= args.len() {
-        return Ok(Request::NoProgram);
-    }
-    // Whether one of the words is one of `names` (the shell launcher looked
-    // for " word " in " names... ", values included, and so does this).
-    let has = |names: &[u8]| {
-        let hay = [b" ", names, b" "].concat();
-        words
-            .iter()
-            .any(|w| contains(&hay, &[b" ", &w[..], b" "].concat()))
-    };
-    if counted && !has(b"-pp --perf-profile -pu --perf-user -pr --perf-real") {
-        return Err(Refusal::CountWithoutSamples);
-    }
-    if sampled {
-        if !has(b"-mp --memory-profile") {
-            return Err(Refusal::SampleWithoutMp);
-        }
-        if has(b"-ep -ei -eu") {
-            return Err(Refusal::SampleWithEmpty);
-        }
-    } else if seeded {
-        return Err(Refusal::SeedWithoutSample);
-    }
-    Ok(Request::Run {
-        igprof: words.join(&b' '),
-        program: i,
-        output,
-    })
-}
-
-/// The `--sample-bytes` rule (the library's): 1 to 12 digits, optionally
-/// K/k/KiB/kiB (KiB), M/m/MiB (MiB) or G/g/GiB (GiB), from 1 byte to 16 MiB.
-fn sample_bytes_ok(v: &[u8]) -> bool {
-    let digits = v.iter().take_while(|b| b.is_ascii_digit()).count();
-    if !(1..=12).contains(&digits) {
-        return false;
-    }
-    let shift = match &v[digits..] {
-        b"" => 0,
-        b"K" | b"k" | b"KiB" | b"kiB" => 10,
-        b"M" | b"m" | b"MiB" => 20,
-        b"G" | b"g" | b"GiB" => 30,
-        _ => return false,
-    };
-    let n = v[..digits]
-        .iter()
-        .fold(0u128, |n, d| n * 10 + u128::from(d - b'0'));
-    (1..=16 << 20).contains(&(n << shift))
-}
-
-/// The `--sample-seed` rule: a decimal number of 1 to 20 digits that fits
-/// in 64 bits (leading zeros allowed).
-fn sample_seed_ok(v: &[u8]) -> bool {
-    (1..=20).contains(&v.len())
-        && v.iter().all(u8::is_ascii_digit)
-        && (v.len() < 20 || v < &b"18446744073709551616"[..])
 }
 
 /// Whether the run can write its profile at `path` (absolute): an existing
@@ -1028,13 +657,13 @@ fn run() -> libc::c_int {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     let mut pwd_cache: Option<Vec<u8>> = None;
     let mut pwd = || pwd_cache.get_or_insert_with(bash_pwd).clone();
-    let (igprof, program) = match parse(&args, &mut pwd) {
+    let (igprof, program) = match grammar::parse(&args, &mut pwd) {
         Ok(Request::Help) => {
-            write_fd(1, USAGE.as_bytes());
+            write_fd(1, grammar::usage().as_bytes());
             return 0;
         }
         Ok(Request::NoProgram) => {
-            write_fd(2, USAGE.as_bytes());
+            write_fd(2, grammar::usage().as_bytes());
             return 127;
         }
         Ok(Request::Run {
@@ -1214,22 +843,6 @@ mod tests {
     use super::*;
     use std::process::Command;
 
-    fn args(a: &[&str]) -> Vec<OsString> {
-        a.iter().map(OsString::from).collect()
-    }
-
-    fn parse_in(a: &[&str], dir: &str) -> Result<Request, Refusal> {
-        parse(&args(a), &mut || dir.as_bytes().to_vec())
-    }
-
-    /// IGPROF for `a`, run in /w.
-    fn igprof_of(a: &[&str]) -> String {
-        match parse_in(a, "/w") {
-            Ok(Request::Run { igprof, .. }) => String::from_utf8(igprof).unwrap(),
-            other => panic!("{a:?}: {other:?}"),
-        }
-    }
-
     #[test]
     fn an_output_the_run_cannot_write_is_refused() {
         let d = std::env::temp_dir().join(format!("igprof-launcher-out-{}", std::process::id()));
@@ -1255,185 +868,6 @@ mod tests {
             )
         );
         std::fs::remove_dir_all(&d).unwrap();
-    }
-
-    fn refusal_of(a: &[&str]) -> String {
-        match parse_in(a, "/w") {
-            Err(r) => String::from_utf8(r.message()).unwrap(),
-            other => panic!("{a:?}: {other:?}"),
-        }
-    }
-
-    #[test]
-    fn igprofs_phase_fork_jemalloc_and_function_options_pass_through() {
-        assert_eq!(
-            igprof_of(&["-pd", "-pk", "-j", "-pp", "p"]),
-            "-pd -pk -j -pp"
-        );
-        assert_eq!(
-            igprof_of(&[
-                "--toggle-signal",
-                "43",
-                "-fp:malloc",
-                "-fpi:f:libm.so.6",
-                "p"
-            ]),
-            "--toggle-signal 43 -fp:malloc -fpi:f:libm.so.6"
-        );
-        for bad in ["-fp:", "-fpf::libc.so.6"] {
-            assert_eq!(
-                refusal_of(&[bad, "p"]),
-                format!("'{bad}': give a function name, e.g. -fp:malloc or -fp:deflate:libz.so.1")
-            );
-        }
-        // The old floating-point exception placeholder is gone from -fp.
-        assert_eq!(
-            refusal_of(&["-fp", "p"]),
-            "unknown option '-fp' (see igprof -h)"
-        );
-    }
-
-    #[test]
-    fn options_become_igprof_words() {
-        assert_eq!(
-            igprof_of(&[
-                "-pp", "-o", "x.gz", "-t", "a,b", "-i", "1ms", "--depth", "5", "prog", "-mp"
-            ]),
-            "-pp -o '/w/x.gz' -t 'a,b' --interval 1ms --depth 5"
-        );
-        assert_eq!(
-            igprof_of(&[
-                "--memory-profile",
-                "--memory-overhead",
-                "delta",
-                "--output",
-                "/abs/p.gz",
-                "-D",
-                "flag",
-                "p"
-            ]),
-            "--memory-profile -mo delta --output '/abs/p.gz' -D '/w/flag'"
-        );
-        assert_eq!(
-            igprof_of(&["-mp", "--sample-bytes", "512K", "--sample-seed", "18446744073709551615", "--sampler", "timer", "--dump-signal", "0", "--dump-every", "10s", "--", "-p"]),
-            "-mp --sample-bytes 512K --sample-seed 18446744073709551615 --sampler timer --dump-signal 0 --dump-every 10s"
-        );
-        assert_eq!(igprof_of(&["prog"]), "");
-        assert_eq!(igprof_of(&["--target", "", "-z", "p"]), "--target '' -z");
-        // The program is the first non-option; "--" ends the options.
-        assert_eq!(
-            parse_in(&["-pp", "--", "-x", "y"], "/w"),
-            Ok(Request::Run {
-                igprof: b"-pp".to_vec(),
-                program: 2,
-                output: None,
-            })
-        );
-        assert_eq!(
-            parse_in(&["-fd", "ls", "-pp"], "/w"),
-            Ok(Request::Run {
-                igprof: b"-fd".to_vec(),
-                program: 1,
-                output: None
-            })
-        );
-        assert_eq!(parse_in(&["-pp", "-h", "-bogus"], "/w"), Ok(Request::Help));
-        assert_eq!(parse_in(&["-pp"], "/w"), Ok(Request::NoProgram));
-        assert_eq!(parse_in(&["-pp", "--"], "/w"), Ok(Request::NoProgram));
-        assert_eq!(
-            parse_in(&["-pp", "--sample-bytes", "1K"], "/w"),
-            Ok(Request::NoProgram)
-        );
-    }
-
-    #[test]
-    fn bad_options_are_refused_with_the_launchers_messages() {
-        for (a, says) in [
-            (&["-pq", "p"][..], "unknown option '-pq' (see igprof -h)"),
-            (&["-", "p"], "unknown option '-' (see igprof -h)"),
-            (&["-pp", "-o"], "option -o needs a value (see igprof -h)"),
-            (&["--depth"], "option --depth needs a value (see igprof -h)"),
-            (&["--memory-overhead", "all", "p"], "-mo: 'all' is not none, include or delta"),
-            (&["--output", "it's.gz", "p"], "--output: a value containing ' cannot be passed"),
-            (&["-t", "a'b", "p"], "-t: a value containing ' cannot be passed"),
-            (&["--sampler", "perf", "p"], "--sampler: 'perf' is not auto, sigtrap, sigprof or timer"),
-            (&["-mp", "--sample-bytes", "0", "p"], "--sample-bytes '0': give the mean number of bytes between samples, from 1 to 16M (K = 1024), e.g. --sample-bytes 512K"),
-            (&["-mp", "--sample-seed", "18446744073709551616", "p"], "--sample-seed '18446744073709551616': give a decimal number from 0 to 18446744073709551615"),
-            (&["-pp", "--sample-bytes", "1K", "p"], "--sample-bytes samples the memory profiler's allocations: add -mp"),
-            (&["-mp", "-eu", "--sample-bytes", "1K", "p"], "--sample-bytes cannot be combined with -ep/-ei/-eu (they inspect every block): drop one of them"),
-            (&["-mp", "--sample-seed", "1", "p"], "--sample-seed seeds the allocation sampler: add --sample-bytes N"),
-        ] {
-            assert_eq!(refusal_of(a), says, "{a:?}");
-        }
-        // The shell launcher's check saw values too: --depth -mp counts.
-        assert!(matches!(
-            parse_in(&["--depth", "-mp", "--sample-bytes", "1K", "p"], "/w"),
-            Ok(Request::Run { .. })
-        ));
-    }
-
-    #[test]
-    fn sample_bytes_rule() {
-        for ok in [
-            "1",
-            "512K",
-            "512k",
-            "1KiB",
-            "3kiB",
-            "16M",
-            "16m",
-            "16MiB",
-            "16384K",
-            "16777216",
-            "000000000001",
-        ] {
-            assert!(sample_bytes_ok(ok.as_bytes()), "{ok}");
-        }
-        for bad in [
-            "",
-            "0",
-            "0K",
-            "16777217",
-            "17M",
-            "1G",
-            "1g",
-            "1GiB",
-            "K",
-            "1KB",
-            "1 K",
-            "-1",
-            "1.5K",
-            "0000000000001",
-            "999999999999G",
-            "1Mib",
-            "+1",
-        ] {
-            assert!(!sample_bytes_ok(bad.as_bytes()), "{bad}");
-        }
-    }
-
-    #[test]
-    fn sample_seed_rule() {
-        for ok in [
-            "0",
-            "42",
-            "18446744073709551615",
-            "00000000000000000001",
-            "9999999999999999999",
-        ] {
-            assert!(sample_seed_ok(ok.as_bytes()), "{ok}");
-        }
-        for bad in [
-            "",
-            "-1",
-            "18446744073709551616",
-            "99999999999999999999",
-            "000000000000000000001",
-            "1e3",
-            "0x10",
-        ] {
-            assert!(!sample_seed_ok(bad.as_bytes()), "{bad}");
-        }
     }
 
     #[test]

@@ -81,7 +81,11 @@ pub enum Value {
     Choice(&'static [&'static str]),
     /// A time with unit (`ns`, `us`, `ms`, `s`, decimals allowed), a bare
     /// number counting `bare_ns`; from `min_ns` to `max_ns`.
-    Time { bare_ns: u64, min_ns: u64, max_ns: u64 },
+    Time {
+        bare_ns: u64,
+        min_ns: u64,
+        max_ns: u64,
+    },
     /// A decimal number (up to 18 digits) from `min` to `max`, none of `except`.
     Number {
         min: u64,
@@ -298,7 +302,10 @@ pub static TABLE: &[Opt] = &[
         arg: "",
         value: Value::Flag,
         expected: "",
-        help: &["empty memory: new blocks filled, pages still", "holding the pattern counted"],
+        help: &[
+            "empty memory: new blocks filled, pages still",
+            "holding the pattern counted",
+        ],
         section: Section::IgProf,
         module: "mem",
     },
@@ -483,7 +490,10 @@ pub static TABLE: &[Opt] = &[
             max_ns: 1_000_000_000,
         },
         expected: "a time from 100us to 1s, e.g. 5ms, 100us, 0.5ms",
-        help: &["sampling interval: 5ms (default), 1ms, 100us...", "(100us..1s)"],
+        help: &[
+            "sampling interval: 5ms (default), 1ms, 100us...",
+            "(100us..1s)",
+        ],
         section: Section::Own,
         module: "cpu",
     },
@@ -999,7 +1009,7 @@ pub fn write_usage(w: &mut dyn fmt::Write, section: Section) -> fmt::Result {
             width += 1 + o.arg.len();
         }
         for (i, line) in o.help.iter().enumerate() {
-            if i == 0 && width < HELP_COLUMN - 1 {
+            if i == 0 && width < HELP_COLUMN {
                 write!(w, "{:pad$}{line}", "", pad = HELP_COLUMN - width)?;
             } else {
                 write!(w, "\n{:pad$}{line}", "", pad = HELP_COLUMN)?;

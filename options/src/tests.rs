@@ -33,7 +33,12 @@ fn every_spelling_finds_its_entry_once() {
             assert_eq!(find(word.as_bytes()).map(|f| f.id), Some(o.id), "{n}");
         }
         assert!(!o.help.is_empty() && !o.module.is_empty(), "{:?}", o.id);
-        assert_eq!(o.takes_value() || o.is_prefix(), !o.arg.is_empty(), "{:?}", o.id);
+        assert_eq!(
+            o.takes_value() || o.is_prefix(),
+            !o.arg.is_empty(),
+            "{:?}",
+            o.id
+        );
         assert_eq!(
             matches!(o.value, Value::Flag),
             o.expected.is_empty(),
@@ -67,9 +72,18 @@ fn usage_lists_every_entry() {
             assert!(joined.contains(h), "{h} not in\n{joined}");
         }
     }
-    assert!(text.contains("  -pp, --perf-profile        CPU time"), "{text}");
-    assert!(text.contains("      --depth N              stack depth"), "{text}");
-    assert!(text.contains("  -fp:FUNC[:LIB], -fpi:FUNC[:LIB], -fpf:FUNC[:LIB]\n"), "{text}");
+    assert!(
+        text.contains("  -pp, --perf-profile        CPU time"),
+        "{text}"
+    );
+    assert!(
+        text.contains("      --depth N              stack depth"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  -fp:FUNC[:LIB], -fpi:FUNC[:LIB], -fpf:FUNC[:LIB]\n"),
+        "{text}"
+    );
     assert!(text.lines().all(|l| l.len() <= 80), "{text}");
 }
 
@@ -94,30 +108,94 @@ fn values_out_of_range_are_refused_naming_the_option() {
         let e = check(words).unwrap_err();
         assert!(e.starts_with(says), "{words:?}: {e}");
     }
-    let ok = check(&["--depth", "16", "-i", "1ms", "--dump-signal", "0", "--dump-every", "60", "--toggle-signal", "43"]).unwrap();
+    let ok = check(&[
+        "--depth",
+        "16",
+        "-i",
+        "1ms",
+        "--dump-signal",
+        "0",
+        "--dump-every",
+        "60",
+        "--toggle-signal",
+        "43",
+    ])
+    .unwrap();
     assert_eq!(
         ok,
-        [Parsed::Number(16), Parsed::Number(1_000_000), Parsed::Number(0), Parsed::Number(60_000_000_000), Parsed::Number(43)]
+        [
+            Parsed::Number(16),
+            Parsed::Number(1_000_000),
+            Parsed::Number(0),
+            Parsed::Number(60_000_000_000),
+            Parsed::Number(43)
+        ]
     );
-    assert_eq!(check(&["--sampler", "timer", "-mo", "delta"]).unwrap(), [Parsed::Choice(3), Parsed::Choice(2)]);
+    assert_eq!(
+        check(&["--sampler", "timer", "-mo", "delta"]).unwrap(),
+        [Parsed::Choice(3), Parsed::Choice(2)]
+    );
 }
 
 #[test]
 fn sample_bytes_and_seed_rules() {
     let bytes = |v: &'static str| parse_value(&entry(Id::SampleBytes).value, v.as_bytes());
-    for ok in ["1", "512K", "512k", "1KiB", "3kiB", "16M", "16m", "16MiB", "16384K", "16777216", "000000000001"] {
+    for ok in [
+        "1",
+        "512K",
+        "512k",
+        "1KiB",
+        "3kiB",
+        "16M",
+        "16m",
+        "16MiB",
+        "16384K",
+        "16777216",
+        "000000000001",
+    ] {
         assert!(bytes(ok).is_some(), "{ok}");
     }
     assert_eq!(bytes("512K"), Some(Parsed::Number(512 << 10)));
-    for bad in ["", "0", "0K", "16777217", "17M", "1G", "1g", "1GiB", "K", "1KB", "1 K", "-1", "1.5K", "999999999999G", "1Mib", "+1", "99999999999999999999"] {
+    for bad in [
+        "",
+        "0",
+        "0K",
+        "16777217",
+        "17M",
+        "1G",
+        "1g",
+        "1GiB",
+        "K",
+        "1KB",
+        "1 K",
+        "-1",
+        "1.5K",
+        "999999999999G",
+        "1Mib",
+        "+1",
+        "99999999999999999999",
+    ] {
         assert!(bytes(bad).is_none(), "{bad}");
     }
     let seed = |v: &'static str| parse_value(&entry(Id::SampleSeed).value, v.as_bytes());
-    for ok in ["0", "42", "18446744073709551615", "00000000000000000001", "9999999999999999999"] {
+    for ok in [
+        "0",
+        "42",
+        "18446744073709551615",
+        "00000000000000000001",
+        "9999999999999999999",
+    ] {
         assert!(seed(ok).is_some(), "{ok}");
     }
     assert_eq!(seed("18446744073709551615"), Some(Parsed::Number(u64::MAX)));
-    for bad in ["", "-1", "18446744073709551616", "99999999999999999999", "1e3", "0x10"] {
+    for bad in [
+        "",
+        "-1",
+        "18446744073709551616",
+        "99999999999999999999",
+        "1e3",
+        "0x10",
+    ] {
         assert!(seed(bad).is_none(), "{bad}");
     }
 }
@@ -138,11 +216,23 @@ fn times_with_units() {
 #[test]
 fn rules_between_options() {
     for (words, says) in [
-        (&["-pp", "-pr"][..], "only one of -pp, -pu, -pr may be given"),
+        (
+            &["-pp", "-pr"][..],
+            "only one of -pp, -pu, -pr may be given",
+        ),
         (&["-c", "cycles"], "-c counts beside the CPU samples"),
-        (&["-pp", "--sample-bytes", "1K"], "--sample-bytes samples the memory profiler's allocations: add -mp"),
-        (&["-mp", "-eu", "--sample-bytes", "1K"], "--sample-bytes cannot be combined with -ep/-ei/-eu"),
-        (&["-mp", "--sample-seed", "1"], "--sample-seed seeds the allocation sampler: add --sample-bytes N"),
+        (
+            &["-pp", "--sample-bytes", "1K"],
+            "--sample-bytes samples the memory profiler's allocations: add -mp",
+        ),
+        (
+            &["-mp", "-eu", "--sample-bytes", "1K"],
+            "--sample-bytes cannot be combined with -ep/-ei/-eu",
+        ),
+        (
+            &["-mp", "--sample-seed", "1"],
+            "--sample-seed seeds the allocation sampler: add --sample-bytes N",
+        ),
     ] {
         let e = check(words).unwrap_err();
         assert!(e.starts_with(says), "{words:?}: {e}");
@@ -162,12 +252,19 @@ fn lists_fit_the_librarys_storage() {
     let a = std::format!("-fp:{name}");
     // Two words of 504 bytes and a space: 1009; a third does not fit.
     assert!(check(&[&a, &a]).is_ok());
-    assert!(check(&[&a, &a, &a]).unwrap_err().starts_with("option -fp: bad value"));
+    assert!(check(&[&a, &a, &a])
+        .unwrap_err()
+        .starts_with("option -fp: bad value"));
     let t = "t".repeat(511);
     assert!(check(&["-t", &t, "-t", &t]).is_ok());
     let e = check(&["-t", &t, "-t", &t, "-t", "x"]).unwrap_err();
-    assert!(e.starts_with("option -t: bad value 'x', expected names under 1024 bytes"), "{e}");
+    assert!(
+        e.starts_with("option -t: bad value 'x', expected names under 1024 bytes"),
+        "{e}"
+    );
     let long = std::format!("/{}", "p".repeat(PATH_MAX));
-    assert!(check(&["-o", &long]).unwrap_err().starts_with("option -o: bad value"));
+    assert!(check(&["-o", &long])
+        .unwrap_err()
+        .starts_with("option -o: bad value"));
     assert!(check(&["-o", &long[1..]]).is_ok());
 }

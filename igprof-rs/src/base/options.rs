@@ -443,8 +443,8 @@ pub fn parse(s: &[u8]) -> Result<Options, OptionError<'_>> {
             Id::Mem => o.mem = true,
             // Choices in the table's order.
             Id::MemOverhead => {
-                o.mem_overhead = [MemOverhead::None, MemOverhead::Include, MemOverhead::Delta]
-                    [n as usize]
+                o.mem_overhead =
+                    [MemOverhead::None, MemOverhead::Include, MemOverhead::Delta][n as usize]
             }
             Id::Fd => o.fd = true,
             // Several accumulate (resolved by the module at start-up and
@@ -577,7 +577,9 @@ mod tests {
         assert!(parse(b"-pp").unwrap().event_specs().next().is_none());
         assert_eq!(
             parse(b"-e").err(),
-            Some(OptionError::Table(table::Error::MissingValue { option: "-e" }))
+            Some(OptionError::Table(table::Error::MissingValue {
+                option: "-e"
+            }))
         );
     }
 
@@ -585,7 +587,10 @@ mod tests {
     fn intervals_with_units() {
         assert_eq!(parse(b"-pp --interval 0.5ms").unwrap().interval_ns, 500_000);
         assert_eq!(parse(b"-pp -i 2").unwrap().interval_ns, 2_000_000);
-        assert_eq!(parse(b"-pp --dump-every 2").unwrap().dump_every_ns, 2_000_000_000);
+        assert_eq!(
+            parse(b"-pp --dump-every 2").unwrap().dump_every_ns,
+            2_000_000_000
+        );
         assert!(matches!(
             parse(b"--interval 50us"),
             Err(OptionError::Table(table::Error::BadValue {
@@ -603,7 +608,9 @@ mod tests {
         );
         assert_eq!(
             parse(b"-o").err(),
-            Some(OptionError::Table(table::Error::MissingValue { option: "-o" }))
+            Some(OptionError::Table(table::Error::MissingValue {
+                option: "-o"
+            }))
         );
         assert_eq!(
             parse(b"-o 'abc").err(),
