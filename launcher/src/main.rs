@@ -25,9 +25,8 @@
 //! line on stderr when it refuses to run the program (exit status 127) or
 //! the exec fails (126, or 127 when the file is missing).
 //!
-//! Options are parsed by hand, not with clap: IgProf's single-dash long
-//! options (`-pp`, `-mo`) and "the first non-option is the program, the
-//! rest are its arguments" are simpler so, and the launcher stays small.
+//! The command line's grammar and the usage text: [`grammar`], which walks
+//! the option table of `igprof-options`.
 #![cfg_attr(not(test), no_main)]
 
 use std::borrow::Cow;
