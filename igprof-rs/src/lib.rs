@@ -28,6 +28,7 @@ pub mod hook;
 pub mod modules;
 pub mod output;
 pub mod process;
+pub mod sampler;
 pub mod unwind;
 
 /// The library never uses the program's malloc (which may be hooked).

@@ -12,6 +12,9 @@
  *             end-of-file then);
  *   children  prints what wait() and waitpid(-1, __WALL) return and how many
  *             processes name it as their parent (none, as unprofiled);
+ *   grow      runs for 0.3 s (a service at work), then allocates and touches
+ *             1 MiB blocks at grow_alloc without end, printing how many
+ *             after each (the OOM killer ends it in a memory cgroup);
  *   none      returns from main (the ordinary end, for comparison).
  * Its output and status are what the tests compare with the unprofiled run. */
 #include <signal.h>
@@ -44,6 +47,12 @@ __attribute__((noinline)) double burn(double secs) {
     return x;
 }
 
+__attribute__((noinline)) void *grow_alloc(size_t n) {
+    void *p = malloc(n);
+    if (p) memset(p, 1, n);
+    return p;
+}
+
 static void bad_handler(int sig) {
     (void)sig;
     volatile int *p = (volatile int *)(unsigned long)sig - sig;
@@ -52,10 +61,18 @@ static void bad_handler(int sig) {
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: kill_mid kill|crash|exitgroup|child|daemon|children|none N\n");
+        fprintf(stderr, "usage: kill_mid kill|crash|exitgroup|child|daemon|children|grow|none N\n");
         return 2;
     }
     long n = atol(argv[2]);
+    if (!strcmp(argv[1], "grow")) {
+        burn(0.3);
+        for (long i = 1;; i++) {
+            if (!grow_alloc(1 << 20)) return 3;
+            printf("%ld\n", i);
+            fflush(stdout);
+        }
+    }
     if (!strcmp(argv[1], "children")) {
         errno = 0;
         pid_t w = wait(NULL);

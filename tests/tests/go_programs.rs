@@ -113,7 +113,10 @@ fn sampling_go_code_leaves_the_program_unchanged() {
             "round {round}: {err}"
         );
         let prof = parse_strict(&read_text(&p)).unwrap();
-        assert!(under(&prof, "PERF_TICKS", "main.goBurn").0 > 0, "round {round}");
+        assert!(
+            under(&prof, "PERF_TICKS", "main.goBurn").0 > 0,
+            "round {round}"
+        );
         assert!(under(&prof, "PERF_TICKS", "c_burn").0 > 0, "round {round}");
     }
 }

@@ -8,6 +8,10 @@
 //! The program is tests/programs/kill_mid.c: it makes N allocations at
 //! `kept_alloc`, burns 0.3 s of CPU in `burn`, prints "ready", and ends as
 //! told. Every allocation it reported before its death is in the profile.
+//!
+//! The OOM killer kills the keeper too (it shares the program's memory): a
+//! process in a memory cgroup gets a snapshot from the keeper's watch when
+//! it nears the limit, the evidence that remains.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -55,6 +59,7 @@ fn a_process_killed_by_sigkill_leaves_its_profile() {
         &d,
         &["-pp", "-mp", "-fd", "./kill_mid", "kill", &N.to_string()],
     )
+    .env("IGPROF_KEEPER", "1")
     .stdout(Stdio::piped())
     .stderr(Stdio::piped())
     .spawn()
@@ -85,7 +90,7 @@ fn crashes_and_raw_exits_leave_their_profile_and_status() {
             .current_dir(&d)
             .output()
             .unwrap();
-        let got = igprof(&d, &["-pp", "-mp", "./kill_mid", mode, &N.to_string()]);
+        let got = kept(&d, &["-pp", "-mp", "./kill_mid", mode, &N.to_string()]);
         let err = String::from_utf8_lossy(&got.stderr);
         assert_eq!(
             (got.status.to_string(), &got.stdout),
@@ -118,7 +123,7 @@ fn the_program_sees_no_keeper() {
         .unwrap();
     assert!(plain.status.success());
     for mode in ["-pp", "-mp", "-fd"] {
-        let got = igprof(&d, &[mode, "./kill_mid", "children", "0"]);
+        let got = kept(&d, &[mode, "./kill_mid", "children", "0"]);
         assert_eq!(
             (got.status.code(), ok_stdout(&got)),
             (Some(0), String::from_utf8_lossy(&plain.stdout).into_owned()),
@@ -129,7 +134,7 @@ fn the_program_sees_no_keeper() {
     // keepers hold no copy of the pipes, so output() returns when the
     // daemon closes them, not when the daemon (3 s) or a keeper ends.
     let started = Instant::now();
-    let got = igprof(&d, &["-pp", "-mp", "./kill_mid", "daemon", "0"]);
+    let got = kept(&d, &["-pp", "-mp", "./kill_mid", "daemon", "0"]);
     assert_eq!(ok_stdout(&got), "parent 1\n");
     assert!(
         started.elapsed() < Duration::from_millis(2500),
@@ -152,6 +157,107 @@ fn the_program_sees_no_keeper() {
     );
 }
 
+/// The launcher with the keeper turned on (it is opt-in: IGPROF_KEEPER=1).
+fn kept(d: &Path, args: &[&str]) -> std::process::Output {
+    igprof_command(d, args)
+        .env("IGPROF_KEEPER", "1")
+        .output()
+        .expect("run igprof")
+}
+
 fn ok_stdout(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A program that runs for 0.3 s, then grows in a memory cgroup of 96 MiB
+/// until the OOM killer ends it: the snapshot written near the limit is its
+/// profile, the growing site on top, and one line said so. (The keeper
+/// finds the limit a moment after the process starts: a process that
+/// fills its cgroup in its first milliseconds may end before the watch
+/// begins.) Needs root and a writable memory
+/// cgroup (v1's memory controller, as on this project's CI, or v2).
+#[test]
+fn a_process_the_oom_killer_ends_leaves_the_snapshot_taken_near_its_limit() {
+    let v1 = Path::new("/sys/fs/cgroup/memory");
+    let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers");
+    let name = format!("igprof-test-oom-{}", std::process::id());
+    let (dir, limit_file) = if v1.join("memory.limit_in_bytes").exists() {
+        (v1.join(&name), "memory.limit_in_bytes")
+    } else if std::fs::read_to_string(v2).is_ok_and(|c| c.contains("memory")) {
+        (Path::new("/sys/fs/cgroup").join(&name), "memory.max")
+    } else {
+        eprintln!("no memory cgroup here: not run");
+        return;
+    };
+    if std::fs::create_dir(&dir).is_err() {
+        eprintln!("cannot make a memory cgroup here (not root?): not run");
+        return;
+    }
+    struct Remove(PathBuf);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+    let _remove = Remove(dir.clone());
+    std::fs::write(dir.join(limit_file), (96u64 << 20).to_string()).unwrap();
+    // No swap to escape to (v1; v2 has memory.swap.max).
+    let _ = std::fs::write(dir.join("memory.swappiness"), "0");
+    let _ = std::fs::write(dir.join("memory.swap.max"), "0");
+    let d = setup("ends_oom");
+    let procs = dir.join("cgroup.procs");
+    let script = format!(
+        "echo $$ > {} && exec \"$0\" -mp ./kill_mid grow 0",
+        procs.display()
+    );
+    let out = Command::new("sh")
+        .args(["-c", &script])
+        .arg(launcher())
+        .current_dir(&d)
+        .env("IGPROF_LIB", lib())
+        .env("IGPROF_CACHE_DIR", test_store())
+        .env("IGPROF_KEEPER", "1")
+        .output()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{err}");
+    let grown: u64 = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .and_then(|l| l.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        err.lines()
+            .any(|l| l.contains("of its cgroup's 96.0 MiB limit: wrote a snapshot")),
+        "{err}"
+    );
+    let p = profiles(&d);
+    assert_eq!(p.len(), 1, "{err}");
+    let prof = parse_strict(&read_text(&p[0])).unwrap();
+    let (blocks, bytes) = under(&prof, "MEM_LIVE", "grow_alloc");
+    // The last snapshot, taken at 85%, 92% or 97% of the limit, before the
+    // last blocks the program made.
+    // It holds at least 85% of the blocks the program reported, and at
+    // most the one it made but was killed before reporting.
+    eprintln!("snapshot: {blocks} of {grown} blocks");
+    assert!(
+        blocks * 100 >= grown * 85 && blocks <= grown + 1,
+        "{blocks} of {grown} blocks"
+    );
+    assert_eq!(bytes, blocks << 20);
+    assert!(
+        bytes * 10 >= total_value(&prof, "MEM_LIVE") * 9,
+        "grow_alloc on top"
+    );
+}
+
+/// The sum of a counter's values over every node.
+fn total_value(p: &Profile, counter: &str) -> u64 {
+    p.nodes
+        .iter()
+        .flat_map(|n| n.values.iter())
+        .filter(|v| v.counter == counter)
+        .map(|v| v.value)
+        .sum()
 }

@@ -368,8 +368,8 @@ fn considered(s: &libc::Elf64_Sym, hashed: bool, strsz: usize) -> bool {
 
 /// The dynamic symbol named `name` that starts at `addr`, found through the
 /// object's GNU hash table as the loader finds names: a few symbols read,
-/// where a [`DynIndex`] reads and sorts them all (libc: 3,000, 0.15 ms and
-/// 36 page faults of every profiled process's start-up). None when the
+/// where a [`DynIndex`] reads and sorts them all (libc's 3,000, in every
+/// profiled process's start-up). None when the
 /// object has no GNU hash table or no such symbol `dladdr` would consider.
 pub fn dynsym_named(img: &Image, name: &[u8], addr: usize) -> Option<DynEntry> {
     let t = DynTables::of(img)?;

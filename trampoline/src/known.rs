@@ -3,8 +3,9 @@
 //! so that hooking it again needs no decoding.
 //!
 //! On x86-64 the decoder (iced-x86) builds its tables once per process
-//! before it decodes anything: about 0.45 ms and 100 pages, a fifth of what
-//! a profiled no-op process costs, paid again by every process of a build.
+//! before it decodes anything, a large share of what a profiled no-op
+//! process costs (docs/benchmarks.md), paid again by every process of a
+//! build.
 //! A plan is a pure function of the function's bytes (its whole body when
 //! its size is known: the back-jump scan reads all of it), its size and
 //! the patch length; the record adds nothing that depends on where the

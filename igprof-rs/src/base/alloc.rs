@@ -129,8 +129,9 @@ fn assert_not_in_signal() {
 }
 
 /// Size of the final dump's region: a dump that needs more takes the rest
-/// from the size classes and mappings as usual. Small: a first touch of a
-/// huge page costs 60-100 us here, but now and then 2-3 ms.
+/// from the size classes and mappings as usual. Small: the first touch of
+/// a huge page is a large page fault, and now and then a compaction that
+/// costs many times more.
 const ARENA_BYTES: usize = 8 << 20;
 
 /// The final dump's region: [lo, hi), next free byte at `cur`; `on` while
@@ -153,9 +154,9 @@ static ARENA: Arena = Arena {
 /// allocation of the global allocator served from one region in huge pages
 /// and never given back. A small dump's memory is a few MiB made once and
 /// dropped at the end: from the size classes and per-block mappings it
-/// cost a small compiler's dump 700 page faults (1.1-1.9 us each here) and
-/// dozens of mmap/mremap/munmap calls; from the region it costs a few
-/// huge-page faults. Not for a big dump, which frees and allocates much
+/// cost a small compiler's dump hundreds of page faults and dozens of
+/// mmap/mremap/munmap calls; from the region it costs a few huge-page
+/// faults. Not for a big dump, which frees and allocates much
 /// more than it keeps: without reuse, and copying where mremap grew blocks
 /// in place, cc1plus's dump took twice as long. Blocks that outlive `f`
 /// stay valid (the region is never unmapped; freeing one does nothing).

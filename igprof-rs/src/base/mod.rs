@@ -8,6 +8,7 @@
 //! profiler counts, when a profile is written).
 
 pub mod alloc;
+pub mod cgroup;
 pub mod counters;
 pub mod limits;
 pub mod live;

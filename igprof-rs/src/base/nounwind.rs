@@ -8,8 +8,8 @@
 //! needed library of `libigprof.so`: every profiled process that would not
 //! load it by itself (a C program, `make`, `as`, the `gcc` driver) then
 //! opens, maps and relocates it and runs its constructor (CPU-feature
-//! probing with `cpuid`, which traps to the hypervisor in a VM), about
-//! 0.1 ms per process.
+//! probing with `cpuid`, which traps to the hypervisor in a VM), a cost
+//! paid by every process.
 //!
 //! Each stand-in is *hidden*: it satisfies the library's own references at
 //! link time and is never exported, so a profiled C++ program keeps

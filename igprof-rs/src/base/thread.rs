@@ -53,7 +53,7 @@ pub struct ThreadState {
     /// signal stack does not have.
     pub walk_stack: usize,
     pub trace_cap: usize,
-    /// The sampler's part (modules/cpu).
+    /// The sampler's part (`sampler/`).
     pub sampler: Sampler,
     /// Counts the dump reports (samples, drops, truncations, handler time).
     pub stats: SampleStats,
@@ -127,7 +127,7 @@ impl<T> OwnerCell<T> {
 }
 
 /// The sampler's part of a thread's state: its per-thread sampling
-/// events or timer (written by `modules/cpu` on the owner thread, read by
+/// events or timer (written by `sampler/` on the owner thread, read by
 /// other threads to stop or recognise them) and the owner-only
 /// [`SamplerClock`].
 pub struct Sampler {
@@ -171,18 +171,18 @@ impl Sampler {
 /// What only the owner thread's sampler reads and writes.
 pub struct SamplerClock {
     /// -pr: wall-clock and thread CPU time when off-CPU time was last
-    /// charged (see cpu::off_cpu_ticks).
+    /// charged (see `sampler::ticks::off_cpu_ticks`).
     pub wall_mark: Cell<u64>,
     pub cpu_mark: Cell<u64>,
     /// Samples since the sampling period was last re-randomised.
     pub since_jitter: Cell<u32>,
     /// Ticks of samples that landed while the thread was inside profiler
-    /// code, not yet charged (see cpu::settle_pending).
+    /// code, not yet charged (see `sampler::settle_pending`).
     pub pending_ticks: Cell<u64>,
     /// xorshift state for interval jitter.
     rng: Cell<u64>,
     /// POSIX-timer samplers: the sampled clock's reading already turned into
-    /// ticks, and the carried remainder (see cpu::ticks_for).
+    /// ticks, and the carried remainder (see `sampler::ticks::ticks_for`).
     pub clock_seen: Cell<u64>,
     pub clock_credit: Cell<u64>,
 }
@@ -256,7 +256,7 @@ const NO_SLOT: usize = usize::MAX;
 /// runs the process-wide requests that had to wait ([`request_after_leave`]:
 /// a fatal signal's death, a dump asked for by signal).
 pub struct LeaveHooks {
-    pub settle: fn(&'static ThreadState),
+    pub settle: fn(&Guard),
     pub after: fn(),
 }
 
@@ -526,6 +526,11 @@ pub fn all() -> impl Iterator<Item = &'static ThreadState> {
     })
 }
 
+/// Call-tree nodes of every thread state (what a dump will merge).
+pub fn total_nodes() -> usize {
+    all().map(|t| t.tree().len()).sum()
+}
+
 impl ThreadState {
     /// Whether the state's thread shares its creator's TLS (raw `clone()`).
     pub fn shares_tls(&self) -> bool {
@@ -566,12 +571,16 @@ impl ThreadState {
         self.in_signal.set(v);
     }
 
-    /// The call tree, for the owning thread while holding a [`Guard`].
+    /// The call tree, for the owning thread while it holds its guard
+    /// (`held`: while the thread is inside profiler code, no hook or
+    /// handler of ours on it touches the tree).
     ///
     /// # Safety
-    /// Only the owning thread may call this, with its guard held.
+    /// Only the owning thread may call this, and no other reference to
+    /// the tree obtained through it may be alive.
     #[allow(clippy::mut_from_ref)]
-    pub unsafe fn tree_mut(&self) -> &mut CallTree {
+    pub unsafe fn tree_mut(&self, held: &Guard) -> &mut CallTree {
+        debug_assert!(core::ptr::eq(held.t, self));
         &mut *self.tree.get()
     }
 
@@ -598,17 +607,22 @@ impl ThreadState {
         Some(self.energy_slot.swap(NO_SLOT, Ordering::AcqRel)).filter(|&s| s != NO_SLOT)
     }
 
-    /// The trace buffer (owner thread only, guard held).
+    /// The trace buffer (owner thread only, while it holds its guard).
     ///
     /// # Safety
-    /// Only the owning thread, with its guard held.
+    /// Only the owning thread, and no other reference to the buffer
+    /// obtained through it may be alive.
     #[allow(clippy::mut_from_ref)]
-    pub unsafe fn trace_buf(&self) -> &mut [usize] {
+    pub unsafe fn trace_buf(&self, held: &Guard) -> &mut [usize] {
+        debug_assert!(core::ptr::eq(held.t, self));
         core::slice::from_raw_parts_mut(self.trace, self.trace_cap)
     }
 }
 
-/// Proof that the current thread is inside profiler code; dropping it leaves.
+/// Proof that the current thread is inside profiler code; dropping it
+/// leaves. Functions that may run only inside profiler code take it (or
+/// `&Guard`) as a parameter, so that calling them without it does not
+/// compile.
 pub struct Guard {
     t: &'static ThreadState,
 }
@@ -624,7 +638,7 @@ impl Drop for Guard {
     fn drop(&mut self) {
         if self.t.sampler.clock.pending_ticks.get() != 0 {
             if let Some(h) = LEAVE_HOOKS.get() {
-                (h.settle)(self.t);
+                (h.settle)(self);
             }
         }
         self.t.busy.set(false);
@@ -673,8 +687,8 @@ mod tests {
     fn register_and_sample(depth: usize) -> (usize, i32, usize) {
         let t = register_current(depth).unwrap();
         let g = t.enter().unwrap();
-        // SAFETY: our own state, guard held.
-        let n = unsafe { t.tree_mut() }.node_for(&[0x20, 0x10], false);
+        // SAFETY: our own state.
+        let n = unsafe { t.tree_mut(&g) }.node_for(&[0x20, 0x10], false);
         let slot = counters::slot(CounterId::PerfTicks).unwrap();
         // SAFETY: a live node of our tree.
         unsafe { &*n }.counter(slot).tick(1);

@@ -184,6 +184,67 @@ impl<const N: usize> Default for Chains<N> {
     }
 }
 
+/// Declares a module's hooked functions once, each with its signature:
+/// the index enum (one variant per function), the table of their chain
+/// pointers `CHAIN` (a [`Chains`]) and a module `chain` with one safe
+/// function per hooked function, `chain::name(args)`, that calls the
+/// original through its chain pointer with the declared signature. The
+/// replacements call their originals only through `chain`, so the pairing
+/// of an index with a type is written once, here, and not at every call
+/// (as heaptrack's `HOOK(name)` takes a hook's type from its declaration).
+///
+/// ```ignore
+/// hook_table! {
+///     pub enum Func {
+///         Malloc => fn malloc(size: usize) -> *mut c_void;
+///         Free => fn free(p: *mut c_void);
+///     }
+/// }
+/// ```
+///
+/// The declaring module must store at index `Func::X` only the chain
+/// pointer of the function declared as `X` ([`hook_symbol`] publishes it
+/// before the hook goes live), and call `chain::*` only to forward the
+/// program's own call of that function.
+macro_rules! hook_table {
+    (
+        $(#[$em:meta])*
+        $vis:vis enum $E:ident {
+            $( $(#[$m:meta])* $v:ident => fn $f:ident($($a:ident: $t:ty),* $(,)?) $(-> $r:ty)?; )*
+        }
+    ) => {
+        $(#[$em])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[repr(usize)]
+        $vis enum $E { $( $(#[$m])* $v, )* }
+        const N: usize = [$(stringify!($v)),*].len();
+        /// Chain pointers, indexed by the enum of hooked functions.
+        static CHAIN: $crate::hook::Chains<N> = $crate::hook::Chains::new();
+        /// The originals of the hooked functions, with their declared
+        /// signatures (see `hook_table!`).
+        mod chain {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                #[inline(always)]
+                pub(super) fn $f($($a: $t),*) $(-> $r)? {
+                    // SAFETY: the chain at this index is the original of
+                    // the function declared with this signature, set
+                    // before its replacement can run (the table's
+                    // contract); the arguments are the program's own call
+                    // of it, forwarded unchanged.
+                    unsafe {
+                        super::CHAIN.get::<unsafe extern "C" fn($($t),*) $(-> $r)?>(
+                            super::$E::$v as usize,
+                        )($($a),*)
+                    }
+                }
+            )*
+        }
+    };
+}
+pub(crate) use hook_table;
+
 /// Hooks `sym` with `replacement`: prepared, its chain pointer handed to
 /// `store`, then enabled, so the replacement never runs before its chain
 /// exists. The hook stays for the life of the process.

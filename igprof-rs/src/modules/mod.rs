@@ -22,7 +22,7 @@
 //! MODULE: Module` made with [`Module::new`] and the hooks it takes part in
 //! (`Module { start: ..., ..Module::new(...) }`), one line in the registry
 //! list of `lib.rs`, and end-to-end tests. A module may use `base/`,
-//! `hook/` and `unwind/`, never `output/` or `process/`.
+//! `hook/`, `unwind/` and `sampler/`, never `output/` or `process/`.
 
 pub mod calls;
 pub mod cpu;
@@ -46,6 +46,32 @@ pub type SyntheticFn = fn(&mut dyn FnMut(&'static str, usize, u64, u64));
 /// when the module stores that counter in another form; None otherwise.
 pub type DumpValueFn = fn(&Node, usize) -> Option<(u64, u64, u64)>;
 
+/// Why a module did not start ([`Module::start`]): the run goes on
+/// without it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum StartError {
+    /// The module already said why (one line, or a line for each part it
+    /// could not set up): nothing more to say.
+    AlreadyReported,
+    /// Why, in words: said as `<flag>: <why>; running without it`.
+    Refused(String),
+}
+
+impl StartError {
+    /// A [`StartError::Refused`] saying `why`.
+    pub fn refused(why: impl core::fmt::Display) -> StartError {
+        StartError::Refused(why.to_string())
+    }
+
+    /// The line to say for module `flag`, if any.
+    pub fn line(&self, flag: &str) -> Option<String> {
+        match self {
+            StartError::AlreadyReported => None,
+            StartError::Refused(why) => Some(format!("{flag}: {why}; running without it")),
+        }
+    }
+}
+
 /// A profiler module. Every hook but `wanted`, `register_counters` and
 /// `start` is optional; the runtime calls each hook of every module the
 /// options select, in registry order.
@@ -60,10 +86,9 @@ pub struct Module {
     /// Enables its counters (before the counter registry freezes).
     pub register_counters: fn(&Options),
     /// Starts it after the counters froze and the core hooks are in place
-    /// (install its own hooks, open its sources). An error is printed on
-    /// one line and the run continues without it; an empty error means the
-    /// module already said why.
-    pub start: fn(&Options) -> Result<(), String>,
+    /// (install its own hooks, open its sources). On an error the run
+    /// continues without it (see [`StartError`]).
+    pub start: fn(&Options) -> Result<(), StartError>,
     /// Per-thread set-up / teardown (not signal context).
     pub thread_begin: Option<fn(&'static ThreadState)>,
     pub thread_end: Option<fn(&'static ThreadState)>,
@@ -85,6 +110,11 @@ pub struct Module {
     pub before_exec: Option<fn()>,
     /// Before a dump reads the call trees (e.g. settle what is owed).
     pub before_dump: Option<fn()>,
+    /// The calling thread is about to leave by longjmp, maybe out of a
+    /// program signal handler that interrupted profiler code; `true` when
+    /// it is inside the profiler (its guard is being given up): clear
+    /// what marks it inside a hook of the module (signal context).
+    pub left_by_jump: Option<fn(bool)>,
     /// After a successful dlopen or dlclose (not signal context; the
     /// calling thread is inside the profiler; the unwinder's module table
     /// is already refreshed), e.g. hook functions of new objects.
@@ -123,6 +153,7 @@ impl Module {
             before_threads: None,
             before_exec: None,
             before_dump: None,
+            left_by_jump: None,
             objects_changed: None,
             synthetic: None,
             leaks: None,
@@ -154,5 +185,23 @@ pub fn built(flag: &str) -> bool {
 pub fn each(o: &Options, mut f: impl FnMut(&'static Module)) {
     for m in all().iter().filter(|m| (m.wanted)(o)) {
         f(m)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StartError;
+
+    /// A refused start is said on one line naming the module; one the
+    /// module already explained is not said again.
+    #[test]
+    fn a_refused_start_is_said_once() {
+        assert_eq!(StartError::AlreadyReported.line("-fp"), None);
+        assert_eq!(
+            StartError::refused("malloc or free could not be hooked")
+                .line("-mp")
+                .as_deref(),
+            Some("-mp: malloc or free could not be hooked; running without it")
+        );
     }
 }

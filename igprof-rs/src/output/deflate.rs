@@ -1,11 +1,11 @@
 //! One-shot gzip compression of a dump's text with libdeflate.
 //!
 //! A dump's text is compressed once, whole, at the end of a process (every
-//! process of a profiled `make` pays it). libdeflate at level 1 takes half
-//! the time of zlib-rs at level 3 for files 2-10% larger (a small cc1's
-//! 0.6 MB of text: 1.35 against 2.5 ms; cc1plus's 8.3 MB: 18.6 against
-//! 36.6 ms), but it needs the whole input and output in memory: the caller
-//! streams through zlib-rs instead past a size (see `output::GzipWriter`).
+//! process of a profiled `make` pays it). libdeflate at level 1 takes about
+//! half the time of zlib-rs at level 3 for files a few percent larger
+//! (docs/benchmarks.md, "Design figures"), but it needs the whole input
+//! and output in memory: the caller streams through zlib-rs instead past
+//! a size (see `output::file::GzipWriter`).
 //!
 //! Owns: the compressor's lifetime and its memory, which comes from the
 //! profiler's own allocator (never the program's malloc, whose heap a dump

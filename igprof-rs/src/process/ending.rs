@@ -79,7 +79,7 @@ fn write_final(reason: &str, always_say: bool) -> bool {
             };
             (dumped, saved)
         };
-        let nodes: usize = thread::all().map(|t| t.tree().len()).sum();
+        let nodes = thread::total_nodes();
         if nodes <= SMALL_DUMP_NODES {
             crate::base::alloc::final_arena(write)
         } else {
@@ -143,7 +143,7 @@ pub fn final_dump_from_signal(sig: i32) {
 /// `-d`: the sampling handler's CPU time per sample (when there were
 /// samples), and how the unwinder's frame descriptor cache did.
 fn log_handler_cost(stats: &DumpStats) {
-    if let Some((median, p99)) = crate::modules::cpu::cost::percentiles() {
+    if let Some((median, p99)) = crate::sampler::cost::percentiles() {
         let mean = stats.handler_ns.checked_div(stats.samples).unwrap_or(0);
         crate::igprof_log!(
             "sampling handler CPU time per sample: mean {mean} ns, median {median} ns, 99th percentile {p99} ns (thread CPU clock; percentiles to 19%)"

@@ -45,7 +45,7 @@ static OURS: AtomicU64 = AtomicU64::new(0);
 
 fn watched(sig: i32) -> bool {
     WATCHED.contains(&sig)
-        && sig != crate::modules::cpu::signal()
+        && sig != crate::sampler::signal()
         && sig != crate::base::options::get().dump_signal
         && sig != crate::base::options::get().toggle_signal
 }
@@ -58,7 +58,7 @@ fn our_action() -> libc::sigaction {
     // SAFETY: a zeroed sigaction is valid; fields set below.
     let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
     sa.sa_sigaction = handler as *const () as usize;
-    sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+    sa.sa_flags = libc::SA_SIGINFO;
     // Nothing of the program runs on this thread until it dies.
     // SAFETY: sa_mask is a valid sigset_t.
     unsafe { libc::sigfillset(&mut sa.sa_mask) };

@@ -386,16 +386,19 @@ extern "C" fn dlclose_hook(handle: *mut c_void) -> c_int {
 /// sampled again, its allocations no longer counted.
 fn before_longjmp() {
     let Some(t) = thread::current() else { return };
-    // The free path and a real realloc mark the hook record without the
-    // guard: a jump out of them must clear it too, or every later event of
-    // the thread would be taken for a nested one and deferred.
+    // The modules are told even when the thread is not busy: the free path
+    // and a real realloc mark a hook record without the guard, and a jump
+    // out of them must clear it too, or every later event of the thread
+    // would be taken for a nested one and deferred.
     let busy = thread::is_busy();
-    if busy || crate::modules::mem::site::in_hook() {
-        if busy {
-            t.left_by_jump();
-        }
-        crate::modules::mem::site::left_by_jump();
+    if busy {
+        t.left_by_jump();
     }
+    crate::process::each_module(|m| {
+        if let Some(f) = m.left_by_jump {
+            f(busy)
+        }
+    });
 }
 
 extern "C" fn siglongjmp_hook(env: *mut c_void, val: c_int) -> ! {

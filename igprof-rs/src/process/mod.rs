@@ -25,7 +25,7 @@ use crate::base::thread::{self, ThreadState};
 use crate::base::{options, run};
 use crate::modules::Module;
 pub use crate::output::path::output_path;
-use crate::{base::counters, base::sys, modules::cpu, output};
+use crate::{base::counters, base::sys, output, sampler};
 
 /// Set by the launcher (IGPROF_QEMU_USER) when the program runs under
 /// qemu-user: see [`after_fork_child`].
@@ -141,7 +141,7 @@ fn install_toggle_signal(sig: i32) {
     // SAFETY: zeroed sigaction then fields set; the handler only flips a flag.
     let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
     sa.sa_sigaction = toggle_signal_handler as *const () as usize;
-    sa.sa_flags = libc::SA_RESTART | libc::SA_ONSTACK;
+    sa.sa_flags = libc::SA_RESTART;
     if let Err(e) = crate::hook::real_sigaction(sig, &sa, core::ptr::null_mut()) {
         crate::igprof_log!("--toggle-signal {sig}: cannot handle it (errno {e}); recording cannot be toggled by signal");
     }
@@ -191,10 +191,10 @@ pub fn init(modules: &'static [&'static Module]) {
     };
     sys::learn_errno_offset();
     crate::modules::set_registry(modules);
-    crate::modules::cpu::set_program_signal(signals::forward_program_signal);
+    crate::sampler::set_program_signal(signals::forward_program_signal);
     crate::base::alloc::set_signal_probe(thread::in_sampling_handler);
     thread::set_leave_hooks(thread::LeaveHooks {
-        settle: crate::modules::cpu::settle_pending,
+        settle: crate::sampler::settle_pending,
         after: after_leave,
     });
     crate::base::log::remember_stderr();
@@ -265,8 +265,8 @@ pub fn init(modules: &'static [&'static Module]) {
     each_module(|m| (m.register_counters)(options::get()));
     counters::freeze();
 
-    cpu::choose_sampler();
-    if let Err(e) = cpu::install_handler() {
+    sampler::choose_sampler();
+    if let Err(e) = sampler::install_handler() {
         crate::igprof_log!(
             "cannot install the sampling signal's handler (errno {e}); the program runs unprofiled"
         );
@@ -300,8 +300,11 @@ pub fn init(modules: &'static [&'static Module]) {
                 running += 1;
                 started.extend((m.describe)(options::get()));
             }
-            Err(e) if e.is_empty() => {} // the module already said why
-            Err(e) => crate::igprof_log!("{}: {e}; running without it", m.flag),
+            Err(e) => {
+                if let Some(line) = e.line(m.flag) {
+                    crate::igprof_log!("{line}");
+                }
+            }
         });
     });
     save_plans(known);
@@ -350,11 +353,30 @@ pub fn init(modules: &'static [&'static Module]) {
             output_path()
         );
     }
+    // Inside the profiler (paused): dlsym of a missing name allocates its
+    // error text, which the program did not ask for.
+    let sanitizer = thread::paused(|| {
+        let name = c"__sanitizer_set_death_callback";
+        // SAFETY: a NUL-terminated name looked up in the global scope.
+        !unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) }.is_null()
+    });
     keeper::configure(
-        !QEMU_USER.load(Ordering::Relaxed) && getenv(b"IGPROF_KEEPER\0") != Some(b"0"),
+        if getenv(b"IGPROF_KEEPER\0") != Some(b"1") {
+            Some(keeper::OFF_BY_ENV)
+        } else if QEMU_USER.load(Ordering::Relaxed) {
+            Some(keeper::OFF_UNDER_QEMU)
+        } else if sanitizer {
+            Some(keeper::OFF_UNDER_SANITIZER)
+        } else {
+            None
+        },
+        keeper::Calls {
+            final_dump: ending::final_dump_by_keeper,
+            snapshot_near_limit: watcher::snapshot_near_limit,
+        },
     );
     start_keeper();
-    cpu::start_thread(main);
+    sampler::start_thread(main);
 }
 
 /// Starts this image's keeper (before the sampler of the thread that makes
@@ -387,7 +409,7 @@ extern "C" fn thread_end(p: *mut libc::c_void) {
 /// Last thing in a thread the profiler knows (pthread key destructor, or
 /// the return of a raw clone()'s function).
 pub fn end_thread(t: &'static ThreadState) {
-    cpu::stop_thread(t);
+    sampler::stop_thread(t);
     each_module(|m| {
         if let Some(f) = m.thread_end {
             f(t)
@@ -436,7 +458,7 @@ fn begin_thread(t: &'static ThreadState) {
         }
     });
     drop(g);
-    cpu::start_thread(t);
+    sampler::start_thread(t);
 }
 
 /// The program is about to create a thread (or a process sharing its
@@ -480,7 +502,7 @@ pub fn after_fork_child() {
         if !keep {
             t.stale.store(true, Ordering::Release);
         }
-        cpu::forget_inherited(t);
+        sampler::forget_inherited(t);
     }
     output::reset_after_fork();
     ending::allow_final_again();
@@ -528,13 +550,13 @@ fn restart_thread(t: &'static ThreadState) {
         }
     });
     drop(g);
-    cpu::start_thread(t);
+    sampler::start_thread(t);
 }
 
 /// Every thread stops sampling (final profile, exec).
 pub fn stop_sampling() {
     for t in thread::all() {
-        cpu::stop_thread(t);
+        sampler::stop_thread(t);
         each_module(|m| {
             if let Some(f) = m.thread_stop {
                 f(t)

@@ -1,4 +1,4 @@
-//! Keeps the sampling signal ([`crate::modules::cpu::signal`]: SIGTRAP with sigtrap perf
+//! Keeps the sampling signal ([`crate::sampler::signal`]: SIGTRAP with sigtrap perf
 //! events, else SIGPROF) ours while the program believes it owns it. The
 //! other signal, and every signal of an unsampled process, is left alone.
 //!
@@ -24,7 +24,7 @@ use core::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use crate::base::sys;
 use crate::base::thread;
 use crate::hook::orig;
-use crate::modules::cpu::signal as sampling_signal;
+use crate::sampler::signal as sampling_signal;
 
 /// The program's SIGPROF action: handler, flags, and mask (first word).
 static PROG_HANDLER: AtomicUsize = AtomicUsize::new(libc::SIG_DFL);

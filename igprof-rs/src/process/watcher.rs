@@ -49,6 +49,47 @@ fn post(bit: u32) {
     sys::futex_wake(&REQ);
 }
 
+/// The memory usage and limit behind a snapshot asked for from outside
+/// (the keeper: the process nears its cgroup's limit); 0: none.
+static NEAR_USAGE: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+static NEAR_LIMIT: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// Asks for a snapshot because the process's memory (`usage` bytes) nears
+/// its cgroup's `limit`: the watcher writes it, else the next thread that
+/// leaves profiler code (a hook, a sample). Called by the keeper: touches
+/// no TLS and calls nothing of libc; `wake` wakes a futex word.
+pub fn snapshot_near_limit(usage: u64, limit: u64, wake: fn(&AtomicU32)) {
+    NEAR_LIMIT.store(limit, Ordering::Relaxed);
+    NEAR_USAGE.store(usage, Ordering::Release);
+    if RUNNING.load(Ordering::Acquire) != 0 {
+        REQ.fetch_or(SNAPSHOT, Ordering::AcqRel);
+        wake(&REQ);
+    } else {
+        PENDING_HERE.fetch_or(SNAPSHOT, Ordering::AcqRel);
+        thread::request_after_leave();
+    }
+}
+
+/// Writes a snapshot to the output file (the watcher, or a thread that
+/// may dump where it is), with one line when it was asked for because the
+/// process nears its memory limit.
+fn write_snapshot() {
+    let path = crate::process::output_path();
+    let near = NEAR_USAGE.swap(0, Ordering::AcqRel);
+    match output::dump_to(&path) {
+        Ok(_) if near != 0 => {
+            let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+            crate::igprof_log!(
+                "memory at {:.1} MiB of its cgroup's {:.1} MiB limit: wrote a snapshot to {path} (kept if the OOM killer ends the process)",
+                mib(near),
+                mib(NEAR_LIMIT.load(Ordering::Relaxed))
+            );
+        }
+        Ok(_) => crate::igprof_debug!("dump written to {path}"),
+        Err(e) => crate::igprof_log!("requested dump failed: {e}"),
+    }
+}
+
 extern "C" fn dump_signal_handler(_sig: i32) {
     if RUNNING.load(Ordering::Acquire) != 0 {
         post(SNAPSHOT);
@@ -73,7 +114,7 @@ pub fn install_dump_signal() {
         // a request or dumps when that is safe (see the module docs).
         let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
         sa.sa_sigaction = dump_signal_handler as *const () as usize;
-        sa.sa_flags = libc::SA_RESTART | libc::SA_ONSTACK;
+        sa.sa_flags = libc::SA_RESTART;
         let _ = crate::hook::real_sigaction(o.dump_signal, &sa, core::ptr::null_mut());
     }
 }
@@ -167,11 +208,7 @@ fn serve_pending_here() {
     let Some(g) = t.enter() else { return };
     // Samples taken while the dump runs are the profiler's time.
     let ticks = t.sampler.clock.pending_ticks.get();
-    let path = crate::process::output_path();
-    match output::dump_to(&path) {
-        Ok(_) => crate::igprof_debug!("dump written to {path}"),
-        Err(e) => crate::igprof_log!("requested dump failed: {e}"),
-    }
+    write_snapshot();
     t.sampler.clock.pending_ticks.set(ticks);
     drop(g);
 }
@@ -284,11 +321,7 @@ extern "C" fn watcher(_: *mut libc::c_void) -> *mut libc::c_void {
         }
         if want && crate::process::is_own_process() {
             let g = me.enter();
-            let path = crate::process::output_path();
-            match output::dump_to(&path) {
-                Ok(_) => crate::igprof_debug!("dump written to {path}"),
-                Err(e) => crate::igprof_log!("requested dump failed: {e}"),
-            }
+            write_snapshot();
             drop(g);
         }
     }

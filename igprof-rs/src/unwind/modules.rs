@@ -261,9 +261,12 @@ pub fn refresh() -> Result<(), RefreshError> {
         if let Some(own) = own.filter(|m| m.ident.build_id_len != 0) {
             state.store.set_producer(own.ident);
         }
-        for m in entries.as_mut_slice() {
-            m.stored = state.store.attach(&m.ident);
-        }
+        state.store.attach_all(
+            entries
+                .as_mut_slice()
+                .iter_mut()
+                .map(|m| (&m.ident, &mut m.stored)),
+        );
         let table = MmapBox::new(ModuleTable {
             generation,
             modules: entries,

@@ -250,9 +250,24 @@ impl Registry {
         self.producer.get_or_insert(producer);
     }
 
-    /// The registry entry for `ident`, its file read when first seen.
+    /// [`Registry::attach`] for each object of a module table: the
+    /// directory is opened and checked once for all of them (a refresh
+    /// after a dlopen looks at every loaded object), and only if one of
+    /// them is new.
+    pub(crate) fn attach_all<'a>(
+        &mut self,
+        objects: impl Iterator<Item = (&'a Ident, &'a mut Stored)>,
+    ) {
+        let mut dir: Option<Option<PrivateDir>> = None;
+        for (ident, stored) in objects {
+            *stored = self.attach(ident, &mut dir);
+        }
+    }
+
+    /// The registry entry for `ident`, its file read when first seen,
+    /// through `dir` (opened here at the first object that needs it).
     /// Outside signal context (reads a file).
-    pub(crate) fn attach(&mut self, ident: &Ident) -> Stored {
+    fn attach(&mut self, ident: &Ident, dir: &mut Option<Option<PrivateDir>>) -> Stored {
         let (true, Some(producer)) = (DIR.get().is_some(), self.producer) else {
             return Stored::default();
         };
@@ -262,8 +277,9 @@ impl Registry {
         let i = match self.index.get(ident) {
             Some(&i) => i,
             None => {
-                let entries = open_dir(false)
-                    .and_then(Result::ok)
+                let d = dir.get_or_insert_with(|| open_dir(false).and_then(Result::ok));
+                let entries = d
+                    .as_ref()
                     .and_then(|d| d.read(&file_of(ident), MAX_FILE).ok())
                     .and_then(|b| checked_entries(&b, ident, &producer).map(<[u8]>::to_vec))
                     .unwrap_or_default();

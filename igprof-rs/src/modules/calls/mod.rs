@@ -47,6 +47,7 @@ use std::sync::Mutex;
 use crate::base::counters::{self, CounterId};
 use crate::base::tree::Node;
 use crate::modules::mem::site;
+use crate::modules::StartError;
 
 /// Deferred-event kind of a call (see `mem::site`).
 const KIND_CALL: u8 = 16;
@@ -72,6 +73,7 @@ pub const MODULE: crate::modules::Module = crate::modules::Module {
     start,
     objects_changed: Some(objects_changed),
     before_dump: Some(report),
+    left_by_jump: Some(site::jumped_out),
     ..crate::modules::Module::new("-fp", |o| !o.functions.is_empty())
 };
 
@@ -124,9 +126,9 @@ fn describe(o: &crate::base::options::Options) -> Option<String> {
     Some(format!("calls of {} (CALLS_TOTAL)", words.join(" ")))
 }
 
-fn start(o: &crate::base::options::Options) -> Result<(), String> {
+fn start(o: &crate::base::options::Options) -> Result<(), StartError> {
     let Some(slot) = counters::slot(CounterId::CallsTotal) else {
-        return Err("its counter could not be enabled".into());
+        return Err(StartError::refused("its counter could not be enabled"));
     };
     SLOT.store(slot, Ordering::Relaxed);
     crate::modules::mem::memo::init_check();
@@ -151,7 +153,7 @@ fn start(o: &crate::base::options::Options) -> Result<(), String> {
     }
     resolve(&mut t, true);
     if t.specs.iter().all(|s| s.state == State::Refused) {
-        return Err(String::new());
+        return Err(StartError::AlreadyReported);
     }
     Ok(())
 }
@@ -321,7 +323,7 @@ fn tick(n: *mut Node) {
 /// Replays a call deferred from a signal handler (`mem::site`); not
 /// reached while [`begin_count`] refuses calls during a hook's recording,
 /// which is when `site::event` defers.
-fn replay(n: *mut Node, kind: u8, _: usize, _: u64) {
+fn replay(_: &crate::base::thread::Guard, n: *mut Node, kind: u8, _: usize, _: u64) {
     if kind == KIND_CALL {
         tick(n)
     }
@@ -373,7 +375,7 @@ extern "C" fn count_entry(i: usize, sp: usize, fp: usize, lr: usize) {
     if !begin_count(ret) {
         return;
     }
-    site::event(KIND_CALL, i, 0, replay, |t, h| {
+    site::event(KIND_CALL, i, 0, replay, |g, h| {
         // Inside the guard: errno's slot is found through libc, whose
         // functions may be -fp'd themselves (they pass through now).
         let _e = crate::base::sys::ErrnoGuard::save();
@@ -381,9 +383,9 @@ extern "C" fn count_entry(i: usize, sp: usize, fp: usize, lr: usize) {
         // (not inside a real realloc, where it would ask whether the call
         // is libc's own: every call of FUNC counts).
         let n = if h.outer.get() & site::MEM_OUTER == 0 {
-            site::caller_node_at(t, h, &crate::modules::mem::memo::EntryRegs { sp, fp, lr })
+            site::caller_node_at(g, h, &crate::modules::mem::memo::EntryRegs { sp, fp, lr })
         } else {
-            site::caller_node(t, h, 0)
+            site::caller_node(g, h, 0)
         };
         if let Some(n) = n {
             tick(n)

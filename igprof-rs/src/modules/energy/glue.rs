@@ -19,6 +19,7 @@ use crate::base::thread::ThreadState;
 use crate::base::tree::Node;
 use crate::modules::energy::{self, ledger::SlotId, Domain, EnergyMeter, Ledger, Root, DOMAINS};
 use crate::modules::Module;
+use crate::modules::StartError;
 
 static LEDGER: OnceLock<Ledger> = OnceLock::new();
 static METER: Mutex<Option<EnergyMeter>> = Mutex::new(None);
@@ -58,7 +59,7 @@ fn root() -> Root {
 fn register_counters(_: &Options) {
     match energy::detect(&root()) {
         Ok(mut m) => {
-            let _ = m.relocate_fds(crate::modules::cpu::high_fd_base());
+            let _ = m.relocate_fds(crate::sampler::high_fd_base());
             for d in Domain::ALL {
                 if m.has(d) {
                     counters::enable(COUNTER[d.index()]);
@@ -74,11 +75,11 @@ fn register_counters(_: &Options) {
     }
 }
 
-fn start(o: &Options) -> Result<(), String> {
+fn start(o: &Options) -> Result<(), StartError> {
     let meter = METER.lock().unwrap_or_else(|e| e.into_inner()).take();
     let Some(meter) = meter else {
         // register_counters already said why, on one line.
-        return Err(String::new());
+        return Err(StartError::AlreadyReported);
     };
     for d in Domain::ALL {
         if let Some(s) = counters::slot(COUNTER[d.index()]) {
@@ -88,7 +89,7 @@ fn start(o: &Options) -> Result<(), String> {
     // With a sampling profiler the header's T is its tick, and NRG values
     // count units of T Joules; alone, microjoules.
     let t = if o.perf.is_some() {
-        crate::modules::cpu::tick_seconds()
+        crate::sampler::tick_seconds()
     } else {
         energy::JOULES_PER_VALUE
     };
@@ -103,10 +104,10 @@ fn start(o: &Options) -> Result<(), String> {
         ))
         .is_err()
     {
-        return Err("started twice".into());
+        return Err(StartError::refused("started twice"));
     }
-    if !crate::modules::cpu::add_consumer(on_sample) {
-        return Err("no free sample-consumer slot".into());
+    if !crate::sampler::add_consumer(on_sample) {
+        return Err(StartError::refused("no free sample-consumer slot"));
     }
     Ok(())
 }
@@ -152,7 +153,8 @@ fn charge(node: *const Node, v: [u64; DOMAINS]) {
 
 /// Sample consumer (signal context): close the interval if due, then charge
 /// what this thread is owed to the stack just sampled.
-fn on_sample(t: &'static ThreadState, node: *mut Node) {
+fn on_sample(g: &crate::base::thread::Guard, node: *mut Node) {
+    let t = g.state();
     let Some(l) = LEDGER.get() else { return };
     let _ = l.close_interval();
     if node.is_null() {

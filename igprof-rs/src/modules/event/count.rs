@@ -32,7 +32,7 @@ use std::sync::OnceLock;
 
 use crate::base::counters::{self, CounterId};
 use crate::base::sys::{self, PerfEventKind};
-use crate::base::thread::ThreadState;
+use crate::base::thread::{Guard, ThreadState};
 use crate::base::tree::Node;
 
 /// Groups, and counted events in all, per run.
@@ -272,14 +272,14 @@ pub fn open(t: &ThreadState, r: &PerThread) {
         let Ok(leader) = sys::perf_counter_open(&g.events[0].kind, t.tid(), -1) else {
             continue;
         };
-        let leader = sys::move_fd_up(leader, crate::modules::cpu::high_fd_base());
+        let leader = sys::move_fd_up(leader, crate::sampler::high_fd_base());
         keep(r, g.first, leader);
         for (k, e) in g.events.iter().enumerate().skip(1) {
             if let Ok(fd) = sys::perf_counter_open(&e.kind, t.tid(), leader) {
                 keep(
                     r,
                     g.first + k,
-                    sys::move_fd_up(fd, crate::modules::cpu::high_fd_base()),
+                    sys::move_fd_up(fd, crate::sampler::high_fd_base()),
                 );
             }
         }
@@ -393,8 +393,8 @@ fn read_group(r: &PerThread, gi: usize, g: &Group, node: Option<&Node>, own: boo
 }
 
 /// A CPU sample of the thread landed on `node`: every group is read and
-/// charged there (signal context, guard held).
-pub fn on_sample(r: &PerThread, node: &Node) {
+/// charged there (signal context, inside profiler code: `_held`).
+pub fn on_sample(_held: &Guard, r: &PerThread, node: &Node) {
     for (gi, g) in groups().iter().enumerate() {
         read_group(r, gi, g, Some(node), true);
     }

@@ -12,7 +12,7 @@
 //!
 //! A sample's stack: IbsOpRip (or the fetch address) is the leaf, the
 //! callers are those of the stack the interrupt found, unwound in the
-//! thread (`cpu::interrupted_node_at`). The interrupt comes some
+//! thread (`sampler::interrupted_node_at`). The interrupt comes some
 //! instructions after the sampled op retired (the NMI's latency); when it
 //! lands in the same function the stack is exact, when the op's function
 //! has returned or called another meanwhile, the leaf is the op's
@@ -58,9 +58,9 @@ use igprof_events::ibs::{self, Encoding, Unit};
 use crate::base::counters::{self, CounterId};
 use crate::base::options::Options;
 use crate::base::sys::PerfEventKind;
-use crate::base::thread::ThreadState;
+use crate::base::thread::{Guard, ThreadState};
 use crate::base::tree::Node;
-use crate::modules::cpu;
+use crate::sampler;
 
 /// The ring of a thread's IBS event: control page and 8 data pages (32
 /// KiB, some 300 samples between two reads).
@@ -328,11 +328,11 @@ fn add(node: &Node, id: CounterId, ticks: u64, value: u64) {
     }
 }
 
-/// One signal of an IBS event (signal context, guard held): every sample
+/// One signal of an IBS event (signal context, with the thread's guard): every sample
 /// since the previous one. `ring`: the event's ring and its size.
 /// Returns how many samples were charged.
 pub(super) fn sample(
-    t: &'static ThreadState,
+    g: &Guard,
     uc: *mut libc::c_void,
     ibs: Ibs,
     ring: Option<(usize, usize)>,
@@ -346,7 +346,7 @@ pub(super) fn sample(
             let skipped = unsafe {
                 super::ring::drain(base, bytes, |kind, body| match kind {
                     super::ring::RECORD_SAMPLE => match super::ring::raw_of_sample(body) {
-                        Some(raw) => charged += charge(t, uc, raw, ibs, period) as u64,
+                        Some(raw) => charged += charge(g, uc, raw, ibs, period) as u64,
                         None => {
                             BAD.fetch_add(1, Ordering::Relaxed);
                         }
@@ -371,20 +371,15 @@ pub(super) fn sample(
                 }
                 n
             };
-            charged += charge(t, uc, &buf[..n], ibs, period) as u64;
+            charged += charge(g, uc, &buf[..n], ibs, period) as u64;
         }
     }
     charged
 }
 
 /// Decodes one sample's raw data and charges it; false if it says nothing.
-fn charge(
-    t: &'static ThreadState,
-    uc: *mut libc::c_void,
-    raw: &[u8],
-    ibs: Ibs,
-    period: u64,
-) -> bool {
+fn charge(g: &Guard, uc: *mut libc::c_void, raw: &[u8], ibs: Ibs, period: u64) -> bool {
+    let t = g.state();
     match ibs.unit {
         Unit::Op => {
             let Some(regs) = ibs::op_from_raw(raw) else {
@@ -396,7 +391,7 @@ fn charge(
                 return false;
             };
             // SAFETY: the kernel's context for this signal (our caller's).
-            let node = unsafe { cpu::interrupted_node_at(t, uc, op.rip.map(|r| r as usize)) };
+            let node = unsafe { sampler::interrupted_node_at(g, uc, op.rip.map(|r| r as usize)) };
             // SAFETY: a node of this thread's tree, or null.
             if let Some(n) = unsafe { node.as_ref() } {
                 charge_op(n, &op, period);
@@ -416,7 +411,7 @@ fn charge(
                 return false;
             };
             // SAFETY: as above.
-            let node = unsafe { cpu::interrupted_node_at(t, uc, Some(f.address as usize)) };
+            let node = unsafe { sampler::interrupted_node_at(g, uc, Some(f.address as usize)) };
             // SAFETY: as above.
             if let Some(n) = unsafe { node.as_ref() } {
                 add(n, CounterId::IbsFetches, 1, period);

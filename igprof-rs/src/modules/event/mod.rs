@@ -15,7 +15,7 @@
 //! Every thread then opens its own events: per-thread perf events with
 //! `sigtrap`, the kernel raising SIGTRAP in the thread (from task work on
 //! its way back to user space, so no blocking call is interrupted) with
-//! `si_perf_data` [`cpu::EVENT_COOKIE`] and the event's index. The sampling
+//! `si_perf_data` [`sampler::EVENT_COOKIE`] and the event's index. The sampling
 //! handler of `modules/cpu` recognises them and calls [`sample`] here. An
 //! event is held by a one-page mapping and its descriptor closed, as the
 //! CPU sampler's (moved high and kept where mappings are refused).
@@ -56,8 +56,9 @@ use std::sync::OnceLock;
 use crate::base::counters::{self, EVENT_IDS};
 use crate::base::options::Options;
 use crate::base::sys::{self, PerfEventKind};
-use crate::base::thread::{self, ThreadState};
-use crate::modules::cpu;
+use crate::base::thread::{self, Guard, ThreadState};
+use crate::modules::StartError;
+use crate::sampler;
 
 /// One `-e` event of the run.
 struct Event {
@@ -420,7 +421,7 @@ fn trial_open(kind: &mut PerfEventKind, best_precise: bool, period: u64) -> Resu
     let mut last = 0;
     for &p in tries {
         kind.precise_ip = p;
-        match sys::perf_sigtrap_open(kind, sys::gettid(), period, cpu::EVENT_COOKIE) {
+        match sys::perf_sigtrap_open(kind, sys::gettid(), period, sampler::EVENT_COOKIE) {
             Ok(fd) => {
                 sys::close(fd);
                 return Ok(());
@@ -432,15 +433,19 @@ fn trial_open(kind: &mut PerfEventKind, best_precise: bool, period: u64) -> Resu
     Err(last)
 }
 
-fn start(o: &Options) -> Result<(), String> {
+fn start(o: &Options) -> Result<(), StartError> {
     if count::any() {
         count::init_slots();
-        if !cpu::add_consumer(|t, node| {
-            if let (Some(r), Some(node)) = (existing(t), unsafe_node(node)) {
-                count::on_sample(&r.count, node);
+        if !sampler::add_consumer(|g, node| {
+            // SAFETY: a sample consumer is given the sample's node of the
+            // thread's tree, or null.
+            if let (Some(r), Some(node)) = (existing(g.state()), unsafe { sampled_node(node) }) {
+                count::on_sample(g, &r.count, node);
             }
         }) {
-            return Err("-c: no room for another sample consumer".into());
+            return Err(StartError::refused(
+                "-c: no room for another sample consumer",
+            ));
         }
     }
     if events().is_empty() {
@@ -448,11 +453,13 @@ fn start(o: &Options) -> Result<(), String> {
         return if count::any() {
             Ok(())
         } else {
-            Err(String::new())
+            Err(StartError::AlreadyReported)
         };
     }
-    let Some(how) = cpu::event_delivery() else {
-        return Err("no sampling signal could be set up for the events".into());
+    let Some(how) = sampler::event_delivery() else {
+        return Err(StartError::refused(
+            "no sampling signal could be set up for the events",
+        ));
     };
     if matches!(how, sys::PerfDelivery::Fasync { .. }) {
         crate::igprof_debug!(
@@ -498,7 +505,7 @@ fn start(o: &Options) -> Result<(), String> {
         PF_SLOT.store(s, Ordering::Relaxed);
     }
     ibs::init_slots();
-    cpu::set_event_samples(cpu::EventSamples {
+    sampler::set_event_samples(sampler::EventSamples {
         held,
         fds,
         sample,
@@ -524,9 +531,16 @@ fn start(o: &Options) -> Result<(), String> {
     Ok(())
 }
 
-/// The node a CPU sample landed on, if it could be stored.
-fn unsafe_node(node: *mut crate::base::tree::Node) -> Option<&'static crate::base::tree::Node> {
-    // SAFETY: a node of a tree (never freed) or null.
+/// The node a CPU sample landed on, if it could be stored (`node` not
+/// null).
+///
+/// # Safety
+/// `node` is null or a node of a thread's call tree (nodes are never freed,
+/// so the reference stays valid for the life of the process).
+unsafe fn sampled_node(
+    node: *mut crate::base::tree::Node,
+) -> Option<&'static crate::base::tree::Node> {
+    // SAFETY: guaranteed by the caller.
     unsafe { node.as_ref() }
 }
 
@@ -692,7 +706,7 @@ fn draw(t: &ThreadState, ev: &Event) -> u64 {
 /// context: system calls only.
 fn open_one(t: &ThreadState, r: &PerThread, i: usize, ev: &Event) -> Result<(), i32> {
     let period = draw(t, ev);
-    let fasync = match cpu::event_delivery() {
+    let fasync = match sampler::event_delivery() {
         Some(sys::PerfDelivery::Fasync { signo }) => Some(signo),
         _ => None,
     };
@@ -705,9 +719,9 @@ fn open_one(t: &ThreadState, r: &PerThread, i: usize, ev: &Event) -> Result<(), 
                 t.tid(),
                 period,
                 signo,
-                cpu::high_fd_base(),
+                sampler::high_fd_base(),
             )?;
-            cpu::mark_fd_ours(fd);
+            sampler::mark_fd_ours(fd);
             (0, fd, ring)
         }
         None => {
@@ -771,7 +785,7 @@ fn fasync_kind(ev: &Event) -> PerfEventKind {
 /// holds it or 0, its descriptor or -1). The descriptor is closed when the
 /// mapping holds the event and no sample reads its count.
 fn hold_sigtrap(t: &ThreadState, i: usize, ev: &Event, period: u64) -> Result<(usize, i32), i32> {
-    let fd = sys::perf_sigtrap_open(&ev.kind, t.tid(), period, cpu::EVENT_COOKIE | i as u64)?;
+    let fd = sys::perf_sigtrap_open(&ev.kind, t.tid(), period, sampler::EVENT_COOKIE | i as u64)?;
     if ev.kind.sample_raw {
         // Raw samples are read from the event's ring, which holds it.
         let ring = sys::perf_map_ring(fd, ibs::RING_BYTES);
@@ -791,7 +805,7 @@ fn hold_sigtrap(t: &ThreadState, i: usize, ev: &Event, period: u64) -> Result<(u
         // With a frequency, each sample reads the count: the descriptor
         // stays (for read(2)) beside the page (for rdpmc).
         Ok(h) if ev.kind.freq => {
-            let fd = sys::move_fd_up(fd, cpu::high_fd_base());
+            let fd = sys::move_fd_up(fd, sampler::high_fd_base());
             if !sys::perf_enable(fd) {
                 let e = sys::errno();
                 sys::perf_release(h);
@@ -810,7 +824,7 @@ fn hold_sigtrap(t: &ThreadState, i: usize, ev: &Event, period: u64) -> Result<(u
             (h, -1)
         }
         Err(_) => {
-            let fd = sys::move_fd_up(fd, cpu::high_fd_base());
+            let fd = sys::move_fd_up(fd, sampler::high_fd_base());
             if !sys::perf_enable(fd) {
                 let e = sys::errno();
                 sys::close(fd);
@@ -844,7 +858,7 @@ fn open_all(t: &'static ThreadState) {
     }
     let Some(r) = record(t) else { return };
     count::open(t, &r.count);
-    if cpu::event_delivery().is_none() {
+    if sampler::event_delivery().is_none() {
         return;
     }
     if let Some(pf) = evs.iter().find(|e| e.charge == Charge::PageFault) {
@@ -856,7 +870,7 @@ fn open_all(t: &'static ThreadState) {
                 ..pf.kind
             };
             sys::perf_counter_open(&kind, t.tid(), leader)
-                .map(|fd| sys::move_fd_up(fd, cpu::high_fd_base()))
+                .map(|fd| sys::move_fd_up(fd, sampler::high_fd_base()))
         };
         if let Ok(leader) = count(2, -1) {
             let member = count(6, leader).unwrap_or(-1);
@@ -912,7 +926,9 @@ fn close_all(t: &'static ThreadState) {
 /// unmapped too (not while the thread may still run).
 fn end_all(t: &'static ThreadState, final_read: bool, unmap: bool) {
     let Some(r) = existing(t) else { return };
-    let last = unsafe_node(t.sampler.last_sample.load(Ordering::Acquire));
+    // SAFETY: the sampler stores only nodes of the thread's tree (or null)
+    // as its last sample.
+    let last = unsafe { sampled_node(t.sampler.last_sample.load(Ordering::Acquire)) };
     count::close(&r.count, last.filter(|_| final_read), unmap);
     // With a frequency, what was counted after the last sample goes to it.
     if final_read {
@@ -970,15 +986,16 @@ fn forget_inherited() {
     ibs::reset();
 }
 
-/// One sample of event `i` (signal context, guard held).
-fn sample(t: &'static ThreadState, i: u8, uc: *mut libc::c_void, addr: usize) {
+/// One sample of event `i` (signal context, with the thread's guard).
+fn sample(g: &Guard, i: u8, uc: *mut libc::c_void, addr: usize) {
+    let t = g.state();
     let i = i as usize;
     let (Some(r), Some(ev)) = (existing(t), events().get(i)) else {
         return;
     };
     if let Charge::Ibs(b) = ev.charge {
         let period = r.period[i].load(Ordering::Relaxed);
-        let n = ibs::sample(t, uc, b, ibs_ring(r, i), period);
+        let n = ibs::sample(g, uc, b, ibs_ring(r, i), period);
         CHARGED[i].fetch_add(n, Ordering::Relaxed);
         renew_period(t, r, i, ev);
         return;
@@ -1000,15 +1017,17 @@ fn sample(t: &'static ThreadState, i: u8, uc: *mut libc::c_void, addr: usize) {
     // entry's (the sampled one, and any whose signal merged with this
     // one), read before this handler's own work can fault.
     let faults = faults_since(r);
-    // SAFETY: the handler of modules/cpu passes the kernel's context.
-    let node = unsafe { cpu::interrupted_node(t, uc) };
+    // SAFETY: the sampler's handler passes the kernel's context, on
+    // this thread.
+    let node = unsafe { sampler::interrupted_node(g, uc) };
     if ev.kind.freq {
         r.last_node[i].store(node, Ordering::Relaxed);
     }
     // A fault sample with no fault counted is the late signal of faults
     // the profiler's own handler took, already counted past.
     if let Some(f) = faults {
-        charge_faults(f, unsafe_node(node));
+        // SAFETY: interrupted_node gives a node of t's tree or null.
+        charge_faults(f, unsafe { sampled_node(node) });
     }
     let faults = faults.map(|(f, _)| f);
     let value = match ev.charge {

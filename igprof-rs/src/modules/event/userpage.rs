@@ -1,8 +1,8 @@
 //! Reading a perf event's count from user space: the event's first mapped
 //! page (`struct perf_event_mmap_page`, include/uapi/linux/perf_event.h)
 //! and the `rdpmc` instruction, where the page says `cap_user_rdpmc` (a
-//! hardware counter the kernel lets user space read). A few tens of
-//! nanoseconds where `read(2)` costs a system call (1.15 us here).
+//! hardware counter the kernel lets user space read): a few instructions
+//! where `read(2)` costs a system call (docs/benchmarks.md has both).
 //!
 //! The protocol is the header's: under the page's sequence lock, the count
 //! is `offset` plus the counter (`rdpmc(index - 1)`, sign-extended from

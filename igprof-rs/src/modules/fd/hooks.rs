@@ -19,67 +19,47 @@
 use core::ffi::{c_char, c_int, c_uint};
 
 use crate::base::sys::ErrnoGuard;
-use crate::hook::{Chains, Hooked};
+use crate::hook::{hook_table, Hooked};
 use crate::modules::mem::site::{self, FD_OUTER};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(usize)]
-enum F {
-    Open,
-    Open64,
-    Openat,
-    Openat64,
-    Creat,
-    Creat64,
-    Close,
-    CloseRange,
-    Dup,
-    Dup2,
-    Dup3,
-    Pipe,
-    Pipe2,
-    Socket,
-    Socketpair,
-    Accept,
-    Accept4,
-    EpollCreate,
-    EpollCreate1,
-    Eventfd,
-    TimerfdCreate,
-    Signalfd,
-    MemfdCreate,
-    InotifyInit,
-    InotifyInit1,
-    Fopen,
-    Fopen64,
-    Tmpfile,
-    Tmpfile64,
-    Fclose,
+hook_table! {
+    /// The hooked descriptor functions, with the signatures their
+    /// originals are called with (`mode` of the open family is read by
+    /// the original only when `flags` ask for it, as from the variadic
+    /// call).
+    enum F {
+        Open => fn open(path: *const c_char, flags: c_int, mode: libc::mode_t) -> c_int;
+        Open64 => fn open64(path: *const c_char, flags: c_int, mode: libc::mode_t) -> c_int;
+        Openat => fn openat(dir: c_int, path: *const c_char, flags: c_int, mode: libc::mode_t) -> c_int;
+        Openat64 => fn openat64(dir: c_int, path: *const c_char, flags: c_int, mode: libc::mode_t) -> c_int;
+        Creat => fn creat(path: *const c_char, mode: libc::mode_t) -> c_int;
+        Creat64 => fn creat64(path: *const c_char, mode: libc::mode_t) -> c_int;
+        Close => fn close(fd: c_int) -> c_int;
+        CloseRange => fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int;
+        Dup => fn dup(old: c_int) -> c_int;
+        Dup2 => fn dup2(old: c_int, new: c_int) -> c_int;
+        Dup3 => fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int;
+        Pipe => fn pipe(fds: *mut c_int) -> c_int;
+        Pipe2 => fn pipe2(fds: *mut c_int, flags: c_int) -> c_int;
+        Socket => fn socket(d: c_int, t: c_int, p: c_int) -> c_int;
+        Socketpair => fn socketpair(d: c_int, t: c_int, p: c_int, sv: *mut c_int) -> c_int;
+        Accept => fn accept(s: c_int, a: *mut libc::sockaddr, l: *mut libc::socklen_t) -> c_int;
+        Accept4 => fn accept4(s: c_int, a: *mut libc::sockaddr, l: *mut libc::socklen_t, f: c_int) -> c_int;
+        EpollCreate => fn epoll_create(n: c_int) -> c_int;
+        EpollCreate1 => fn epoll_create1(f: c_int) -> c_int;
+        Eventfd => fn eventfd(init: c_uint, f: c_int) -> c_int;
+        TimerfdCreate => fn timerfd_create(c: c_int, f: c_int) -> c_int;
+        Signalfd => fn signalfd(fd: c_int, mask: *const libc::sigset_t, f: c_int) -> c_int;
+        MemfdCreate => fn memfd_create(name: *const c_char, f: c_uint) -> c_int;
+        InotifyInit => fn inotify_init() -> c_int;
+        InotifyInit1 => fn inotify_init1(f: c_int) -> c_int;
+        Fopen => fn fopen(path: *const c_char, mode: *const c_char) -> *mut libc::FILE;
+        Fopen64 => fn fopen64(path: *const c_char, mode: *const c_char) -> *mut libc::FILE;
+        Tmpfile => fn tmpfile() -> *mut libc::FILE;
+        Tmpfile64 => fn tmpfile64() -> *mut libc::FILE;
+        Fclose => fn fclose(f: *mut libc::FILE) -> c_int;
+    }
 }
-const N: usize = 30;
-
-static CHAIN: Chains<N> = Chains::new();
-
-type Open = unsafe extern "C" fn(*const c_char, c_int, libc::mode_t) -> c_int;
-type Openat = unsafe extern "C" fn(c_int, *const c_char, c_int, libc::mode_t) -> c_int;
-type Creat = unsafe extern "C" fn(*const c_char, libc::mode_t) -> c_int;
-type Int1 = unsafe extern "C" fn(c_int) -> c_int;
-type Int2 = unsafe extern "C" fn(c_int, c_int) -> c_int;
-type Int3 = unsafe extern "C" fn(c_int, c_int, c_int) -> c_int;
-type Int0 = unsafe extern "C" fn() -> c_int;
-type CloseRange = unsafe extern "C" fn(c_uint, c_uint, c_int) -> c_int;
-type Pipe = unsafe extern "C" fn(*mut c_int) -> c_int;
-type Pipe2 = unsafe extern "C" fn(*mut c_int, c_int) -> c_int;
-type Socketpair = unsafe extern "C" fn(c_int, c_int, c_int, *mut c_int) -> c_int;
-type Accept = unsafe extern "C" fn(c_int, *mut libc::sockaddr, *mut libc::socklen_t) -> c_int;
-type Accept4 =
-    unsafe extern "C" fn(c_int, *mut libc::sockaddr, *mut libc::socklen_t, c_int) -> c_int;
-type Eventfd = unsafe extern "C" fn(c_uint, c_int) -> c_int;
-type Signalfd = unsafe extern "C" fn(c_int, *const libc::sigset_t, c_int) -> c_int;
-type Memfd = unsafe extern "C" fn(*const c_char, c_uint) -> c_int;
-type Fopen = unsafe extern "C" fn(*const c_char, *const c_char) -> *mut libc::FILE;
-type Tmpfile = unsafe extern "C" fn() -> *mut libc::FILE;
-type Fclose = unsafe extern "C" fn(*mut libc::FILE) -> c_int;
 
 fn list() -> [(F, &'static str, *const ()); N] {
     use F::*;
@@ -157,9 +137,9 @@ fn created(fd: c_int) {
         fd as usize,
         0,
         super::replay,
-        |t, h| {
-            if let Some(n) = site::caller_node(t, h, FD_OUTER) {
-                super::acquire(n, fd);
+        |g, h| {
+            if let Some(n) = site::caller_node(g, h, FD_OUTER) {
+                super::acquire(g, n, fd);
             }
         },
     );
@@ -192,16 +172,13 @@ fn stream_created(f: *mut libc::FILE) {
 // ---- the replacements ----
 
 extern "C" fn open_hook(path: *const c_char, flags: c_int, mode: libc::mode_t) -> c_int {
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged (mode is read by open
-    // only when flags ask for it, as from the variadic call).
-    let fd = unsafe { CHAIN.get::<Open>(F::Open as usize)(path, flags, mode) };
+    let fd = chain::open(path, flags, mode);
     created(fd);
     fd
 }
 
 extern "C" fn open64_hook(path: *const c_char, flags: c_int, mode: libc::mode_t) -> c_int {
-    // SAFETY: as open_hook.
-    let fd = unsafe { CHAIN.get::<Open>(F::Open64 as usize)(path, flags, mode) };
+    let fd = chain::open64(path, flags, mode);
     created(fd);
     fd
 }
@@ -212,8 +189,7 @@ extern "C" fn openat_hook(
     flags: c_int,
     mode: libc::mode_t,
 ) -> c_int {
-    // SAFETY: as open_hook.
-    let fd = unsafe { CHAIN.get::<Openat>(F::Openat as usize)(dir, path, flags, mode) };
+    let fd = chain::openat(dir, path, flags, mode);
     created(fd);
     fd
 }
@@ -224,34 +200,26 @@ extern "C" fn openat64_hook(
     flags: c_int,
     mode: libc::mode_t,
 ) -> c_int {
-    // SAFETY: as open_hook.
-    let fd = unsafe { CHAIN.get::<Openat>(F::Openat64 as usize)(dir, path, flags, mode) };
+    let fd = chain::openat64(dir, path, flags, mode);
     created(fd);
     fd
 }
 
 extern "C" fn creat_hook(path: *const c_char, mode: libc::mode_t) -> c_int {
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    let fd = site::with_outer(FD_OUTER, || unsafe {
-        CHAIN.get::<Creat>(F::Creat as usize)(path, mode)
-    });
+    let fd = site::with_outer(FD_OUTER, || chain::creat(path, mode));
     created(fd);
     fd
 }
 
 extern "C" fn creat64_hook(path: *const c_char, mode: libc::mode_t) -> c_int {
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    let fd = site::with_outer(FD_OUTER, || unsafe {
-        CHAIN.get::<Creat>(F::Creat64 as usize)(path, mode)
-    });
+    let fd = site::with_outer(FD_OUTER, || chain::creat64(path, mode));
     created(fd);
     fd
 }
 
 extern "C" fn close_hook(fd: c_int) -> c_int {
     closing(fd);
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    unsafe { CHAIN.get::<Int1>(F::Close as usize)(fd) }
+    chain::close(fd)
 }
 
 extern "C" fn close_range_hook(first: c_uint, last: c_uint, flags: c_int) -> c_int {
@@ -265,13 +233,11 @@ extern "C" fn close_range_hook(first: c_uint, last: c_uint, flags: c_int) -> c_i
             fd += 1;
         }
     }
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    unsafe { CHAIN.get::<CloseRange>(F::CloseRange as usize)(first, last, flags) }
+    chain::close_range(first, last, flags)
 }
 
 extern "C" fn dup_hook(old: c_int) -> c_int {
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    let fd = unsafe { CHAIN.get::<Int1>(F::Dup as usize)(old) };
+    let fd = chain::dup(old);
     created(fd);
     fd
 }
@@ -279,8 +245,7 @@ extern "C" fn dup_hook(old: c_int) -> c_int {
 /// dup2/dup3: `new` now refers to `old`'s file; whatever `new` was before
 /// is released (by the acquire replacing it in the live table).
 extern "C" fn dup2_hook(old: c_int, new: c_int) -> c_int {
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    let fd = unsafe { CHAIN.get::<Int2>(F::Dup2 as usize)(old, new) };
+    let fd = chain::dup2(old, new);
     if fd >= 0 && old != new {
         created(fd);
     }
@@ -288,8 +253,7 @@ extern "C" fn dup2_hook(old: c_int, new: c_int) -> c_int {
 }
 
 extern "C" fn dup3_hook(old: c_int, new: c_int, flags: c_int) -> c_int {
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    let fd = unsafe { CHAIN.get::<Int3>(F::Dup3 as usize)(old, new, flags) };
+    let fd = chain::dup3(old, new, flags);
     created(fd);
     fd
 }
@@ -304,36 +268,31 @@ fn created_pair(r: c_int, fds: *mut c_int) {
 }
 
 extern "C" fn pipe_hook(fds: *mut c_int) -> c_int {
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    let r = unsafe { CHAIN.get::<Pipe>(F::Pipe as usize)(fds) };
+    let r = chain::pipe(fds);
     created_pair(r, fds);
     r
 }
 
 extern "C" fn pipe2_hook(fds: *mut c_int, flags: c_int) -> c_int {
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    let r = unsafe { CHAIN.get::<Pipe2>(F::Pipe2 as usize)(fds, flags) };
+    let r = chain::pipe2(fds, flags);
     created_pair(r, fds);
     r
 }
 
 extern "C" fn socket_hook(d: c_int, t: c_int, p: c_int) -> c_int {
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    let fd = unsafe { CHAIN.get::<Int3>(F::Socket as usize)(d, t, p) };
+    let fd = chain::socket(d, t, p);
     created(fd);
     fd
 }
 
 extern "C" fn socketpair_hook(d: c_int, t: c_int, p: c_int, sv: *mut c_int) -> c_int {
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    let r = unsafe { CHAIN.get::<Socketpair>(F::Socketpair as usize)(d, t, p, sv) };
+    let r = chain::socketpair(d, t, p, sv);
     created_pair(r, sv);
     r
 }
 
 extern "C" fn accept_hook(s: c_int, a: *mut libc::sockaddr, l: *mut libc::socklen_t) -> c_int {
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    let fd = unsafe { CHAIN.get::<Accept>(F::Accept as usize)(s, a, l) };
+    let fd = chain::accept(s, a, l);
     created(fd);
     fd
 }
@@ -344,43 +303,37 @@ extern "C" fn accept4_hook(
     l: *mut libc::socklen_t,
     f: c_int,
 ) -> c_int {
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    let fd = unsafe { CHAIN.get::<Accept4>(F::Accept4 as usize)(s, a, l, f) };
+    let fd = chain::accept4(s, a, l, f);
     created(fd);
     fd
 }
 
 extern "C" fn epoll_create_hook(n: c_int) -> c_int {
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    let fd = unsafe { CHAIN.get::<Int1>(F::EpollCreate as usize)(n) };
+    let fd = chain::epoll_create(n);
     created(fd);
     fd
 }
 
 extern "C" fn epoll_create1_hook(f: c_int) -> c_int {
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    let fd = unsafe { CHAIN.get::<Int1>(F::EpollCreate1 as usize)(f) };
+    let fd = chain::epoll_create1(f);
     created(fd);
     fd
 }
 
 extern "C" fn eventfd_hook(init: c_uint, f: c_int) -> c_int {
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    let fd = unsafe { CHAIN.get::<Eventfd>(F::Eventfd as usize)(init, f) };
+    let fd = chain::eventfd(init, f);
     created(fd);
     fd
 }
 
 extern "C" fn timerfd_create_hook(c: c_int, f: c_int) -> c_int {
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    let fd = unsafe { CHAIN.get::<Int2>(F::TimerfdCreate as usize)(c, f) };
+    let fd = chain::timerfd_create(c, f);
     created(fd);
     fd
 }
 
 extern "C" fn signalfd_hook(fd: c_int, mask: *const libc::sigset_t, f: c_int) -> c_int {
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    let r = unsafe { CHAIN.get::<Signalfd>(F::Signalfd as usize)(fd, mask, f) };
+    let r = chain::signalfd(fd, mask, f);
     // signalfd(-1, ...) creates a descriptor; signalfd(fd, ...) updates one.
     if fd == -1 {
         created(r);
@@ -389,58 +342,43 @@ extern "C" fn signalfd_hook(fd: c_int, mask: *const libc::sigset_t, f: c_int) ->
 }
 
 extern "C" fn memfd_create_hook(name: *const c_char, f: c_uint) -> c_int {
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    let fd = unsafe { CHAIN.get::<Memfd>(F::MemfdCreate as usize)(name, f) };
+    let fd = chain::memfd_create(name, f);
     created(fd);
     fd
 }
 
 extern "C" fn inotify_init_hook() -> c_int {
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    let fd = unsafe { CHAIN.get::<Int0>(F::InotifyInit as usize)() };
+    let fd = chain::inotify_init();
     created(fd);
     fd
 }
 
 extern "C" fn inotify_init1_hook(f: c_int) -> c_int {
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    let fd = unsafe { CHAIN.get::<Int1>(F::InotifyInit1 as usize)(f) };
+    let fd = chain::inotify_init1(f);
     created(fd);
     fd
 }
 
 extern "C" fn fopen_hook(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    let f = site::with_outer(FD_OUTER, || unsafe {
-        CHAIN.get::<Fopen>(F::Fopen as usize)(path, mode)
-    });
+    let f = site::with_outer(FD_OUTER, || chain::fopen(path, mode));
     stream_created(f);
     f
 }
 
 extern "C" fn fopen64_hook(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    let f = site::with_outer(FD_OUTER, || unsafe {
-        CHAIN.get::<Fopen>(F::Fopen64 as usize)(path, mode)
-    });
+    let f = site::with_outer(FD_OUTER, || chain::fopen64(path, mode));
     stream_created(f);
     f
 }
 
 extern "C" fn tmpfile_hook() -> *mut libc::FILE {
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    let f = site::with_outer(FD_OUTER, || unsafe {
-        CHAIN.get::<Tmpfile>(F::Tmpfile as usize)()
-    });
+    let f = site::with_outer(FD_OUTER, chain::tmpfile);
     stream_created(f);
     f
 }
 
 extern "C" fn tmpfile64_hook() -> *mut libc::FILE {
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    let f = site::with_outer(FD_OUTER, || unsafe {
-        CHAIN.get::<Tmpfile>(F::Tmpfile64 as usize)()
-    });
+    let f = site::with_outer(FD_OUTER, chain::tmpfile64);
     stream_created(f);
     f
 }
@@ -453,8 +391,5 @@ extern "C" fn fclose_hook(f: *mut libc::FILE) -> c_int {
         drop(e);
         closing(fd);
     }
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    site::with_outer(FD_OUTER, || unsafe {
-        CHAIN.get::<Fclose>(F::Fclose as usize)(f)
-    })
+    site::with_outer(FD_OUTER, || chain::fclose(f))
 }

@@ -20,7 +20,9 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::base::counters::{self, CounterId};
 use crate::base::live::LiveFds;
+use crate::base::thread::Guard;
 use crate::base::tree::{Counter, Node};
+use crate::modules::StartError;
 
 /// Descriptors open now and their creating nodes.
 pub static LIVE: LiveFds = LiveFds::new();
@@ -59,6 +61,7 @@ pub const MODULE: crate::modules::Module = crate::modules::Module {
     register_counters: |_| register_counters(),
     start: |_| start(),
     thread_end: Some(|_| crate::modules::mem::site::release_thread_extras()),
+    left_by_jump: Some(crate::modules::mem::site::jumped_out),
     fork_child: Some(reset_after_fork),
     before_exec: Some(before_exec),
     leaks: Some(leaks),
@@ -74,8 +77,9 @@ fn counter(node: *const Node, slot: usize) -> Option<&'static Counter> {
     Some(unsafe { &*node }.counter(slot))
 }
 
-/// `fd` was created by the stack of `node` (owner thread, guard held).
-pub fn acquire(node: *mut Node, fd: i32) {
+/// `fd` was created by the stack of `node` (owner thread, inside profiler
+/// code: `_held`).
+pub fn acquire(_held: &Guard, node: *mut Node, fd: i32) {
     if let Some(c) = counter(node, USED.load(Ordering::Relaxed)) {
         c.tick(1);
     }
@@ -110,9 +114,9 @@ pub const KIND_ACQUIRE: u8 = 16;
 pub const KIND_RELEASE: u8 = 17;
 
 /// Replays one deferred descriptor event.
-pub fn replay(node: *mut Node, kind: u8, a: usize, _b: u64) {
+pub fn replay(g: &Guard, node: *mut Node, kind: u8, a: usize, _b: u64) {
     match kind {
-        KIND_ACQUIRE => acquire(node, a as i32),
+        KIND_ACQUIRE => acquire(g, node, a as i32),
         KIND_RELEASE => release(a as i32),
         _ => {}
     }
@@ -145,7 +149,7 @@ pub fn reset_after_fork() {
 }
 
 /// Slots, live table, hooks (start-up, guard held).
-fn start() -> Result<(), String> {
+fn start() -> Result<(), StartError> {
     init_slots();
     crate::modules::mem::site::init_libc_range();
     // The hard limit: the program may raise its soft limit up to it later.
@@ -159,7 +163,7 @@ fn start() -> Result<(), String> {
     } else {
         crate::base::sys::nofile_limit().min(1 << 24) as usize
     };
-    LIVE.init(limit).map_err(|e| e.to_string())?;
+    LIVE.init(limit).map_err(StartError::refused)?;
     hooks::install();
     Ok(())
 }

@@ -56,6 +56,7 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering
 use crate::base::counters::{self, CounterId};
 use crate::base::thread::{self, ThreadState};
 use crate::base::tree::{CallTree, Node};
+use crate::modules::StartError;
 
 /// One instrumented call in progress.
 #[derive(Clone, Copy)]
@@ -122,12 +123,12 @@ pub const MODULE: crate::modules::Module = crate::modules::Module {
     ..crate::modules::Module::new("-finst", |o| o.finst)
 };
 
-fn start() -> Result<(), String> {
+fn start() -> Result<(), StartError> {
     let (Some(c), Some(t)) = (
         counters::slot(CounterId::CallCount),
         counters::slot(CounterId::CallTime),
     ) else {
-        return Err("its counters could not be enabled".into());
+        return Err(StartError::refused("its counters could not be enabled"));
     };
     COUNT_SLOT.store(c, Ordering::Relaxed);
     TIME_SLOT.store(t, Ordering::Relaxed);
@@ -240,11 +241,12 @@ fn to_ns(n: &Node, slot: usize) -> Option<(u64, u64, u64)> {
     Some((t, (v as f64 * r) as u64, (p as f64 * r) as u64))
 }
 
-/// The calling thread's stack (guard held), taking the one a fork child
-/// inherited if it has none.
+/// The calling thread's stack, taking the one a fork child inherited if
+/// it has none.
 #[inline]
 #[allow(clippy::mut_from_ref)] // the stack is the owner thread's, as its tree
-fn shadow(t: &'static ThreadState) -> Option<&'static mut Shadow> {
+fn shadow(g: &thread::Guard) -> Option<&'static mut Shadow> {
+    let t = g.state();
     let mut p = t.finst.load(Ordering::Relaxed) as *mut Shadow;
     if p.is_null() {
         p = INHERITED.swap(core::ptr::null_mut(), Ordering::AcqRel) as *mut Shadow;
@@ -252,21 +254,22 @@ fn shadow(t: &'static ThreadState) -> Option<&'static mut Shadow> {
             return None;
         }
         // SAFETY: the stack the fork child inherited, now this thread's
-        // alone (taken from INHERITED); guard held.
-        rebase(t, unsafe { &mut *p });
+        // alone (taken from INHERITED).
+        rebase(g, unsafe { &mut *p });
         t.finst.store(p as *mut u8, Ordering::Release);
     }
-    // SAFETY: the owner thread's own stack, used with its guard held.
+    // SAFETY: the owner thread's own stack, used only inside profiler
+    // code (the guard).
     Some(unsafe { &mut *p })
 }
 
 /// The inherited stack's nodes are in the forking thread's tree, which the
 /// child does not dump: the same paths are made in the thread's own tree.
 #[cold]
-fn rebase(t: &'static ThreadState, s: &mut Shadow) {
+fn rebase(g: &thread::Guard, s: &mut Shadow) {
     let depth = s.depth;
-    // SAFETY: owner thread with its guard held.
-    let tree = unsafe { t.tree_mut() };
+    // SAFETY: the owner thread; the tree is not borrowed elsewhere.
+    let tree = unsafe { g.state().tree_mut(g) };
     let mut parent = None;
     // SAFETY: the stack's own frames.
     for f in unsafe { s.frames() }[..depth].iter_mut() {
@@ -294,7 +297,8 @@ fn node_under(tree: &mut CallTree, caller: Option<*mut Node>, func: usize) -> *m
 fn entered() -> Option<(&'static ThreadState, thread::Guard, &'static mut Shadow)> {
     let found = thread::current().and_then(|t| {
         let g = t.enter()?;
-        Some((t, g, shadow(t)?))
+        let s = shadow(&g)?;
+        Some((t, g, s))
     });
     if found.is_none() {
         SKIPPED.fetch_add(1, Ordering::Relaxed);
@@ -329,8 +333,8 @@ fn enter_profiled(func: usize) {
     let depth = s.depth;
     // SAFETY: the thread's own stack (guard held).
     let frames = unsafe { s.frames() };
-    // SAFETY: owner thread with its guard held.
-    let tree = unsafe { t.tree_mut() };
+    // SAFETY: the owner thread; the tree is not borrowed elsewhere.
+    let tree = unsafe { t.tree_mut(&g) };
     let caller = depth.checked_sub(1).map(|d| frames[d].node);
     let node = node_under(tree, caller, func);
     if node.is_null() {

@@ -34,6 +34,7 @@ use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use crate::base::counters::{self, CounterId};
 use crate::base::live::{Block, LiveMem};
 use crate::base::solo;
+use crate::base::thread::Guard;
 use crate::base::tree::{Counter, Node};
 
 /// Live heap blocks of the process (the program's, as seen by the hooks).
@@ -120,9 +121,9 @@ fn snapshot_in(node: *const Node, at_slot: usize, live_slot: usize) {
 }
 
 /// An allocation of `size` bytes at `addr` by the stack of `node` (owner
-/// thread of `node`'s tree, guard held).
+/// thread of `node`'s tree, inside profiler code: `_held`).
 #[inline(always)]
-pub fn on_alloc(node: *mut Node, addr: usize, size: u64) {
+pub fn on_alloc(_held: &Guard, node: *mut Node, addr: usize, size: u64) {
     if let Some(c) = counter(node, TOTAL.load(Ordering::Relaxed)) {
         c.tick(size);
     }
@@ -163,15 +164,16 @@ fn grow_process_live(one: bool, bytes: u64) {
     let now = solo::add_in(one, &LIVE_BYTES, bytes);
     if now > PEAK_BYTES.load(Ordering::Relaxed) && now > solo::max_in(one, &PEAK_BYTES, now) {
         solo::add_in(one, &PEAK_EPOCH, 1);
+        crate::base::cgroup::live_peak(now);
     }
 }
 
 /// A sampled allocation at `addr` by the stack of `node` (owner thread,
-/// guard held): `stored` is its packed weight ([`super::sample::weigh`]),
+/// inside profiler code: `_held`): `stored` is its packed weight ([`super::sample::weigh`]),
 /// `largest` its own accounted size, for MEM_MAX. The sampler's free
 /// filter already counts `addr` ([`super::sample::remember`]).
 #[inline]
-pub fn on_alloc_sampled(node: *mut Node, addr: usize, stored: u64, largest: u64) {
+pub fn on_alloc_sampled(_held: &Guard, node: *mut Node, addr: usize, stored: u64, largest: u64) {
     let (calls, bytes) = super::sample::unpack(stored);
     if let Some(c) = counter(node, TOTAL.load(Ordering::Relaxed)) {
         c.add(calls, bytes);

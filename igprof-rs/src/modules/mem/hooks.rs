@@ -39,7 +39,7 @@ use super::account;
 use super::memo::EntryRegs;
 use super::site::{self, MEM_OUTER, MEM_VIA};
 use crate::base::sys::ErrnoGuard;
-use crate::hook::Chains;
+use crate::hook::hook_table;
 
 /// Deferred-event kinds of this module.
 pub const KIND_ALLOC: u8 = 1;
@@ -48,65 +48,50 @@ pub const KIND_FREE: u8 = 2;
 /// (its block was not taken out either, see [`freeing`]).
 const KIND_ALLOC_RESTORE: u8 = 3;
 
-type Malloc = unsafe extern "C" fn(usize) -> *mut c_void;
-type Calloc = unsafe extern "C" fn(usize, usize) -> *mut c_void;
-type Realloc = unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void;
-type ReallocArray = unsafe extern "C" fn(*mut c_void, usize, usize) -> *mut c_void;
-type Free = unsafe extern "C" fn(*mut c_void);
-type Memalign = unsafe extern "C" fn(usize, usize) -> *mut c_void;
-type PosixMemalign = unsafe extern "C" fn(*mut *mut c_void, usize, usize) -> c_int;
-type Sized = unsafe extern "C" fn(*mut c_void, usize);
-type Aligned = unsafe extern "C" fn(usize, usize) -> *mut c_void;
-/// operator new(size, align, nothrow) and the nothrow/aligned deletes: the
-/// trailing arguments are passed through untouched.
-type New3 = unsafe extern "C" fn(usize, usize, usize) -> *mut c_void;
-type Delete3 = unsafe extern "C" fn(*mut c_void, usize, usize);
-
-/// Chain pointers, indexed by [`Func`].
-static CHAIN: Chains<N> = Chains::new();
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(usize)]
-pub enum Func {
-    Malloc,
-    Calloc,
-    Realloc,
-    ReallocArray,
-    Free,
-    Memalign,
-    PosixMemalign,
-    AlignedAlloc,
-    Valloc,
-    Pvalloc,
-    Cfree,
-    /// tcmalloc's C++ operators (defined by the allocator itself).
-    New,
-    NewArray,
-    Delete,
-    DeleteArray,
-    DeleteSized,
-    DeleteArraySized,
-    NewAligned,
-    NewArrayAligned,
-    DeleteAligned,
-    DeleteArrayAligned,
-    NewNothrow,
-    NewArrayNothrow,
-    NewAlignedNothrow,
-    NewArrayAlignedNothrow,
-    DeleteNothrow,
-    DeleteArrayNothrow,
-    DeleteSizedAligned,
-    DeleteArraySizedAligned,
-    DeleteAlignedNothrow,
-    DeleteArrayAlignedNothrow,
+hook_table! {
+    /// The hooked allocation functions, with the signatures their
+    /// originals are called with.
+    pub enum Func {
+        Malloc => fn malloc(size: usize) -> *mut c_void;
+        Calloc => fn calloc(n: usize, m: usize) -> *mut c_void;
+        Realloc => fn realloc(p: *mut c_void, size: usize) -> *mut c_void;
+        ReallocArray => fn reallocarray(p: *mut c_void, n: usize, m: usize) -> *mut c_void;
+        Free => fn free(p: *mut c_void);
+        Memalign => fn memalign(align: usize, size: usize) -> *mut c_void;
+        PosixMemalign => fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int;
+        AlignedAlloc => fn aligned_alloc(align: usize, size: usize) -> *mut c_void;
+        Valloc => fn valloc(size: usize) -> *mut c_void;
+        Pvalloc => fn pvalloc(size: usize) -> *mut c_void;
+        Cfree => fn cfree(p: *mut c_void);
+        /// tcmalloc's C++ operators (defined by the allocator itself).
+        New => fn new(size: usize) -> *mut c_void;
+        NewArray => fn new_array(size: usize) -> *mut c_void;
+        Delete => fn delete(p: *mut c_void);
+        DeleteArray => fn delete_array(p: *mut c_void);
+        DeleteSized => fn delete_sized(p: *mut c_void, n: usize);
+        DeleteArraySized => fn delete_array_sized(p: *mut c_void, n: usize);
+        NewAligned => fn new_aligned(size: usize, align: usize) -> *mut c_void;
+        NewArrayAligned => fn new_array_aligned(size: usize, align: usize) -> *mut c_void;
+        DeleteAligned => fn delete_aligned(p: *mut c_void, align: usize);
+        DeleteArrayAligned => fn delete_array_aligned(p: *mut c_void, align: usize);
+        /// operator new(size, align, nothrow) and the nothrow/aligned
+        /// deletes: the trailing arguments are passed through untouched.
+        NewNothrow => fn new_nothrow(size: usize, b: usize, c: usize) -> *mut c_void;
+        NewArrayNothrow => fn new_array_nothrow(size: usize, b: usize, c: usize) -> *mut c_void;
+        NewAlignedNothrow => fn new_aligned_nothrow(size: usize, b: usize, c: usize) -> *mut c_void;
+        NewArrayAlignedNothrow => fn new_array_aligned_nothrow(size: usize, b: usize, c: usize) -> *mut c_void;
+        DeleteNothrow => fn delete_nothrow(p: *mut c_void, b: usize, c: usize);
+        DeleteArrayNothrow => fn delete_array_nothrow(p: *mut c_void, b: usize, c: usize);
+        DeleteSizedAligned => fn delete_sized_aligned(p: *mut c_void, b: usize, c: usize);
+        DeleteArraySizedAligned => fn delete_array_sized_aligned(p: *mut c_void, b: usize, c: usize);
+        DeleteAlignedNothrow => fn delete_aligned_nothrow(p: *mut c_void, b: usize, c: usize);
+        DeleteArrayAlignedNothrow => fn delete_array_aligned_nothrow(p: *mut c_void, b: usize, c: usize);
+    }
 }
-const N: usize = 31;
 
 /// (symbol, replacement, whether only an allocator other than libc's may
 /// provide it).
 pub fn funcs() -> [(Func, &'static str, *const (), bool); N] {
-    use super::memo::entry;
     use Func::*;
     let (malloc_entry, calloc_entry) = if super::sample::active() {
         (
@@ -122,12 +107,7 @@ pub fn funcs() -> [(Func, &'static str, *const (), bool); N] {
     [
         (Malloc, "malloc", malloc_entry, false),
         (Calloc, "calloc", calloc_entry, false),
-        (
-            Realloc,
-            "realloc",
-            super::memo::entry::realloc_entry as *const (),
-            false,
-        ),
+        (Realloc, "realloc", entry::realloc_entry as *const (), false),
         (
             ReallocArray,
             "reallocarray",
@@ -281,15 +261,21 @@ fn accounted(addr: usize, requested: usize) -> u64 {
 }
 
 /// Replays one deferred memory event.
-pub fn replay(node: *mut crate::base::tree::Node, kind: u8, a: usize, b: u64) {
+pub fn replay(
+    g: &crate::base::thread::Guard,
+    node: *mut crate::base::tree::Node,
+    kind: u8,
+    a: usize,
+    b: u64,
+) {
     match kind {
         KIND_ALLOC if super::sample::active() => {
             // The deferred event kept the packed weight, not the size:
             // MEM_MAX gets the size it implies.
             let (calls, bytes) = super::sample::unpack(b);
-            account::on_alloc_sampled(node, a, b, bytes / calls.max(1))
+            account::on_alloc_sampled(g, node, a, b, bytes / calls.max(1))
         }
-        KIND_ALLOC => account::on_alloc(node, a, b),
+        KIND_ALLOC => account::on_alloc(g, node, a, b),
         KIND_FREE => {
             account::on_free(a);
         }
@@ -324,10 +310,10 @@ fn allocated_exact(p: *mut c_void, size: usize, fill: bool, regs: Option<EntryRe
     let addr = p as usize;
     let _e = ErrnoGuard::save();
     let bytes = accounted(addr, size);
-    site::event(KIND_ALLOC, addr, bytes, replay, |t, h| {
+    site::event(KIND_ALLOC, addr, bytes, replay, |g, h| {
         let n = match &regs {
-            Some(r) => site::caller_node_at(t, h, r),
-            None => site::caller_node(t, h, MEM_OUTER),
+            Some(r) => site::caller_node_at(g, h, r),
+            None => site::caller_node(g, h, MEM_OUTER),
         };
         if let Some(n) = n {
             // Recorded here: an outer hook waiting for an inner one
@@ -336,7 +322,7 @@ fn allocated_exact(p: *mut c_void, size: usize, fill: bool, regs: Option<EntryRe
             if fill && super::empty::active() {
                 super::empty::fill(addr, size);
             }
-            account::on_alloc(n, addr, bytes);
+            account::on_alloc(g, n, addr, bytes);
         }
     });
 }
@@ -370,13 +356,13 @@ fn record_sampled(addr: usize, size: usize, pick: super::sample::Pick, regs: Opt
     // Counted in the free filter before the program sees the block, so a
     // free of it (even one deferred from a signal handler) is not skipped.
     super::sample::remember(addr);
-    site::event(KIND_ALLOC, addr, stored, replay, |t, h| {
+    site::event(KIND_ALLOC, addr, stored, replay, |g, h| {
         let n = match &regs {
-            Some(r) => site::caller_node_at(t, h, r),
-            None => site::caller_node(t, h, MEM_OUTER),
+            Some(r) => site::caller_node_at(g, h, r),
+            None => site::caller_node(g, h, MEM_OUTER),
         };
         match n {
-            Some(n) => account::on_alloc_sampled(n, addr, stored, bytes),
+            Some(n) => account::on_alloc_sampled(g, n, addr, stored, bytes),
             None => super::sample::forget(addr),
         }
     });
@@ -472,7 +458,7 @@ fn via_seen(addr: usize) {
 
 // ---- the replacements ----
 
-// Entered through the naked stubs of `memo::entry` (the installed
+// Entered through the naked stubs of [`entry`] (the installed
 // replacements of malloc, calloc and realloc): the program's registers at
 // the call follow the real arguments.
 
@@ -482,8 +468,7 @@ pub(super) extern "C" fn malloc_with_regs(
     fp: usize,
     lr: usize,
 ) -> *mut c_void {
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    let p = unsafe { CHAIN.get::<Malloc>(Func::Malloc as usize)(size) };
+    let p = chain::malloc(size);
     allocated_fill(p, size, true, Some(EntryRegs { sp, fp, lr }));
     p
 }
@@ -501,8 +486,7 @@ pub(super) extern "C" fn malloc_sampled_with_regs(
     lr: usize,
 ) -> *mut c_void {
     if passes_over(size) {
-        // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-        return unsafe { CHAIN.get::<Malloc>(Func::Malloc as usize)(size) };
+        return chain::malloc(size);
     }
     malloc_with_regs(size, sp, fp, lr)
 }
@@ -516,8 +500,7 @@ pub(super) extern "C" fn calloc_sampled_with_regs(
     lr: usize,
 ) -> *mut c_void {
     if passes_over(n.wrapping_mul(m)) {
-        // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-        return unsafe { CHAIN.get::<Calloc>(Func::Calloc as usize)(n, m) };
+        return chain::calloc(n, m);
     }
     calloc_with_regs(n, m, sp, fp, lr)
 }
@@ -538,8 +521,7 @@ pub(super) extern "C" fn calloc_with_regs(
     fp: usize,
     lr: usize,
 ) -> *mut c_void {
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    let p = unsafe { CHAIN.get::<Calloc>(Func::Calloc as usize)(n, m) };
+    let p = chain::calloc(n, m);
     allocated_fill(p, n.wrapping_mul(m), false, Some(EntryRegs { sp, fp, lr }));
     p
 }
@@ -551,9 +533,8 @@ pub(super) extern "C" fn realloc_with_regs(
     fp: usize,
     lr: usize,
 ) -> *mut c_void {
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    reallocate(p, size, Some(EntryRegs { sp, fp, lr }), || unsafe {
-        CHAIN.get::<Realloc>(Func::Realloc as usize)(p, size)
+    reallocate(p, size, Some(EntryRegs { sp, fp, lr }), || {
+        chain::realloc(p, size)
     })
 }
 
@@ -597,11 +578,9 @@ fn reallocate(
 /// is recorded here (the old block is then forgotten after the call).
 extern "C" fn reallocarray_hook(p: *mut c_void, n: usize, m: usize) -> *mut c_void {
     via_begin();
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged. Allocations libc
-    // makes inside it (realloc(NULL, n) -> malloc) are not separate calls.
-    let r = site::with_outer(MEM_OUTER, || unsafe {
-        CHAIN.get::<ReallocArray>(Func::ReallocArray as usize)(p, n, m)
-    });
+    // Allocations libc makes inside it (realloc(NULL, n) -> malloc) are
+    // not separate calls.
+    let r = site::with_outer(MEM_OUTER, || chain::reallocarray(p, n, m));
     let direct = via_end(r);
     if direct && !r.is_null() {
         freed(p);
@@ -611,52 +590,47 @@ extern "C" fn reallocarray_hook(p: *mut c_void, n: usize, m: usize) -> *mut c_vo
 }
 
 extern "C" fn free_hook(p: *mut c_void) {
-    free_then_chain(p, Func::Free)
+    free_then_chain(p, chain::free)
 }
 
 extern "C" fn cfree_hook(p: *mut c_void) {
-    free_then_chain(p, Func::Cfree)
+    free_then_chain(p, chain::cfree)
 }
 
-/// A free through the chain's `f`: a block that cannot hold a record goes
+/// A free through `original` (free's or cfree's chain): a block that cannot hold a record goes
 /// straight on (a jump, with no frame of ours: most frees of a sampled
 /// profile), the others are taken out of the live table first, out of
 /// line.
 #[inline(always)]
-fn free_then_chain(p: *mut c_void, f: Func) {
+fn free_then_chain(p: *mut c_void, original: impl Fn(*mut c_void)) {
     if !may_hold_record(p) {
-        // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-        return unsafe { CHAIN.get::<Free>(f as usize)(p) };
+        return original(p);
     }
-    free_recorded(p, f)
+    free_recorded(p, original)
 }
 
 /// [`free_then_chain`] for a block that may hold a record: out of the
-/// live table, then the chain's `f`.
+/// live table, then `original`.
 #[inline(never)]
-fn free_recorded(p: *mut c_void, f: Func) {
+fn free_recorded(p: *mut c_void, original: impl Fn(*mut c_void)) {
     freeing_recorded_then(p, |_| ());
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    unsafe { CHAIN.get::<Free>(f as usize)(p) }
+    original(p)
 }
 
 extern "C" fn memalign_hook(align: usize, size: usize) -> *mut c_void {
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    let p = unsafe { CHAIN.get::<Memalign>(Func::Memalign as usize)(align, size) };
+    let p = chain::memalign(align, size);
     allocated(p, size);
     p
 }
 
 extern "C" fn aligned_alloc_hook(align: usize, size: usize) -> *mut c_void {
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    let p = unsafe { CHAIN.get::<Memalign>(Func::AlignedAlloc as usize)(align, size) };
+    let p = chain::aligned_alloc(align, size);
     allocated(p, size);
     p
 }
 
 extern "C" fn posix_memalign_hook(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    let r = unsafe { CHAIN.get::<PosixMemalign>(Func::PosixMemalign as usize)(out, align, size) };
+    let r = chain::posix_memalign(out, align, size);
     if r == 0 && !out.is_null() {
         // SAFETY: on success posix_memalign stored the block in *out.
         allocated(unsafe { *out }, size);
@@ -665,15 +639,13 @@ extern "C" fn posix_memalign_hook(out: *mut *mut c_void, align: usize, size: usi
 }
 
 extern "C" fn valloc_hook(size: usize) -> *mut c_void {
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    let p = unsafe { CHAIN.get::<Malloc>(Func::Valloc as usize)(size) };
+    let p = chain::valloc(size);
     allocated(p, size);
     p
 }
 
 extern "C" fn pvalloc_hook(size: usize) -> *mut c_void {
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    let p = unsafe { CHAIN.get::<Malloc>(Func::Pvalloc as usize)(size) };
+    let p = chain::pvalloc(size);
     allocated(p, size);
     p
 }
@@ -682,9 +654,9 @@ extern "C" fn pvalloc_hook(size: usize) -> *mut c_void {
 
 extern "C" fn new_hook(size: usize) -> *mut c_void {
     via_begin();
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged (it may throw: the
-    // exception passes through this frame, which has nothing to clean up).
-    let p = unsafe { CHAIN.get::<Malloc>(Func::New as usize)(size) };
+    // The original may throw: the exception passes through this frame,
+    // which has nothing to clean up.
+    let p = chain::new(size);
     if via_end(p) {
         allocated(p, size);
     }
@@ -693,8 +665,7 @@ extern "C" fn new_hook(size: usize) -> *mut c_void {
 
 extern "C" fn new_array_hook(size: usize) -> *mut c_void {
     via_begin();
-    // SAFETY: as new_hook.
-    let p = unsafe { CHAIN.get::<Malloc>(Func::NewArray as usize)(size) };
+    let p = chain::new_array(size);
     if via_end(p) {
         allocated(p, size);
     }
@@ -703,8 +674,7 @@ extern "C" fn new_array_hook(size: usize) -> *mut c_void {
 
 extern "C" fn new_aligned_hook(size: usize, align: usize) -> *mut c_void {
     via_begin();
-    // SAFETY: as new_hook.
-    let p = unsafe { CHAIN.get::<Aligned>(Func::NewAligned as usize)(size, align) };
+    let p = chain::new_aligned(size, align);
     if via_end(p) {
         allocated(p, size);
     }
@@ -713,8 +683,7 @@ extern "C" fn new_aligned_hook(size: usize, align: usize) -> *mut c_void {
 
 extern "C" fn new_array_aligned_hook(size: usize, align: usize) -> *mut c_void {
     via_begin();
-    // SAFETY: as new_hook.
-    let p = unsafe { CHAIN.get::<Aligned>(Func::NewArrayAligned as usize)(size, align) };
+    let p = chain::new_array_aligned(size, align);
     if via_end(p) {
         allocated(p, size);
     }
@@ -723,51 +692,44 @@ extern "C" fn new_array_aligned_hook(size: usize, align: usize) -> *mut c_void {
 
 extern "C" fn delete_hook(p: *mut c_void) {
     freed(p);
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    unsafe { CHAIN.get::<Free>(Func::Delete as usize)(p) }
+    chain::delete(p)
 }
 
 extern "C" fn delete_array_hook(p: *mut c_void) {
     freed(p);
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    unsafe { CHAIN.get::<Free>(Func::DeleteArray as usize)(p) }
+    chain::delete_array(p)
 }
 
 extern "C" fn delete_sized_hook(p: *mut c_void, n: usize) {
     freed(p);
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    unsafe { CHAIN.get::<Sized>(Func::DeleteSized as usize)(p, n) }
+    chain::delete_sized(p, n)
 }
 
 extern "C" fn delete_array_sized_hook(p: *mut c_void, n: usize) {
     freed(p);
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    unsafe { CHAIN.get::<Sized>(Func::DeleteArraySized as usize)(p, n) }
+    chain::delete_array_sized(p, n)
 }
 
 extern "C" fn delete_aligned_hook(p: *mut c_void, a: usize) {
     freed(p);
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    unsafe { CHAIN.get::<Sized>(Func::DeleteAligned as usize)(p, a) }
+    chain::delete_aligned(p, a)
 }
 
 extern "C" fn delete_array_aligned_hook(p: *mut c_void, a: usize) {
     freed(p);
-    // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-    unsafe { CHAIN.get::<Sized>(Func::DeleteArrayAligned as usize)(p, a) }
+    chain::delete_array_aligned(p, a)
 }
 
 // Nothrow and sized+aligned forms (tcmalloc defines them separately; the
 // extra arguments are forwarded as they came).
 
 macro_rules! new_forms {
-    ($($name:ident: $f:expr;)*) => {$(
+    ($($name:ident: $f:path;)*) => {$(
         extern "C" fn $name(size: usize, b: usize, c: usize) -> *mut c_void {
-            // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged (registers
-            // the original does not read are passed through harmlessly).
+            // Registers the original does not read are passed through
+            // harmlessly.
             via_begin();
-            // SAFETY: as above.
-            let p = unsafe { CHAIN.get::<New3>($f as usize)(size, b, c) };
+            let p = $f(size, b, c);
             if via_end(p) {
                 allocated(p, size);
             }
@@ -776,26 +738,66 @@ macro_rules! new_forms {
     )*};
 }
 new_forms! {
-    new_nothrow_hook: Func::NewNothrow;
-    new_array_nothrow_hook: Func::NewArrayNothrow;
-    new_aligned_nothrow_hook: Func::NewAlignedNothrow;
-    new_array_aligned_nothrow_hook: Func::NewArrayAlignedNothrow;
+    new_nothrow_hook: chain::new_nothrow;
+    new_array_nothrow_hook: chain::new_array_nothrow;
+    new_aligned_nothrow_hook: chain::new_aligned_nothrow;
+    new_array_aligned_nothrow_hook: chain::new_array_aligned_nothrow;
 }
 
 macro_rules! delete_forms {
-    ($($name:ident: $f:expr;)*) => {$(
+    ($($name:ident: $f:path;)*) => {$(
         extern "C" fn $name(p: *mut c_void, b: usize, c: usize) {
             freed(p);
-            // SAFETY: the chain has this function's type and is set before its hook runs; forwarding the program's call unchanged.
-            unsafe { CHAIN.get::<Delete3>($f as usize)(p, b, c) }
+            $f(p, b, c)
         }
     )*};
 }
 delete_forms! {
-    delete_nothrow_hook: Func::DeleteNothrow;
-    delete_array_nothrow_hook: Func::DeleteArrayNothrow;
-    delete_sized_aligned_hook: Func::DeleteSizedAligned;
-    delete_array_sized_aligned_hook: Func::DeleteArraySizedAligned;
-    delete_aligned_nothrow_hook: Func::DeleteAlignedNothrow;
-    delete_array_aligned_nothrow_hook: Func::DeleteArrayAlignedNothrow;
+    delete_nothrow_hook: chain::delete_nothrow;
+    delete_array_nothrow_hook: chain::delete_array_nothrow;
+    delete_sized_aligned_hook: chain::delete_sized_aligned;
+    delete_array_sized_aligned_hook: chain::delete_array_sized_aligned;
+    delete_aligned_nothrow_hook: chain::delete_aligned_nothrow;
+    delete_array_aligned_nothrow_hook: chain::delete_array_aligned_nothrow;
+}
+
+/// Naked entry stubs: put the program's registers at the call after the
+/// real arguments and jump to the Rust hook (the stack is untouched, so the
+/// hook returns straight to the program).
+pub(super) mod entry {
+    #[cfg(target_arch = "x86_64")]
+    macro_rules! stub {
+        ($name:ident, $imp:path, one) => {
+            #[unsafe(naked)]
+            pub extern "C" fn $name() {
+                core::arch::naked_asm!("mov rsi, rsp", "mov rdx, rbp", "xor ecx, ecx", "jmp {imp}", imp = sym $imp)
+            }
+        };
+        ($name:ident, $imp:path, two) => {
+            #[unsafe(naked)]
+            pub extern "C" fn $name() {
+                core::arch::naked_asm!("mov rdx, rsp", "mov rcx, rbp", "xor r8d, r8d", "jmp {imp}", imp = sym $imp)
+            }
+        };
+    }
+    #[cfg(target_arch = "aarch64")]
+    macro_rules! stub {
+        ($name:ident, $imp:path, one) => {
+            #[unsafe(naked)]
+            pub extern "C" fn $name() {
+                core::arch::naked_asm!("mov x1, sp", "mov x2, x29", "mov x3, x30", "b {imp}", imp = sym $imp)
+            }
+        };
+        ($name:ident, $imp:path, two) => {
+            #[unsafe(naked)]
+            pub extern "C" fn $name() {
+                core::arch::naked_asm!("mov x2, sp", "mov x3, x29", "mov x4, x30", "b {imp}", imp = sym $imp)
+            }
+        };
+    }
+    stub!(malloc_entry, super::malloc_with_regs, one);
+    stub!(calloc_entry, super::calloc_with_regs, two);
+    stub!(realloc_entry, super::realloc_with_regs, two);
+    stub!(malloc_sampled_entry, super::malloc_sampled_with_regs, one);
+    stub!(calloc_sampled_entry, super::calloc_sampled_with_regs, two);
 }

@@ -3,7 +3,7 @@
 //!
 //! A stack walk is a pure function of the registers it starts from, the
 //! stack words it reads and the unwind tables. The hot allocation hooks
-//! are entered through small naked stubs ([`entry`]) that pass the
+//! are entered through small naked stubs ([`super::hooks::entry`]) that pass the
 //! program's stack pointer and frame pointer at the call (AArch64: and the
 //! link register) to the hook. A full walk records the stack words it
 //! depends on in the program's frames (`unwind::ReadLog`: return-address
@@ -509,53 +509,4 @@ impl Default for StackMemo {
     fn default() -> Self {
         Self::new()
     }
-}
-
-/// Naked entry stubs: put the program's registers at the call after the
-/// real arguments and jump to the Rust hook (the stack is untouched, so the
-/// hook returns straight to the program).
-pub mod entry {
-    #[cfg(target_arch = "x86_64")]
-    macro_rules! stub {
-        ($name:ident, $imp:path, one) => {
-            #[unsafe(naked)]
-            pub extern "C" fn $name() {
-                core::arch::naked_asm!("mov rsi, rsp", "mov rdx, rbp", "xor ecx, ecx", "jmp {imp}", imp = sym $imp)
-            }
-        };
-        ($name:ident, $imp:path, two) => {
-            #[unsafe(naked)]
-            pub extern "C" fn $name() {
-                core::arch::naked_asm!("mov rdx, rsp", "mov rcx, rbp", "xor r8d, r8d", "jmp {imp}", imp = sym $imp)
-            }
-        };
-    }
-    #[cfg(target_arch = "aarch64")]
-    macro_rules! stub {
-        ($name:ident, $imp:path, one) => {
-            #[unsafe(naked)]
-            pub extern "C" fn $name() {
-                core::arch::naked_asm!("mov x1, sp", "mov x2, x29", "mov x3, x30", "b {imp}", imp = sym $imp)
-            }
-        };
-        ($name:ident, $imp:path, two) => {
-            #[unsafe(naked)]
-            pub extern "C" fn $name() {
-                core::arch::naked_asm!("mov x2, sp", "mov x3, x29", "mov x4, x30", "b {imp}", imp = sym $imp)
-            }
-        };
-    }
-    stub!(malloc_entry, super::super::hooks::malloc_with_regs, one);
-    stub!(calloc_entry, super::super::hooks::calloc_with_regs, two);
-    stub!(realloc_entry, super::super::hooks::realloc_with_regs, two);
-    stub!(
-        malloc_sampled_entry,
-        super::super::hooks::malloc_sampled_with_regs,
-        one
-    );
-    stub!(
-        calloc_sampled_entry,
-        super::super::hooks::calloc_sampled_with_regs,
-        two
-    );
 }

@@ -33,7 +33,7 @@ use core::sync::atomic::{AtomicU8, Ordering};
 
 use crate::base::options::{self, MemOverhead};
 use crate::base::tree::Node;
-use crate::modules::Module;
+use crate::modules::{Module, StartError};
 
 static OVERHEAD: AtomicU8 = AtomicU8::new(0);
 
@@ -79,6 +79,7 @@ pub const MODULE: Module = Module {
     register_counters: |_| account::register_counters(),
     start: |_| start(),
     thread_end: Some(|_| site::release_thread_extras()),
+    left_by_jump: Some(site::jumped_out),
     fork_child: Some(after_fork_child),
     before_threads: Some(account::flush_recent),
     leaks: Some(leaks),
@@ -94,6 +95,7 @@ pub const EMPTY_MODULE: Module = Module {
     register_counters: |_| empty::register_counters(),
     start: |_| start(),
     thread_end: Some(|_| site::release_thread_extras()),
+    left_by_jump: Some(site::jumped_out),
     fork_child: Some(after_fork_child),
     before_threads: Some(account::flush_recent),
     ..Module::new("-ep/-ei/-eu", |o| o.empty.is_some())
@@ -102,7 +104,7 @@ pub const EMPTY_MODULE: Module = Module {
 static STARTED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 
 /// Slots, then hooks (once, whichever of -mp / -ep... asks first).
-fn start() -> Result<(), String> {
+fn start() -> Result<(), StartError> {
     if STARTED.swap(true, Ordering::AcqRel) {
         return Ok(());
     }
@@ -127,7 +129,7 @@ fn start() -> Result<(), String> {
     }
     install();
     if !hooks::hooked(hooks::Func::Malloc) || !hooks::hooked(hooks::Func::Free) {
-        return Err("malloc or free could not be hooked".to_string());
+        return Err(StartError::refused("malloc or free could not be hooked"));
     }
     Ok(())
 }

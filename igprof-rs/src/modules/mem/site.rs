@@ -14,7 +14,7 @@
 use core::cell::Cell;
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use crate::base::thread::{self, ThreadState};
+use crate::base::thread::{self, Guard, ThreadState};
 use crate::base::tree::Node;
 
 /// Stack depth kept for an event deferred from a signal handler.
@@ -22,11 +22,11 @@ pub const DEFERRED_DEPTH: usize = 64;
 /// Events a thread can defer before the next hook drains them.
 pub const DEFERRED_MAX: usize = 16;
 
-/// Replays a deferred event of its module: `f(node of the event's stack,
-/// kind, a, b)` (guard held).
-pub type Replay = fn(*mut Node, u8, usize, u64);
+/// Replays a deferred event of its module: `f(the thread's guard, node of
+/// the event's stack, kind, a, b)`.
+pub type Replay = fn(&Guard, *mut Node, u8, usize, u64);
 
-fn replay_nothing(_: *mut Node, _: u8, _: usize, _: u64) {}
+fn replay_nothing(_: &Guard, _: *mut Node, _: u8, _: usize, _: u64) {}
 
 /// A hooked event seen while the thread was busy (nested in a signal
 /// handler), replayed by the next hook call on that thread through the
@@ -218,37 +218,33 @@ pub fn in_libc(pc: usize) -> bool {
 /// The node of the current call's stack (the hooked function's caller
 /// first). Returns None (and the reason is counted) when the event must not
 /// be recorded: an inner libc call of one of our hooks, or no memory.
-/// The caller holds the thread's guard.
 #[inline]
-pub fn caller_node(t: &'static ThreadState, h: &HookTls, outer_bit: u8) -> Option<*mut Node> {
-    walk_node(t, h, outer_bit, None).map(|(n, _)| n)
+pub fn caller_node(g: &Guard, h: &HookTls, outer_bit: u8) -> Option<*mut Node> {
+    walk_node(g, h, outer_bit, None).map(|(n, _)| n)
 }
 
 /// As [`caller_node`], for an allocation hook entered through a stub that
 /// passed the program's registers: the stack memo answers when the stack
 /// is the same as the previous event's.
 #[inline(always)]
-pub fn caller_node_at(
-    t: &'static ThreadState,
-    h: &HookTls,
-    r: &super::memo::EntryRegs,
-) -> Option<*mut Node> {
+pub fn caller_node_at(g: &Guard, h: &HookTls, r: &super::memo::EntryRegs) -> Option<*mut Node> {
+    let t = g.state();
     if h.outer.get() & MEM_OUTER != 0 || h.memo.get().is_null() {
-        return caller_node(t, h, MEM_OUTER);
+        return caller_node(g, h, MEM_OUTER);
     }
     // SAFETY: this thread's memo, used only with its guard held.
     let m = unsafe { &mut *h.memo.get() };
     if !m.usable(t, r) {
-        return caller_node(t, h, MEM_OUTER);
+        return caller_node(g, h, MEM_OUTER);
     }
     match m.lookup(t, r) {
         Some(n) if !super::memo::checking() => Some(n),
         Some(n) => {
-            let (walked, _) = walk_node(t, h, MEM_OUTER, None)?;
+            let (walked, _) = walk_node(g, h, MEM_OUTER, None)?;
             super::memo::checked(n, walked);
             Some(walked)
         }
-        None => walk_and_remember(t, h, m, r),
+        None => walk_and_remember(g, h, m, r),
     }
 }
 
@@ -256,13 +252,14 @@ pub fn caller_node_at(
 /// remembers the walk. Out of line, so that a hit runs inlined in the hook.
 #[inline(never)]
 fn walk_and_remember(
-    t: &'static ThreadState,
+    g: &Guard,
     h: &HookTls,
     m: &mut super::memo::StackMemo,
     r: &super::memo::EntryRegs,
 ) -> Option<*mut Node> {
+    let t = g.state();
     let log = m.begin(t, r);
-    let (n, depth) = walk_node(t, h, MEM_OUTER, Some(log))?;
+    let (n, depth) = walk_node(g, h, MEM_OUTER, Some(log))?;
     // A walk cut by the depth limit would read on in a longer one: not
     // memoised.
     if depth < t.trace_cap {
@@ -276,16 +273,18 @@ fn walk_and_remember(
 /// trace depth.
 #[inline]
 fn walk_node(
-    t: &'static ThreadState,
+    g: &Guard,
     h: &HookTls,
     outer_bit: u8,
     log: Option<&crate::unwind::ReadLog>,
 ) -> Option<(*mut Node, usize)> {
+    let t = g.state();
     if h.nested.get().is_null() {
-        make_thread_extras(h);
+        make_thread_extras(g, h);
     }
-    // SAFETY: owner thread with its guard held.
-    let buf = unsafe { t.trace_buf() };
+    // SAFETY: the owner thread (the guard is of its current state); the
+    // buffer is not borrowed elsewhere while a hook records.
+    let buf = unsafe { t.trace_buf(g) };
     let w = crate::base::trace::here_logged(t, buf, log);
     if h.outer.get() & outer_bit != 0 && w.depth > 0 && in_libc(buf[0]) {
         return None;
@@ -293,8 +292,8 @@ fn walk_node(
     if w.truncated {
         t.stats.truncated.fetch_add(1, Ordering::Relaxed);
     }
-    // SAFETY: owner thread with its guard held.
-    let tree = unsafe { t.tree_mut() };
+    // SAFETY: the owner thread; the tree is not borrowed elsewhere.
+    let tree = unsafe { t.tree_mut(g) };
     let trace = &buf[..w.depth];
     let pc = h.paths.get();
     let n = if pc.is_null() {
@@ -432,8 +431,9 @@ pub fn release_thread_extras() {
 
 #[cold]
 #[inline(never)]
-fn make_thread_extras(h: &HookTls) {
-    // Guard held, not in our signal handler: the global allocator is usable.
+fn make_thread_extras(_held: &Guard, h: &HookTls) {
+    // Inside profiler code, not in our signal handler (hooks only): the
+    // global allocator is usable.
     // On a stack of its own: these are large values, built before they are
     // boxed, and the thread's stack may be 16 KiB.
     crate::base::sys::with_big_stack(|| {
@@ -465,13 +465,7 @@ fn make_thread_extras(h: &HookTls) {
 /// The thread is marked as recording *before* it takes its guard, so a
 /// signal handler that runs at any point of the recording defers its events.
 #[inline]
-pub fn event(
-    kind: u8,
-    a: usize,
-    b: u64,
-    replay: Replay,
-    f: impl FnOnce(&'static ThreadState, &HookTls),
-) {
+pub fn event(kind: u8, a: usize, b: u64, replay: Replay, f: impl FnOnce(&Guard, &HookTls)) {
     let Some(t) = thread::current() else {
         UNKNOWN_THREAD.fetch_add(1, Ordering::Relaxed);
         return;
@@ -490,8 +484,8 @@ pub fn event(
             h.outer.set(prev);
             return;
         };
-        f(t, h);
-        drain(t, h);
+        f(&g, h);
+        drain(&g, h);
         drop(g);
         h.outer.set(h.outer.get() & !IN_RECORD);
     })
@@ -515,6 +509,15 @@ pub fn left_by_jump() {
             unsafe { &*nested }.abandon_walk();
         }
     });
+}
+
+/// Before a longjmp (the registry's `left_by_jump` of every module that
+/// records through this file): a thread inside the profiler (`busy`) or
+/// inside a hook leaves it for good.
+pub fn jumped_out(busy: bool) {
+    if busy || in_hook() {
+        left_by_jump();
+    }
 }
 
 /// Events on threads the profiler has no state for (passed through).
@@ -637,17 +640,17 @@ fn defer(t: &'static ThreadState, h: &HookTls, replay: Replay, kind: u8, a: usiz
     h.tail.set(tail + 1);
 }
 
-/// Replays every deferred event through its own replay function (guard held).
+/// Replays every deferred event through its own replay function.
 #[inline]
-pub fn drain(t: &'static ThreadState, h: &HookTls) {
+pub fn drain(g: &Guard, h: &HookTls) {
     if h.head.get() == h.tail.get() {
         return;
     }
-    drain_slow(t, h);
+    drain_slow(g, h);
 }
 
 #[inline(never)]
-fn drain_slow(t: &'static ThreadState, h: &HookTls) {
+fn drain_slow(g: &Guard, h: &HookTls) {
     loop {
         core::sync::atomic::compiler_fence(Ordering::SeqCst);
         let head = h.head.get();
@@ -657,14 +660,14 @@ fn drain_slow(t: &'static ThreadState, h: &HookTls) {
         // SAFETY: slot `head` was completed before `tail` moved past it.
         let e = unsafe { (*h.queue.get())[head % DEFERRED_MAX] };
         h.head.set(head + 1);
-        // SAFETY: owner thread with its guard held.
-        let tree = unsafe { t.tree_mut() };
+        // SAFETY: the owner thread; the tree is not borrowed elsewhere.
+        let tree = unsafe { g.state().tree_mut(g) };
         let n = tree.node_for(&e.trace[..e.depth as usize], e.truncated);
         DEFERRED.fetch_add(1, Ordering::Relaxed);
         if n.is_null() {
             LOST.fetch_add(1, Ordering::Relaxed);
         } else {
-            (e.replay)(n, e.kind, e.a, e.b);
+            (e.replay)(g, n, e.kind, e.a, e.b);
         }
     }
 }

@@ -1,0 +1,257 @@
+//! Merging every thread's call tree into one tree of the profile, keyed
+//! by stack, with the live resources of each node and where merged nodes
+//! came from.
+//!
+//! Owns the dump's fast hash map ([`HashMap`]) and the merged tree
+//! ([`Merged`]).
+//!
+//! Must never: change a thread's tree (other threads keep sampling into
+//! theirs while it is read).
+
+use std::collections::HashMap as StdHashMap;
+
+use crate::base::counters::{self, Merge};
+use crate::base::tree::{Node, TRUNCATED};
+
+/// The dump's maps are keyed by addresses and node ids, which need no
+/// protection against chosen collisions: a multiply-rotate hash (FxHash's)
+/// instead of SipHash, a third of the merge's time on a large profile.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct FastHasher(u64);
+
+impl core::hash::Hasher for FastHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(w));
+        }
+    }
+    #[inline]
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    #[inline]
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(v as u64);
+    }
+    #[inline]
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+pub(crate) type HashMap<K, V> = StdHashMap<K, V, core::hash::BuildHasherDefault<FastHasher>>;
+
+/// Addresses of synthetic top-level functions (below any code address).
+pub(super) const SYNTHETIC_BASE: usize = 0x100;
+
+/// `Merged::value_at` of a node whose counters are all zero.
+pub(super) const NO_VALUES: u32 = u32::MAX;
+
+pub(super) struct MNode {
+    pub(super) addr: usize,
+    pub(super) first_child: u32,
+    /// The last of the children (appended to in O(1)).
+    pub(super) last_child: u32,
+    pub(super) next_sibling: u32,
+}
+
+/// All threads' trees merged by path of addresses.
+pub(super) struct Merged {
+    pub(super) nodes: Vec<MNode>,
+    /// Per node: where its nslots (ticks, value, peak) start in `values`,
+    /// or [`NO_VALUES`] while they are all zero (most nodes are callers
+    /// that carry no counts of their own: a quarter of a compiler's -mp
+    /// profile has any).
+    pub(super) value_at: Vec<u32>,
+    pub(super) values: Vec<(u64, u64, u64)>,
+    pub(super) index: HashMap<(u32, usize), u32>,
+    pub(super) nslots: usize,
+    /// Thread-tree nodes that hold live resources (for LK records) ->
+    /// the merged node each went into (`u32::MAX` until merged). Only
+    /// those: a table of every node's origin cost a compiler's dump more
+    /// than its merge (the vector's growth, its sort, its page faults).
+    pub(super) origin: HashMap<usize, u32>,
+    /// (merged node, counter slot) -> leaked (address, size).
+    pub(super) leaks: HashMap<(u32, usize), Vec<(u64, u64)>>,
+    /// Names of synthetic top-level functions (address SYNTHETIC_BASE + i).
+    pub(super) synthetic: Vec<&'static str>,
+    /// The modules' readers of counters stored in another form.
+    pub(super) stored_forms: Vec<crate::modules::DumpValueFn>,
+}
+
+impl Merged {
+    pub(super) fn new(nslots: usize) -> Self {
+        let mut m = Merged {
+            nodes: Vec::new(),
+            value_at: Vec::new(),
+            values: Vec::new(),
+            index: HashMap::default(),
+            nslots,
+            origin: HashMap::default(),
+            leaks: HashMap::default(),
+            synthetic: Vec::new(),
+            stored_forms: Vec::new(),
+        };
+        m.push(0);
+        m
+    }
+
+    pub(super) fn push(&mut self, addr: usize) -> u32 {
+        let id = self.nodes.len() as u32;
+        self.nodes.push(MNode {
+            addr,
+            first_child: u32::MAX,
+            last_child: u32::MAX,
+            next_sibling: u32::MAX,
+        });
+        self.value_at.push(NO_VALUES);
+        id
+    }
+
+    /// The counters of node `id`, None while all are zero.
+    pub(super) fn values_of(&self, id: u32) -> Option<&[(u64, u64, u64)]> {
+        let at = self.value_at[id as usize];
+        (at != NO_VALUES).then(|| &self.values[at as usize..at as usize + self.nslots])
+    }
+
+    /// The counters of node `id`, made (zero) if it had none.
+    pub(super) fn values_of_mut(&mut self, id: u32) -> &mut [(u64, u64, u64)] {
+        let mut at = self.value_at[id as usize];
+        if at == NO_VALUES {
+            at = self.values.len() as u32;
+            self.value_at[id as usize] = at;
+            self.values
+                .extend(std::iter::repeat_n((0, 0, 0), self.nslots));
+        }
+        &mut self.values[at as usize..at as usize + self.nslots]
+    }
+
+    pub(super) fn child(&mut self, parent: u32, addr: usize) -> u32 {
+        match self.index.get(&(parent, addr)) {
+            Some(&c) => c,
+            // Appended at the end of the sibling list: first-seen order.
+            None => self.fresh_child(parent, addr, true),
+        }
+    }
+
+    /// Room for `more` nodes, so that a large merge does not regrow and
+    /// rehash its tables as it goes.
+    pub(super) fn reserve(&mut self, more: usize) {
+        self.nodes.reserve(more);
+        self.value_at.reserve(more);
+    }
+
+    /// A new child `addr` of `parent`, known not to be one already (its
+    /// parent had no children before this merge, or the index said so).
+    /// `indexed`: entered in the index, for later merges to find.
+    pub(super) fn fresh_child(&mut self, parent: u32, addr: usize, indexed: bool) -> u32 {
+        let c = self.push(addr);
+        if indexed {
+            self.index.insert((parent, addr), c);
+        }
+        let p = &mut self.nodes[parent as usize];
+        let last = core::mem::replace(&mut p.last_child, c);
+        if last == u32::MAX {
+            p.first_child = c;
+        } else {
+            self.nodes[last as usize].next_sibling = c;
+        }
+        c
+    }
+
+    pub(super) fn add(&mut self, into: u32, from: &Node, merges: &[Merge]) {
+        for (s, merge) in merges.iter().enumerate() {
+            // A module may store a counter in another form than it is written.
+            let stored = self.stored_forms.iter().find_map(|f| f(from, s));
+            let (t, v, p) = stored.unwrap_or_else(|| from.counter(s).get());
+            if (t, v, p) == (0, 0, 0) {
+                // Adds nothing under any merge rule.
+                continue;
+            }
+            let cur = &mut self.values_of_mut(into)[s];
+            match merge {
+                Merge::Sum => *cur = (cur.0 + t, cur.1 + v, cur.2 + p),
+                Merge::Max => *cur = (cur.0 + t, cur.1.max(v), cur.2.max(p)),
+                Merge::Live => *cur = (cur.0.wrapping_add(t), cur.1.wrapping_add(v), cur.2.max(p)),
+            }
+        }
+    }
+
+    /// Adds `ticks`/`value` (peak = value) to counter `slot` of the synthetic
+    /// top-level function `name`.
+    pub(super) fn add_synthetic(
+        &mut self,
+        name: &'static str,
+        slot: usize,
+        ticks: u64,
+        value: u64,
+    ) {
+        let i = match self.synthetic.iter().position(|&n| n == name) {
+            Some(i) => i,
+            None => {
+                self.synthetic.push(name);
+                self.synthetic.len() - 1
+            }
+        };
+        let node = self.child(0, SYNTHETIC_BASE + i);
+        let cur = &mut self.values_of_mut(node)[slot];
+        *cur = (cur.0 + ticks, cur.1 + value, cur.2 + value);
+    }
+
+    /// The distinct code addresses of the profile (not the synthetic
+    /// functions' or the truncation marker), sorted.
+    pub(super) fn code_addresses(&self) -> Vec<usize> {
+        let synthetic = SYNTHETIC_BASE..SYNTHETIC_BASE + self.synthetic.len();
+        let mut v: Vec<usize> = self.nodes[1..]
+            .iter()
+            .map(|n| n.addr)
+            .filter(|a| *a != TRUNCATED && !synthetic.contains(a))
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// Merges the subtree under `from` (a tree node) into merged node `into`.
+    /// `last`: no tree is merged after this one, so the nodes it adds need
+    /// no index entries (each (parent, address) of one tree comes once).
+    pub(super) fn merge_tree(&mut self, into: u32, from: &Node, last: bool) {
+        let merges: Vec<Merge> = (0..self.nslots)
+            .map(|s| counters::def_of_slot(s).merge)
+            .collect();
+        // Nodes made by this merge: their children are all new too.
+        let made = self.nodes.len() as u32;
+        let mut stack: Vec<(u32, &Node)> = vec![(into, from)];
+        while let Some((m, n)) = stack.pop() {
+            self.add(m, n, &merges);
+            if !self.origin.is_empty() {
+                if let Some(o) = self.origin.get_mut(&(n as *const Node as usize)) {
+                    *o = m;
+                }
+            }
+            let fresh = m >= made && self.nodes[m as usize].first_child == u32::MAX;
+            for c in n.children() {
+                let known = if fresh {
+                    None
+                } else {
+                    self.index.get(&(m, c.addr)).copied()
+                };
+                let mc = known.unwrap_or_else(|| self.fresh_child(m, c.addr, !last));
+                stack.push((mc, c));
+            }
+        }
+    }
+
+    /// The merged node of thread-tree node `node`, if it was one of the
+    /// nodes asked for in `origin` and merged.
+    pub(super) fn origin_of(&self, node: usize) -> Option<u32> {
+        self.origin.get(&node).copied().filter(|&m| m != u32::MAX)
+    }
+}

@@ -1,0 +1,121 @@
+//! Which kind of sampler the process uses, and the signal it sends.
+//!
+//! Owns: the choice made once at start-up ([`choose_sampler`]: `--sampler`,
+//! else sigtrap perf events when a probe event opens, else sigprof; -pr
+//! without sigtrap events on POSIX timers), the sampling signal
+//! ([`signal`]) and how `-e` events signal their threads
+//! ([`event_delivery`]).
+//!
+//! Must never: change the choice after start-up (the handler and every
+//! thread's sampler rely on one signal for the process).
+
+use core::sync::atomic::{AtomicI32, AtomicU8, Ordering};
+
+use super::{COOKIE, EVENT_COOKIE};
+use crate::base::options::{self, PerfClock, Sampler};
+use crate::base::sys::{self, Errno, PerfDelivery};
+
+/// The signal our samplers send (0 when nothing is sampled); see [`signal`].
+static SIGNAL: AtomicI32 = AtomicI32::new(0);
+/// The chosen kind of sampler, a [`Sampler`] other than `Auto` (as u8).
+static MODE: AtomicU8 = AtomicU8::new(Sampler::Timer as u8);
+
+/// The signal our samplers send: SIGTRAP with sigtrap perf events, SIGPROF
+/// otherwise, 0 when the process is not sampled (the program then keeps
+/// every signal to itself).
+pub fn signal() -> i32 {
+    SIGNAL.load(Ordering::Relaxed)
+}
+
+pub(super) fn mode() -> Sampler {
+    match MODE.load(Ordering::Relaxed) {
+        m if m == Sampler::Sigtrap as u8 => Sampler::Sigtrap,
+        m if m == Sampler::Sigprof as u8 => Sampler::Sigprof,
+        _ => Sampler::Timer,
+    }
+}
+
+/// Whether a sigtrap task-clock event opens on the calling thread (Linux
+/// 5.13+, perf events allowed): the errno otherwise.
+fn probe_sigtrap() -> Result<(), Errno> {
+    let how = PerfDelivery::Sigtrap { cookie: COOKIE };
+    let (fd, ring) =
+        sys::perf_task_clock_open(sys::gettid(), 1_000_000_000, false, how, 0).map_err(Errno)?;
+    sys::perf_close(fd, ring);
+    Ok(())
+}
+
+/// How the `-e` events of this process signal their threads: SIGTRAP
+/// (sigtrap events), else SIGPROF through fasync; None when nothing is
+/// sampled.
+pub fn event_delivery() -> Option<PerfDelivery> {
+    match signal() {
+        libc::SIGTRAP => Some(PerfDelivery::Sigtrap {
+            cookie: EVENT_COOKIE,
+        }),
+        0 => None,
+        signo => Some(PerfDelivery::Fasync { signo }),
+    }
+}
+
+/// Chooses the sampler and its signal (constructor, before the handler is
+/// installed and before any hook): `--sampler`, else sigtrap when a probe
+/// event on this thread opens, else sigprof. -pr always uses timers.
+pub fn choose_sampler() {
+    let o = options::get();
+    if !o.needs_timers() {
+        // -e alone: its events raise SIGTRAP, or where the kernel has no
+        // sigtrap events (or --sampler sigprof/timer) wake a ring that
+        // sends SIGPROF; no timer of ours runs.
+        if o.samples_events() {
+            let trap =
+                matches!(o.sampler, Sampler::Auto | Sampler::Sigtrap) && probe_sigtrap().is_ok();
+            let (mode, sig) = if trap {
+                (Sampler::Sigtrap, libc::SIGTRAP)
+            } else {
+                (Sampler::Sigprof, libc::SIGPROF)
+            };
+            MODE.store(mode as u8, Ordering::Relaxed);
+            SIGNAL.store(sig, Ordering::Relaxed);
+        }
+        return;
+    }
+    // -pr samples with sigtrap events too (CPU time, plus off-CPU time
+    // charged after each context switch: see the module doc); with any
+    // other sampler it uses wall-clock POSIX timers.
+    let want = match (o.perf, o.sampler) {
+        (_, Sampler::Auto) => Sampler::Sigtrap,
+        (Some(PerfClock::Real), Sampler::Sigtrap) => Sampler::Sigtrap,
+        (Some(PerfClock::Real), _) => Sampler::Timer,
+        (_, s) => s,
+    };
+    let got = match want {
+        Sampler::Sigtrap => match probe_sigtrap() {
+            Ok(()) => Sampler::Sigtrap,
+            Err(e) => {
+                if o.sampler == Sampler::Sigtrap || o.debug {
+                    crate::igprof_log!(
+                        "sigtrap perf events are not available (errno {e}, Linux 5.13+ needed); sampling with SIGPROF"
+                    );
+                }
+                Sampler::Sigprof
+            }
+        },
+        s => s,
+    };
+    MODE.store(got as u8, Ordering::Relaxed);
+    let sig = if got == Sampler::Sigtrap {
+        libc::SIGTRAP
+    } else {
+        libc::SIGPROF
+    };
+    SIGNAL.store(sig, Ordering::Relaxed);
+    if o.debug {
+        let name = match got {
+            Sampler::Sigtrap => "sigtrap",
+            Sampler::Sigprof => "sigprof",
+            _ => "timer",
+        };
+        crate::igprof_log!("sampler {name} (signal {sig})");
+    }
+}

@@ -1,0 +1,128 @@
+//! A thread's sampler over its life: started with the thread (a perf
+//! event where the process samples with them and the kernel allows it,
+//! else a POSIX timer), re-armed by each of its samples (a perf event's
+//! period re-randomised every so often, a timer armed again), stopped at
+//! thread exit and exec, and forgotten in a forked child.
+//!
+//! Must never: start a second sampler on a thread that has one, or leave
+//! a thread's sampler running after [`stop_thread`].
+
+use core::sync::atomic::{AtomicBool, Ordering};
+
+use super::choice::{mode, signal};
+use super::perf::{open_event, open_switch_event, release_event, renew_held_event};
+use super::ticks::next_interval;
+use super::{has_event, timer, COOKIE};
+use crate::base::options::{self, PerfClock, Sampler};
+use crate::base::sys::{self, Errno, PerfDelivery};
+use crate::base::thread::ThreadState;
+
+/// Starts sampling the calling thread (its state must be registered).
+///
+/// -pp / -pu use a task-clock perf event on the thread (sigtrap or sigprof,
+/// see the layer's doc). When perf events are not allowed
+/// (perf_event_paranoid, seccomp) they fall back to a POSIX timer on the
+/// thread CPU clock, which the kernel only checks at the scheduler tick
+/// (HZ): intervals below the tick are then coarser. -pr uses a POSIX
+/// CLOCK_MONOTONIC timer.
+pub fn start_thread(t: &'static ThreadState) {
+    let o = options::get();
+    if !o.needs_timers() || t.sampler.timer.load(Ordering::Relaxed) >= 0 || has_event(t) {
+        return;
+    }
+    let user_only = o.perf == Some(PerfClock::User);
+    let how = match mode() {
+        Sampler::Sigtrap => Some(PerfDelivery::Sigtrap { cookie: COOKIE }),
+        Sampler::Sigprof => Some(PerfDelivery::Fasync { signo: signal() }),
+        _ => None,
+    };
+    if let Some(how) = how {
+        if !PERF_UNAVAILABLE.load(Ordering::Relaxed) {
+            match open_event(t, user_only, how).and_then(|()| open_switch_event(t)) {
+                Ok(()) => return,
+                Err(e) => {
+                    if !PERF_UNAVAILABLE.swap(true, Ordering::Relaxed) && o.debug {
+                        no_perf_events(e);
+                    }
+                }
+            }
+        }
+    }
+    if let Err(e) = timer::start(t) {
+        no_timer(t.tid(), e);
+    }
+}
+
+/// Says why a thread is not sampled: out of line, so that the line buffer
+/// is not in [`start_thread`]'s frame on every thread's (maybe small) stack.
+#[cold]
+#[inline(never)]
+fn no_timer(tid: i32, e: Errno) {
+    crate::igprof_log!(
+        "cannot create the sampling timer of thread {tid} (errno {e}); it is not sampled"
+    );
+}
+
+#[cold]
+#[inline(never)]
+fn no_perf_events(e: Errno) {
+    crate::igprof_log!(
+        "perf_event_open(task-clock) failed (errno {e}); sampling with CPU-clock timers (scheduler-tick resolution)"
+    );
+}
+
+/// Set once a thread's perf event could not be opened: later threads
+/// sample with timers without trying again.
+static PERF_UNAVAILABLE: AtomicBool = AtomicBool::new(false);
+
+/// Stops sampling the calling thread (thread exit, exec).
+pub fn stop_thread(t: &ThreadState) {
+    let id = t.sampler.timer.swap(-1, Ordering::AcqRel);
+    if id >= 0 {
+        sys::timer_delete(id);
+    }
+    release_event(t);
+}
+
+/// In a forked child: the parent's samplers are not ours (perf descriptors
+/// are inherited and would keep signalling the parent's threads' owner).
+pub fn forget_inherited(t: &ThreadState) {
+    t.sampler.timer.store(-1, Ordering::Release);
+    release_event(t);
+}
+
+/// Samples between period changes (see the layer's doc).
+const JITTER_EVERY: u32 = 64;
+/// Samples between renewals of a held event (a new event with a new
+/// period): opening, mapping and ending an event costs about 60 us here,
+/// so it is done less often than an ioctl.
+const RENEW_EVERY: u32 = 512;
+/// Re-arms the thread's sampler after one of its samples (signal context).
+pub(super) fn rearm(t: &'static ThreadState) {
+    if has_event(t) {
+        // The perf event keeps sampling by itself; re-randomise its period
+        // every JITTER_EVERY samples (an ioctl costs more than the rest of
+        // the sample). A held event has no descriptor to change: a new one
+        // with the new period replaces it.
+        let fd = t.sampler.perf_fd.load(Ordering::Relaxed);
+        let every = if fd >= 0 { JITTER_EVERY } else { RENEW_EVERY };
+        let n = t.sampler.clock.since_jitter.get() + 1;
+        if n < every {
+            t.sampler.clock.since_jitter.set(n);
+            return;
+        }
+        t.sampler.clock.since_jitter.set(0);
+        if fd >= 0 {
+            let period = next_interval(t);
+            sys::perf_set_period(fd, period);
+            t.sampler.clock.clock_seen.set(period);
+        } else {
+            renew_held_event(t);
+        }
+    } else {
+        let id = t.sampler.timer.load(Ordering::Relaxed);
+        if id >= 0 {
+            sys::timer_arm_once(id, next_interval(t));
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! What a sample is worth: the sampling interval with its random part,
+//! the PERF ticks a sample stands for (one event period, or the sampled
+//! clock's time since the previous sample in whole intervals with the
+//! remainder carried), the off-CPU time of -pr, and the counter slot the
+//! ticks are charged to.
+//!
+//! Must never: allocate, lock or make a system call other than reading a
+//! clock (these run in the sampling handler).
+
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+use super::has_event;
+use crate::base::options::{self, PerfClock};
+use crate::base::sys;
+use crate::base::thread::ThreadState;
+
+/// The counter slot PERF ticks go to (`usize::MAX`: none; see [`set_tick_slot`]).
+static TICK_SLOT: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Charges the sampler's ticks to counter `slot` (the CPU module's
+/// PERF_TICKS, once the counters froze).
+pub fn set_tick_slot(slot: usize) {
+    TICK_SLOT.store(slot, Ordering::Relaxed);
+}
+
+/// The counter slot ticks are charged to, `usize::MAX` for none.
+pub(super) fn tick_slot() -> usize {
+    TICK_SLOT.load(Ordering::Relaxed)
+}
+
+/// The jittered interval of the next sample: the interval +-10%.
+pub(super) fn next_interval(t: &ThreadState) -> u64 {
+    let base = options::get().interval_ns;
+    let spread = base / 5;
+    base - base / 10
+        + if spread > 0 {
+            t.sampler.clock.next_random() % spread
+        } else {
+            0
+        }
+}
+
+/// -pr: ticks for the time the thread spent off the CPU (blocked, or
+/// runnable and waiting) since the last charge: wall time minus the
+/// thread's CPU time (which its task-clock samples count), in whole
+/// intervals with the remainder carried.
+pub(super) fn off_cpu_ticks(t: &ThreadState) -> u64 {
+    let (wall, cpu) = (sys::monotonic_ns(), sys::thread_cpu_ns());
+    let off = wall
+        .saturating_sub(t.sampler.clock.wall_mark.get())
+        .saturating_sub(cpu.saturating_sub(t.sampler.clock.cpu_mark.get()));
+    t.sampler.clock.wall_mark.set(wall);
+    t.sampler.clock.cpu_mark.set(cpu);
+    let iv = options::get().interval_ns;
+    let credit = t.sampler.clock.clock_credit.get() + off;
+    t.sampler.clock.clock_credit.set(credit % iv);
+    credit / iv
+}
+
+/// A perf event samples every `period` ns of thread time (the interval
+/// with its random part): remembered so that each sample counts for what it
+/// stands for ([`ticks_for`]).
+pub(super) fn set_event_period(t: &ThreadState, period: u64) {
+    t.sampler.clock.clock_seen.set(period);
+    t.sampler.clock.clock_credit.set(0);
+}
+
+/// The reading of the clock a POSIX-timer sampler runs on.
+pub(super) fn sampled_clock_ns() -> u64 {
+    match options::get().perf {
+        Some(PerfClock::Real) => sys::fast_monotonic_ns(),
+        Some(PerfClock::User) => sys::thread_user_ns(),
+        _ => sys::thread_cpu_ns(),
+    }
+}
+
+/// How many PERF ticks this sample is worth. A perf-event sample stands for
+/// one period of its event (the interval, randomised by +-10%). A POSIX-timer sample stands for the clock time since
+/// the previous one, in whole intervals with the remainder carried: CPU-clock
+/// timers fire late (on the scheduler tick), a wall-clock timer of a thread
+/// that was runnable but not running fires once for several intervals, and
+/// -pu weighs by user time; the totals stay exact either way.
+pub(super) fn ticks_for(t: &ThreadState) -> u64 {
+    if options::get().perf.is_none() {
+        return 0;
+    }
+    let iv = options::get().interval_ns;
+    let elapsed = if has_event(t) {
+        // One event period (clock_seen holds it).
+        t.sampler.clock.clock_seen.get()
+    } else {
+        let now = sampled_clock_ns();
+        let e = now.saturating_sub(t.sampler.clock.clock_seen.get());
+        t.sampler.clock.clock_seen.set(now);
+        e
+    };
+    let (ticks, carry) = whole_intervals(t.sampler.clock.clock_credit.get(), elapsed, iv);
+    t.sampler.clock.clock_credit.set(carry);
+    ticks
+}
+
+/// `elapsed` nanoseconds of the sampled clock, plus the `carried`
+/// remainder, in whole `interval`s: (ticks, remainder to carry). A run of
+/// samples at a period 10% longer than the interval counts 10% more.
+fn whole_intervals(carried: u64, elapsed: u64, interval: u64) -> (u64, u64) {
+    let credit = carried + elapsed;
+    (credit / interval, credit % interval)
+}
+
+/// Seconds per PERF tick for the dump header (T=), 0 without sampling.
+pub fn tick_seconds() -> f64 {
+    match options::get().perf {
+        Some(_) => options::get().interval_ns as f64 / 1e9,
+        None => 0.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_are_whole_intervals_with_the_remainder_carried() {
+        let iv = 1_000_000;
+        assert_eq!(whole_intervals(0, 1_000_000, iv), (1, 0));
+        assert_eq!(whole_intervals(0, 2_500_000, iv), (2, 500_000));
+        assert_eq!(whole_intervals(500_000, 600_000, iv), (1, 100_000));
+        assert_eq!(whole_intervals(0, 999_999, iv), (0, 999_999));
+        // Ten samples at a period 10% longer than the interval count 11.
+        let (mut carry, mut total) = (0, 0);
+        for _ in 0..10 {
+            let (k, c) = whole_intervals(carry, 1_100_000, iv);
+            total += k;
+            carry = c;
+        }
+        assert_eq!((total, carry), (11, 0));
+    }
+}

@@ -1,0 +1,5 @@
+pub mod entry {
+    pub fn f() {
+        super::super::y::g()
+    }
+}

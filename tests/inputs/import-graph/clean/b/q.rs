@@ -1,0 +1,5 @@
+pub struct Q;
+
+pub fn make() -> Q {
+    Q
+}

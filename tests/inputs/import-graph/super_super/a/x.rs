@@ -1,0 +1,7 @@
+pub fn h() {}
+
+pub mod entry {
+    pub fn f() {
+        super::super::y::g()
+    }
+}

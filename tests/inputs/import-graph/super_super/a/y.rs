@@ -1,0 +1,3 @@
+pub fn g() {
+    super::x::h()
+}

@@ -1,0 +1,3 @@
+pub mod p;
+pub mod q;
+pub mod r;

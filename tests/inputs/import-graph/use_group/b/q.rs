@@ -1,0 +1,12 @@
+use super::{p as other, r};
+
+pub struct Q;
+
+pub fn make() -> Q {
+    r::g();
+    Q
+}
+
+pub fn back() -> Q {
+    other::f()
+}
