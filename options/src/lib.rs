@@ -65,6 +65,8 @@ pub enum Id {
 
 /// Number of [`Id`]s.
 const IDS: usize = Id::ToggleSignal as usize + 1;
+// The checker keeps one bit per id in a u64.
+const _: () = assert!(IDS <= 64);
 
 /// What follows an option, and which values it accepts.
 #[derive(Clone, Copy, Debug)]

@@ -345,6 +345,13 @@ impl<'a> From<table::Error<'a>> for OptionError<'a> {
 impl fmt::Display for OptionError<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            // Said of IGPROF: here it was set by hand (the launcher never
+            // writes an unknown word), and the user must look there.
+            OptionError::Table(table::Error::Unknown { word }) => write!(
+                f,
+                "unknown option '{}' in IGPROF (see igprof -h)",
+                table::Bytes(word)
+            ),
             OptionError::Table(e) => e.fmt(f),
             OptionError::UnterminatedQuote => write!(f, "unterminated ' quote in IGPROF"),
         }
@@ -605,6 +612,13 @@ mod tests {
         assert_eq!(
             parse(b"-pp -q").err(),
             Some(OptionError::Table(table::Error::Unknown { word: b"-q" }))
+        );
+        let mut line = crate::base::log::Line::new();
+        core::fmt::Write::write_fmt(&mut line, format_args!("{}", parse(b"-q").err().unwrap()))
+            .unwrap();
+        assert_eq!(
+            line.as_bytes(),
+            b"igprof: unknown option '-q' in IGPROF (see igprof -h)"
         );
         assert_eq!(
             parse(b"-o").err(),
