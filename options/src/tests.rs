@@ -211,6 +211,21 @@ fn times_with_units() {
     assert_eq!(parse_time(b"x", 1), None);
     assert_eq!(parse_time(b".", 1), None);
     assert_eq!(parse_time(b"1.0000000001s", 1), None);
+    // A bare number counts the option's unit, decimals or not: seconds
+    // for --dump-every, milliseconds for -i.
+    assert_eq!(
+        check(&["--dump-every", "1.5"]).unwrap(),
+        [Parsed::Number(1_500_000_000)]
+    );
+    assert_eq!(
+        check(&["--dump-every", "150"]).unwrap(),
+        [Parsed::Number(150_000_000_000)]
+    );
+    assert_eq!(
+        check(&["-pp", "-i", "1.5"]).unwrap(),
+        [Parsed::None, Parsed::Number(1_500_000)]
+    );
+    assert!(check(&["--dump-every", "0.09"]).is_err());
 }
 
 #[test]
