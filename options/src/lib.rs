@@ -907,14 +907,12 @@ fn parse_value<'a>(kind: &Value, v: &'a [u8]) -> Option<Parsed<'a>> {
     })
 }
 
-/// A decimal number of 1 to 18 digits (which cannot overflow).
+/// A decimal number of 1 to 18 digits (so that a unit may multiply it).
 pub fn parse_decimal(s: &[u8]) -> Option<u64> {
-    if s.is_empty() || s.len() > 18 {
+    if s.len() > 18 {
         return None;
     }
-    s.iter().try_fold(0u64, |acc, &b| {
-        b.is_ascii_digit().then(|| acc * 10 + (b - b'0') as u64)
-    })
+    parse_u64(s)
 }
 
 /// Any decimal number that fits in 64 bits (leading zeros allowed).
