@@ -732,7 +732,24 @@ fn a_program_that_refuses_perf_events_to_itself_is_still_sampled() {
         let p = the_profile(&d);
         // Each thread burns 200 ms of CPU after the filter is in place
         // (the fallback timers tick at the scheduler's 4 ms); -pr counts
-        // the wall-clock time that took.
+        // the wall-clock time that took. On a loaded machine the kernel may
+        // fire a CPU-clock timer only a few times in 200 ms: a thread's time
+        // after its last sample is charged to that sample's stack, so the
+        // total stays exact. A thread no signal reached at all is not in the
+        // profile, and the profiler must say so.
+        let err = text(&got.stderr);
+        let unsampled = err
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("igprof: ")?
+                    .split_once(" thread(s) ran ")
+                    .filter(|(_, rest)| rest.contains("no timer sample reached them"))?
+                    .0
+                    .parse::<usize>()
+                    .ok()
+            })
+            .unwrap_or(0);
+        let mut missing = 0;
         for f in ["first", "second"] {
             let (ticks, _) = under(&p, "PERF_TICKS", f);
             let ms = if mode[0] == "-pr" {
@@ -740,6 +757,10 @@ fn a_program_that_refuses_perf_events_to_itself_is_still_sampled() {
             } else {
                 200.0
             };
+            if ticks == 0 && mode[0] == "-pp" && missing < unsampled {
+                missing += 1;
+                continue;
+            }
             assert!(
                 (ms * 0.7..=ms * 1.3).contains(&(ticks as f64)),
                 "{mode:?}: {f} has {ticks} ticks of 1 ms for {ms} ms"

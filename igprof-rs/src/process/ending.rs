@@ -28,8 +28,12 @@ pub fn final_dump(reason: &str) -> bool {
     if !crate::base::run::active() || FINAL_DONE.swap(true, Ordering::AcqRel) {
         return false;
     }
-    // The process is ending: stop sampling so the profile ends here (and no
-    // sample lands in the dump itself).
+    // The process is ending: the ending thread's time since its last
+    // sample is charged, then sampling stops so the profile ends here (and
+    // no sample lands in the dump itself).
+    if let Some(t) = thread::current() {
+        crate::sampler::charge_tail(t);
+    }
     crate::process::stop_sampling();
     let written = write_final(reason, false);
     // Written or not, the image has said what became of its profile.
@@ -109,6 +113,13 @@ fn write_final(reason: &str, always_say: bool) -> bool {
                     stats.dropped,
                     stats.truncated,
                     stats.states
+                );
+            }
+            let (threads, ticks) = crate::sampler::unsampled();
+            if threads > 0 {
+                crate::igprof_log!(
+                    "{threads} thread(s) ran {:.0} ms but no timer sample reached them (CPU-clock timers fire on the scheduler tick, rarely on a loaded machine): that time is not in the profile",
+                    ticks as f64 * crate::sampler::tick_seconds() * 1e3
                 );
             }
             if opts.debug {

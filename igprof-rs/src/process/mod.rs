@@ -409,6 +409,7 @@ extern "C" fn thread_end(p: *mut libc::c_void) {
 /// Last thing in a thread the profiler knows (pthread key destructor, or
 /// the return of a raw clone()'s function).
 pub fn end_thread(t: &'static ThreadState) {
+    sampler::charge_tail(t);
     sampler::stop_thread(t);
     each_module(|m| {
         if let Some(f) = m.thread_end {

@@ -7,11 +7,11 @@
 //! Must never: start a second sampler on a thread that has one, or leave
 //! a thread's sampler running after [`stop_thread`].
 
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::choice::{mode, signal};
 use super::perf::{open_event, open_switch_event, release_event, renew_held_event};
-use super::ticks::next_interval;
+use super::ticks::{next_interval, tick_slot, ticks_for};
 use super::{has_event, timer, COOKIE};
 use crate::base::options::{self, PerfClock, Sampler};
 use crate::base::sys::{self, Errno, PerfDelivery};
@@ -74,6 +74,63 @@ fn no_perf_events(e: Errno) {
 /// Set once a thread's perf event could not be opened: later threads
 /// sample with timers without trying again.
 static PERF_UNAVAILABLE: AtomicBool = AtomicBool::new(false);
+
+/// Charges the calling thread's time since its last POSIX-timer sample to
+/// the stack of that sample, as the thread ends or the process writes its
+/// final profile. Timer samples are weighted by the clock time since the
+/// previous one, so the time between samples is counted; without this the
+/// time after the last one was not. CPU-clock timers may fire only a few
+/// times a second on a loaded machine, which made a thread's total short by
+/// most of its CPU time. A perf event's samples each stand for one period:
+/// nothing is owed there. A thread never sampled has no stack to charge:
+/// its time is counted in [`unsampled`].
+/// Call before [`stop_thread`], on the thread `t` belongs to.
+pub fn charge_tail(t: &'static ThreadState) {
+    if has_event(t) || t.sampler.timer.load(Ordering::Relaxed) < 0 || !crate::base::run::recording()
+    {
+        return;
+    }
+    // Inside the profiler either way: under this guard, or under the one
+    // an outer frame of this thread holds (the exit hooks dump paused). A
+    // sample landing meanwhile is held as pending and charged when the
+    // guard drops; whichever comes first takes the clock time it saw.
+    let g = t.enter();
+    let node = t.sampler.last_sample.load(Ordering::Acquire);
+    let slot = tick_slot();
+    if slot == usize::MAX {
+        return;
+    }
+    let k = ticks_for(t);
+    if node.is_null() {
+        // No timer signal reached the thread: its time is not in the
+        // profile, and the final dump says how much.
+        if k > 0 {
+            UNSAMPLED_THREADS.fetch_add(1, Ordering::Relaxed);
+            UNSAMPLED_TICKS.fetch_add(k, Ordering::Relaxed);
+        }
+    } else if k > 0 {
+        // SAFETY: last_sample is a node of this thread's own tree (nodes
+        // are never freed), and this thread, inside the profiler, is its
+        // only writer now.
+        unsafe { &*node }.counter(slot).add(k, k);
+    }
+    drop(g);
+}
+
+/// Threads that ended (or were ending the process) with sampled-clock time
+/// but no timer sample, and that time in whole intervals.
+static UNSAMPLED_THREADS: AtomicU64 = AtomicU64::new(0);
+static UNSAMPLED_TICKS: AtomicU64 = AtomicU64::new(0);
+
+/// How many threads no timer sample ever reached although they ran, and
+/// their time in sampling intervals (not in the profile; see
+/// [`charge_tail`]).
+pub fn unsampled() -> (u64, u64) {
+    (
+        UNSAMPLED_THREADS.load(Ordering::Relaxed),
+        UNSAMPLED_TICKS.load(Ordering::Relaxed),
+    )
+}
 
 /// Stops sampling the calling thread (thread exit, exec).
 pub fn stop_thread(t: &ThreadState) {

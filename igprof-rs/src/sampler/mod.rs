@@ -47,7 +47,10 @@
 //!
 //! POSIX-timer samples are weighted by the time of their clock since the
 //! previous sample (thread CPU time, user time for -pu, wall time for -pr),
-//! in whole intervals with the remainder carried over (`ticks`).
+//! in whole intervals with the remainder carried over (`ticks`). The time
+//! after a thread's last sample is charged to that sample's stack as the
+//! thread ends ([`charge_tail`]); a thread no timer signal ever reached
+//! (a loaded machine) is counted apart and named by the final dump.
 //!
 //! A sample that lands while the thread is inside profiler code (a hook:
 //! the program called malloc or open) is the program's time: it is charged
@@ -89,7 +92,7 @@ use crate::base::thread::{Guard, ThreadState};
 
 pub use choice::{choose_sampler, event_delivery, signal};
 pub use handler::{install_handler, interrupted_node, interrupted_node_at};
-pub use life::{forget_inherited, start_thread, stop_thread};
+pub use life::{charge_tail, forget_inherited, start_thread, stop_thread, unsampled};
 pub use origin::mark_fd_ours;
 pub use perf::high_fd_base;
 pub use settle::settle_pending;

@@ -292,6 +292,16 @@ impl Ledger {
             }
             (None, None) => {}
         }
+        // The interval ends when the meter was read: a closer preempted
+        // between the caller's clock reading and the meter's would charge
+        // the energy of the time it waited to a shorter interval (and to
+        // the threads that ran in it).
+        let now = if given.is_none() {
+            monotonic_ns().max(now)
+        } else {
+            now
+        };
+        let wall = now.saturating_sub(st.last_wall_ns);
         st.last_wall_ns = now;
 
         // CPU time of every registered thread in this interval.
