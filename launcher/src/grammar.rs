@@ -86,7 +86,8 @@ fn text(v: &[u8]) -> Result<&str, Refusal> {
         .map_err(|_| Refusal::BadEvent(format!("'{}' is not text", String::from_utf8_lossy(v))))
 }
 
-/// The events crate's check of a value the table took as a word.
+/// The events crate's check of the value of -e, -c or -ibs (other options
+/// pass: the table checks them).
 fn check_events(id: Id, v: &[u8]) -> Result<(), Refusal> {
     match id {
         Id::Event => {
@@ -149,10 +150,17 @@ pub fn parse(args: &[OsString], pwd: &mut dyn FnMut() -> Vec<u8>) -> Result<Requ
         if quoted && value.as_deref().is_some_and(|v| v.contains(&b'\'')) {
             return Err(Refusal::Quote(word.to_vec()));
         }
-        let parsed = check.check(opt, word, value.as_deref()).map_err(refusal)?;
-        if let table::Parsed::Text(t) = parsed {
-            check_events(opt.id, t)?;
+        // The events crate's grammars first: their messages say what is
+        // wrong with an event; the table's then bound the lists' length.
+        match opt.is_prefix() {
+            true => check_events(opt.id, word)?,
+            false => {
+                if let Some(v) = value.as_deref() {
+                    check_events(opt.id, v)?;
+                }
+            }
         }
+        check.check(opt, word, value.as_deref()).map_err(refusal)?;
         if opt.id == Id::Output {
             output = value.as_deref().map(<[u8]>::to_vec);
         }
@@ -303,6 +311,9 @@ mod tests {
             (&["--dump-signal", "99", "p"], "option --dump-signal: bad value '99', expected a signal number 1..64 other than SIGKILL, SIGSTOP, SIGPROF, or 0"),
             (&["--toggle-signal", "19", "p"], "option --toggle-signal: bad value '19', expected a signal number 1..64 other than SIGKILL, SIGSTOP, SIGPROF"),
             (&["--dump-every", "1ms", "p"], "option --dump-every: bad value '1ms', expected a time of at least 100ms, e.g. 60 (seconds), 10s, 500ms"),
+            // An event's own grammar speaks first.
+            (&["-e", "", "p"], "-e: event '': empty: name an event (e.g. page-faults, cycles, cpu/event=0xc0/)"),
+            (&["-e", "page faults", "p"], "-e: event 'page faults': ' ' cannot appear in an event"),
             (&["-pp", "-pu", "p"], "only one of -pp, -pu, -pr may be given"),
             (&["-pp", "--sample-bytes", "1K", "p"], "--sample-bytes samples the memory profiler's allocations: add -mp"),
             (&["-mp", "-eu", "--sample-bytes", "1K", "p"], "--sample-bytes cannot be combined with -ep/-ei/-eu (they inspect every block): drop one of them"),
