@@ -23,7 +23,7 @@ use std::os::unix::ffi::OsStrExt;
 
 use igprof_options::{self as table, Id, Section, Value};
 
-use crate::Refusal;
+use crate::refusal::Refusal;
 
 /// The usage text's head: `igprof -h` (stdout, exit 0); also on stderr
 /// when no program is named.
