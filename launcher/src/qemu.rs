@@ -89,7 +89,7 @@ pub fn launch(
     std::env::set_var("IGPROF", os(igprof));
     std::env::set_var("IGPROF_ROOT_PID", &pid);
     // The library then starts no watcher thread in fork children,
-    // which qemu-user cannot give a thread (see runtime::after_fork_child).
+    // which qemu-user cannot give a thread (igprof-rs process::after_fork_child).
     std::env::set_var("IGPROF_QEMU_USER", "1");
     std::env::remove_var("LD_PRELOAD");
     let mut argv: Vec<&[u8]> = vec![&qemu, b"-L", &root, b"-E", &guest_preload, &resolved];
