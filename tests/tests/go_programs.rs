@@ -46,6 +46,20 @@ fn run(cmd: &mut Command) -> Output {
     cmd.output().expect("run")
 }
 
+/// Runs `prog args` in `dir` under the launcher with `mode`, its profile
+/// going to `profile` (removed first).
+fn profiled(dir: &Path, mode: &str, profile: &Path, prog: &Path, args: &[&str]) -> Output {
+    let _ = std::fs::remove_file(profile);
+    run(Command::new(launcher())
+        .args([mode, "-o"])
+        .arg(profile)
+        .arg(prog)
+        .args(args)
+        .current_dir(dir)
+        .env("IGPROF_LIB", lib())
+        .env("IGPROF_CACHE_DIR", test_store()))
+}
+
 #[test]
 fn a_cgo_program_that_ends_with_a_raw_exit_group_leaves_its_profile() {
     let d = scratch("go_cgo");
@@ -57,15 +71,7 @@ fn a_cgo_program_that_ends_with_a_raw_exit_group_leaves_its_profile() {
         assert_eq!(String::from_utf8_lossy(&plain.stdout), "go done 1000\n");
         for mode in ["-pp", "-mp", "-fd"] {
             let p = d.join("p.gz");
-            let _ = std::fs::remove_file(&p);
-            let got = run(Command::new(launcher())
-                .args([mode, "-o"])
-                .arg(&p)
-                .arg(&prog)
-                .args(args)
-                .current_dir(&d)
-                .env("IGPROF_LIB", lib())
-                .env("IGPROF_CACHE_DIR", test_store()));
+            let got = profiled(&d, mode, &p, &prog, args);
             let err = String::from_utf8_lossy(&got.stderr);
             assert_eq!(
                 (got.status.code(), &got.stdout),
@@ -97,15 +103,7 @@ fn sampling_go_code_leaves_the_program_unchanged() {
     assert_eq!(plain.status.code(), Some(0));
     for round in 0..3 {
         let p = d.join("p.gz");
-        let _ = std::fs::remove_file(&p);
-        let got = run(Command::new(launcher())
-            .args(["-pp", "-o"])
-            .arg(&p)
-            .arg(&prog)
-            .arg("burn")
-            .current_dir(&d)
-            .env("IGPROF_LIB", lib())
-            .env("IGPROF_CACHE_DIR", test_store()));
+        let got = profiled(&d, "-pp", &p, &prog, &["burn"]);
         let err = String::from_utf8_lossy(&got.stderr);
         assert_eq!(
             (got.status.code(), &got.stdout),

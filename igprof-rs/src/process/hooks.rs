@@ -13,6 +13,7 @@
 //! the thread is marked busy; allocate from signal context.
 
 use core::ffi::{c_char, c_int, c_void};
+use core::sync::atomic::{AtomicBool, Ordering};
 
 use crate::base::sys;
 use crate::base::thread;
@@ -83,7 +84,9 @@ pub fn install_core() {
 /// the process after its reports (LeakSanitizer's at exit, an ASan error)
 /// with a raw exit_group, past the `_exit` hook and the library destructor:
 /// its death callback, called first, writes the profile. dlsym, not a
-/// symbol-table search: most programs have no sanitizer. A program that
+/// symbol-table search: most programs have no sanitizer (called inside the
+/// profiler: dlsym of a missing name allocates its error text, which the
+/// program did not ask for). A program that
 /// sets its own callback replaces this one (its run then ends without a
 /// profile when the sanitizer ends it).
 fn set_sanitizer_death_callback() {
@@ -97,10 +100,20 @@ fn set_sanitizer_death_callback() {
     if f.is_null() {
         return;
     }
+    SANITIZER.store(true, Ordering::Relaxed);
     // SAFETY: the sanitizer interface's
     // `void __sanitizer_set_death_callback(void (*callback)(void))`.
     let set: extern "C" fn(Option<extern "C" fn()>) = unsafe { core::mem::transmute(f) };
     set(Some(sanitizer_death));
+}
+
+/// Whether a sanitizer runtime is in the process (found as the core hooks
+/// were installed).
+static SANITIZER: AtomicBool = AtomicBool::new(false);
+
+/// Whether [`install_core`] found a sanitizer runtime in the process.
+pub(crate) fn sanitizer_present() -> bool {
+    SANITIZER.load(Ordering::Relaxed)
 }
 
 extern "C" fn sanitizer_death() {

@@ -132,28 +132,38 @@ static CONTROL_PATH: PathCell = PathCell::new();
 /// Reads the start of the file at NUL-terminated `path` into `buf` (raw
 /// system calls); its length, or None when it cannot be read.
 fn read_file(path: &[u8], buf: &mut [u8]) -> Option<usize> {
-    let flags = (libc::O_RDONLY | libc::O_CLOEXEC) as usize;
-    // SAFETY: a NUL-terminated path.
-    let fd = unsafe {
+    let fd = raw_open(path.as_ptr(), libc::O_RDONLY);
+    if fd < 0 {
+        return None;
+    }
+    let n = raw_read(fd, buf);
+    raw_close(fd);
+    n
+}
+
+/// openat(2) of NUL-terminated `path` with `flags` | O_CLOEXEC, a raw
+/// system call: the descriptor, or a negative errno.
+fn raw_open(path: *const u8, flags: i32) -> i32 {
+    // SAFETY: the callers pass NUL-terminated paths.
+    unsafe {
         raw::call(
             libc::SYS_openat,
             [
                 libc::AT_FDCWD as usize,
-                path.as_ptr() as usize,
-                flags,
+                path as usize,
+                (flags | libc::O_CLOEXEC) as usize,
                 0,
                 0,
                 0,
             ],
-        )
-    };
-    if fd < 0 {
-        return None;
+        ) as i32
     }
-    let n = raw_read(fd as i32, buf);
-    // SAFETY: closes our own descriptor.
+}
+
+/// close(2) of our own descriptor `fd`, a raw system call.
+fn raw_close(fd: i32) {
+    // SAFETY: closes a descriptor the keeper opened.
     unsafe { raw::call(libc::SYS_close, [fd as usize, 0, 0, 0, 0, 0]) };
-    n
 }
 
 /// read(2) of `fd` into `buf` with a raw system call: the bytes read, or
@@ -207,27 +217,8 @@ fn threshold_eventfd(thresholds: &[u64]) -> i32 {
     if !CONTROL_PATH.is_set() || !USAGE_PATH.is_set() {
         return -1;
     }
+    // NUL-terminated paths, written before LIMIT was set.
     let (control, usage) = (CONTROL_PATH.ptr(), USAGE_PATH.ptr());
-    let open = |path: usize, flags: i32| {
-        // SAFETY: NUL-terminated paths, written before LIMIT was set.
-        unsafe {
-            raw::call(
-                libc::SYS_openat,
-                [
-                    libc::AT_FDCWD as usize,
-                    path,
-                    (flags | libc::O_CLOEXEC) as usize,
-                    0,
-                    0,
-                    0,
-                ],
-            )
-        }
-    };
-    let close = |fd: isize| {
-        // SAFETY: closes our own descriptor.
-        unsafe { raw::call(libc::SYS_close, [fd as usize, 0, 0, 0, 0, 0]) };
-    };
     // SAFETY: eventfd2(0, EFD_CLOEXEC).
     let efd = unsafe {
         raw::call(
@@ -235,8 +226,8 @@ fn threshold_eventfd(thresholds: &[u64]) -> i32 {
             [0, libc::EFD_CLOEXEC as usize, 0, 0, 0, 0],
         )
     };
-    let ufd = open(usage, libc::O_RDONLY);
-    let cfd = open(control, libc::O_WRONLY);
+    let ufd = raw_open(usage as *const u8, libc::O_RDONLY);
+    let cfd = raw_open(control as *const u8, libc::O_WRONLY);
     let ok = efd >= 0
         && ufd >= 0
         && cfd >= 0
@@ -262,14 +253,14 @@ fn threshold_eventfd(thresholds: &[u64]) -> i32 {
     // The registration holds the usage file; the eventfd is kept.
     for fd in [ufd, cfd] {
         if fd >= 0 {
-            close(fd);
+            raw_close(fd);
         }
     }
     if ok {
         efd as i32
     } else {
         if efd >= 0 {
-            close(efd);
+            raw_close(efd as i32);
         }
         -1
     }

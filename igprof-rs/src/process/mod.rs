@@ -353,19 +353,12 @@ pub fn init(modules: &'static [&'static Module]) {
             output_path()
         );
     }
-    // Inside the profiler (paused): dlsym of a missing name allocates its
-    // error text, which the program did not ask for.
-    let sanitizer = thread::paused(|| {
-        let name = c"__sanitizer_set_death_callback";
-        // SAFETY: a NUL-terminated name looked up in the global scope.
-        !unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) }.is_null()
-    });
     keeper::configure(
         if getenv(b"IGPROF_KEEPER\0") != Some(b"1") {
             Some(keeper::OFF_BY_ENV)
         } else if QEMU_USER.load(Ordering::Relaxed) {
             Some(keeper::OFF_UNDER_QEMU)
-        } else if sanitizer {
+        } else if crate::process::hooks::sanitizer_present() {
             Some(keeper::OFF_UNDER_SANITIZER)
         } else {
             None
