@@ -27,7 +27,7 @@
 //! Must never: change the preload of a program that needs no sanitizer
 //! runtime, or change any environment variable (ASAN_OPTIONS included).
 
-use crate::{with_elf, Elf, Segment, DT_NEEDED, PT_DYNAMIC, PT_LOAD};
+use crate::elf::{read_at, with_elf, Elf, Segment, DT_NEEDED, PT_DYNAMIC, PT_LOAD};
 
 const DT_STRTAB: u64 = 5;
 
@@ -102,7 +102,7 @@ fn file_offset(segments: &[Segment], vaddr: u64) -> Option<u64> {
 /// The NUL-terminated string at file offset `off` (at most PATH_MAX bytes).
 fn c_string_at(e: &Elf, off: u64) -> Option<Vec<u8>> {
     let mut buf = vec![0u8; libc::PATH_MAX as usize];
-    let n = crate::read_at(e.f, off, &mut buf);
+    let n = read_at(e.f, off, &mut buf);
     let end = buf[..n].iter().position(|&b| b == 0)?;
     buf.truncate(end);
     Some(buf)

@@ -1,6 +1,7 @@
 //! IgProf's options with IgProf's meaning: -pd with igprof_enable() /
 //! igprof_disable() and the toggle signal, -pk for fork children, -j (the
-//! function-call profiler's flags are tested in calls.rs). Exact counts where the truth is
+//! function-call profiler's flags are tested in calls.rs), and the
+//! launcher's refusal of values the library would refuse. Exact counts where the truth is
 //! exact (allocations), a share of the samples where it is statistical.
 
 use std::path::Path;
@@ -148,4 +149,62 @@ fn python_profiles_only_the_phase_it_enables() {
         (20_000..20_500).contains(&phase) && all >= phase + 1_000 && all < 30_000,
         "{phase} allocations recorded with -pd, {all} without"
     );
+}
+
+/// Values the library would refuse are refused by the launcher, before the
+/// program runs: one line naming the option and what to give, exit 127,
+/// and the program (here `touch`, which would leave a file) never started.
+#[test]
+fn values_the_library_refuses_stop_the_launcher() {
+    let d = scratch("refused-values");
+    for (opts, says) in [
+        (&["--depth", "5"][..], "igprof: option --depth: bad value '5', expected 16 to 65536\n"),
+        (&["-pp", "-i", "0"], "igprof: option -i: bad value '0', expected a time from 100us to 1s, e.g. 5ms, 100us, 0.5ms\n"),
+        (&["--dump-signal", "99"], "igprof: option --dump-signal: bad value '99', expected a signal number 1..64 other than SIGKILL, SIGSTOP, SIGPROF, or 0\n"),
+        (&["-pp", "-pr"], "igprof: only one of -pp, -pu, -pr may be given\n"),
+    ] {
+        let mut a = opts.to_vec();
+        a.extend(["touch", "ran"]);
+        let o = igprof(&d, &a);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(127), "{opts:?}: {err}");
+        assert_eq!(err, says, "{opts:?}");
+        assert!(!d.join("ran").exists(), "{opts:?}: the program ran");
+    }
+    // The same values within range run the program.
+    let o = igprof(
+        &d,
+        &[
+            "-mp",
+            "--depth",
+            "16",
+            "-i",
+            "100us",
+            "--dump-signal",
+            "0",
+            "-o",
+            "p.gz",
+            "touch",
+            "ran",
+        ],
+    );
+    ok(&o);
+    assert!(d.join("ran").exists() && d.join("p.gz").exists());
+}
+
+/// `igprof -h` lists every option of the table with its help.
+#[test]
+fn the_usage_lists_every_option() {
+    let d = scratch("usage");
+    let o = igprof(&d, &["-h"]);
+    ok(&o);
+    let usage = String::from_utf8_lossy(&o.stdout);
+    for opt in igprof_options::TABLE {
+        for name in opt.names {
+            assert!(usage.contains(name), "{name} not in\n{usage}");
+        }
+        for line in opt.help {
+            assert!(usage.contains(line), "{line} not in\n{usage}");
+        }
+    }
 }

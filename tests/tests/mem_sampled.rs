@@ -577,13 +577,13 @@ fn bad_values_are_refused_on_one_line() {
     let exe = build(&d, "alloc_churn.c", "alloc_churn", &[]);
     let exe = exe.to_str().unwrap();
     for (opts, says) in [
-        (&["-mp", "--sample-bytes", "0"][..], "igprof: --sample-bytes '0': give the mean number of bytes between samples, from 1 to 16M"),
-        (&["-mp", "--sample-bytes", "32M"][..], "igprof: --sample-bytes '32M'"),
-        (&["-mp", "--sample-bytes", "lots"][..], "igprof: --sample-bytes 'lots'"),
+        (&["-mp", "--sample-bytes", "0"][..], "igprof: option --sample-bytes: bad value '0', expected a mean number of bytes between samples from 1 to 16M"),
+        (&["-mp", "--sample-bytes", "32M"][..], "igprof: option --sample-bytes: bad value '32M'"),
+        (&["-mp", "--sample-bytes", "lots"][..], "igprof: option --sample-bytes: bad value 'lots'"),
         (&["-pp", "--sample-bytes", "512K"][..], "igprof: --sample-bytes samples the memory profiler's allocations: add -mp"),
         (&["-mp", "-ep", "--sample-bytes", "512K"][..], "igprof: --sample-bytes cannot be combined with -ep/-ei/-eu"),
         (&["-mp", "--sample-seed", "3"][..], "igprof: --sample-seed seeds the allocation sampler: add --sample-bytes N"),
-        (&["-mp", "--sample-bytes", "1K", "--sample-seed", "-1"][..], "igprof: --sample-seed '-1'"),
+        (&["-mp", "--sample-bytes", "1K", "--sample-seed", "-1"][..], "igprof: option --sample-seed: bad value '-1'"),
     ] {
         let mut a = opts.to_vec();
         a.extend([exe, "10", "2"]);

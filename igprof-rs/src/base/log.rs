@@ -118,20 +118,9 @@ fn stderr_is_ours() -> bool {
     fd2_id() == Some((STDERR_ID[0].load(Ordering::Relaxed), ino))
 }
 
-/// Bytes that may not be UTF-8 (paths), shown lossily without allocating.
-pub struct Bytes<'a>(pub &'a [u8]);
-
-impl fmt::Display for Bytes<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for chunk in self.0.utf8_chunks() {
-            f.write_str(chunk.valid())?;
-            if !chunk.invalid().is_empty() {
-                f.write_str("\u{fffd}")?;
-            }
-        }
-        Ok(())
-    }
-}
+/// Bytes that may not be UTF-8 (paths), shown lossily without allocating
+/// (the option table's, whose messages show values so).
+pub use igprof_options::Bytes;
 
 /// `igprof_log!("fmt", args..)`: one `igprof: ...` line on stderr.
 #[macro_export]

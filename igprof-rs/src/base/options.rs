@@ -4,28 +4,11 @@
 //! As in IgProf, the launcher puts the profiler's options in `IGPROF` (it is
 //! inherited by children, so fork+exec'd programs are profiled again). The
 //! value is the launcher's option words, e.g. `-pp -z -o 'out dir/p.gz'`;
-//! a word may be single-quoted to hold spaces. Recognised words:
-//!
-//! | word | meaning |
-//! | --- | --- |
-//! | `-pp` `-pu` `-pr` | CPU, user-CPU, wall-clock sampling (one of them) |
-//! | `-mp` `-mo MODE` `-fd` `-np` `-ep` `-ei` `-eu` `-fp:FUNC[:LIB]` | other modules (must be built in) |
-//! | `-pd` | start with recording off (`igprof_enable()`, the toggle signal) |
-//! | `-pk` | a fork child keeps the parent's profile so far |
-//! | `-j` | accepted (jemalloc is found as the allocator anyway) |
-//! | `--toggle-signal N` | signal that turns recording off and on (default none) |
-//! | `-finst` | calls and time of functions built with `-finstrument-functions` |
-//! | `-o FILE` | output file (`%p` is replaced by the pid); gzip if `-z` or it ends in `.gz` |
-//! | `-z` | gzip the output |
-//! | `-t NAMES` | profile only programs whose name contains one of the comma-separated NAMES |
-//! | `-D FILE` | dump whenever FILE appears (it is then removed) |
-//! | `-d` | debug messages |
-//! | `--interval TIME` | sampling interval: `5ms` (default), `100us`, `0.001s`, bare number = ms; 100us..1s |
-//! | `--depth N` | stack depth limit (default 1024, 16..65536) |
-//! | `--dump-signal N` | signal number that triggers a dump (default SIGRTMIN+8 = 42; 0 = none) |
-//! | `--sampler KIND` | how samples are delivered: `auto` (default), `sigtrap`, `sigprof`, `timer` (see `perf`) |
-//! | `--sample-bytes N` | -mp records a sample of allocations, one per N allocated bytes on average (`512K`, `1M`, bytes; 1..16M; see `mem::sample`) |
-//! | `--sample-seed S` | seed of the allocation sampler (a u64; random by default) |
+//! a word may be single-quoted to hold spaces. Which words there are, what
+//! values they take and which combinations are refused is the option table
+//! of the `igprof-options` crate, which the launcher walks too (so a run it
+//! starts never fails here); this file only stores each value where its
+//! module reads it.
 //!
 //! Must never: allocate or panic. Parsing is pure over a byte string so that
 //! it is unit-tested; [`init`] runs once in the constructor, before any hook
@@ -33,6 +16,7 @@
 
 use core::cell::UnsafeCell;
 use core::fmt;
+use igprof_options as table;
 
 /// A string too long for its fixed storage, or containing a NUL byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,9 +162,8 @@ pub struct Options {
 pub const DEFAULT_INTERVAL_NS: u64 = 5_000_000;
 pub const DEFAULT_DEPTH: usize = 1024;
 pub const DEFAULT_DUMP_SIGNAL: i32 = 42;
-/// Largest `--sample-bytes`: a sampled block's call estimate (up to N)
-/// must fit the 24 bits the live table keeps for it (see `mem::sample`).
-pub const MAX_SAMPLE_BYTES: u64 = 16 << 20;
+/// Largest `--sample-bytes` (see `mem::sample`).
+pub const MAX_SAMPLE_BYTES: u64 = table::MAX_SAMPLE_BYTES;
 
 impl Options {
     pub const fn new() -> Self {
@@ -345,53 +328,32 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
 
-/// What is wrong with the option string.
+/// What is wrong with the option string: a refusal of the option table
+/// (the launcher's words), or a quote the launcher never writes unclosed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OptionError<'a> {
-    Unknown {
-        word: &'a [u8],
-    },
-    MissingValue {
-        option: &'static str,
-    },
-    BadValue {
-        option: &'static str,
-        value: &'a [u8],
-        expected: &'static str,
-    },
+    Table(table::Error<'a>),
     UnterminatedQuote,
-    TwoPerfClocks,
-    /// An option that cannot be used with the others given.
-    Conflict {
-        option: &'static str,
-        problem: &'static str,
-    },
+}
+
+impl<'a> From<table::Error<'a>> for OptionError<'a> {
+    fn from(e: table::Error<'a>) -> Self {
+        OptionError::Table(e)
+    }
 }
 
 impl fmt::Display for OptionError<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        use crate::base::log::Bytes;
         match self {
-            OptionError::Unknown { word } => write!(
+            // Said of IGPROF: here it was set by hand (the launcher never
+            // writes an unknown word), and the user must look there.
+            OptionError::Table(table::Error::Unknown { word }) => write!(
                 f,
                 "unknown option '{}' in IGPROF (see igprof -h)",
-                Bytes(word)
+                table::Bytes(word)
             ),
-            OptionError::MissingValue { option } => write!(f, "option {option} needs a value"),
-            OptionError::BadValue {
-                option,
-                value,
-                expected,
-            } => {
-                write!(
-                    f,
-                    "option {option}: bad value '{}', expected {expected}",
-                    Bytes(value)
-                )
-            }
+            OptionError::Table(e) => e.fmt(f),
             OptionError::UnterminatedQuote => write!(f, "unterminated ' quote in IGPROF"),
-            OptionError::TwoPerfClocks => write!(f, "only one of -pp, -pu, -pr may be given"),
-            OptionError::Conflict { option, problem } => write!(f, "option {option} {problem}"),
         }
     }
 }
@@ -434,375 +396,106 @@ impl<'a> Iterator for Words<'a> {
     }
 }
 
-fn parse_u64(s: &[u8]) -> Option<u64> {
-    if s.is_empty() || s.len() > 18 {
-        return None;
-    }
-    s.iter().try_fold(0u64, |acc, &b| {
-        if b.is_ascii_digit() {
-            Some(acc * 10 + (b - b'0') as u64)
-        } else {
-            None
-        }
-    })
-}
-
-/// Parses `5ms`, `100us`, `0.001s`, `250000ns`, or a bare number of ms.
-pub fn parse_interval(s: &[u8]) -> Option<u64> {
-    let (num, scale): (&[u8], u64) = if let Some(n) = s.strip_suffix(b"ns") {
-        (n, 1)
-    } else if let Some(n) = s.strip_suffix(b"us") {
-        (n, 1_000)
-    } else if let Some(n) = s.strip_suffix(b"ms") {
-        (n, 1_000_000)
-    } else if let Some(n) = s.strip_suffix(b"s") {
-        (n, 1_000_000_000)
-    } else {
-        (s, 1_000_000)
-    };
-    // Decimal fraction: at most 9 digits after the point.
-    let (int, frac) = match num.iter().position(|&b| b == b'.') {
-        Some(i) => (&num[..i], &num[i + 1..]),
-        None => (num, &b""[..]),
-    };
-    if frac.len() > 9 || (int.is_empty() && frac.is_empty()) {
-        return None;
-    }
-    let whole = if int.is_empty() { 0 } else { parse_u64(int)? };
-    let mut ns = whole.checked_mul(scale)?;
-    if !frac.is_empty() {
-        let f = parse_u64(frac)?;
-        let mut div = 1u64;
-        for _ in 0..frac.len() {
-            div *= 10;
-        }
-        ns = ns.checked_add(f.checked_mul(scale)? / div)?;
-    }
-    Some(ns)
-}
-
-/// Parses a byte count: digits with an optional binary suffix `K`, `M`,
-/// `G` (also `KiB`, `k`...): `512K` = 524288.
-pub fn parse_bytes(s: &[u8]) -> Option<u64> {
-    let digits = s.iter().take_while(|b| b.is_ascii_digit()).count();
-    let (num, unit) = s.split_at(digits);
-    let shift = match unit {
-        b"" => 0,
-        b"K" | b"k" | b"KiB" | b"kiB" => 10,
-        b"M" | b"m" | b"MiB" => 20,
-        b"G" | b"g" | b"GiB" => 30,
-        _ => return None,
-    };
-    parse_u64(num)?.checked_mul(1 << shift)
-}
-
-/// Parses a decimal u64 (the whole range, for seeds).
-fn parse_u64_full(s: &[u8]) -> Option<u64> {
-    if s.is_empty() {
-        return None;
-    }
-    s.iter().try_fold(0u64, |acc, &b| {
-        if b.is_ascii_digit() {
-            acc.checked_mul(10)?.checked_add((b - b'0') as u64)
-        } else {
-            None
-        }
-    })
-}
-
-/// Appends word `v` (no space in it) to the space-separated words of `f`;
-/// false when it does not fit or is not a word.
-fn append_word(f: &mut FixedStr<1024>, v: &[u8]) -> bool {
+/// Appends `v` to the `sep`-separated list in `f` (the table's checker has
+/// made sure it fits: [`table::LIST_MAX`]).
+fn append(f: &mut FixedStr<1024>, sep: u8, v: &[u8]) {
     let mut joined = [0u8; 1024];
     let old = f.as_bytes();
     let n = old.len() + (!old.is_empty()) as usize + v.len();
-    if v.is_empty() || v.contains(&b' ') || n >= joined.len() {
-        return false;
+    if n >= joined.len() {
+        return;
     }
     joined[..old.len()].copy_from_slice(old);
     if !old.is_empty() {
-        joined[old.len()] = b' ';
+        joined[old.len()] = sep;
     }
     joined[n - v.len()..n].copy_from_slice(v);
-    f.set(&joined[..n]).is_ok()
+    let _ = f.set(&joined[..n]);
 }
 
-/// Parses the whole option string.
+/// Parses the whole option string: each word is looked up in the option
+/// table, its value checked there; what remains here is where each value
+/// goes.
 pub fn parse(s: &[u8]) -> Result<Options, OptionError<'_>> {
+    use table::{Id, Parsed};
     let mut o = Options::new();
+    let mut check = table::Checker::new();
     let mut words = Words { s };
     while let Some(w) = words.next() {
         let w = w?;
-        let mut value = |option: &'static str| -> Result<&[u8], OptionError<'_>> {
-            match words.next() {
-                Some(Ok(v)) => Ok(v),
-                Some(Err(e)) => Err(e),
-                None => Err(OptionError::MissingValue { option }),
-            }
+        if w == b"igprof" {
+            continue; // IgProf put its own name first; accepted for compatibility.
+        }
+        let opt = match table::find(w) {
+            Some(opt) if opt.module != table::LAUNCHER => opt,
+            _ => return Err(table::Error::Unknown { word: w }.into()),
         };
-        let set_perf = |o: &mut Options, c: PerfClock| -> Result<(), OptionError<'static>> {
-            if o.perf.is_some_and(|p| p != c) {
-                return Err(OptionError::TwoPerfClocks);
-            }
-            o.perf = Some(c);
-            Ok(())
+        let value = match opt.takes_value() {
+            true => words.next().transpose()?,
+            false => None,
         };
-        match w {
-            b"igprof" => {} // IgProf put its own name first; accepted for compatibility.
-            b"-pp" | b"--perf-profile" => set_perf(&mut o, PerfClock::Cpu)?,
-            b"-pu" | b"--perf-user" => set_perf(&mut o, PerfClock::User)?,
-            b"-pr" | b"--perf-real" => set_perf(&mut o, PerfClock::Real)?,
-            b"-mp" | b"--memory-profile" => o.mem = true,
-            b"-mo" | b"--memory-overhead" => {
-                let v = value("-mo")?;
-                o.mem_overhead = match v {
-                    b"none" => MemOverhead::None,
-                    b"include" => MemOverhead::Include,
-                    b"delta" => MemOverhead::Delta,
-                    _ => {
-                        return Err(OptionError::BadValue {
-                            option: "-mo",
-                            value: v,
-                            expected: "none, include or delta",
-                        })
-                    }
-                };
+        let v = check.check(opt, w, value)?;
+        let text = match v {
+            Parsed::Text(t) => t,
+            _ => b"",
+        };
+        let n = v.number();
+        match opt.id {
+            Id::Help | Id::Jemalloc => {} // jemalloc is found as the allocator that defines malloc.
+            Id::PerfCpu => o.perf = Some(PerfClock::Cpu),
+            Id::PerfUser => o.perf = Some(PerfClock::User),
+            Id::PerfReal => o.perf = Some(PerfClock::Real),
+            Id::ProfileDisabled => o.start_disabled = true,
+            Id::PerfKeep => o.fork_keep = true,
+            Id::Mem => o.mem = true,
+            // Choices in the table's order.
+            Id::MemOverhead => {
+                o.mem_overhead =
+                    [MemOverhead::None, MemOverhead::Include, MemOverhead::Delta][n as usize]
             }
-            b"-fd" | b"--file-descriptors" => o.fd = true,
-            b"-np" | b"--energy-profile" => o.energy = true,
-            b"-ep" => o.empty = Some(EmptyMode::Ep),
-            b"-ei" => o.empty = Some(EmptyMode::Ei),
-            b"-eu" => o.empty = Some(EmptyMode::Eu),
-            b"-pd" | b"--profile-disabled" => o.start_disabled = true,
-            b"-pk" | b"--perf-keep" => o.fork_keep = true,
-            // jemalloc is found as the allocator that defines malloc.
-            b"-j" | b"--jemalloc" => {}
-            w if w.starts_with(b"-fp:") || w.starts_with(b"-fpi:") || w.starts_with(b"-fpf:") => {
-                // Several accumulate (checked by the launcher; resolved by
-                // the module at start-up and after each dlopen).
-                if !append_word(&mut o.functions, w) {
-                    return Err(OptionError::BadValue {
-                        option: "-fp",
-                        value: w,
-                        expected: "FUNC[:LIB] words under 1024 bytes in all",
-                    });
-                }
+            Id::Fd => o.fd = true,
+            // Several accumulate (resolved by the module at start-up and
+            // after each dlopen).
+            Id::Functions => append(&mut o.functions, b' ', text),
+            Id::Energy => o.energy = true,
+            Id::EmptyEp => o.empty = Some(EmptyMode::Ep),
+            Id::EmptyEi => o.empty = Some(EmptyMode::Ei),
+            Id::EmptyEu => o.empty = Some(EmptyMode::Eu),
+            Id::Finst => o.finst = true,
+            Id::Output => {
+                let _ = o.output.set(text);
             }
-            b"-finst" => o.finst = true,
-            b"-pf" | b"--page-faults" => o.page_faults = true,
-            b"-oc" | b"--off-cpu" => o.off_cpu = true,
-            w if w.starts_with(b"-ibs") => {
-                if !append_word(&mut o.ibs, w) {
-                    return Err(OptionError::BadValue {
-                        option: "-ibs",
-                        value: w,
-                        expected: "-ibs options under 1024 bytes in all",
-                    });
-                }
+            Id::Compress => o.gzip = true,
+            Id::Target => append(&mut o.targets, b',', text),
+            Id::DumpFlag => {
+                let _ = o.flag_file.set(text);
             }
-            b"-e" | b"--event" => {
-                // Several -e accumulate (checked by the launcher; resolved
-                // by the module at start-up).
-                let v = value("-e")?;
-                if !append_word(&mut o.events, v) {
-                    return Err(OptionError::BadValue {
-                        option: "-e",
-                        value: v,
-                        expected: "event specifications under 1024 bytes in all, without spaces",
-                    });
-                }
+            Id::Debug => o.debug = true,
+            // Several -e, -c, -ibs accumulate (resolved by the module at
+            // start-up).
+            Id::Event => append(&mut o.events, b' ', text),
+            Id::Count => append(&mut o.counts, b' ', text),
+            Id::Ibs => append(&mut o.ibs, b' ', text),
+            Id::PageFaults => o.page_faults = true,
+            Id::OffCpu => o.off_cpu = true,
+            Id::Interval => o.interval_ns = n,
+            Id::Depth => o.max_depth = n as usize,
+            Id::Sampler => {
+                o.sampler = [
+                    Sampler::Auto,
+                    Sampler::Sigtrap,
+                    Sampler::Sigprof,
+                    Sampler::Timer,
+                ][n as usize]
             }
-            b"-c" | b"--count" => {
-                let v = value("-c")?;
-                if !append_word(&mut o.counts, v) {
-                    return Err(OptionError::BadValue {
-                        option: "-c",
-                        value: v,
-                        expected: "event lists under 1024 bytes in all, without spaces",
-                    });
-                }
-            }
-            b"-z" | b"--compress" => o.gzip = true,
-            b"-d" | b"--debug" => o.debug = true,
-            b"-o" | b"--output" => {
-                let v = value("-o")?;
-                o.output.set(v).map_err(|_| OptionError::BadValue {
-                    option: "-o",
-                    value: v,
-                    expected: "a path shorter than 4096 bytes",
-                })?;
-            }
-            b"-t" | b"--target" => {
-                let v = value("-t")?;
-                // Several -t accumulate, comma-separated.
-                let mut merged = [0u8; 1024];
-                let old = o.targets.as_bytes();
-                let total = old.len() + (!old.is_empty()) as usize + v.len();
-                if total >= merged.len() {
-                    return Err(OptionError::BadValue {
-                        option: "-t",
-                        value: v,
-                        expected: "names under 1024 bytes",
-                    });
-                }
-                merged[..old.len()].copy_from_slice(old);
-                let mut n = old.len();
-                if n > 0 {
-                    merged[n] = b',';
-                    n += 1;
-                }
-                merged[n..n + v.len()].copy_from_slice(v);
-                n += v.len();
-                let _ = o.targets.set(&merged[..n]);
-            }
-            b"-D" | b"--dump-flag" => {
-                let v = value("-D")?;
-                o.flag_file.set(v).map_err(|_| OptionError::BadValue {
-                    option: "-D",
-                    value: v,
-                    expected: "a path shorter than 4096 bytes",
-                })?;
-            }
-            b"--interval" => {
-                let v = value("--interval")?;
-                match parse_interval(v) {
-                    Some(ns) if (100_000..=1_000_000_000).contains(&ns) => o.interval_ns = ns,
-                    _ => {
-                        return Err(OptionError::BadValue {
-                            option: "--interval",
-                            value: v,
-                            expected: "a time from 100us to 1s, e.g. 5ms, 100us, 0.5ms",
-                        })
-                    }
-                }
-            }
-            b"--depth" => {
-                let v = value("--depth")?;
-                match parse_u64(v) {
-                    Some(n) if (16..=65536).contains(&n) => o.max_depth = n as usize,
-                    _ => {
-                        return Err(OptionError::BadValue {
-                            option: "--depth",
-                            value: v,
-                            expected: "16 to 65536",
-                        })
-                    }
-                }
-            }
-            b"--toggle-signal" => {
-                let v = value("--toggle-signal")?;
-                match parse_u64(v) {
-                    Some(n) if (1..=64).contains(&n) && ![9, 19, 27].contains(&n) => {
-                        o.toggle_signal = n as i32
-                    }
-                    _ => {
-                        return Err(OptionError::BadValue {
-                            option: "--toggle-signal",
-                            value: v,
-                            expected: "a signal number 1..64 other than SIGKILL, SIGSTOP, SIGPROF",
-                        })
-                    }
-                }
-            }
-            b"--dump-signal" => {
-                let v = value("--dump-signal")?;
-                match parse_u64(v) {
-                    Some(n) if n == 0 || (1..=64).contains(&n) && ![9, 19, 27].contains(&n) => {
-                        o.dump_signal = n as i32
-                    }
-                    _ => {
-                        return Err(OptionError::BadValue {
-                            option: "--dump-signal",
-                            value: v,
-                            expected:
-                                "a signal number 1..64 other than SIGKILL, SIGSTOP, SIGPROF, or 0",
-                        })
-                    }
-                }
-            }
-            b"--dump-every" => {
-                let v = value("--dump-every")?;
-                // A bare number is seconds here.
-                let ns = if v.iter().all(|b| b.is_ascii_digit()) {
-                    parse_u64(v).and_then(|n| n.checked_mul(1_000_000_000))
-                } else {
-                    parse_interval(v)
-                };
-                match ns {
-                    Some(ns) if ns >= 100_000_000 => o.dump_every_ns = ns,
-                    _ => {
-                        return Err(OptionError::BadValue {
-                            option: "--dump-every",
-                            value: v,
-                            expected: "a time of at least 100ms, e.g. 60 (seconds), 10s, 500ms",
-                        })
-                    }
-                }
-            }
-            b"--sampler" => {
-                let v = value("--sampler")?;
-                o.sampler = match v {
-                    b"auto" => Sampler::Auto,
-                    b"sigtrap" => Sampler::Sigtrap,
-                    b"sigprof" => Sampler::Sigprof,
-                    b"timer" => Sampler::Timer,
-                    _ => {
-                        return Err(OptionError::BadValue {
-                            option: "--sampler",
-                            value: v,
-                            expected: "auto, sigtrap, sigprof or timer",
-                        })
-                    }
-                };
-            }
-            b"--sample-bytes" => {
-                let v = value("--sample-bytes")?;
-                match parse_bytes(v) {
-                    Some(n) if (1..=MAX_SAMPLE_BYTES).contains(&n) => o.sample_bytes = n,
-                    _ => {
-                        return Err(OptionError::BadValue {
-                            option: "--sample-bytes",
-                            value: v,
-                            expected: "a mean number of bytes between samples from 1 to 16M, e.g. 512K (K = 1024)",
-                        })
-                    }
-                }
-            }
-            b"--sample-seed" => {
-                let v = value("--sample-seed")?;
-                match parse_u64_full(v) {
-                    Some(n) => o.sample_seed = Some(n),
-                    None => {
-                        return Err(OptionError::BadValue {
-                            option: "--sample-seed",
-                            value: v,
-                            expected: "a decimal number from 0 to 18446744073709551615",
-                        })
-                    }
-                }
-            }
-            _ => return Err(OptionError::Unknown { word: w }),
+            Id::SampleBytes => o.sample_bytes = n,
+            Id::SampleSeed => o.sample_seed = Some(n),
+            Id::DumpSignal => o.dump_signal = n as i32,
+            Id::DumpEvery => o.dump_every_ns = n,
+            Id::ToggleSignal => o.toggle_signal = n as i32,
         }
     }
-    if o.sample_bytes != 0 && !o.mem {
-        return Err(OptionError::Conflict {
-            option: "--sample-bytes",
-            problem: "samples the memory profiler's allocations: add -mp",
-        });
-    }
-    if o.sample_seed.is_some() && o.sample_bytes == 0 {
-        return Err(OptionError::Conflict {
-            option: "--sample-seed",
-            problem: "seeds the allocation sampler: add --sample-bytes N",
-        });
-    }
-    if o.sample_bytes != 0 && o.empty.is_some() {
-        return Err(OptionError::Conflict {
-            option: "--sample-bytes",
-            problem:
-                "cannot be combined with -ep/-ei/-eu (they inspect every block): drop one of them",
-        });
-    }
+    check.finish()?;
     Ok(o)
 }
 
@@ -889,27 +582,28 @@ mod tests {
         let o = parse(b"-pf -oc").unwrap();
         assert!(o.page_faults && o.off_cpu && o.event_specs().next().is_none());
         assert!(parse(b"-pp").unwrap().event_specs().next().is_none());
-        assert!(matches!(
-            parse(b"-e"),
-            Err(OptionError::MissingValue { option: "-e" })
-        ));
+        assert_eq!(
+            parse(b"-e").err(),
+            Some(OptionError::Table(table::Error::MissingValue {
+                option: "-e"
+            }))
+        );
     }
 
     #[test]
     fn intervals_with_units() {
-        assert_eq!(parse_interval(b"5ms"), Some(5_000_000));
-        assert_eq!(parse_interval(b"100us"), Some(100_000));
-        assert_eq!(parse_interval(b"0.001s"), Some(1_000_000));
-        assert_eq!(parse_interval(b"2"), Some(2_000_000));
-        assert_eq!(parse_interval(b"0.5ms"), Some(500_000));
-        assert_eq!(parse_interval(b"x"), None);
-        assert_eq!(parse_interval(b"."), None);
+        assert_eq!(parse(b"-pp --interval 0.5ms").unwrap().interval_ns, 500_000);
+        assert_eq!(parse(b"-pp -i 2").unwrap().interval_ns, 2_000_000);
+        assert_eq!(
+            parse(b"-pp --dump-every 2").unwrap().dump_every_ns,
+            2_000_000_000
+        );
         assert!(matches!(
             parse(b"--interval 50us"),
-            Err(OptionError::BadValue {
+            Err(OptionError::Table(table::Error::BadValue {
                 option: "--interval",
                 ..
-            })
+            }))
         ));
     }
 
@@ -917,27 +611,39 @@ mod tests {
     fn errors_name_the_problem() {
         assert_eq!(
             parse(b"-pp -q").err(),
-            Some(OptionError::Unknown { word: b"-q" })
+            Some(OptionError::Table(table::Error::Unknown { word: b"-q" }))
+        );
+        let mut line = crate::base::log::Line::new();
+        core::fmt::Write::write_fmt(&mut line, format_args!("{}", parse(b"-q").err().unwrap()))
+            .unwrap();
+        assert_eq!(
+            line.as_bytes(),
+            b"igprof: unknown option '-q' in IGPROF (see igprof -h)"
         );
         assert_eq!(
             parse(b"-o").err(),
-            Some(OptionError::MissingValue { option: "-o" })
+            Some(OptionError::Table(table::Error::MissingValue {
+                option: "-o"
+            }))
         );
         assert_eq!(
             parse(b"-o 'abc").err(),
             Some(OptionError::UnterminatedQuote)
         );
-        assert_eq!(parse(b"-pp -pr").err(), Some(OptionError::TwoPerfClocks));
+        assert!(matches!(
+            parse(b"-pp -pr").err(),
+            Some(OptionError::Table(table::Error::Conflict { .. }))
+        ));
         assert_eq!(
             parse(b"-pp --sampler timer").unwrap().sampler,
             Sampler::Timer
         );
         assert!(matches!(
             parse(b"-pp --sampler itimer").err(),
-            Some(OptionError::BadValue {
+            Some(OptionError::Table(table::Error::BadValue {
                 option: "--sampler",
                 ..
-            })
+            }))
         ));
         let mut line = crate::base::log::Line::new();
         core::fmt::Write::write_fmt(
@@ -984,12 +690,12 @@ mod tests {
             assert!(
                 matches!(
                     parse(&s).err(),
-                    Some(OptionError::BadValue {
+                    Some(OptionError::Table(table::Error::BadValue {
                         option: "--sample-bytes",
                         ..
-                    }) | Some(OptionError::MissingValue {
+                    })) | Some(OptionError::Table(table::Error::MissingValue {
                         option: "--sample-bytes"
-                    })
+                    }))
                 ),
                 "{}",
                 String::from_utf8_lossy(bad)
@@ -997,31 +703,22 @@ mod tests {
         }
         assert!(matches!(
             parse(b"-mp --sample-bytes 1K --sample-seed x1").err(),
-            Some(OptionError::BadValue {
+            Some(OptionError::Table(table::Error::BadValue {
                 option: "--sample-seed",
                 ..
-            })
+            }))
         ));
         assert!(matches!(
             parse(b"-pp --sample-bytes 512K").err(),
-            Some(OptionError::Conflict {
-                option: "--sample-bytes",
-                ..
-            })
+            Some(OptionError::Table(table::Error::Conflict { .. }))
         ));
         assert!(matches!(
             parse(b"-mp --sample-seed 3").err(),
-            Some(OptionError::Conflict {
-                option: "--sample-seed",
-                ..
-            })
+            Some(OptionError::Table(table::Error::Conflict { .. }))
         ));
         assert!(matches!(
             parse(b"-mp -ep --sample-bytes 512K").err(),
-            Some(OptionError::Conflict {
-                option: "--sample-bytes",
-                ..
-            })
+            Some(OptionError::Table(table::Error::Conflict { .. }))
         ));
         let mut line = crate::base::log::Line::new();
         core::fmt::Write::write_fmt(
