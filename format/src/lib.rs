@@ -52,9 +52,15 @@
 //!   when the dump was written. A node may have no counter at all (an inner
 //!   frame).
 //!
+//! * Notes: `program` may end with ` [note; note...]`, facts IgProf's header
+//!   has no field for (its analyser rejects an extra field, and both readers
+//!   take the name as it is); a note never holds `)`, `[`, `]` or `;`. See
+//!   [`notes`].
+//!
 //! IgProf's analyser is strict: a comment, an empty line, an extra header
 //! field or a missing final newline is a syntax error there. The writer never
 //! produces them; the reader reports them with file and line.
 #![forbid(unsafe_code)]
+pub mod notes;
 pub mod read;
 pub mod write;
