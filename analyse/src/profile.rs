@@ -432,7 +432,19 @@ impl Profile {
     ) -> Result<(), LoadError> {
         self.start_reading();
         let reader = Reader::new(input, name)?;
-        self.tick_period = reader.header().tick_period as f32;
+        let header = reader.header();
+        self.tick_period = header.tick_period as f32;
+        use igprof_format::notes::{time, DUMPED, STARTED};
+        let dir = std::path::Path::new(name)
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        resolver.begin_dump(crate::jit::Process {
+            pid: header.pid,
+            started: time(&header.program, STARTED),
+            dumped: time(&header.program, DUMPED),
+            dir: dir.to_path_buf(),
+        });
         std::thread::scope(|scope| {
             let (tx, rx) = std::sync::mpsc::sync_channel(4);
             scope.spawn(move || produce(reader, tx));
@@ -505,9 +517,14 @@ impl Profile {
             i += 4;
             if defines {
                 if let Some((path, offset, recorded)) = defs.next() {
-                    let name = resolver.resolve(&path, offset, &recorded);
-                    let file = self.symbols.file_id(&resolver.canonical_path(&path));
-                    let sym = self.symbols.intern(&name, file);
+                    let frames = resolver.frames(&path, offset, &recorded);
+                    let object = match frames.object {
+                        Some(o) => o,
+                        None => resolver.canonical_path(&path),
+                    };
+                    let file = self.symbols.file_id(&object);
+                    let name = frames.names.last().map_or("", String::as_str);
+                    let sym = self.symbols.intern(name, file);
                     if st.fn_syms.len() <= function {
                         st.fn_syms.resize(function + 1, SymId::MAX);
                     }

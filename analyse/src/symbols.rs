@@ -24,8 +24,11 @@
 //!    as many entries as it has call sites); the return address itself where
 //!    no FDE covers it.
 //!
-//! Code outside any object (JIT code, recorded with the object [`UNKNOWN_OBJECT`])
-//! keeps its recorded name, `@?0x<address>`, as IgProf shows it.
+//! Code outside any object (JIT code, recorded with the object
+//! [`UNKNOWN_OBJECT`]) is named from the perf map or jitdump of the
+//! profiled process (see [`crate::jit`]; the process is set by
+//! [`Resolver::begin_dump`]), else keeps its recorded name, `@?0x<address>`,
+//! as IgProf shows it.
 //!
 //! Must never: run external programs, abort on a broken or foreign object
 //! file (it is skipped and the recorded name is used), or read an object twice.
@@ -70,6 +73,8 @@ pub struct Options {
     /// Servers to fetch missing debug files from, by build id, after the
     /// debug directories (`DEBUGINFOD_URLS`).
     pub debuginfod: Option<crate::debuginfod::Config>,
+    /// Where the JIT maps of profiled processes are (`--jit-map`).
+    pub jit: crate::jit::Search,
 }
 
 impl Default for Options {
@@ -82,6 +87,7 @@ impl Default for Options {
             sysroot: None,
             sysroot_only: false,
             debuginfod: None,
+            jit: crate::jit::Search::default(),
         }
     }
 }
@@ -115,9 +121,25 @@ pub struct Resolver {
     /// Recorded object path -> (the path the report shows, the file to read).
     paths: FxHashMap<String, (String, PathBuf)>,
     debuginfod: Option<crate::debuginfod::Client>,
-    /// Problems met while looking (debuginfod servers), for the caller to
-    /// report: see [`Resolver::take_warnings`].
+    /// Problems met while looking (debuginfod servers, JIT maps), for the
+    /// caller to report: see [`Resolver::take_warnings`].
     warnings: Vec<String>,
+    /// The process whose dump is being read, and the JIT map of each
+    /// process met (loaded on its first address outside any object).
+    process: Option<crate::jit::Process>,
+    jit_maps: FxHashMap<crate::jit::Process, Option<crate::jit::JitMap>>,
+}
+
+/// The names of one address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frames {
+    /// The function holding the address; with `--inline`, preceded by the
+    /// functions it is inlined into (outermost first, the function of the
+    /// object's symbol first, the innermost inlined function last).
+    pub names: Vec<String>,
+    /// The file the names come from when it is not the recorded object
+    /// (the perf map or jitdump of JIT code).
+    pub object: Option<String>,
 }
 
 /// Most symbolic links followed for one path (Linux's limit).
@@ -548,7 +570,34 @@ impl Resolver {
             paths: FxHashMap::default(),
             debuginfod,
             warnings: Vec::new(),
+            process: None,
+            jit_maps: FxHashMap::default(),
         }
+    }
+
+    /// The dump read next is of this process: its code outside any object
+    /// is named from its JIT maps.
+    pub fn begin_dump(&mut self, process: crate::jit::Process) {
+        self.process = Some(process);
+    }
+
+    /// The name of JIT code at `addr` from the current process's maps.
+    fn jit_name(&mut self, addr: u64) -> Option<(String, String)> {
+        let p = self.process.as_ref()?;
+        if !self.jit_maps.contains_key(p) {
+            let (map, warnings) = crate::jit::find(&self.options.jit, p);
+            self.warnings.extend(warnings);
+            self.jit_maps.insert(p.clone(), map);
+        }
+        let found = self.jit_maps.get(p)?.as_ref()?.lookup(addr)?;
+        let name = match (self.options.lines, found.line) {
+            (true, Some((file, line))) => {
+                let base = file.rsplit('/').next().unwrap_or(file);
+                format!("{} ({base}:{line})", found.name)
+            }
+            _ => found.name.to_string(),
+        };
+        Some((name, found.source.to_string()))
     }
 
     /// The absolute, symlink-free path IgProf uses for a recorded object path:
@@ -620,9 +669,34 @@ impl Resolver {
     /// The name of the function at `offset` in object `recorded_path`,
     /// falling back to the `recorded` name from the profile.
     pub fn resolve(&mut self, recorded_path: &str, offset: i64, recorded: &str) -> String {
+        self.frames(recorded_path, offset, recorded)
+            .names
+            .pop()
+            .unwrap_or_default()
+    }
+
+    /// The names of the code at `offset` in object `recorded_path`
+    /// (see [`Frames`]).
+    pub fn frames(&mut self, recorded_path: &str, offset: i64, recorded: &str) -> Frames {
+        let one = |name: String| Frames {
+            names: vec![name],
+            object: None,
+        };
         if recorded_path == UNKNOWN_OBJECT {
-            return recorded.to_string();
+            if self.options.enabled && offset > 0 {
+                if let Some((name, object)) = self.jit_name(offset as u64) {
+                    return Frames {
+                        names: vec![name],
+                        object: Some(object),
+                    };
+                }
+            }
+            return one(recorded.to_string());
         }
+        one(self.resolve_object(recorded_path, offset, recorded))
+    }
+
+    fn resolve_object(&mut self, recorded_path: &str, offset: i64, recorded: &str) -> String {
         if self.options.enabled && offset >= 0 && !recorded_path.is_empty() {
             let file = self.locate(recorded_path).1.clone();
             let mut finder = DebugFinder {

@@ -35,10 +35,9 @@ pub fn split(program: &str) -> (&str, Vec<&str>) {
         return (program, Vec::new());
     };
     match inner.rfind(" [") {
-        Some(open) if !inner[open + 2..].contains(['[', ']']) => (
-            &program[..open],
-            inner[open + 2..].split("; ").collect(),
-        ),
+        Some(open) if !inner[open + 2..].contains(['[', ']']) => {
+            (&program[..open], inner[open + 2..].split("; ").collect())
+        }
         _ => (program, Vec::new()),
     }
 }
@@ -73,20 +72,29 @@ mod tests {
     #[test]
     fn notes_join_and_split_back() {
         let t = Duration::new(1_764_322_074, 123_456_789);
-        let notes = vec!["sampled: --sample-bytes 1".to_string(), time_note(STARTED, t)];
+        let notes = vec![
+            "sampled: --sample-bytes 1".to_string(),
+            time_note(STARTED, t),
+        ];
         let n = String::from_utf8(join(b"./a [x]", &notes)).unwrap();
         assert_eq!(
             n,
             "./a [x] [sampled: --sample-bytes 1; started 1764322074.123456]"
         );
         assert_eq!(split(&n), ("./a [x]", vec![notes[0].as_str(), &notes[1]]));
-        assert_eq!(time(&n, STARTED), Some(Duration::new(1_764_322_074, 123_456_000)));
+        assert_eq!(
+            time(&n, STARTED),
+            Some(Duration::new(1_764_322_074, 123_456_000))
+        );
         assert_eq!(time(&n, DUMPED), None);
         assert_eq!(join(b"./a", &[]), b"./a");
         assert_eq!(split("./a"), ("./a", vec![]));
-        assert_eq!(split("./a [b [c]"), ("./a [b [c]", vec![]));
+        assert_eq!(split("./a [b] c]"), ("./a [b] c]", vec![]));
         assert_eq!(time("./a [started x.1]", STARTED), None);
-        assert_eq!(time("./a [started 12]", STARTED), Some(Duration::from_secs(12)));
+        assert_eq!(
+            time("./a [started 12]", STARTED),
+            Some(Duration::from_secs(12))
+        );
         assert_eq!(time("./a [startedx 12.5]", STARTED), None);
     }
 }
