@@ -97,8 +97,9 @@ struct Args {
     /// the profile (IgProf without -g).
     #[arg(long)]
     no_symbols: bool,
-    /// Name frames by the innermost inlined function at the address, with
-    /// the functions it was inlined into.
+    /// Show each function inlined into another as a frame of its own,
+    /// below the function it is inlined into (from DWARF), in every report
+    /// and view (pprof: one location with a line per function).
     #[arg(long)]
     inline: bool,
     /// Append the source file and line of each call site to names.

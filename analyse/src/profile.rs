@@ -117,6 +117,9 @@ pub struct Node {
     pub sym: SymId,
     /// The name shown in reports when it differs (recursion `name'2`).
     pub report: Option<SymId>,
+    /// Code inlined into its parent (`--inline`): the same stack frame as
+    /// the parent's (where inlined and called code merged, false).
+    pub inlined: bool,
     pub counter: Counter,
     pub children: Vec<NodeId>,
 }
@@ -190,6 +193,8 @@ struct ReadIndex {
     last: Vec<NodeId>,
     next: Vec<NodeId>,
     nkids: Vec<u32>,
+    /// [`Node::inlined`] of each node.
+    inlined: Vec<bool>,
     /// (count, calls) read for each node.
     acc: Vec<[i64; 2]>,
     wide: FxHashMap<(NodeId, SymId), NodeId>,
@@ -212,14 +217,17 @@ struct Undo {
     acc: Vec<(NodeId, [i64; 2])>,
     /// Older parents given a new child: (parent, its `last` before).
     links: Vec<(NodeId, NodeId)>,
+    /// Older nodes that stopped being inlined-only.
+    called: Vec<NodeId>,
 }
 
 impl ReadIndex {
     const NARROW: u32 = 16;
 
-    fn push(&mut self, sym: SymId) -> NodeId {
+    fn push(&mut self, sym: SymId, inlined: bool) -> NodeId {
         let id = self.sym.len() as NodeId;
         self.sym.push(sym);
+        self.inlined.push(inlined);
         self.first.push(NONE);
         self.last.push(NONE);
         self.next.push(NONE);
@@ -250,6 +258,7 @@ impl ReadIndex {
             generation: self.generations,
             acc: Vec::new(),
             links: Vec::new(),
+            called: Vec::new(),
         });
     }
 
@@ -260,6 +269,9 @@ impl ReadIndex {
         };
         for &(node, acc) in &u.acc {
             self.acc[node as usize] = acc;
+        }
+        for &node in &u.called {
+            self.inlined[node as usize] = true;
         }
         for &(parent, last) in u.links.iter().rev() {
             let p = parent as usize;
@@ -273,6 +285,7 @@ impl ReadIndex {
         let keep = u.first_new as usize;
         self.wide.retain(|_, child| *child < u.first_new);
         self.sym.truncate(keep);
+        self.inlined.truncate(keep);
         self.first.truncate(keep);
         self.last.truncate(keep);
         self.next.truncate(keep);
@@ -305,22 +318,28 @@ impl ReadIndex {
         }
     }
 
-    /// The child of `parent` for `sym`, created if new.
-    fn child(&mut self, parent: NodeId, sym: SymId) -> NodeId {
-        if self.nkids[parent as usize] > Self::NARROW {
-            if let Some(&c) = self.wide.get(&(parent, sym)) {
-                return c;
-            }
+    /// The child of `parent` for `sym`, created if new; `inlined` when
+    /// this frame is code inlined into the parent's.
+    fn child(&mut self, parent: NodeId, sym: SymId, inlined: bool) -> NodeId {
+        let found = if self.nkids[parent as usize] > Self::NARROW {
+            self.wide.get(&(parent, sym)).copied()
         } else {
             let mut k = self.first[parent as usize];
-            while k != NONE {
-                if self.sym[k as usize] == sym {
-                    return k;
-                }
+            while k != NONE && self.sym[k as usize] != sym {
                 k = self.next[k as usize];
             }
+            (k != NONE).then_some(k)
+        };
+        if let Some(c) = found {
+            if !inlined && self.inlined[c as usize] {
+                self.inlined[c as usize] = false;
+                if let Some(u) = self.undo.as_mut().filter(|u| c < u.first_new) {
+                    u.called.push(c);
+                }
+            }
+            return c;
         }
-        let id = self.push(sym);
+        let id = self.push(sym, inlined);
         self.link(parent, id);
         id
     }
@@ -388,7 +407,7 @@ impl Profile {
         if self.reading.is_none() {
             let mut ri = ReadIndex::default();
             for n in &self.nodes {
-                ri.push(n.sym);
+                ri.push(n.sym, n.inlined);
             }
             for id in 0..self.nodes.len() {
                 for c in std::mem::take(&mut self.nodes[id].children) {
@@ -413,6 +432,7 @@ impl Profile {
             });
         }
         for (id, node) in self.nodes.iter_mut().enumerate() {
+            node.inlined = ri.inlined[id];
             node.counter.cnt += ri.acc[id][0];
             node.counter.freq += ri.acc[id][1];
             node.children = ri.children(id as NodeId);
@@ -508,35 +528,34 @@ impl Profile {
         let w = &b.words;
         let mut i = 0;
         while i + 4 <= w.len() {
-            let (depth, function, defines, n) = (
+            let (depth, function, flags, n) = (
                 w[i] as usize,
                 w[i + 1] as usize,
-                w[i + 2] != 0,
+                w[i + 2],
                 w[i + 3] as usize,
             );
             i += 4;
-            if defines {
-                if let Some((path, offset, recorded)) = defs.next() {
-                    let frames = resolver.frames(&path, offset, &recorded);
-                    let object = match frames.object {
-                        Some(o) => o,
-                        None => resolver.canonical_path(&path),
+            if st.fn_syms.len() <= function {
+                st.fn_syms.resize_with(function + 1, Default::default);
+            }
+            if flags & DEFINES != 0 {
+                if let Some(def) = defs.next() {
+                    st.fn_syms[function] = FunctionSyms {
+                        def: Some(def),
+                        chains: [None, None],
                     };
-                    let file = self.symbols.file_id(&object);
-                    let name = frames.names.last().map_or("", String::as_str);
-                    let sym = self.symbols.intern(name, file);
-                    if st.fn_syms.len() <= function {
-                        st.fn_syms.resize(function + 1, SymId::MAX);
-                    }
-                    st.fn_syms[function] = sym;
                 }
             }
-            // The reader guarantees definition before use.
-            let sym = st.fn_syms.get(function).copied().unwrap_or(0);
+            // With --inline a frame that has frames below it is a return
+            // address, looked up as such (see Resolver::frames).
+            let return_address = resolver.inline() && flags & HAS_CHILDREN != 0;
+            let chain = self.chain(&mut st.fn_syms[function], resolver, return_address);
             st.stack.truncate(depth.saturating_sub(1));
-            let parent = st.stack.last().copied().unwrap_or(0);
+            let mut id = st.stack.last().copied().unwrap_or(0);
             let ri = self.reading.get_or_insert_with(ReadIndex::default);
-            let id = ri.child(parent, sym);
+            for (k, &sym) in chain.iter().enumerate() {
+                id = ri.child(id, sym, k > 0);
+            }
             st.stack.push(id);
             for _ in 0..n {
                 let Some(v) = w.get(i..i + 4) else { break };
@@ -578,11 +597,60 @@ impl Profile {
     }
 }
 
+/// Flags of a node in [`Batch::words`].
+const DEFINES: i64 = 1;
+/// The node has children (its address is a return address).
+const HAS_CHILDREN: i64 = 2;
+
+/// A function of a dump: its definition, and its symbols once resolved
+/// (as a sampled address and as a return address).
+#[derive(Default)]
+struct FunctionSyms {
+    /// (object path, offset, recorded name).
+    def: Option<(String, i64, String)>,
+    /// The symbols of its frames, outermost first (more than one with
+    /// `--inline`), for a sampled address ([0]) and a return address ([1]).
+    chains: [Option<Vec<SymId>>; 2],
+}
+
+impl Profile {
+    /// The symbols of the frames of function `f` (resolved on first use).
+    fn chain<'f>(
+        &mut self,
+        f: &'f mut FunctionSyms,
+        resolver: &mut Resolver,
+        return_address: bool,
+    ) -> &'f [SymId] {
+        let slot = &mut f.chains[return_address as usize];
+        if slot.is_some() {
+            return slot.as_deref().unwrap_or(&[]);
+        }
+        // The reader guarantees definition before use.
+        let chain = match &f.def {
+            Some((path, offset, recorded)) => {
+                let frames = resolver.frames(path, *offset, recorded, return_address);
+                let object = match frames.object {
+                    Some(o) => o,
+                    None => resolver.canonical_path(path),
+                };
+                let file = self.symbols.file_id(&object);
+                frames
+                    .names
+                    .iter()
+                    .map(|n| self.symbols.intern(n, file))
+                    .collect()
+            }
+            None => vec![0],
+        };
+        slot.insert(chain)
+    }
+}
+
 /// Per-dump tables while consuming batches.
 #[derive(Default)]
 struct DumpState {
-    /// Dump function id -> symbol.
-    fn_syms: Vec<SymId>,
+    /// Dump function id -> its symbols.
+    fn_syms: Vec<FunctionSyms>,
     /// Dump counter id -> is it the report counter.
     is_key: Vec<Option<bool>>,
     counter_names: Vec<Option<String>>,
@@ -592,8 +660,8 @@ struct DumpState {
 /// Parsed lines handed from the parsing thread to the tree builder.
 #[derive(Default)]
 struct Batch {
-    /// Per node: depth, function id, defines (0/1), number of counters; then
-    /// per counter: counter id, ticks, value, peak.
+    /// Per node: depth, function id, flags ([`DEFINES`], [`HAS_CHILDREN`]),
+    /// number of counters; then per counter: counter id, ticks, value, peak.
     words: Vec<i64>,
     /// (object path, offset, recorded name) of each defining node, in order.
     defs: Vec<(String, i64, String)>,
@@ -610,6 +678,9 @@ fn produce<R: BufRead>(
     let mut named: Vec<bool> = Vec::new();
     let mut new_counters: Vec<u32> = Vec::new();
     let mut batch = Batch::default();
+    // The flags word and depth of the last node in `batch`: its children
+    // are known when the next node is read.
+    let mut last: Option<(usize, u32)> = None;
     loop {
         let (function, defines) = match reader.next_node() {
             Err(e) => {
@@ -618,6 +689,15 @@ fn produce<R: BufRead>(
             }
             Ok(None) => break,
             Ok(Some(n)) => {
+                if let Some((flags, depth)) = last {
+                    if n.depth > depth {
+                        batch.words[flags] |= HAS_CHILDREN;
+                    }
+                }
+                if batch.words.len() >= WORDS && tx.send(Ok(std::mem::take(&mut batch))).is_err() {
+                    return;
+                }
+                last = Some((batch.words.len() + 2, n.depth));
                 batch.words.extend([
                     n.depth as i64,
                     n.function as i64,
@@ -651,9 +731,6 @@ fn produce<R: BufRead>(
                     .counter_names
                     .push((id, reader.counter(id).unwrap_or("").to_string()));
             }
-        }
-        if batch.words.len() >= WORDS && tx.send(Ok(std::mem::take(&mut batch))).is_err() {
-            return;
         }
     }
     let _ = tx.send(Ok(batch));

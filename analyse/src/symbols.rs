@@ -53,8 +53,8 @@ pub const SYSTEM_DEBUG_DIR: &str = "/usr/lib/debug";
 pub struct Options {
     /// Look in the objects at all (off: recorded names only, like IgProf without -g).
     pub enabled: bool,
-    /// Name a frame by the innermost inlined function at the address, with
-    /// the chain of functions it was inlined into.
+    /// Show each function inlined at an address as a frame of its own,
+    /// below the function it is inlined into (from DWARF).
     pub inline: bool,
     /// Append the source file and line of the call site.
     pub lines: bool,
@@ -458,6 +458,24 @@ fn load_object(path: &Path, finder: &mut DebugFinder<'_>) -> Option<ObjectSyms> 
     })
 }
 
+/// One function of the DWARF frames at an address.
+struct DwarfFrame {
+    name: Option<String>,
+    /// Source file and line.
+    line: Option<(String, u32)>,
+}
+
+/// `name`, with `lines`, followed by ` (file:line)` (the file's base name).
+pub fn with_line(name: String, lines: bool, at: Option<&(String, u32)>) -> String {
+    match (lines, at) {
+        (true, Some((file, line))) => {
+            let base = file.rsplit('/').next().unwrap_or(file);
+            format!("{name} ({base}:{line})")
+        }
+        _ => name,
+    }
+}
+
 /// IgProf's name for an address nothing could resolve: `@{libc.so.6+1234}`.
 pub fn unresolved_name(path: &str, offset: i64, recorded: &str) -> String {
     if !(recorded.starts_with("@?") && offset > 0) {
@@ -471,7 +489,10 @@ pub fn unresolved_name(path: &str, offset: i64, recorded: &str) -> String {
 }
 
 impl ObjectSyms {
-    fn dwarf_name(&self, addr: u64, opts: &Options) -> Option<String> {
+    /// The DWARF frames at `addr`, innermost first (the last is the
+    /// function the code is in, the others are inlined into it): each
+    /// function's linkage name and the source location in it.
+    fn dwarf_frames(&self, addr: u64) -> Option<Vec<DwarfFrame>> {
         let dwarf = self
             .dwarf
             .get_or_init(|| {
@@ -480,35 +501,53 @@ impl ObjectSyms {
             })
             .as_ref()?;
         let mut frames = dwarf.find_frames(addr).ok()?;
-        let mut names: Vec<String> = Vec::new();
-        let mut first_line = None;
+        let mut out = Vec::new();
         while let Ok(Some(f)) = frames.next() {
-            if let Some(func) = f.function.as_ref() {
-                if let Ok(n) = func.raw_name() {
-                    names.push(n.into_owned());
-                }
-            }
-            if first_line.is_none() {
-                first_line = f
+            out.push(DwarfFrame {
+                name: f
+                    .function
+                    .as_ref()
+                    .and_then(|func| func.raw_name().ok())
+                    .map(|n| n.into_owned()),
+                line: f
                     .location
                     .as_ref()
-                    .and_then(|l| Some((l.file?.to_string(), l.line?)));
-            }
+                    .and_then(|l| Some((l.file?.to_string(), l.line?))),
+            });
         }
-        // Frames come innermost first; the last one is the real function.
-        let mut name = if opts.inline && names.len() > 1 {
-            let inner = names[0].clone();
-            format!("{inner} [inlined into {}]", names[1..].join(" < "))
+        Some(out)
+    }
+
+    /// The name of the function at `addr` from DWARF, with `--lines` the
+    /// source line: of the innermost inlined code, or with `--inline`
+    /// (where each inlined function is a frame of its own) of the call
+    /// site of the outermost inlined function.
+    fn dwarf_name(&self, addr: u64, opts: &Options) -> Option<String> {
+        let frames = self.dwarf_frames(addr)?;
+        let outer = frames.iter().rev().find(|f| f.name.is_some())?;
+        let name = outer.name.clone()?;
+        let line = if opts.inline {
+            &outer.line
         } else {
-            names.pop()?
+            &frames.first()?.line
         };
-        if opts.lines {
-            if let Some((file, line)) = first_line {
-                let base = file.rsplit('/').next().unwrap_or(&file).to_string();
-                name = format!("{name} ({base}:{line})");
-            }
-        }
-        Some(name)
+        Some(with_line(name, opts.lines, line.as_ref()))
+    }
+
+    /// With `--inline`: the functions inlined at `offset`, outermost first
+    /// (none without DWARF or inlining).
+    fn inlined(&self, offset: u64, opts: &Options) -> Vec<String> {
+        let Some(frames) = self.dwarf_frames(offset.wrapping_add(self.vmbase)) else {
+            return Vec::new();
+        };
+        let Some(outer) = frames.iter().rposition(|f| f.name.is_some()) else {
+            return Vec::new();
+        };
+        frames[..outer]
+            .iter()
+            .rev()
+            .filter_map(|f| Some(with_line(f.name.clone()?, opts.lines, f.line.as_ref())))
+            .collect()
     }
 
     /// False when the recorded dynamic symbol exists but does not cover
@@ -575,6 +614,11 @@ impl Resolver {
         }
     }
 
+    /// Whether each inlined function is a frame of its own (`--inline`).
+    pub fn inline(&self) -> bool {
+        self.options.inline
+    }
+
     /// The dump read next is of this process: its code outside any object
     /// is named from its JIT maps.
     pub fn begin_dump(&mut self, process: crate::jit::Process) {
@@ -590,13 +634,8 @@ impl Resolver {
             self.jit_maps.insert(p.clone(), map);
         }
         let found = self.jit_maps.get(p)?.as_ref()?.lookup(addr)?;
-        let name = match (self.options.lines, found.line) {
-            (true, Some((file, line))) => {
-                let base = file.rsplit('/').next().unwrap_or(file);
-                format!("{} ({base}:{line})", found.name)
-            }
-            _ => found.name.to_string(),
-        };
+        let line = found.line.map(|(f, l)| (f.to_string(), l));
+        let name = with_line(found.name.to_string(), self.options.lines, line.as_ref());
         Some((name, found.source.to_string()))
     }
 
@@ -669,19 +708,20 @@ impl Resolver {
     /// The name of the function at `offset` in object `recorded_path`,
     /// falling back to the `recorded` name from the profile.
     pub fn resolve(&mut self, recorded_path: &str, offset: i64, recorded: &str) -> String {
-        self.frames(recorded_path, offset, recorded)
+        self.frames(recorded_path, offset, recorded, false)
             .names
-            .pop()
-            .unwrap_or_default()
+            .swap_remove(0)
     }
 
     /// The names of the code at `offset` in object `recorded_path`
     /// (see [`Frames`]).
-    pub fn frames(&mut self, recorded_path: &str, offset: i64, recorded: &str) -> Frames {
-        let one = |name: String| Frames {
-            names: vec![name],
-            object: None,
-        };
+    pub fn frames(
+        &mut self,
+        recorded_path: &str,
+        offset: i64,
+        recorded: &str,
+        return_address: bool,
+    ) -> Frames {
         if recorded_path == UNKNOWN_OBJECT {
             if self.options.enabled && offset > 0 {
                 if let Some((name, object)) = self.jit_name(offset as u64) {
@@ -691,13 +731,33 @@ impl Resolver {
                     };
                 }
             }
-            return one(recorded.to_string());
+            return Frames {
+                names: vec![recorded.to_string()],
+                object: None,
+            };
         }
-        one(self.resolve_object(recorded_path, offset, recorded))
+        Frames {
+            names: self.resolve_object(recorded_path, offset, recorded, return_address),
+            object: None,
+        }
     }
 
-    fn resolve_object(&mut self, recorded_path: &str, offset: i64, recorded: &str) -> String {
+    fn resolve_object(
+        &mut self,
+        recorded_path: &str,
+        offset: i64,
+        recorded: &str,
+        return_address: bool,
+    ) -> Vec<String> {
         if self.options.enabled && offset >= 0 && !recorded_path.is_empty() {
+            // With --inline, a return address is looked up one byte back:
+            // the functions inlined there are those of the call, not of the
+            // code after it (perf does the same).
+            let at = if self.options.inline && return_address && offset > 0 {
+                offset as u64 - 1
+            } else {
+                offset as u64
+            };
             let file = self.locate(recorded_path).1.clone();
             let mut finder = DebugFinder {
                 dirs: &self.options.debug_dirs,
@@ -709,17 +769,21 @@ impl Resolver {
                 .entry(file)
                 .or_insert_with_key(|file| load_object(file, &mut finder));
             if let Some(syms) = syms {
-                if let Some(n) = syms.name(offset as u64, recorded, &self.options) {
-                    return n;
+                if let Some(n) = syms.name(at, recorded, &self.options) {
+                    let mut names = vec![n];
+                    if self.options.inline {
+                        names.extend(syms.inlined(at, &self.options));
+                    }
+                    return names;
                 }
                 if recorded.starts_with("@?") {
                     if let Some(start) = syms.function_start(offset as u64) {
-                        return unresolved_name(recorded_path, start as i64, recorded);
+                        return vec![unresolved_name(recorded_path, start as i64, recorded)];
                     }
                 }
             }
         }
-        unresolved_name(recorded_path, offset, recorded)
+        vec![unresolved_name(recorded_path, offset, recorded)]
     }
 }
 
