@@ -527,29 +527,43 @@ impl Profile {
         let mut defs = b.defs.into_iter();
         let w = &b.words;
         let mut i = 0;
-        while i + 4 <= w.len() {
-            let (depth, function, flags, n) = (
+        while i + 5 <= w.len() {
+            let (depth, function, flags, symbol_offset, n) = (
                 w[i] as usize,
                 w[i + 1] as usize,
                 w[i + 2],
-                w[i + 3] as usize,
+                w[i + 3],
+                w[i + 4] as usize,
             );
-            i += 4;
+            i += 5;
             if st.fn_syms.len() <= function {
                 st.fn_syms.resize_with(function + 1, Default::default);
             }
             if flags & DEFINES != 0 {
-                if let Some(def) = defs.next() {
+                if let Some((path, offset, name)) = defs.next() {
                     st.fn_syms[function] = FunctionSyms {
-                        def: Some(def),
-                        chains: [None, None],
+                        def: Some((path, offset - symbol_offset, name)),
+                        offset,
+                        chain: None,
+                        at: FxHashMap::default(),
                     };
                 }
             }
-            // With --inline a frame that has frames below it is a return
-            // address, looked up as such (see Resolver::frames).
-            let return_address = resolver.inline() && flags & HAS_CHILDREN != 0;
-            let chain = self.chain(&mut st.fn_syms[function], resolver, return_address);
+            // With --inline, names depend on the address, not only on the
+            // function (one function holds code inlined from others), and a
+            // frame that has frames below it is a return address, looked
+            // up as such (see Resolver::frames).
+            let chain = if resolver.inline() {
+                let return_address = flags & HAS_CHILDREN != 0;
+                self.chain_at(
+                    &mut st.fn_syms[function],
+                    resolver,
+                    symbol_offset,
+                    return_address,
+                )
+            } else {
+                self.chain(&mut st.fn_syms[function], resolver)
+            };
             st.stack.truncate(depth.saturating_sub(1));
             let mut id = st.stack.last().copied().unwrap_or(0);
             let ri = self.reading.get_or_insert_with(ReadIndex::default);
@@ -602,47 +616,73 @@ const DEFINES: i64 = 1;
 /// The node has children (its address is a return address).
 const HAS_CHILDREN: i64 = 2;
 
-/// A function of a dump: its definition, and its symbols once resolved
-/// (as a sampled address and as a return address).
+/// A function of a dump: its definition, and its symbols once resolved.
 #[derive(Default)]
 struct FunctionSyms {
-    /// (object path, offset, recorded name).
+    /// (object path, offset of the symbol's start, recorded name).
     def: Option<(String, i64, String)>,
-    /// The symbols of its frames, outermost first (more than one with
-    /// `--inline`), for a sampled address ([0]) and a return address ([1]).
-    chains: [Option<Vec<SymId>>; 2],
+    /// The offset of the address that defined it (IgProf names a function
+    /// by it).
+    offset: i64,
+    /// Its symbol, without `--inline`.
+    chain: Option<Vec<SymId>>,
+    /// With `--inline`: the symbols of the frames at an offset in the
+    /// symbol, outermost first, as a sampled address (false) or a return
+    /// address (true).
+    at: FxHashMap<(i64, bool), Vec<SymId>>,
 }
 
 impl Profile {
-    /// The symbols of the frames of function `f` (resolved on first use).
-    fn chain<'f>(
+    /// The symbol of function `f` (resolved on first use).
+    fn chain<'f>(&mut self, f: &'f mut FunctionSyms, resolver: &mut Resolver) -> &'f [SymId] {
+        if f.chain.is_none() {
+            let chain = self.resolve_frames(f, resolver, f.offset, false);
+            f.chain = Some(chain);
+        }
+        f.chain.as_deref().unwrap_or(&[])
+    }
+
+    /// With `--inline`: the symbols of the frames at `symbol_offset` in
+    /// function `f`, outermost first (resolved on first use).
+    fn chain_at<'f>(
         &mut self,
         f: &'f mut FunctionSyms,
         resolver: &mut Resolver,
+        symbol_offset: i64,
         return_address: bool,
     ) -> &'f [SymId] {
-        let slot = &mut f.chains[return_address as usize];
-        if slot.is_some() {
-            return slot.as_deref().unwrap_or(&[]);
+        let key = (symbol_offset, return_address);
+        if !f.at.contains_key(&key) {
+            let start = f.def.as_ref().map_or(0, |d| d.1);
+            let chain = self.resolve_frames(f, resolver, start + symbol_offset, return_address);
+            f.at.insert(key, chain);
         }
+        f.at.get(&key).map_or(&[], Vec::as_slice)
+    }
+
+    /// The symbols of the frames at `offset` in `f`'s object.
+    fn resolve_frames(
+        &mut self,
+        f: &FunctionSyms,
+        resolver: &mut Resolver,
+        offset: i64,
+        return_address: bool,
+    ) -> Vec<SymId> {
         // The reader guarantees definition before use.
-        let chain = match &f.def {
-            Some((path, offset, recorded)) => {
-                let frames = resolver.frames(path, *offset, recorded, return_address);
-                let object = match frames.object {
-                    Some(o) => o,
-                    None => resolver.canonical_path(path),
-                };
-                let file = self.symbols.file_id(&object);
-                frames
-                    .names
-                    .iter()
-                    .map(|n| self.symbols.intern(n, file))
-                    .collect()
-            }
-            None => vec![0],
+        let Some((path, _, recorded)) = &f.def else {
+            return vec![0];
         };
-        slot.insert(chain)
+        let frames = resolver.frames(path, offset, recorded, return_address);
+        let object = match frames.object {
+            Some(o) => o,
+            None => resolver.canonical_path(path),
+        };
+        let file = self.symbols.file_id(&object);
+        frames
+            .names
+            .iter()
+            .map(|n| self.symbols.intern(n, file))
+            .collect()
     }
 }
 
@@ -661,7 +701,7 @@ struct DumpState {
 #[derive(Default)]
 struct Batch {
     /// Per node: depth, function id, flags ([`DEFINES`], [`HAS_CHILDREN`]),
-    /// number of counters; then per counter: counter id, ticks, value, peak.
+    /// offset in the symbol, number of counters; then per counter: counter id, ticks, value, peak.
     words: Vec<i64>,
     /// (object path, offset, recorded name) of each defining node, in order.
     defs: Vec<(String, i64, String)>,
@@ -702,6 +742,7 @@ fn produce<R: BufRead>(
                     n.depth as i64,
                     n.function as i64,
                     n.defines_function as i64,
+                    n.symbol_offset,
                     n.counters.len() as i64,
                 ]);
                 for v in n.counters {

@@ -39,7 +39,11 @@
 //!   in IgProf's own dumps). Later lines refer to it as `FN<id>`. The same
 //!   holds for files (`F<id>=(<path>)`, then `F<id>`) and counters
 //!   (`V<id>=(<NAME>)`, then `V<id>`). The `+<offset>` after the function is
-//!   the offset inside the symbol; IgProf's analyser ignores it.
+//!   the offset inside the symbol: one function id stands for every
+//!   address in it, and the node's address is the definition's object
+//!   offset minus the definition's `+<offset>` plus the node's. IgProf's
+//!   analyser ignores it; igprof-analyse's `--inline` needs it (inlined
+//!   code differs between addresses of one function).
 //! * `path` is the object as the dynamic loader named it; the main program is
 //!   recorded as launched (`./cpu_split`), so it is relative to the directory
 //!   the program was started in. `path` ends at the first `)+`; `name` ends at

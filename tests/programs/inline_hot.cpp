@@ -1,7 +1,9 @@
 // A hot function inlined into two callers (built with -O2 -g): `mix` is
 // inlined into `caller_a` and `caller_b`, which are not inlined into
 // `main`. caller_a runs mix three times as long as caller_b, for `ms`
-// milliseconds of CPU time in all (default 600).
+// milliseconds of CPU time in all (default 600). `mix` has external
+// linkage: binutils 2.40's addr2line, which perf runs for inlined frames,
+// names an inlined static function after its caller.
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -12,7 +14,7 @@ static double cpu_ms() {
   return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
 }
 
-static inline __attribute__((always_inline)) unsigned long mix(unsigned long x, long n) {
+inline __attribute__((always_inline)) unsigned long mix(unsigned long x, long n) {
   for (long i = 0; i < n; i++) {
     x = x * 6364136223846793005ul + 1442695040888963407ul;
     x ^= x >> 29;
