@@ -360,12 +360,14 @@ pub fn parse_strict(text: &str) -> Result<Profile, String> {
     p.pid = c.hex()?;
     c.lit(" N=(")?;
     let named = c.until(") T=")?;
-    let (program, notes) = named
-        .strip_suffix(']')
-        .and_then(|n| n.rsplit_once(" ["))
-        .ok_or_else(|| c.err("no notes after the program's name"))?;
-    p.program = program.to_string();
-    p.notes = notes.split("; ").map(str::to_string).collect();
+    // igprof-rs always writes notes; IgProf's own profiles have none.
+    match named.strip_suffix(']').and_then(|n| n.rsplit_once(" [")) {
+        Some((program, notes)) => {
+            p.program = program.to_string();
+            p.notes = notes.split("; ").map(str::to_string).collect();
+        }
+        None => p.program = named.to_string(),
+    }
     c.lit(") T=")?;
     let t = c.until(")")?;
     let (a, b) = t.split_once('.').ok_or_else(|| c.err("T= is not %f"))?;

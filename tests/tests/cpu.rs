@@ -451,30 +451,21 @@ fn fixtures_parse_with_the_strict_parser() {
         let p = parse_strict(&read_text(&dir.join(f))).unwrap_or_else(|e| panic!("{f}: {e}"));
         assert!(!p.nodes.is_empty());
     }
-    // And the parser rejects what IgProf's would, and a header without
-    // the notes the library always writes.
+    // And the parser rejects what IgProf's would.
     assert!(
-        parse_strict("P=(HEX ID=1 N=(x) T=0.005000)\nC1 FN0=(F0=(a)+0 N=(f))+0\n").is_err(),
-        "no notes"
-    );
-    assert!(parse_strict(
-        "P=(HEX ID=1 N=(x [started 1.0]) T=0.005000)\nC1 FN0=(F0=(a)+0 N=(f))+0\n"
-    )
-    .is_ok());
-    assert!(
-        parse_strict("P=(HEX ID=1 N=(x [started 1.0]) T=0.005000)\nC1 FN0+0\n").is_err(),
+        parse_strict("P=(HEX ID=1 N=(x) T=0.005000)\nC1 FN0+0\n").is_err(),
         "undefined FN"
     );
     assert!(
-        parse_strict("P=(HEX ID=1 N=(x [started 1.0]) T=0.005000 X=1)\n").is_err(),
+        parse_strict("P=(HEX ID=1 N=(x) T=0.005000 X=1)\n").is_err(),
         "extra header field"
     );
     assert!(
-        parse_strict("P=(HEX ID=1 N=(x [started 1.0]) T=0.005000)\nC2 FN0=(F0=(a)+0 N=(f))+0\n").is_err(),
+        parse_strict("P=(HEX ID=1 N=(x) T=0.005000)\nC2 FN0=(F0=(a)+0 N=(f))+0\n").is_err(),
         "depth jump"
     );
     assert!(
-        parse_strict("P=(HEX ID=1 N=(x [started 1.0]) T=0.005000)\nC1 FN0=(F0=(a)+0 N=(f))+0\n\n").is_err(),
+        parse_strict("P=(HEX ID=1 N=(x) T=0.005000)\nC1 FN0=(F0=(a)+0 N=(f))+0\n\n").is_err(),
         "trailing line"
     );
 }

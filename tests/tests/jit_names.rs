@@ -204,6 +204,38 @@ fn a_jitdump_names_the_code_it_describes() {
     assert!(self_shares(&report)["jitted_count_down"] >= 80.0, "{err}");
 }
 
+/// Seconds since the Unix epoch of the header note `label`.
+fn note_time(notes: &[String], label: &str) -> f64 {
+    notes
+        .iter()
+        .find_map(|n| n.strip_prefix(label)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no '{label}' note in {notes:?}"))
+}
+
+#[test]
+fn profiles_say_when_their_process_started_and_was_dumped() {
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    };
+    let before = now();
+    let (d, _) = jit_named("jit-notes", "none", ".");
+    let after = now();
+    let p = parse_strict(&read_text(&d.join("jit.gz"))).unwrap();
+    assert_eq!(p.program, "./jit_named", "{:?}", p.notes);
+    let (started, dumped) = (
+        note_time(&p.notes, "started"),
+        note_time(&p.notes, "dumped"),
+    );
+    // The program burns 400 ms of CPU time between the two.
+    assert!(
+        before <= started && started + 0.39 <= dumped && dumped <= after,
+        "{before} {started} {dumped} {after}"
+    );
+}
+
 #[test]
 fn a_perf_map_in_tmp_names_the_code() {
     let (d, page) = jit_named("jit-map", "map", "/tmp");
