@@ -136,8 +136,9 @@ impl Drop for TmpMap {
     }
 }
 
-/// Runs jit_named under -pp in a fresh directory: (dir, page address,
-/// profile name).
+/// Runs jit_named under -pp (400 ms, `mode`, its file in `map_dir`, `.`:
+/// the run's directory) in a fresh directory, profile `jit.gz`: (the
+/// directory, the code's page as the program prints it).
 fn jit_named(name: &str, mode: &str, map_dir: &str) -> (PathBuf, String) {
     let d = scratch(name);
     build(&d, "jit_named.c", "jit_named", &[]);
