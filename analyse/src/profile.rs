@@ -193,8 +193,9 @@ struct ReadIndex {
     last: Vec<NodeId>,
     next: Vec<NodeId>,
     nkids: Vec<u32>,
-    /// [`Node::inlined`] of each node.
+    /// [`Node::inlined`] of each node, and whether any is.
     inlined: Vec<bool>,
+    any_inlined: bool,
     /// (count, calls) read for each node.
     acc: Vec<[i64; 2]>,
     wide: FxHashMap<(NodeId, SymId), NodeId>,
@@ -225,6 +226,7 @@ impl ReadIndex {
     const NARROW: u32 = 16;
 
     fn push(&mut self, sym: SymId, inlined: bool) -> NodeId {
+        self.any_inlined |= inlined;
         let id = self.sym.len() as NodeId;
         self.sym.push(sym);
         self.inlined.push(inlined);
@@ -331,7 +333,8 @@ impl ReadIndex {
             (k != NONE).then_some(k)
         };
         if let Some(c) = found {
-            if !inlined && self.inlined[c as usize] {
+            // (`any_inlined`: without --inline, no look at the flags.)
+            if !inlined && self.any_inlined && self.inlined[c as usize] {
                 self.inlined[c as usize] = false;
                 if let Some(u) = self.undo.as_mut().filter(|u| c < u.first_new) {
                     u.called.push(c);
@@ -536,33 +539,45 @@ impl Profile {
                 w[i + 4] as usize,
             );
             i += 5;
-            if st.fn_syms.len() <= function {
-                st.fn_syms.resize_with(function + 1, Default::default);
-            }
+            let inline = resolver.inline();
             if flags & DEFINES != 0 {
                 if let Some((path, offset, name)) = defs.next() {
-                    st.fn_syms[function] = FunctionSyms {
+                    let f = FunctionSyms {
                         def: Some((path, offset - symbol_offset, name)),
-                        offset,
-                        chain: None,
                         at: FxHashMap::default(),
                     };
+                    if inline {
+                        if st.fn_defs.len() <= function {
+                            st.fn_defs.resize_with(function + 1, Default::default);
+                        }
+                        st.fn_defs[function] = f;
+                    } else {
+                        // IgProf names a function by the address that
+                        // defined it.
+                        let frames = self.resolve_frames(&f, resolver, offset, false);
+                        let sym = frames.first().copied().unwrap_or(0);
+                        if st.fn_syms.len() <= function {
+                            st.fn_syms.resize(function + 1, SymId::MAX);
+                        }
+                        st.fn_syms[function] = sym;
+                    }
                 }
             }
             // With --inline, names depend on the address, not only on the
             // function (one function holds code inlined from others), and a
             // frame that has frames below it is a return address, looked
             // up as such (see Resolver::frames).
-            let chain = if resolver.inline() {
+            let sym;
+            let chain = if inline {
                 let return_address = flags & HAS_CHILDREN != 0;
-                self.chain_at(
-                    &mut st.fn_syms[function],
-                    resolver,
-                    symbol_offset,
-                    return_address,
-                )
+                match st.fn_defs.get_mut(function) {
+                    Some(f) => self.chain_at(f, resolver, symbol_offset, return_address),
+                    None => &[0],
+                }
             } else {
-                self.chain(&mut st.fn_syms[function], resolver)
+                // The reader guarantees definition before use.
+                sym = st.fn_syms.get(function).copied().unwrap_or(0);
+                std::slice::from_ref(&sym)
             };
             st.stack.truncate(depth.saturating_sub(1));
             let mut id = st.stack.last().copied().unwrap_or(0);
@@ -616,16 +631,12 @@ const DEFINES: i64 = 1;
 /// The node has children (its address is a return address).
 const HAS_CHILDREN: i64 = 2;
 
-/// A function of a dump: its definition, and its symbols once resolved.
+/// A function of a dump: its definition, and with `--inline` its
+/// symbols once resolved.
 #[derive(Default)]
 struct FunctionSyms {
     /// (object path, offset of the symbol's start, recorded name).
     def: Option<(String, i64, String)>,
-    /// The offset of the address that defined it (IgProf names a function
-    /// by it).
-    offset: i64,
-    /// Its symbol, without `--inline`.
-    chain: Option<Vec<SymId>>,
     /// With `--inline`: the symbols of the frames at an offset in the
     /// symbol, outermost first, as a sampled address (false) or a return
     /// address (true).
@@ -633,15 +644,6 @@ struct FunctionSyms {
 }
 
 impl Profile {
-    /// The symbol of function `f` (resolved on first use).
-    fn chain<'f>(&mut self, f: &'f mut FunctionSyms, resolver: &mut Resolver) -> &'f [SymId] {
-        if f.chain.is_none() {
-            let chain = self.resolve_frames(f, resolver, f.offset, false);
-            f.chain = Some(chain);
-        }
-        f.chain.as_deref().unwrap_or(&[])
-    }
-
     /// With `--inline`: the symbols of the frames at `symbol_offset` in
     /// function `f`, outermost first (resolved on first use).
     fn chain_at<'f>(
@@ -689,8 +691,10 @@ impl Profile {
 /// Per-dump tables while consuming batches.
 #[derive(Default)]
 struct DumpState {
-    /// Dump function id -> its symbols.
-    fn_syms: Vec<FunctionSyms>,
+    /// Dump function id -> its symbol (without `--inline`).
+    fn_syms: Vec<SymId>,
+    /// Dump function id -> its definition and symbols (with `--inline`).
+    fn_defs: Vec<FunctionSyms>,
     /// Dump counter id -> is it the report counter.
     is_key: Vec<Option<bool>>,
     counter_names: Vec<Option<String>>,
