@@ -491,8 +491,7 @@ fn a_seed_gives_the_same_profile_again() {
     // Without a seed, the header names the random one it used.
     let (_, p4) = b.run(&["-mp", "--sample-bytes", "4K"], &["1000", "5"], "d.gz");
     let seed = p4.notes[0].rsplit("--sample-seed ").next().unwrap();
-    assert!(seed.parse::<u64>().is_ok(), "{:?}", p4.notes
-    );
+    assert!(seed.parse::<u64>().is_ok(), "{:?}", p4.notes);
 }
 
 #[test]
