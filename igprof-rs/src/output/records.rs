@@ -32,10 +32,11 @@ pub(super) fn write_profile<S: Sink>(
         notes.extend(md.header_note.and_then(|f| f()))
     });
     use igprof_format::notes::{time_note, DUMPED, STARTED};
-    let since_epoch = |ns: u64| std::time::Duration::from_nanos(ns);
-    notes.push(time_note(STARTED, since_epoch(crate::base::run::started_ns())));
+    use std::time::Duration;
+    let started = crate::base::run::started_ns();
     let now = crate::base::sys::clock_ns(libc::CLOCK_REALTIME).unwrap_or(0);
-    notes.push(time_note(DUMPED, since_epoch(now)));
+    notes.push(time_note(STARTED, Duration::from_nanos(started)));
+    notes.push(time_note(DUMPED, Duration::from_nanos(now)));
     let program = igprof_format::notes::join(&rt.program, &notes);
     w.header(crate::base::sys::getpid() as u64, &program, tick)?;
     let mut syms = Symbols {
