@@ -287,7 +287,11 @@ pub struct Func {
 #[derive(Debug, Default)]
 pub struct Profile {
     pub pid: u64,
+    /// The program's name, without the notes after it.
     pub program: String,
+    /// The header's notes (`N=(program [note; note])`): sampling, counting
+    /// groups, when the process started and the dump was written.
+    pub notes: Vec<String>,
     pub tick: String,
     pub funcs: HashMap<u32, Func>,
     pub nodes: Vec<PNode>,
@@ -355,7 +359,15 @@ pub fn parse_strict(text: &str) -> Result<Profile, String> {
     c.lit("P=(HEX ID=")?;
     p.pid = c.hex()?;
     c.lit(" N=(")?;
-    p.program = c.until(") T=")?.to_string();
+    let named = c.until(") T=")?;
+    // igprof-rs always writes notes; IgProf's own profiles have none.
+    match named.strip_suffix(']').and_then(|n| n.rsplit_once(" [")) {
+        Some((program, notes)) => {
+            p.program = program.to_string();
+            p.notes = notes.split("; ").map(str::to_string).collect();
+        }
+        None => p.program = named.to_string(),
+    }
     c.lit(") T=")?;
     let t = c.until(")")?;
     let (a, b) = t.split_once('.').ok_or_else(|| c.err("T= is not %f"))?;

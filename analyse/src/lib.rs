@@ -43,6 +43,7 @@ pub mod filters;
 pub mod flat;
 pub mod formats;
 pub mod input;
+pub mod jit;
 pub mod profile;
 pub mod symbols;
 pub mod text;
@@ -144,8 +145,9 @@ pub enum Warning {
         reason: String,
         line: Option<u64>,
     },
-    /// A debug file could not be fetched (debuginfod): the names stay
-    /// what the object itself gives.
+    /// A debug file could not be fetched (debuginfod), or a JIT map is
+    /// missing or not used: the names stay what the objects (or the
+    /// profile) give.
     Symbols(String),
 }
 

@@ -97,8 +97,9 @@ struct Args {
     /// the profile (IgProf without -g).
     #[arg(long)]
     no_symbols: bool,
-    /// Name frames by the innermost inlined function at the address, with
-    /// the functions it was inlined into.
+    /// Show each function inlined into another as a frame of its own,
+    /// below the function it is inlined into (from DWARF), in every report
+    /// and view (pprof: one location with a line per function).
     #[arg(long)]
     inline: bool,
     /// Append the source file and line of each call site to names.
@@ -123,6 +124,13 @@ struct Args {
     /// from this machine (objects not there keep their recorded names).
     #[arg(long = "sysroot-only", requires = "sysroot")]
     sysroot_only: bool,
+    /// Name JIT code from this perf map (`START SIZE NAME` lines) or jitdump
+    /// FILE, used as it is for every profile, or from the perf-PID.map and
+    /// jit-PID.dump files of each profiled process in DIR; repeatable.
+    /// Without it, they are looked for next to the profile, then in /tmp,
+    /// and used only if written while the process lived.
+    #[arg(long = "jit-map", value_name = "FILE|DIR")]
+    jit_map: Vec<String>,
     /// Print progress messages on stderr (-v).
     #[arg(short = 'v', long)]
     verbose: bool,
@@ -277,6 +285,13 @@ fn parse() -> Config {
             fail(&format!("--sysroot {root}: not a directory"));
         }
     }
+    for m in &args.jit_map {
+        if !std::path::Path::new(m).exists() {
+            fail(&format!(
+                "--jit-map {m}: no such file or directory (give a perf map, a jitdump, or a directory of them)"
+            ));
+        }
+    }
     let mut merge_regexp = Vec::new();
     for m in &args.merge_regexp {
         match filters::parse_merge_regexp(m) {
@@ -361,6 +376,9 @@ fn parse() -> Config {
             sysroot: args.sysroot.as_ref().map(Into::into),
             sysroot_only: args.sysroot_only,
             debuginfod: igprof_analyse::debuginfod::Config::from_env(),
+            jit: igprof_analyse::jit::Search {
+                given: args.jit_map.iter().map(Into::into).collect(),
+            },
         },
         verbose: args.verbose,
         views,

@@ -117,6 +117,9 @@ pub struct Node {
     pub sym: SymId,
     /// The name shown in reports when it differs (recursion `name'2`).
     pub report: Option<SymId>,
+    /// Code inlined into its parent (`--inline`): the same stack frame as
+    /// the parent's (where inlined and called code merged, false).
+    pub inlined: bool,
     pub counter: Counter,
     pub children: Vec<NodeId>,
 }
@@ -190,6 +193,9 @@ struct ReadIndex {
     last: Vec<NodeId>,
     next: Vec<NodeId>,
     nkids: Vec<u32>,
+    /// [`Node::inlined`] of each node, and whether any is.
+    inlined: Vec<bool>,
+    any_inlined: bool,
     /// (count, calls) read for each node.
     acc: Vec<[i64; 2]>,
     wide: FxHashMap<(NodeId, SymId), NodeId>,
@@ -212,14 +218,18 @@ struct Undo {
     acc: Vec<(NodeId, [i64; 2])>,
     /// Older parents given a new child: (parent, its `last` before).
     links: Vec<(NodeId, NodeId)>,
+    /// Older nodes that stopped being inlined-only.
+    called: Vec<NodeId>,
 }
 
 impl ReadIndex {
     const NARROW: u32 = 16;
 
-    fn push(&mut self, sym: SymId) -> NodeId {
+    fn push(&mut self, sym: SymId, inlined: bool) -> NodeId {
+        self.any_inlined |= inlined;
         let id = self.sym.len() as NodeId;
         self.sym.push(sym);
+        self.inlined.push(inlined);
         self.first.push(NONE);
         self.last.push(NONE);
         self.next.push(NONE);
@@ -250,6 +260,7 @@ impl ReadIndex {
             generation: self.generations,
             acc: Vec::new(),
             links: Vec::new(),
+            called: Vec::new(),
         });
     }
 
@@ -260,6 +271,9 @@ impl ReadIndex {
         };
         for &(node, acc) in &u.acc {
             self.acc[node as usize] = acc;
+        }
+        for &node in &u.called {
+            self.inlined[node as usize] = true;
         }
         for &(parent, last) in u.links.iter().rev() {
             let p = parent as usize;
@@ -273,6 +287,7 @@ impl ReadIndex {
         let keep = u.first_new as usize;
         self.wide.retain(|_, child| *child < u.first_new);
         self.sym.truncate(keep);
+        self.inlined.truncate(keep);
         self.first.truncate(keep);
         self.last.truncate(keep);
         self.next.truncate(keep);
@@ -305,22 +320,29 @@ impl ReadIndex {
         }
     }
 
-    /// The child of `parent` for `sym`, created if new.
-    fn child(&mut self, parent: NodeId, sym: SymId) -> NodeId {
-        if self.nkids[parent as usize] > Self::NARROW {
-            if let Some(&c) = self.wide.get(&(parent, sym)) {
-                return c;
-            }
+    /// The child of `parent` for `sym`, created if new; `inlined` when
+    /// this frame is code inlined into the parent's.
+    fn child(&mut self, parent: NodeId, sym: SymId, inlined: bool) -> NodeId {
+        let found = if self.nkids[parent as usize] > Self::NARROW {
+            self.wide.get(&(parent, sym)).copied()
         } else {
             let mut k = self.first[parent as usize];
-            while k != NONE {
-                if self.sym[k as usize] == sym {
-                    return k;
-                }
+            while k != NONE && self.sym[k as usize] != sym {
                 k = self.next[k as usize];
             }
+            (k != NONE).then_some(k)
+        };
+        if let Some(c) = found {
+            // (`any_inlined`: without --inline, no look at the flags.)
+            if !inlined && self.any_inlined && self.inlined[c as usize] {
+                self.inlined[c as usize] = false;
+                if let Some(u) = self.undo.as_mut().filter(|u| c < u.first_new) {
+                    u.called.push(c);
+                }
+            }
+            return c;
         }
-        let id = self.push(sym);
+        let id = self.push(sym, inlined);
         self.link(parent, id);
         id
     }
@@ -388,7 +410,7 @@ impl Profile {
         if self.reading.is_none() {
             let mut ri = ReadIndex::default();
             for n in &self.nodes {
-                ri.push(n.sym);
+                ri.push(n.sym, n.inlined);
             }
             for id in 0..self.nodes.len() {
                 for c in std::mem::take(&mut self.nodes[id].children) {
@@ -413,6 +435,7 @@ impl Profile {
             });
         }
         for (id, node) in self.nodes.iter_mut().enumerate() {
+            node.inlined = ri.inlined[id];
             node.counter.cnt += ri.acc[id][0];
             node.counter.freq += ri.acc[id][1];
             node.children = ri.children(id as NodeId);
@@ -432,7 +455,19 @@ impl Profile {
     ) -> Result<(), LoadError> {
         self.start_reading();
         let reader = Reader::new(input, name)?;
-        self.tick_period = reader.header().tick_period as f32;
+        let header = reader.header();
+        self.tick_period = header.tick_period as f32;
+        use igprof_format::notes::{time, DUMPED, STARTED};
+        let dir = std::path::Path::new(name)
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        resolver.begin_dump(crate::jit::Process {
+            pid: header.pid,
+            started: time(&header.program, STARTED),
+            dumped: time(&header.program, DUMPED),
+            dir: dir.to_path_buf(),
+        });
         std::thread::scope(|scope| {
             let (tx, rx) = std::sync::mpsc::sync_channel(4);
             scope.spawn(move || produce(reader, tx));
@@ -495,31 +530,61 @@ impl Profile {
         let mut defs = b.defs.into_iter();
         let w = &b.words;
         let mut i = 0;
-        while i + 4 <= w.len() {
-            let (depth, function, defines, n) = (
+        while i + 5 <= w.len() {
+            let (depth, function, flags, symbol_offset, n) = (
                 w[i] as usize,
                 w[i + 1] as usize,
-                w[i + 2] != 0,
-                w[i + 3] as usize,
+                w[i + 2],
+                w[i + 3],
+                w[i + 4] as usize,
             );
-            i += 4;
-            if defines {
-                if let Some((path, offset, recorded)) = defs.next() {
-                    let name = resolver.resolve(&path, offset, &recorded);
-                    let file = self.symbols.file_id(&resolver.canonical_path(&path));
-                    let sym = self.symbols.intern(&name, file);
-                    if st.fn_syms.len() <= function {
-                        st.fn_syms.resize(function + 1, SymId::MAX);
+            i += 5;
+            let inline = resolver.inline();
+            if flags & DEFINES != 0 {
+                if let Some((path, offset, name)) = defs.next() {
+                    let f = FunctionSyms {
+                        def: Some((path, offset - symbol_offset, name)),
+                        at: FxHashMap::default(),
+                    };
+                    if inline {
+                        if st.fn_defs.len() <= function {
+                            st.fn_defs.resize_with(function + 1, Default::default);
+                        }
+                        st.fn_defs[function] = f;
+                    } else {
+                        // IgProf names a function by the address that
+                        // defined it.
+                        let frames = self.resolve_frames(&f, resolver, offset, false);
+                        let sym = frames.first().copied().unwrap_or(0);
+                        if st.fn_syms.len() <= function {
+                            st.fn_syms.resize(function + 1, SymId::MAX);
+                        }
+                        st.fn_syms[function] = sym;
                     }
-                    st.fn_syms[function] = sym;
                 }
             }
-            // The reader guarantees definition before use.
-            let sym = st.fn_syms.get(function).copied().unwrap_or(0);
+            // With --inline, names depend on the address, not only on the
+            // function (one function holds code inlined from others), and a
+            // frame that has frames below it is a return address, looked
+            // up as such (see Resolver::frames).
+            let sym;
+            let chain = if inline {
+                let return_address = flags & HAS_CHILDREN != 0;
+                match st.fn_defs.get_mut(function) {
+                    Some(f) => self.chain_at(f, resolver, symbol_offset, return_address),
+                    None => &[0],
+                }
+            } else {
+                // The reader guarantees definition before use.
+                sym = st.fn_syms.get(function).copied().unwrap_or(0);
+                std::slice::from_ref(&sym)
+            };
             st.stack.truncate(depth.saturating_sub(1));
-            let parent = st.stack.last().copied().unwrap_or(0);
+            let mut id = st.stack.last().copied().unwrap_or(0);
             let ri = self.reading.get_or_insert_with(ReadIndex::default);
-            let id = ri.child(parent, sym);
+            for (k, &sym) in chain.iter().enumerate() {
+                id = ri.child(id, sym, k > 0);
+            }
             st.stack.push(id);
             for _ in 0..n {
                 let Some(v) = w.get(i..i + 4) else { break };
@@ -561,11 +626,75 @@ impl Profile {
     }
 }
 
+/// Flags of a node in [`Batch::words`].
+const DEFINES: i64 = 1;
+/// The node has children (its address is a return address).
+const HAS_CHILDREN: i64 = 2;
+
+/// A function of a dump: its definition, and with `--inline` its
+/// symbols once resolved.
+#[derive(Default)]
+struct FunctionSyms {
+    /// (object path, offset of the symbol's start, recorded name).
+    def: Option<(String, i64, String)>,
+    /// With `--inline`: the symbols of the frames at an offset in the
+    /// symbol, outermost first, as a sampled address (false) or a return
+    /// address (true).
+    at: FxHashMap<(i64, bool), Vec<SymId>>,
+}
+
+impl Profile {
+    /// With `--inline`: the symbols of the frames at `symbol_offset` in
+    /// function `f`, outermost first (resolved on first use).
+    fn chain_at<'f>(
+        &mut self,
+        f: &'f mut FunctionSyms,
+        resolver: &mut Resolver,
+        symbol_offset: i64,
+        return_address: bool,
+    ) -> &'f [SymId] {
+        let key = (symbol_offset, return_address);
+        if !f.at.contains_key(&key) {
+            let start = f.def.as_ref().map_or(0, |d| d.1);
+            let chain = self.resolve_frames(f, resolver, start + symbol_offset, return_address);
+            f.at.insert(key, chain);
+        }
+        f.at.get(&key).map_or(&[], Vec::as_slice)
+    }
+
+    /// The symbols of the frames at `offset` in `f`'s object.
+    fn resolve_frames(
+        &mut self,
+        f: &FunctionSyms,
+        resolver: &mut Resolver,
+        offset: i64,
+        return_address: bool,
+    ) -> Vec<SymId> {
+        // The reader guarantees definition before use.
+        let Some((path, _, recorded)) = &f.def else {
+            return vec![0];
+        };
+        let frames = resolver.frames(path, offset, recorded, return_address);
+        let object = match frames.object {
+            Some(o) => o,
+            None => resolver.canonical_path(path),
+        };
+        let file = self.symbols.file_id(&object);
+        frames
+            .names
+            .iter()
+            .map(|n| self.symbols.intern(n, file))
+            .collect()
+    }
+}
+
 /// Per-dump tables while consuming batches.
 #[derive(Default)]
 struct DumpState {
-    /// Dump function id -> symbol.
+    /// Dump function id -> its symbol (without `--inline`).
     fn_syms: Vec<SymId>,
+    /// Dump function id -> its definition and symbols (with `--inline`).
+    fn_defs: Vec<FunctionSyms>,
     /// Dump counter id -> is it the report counter.
     is_key: Vec<Option<bool>>,
     counter_names: Vec<Option<String>>,
@@ -575,8 +704,8 @@ struct DumpState {
 /// Parsed lines handed from the parsing thread to the tree builder.
 #[derive(Default)]
 struct Batch {
-    /// Per node: depth, function id, defines (0/1), number of counters; then
-    /// per counter: counter id, ticks, value, peak.
+    /// Per node: depth, function id, flags ([`DEFINES`], [`HAS_CHILDREN`]),
+    /// offset in the symbol, number of counters; then per counter: counter id, ticks, value, peak.
     words: Vec<i64>,
     /// (object path, offset, recorded name) of each defining node, in order.
     defs: Vec<(String, i64, String)>,
@@ -593,6 +722,9 @@ fn produce<R: BufRead>(
     let mut named: Vec<bool> = Vec::new();
     let mut new_counters: Vec<u32> = Vec::new();
     let mut batch = Batch::default();
+    // The flags word and depth of the last node in `batch`: its children
+    // are known when the next node is read.
+    let mut last: Option<(usize, u32)> = None;
     loop {
         let (function, defines) = match reader.next_node() {
             Err(e) => {
@@ -601,10 +733,20 @@ fn produce<R: BufRead>(
             }
             Ok(None) => break,
             Ok(Some(n)) => {
+                if let Some((flags, depth)) = last {
+                    if n.depth > depth {
+                        batch.words[flags] |= HAS_CHILDREN;
+                    }
+                }
+                if batch.words.len() >= WORDS && tx.send(Ok(std::mem::take(&mut batch))).is_err() {
+                    return;
+                }
+                last = Some((batch.words.len() + 2, n.depth));
                 batch.words.extend([
                     n.depth as i64,
                     n.function as i64,
                     n.defines_function as i64,
+                    n.symbol_offset,
                     n.counters.len() as i64,
                 ]);
                 for v in n.counters {
@@ -634,9 +776,6 @@ fn produce<R: BufRead>(
                     .counter_names
                     .push((id, reader.counter(id).unwrap_or("").to_string()));
             }
-        }
-        if batch.words.len() >= WORDS && tx.send(Ok(std::mem::take(&mut batch))).is_err() {
-            return;
         }
     }
     let _ = tx.send(Ok(batch));

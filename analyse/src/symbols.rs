@@ -24,8 +24,11 @@
 //!    as many entries as it has call sites); the return address itself where
 //!    no FDE covers it.
 //!
-//! Code outside any object (JIT code, recorded with the object [`UNKNOWN_OBJECT`])
-//! keeps its recorded name, `@?0x<address>`, as IgProf shows it.
+//! Code outside any object (JIT code, recorded with the object
+//! [`UNKNOWN_OBJECT`]) is named from the perf map or jitdump of the
+//! profiled process (see [`crate::jit`]; the process is set by
+//! [`Resolver::begin_dump`]), else keeps its recorded name, `@?0x<address>`,
+//! as IgProf shows it.
 //!
 //! Must never: run external programs, abort on a broken or foreign object
 //! file (it is skipped and the recorded name is used), or read an object twice.
@@ -50,8 +53,8 @@ pub const SYSTEM_DEBUG_DIR: &str = "/usr/lib/debug";
 pub struct Options {
     /// Look in the objects at all (off: recorded names only, like IgProf without -g).
     pub enabled: bool,
-    /// Name a frame by the innermost inlined function at the address, with
-    /// the chain of functions it was inlined into.
+    /// Show each function inlined at an address as a frame of its own,
+    /// below the function it is inlined into (from DWARF).
     pub inline: bool,
     /// Append the source file and line of the call site.
     pub lines: bool,
@@ -70,6 +73,8 @@ pub struct Options {
     /// Servers to fetch missing debug files from, by build id, after the
     /// debug directories (`DEBUGINFOD_URLS`).
     pub debuginfod: Option<crate::debuginfod::Config>,
+    /// Where the JIT maps of profiled processes are (`--jit-map`).
+    pub jit: crate::jit::Search,
 }
 
 impl Default for Options {
@@ -82,6 +87,7 @@ impl Default for Options {
             sysroot: None,
             sysroot_only: false,
             debuginfod: None,
+            jit: crate::jit::Search::default(),
         }
     }
 }
@@ -115,9 +121,25 @@ pub struct Resolver {
     /// Recorded object path -> (the path the report shows, the file to read).
     paths: FxHashMap<String, (String, PathBuf)>,
     debuginfod: Option<crate::debuginfod::Client>,
-    /// Problems met while looking (debuginfod servers), for the caller to
-    /// report: see [`Resolver::take_warnings`].
+    /// Problems met while looking (debuginfod servers, JIT maps), for the
+    /// caller to report: see [`Resolver::take_warnings`].
     warnings: Vec<String>,
+    /// The process whose dump is being read, and the JIT map of each
+    /// process met (loaded on its first address outside any object).
+    process: Option<crate::jit::Process>,
+    jit_maps: FxHashMap<crate::jit::Process, Option<crate::jit::JitMap>>,
+}
+
+/// The names of one address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frames {
+    /// The function holding the address; with `--inline`, preceded by the
+    /// functions it is inlined into (outermost first, the function of the
+    /// object's symbol first, the innermost inlined function last).
+    pub names: Vec<String>,
+    /// The file the names come from when it is not the recorded object
+    /// (the perf map or jitdump of JIT code).
+    pub object: Option<String>,
 }
 
 /// Most symbolic links followed for one path (Linux's limit).
@@ -436,6 +458,24 @@ fn load_object(path: &Path, finder: &mut DebugFinder<'_>) -> Option<ObjectSyms> 
     })
 }
 
+/// One function of the DWARF frames at an address.
+struct DwarfFrame {
+    name: Option<String>,
+    /// Source file and line.
+    line: Option<(String, u32)>,
+}
+
+/// `name`, with `lines`, followed by ` (file:line)` (the file's base name).
+pub fn with_line(name: String, lines: bool, at: Option<&(String, u32)>) -> String {
+    match (lines, at) {
+        (true, Some((file, line))) => {
+            let base = file.rsplit('/').next().unwrap_or(file);
+            format!("{name} ({base}:{line})")
+        }
+        _ => name,
+    }
+}
+
 /// IgProf's name for an address nothing could resolve: `@{libc.so.6+1234}`.
 pub fn unresolved_name(path: &str, offset: i64, recorded: &str) -> String {
     if !(recorded.starts_with("@?") && offset > 0) {
@@ -449,7 +489,10 @@ pub fn unresolved_name(path: &str, offset: i64, recorded: &str) -> String {
 }
 
 impl ObjectSyms {
-    fn dwarf_name(&self, addr: u64, opts: &Options) -> Option<String> {
+    /// The DWARF frames at `addr`, innermost first (the last is the
+    /// function the code is in, the others are inlined into it): each
+    /// function's linkage name and the source location in it.
+    fn dwarf_frames(&self, addr: u64) -> Option<Vec<DwarfFrame>> {
         let dwarf = self
             .dwarf
             .get_or_init(|| {
@@ -458,35 +501,53 @@ impl ObjectSyms {
             })
             .as_ref()?;
         let mut frames = dwarf.find_frames(addr).ok()?;
-        let mut names: Vec<String> = Vec::new();
-        let mut first_line = None;
+        let mut out = Vec::new();
         while let Ok(Some(f)) = frames.next() {
-            if let Some(func) = f.function.as_ref() {
-                if let Ok(n) = func.raw_name() {
-                    names.push(n.into_owned());
-                }
-            }
-            if first_line.is_none() {
-                first_line = f
+            out.push(DwarfFrame {
+                name: f
+                    .function
+                    .as_ref()
+                    .and_then(|func| func.raw_name().ok())
+                    .map(|n| n.into_owned()),
+                line: f
                     .location
                     .as_ref()
-                    .and_then(|l| Some((l.file?.to_string(), l.line?)));
-            }
+                    .and_then(|l| Some((l.file?.to_string(), l.line?))),
+            });
         }
-        // Frames come innermost first; the last one is the real function.
-        let mut name = if opts.inline && names.len() > 1 {
-            let inner = names[0].clone();
-            format!("{inner} [inlined into {}]", names[1..].join(" < "))
+        Some(out)
+    }
+
+    /// The name of the function at `addr` from DWARF, with `--lines` the
+    /// source line: of the innermost inlined code, or with `--inline`
+    /// (where each inlined function is a frame of its own) of the call
+    /// site of the outermost inlined function.
+    fn dwarf_name(&self, addr: u64, opts: &Options) -> Option<String> {
+        let frames = self.dwarf_frames(addr)?;
+        let outer = frames.iter().rev().find(|f| f.name.is_some())?;
+        let name = outer.name.clone()?;
+        let line = if opts.inline {
+            &outer.line
         } else {
-            names.pop()?
+            &frames.first()?.line
         };
-        if opts.lines {
-            if let Some((file, line)) = first_line {
-                let base = file.rsplit('/').next().unwrap_or(&file).to_string();
-                name = format!("{name} ({base}:{line})");
-            }
-        }
-        Some(name)
+        Some(with_line(name, opts.lines, line.as_ref()))
+    }
+
+    /// With `--inline`: the functions inlined at `offset`, outermost first
+    /// (none without DWARF or inlining).
+    fn inlined(&self, offset: u64, opts: &Options) -> Vec<String> {
+        let Some(frames) = self.dwarf_frames(offset.wrapping_add(self.vmbase)) else {
+            return Vec::new();
+        };
+        let Some(outer) = frames.iter().rposition(|f| f.name.is_some()) else {
+            return Vec::new();
+        };
+        frames[..outer]
+            .iter()
+            .rev()
+            .filter_map(|f| Some(with_line(f.name.clone()?, opts.lines, f.line.as_ref())))
+            .collect()
     }
 
     /// False when the recorded dynamic symbol exists but does not cover
@@ -548,7 +609,34 @@ impl Resolver {
             paths: FxHashMap::default(),
             debuginfod,
             warnings: Vec::new(),
+            process: None,
+            jit_maps: FxHashMap::default(),
         }
+    }
+
+    /// Whether each inlined function is a frame of its own (`--inline`).
+    pub fn inline(&self) -> bool {
+        self.options.inline
+    }
+
+    /// The dump read next is of this process: its code outside any object
+    /// is named from its JIT maps.
+    pub fn begin_dump(&mut self, process: crate::jit::Process) {
+        self.process = Some(process);
+    }
+
+    /// The name of JIT code at `addr` from the current process's maps.
+    fn jit_name(&mut self, addr: u64) -> Option<(String, String)> {
+        let p = self.process.as_ref()?;
+        if !self.jit_maps.contains_key(p) {
+            let (map, warnings) = crate::jit::find(&self.options.jit, p);
+            self.warnings.extend(warnings);
+            self.jit_maps.insert(p.clone(), map);
+        }
+        let found = self.jit_maps.get(p)?.as_ref()?.lookup(addr)?;
+        let line = found.line.map(|(f, l)| (f.to_string(), l));
+        let name = with_line(found.name.to_string(), self.options.lines, line.as_ref());
+        Some((name, found.source.to_string()))
     }
 
     /// The absolute, symlink-free path IgProf uses for a recorded object path:
@@ -620,10 +708,56 @@ impl Resolver {
     /// The name of the function at `offset` in object `recorded_path`,
     /// falling back to the `recorded` name from the profile.
     pub fn resolve(&mut self, recorded_path: &str, offset: i64, recorded: &str) -> String {
+        self.frames(recorded_path, offset, recorded, false)
+            .names
+            .swap_remove(0)
+    }
+
+    /// The names of the code at `offset` in object `recorded_path`
+    /// (see [`Frames`]).
+    pub fn frames(
+        &mut self,
+        recorded_path: &str,
+        offset: i64,
+        recorded: &str,
+        return_address: bool,
+    ) -> Frames {
         if recorded_path == UNKNOWN_OBJECT {
-            return recorded.to_string();
+            if self.options.enabled && offset > 0 {
+                if let Some((name, object)) = self.jit_name(offset as u64) {
+                    return Frames {
+                        names: vec![name],
+                        object: Some(object),
+                    };
+                }
+            }
+            return Frames {
+                names: vec![recorded.to_string()],
+                object: None,
+            };
         }
+        Frames {
+            names: self.resolve_object(recorded_path, offset, recorded, return_address),
+            object: None,
+        }
+    }
+
+    fn resolve_object(
+        &mut self,
+        recorded_path: &str,
+        offset: i64,
+        recorded: &str,
+        return_address: bool,
+    ) -> Vec<String> {
         if self.options.enabled && offset >= 0 && !recorded_path.is_empty() {
+            // With --inline, a return address is looked up one byte back:
+            // the functions inlined there are those of the call, not of the
+            // code after it (perf does the same).
+            let at = if self.options.inline && return_address && offset > 0 {
+                offset as u64 - 1
+            } else {
+                offset as u64
+            };
             let file = self.locate(recorded_path).1.clone();
             let mut finder = DebugFinder {
                 dirs: &self.options.debug_dirs,
@@ -635,17 +769,21 @@ impl Resolver {
                 .entry(file)
                 .or_insert_with_key(|file| load_object(file, &mut finder));
             if let Some(syms) = syms {
-                if let Some(n) = syms.name(offset as u64, recorded, &self.options) {
-                    return n;
+                if let Some(n) = syms.name(at, recorded, &self.options) {
+                    let mut names = vec![n];
+                    if self.options.inline {
+                        names.extend(syms.inlined(at, &self.options));
+                    }
+                    return names;
                 }
                 if recorded.starts_with("@?") {
                     if let Some(start) = syms.function_start(offset as u64) {
-                        return unresolved_name(recorded_path, start as i64, recorded);
+                        return vec![unresolved_name(recorded_path, start as i64, recorded)];
                     }
                 }
             }
         }
-        unresolved_name(recorded_path, offset, recorded)
+        vec![unresolved_name(recorded_path, offset, recorded)]
     }
 }
 

@@ -39,7 +39,11 @@
 //!   in IgProf's own dumps). Later lines refer to it as `FN<id>`. The same
 //!   holds for files (`F<id>=(<path>)`, then `F<id>`) and counters
 //!   (`V<id>=(<NAME>)`, then `V<id>`). The `+<offset>` after the function is
-//!   the offset inside the symbol; IgProf's analyser ignores it.
+//!   the offset inside the symbol: one function id stands for every
+//!   address in it, and the node's address is the definition's object
+//!   offset minus the definition's `+<offset>` plus the node's. IgProf's
+//!   analyser ignores it; igprof-analyse's `--inline` needs it (inlined
+//!   code differs between addresses of one function).
 //! * `path` is the object as the dynamic loader named it; the main program is
 //!   recorded as launched (`./cpu_split`), so it is relative to the directory
 //!   the program was started in. `path` ends at the first `)+`; `name` ends at
@@ -52,9 +56,15 @@
 //!   when the dump was written. A node may have no counter at all (an inner
 //!   frame).
 //!
+//! * Notes: `program` may end with ` [note; note...]`, facts IgProf's header
+//!   has no field for (its analyser rejects an extra field, and both readers
+//!   take the name as it is); a note never holds `)`, `[`, `]` or `;`. See
+//!   [`notes`].
+//!
 //! IgProf's analyser is strict: a comment, an empty line, an extra header
 //! field or a missing final newline is a syntax error there. The writer never
 //! produces them; the reader reports them with file and line.
 #![forbid(unsafe_code)]
+pub mod notes;
 pub mod read;
 pub mod write;

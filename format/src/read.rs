@@ -73,6 +73,10 @@ pub struct Node<'r> {
     pub function: u32,
     /// True when this line defined the function (first use).
     pub defines_function: bool,
+    /// The offset of the node's address in the function's symbol (`+<n>`
+    /// after the function): with the definition's, it gives the address
+    /// of a node whose function was defined at another address.
+    pub symbol_offset: i64,
     /// The node's counters in file order.
     pub counters: &'r [CounterValue],
     leaks: &'r [Leak],
@@ -599,10 +603,11 @@ impl<R: BufRead> Reader<R> {
             parse_node(&mut self.t, self.base, &self.buf)
         };
         match parsed {
-            Ok((depth, function, defines_function)) => Ok(Some(Node {
+            Ok((depth, function, defines_function, symbol_offset)) => Ok(Some(Node {
                 depth,
                 function,
                 defines_function,
+                symbol_offset,
                 counters: &self.t.values,
                 leaks: &self.t.leaks,
             })),
@@ -612,7 +617,7 @@ impl<R: BufRead> Reader<R> {
 }
 
 /// Parses one node line into `t` (grammar: see the crate docs).
-fn parse_node(t: &mut Tables, base: u32, line: &[u8]) -> LineResult<(u32, u32, bool)> {
+fn parse_node(t: &mut Tables, base: u32, line: &[u8]) -> LineResult<(u32, u32, bool, i64)> {
     {
         let mut c = Cursor::new(line);
         c.eat(b"C", "'C<depth>' at the start of a node line")?;
@@ -656,7 +661,7 @@ fn parse_node(t: &mut Tables, base: u32, line: &[u8]) -> LineResult<(u32, u32, b
             }
         };
         c.eat(b"+", "'+<offset in symbol>' after the function")?;
-        c.signed(base, "the offset in the symbol")?;
+        let symbol_offset = c.signed(base, "the offset in the symbol")?;
 
         t.values.clear();
         t.leaks.clear();
@@ -697,7 +702,7 @@ fn parse_node(t: &mut Tables, base: u32, line: &[u8]) -> LineResult<(u32, u32, b
             });
         }
         t.depth = depth;
-        Ok((depth as u32, function, defines))
+        Ok((depth as u32, function, defines, symbol_offset))
     }
 }
 

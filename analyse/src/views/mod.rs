@@ -170,6 +170,9 @@ pub struct Node {
     pub cum_value: i64,
     pub cum_calls: i64,
     pub children: Vec<u32>,
+    /// Code inlined into its parent (`--inline`): pprof puts the two in
+    /// one location.
+    pub inlined: bool,
 }
 
 /// A call tree in pre-order: node 0 is `<spontaneous>`, the root, and each
@@ -202,6 +205,7 @@ impl Tree {
                 cum_value: n.counter.ccnt,
                 cum_calls: n.counter.cfreq,
                 children: Vec::with_capacity(n.children.len()),
+                inlined: n.inlined,
             });
             if let Some(parent) = parent {
                 nodes[parent as usize].children.push(me);
@@ -217,18 +221,28 @@ impl Tree {
     /// first: `<spontaneous>` is left out of the stacks below it, and is the
     /// stack of the root itself.
     pub fn for_each_stack(&self, mut f: impl FnMut(&[FuncId], &Node)) {
+        self.for_each_frames(|path, _, n| f(path, n));
+    }
+
+    /// [`Tree::for_each_stack`], also giving whether each function of the
+    /// stack is inlined into the one before it ([`Node::inlined`]).
+    pub fn for_each_frames(&self, mut f: impl FnMut(&[FuncId], &[bool], &Node)) {
         let Some(root) = self.nodes.first() else {
             return;
         };
-        f(&[root.func], root);
+        f(&[root.func], &[false], root);
         let mut path: Vec<FuncId> = Vec::new();
+        let mut inlined: Vec<bool> = Vec::new();
         // (node, depth below the root)
         let mut stack: Vec<(u32, usize)> = root.children.iter().rev().map(|&c| (c, 1)).collect();
         while let Some((id, depth)) = stack.pop() {
             let n = &self.nodes[id as usize];
             path.truncate(depth - 1);
+            inlined.truncate(depth - 1);
             path.push(n.func);
-            f(&path, n);
+            // The first frame below the root is inlined into nothing.
+            inlined.push(n.inlined && depth > 1);
+            f(&path, &inlined, n);
             for &c in n.children.iter().rev() {
                 stack.push((c, depth + 1));
             }

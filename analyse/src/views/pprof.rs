@@ -7,9 +7,10 @@
 //! `cpu`/nanoseconds (ticks x period); any other counter is its name in
 //! lower case, in bytes for MEM_MAX and counts otherwise. The selected
 //! counter's main type is the default one. One sample per call path with a
-//! value of its own. One location and function per function (per source
-//! line with `--lines`, whose ` (file:line)` becomes the function's file
-//! and the line), one mapping per object file with its build id when the
+//! value of its own. One function per function (per source line with
+//! `--lines`, whose ` (file:line)` becomes the function's file and the
+//! line), one location per function and the functions `--inline` shows
+//! inlined into it (a line each, innermost first), one mapping per object file with its build id when the
 //! object can be read. There are no addresses: functions are already named
 //! (`has_functions`), so pprof does not try to symbolize.
 //!
@@ -277,12 +278,15 @@ pub fn profile(input: &Input<'_>) -> proto::Profile {
     // Mappings (one per object), functions and locations (one per function,
     // or per function and line).
     let mut mapping_of: Vec<Option<u64>> = vec![None; fns.objects().len()];
-    let mut location_of: Vec<Option<u64>> = vec![None; fns.len()];
+    let mut location_of: FxHashMap<Vec<FuncId>, u64> = FxHashMap::default();
     let mut function_ids: FxHashMap<(String, String), u64> = FxHashMap::default();
-    let mut location = |f: FuncId, p: &mut proto::Profile, strings: &mut Strings| -> u64 {
-        if let Some(l) = location_of[f as usize] {
+    // A location is a function and the functions inlined into it (outer
+    // first); its lines go innermost first, as pprof orders them.
+    let mut location = |group: &[FuncId], p: &mut proto::Profile, strings: &mut Strings| -> u64 {
+        if let Some(&l) = location_of.get(group) {
             return l;
         }
+        let f = group[0];
         let o = fns.object_id(f) as usize;
         let mapping_id = *mapping_of[o].get_or_insert_with(|| {
             let path = fns.object(f);
@@ -303,57 +307,74 @@ pub fn profile(input: &Input<'_>) -> proto::Profile {
             });
             id
         });
-        let full = fns.name(f);
-        let (name, file, line) = match input.lines.then(|| split_line(full)).flatten() {
-            Some(s) => s,
-            None => (full, "", 0),
-        };
-        let next = p.function.len() as u64 + 1;
-        let function_id = *function_ids
-            .entry((name.to_string(), file.to_string()))
-            .or_insert_with(|| {
-                p.function.push(proto::Function {
-                    id: next,
-                    name: strings.id(name),
-                    system_name: strings.id(name),
-                    filename: strings.id(file),
-                    start_line: 0,
+        let mut lines = Vec::with_capacity(group.len());
+        for &f in group.iter().rev() {
+            let full = fns.name(f);
+            let (name, file, line) = match input.lines.then(|| split_line(full)).flatten() {
+                Some(s) => s,
+                None => (full, "", 0),
+            };
+            let next = p.function.len() as u64 + 1;
+            let function_id = *function_ids
+                .entry((name.to_string(), file.to_string()))
+                .or_insert_with(|| {
+                    p.function.push(proto::Function {
+                        id: next,
+                        name: strings.id(name),
+                        system_name: strings.id(name),
+                        filename: strings.id(file),
+                        start_line: 0,
+                    });
+                    next
                 });
-                next
+            lines.push(proto::Line {
+                function_id,
+                line,
+                column: 0,
             });
+        }
+        if lines.len() > 1 {
+            p.mapping[mapping_id as usize - 1].has_inline_frames = true;
+        }
         let id = p.location.len() as u64 + 1;
         p.location.push(proto::Location {
             id,
             mapping_id,
             address: 0,
-            line: vec![proto::Line {
-                function_id,
-                line,
-                column: 0,
-            }],
+            line: lines,
             is_folded: false,
         });
-        location_of[f as usize] = Some(id);
+        location_of.insert(group.to_vec(), id);
         id
     };
 
     // Samples: one per call path with a value, the values of every counter.
     let width = p.sample_type.len();
-    let mut sample_at: FxHashMap<Vec<FuncId>, usize> = FxHashMap::default();
+    let mut sample_at: FxHashMap<(Vec<FuncId>, Vec<bool>), usize> = FxHashMap::default();
     for (ct, types) in input.counters.iter().zip(&types) {
-        ct.tree.for_each_stack(|path, node| {
+        ct.tree.for_each_frames(|path, inlined, node| {
             if node.value == 0 && node.calls == 0 {
                 return;
             }
-            let i = match sample_at.get(path) {
+            let key = (path.to_vec(), inlined.to_vec());
+            let i = match sample_at.get(&key) {
                 Some(&i) => i,
                 None => {
-                    let locs = path
+                    // Frames inlined into the one before join its location.
+                    let mut groups: Vec<&[FuncId]> = Vec::new();
+                    let mut start = 0;
+                    for k in 1..=path.len() {
+                        if k == path.len() || !inlined[k] {
+                            groups.push(&path[start..k]);
+                            start = k;
+                        }
+                    }
+                    let locs = groups
                         .iter()
                         .rev()
-                        .map(|&f| location(f, &mut p, &mut strings))
+                        .map(|g| location(g, &mut p, &mut strings))
                         .collect();
-                    sample_at.insert(path.to_vec(), p.sample.len());
+                    sample_at.insert(key, p.sample.len());
                     p.sample.push(proto::Sample {
                         location_id: locs,
                         value: vec![0; width],

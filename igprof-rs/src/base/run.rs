@@ -8,7 +8,7 @@
 //! Must never: change after start-up except through the process layer's
 //! fork and exec paths.
 
-use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use crate::base::sys;
@@ -18,6 +18,8 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 /// the toggle signal); releases of what was recorded always are.
 static RECORDING: AtomicBool = AtomicBool::new(true);
 static PID: AtomicI32 = AtomicI32::new(0);
+/// See [`started_ns`].
+static STARTED_NS: AtomicU64 = AtomicU64::new(0);
 /// The pid the launcher exec'd into (IGPROF_ROOT_PID); 0 if unknown.
 static ROOT_PID: AtomicI32 = AtomicI32::new(0);
 /// How many profiled images this process (pid) ran before this one through
@@ -80,9 +82,21 @@ pub fn set_active() {
     ACTIVE.store(true, Ordering::Release);
 }
 
-/// The process profiling started in (start-up, fork child).
+/// The process profiling started in (start-up, fork child), and when:
+/// now (the profile's header says it, see [`started_ns`]).
 pub fn set_pid(pid: i32) {
     PID.store(pid, Ordering::Relaxed);
+    STARTED_NS.store(
+        sys::clock_ns(libc::CLOCK_REALTIME).unwrap_or(0),
+        Ordering::Relaxed,
+    );
+}
+
+/// When this process (image, or fork child) started being profiled, in
+/// nanoseconds of CLOCK_REALTIME: a file a JIT wrote under this pid before
+/// it was written by another process (igprof-analyse checks its maps).
+pub fn started_ns() -> u64 {
+    STARTED_NS.load(Ordering::Relaxed)
 }
 
 /// False in a child made without our fork hook (vfork, posix_spawn,

@@ -24,18 +24,20 @@ pub(super) fn write_profile<S: Sink>(
         tick = tick.or(md.header_tick.map(|f| f(crate::base::options::get())))
     });
     let tick = tick.unwrap_or(0.0);
-    // A sampled memory profile says so after the program's name (IgProf's
-    // grammar has no other room; both readers ignore the name).
+    // Facts IgProf's header has no field for (a sampled memory profile,
+    // counting groups, when the process started and the dump was written)
+    // go after the program's name (igprof_format::notes).
     let mut notes: Vec<String> = Vec::new();
     crate::modules::each(crate::base::options::get(), |md| {
         notes.extend(md.header_note.and_then(|f| f()))
     });
-    let note = notes.join("; ");
-    let program = if note.is_empty() {
-        std::borrow::Cow::Borrowed(&rt.program[..])
-    } else {
-        std::borrow::Cow::Owned([&rt.program[..], b" [", note.as_bytes(), b"]"].concat())
-    };
+    use igprof_format::notes::{time_note, DUMPED, STARTED};
+    use std::time::Duration;
+    let started = crate::base::run::started_ns();
+    let now = crate::base::sys::clock_ns(libc::CLOCK_REALTIME).unwrap_or(0);
+    notes.push(time_note(STARTED, Duration::from_nanos(started)));
+    notes.push(time_note(DUMPED, Duration::from_nanos(now)));
+    let program = igprof_format::notes::join(&rt.program, &notes);
     w.header(crate::base::sys::getpid() as u64, &program, tick)?;
     let mut syms = Symbols {
         files: HashMap::default(),
