@@ -210,7 +210,7 @@ fn in_arena(p: *mut u8) -> bool {
     ARENA.lo.load(Ordering::Relaxed) <= p && p < ARENA.hi.load(Ordering::Relaxed)
 }
 
-/// Set in the keeper once the program is gone (process/keeper.rs): a
+/// Set in the keeper once the program is gone (process/keeper/): a
 /// killed thread may have held a class lock, or been half-way through a
 /// free list, so from then on every block is new memory from
 /// [`lone_alloc`] and nothing is reused or given back.

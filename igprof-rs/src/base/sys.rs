@@ -235,7 +235,7 @@ pub fn gettid() -> i32 {
 }
 
 /// The pid of the process whose profile this one writes: its own, except
-/// in the keeper (process/keeper.rs), which writes a dead program's.
+/// in the keeper (process/keeper/), which writes a dead program's.
 pub fn getpid() -> i32 {
     // SAFETY: getpid has no arguments and cannot fail.
     let own = unsafe { libc::syscall(libc::SYS_getpid) as i32 };

@@ -13,7 +13,7 @@
 //! process without one ([`crate::process::watcher::final_dump_here`]), restores
 //! SIG_DFL and lets the signal take its course.
 //!
-//! SIGKILL cannot be caught: the keeper (keeper.rs) writes the profile of
+//! SIGKILL cannot be caught: the keeper (keeper/) writes the profile of
 //! a process killed that way.
 //!
 //! Must never: keep a signal the program handles or ignores, or return

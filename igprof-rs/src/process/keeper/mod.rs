@@ -6,11 +6,11 @@
 //! Owns the keeper's life: its creation at start-up, in a fork child and
 //! after an exec that failed ([`start`]); the image's word that it wrote its
 //! profile itself ([`image_ended`]); the wait for the program's end; the
-//! dump the keeper writes when that word never came; and, where the
-//! process's cgroup limits its memory ([`find_memory_limit`]), the watch of the
-//! usage that asks the program for a snapshot as it nears the limit: the
-//! evidence that remains when the OOM killer strikes (it kills the keeper
-//! too).
+//! dump the keeper writes when that word never came. Where the process's
+//! cgroup limits its memory, the keeper also runs the watch of `limit`
+//! (a snapshot as the usage nears the limit: the evidence that remains
+//! when the OOM killer strikes, which kills the keeper too); `raw` holds
+//! its libc-free system calls.
 //!
 //! How it sees the profile after the program is gone: it is made by
 //! `clone(CLONE_VM)` without `CLONE_THREAD`, so it shares the program's memory
@@ -36,9 +36,18 @@
 //! could not write; keep the program's memory after the image is gone
 //! (it exits when the image ends by exec, and after its dump).
 
-use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicU32, AtomicUsize, Ordering};
 
 use crate::base::sys;
+
+mod limit;
+mod raw;
+
+use limit::{
+    check_near_limit, find_memory_limit, threshold_eventfd, CROSSED, LIMIT, SNAPSHOT,
+    SNAPSHOT_PER_MILLE, WATCH,
+};
+use raw::raw_read;
 
 /// The keeper's stack: the final dump's deepest calls (naming, gzip) run on
 /// it. Mapped without reserve: only the pages it touches cost memory.
@@ -71,313 +80,6 @@ static STACK: AtomicUsize = AtomicUsize::new(0);
 /// [`configure`]).
 static OFF: AtomicU32 = AtomicU32::new(0);
 
-/// The memory limit watched (0: none). Set by the keeper once it found
-/// it, after the paths below: a reader that sees it sees them.
-static LIMIT: AtomicU64 = AtomicU64::new(0);
-/// How often the keeper reads the usage while a limit is watched.
-const WATCH_NS: u64 = 50_000_000;
-/// A snapshot is asked for as the usage reaches each of these shares of
-/// the limit (per mille): the last one written before an OOM kill holds
-/// nearly everything; once the usage fell below [`REARM_PER_MILLE`], each
-/// may be taken again.
-pub const SNAPSHOT_PER_MILLE: [u64; 3] = [850, 920, 970];
-const REARM_PER_MILLE: u64 = 750;
-
-/// A NUL-terminated path written by the keeper before it sets [`LIMIT`]
-/// and only read once [`LIMIT`] is set (or by the keeper itself).
-struct PathCell(core::cell::UnsafeCell<[u8; 512]>);
-// SAFETY: written only before LIMIT is published (Release) and read only
-// after it is seen (Acquire); see the statics below.
-unsafe impl Sync for PathCell {}
-
-impl PathCell {
-    const fn new() -> Self {
-        PathCell(core::cell::UnsafeCell::new([0; 512]))
-    }
-
-    /// Writes `parts` joined and NUL-terminated; false when too long.
-    fn set(&self, parts: &[&[u8]]) -> bool {
-        // SAFETY: see the Sync impl: no reader until LIMIT is published.
-        let buf = unsafe { &mut *self.0.get() };
-        let mut n = 0;
-        for p in parts {
-            if n + p.len() + 1 > buf.len() {
-                buf[0] = 0;
-                return false;
-            }
-            buf[n..n + p.len()].copy_from_slice(p);
-            n += p.len();
-        }
-        buf[n] = 0;
-        true
-    }
-
-    fn ptr(&self) -> usize {
-        self.0.get() as usize
-    }
-
-    fn is_set(&self) -> bool {
-        // SAFETY: see the Sync impl.
-        unsafe { (*self.0.get())[0] != 0 }
-    }
-}
-
-/// The file holding the usage held against [`LIMIT`].
-static USAGE_PATH: PathCell = PathCell::new();
-/// cgroup v1's `cgroup.event_control` beside it (empty on v2): where the
-/// keeper registers an eventfd that the kernel signals as the usage
-/// crosses the snapshot threshold, so a fast-growing process is caught
-/// between two reads.
-static CONTROL_PATH: PathCell = PathCell::new();
-
-/// Reads the start of the file at NUL-terminated `path` into `buf` (raw
-/// system calls); its length, or None when it cannot be read.
-fn read_file(path: &[u8], buf: &mut [u8]) -> Option<usize> {
-    let fd = raw_open(path.as_ptr(), libc::O_RDONLY);
-    if fd < 0 {
-        return None;
-    }
-    let n = raw_read(fd, buf);
-    raw_close(fd);
-    n
-}
-
-/// openat(2) of NUL-terminated `path` with `flags` | O_CLOEXEC, a raw
-/// system call: the descriptor, or a negative errno.
-fn raw_open(path: *const u8, flags: i32) -> i32 {
-    // SAFETY: the callers pass NUL-terminated paths.
-    unsafe {
-        raw::call(
-            libc::SYS_openat,
-            [
-                libc::AT_FDCWD as usize,
-                path as usize,
-                (flags | libc::O_CLOEXEC) as usize,
-                0,
-                0,
-                0,
-            ],
-        ) as i32
-    }
-}
-
-/// close(2) of our own descriptor `fd`, a raw system call.
-fn raw_close(fd: i32) {
-    // SAFETY: closes a descriptor the keeper opened.
-    unsafe { raw::call(libc::SYS_close, [fd as usize, 0, 0, 0, 0, 0]) };
-}
-
-/// read(2) of `fd` into `buf` with a raw system call: the bytes read, or
-/// None on an error.
-fn raw_read(fd: i32, buf: &mut [u8]) -> Option<usize> {
-    // SAFETY: reads at most buf.len() bytes into the caller's buffer.
-    let n = unsafe {
-        raw::call(
-            libc::SYS_read,
-            [fd as usize, buf.as_mut_ptr() as usize, buf.len(), 0, 0, 0],
-        )
-    };
-    usize::try_from(n).ok()
-}
-
-/// The keeper, at its start: finds the limit of the process's memory
-/// cgroup (base/cgroup.rs, raw reads into its stack) and, where there is
-/// one, publishes it for the watch. The program pays nothing for it.
-fn find_memory_limit() {
-    use crate::base::cgroup;
-    let mut text = [0u8; 2048];
-    let Some(n) = read_file(b"/proc/self/cgroup\0", &mut text) else {
-        return;
-    };
-    let mut dir = [0u8; 400];
-    let Some((len, version)) = cgroup::memory_dir(&text[..n], &mut dir) else {
-        return;
-    };
-    let dir = &dir[..len];
-    let limit = cgroup::lowest_limit(dir, version, |path| {
-        let mut buf = [0u8; 32];
-        let n = read_file(path, &mut buf)?;
-        Some(cgroup::leading_number(&buf[..n]))
-    });
-    let Some(limit) = limit else { return };
-    if !USAGE_PATH.set(&[dir, b"/", version.usage_file()]) {
-        return;
-    }
-    if version == cgroup::Version::V1 {
-        CONTROL_PATH.set(&[dir, b"/cgroup.event_control"]);
-    }
-    LIMIT.store(limit, Ordering::Release);
-    cgroup::check_as_heap_grows(limit, check_near_limit);
-}
-
-/// Registers v1 memory thresholds at `thresholds` bytes: an eventfd the
-/// kernel signals when the usage crosses any of them (-1 where that cannot
-/// be done: cgroup v2, or no permission on the control file). Raw system
-/// calls.
-fn threshold_eventfd(thresholds: &[u64]) -> i32 {
-    if !CONTROL_PATH.is_set() || !USAGE_PATH.is_set() {
-        return -1;
-    }
-    // NUL-terminated paths, written before LIMIT was set.
-    let (control, usage) = (CONTROL_PATH.ptr(), USAGE_PATH.ptr());
-    // SAFETY: eventfd2(0, EFD_CLOEXEC).
-    let efd = unsafe {
-        raw::call(
-            libc::SYS_eventfd2,
-            [0, libc::EFD_CLOEXEC as usize, 0, 0, 0, 0],
-        )
-    };
-    let ufd = raw_open(usage as *const u8, libc::O_RDONLY);
-    let cfd = raw_open(control as *const u8, libc::O_WRONLY);
-    let ok = efd >= 0
-        && ufd >= 0
-        && cfd >= 0
-        && thresholds.iter().all(|&threshold| {
-            let mut line = [0u8; 64];
-            let mut len = 0;
-            for (i, v) in [efd as u64, ufd as u64, threshold].into_iter().enumerate() {
-                if i > 0 {
-                    line[len] = b' ';
-                    len += 1;
-                }
-                len += write_decimal(&mut line[len..], v);
-            }
-            // SAFETY: writes the line from this stack to our descriptor.
-            let n = unsafe {
-                raw::call(
-                    libc::SYS_write,
-                    [cfd as usize, line.as_ptr() as usize, len, 0, 0, 0],
-                )
-            };
-            n == len as isize
-        });
-    // The registration holds the usage file; the eventfd is kept.
-    for fd in [ufd, cfd] {
-        if fd >= 0 {
-            raw_close(fd);
-        }
-    }
-    if ok {
-        efd as i32
-    } else {
-        if efd >= 0 {
-            raw_close(efd as i32);
-        }
-        -1
-    }
-}
-
-/// Writes `v` in decimal at the start of `out`; returns its length.
-fn write_decimal(out: &mut [u8], mut v: u64) -> usize {
-    let mut digits = [0u8; 20];
-    let mut n = 0;
-    loop {
-        digits[n] = b'0' + (v % 10) as u8;
-        n += 1;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    for i in 0..n {
-        out[i] = digits[n - 1 - i];
-    }
-    n
-}
-
-/// The cgroup's usage (raw system calls only), or None.
-fn read_usage() -> Option<u64> {
-    if LIMIT.load(Ordering::Acquire) == 0 {
-        return None;
-    }
-    // SAFETY: LIMIT is set, so USAGE_PATH is written and NUL-terminated.
-    let path = unsafe { &*USAGE_PATH.0.get() };
-    let mut buf = [0u8; 32];
-    let n = read_file(path, &mut buf)?;
-    crate::base::cgroup::leading_number(&buf[..n])
-}
-
-/// How many of [`SNAPSHOT_PER_MILLE`]'s thresholds were crossed (and their
-/// snapshots asked for) since the usage was last below [`REARM_PER_MILLE`].
-static CROSSED: AtomicU32 = AtomicU32::new(0);
-
-/// Looks at the usage and asks the program for a snapshot when it crossed
-/// the threshold. Called by the keeper (its watch) and by the program's
-/// memory hooks as its heap grows (base/cgroup.rs): raw system calls only,
-/// no allocation.
-pub fn check_near_limit() {
-    let limit = LIMIT.load(Ordering::Acquire);
-    let Some(usage) = read_usage() else { return };
-    let reached = SNAPSHOT_PER_MILLE
-        .iter()
-        .filter(|&&m| usage >= limit / 1000 * m)
-        .count() as u32;
-    if usage < limit / 1000 * REARM_PER_MILLE {
-        CROSSED.store(0, Ordering::Release);
-    } else if reached > CROSSED.fetch_max(reached, Ordering::AcqRel) {
-        let f = SNAPSHOT.load(Ordering::Acquire);
-        if f != 0 {
-            // SAFETY: only Calls::snapshot_near_limit is stored in SNAPSHOT.
-            let f = unsafe { core::mem::transmute::<usize, fn(u64, u64, fn(&AtomicU32))>(f) };
-            f(usage, limit, futex_wake_raw);
-        }
-    }
-}
-
-/// Wakes a waiter on a futex word of the program (the keeper shares its
-/// memory, so the private futex is the same word).
-fn futex_wake_raw(word: &AtomicU32) {
-    let op = (libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG) as usize;
-    // SAFETY: FUTEX_WAKE on a valid word, one waiter.
-    unsafe {
-        raw::call(
-            libc::SYS_futex,
-            [word as *const AtomicU32 as usize, op, 1, 0, 0, 0],
-        )
-    };
-}
-
-/// Raw system calls: the keeper must not write errno (its creator's TLS).
-mod raw {
-    /// # Safety
-    /// As the system call `n` with these arguments.
-    #[cfg(target_arch = "x86_64")]
-    pub unsafe fn call(n: libc::c_long, a: [usize; 6]) -> isize {
-        let r: isize;
-        core::arch::asm!(
-            "syscall",
-            inlateout("rax") n as isize => r,
-            in("rdi") a[0], in("rsi") a[1], in("rdx") a[2],
-            in("r10") a[3], in("r8") a[4], in("r9") a[5],
-            lateout("rcx") _, lateout("r11") _,
-            options(nostack)
-        );
-        r
-    }
-
-    /// # Safety
-    /// As the system call `n` with these arguments.
-    #[cfg(target_arch = "aarch64")]
-    pub unsafe fn call(n: libc::c_long, a: [usize; 6]) -> isize {
-        let r: isize;
-        core::arch::asm!(
-            "svc 0",
-            in("x8") n,
-            inlateout("x0") a[0] as isize => r,
-            in("x1") a[1], in("x2") a[2], in("x3") a[3], in("x4") a[4], in("x5") a[5],
-            options(nostack)
-        );
-        r
-    }
-
-    pub fn exit(code: i32) -> ! {
-        loop {
-            // SAFETY: ends the calling thread; never returns.
-            unsafe { call(libc::SYS_exit, [code as usize, 0, 0, 0, 0, 0]) };
-        }
-    }
-}
-
 /// What the keeper calls in the rest of the runtime, given at start-up so
 /// that this file imports none of it (the final dump imports this file).
 #[derive(Clone, Copy)]
@@ -391,7 +93,6 @@ pub struct Calls {
 
 /// The [`Calls`] (set once by [`configure`]; `fn` pointers as usize).
 static FINAL_DUMP: AtomicUsize = AtomicUsize::new(0);
-static SNAPSHOT: AtomicUsize = AtomicUsize::new(0);
 
 /// Why no keeper may run in this process (see [`configure`]).
 static OFF_WHY: AtomicUsize = AtomicUsize::new(0);
@@ -614,10 +315,7 @@ extern "C" fn keep(arg: *mut libc::c_void) -> libc::c_int {
     } as i32;
     find_memory_limit();
     let limit = LIMIT.load(Ordering::Acquire);
-    let watch = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: WATCH_NS as libc::c_long,
-    };
+    let watch = WATCH;
     let efd = if limit != 0 {
         threshold_eventfd(&SNAPSHOT_PER_MILLE.map(|m| limit / 1000 * m))
     } else {

@@ -1,0 +1,239 @@
+//! The keeper's watch of the process's memory cgroup: the limit found at
+//! the keeper's start (raw reads into its stack, base/cgroup.rs parsing),
+//! and the usage looked at as it nears the limit, by the keeper every
+//! [`WATCH`] and at the kernel's threshold eventfd (cgroup v1), and by the
+//! program's memory hooks as its heap grows: a snapshot is asked for at
+//! each of [`SNAPSHOT_PER_MILLE`] of the limit, the evidence that remains
+//! when the OOM killer strikes.
+//!
+//! Must never: allocate, touch TLS or errno, or call into libc (it runs in
+//! the keeper while the program lives, and in the program's hooks).
+
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use super::raw::{self, raw_close, raw_open, read_file};
+
+/// The memory limit watched (0: none). Set by the keeper once it found
+/// it, after the paths below: a reader that sees it sees them.
+pub(super) static LIMIT: AtomicU64 = AtomicU64::new(0);
+/// How often the keeper reads the usage while a limit is watched.
+const WATCH_NS: u64 = 50_000_000;
+/// [`WATCH_NS`] for ppoll.
+pub(super) const WATCH: libc::timespec = libc::timespec {
+    tv_sec: 0,
+    tv_nsec: WATCH_NS as libc::c_long,
+};
+/// A snapshot is asked for as the usage reaches each of these shares of
+/// the limit (per mille): the last one written before an OOM kill holds
+/// nearly everything; once the usage fell below [`REARM_PER_MILLE`], each
+/// may be taken again.
+pub const SNAPSHOT_PER_MILLE: [u64; 3] = [850, 920, 970];
+const REARM_PER_MILLE: u64 = 750;
+
+/// A NUL-terminated path written by the keeper before it sets [`LIMIT`]
+/// and only read once [`LIMIT`] is set (or by the keeper itself).
+struct PathCell(core::cell::UnsafeCell<[u8; 512]>);
+// SAFETY: written only before LIMIT is published (Release) and read only
+// after it is seen (Acquire); see the statics below.
+unsafe impl Sync for PathCell {}
+
+impl PathCell {
+    const fn new() -> Self {
+        PathCell(core::cell::UnsafeCell::new([0; 512]))
+    }
+
+    /// Writes `parts` joined and NUL-terminated; false when too long.
+    fn set(&self, parts: &[&[u8]]) -> bool {
+        // SAFETY: see the Sync impl: no reader until LIMIT is published.
+        let buf = unsafe { &mut *self.0.get() };
+        let mut n = 0;
+        for p in parts {
+            if n + p.len() + 1 > buf.len() {
+                buf[0] = 0;
+                return false;
+            }
+            buf[n..n + p.len()].copy_from_slice(p);
+            n += p.len();
+        }
+        buf[n] = 0;
+        true
+    }
+
+    fn ptr(&self) -> usize {
+        self.0.get() as usize
+    }
+
+    fn is_set(&self) -> bool {
+        // SAFETY: see the Sync impl.
+        unsafe { (*self.0.get())[0] != 0 }
+    }
+}
+
+/// The program's snapshot call (`Calls::snapshot_near_limit`, as usize;
+/// set once by `configure`).
+pub(super) static SNAPSHOT: AtomicUsize = AtomicUsize::new(0);
+
+/// The file holding the usage held against [`LIMIT`].
+static USAGE_PATH: PathCell = PathCell::new();
+/// cgroup v1's `cgroup.event_control` beside it (empty on v2): where the
+/// keeper registers an eventfd that the kernel signals as the usage
+/// crosses the snapshot threshold, so a fast-growing process is caught
+/// between two reads.
+static CONTROL_PATH: PathCell = PathCell::new();
+
+/// The keeper, at its start: finds the limit of the process's memory
+/// cgroup (base/cgroup.rs, raw reads into its stack) and, where there is
+/// one, publishes it for the watch. The program pays nothing for it.
+pub(super) fn find_memory_limit() {
+    use crate::base::cgroup;
+    let mut text = [0u8; 2048];
+    let Some(n) = read_file(b"/proc/self/cgroup\0", &mut text) else {
+        return;
+    };
+    let mut dir = [0u8; 400];
+    let Some((len, version)) = cgroup::memory_dir(&text[..n], &mut dir) else {
+        return;
+    };
+    let dir = &dir[..len];
+    let limit = cgroup::lowest_limit(dir, version, |path| {
+        let mut buf = [0u8; 32];
+        let n = read_file(path, &mut buf)?;
+        Some(cgroup::leading_number(&buf[..n]))
+    });
+    let Some(limit) = limit else { return };
+    if !USAGE_PATH.set(&[dir, b"/", version.usage_file()]) {
+        return;
+    }
+    if version == cgroup::Version::V1 {
+        CONTROL_PATH.set(&[dir, b"/cgroup.event_control"]);
+    }
+    LIMIT.store(limit, Ordering::Release);
+    cgroup::check_as_heap_grows(limit, check_near_limit);
+}
+
+/// Registers v1 memory thresholds at `thresholds` bytes: an eventfd the
+/// kernel signals when the usage crosses any of them (-1 where that cannot
+/// be done: cgroup v2, or no permission on the control file). Raw system
+/// calls.
+pub(super) fn threshold_eventfd(thresholds: &[u64]) -> i32 {
+    if !CONTROL_PATH.is_set() || !USAGE_PATH.is_set() {
+        return -1;
+    }
+    // NUL-terminated paths, written before LIMIT was set.
+    let (control, usage) = (CONTROL_PATH.ptr(), USAGE_PATH.ptr());
+    // SAFETY: eventfd2(0, EFD_CLOEXEC).
+    let efd = unsafe {
+        raw::call(
+            libc::SYS_eventfd2,
+            [0, libc::EFD_CLOEXEC as usize, 0, 0, 0, 0],
+        )
+    };
+    let ufd = raw_open(usage as *const u8, libc::O_RDONLY);
+    let cfd = raw_open(control as *const u8, libc::O_WRONLY);
+    let ok = efd >= 0
+        && ufd >= 0
+        && cfd >= 0
+        && thresholds.iter().all(|&threshold| {
+            let mut line = [0u8; 64];
+            let mut len = 0;
+            for (i, v) in [efd as u64, ufd as u64, threshold].into_iter().enumerate() {
+                if i > 0 {
+                    line[len] = b' ';
+                    len += 1;
+                }
+                len += write_decimal(&mut line[len..], v);
+            }
+            // SAFETY: writes the line from this stack to our descriptor.
+            let n = unsafe {
+                raw::call(
+                    libc::SYS_write,
+                    [cfd as usize, line.as_ptr() as usize, len, 0, 0, 0],
+                )
+            };
+            n == len as isize
+        });
+    // The registration holds the usage file; the eventfd is kept.
+    for fd in [ufd, cfd] {
+        if fd >= 0 {
+            raw_close(fd);
+        }
+    }
+    if ok {
+        efd as i32
+    } else {
+        if efd >= 0 {
+            raw_close(efd as i32);
+        }
+        -1
+    }
+}
+
+/// Writes `v` in decimal at the start of `out`; returns its length.
+fn write_decimal(out: &mut [u8], mut v: u64) -> usize {
+    let mut digits = [0u8; 20];
+    let mut n = 0;
+    loop {
+        digits[n] = b'0' + (v % 10) as u8;
+        n += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    for i in 0..n {
+        out[i] = digits[n - 1 - i];
+    }
+    n
+}
+
+/// The cgroup's usage (raw system calls only), or None.
+fn read_usage() -> Option<u64> {
+    if LIMIT.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    // SAFETY: LIMIT is set, so USAGE_PATH is written and NUL-terminated.
+    let path = unsafe { &*USAGE_PATH.0.get() };
+    let mut buf = [0u8; 32];
+    let n = read_file(path, &mut buf)?;
+    crate::base::cgroup::leading_number(&buf[..n])
+}
+
+/// How many of [`SNAPSHOT_PER_MILLE`]'s thresholds were crossed (and their
+/// snapshots asked for) since the usage was last below [`REARM_PER_MILLE`].
+pub(super) static CROSSED: AtomicU32 = AtomicU32::new(0);
+
+/// Looks at the usage and asks the program for a snapshot when it crossed
+/// the threshold. Called by the keeper (its watch) and by the program's
+/// memory hooks as its heap grows (base/cgroup.rs): raw system calls only,
+/// no allocation.
+pub fn check_near_limit() {
+    let limit = LIMIT.load(Ordering::Acquire);
+    let Some(usage) = read_usage() else { return };
+    let reached = SNAPSHOT_PER_MILLE
+        .iter()
+        .filter(|&&m| usage >= limit / 1000 * m)
+        .count() as u32;
+    if usage < limit / 1000 * REARM_PER_MILLE {
+        CROSSED.store(0, Ordering::Release);
+    } else if reached > CROSSED.fetch_max(reached, Ordering::AcqRel) {
+        let f = SNAPSHOT.load(Ordering::Acquire);
+        if f != 0 {
+            // SAFETY: only Calls::snapshot_near_limit is stored in SNAPSHOT.
+            let f = unsafe { core::mem::transmute::<usize, fn(u64, u64, fn(&AtomicU32))>(f) };
+            f(usage, limit, futex_wake_raw);
+        }
+    }
+}
+
+/// Wakes a waiter on a futex word of the program (the keeper shares its
+/// memory, so the private futex is the same word).
+fn futex_wake_raw(word: &AtomicU32) {
+    let op = (libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG) as usize;
+    // SAFETY: FUTEX_WAKE on a valid word, one waiter.
+    unsafe {
+        raw::call(
+            libc::SYS_futex,
+            [word as *const AtomicU32 as usize, op, 1, 0, 0, 0],
+        )
+    };
+}

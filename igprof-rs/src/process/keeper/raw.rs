@@ -1,0 +1,93 @@
+//! The keeper's system calls, made without libc: while the program lives
+//! the keeper runs on its creator's TLS, so nothing may write errno or
+//! touch libc's state. Also the few raw file reads the keeper makes.
+//!
+//! Must never: allocate, or call into libc.
+
+/// # Safety
+/// As the system call `n` with these arguments.
+#[cfg(target_arch = "x86_64")]
+pub unsafe fn call(n: libc::c_long, a: [usize; 6]) -> isize {
+    let r: isize;
+    core::arch::asm!(
+        "syscall",
+        inlateout("rax") n as isize => r,
+        in("rdi") a[0], in("rsi") a[1], in("rdx") a[2],
+        in("r10") a[3], in("r8") a[4], in("r9") a[5],
+        lateout("rcx") _, lateout("r11") _,
+        options(nostack)
+    );
+    r
+}
+
+/// # Safety
+/// As the system call `n` with these arguments.
+#[cfg(target_arch = "aarch64")]
+pub unsafe fn call(n: libc::c_long, a: [usize; 6]) -> isize {
+    let r: isize;
+    core::arch::asm!(
+        "svc 0",
+        in("x8") n,
+        inlateout("x0") a[0] as isize => r,
+        in("x1") a[1], in("x2") a[2], in("x3") a[3], in("x4") a[4], in("x5") a[5],
+        options(nostack)
+    );
+    r
+}
+
+pub fn exit(code: i32) -> ! {
+    loop {
+        // SAFETY: ends the calling thread; never returns.
+        unsafe { call(libc::SYS_exit, [code as usize, 0, 0, 0, 0, 0]) };
+    }
+}
+
+/// Reads the start of the file at NUL-terminated `path` into `buf` (raw
+/// system calls); its length, or None when it cannot be read.
+pub(super) fn read_file(path: &[u8], buf: &mut [u8]) -> Option<usize> {
+    let fd = raw_open(path.as_ptr(), libc::O_RDONLY);
+    if fd < 0 {
+        return None;
+    }
+    let n = raw_read(fd, buf);
+    raw_close(fd);
+    n
+}
+
+/// openat(2) of NUL-terminated `path` with `flags` | O_CLOEXEC, a raw
+/// system call: the descriptor, or a negative errno.
+pub(super) fn raw_open(path: *const u8, flags: i32) -> i32 {
+    // SAFETY: the callers pass NUL-terminated paths.
+    unsafe {
+        call(
+            libc::SYS_openat,
+            [
+                libc::AT_FDCWD as usize,
+                path as usize,
+                (flags | libc::O_CLOEXEC) as usize,
+                0,
+                0,
+                0,
+            ],
+        ) as i32
+    }
+}
+
+/// close(2) of our own descriptor `fd`, a raw system call.
+pub(super) fn raw_close(fd: i32) {
+    // SAFETY: closes a descriptor the keeper opened.
+    unsafe { call(libc::SYS_close, [fd as usize, 0, 0, 0, 0, 0]) };
+}
+
+/// read(2) of `fd` into `buf` with a raw system call: the bytes read, or
+/// None on an error.
+pub(super) fn raw_read(fd: i32, buf: &mut [u8]) -> Option<usize> {
+    // SAFETY: reads at most buf.len() bytes into the caller's buffer.
+    let n = unsafe {
+        call(
+            libc::SYS_read,
+            [fd as usize, buf.as_mut_ptr() as usize, buf.len(), 0, 0, 0],
+        )
+    };
+    usize::try_from(n).ok()
+}
