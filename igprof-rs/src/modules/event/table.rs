@@ -1,0 +1,118 @@
+//! The run's table of events: what each `-e`, `-pf`, `-oc` and `-ibs`
+//! event is (its kind, period, and what a sample of it charges), set once
+//! at start-up, and the facts read off an event's kind that the other
+//! files share (which counter it charges, what it opens as under fasync,
+//! whether it samples every fault).
+//!
+//! Must never: open, read or close an event, or change the table after
+//! [`EVENTS`] is set (the signal handler reads it without a lock).
+
+use core::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::OnceLock;
+
+use super::ibs;
+use crate::base::counters;
+use crate::base::sys::PerfEventKind;
+
+/// Sampled events per run (-e, -pf, -oc): one bit each in a cookie's and
+/// a thread's masks.
+pub(super) const MAX_EVENTS: usize = 8;
+
+/// The run's events, in cookie order (set before the counters freeze).
+pub(super) static EVENTS: OnceLock<Vec<Event>> = OnceLock::new();
+/// Counter slot of each event (after the freeze).
+pub(super) static SLOTS: [AtomicUsize; MAX_EVENTS] =
+    [const { AtomicUsize::new(usize::MAX) }; MAX_EVENTS];
+/// Events not opened in this run (see `start`).
+pub(super) static OFF: [AtomicBool; MAX_EVENTS] = [const { AtomicBool::new(false) }; MAX_EVENTS];
+
+/// One `-e` event of the run.
+pub(super) struct Event {
+    /// The specification as given (the named profilers: their flag).
+    pub(super) text: String,
+    /// Its counter's name.
+    pub(super) name: &'static str,
+    pub(super) kind: PerfEventKind,
+    /// Events per sample before the per-thread jitter; with `kind.freq`,
+    /// samples per second.
+    pub(super) period: u64,
+    /// What a sample adds, and to which counter.
+    pub(super) charge: Charge,
+}
+
+/// What one sample of an event records.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Charge {
+    /// `-e`: (1, period) on the sampled stack, in the counter of this id.
+    Sample(counters::CounterId),
+    /// `-pf`: (1, 1) in PAGE_FAULTS on the faulting stack, and in
+    /// MAJOR_FAULTS if the fault was major, and with -mp (1, 1) in
+    /// MEM_FAULTS on the stack that allocated the large live block holding
+    /// the faulting address.
+    PageFault,
+    /// `-oc`: (1, nanoseconds off the CPU since the thread's previous
+    /// switch) in OFFCPU_TIME on the stack where it waited.
+    OffCpu,
+    /// `-ibs`, `-ibs-fetch`: each sample's IBS registers decoded and
+    /// charged by `ibs::sample` (IBS_* counters).
+    Ibs(ibs::Ibs),
+}
+
+impl Charge {
+    pub(super) fn counter(self) -> counters::CounterId {
+        match self {
+            Charge::Sample(id) => id,
+            Charge::PageFault => counters::CounterId::PageFaults,
+            Charge::OffCpu => counters::CounterId::OffCpuTime,
+            Charge::Ibs(i) if i.unit == igprof_events::ibs::Unit::Fetch => {
+                counters::CounterId::IbsFetches
+            }
+            Charge::Ibs(_) => counters::CounterId::IbsOps,
+        }
+    }
+}
+
+pub(super) fn events() -> &'static [Event] {
+    EVENTS.get().map_or(&[], |v| v.as_slice())
+}
+
+/// What event `ev` opens as when it signals through fasync. A fault event
+/// sampled at every fault counts the faults that complete (`minor-faults`)
+/// instead of every entry into the fault handler (`page-faults`): fasync
+/// sends the signal at once, so it is pending while the kernel handles the
+/// fault, and a fault that needs a retry (the vDSO's data page under
+/// Linux 6.4+'s per-VMA locks) is then abandoned for the signal and taken
+/// again, raising another signal: the program would loop there forever.
+/// Major faults are then not sampled (-pf's MAJOR_FAULTS still counts
+/// them).
+pub(super) fn fasync_kind(ev: &Event) -> PerfEventKind {
+    const SOFTWARE: u32 = 1;
+    const PAGE_FAULTS: u64 = 2;
+    const MINOR_FAULTS: u64 = 5;
+    let mut k = ev.kind;
+    if (k.type_, k.config) == (SOFTWARE, PAGE_FAULTS) && ev.period == 1 && !k.freq {
+        k.config = MINOR_FAULTS;
+    }
+    k
+}
+
+/// Whether `e` samples every fault (-pf, or `-e page-faults`, `minor-faults`
+/// or `major-faults` at period 1), whose late signals for the faults the
+/// profiler's own handler took must be told apart (see `sample`).
+pub(super) fn counts_each_fault(e: &Event) -> bool {
+    e.charge == Charge::PageFault
+        || (matches!(e.charge, Charge::Sample(_))
+            && e.kind.type_ == 1
+            && matches!(e.kind.config, 2 | 5 | 6)
+            && e.period == 1
+            && !e.kind.freq)
+}
+
+/// Finds each event's counter slot (at start, after the counters freeze).
+pub(super) fn init_slots() {
+    for (i, e) in events().iter().enumerate() {
+        if let Some(s) = counters::slot(e.charge.counter()) {
+            SLOTS[i].store(s, core::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
