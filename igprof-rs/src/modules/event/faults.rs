@@ -170,3 +170,65 @@ pub(super) fn init_slots() {
         PF_SLOT.store(s, Ordering::Relaxed);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fingerprint of a context whose registers are zero but those
+    /// `set` changes.
+    fn fingerprint(set: impl FnOnce(&mut libc::ucontext_t)) -> u64 {
+        // SAFETY: ucontext_t is plain data; all zero is a valid value.
+        let mut uc: libc::ucontext_t = unsafe { core::mem::zeroed() };
+        set(&mut uc);
+        // SAFETY: a ucontext_t of ours.
+        unsafe { registers_fingerprint((&uc as *const libc::ucontext_t).cast()) }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn fingerprint_sees_the_registers_a_fault_leaves_alone() {
+        let base = fingerprint(|_| {});
+        assert_eq!(base, fingerprint(|_| {}));
+        // Each general register, the PC, the stack pointer, the flags.
+        for r in 0..=libc::REG_EFL as usize {
+            assert_ne!(
+                base,
+                fingerprint(|uc| uc.uc_mcontext.gregs[r] = 8),
+                "register {r}"
+            );
+        }
+        // Two loop iterations: the index register moved by one.
+        let at = |i| {
+            fingerprint(|uc| {
+                uc.uc_mcontext.gregs[libc::REG_RIP as usize] = 0x40_1000;
+                uc.uc_mcontext.gregs[libc::REG_RCX as usize] = i;
+            })
+        };
+        assert_ne!(at(7), at(8));
+        // The trap number, error code and fault address: a fault in the
+        // handler changes them, not the interrupted thread.
+        for r in [libc::REG_TRAPNO, libc::REG_ERR, libc::REG_CR2] {
+            assert_eq!(
+                base,
+                fingerprint(|uc| uc.uc_mcontext.gregs[r as usize] = 14),
+                "register {r}"
+            );
+        }
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn fingerprint_sees_the_registers_a_fault_leaves_alone() {
+        let base = fingerprint(|_| {});
+        assert_eq!(base, fingerprint(|_| {}));
+        for r in 0..31 {
+            assert_ne!(base, fingerprint(|uc| uc.uc_mcontext.regs[r] = 8), "x{r}");
+        }
+        assert_ne!(base, fingerprint(|uc| uc.uc_mcontext.sp = 8));
+        assert_ne!(base, fingerprint(|uc| uc.uc_mcontext.pc = 8));
+        assert_ne!(base, fingerprint(|uc| uc.uc_mcontext.pstate = 8));
+        // The fault address: a fault in the handler changes it.
+        assert_eq!(base, fingerprint(|uc| uc.uc_mcontext.fault_address = 8));
+    }
+}

@@ -85,7 +85,7 @@ pub(super) struct Ibs {
     pub source: Source,
 }
 
-/// One IBS event the run will open (see `super::register_counters`).
+/// One IBS event the run will open (see `super::setup::register_counters`).
 pub(super) struct Plan {
     pub text: String,
     pub kind: PerfEventKind,

@@ -30,3 +30,56 @@ pub(super) fn open_refusal(e: i32, kind: &PerfEventKind) -> String {
         _ => format!("perf_event_open failed (errno {e})"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_refusal_says_what_would_allow_it() {
+        let user = PerfEventKind {
+            exclude_kernel: true,
+            ..PerfEventKind::default()
+        };
+        let kernel = PerfEventKind::default();
+        for e in [libc::EACCES, libc::EPERM] {
+            let u = open_refusal(e, &user);
+            assert!(u.starts_with("not allowed (perf_event_paranoid is "), "{u}");
+            assert!(u.contains("needs perf_event_paranoid <= 2 "), "{u}");
+            assert!(!u.contains("kernel mode"), "{u}");
+            let k = open_refusal(e, &kernel);
+            assert!(k.contains(", and this event counts in kernel mode)"), "{k}");
+            assert!(k.contains("needs perf_event_paranoid <= 1 "), "{k}");
+            assert!(k.ends_with("or CAP_PERFMON"), "{k}");
+        }
+        for e in [libc::ENOENT, libc::ENODEV, libc::EOPNOTSUPP] {
+            let s = open_refusal(e, &user);
+            assert!(
+                s.starts_with(&format!("not supported here (errno {e}:")),
+                "{s}"
+            );
+        }
+        assert!(open_refusal(libc::EINVAL, &user).contains("Linux 5.13+"));
+        assert_eq!(
+            open_refusal(libc::EMFILE, &user),
+            format!("no descriptor left (errno {})", libc::EMFILE)
+        );
+        assert_eq!(
+            open_refusal(libc::ENFILE, &user),
+            format!("no descriptor left (errno {})", libc::ENFILE)
+        );
+        assert_eq!(
+            open_refusal(libc::EBUSY, &user),
+            format!("perf_event_open failed (errno {})", libc::EBUSY)
+        );
+    }
+
+    #[test]
+    fn paranoid_is_the_sysctl_or_a_question_mark() {
+        let p = paranoid();
+        match std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid") {
+            Ok(s) => assert_eq!(p, s.trim()),
+            Err(_) => assert_eq!(p, "?"),
+        }
+    }
+}

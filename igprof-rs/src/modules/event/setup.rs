@@ -331,3 +331,86 @@ pub(super) fn without_sigtrap(o: &Options) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SOFTWARE: u32 = 1;
+    const HARDWARE: u32 = 0;
+    const RAW: u32 = 4;
+
+    fn kind(type_: u32, config: u64) -> PerfEventKind {
+        PerfEventKind {
+            type_,
+            config,
+            ..PerfEventKind::default()
+        }
+    }
+
+    #[test]
+    fn default_periods_follow_the_module_docs() {
+        // cpu-clock, task-clock: 1 ms in nanoseconds.
+        assert_eq!(default_period(&kind(SOFTWARE, 0)), 1_000_000);
+        assert_eq!(default_period(&kind(SOFTWARE, 1)), 1_000_000);
+        // The rare software events: every one.
+        for config in [2, 3, 4, 5, 6, 11] {
+            assert_eq!(default_period(&kind(SOFTWARE, config)), 1, "{config}");
+        }
+        // cycles, instructions, bus-cycles, stalled cycles, ref-cycles.
+        for config in [0, 1, 6, 7, 8, 9] {
+            assert_eq!(
+                default_period(&kind(HARDWARE, config)),
+                1_000_000,
+                "{config}"
+            );
+        }
+        // Cache references and misses, branches: 10,000; so raw events.
+        for config in [2, 3, 4, 5] {
+            assert_eq!(default_period(&kind(HARDWARE, config)), 10_000, "{config}");
+        }
+        assert_eq!(default_period(&kind(RAW, 0x76)), 10_000);
+    }
+
+    #[test]
+    fn switch_events_are_the_schedulers() {
+        for config in [3, 4, 11] {
+            assert!(is_switch(&kind(SOFTWARE, config)), "{config}");
+        }
+        for config in [0, 1, 2, 5, 6] {
+            assert!(!is_switch(&kind(SOFTWARE, config)), "{config}");
+        }
+        assert!(!is_switch(&kind(HARDWARE, 3)));
+    }
+
+    #[test]
+    fn events_of_one_kernel_entry_coincide() {
+        // Faults of any kind: one fault raises them all.
+        for (a, b) in [(2, 5), (2, 6), (5, 6), (2, 2)] {
+            assert!(coincide(&kind(SOFTWARE, a), &kind(SOFTWARE, b)), "{a} {b}");
+        }
+        // Switches, migrations, cgroup switches: one switch.
+        for (a, b) in [(3, 4), (3, 11), (4, 11)] {
+            assert!(coincide(&kind(SOFTWARE, a), &kind(SOFTWARE, b)), "{a} {b}");
+        }
+        // A fault and a switch, a clock and a fault: apart.
+        assert!(!coincide(&kind(SOFTWARE, 2), &kind(SOFTWARE, 3)));
+        assert!(!coincide(&kind(SOFTWARE, 1), &kind(SOFTWARE, 2)));
+        // Others: only the same event (all of its configuration).
+        assert!(coincide(&kind(HARDWARE, 0), &kind(HARDWARE, 0)));
+        assert!(!coincide(&kind(HARDWARE, 0), &kind(HARDWARE, 1)));
+        assert!(!coincide(&kind(HARDWARE, 2), &kind(SOFTWARE, 2)));
+        let mut k = kind(RAW, 0x76);
+        k.config1 = 1;
+        assert!(!coincide(&k, &kind(RAW, 0x76)));
+        k.config1 = 0;
+        k.config2 = 1;
+        assert!(!coincide(&k, &kind(RAW, 0x76)));
+        // What is not part of the event (its modifiers) does not tell them
+        // apart.
+        k.config2 = 0;
+        k.exclude_kernel = true;
+        k.precise_ip = 2;
+        assert!(coincide(&k, &kind(RAW, 0x76)));
+    }
+}

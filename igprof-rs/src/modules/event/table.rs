@@ -116,3 +116,97 @@ pub(super) fn init_slots() {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::base::counters::{CounterId, EVENT_IDS};
+
+    const SOFTWARE: u32 = 1;
+    const HARDWARE: u32 = 0;
+
+    fn event(type_: u32, config: u64, period: u64, freq: bool, charge: Charge) -> Event {
+        Event {
+            text: String::new(),
+            name: "",
+            kind: PerfEventKind {
+                type_,
+                config,
+                freq,
+                ..PerfEventKind::default()
+            },
+            period,
+            charge,
+        }
+    }
+
+    fn ibs(unit: igprof_events::ibs::Unit) -> Charge {
+        Charge::Ibs(ibs::Ibs {
+            unit,
+            encoding: igprof_events::ibs::Encoding::Legacy,
+            source: ibs::Source::Ring,
+        })
+    }
+
+    #[test]
+    fn each_charge_names_its_counter() {
+        assert_eq!(Charge::Sample(EVENT_IDS[3]).counter(), EVENT_IDS[3]);
+        assert_eq!(Charge::PageFault.counter(), CounterId::PageFaults);
+        assert_eq!(Charge::OffCpu.counter(), CounterId::OffCpuTime);
+        assert_eq!(
+            ibs(igprof_events::ibs::Unit::Fetch).counter(),
+            CounterId::IbsFetches
+        );
+        assert_eq!(
+            ibs(igprof_events::ibs::Unit::Op).counter(),
+            CounterId::IbsOps
+        );
+    }
+
+    #[test]
+    fn fasync_samples_completed_faults_only_for_every_fault() {
+        let s = Charge::Sample(EVENT_IDS[0]);
+        // page-faults at every fault: minor-faults under fasync.
+        assert_eq!(fasync_kind(&event(SOFTWARE, 2, 1, false, s)).config, 5);
+        assert_eq!(
+            fasync_kind(&event(SOFTWARE, 2, 1, false, Charge::PageFault)).config,
+            5
+        );
+        // Any other period, a frequency, another event: as it is.
+        assert_eq!(fasync_kind(&event(SOFTWARE, 2, 2, false, s)).config, 2);
+        assert_eq!(fasync_kind(&event(SOFTWARE, 2, 1, true, s)).config, 2);
+        assert_eq!(fasync_kind(&event(SOFTWARE, 6, 1, false, s)).config, 6);
+        assert_eq!(fasync_kind(&event(HARDWARE, 2, 1, false, s)).config, 2);
+        let e = event(SOFTWARE, 3, 1, false, s);
+        assert_eq!(fasync_kind(&e), e.kind);
+    }
+
+    #[test]
+    fn every_fault_events_are_told_apart() {
+        let s = Charge::Sample(EVENT_IDS[0]);
+        // -pf, whatever its kind says.
+        assert!(counts_each_fault(&event(
+            SOFTWARE,
+            2,
+            1,
+            false,
+            Charge::PageFault
+        )));
+        // page-faults, minor-faults, major-faults at period 1.
+        for config in [2, 5, 6] {
+            assert!(counts_each_fault(&event(SOFTWARE, config, 1, false, s)));
+            assert!(!counts_each_fault(&event(SOFTWARE, config, 2, false, s)));
+            assert!(!counts_each_fault(&event(SOFTWARE, config, 1, true, s)));
+            assert!(!counts_each_fault(&event(HARDWARE, config, 1, false, s)));
+        }
+        // Context switches, -oc: not faults.
+        assert!(!counts_each_fault(&event(SOFTWARE, 3, 1, false, s)));
+        assert!(!counts_each_fault(&event(
+            SOFTWARE,
+            3,
+            1,
+            false,
+            Charge::OffCpu
+        )));
+    }
+}
