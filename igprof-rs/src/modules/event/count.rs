@@ -30,6 +30,7 @@
 use core::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
+use super::table::kind_of;
 use crate::base::counters::{self, CounterId};
 use crate::base::sys::{self, PerfEventKind};
 use crate::base::thread::{Guard, ThreadState};
@@ -104,29 +105,6 @@ pub fn scaled(delta: u64, enabled: u64, running: u64, carried: u64) -> (u64, u64
         (delta as u128 * enabled as u128 / running as u128) as u64,
         0,
     )
-}
-
-/// The kinds of `-c` events: user-mode counting unless modifiers say, the
-/// kernel-only software events in kernel mode.
-fn kind_of(attr: &igprof_events::Attr) -> PerfEventKind {
-    let kernel = if attr.levels_given {
-        !attr.exclude_kernel
-    } else {
-        attr.counts_in_kernel_only()
-    };
-    PerfEventKind {
-        type_: attr.type_,
-        config: attr.config,
-        config1: attr.config1,
-        config2: attr.config2,
-        precise_ip: 0,
-        exclude_user: attr.levels_given && attr.exclude_user,
-        exclude_kernel: !kernel,
-        exclude_hv: !attr.levels_given || attr.exclude_hv,
-        sample_addr: false,
-        sample_raw: false,
-        freq: false,
-    }
 }
 
 /// Resolves the `-c` groups and names their counters, from counter index

@@ -11,7 +11,7 @@
 use core::sync::atomic::Ordering;
 
 use super::refusal::{open_refusal, paranoid};
-use super::table::{events, fasync_kind, Charge, Event, EVENTS, MAX_EVENTS, OFF};
+use super::table::{events, fasync_kind, kind_of, Charge, Event, EVENTS, MAX_EVENTS, OFF};
 use super::{count, ibs};
 use crate::base::counters::{self, EVENT_IDS};
 use crate::base::options::Options;
@@ -66,24 +66,11 @@ pub(super) fn register_counters(o: &Options) {
         }
         // User mode only unless the modifiers say, or the event only
         // counts in the kernel.
-        let kernel = if attr.levels_given {
-            !attr.exclude_kernel
-        } else {
-            attr.counts_in_kernel_only()
-        };
         let mut kind = PerfEventKind {
-            type_: attr.type_,
-            config: attr.config,
-            config1: attr.config1,
-            config2: attr.config2,
             precise_ip: attr.precise_ip,
-            exclude_user: attr.levels_given && attr.exclude_user,
-            exclude_kernel: !kernel,
-            exclude_hv: !attr.levels_given || attr.exclude_hv,
-            sample_addr: false,
-            sample_raw: false,
-            freq: false,
+            ..kind_of(&attr)
         };
+        let kernel = !kind.exclude_kernel;
         let period = match spec.period {
             Some(igprof_events::Period::Count(p)) => p,
             Some(igprof_events::Period::Frequency(f)) => {

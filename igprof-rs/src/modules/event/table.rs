@@ -1,8 +1,9 @@
 //! The run's table of events: what each `-e`, `-pf`, `-oc` and `-ibs`
 //! event is (its kind, period, and what a sample of it charges), set once
 //! at start-up, and the facts read off an event's kind that the other
-//! files share (which counter it charges, what it opens as under fasync,
-//! whether it samples every fault).
+//! files share (the kind a specification opens as, which counter it
+//! charges, what it opens as under fasync, whether it samples every
+//! fault).
 //!
 //! Must never: open, read or close an event, or change the table after
 //! [`EVENTS`] is set (the signal handler reads it without a lock).
@@ -108,6 +109,30 @@ pub(super) fn counts_each_fault(e: &Event) -> bool {
             && !e.kind.freq)
 }
 
+/// The kind a resolved event specification opens as (`-e`, `-c`): user
+/// mode only unless its modifiers say, the events the kernel counts only
+/// in kernel mode there; no `precise_ip` (a sampled event sets its own).
+pub(super) fn kind_of(attr: &igprof_events::Attr) -> PerfEventKind {
+    let kernel = if attr.levels_given {
+        !attr.exclude_kernel
+    } else {
+        attr.counts_in_kernel_only()
+    };
+    PerfEventKind {
+        type_: attr.type_,
+        config: attr.config,
+        config1: attr.config1,
+        config2: attr.config2,
+        precise_ip: 0,
+        exclude_user: attr.levels_given && attr.exclude_user,
+        exclude_kernel: !kernel,
+        exclude_hv: !attr.levels_given || attr.exclude_hv,
+        sample_addr: false,
+        sample_raw: false,
+        freq: false,
+    }
+}
+
 /// Finds each event's counter slot (at start, after the counters freeze).
 pub(super) fn init_slots() {
     for (i, e) in events().iter().enumerate() {
@@ -208,5 +233,43 @@ mod tests {
             false,
             Charge::OffCpu
         )));
+    }
+
+    #[test]
+    fn kinds_count_in_user_mode_unless_told() {
+        let attr =
+            |config, levels_given, exclude_user, exclude_kernel, exclude_hv| igprof_events::Attr {
+                type_: SOFTWARE,
+                config,
+                config1: 7,
+                config2: 9,
+                precise_ip: 3,
+                levels_given,
+                exclude_user,
+                exclude_kernel,
+                exclude_hv,
+            };
+        // No modifiers: user mode only, no hypervisor.
+        let k = kind_of(&attr(2, false, true, false, false));
+        assert_eq!(
+            k,
+            PerfEventKind {
+                type_: SOFTWARE,
+                config: 2,
+                config1: 7,
+                config2: 9,
+                exclude_kernel: true,
+                exclude_hv: true,
+                ..PerfEventKind::default()
+            }
+        );
+        // No modifiers on an event the kernel counts only in kernel mode
+        // (context switches): kernel mode.
+        assert!(!kind_of(&attr(3, false, false, true, false)).exclude_kernel);
+        // Modifiers (`:k`, `:u`, `:uk`) are taken as given.
+        let k = kind_of(&attr(2, true, true, false, false));
+        assert!(k.exclude_user && !k.exclude_kernel && !k.exclude_hv);
+        let k = kind_of(&attr(3, true, false, true, true));
+        assert!(!k.exclude_user && k.exclude_kernel && k.exclude_hv);
     }
 }
