@@ -30,6 +30,7 @@
 use core::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
+use super::table::kind_of;
 use crate::base::counters::{self, CounterId};
 use crate::base::sys::{self, PerfEventKind};
 use crate::base::thread::{Guard, ThreadState};
@@ -106,29 +107,6 @@ pub fn scaled(delta: u64, enabled: u64, running: u64, carried: u64) -> (u64, u64
     )
 }
 
-/// The kinds of `-c` events: user-mode counting unless modifiers say, the
-/// kernel-only software events in kernel mode.
-fn kind_of(attr: &igprof_events::Attr) -> PerfEventKind {
-    let kernel = if attr.levels_given {
-        !attr.exclude_kernel
-    } else {
-        attr.counts_in_kernel_only()
-    };
-    PerfEventKind {
-        type_: attr.type_,
-        config: attr.config,
-        config1: attr.config1,
-        config2: attr.config2,
-        precise_ip: 0,
-        exclude_user: attr.levels_given && attr.exclude_user,
-        exclude_kernel: !kernel,
-        exclude_hv: !attr.levels_given || attr.exclude_hv,
-        sample_addr: false,
-        sample_raw: false,
-        freq: false,
-    }
-}
-
 /// Resolves the `-c` groups and names their counters, from counter index
 /// `next` on (start-up, main thread, before the counters freeze). Each
 /// group is trial-opened; a group that does not count is split.
@@ -172,7 +150,7 @@ pub fn register(o: &crate::base::options::Options, mut next: usize) {
             match sys::perf_counter_open(&kind, sys::gettid(), -1) {
                 Ok(fd) => sys::close(fd),
                 Err(e) => {
-                    say(&super::open_refusal(e, &kind));
+                    say(&super::refusal::open_refusal(e, &kind));
                     continue;
                 }
             }

@@ -85,7 +85,7 @@ pub(super) struct Ibs {
     pub source: Source,
 }
 
-/// One IBS event the run will open (see `super::register_counters`).
+/// One IBS event the run will open (see `super::setup::register_counters`).
 pub(super) struct Plan {
     pub text: String,
     pub kind: PerfEventKind,
@@ -268,7 +268,7 @@ pub(super) fn refusal(e: i32, kind: &PerfEventKind, paranoid: &str) -> String {
         libc::ENOENT | libc::EINVAL | libc::EOPNOTSUPP => format!(
             "the kernel refused a per-thread IBS event (errno {e}): per-thread IBS needs Linux 6.2+ (before, only system-wide IBS, which needs CAP_PERFMON)"
         ),
-        _ => super::open_refusal(e, kind),
+        _ => super::refusal::open_refusal(e, kind),
     }
 }
 
