@@ -38,7 +38,7 @@
 
 use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-use crate::base::sys;
+use crate::sys;
 
 /// The keeper's stack: the final dump's deepest calls (naming, gzip) run on
 /// it. Mapped without reserve: only the pages it touches cost memory.

@@ -13,7 +13,7 @@ use core::sync::atomic::{AtomicI32, AtomicU8, Ordering};
 
 use super::{COOKIE, EVENT_COOKIE};
 use crate::base::options::{self, PerfClock, Sampler};
-use crate::base::sys::{self, Errno, PerfDelivery};
+use crate::sys::{self, Errno, PerfDelivery};
 
 /// The signal our samplers send (0 when nothing is sampled); see [`signal`].
 static SIGNAL: AtomicI32 = AtomicI32::new(0);

@@ -14,8 +14,8 @@ use super::origin::mark_fd_ours;
 use super::ticks::{next_interval, set_event_period};
 use super::{COOKIE, SWITCH_COOKIE};
 use crate::base::options::{self, PerfClock};
-use crate::base::sys::{self, Errno, PerfDelivery};
 use crate::base::thread::ThreadState;
+use crate::sys::{self, Errno, PerfDelivery};
 
 /// Opens and enables the calling thread's sampling perf event.
 ///

@@ -12,8 +12,8 @@ use super::choice::signal;
 use super::origin::{mark_timer_ours, timer_cookie};
 use super::ticks::{next_interval, sampled_clock_ns};
 use crate::base::options::{self, PerfClock};
-use crate::base::sys::{self, Errno};
 use crate::base::thread::ThreadState;
+use crate::sys::{self, Errno};
 
 fn clock_for(tid: i32) -> libc::clockid_t {
     match options::get().perf {

@@ -21,7 +21,7 @@ use super::counter::{Access, RawCounter, Wrap};
 use super::error::SourceError;
 use super::root::{parse_cpu_list, read_text, Fs, Root};
 use super::Domain;
-use crate::base::sys;
+use crate::sys;
 
 pub const PMU_DIR: &str = "/sys/bus/event_source/devices/power";
 /// Linux 6.13+ on AMD: per-core energy in its own PMU (one CPU per core in

@@ -31,9 +31,9 @@ use core::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use crate::base::counters::{self, CounterId};
-use crate::base::sys::{self, PerfEventKind};
 use crate::base::thread::{Guard, ThreadState};
 use crate::base::tree::Node;
+use crate::sys::{self, PerfEventKind};
 
 /// Groups, and counted events in all, per run.
 pub const MAX_GROUPS: usize = 4;

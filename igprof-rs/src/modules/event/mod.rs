@@ -55,10 +55,10 @@ use std::sync::OnceLock;
 
 use crate::base::counters::{self, EVENT_IDS};
 use crate::base::options::Options;
-use crate::base::sys::{self, PerfEventKind};
 use crate::base::thread::{self, Guard, ThreadState};
 use crate::modules::StartError;
 use crate::sampler;
+use crate::sys::{self, PerfEventKind};
 
 /// One `-e` event of the run.
 struct Event {
