@@ -28,8 +28,7 @@ pub(super) fn start(t: &'static ThreadState) -> Result<(), Errno> {
     t.sampler.clock.clock_seen.set(sampled_clock_ns());
     t.sampler.clock.clock_credit.set(0);
     let id =
-        sys::timer_create_for_thread(clock_for(t.tid()), signal(), t.tid(), timer_cookie(t.tid()))
-            .map_err(Errno)?;
+        sys::timer_create_for_thread(clock_for(t.tid()), signal(), t.tid(), timer_cookie(t.tid()))?;
     mark_timer_ours(id);
     t.sampler.timer.store(id, Ordering::Release);
     sys::timer_arm_once(id, next_interval(t));

@@ -5,7 +5,7 @@
 //! Must never: go through libc's wrappers (they may be hooked, lock or
 //! allocate), or close a descriptor that is not the library's own.
 
-use super::errno::errno;
+use super::errno::{errno, Errno};
 
 /// write(2) until done or failed; returns false on failure.
 pub fn write_all(fd: i32, mut bytes: &[u8]) -> bool {
@@ -23,15 +23,16 @@ pub fn write_all(fd: i32, mut bytes: &[u8]) -> bool {
     true
 }
 
-/// Opens `path` (NUL-terminated) with `flags` and `mode`; fd or -errno.
-pub fn open(path: &[u8], flags: i32, mode: u32) -> i32 {
+/// Opens `path` (NUL-terminated) with `flags` and `mode`: the descriptor
+/// or the errno.
+pub fn open(path: &[u8], flags: i32, mode: u32) -> Result<i32, Errno> {
     debug_assert!(path.last() == Some(&0));
     // SAFETY: path is NUL-terminated.
     let r = unsafe { libc::syscall(libc::SYS_openat, libc::AT_FDCWD, path.as_ptr(), flags, mode) };
     if r < 0 {
-        -errno()
+        Err(Errno::last())
     } else {
-        r as i32
+        Ok(r as i32)
     }
 }
 

@@ -7,7 +7,7 @@
 
 use core::ffi::c_void;
 
-use super::errno::{errno, ErrnoGuard};
+use super::errno::{Errno, ErrnoGuard};
 
 /// Anonymous private read/write mapping of `len` bytes, or null.
 pub fn mmap_anon(len: usize) -> *mut u8 {
@@ -17,7 +17,7 @@ pub fn mmap_anon(len: usize) -> *mut u8 {
 /// Anonymous private read/write mapping of `len` bytes (zero-filled;
 /// faulted in now with `populate`, so that a signal handler never takes the
 /// page faults of first use): its address, or the errno of the failure.
-pub fn map_anon(len: usize, populate: bool) -> Result<*mut u8, i32> {
+pub fn map_anon(len: usize, populate: bool) -> Result<*mut u8, Errno> {
     let flags =
         libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | if populate { libc::MAP_POPULATE } else { 0 };
     // SAFETY: an anonymous mapping has no preconditions beyond its arguments.
@@ -33,7 +33,7 @@ pub fn map_anon(len: usize, populate: bool) -> Result<*mut u8, i32> {
         )
     };
     if p < 0 {
-        Err(errno())
+        Err(Errno::last())
     } else {
         Ok(p as *mut u8)
     }

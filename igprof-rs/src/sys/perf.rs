@@ -8,7 +8,7 @@
 
 use core::ffi::c_void;
 
-use super::errno::errno;
+use super::errno::Errno;
 use super::io::move_fd_up;
 
 /// `struct perf_event_attr`, 136 bytes (PERF_ATTR_SIZE_VER8): the fields
@@ -76,15 +76,20 @@ pub const PERF_RING_BYTES: usize = 2 * 4096;
 
 /// perf_event_open(2) with a close-on-exec descriptor and no group: the
 /// descriptor or the errno (EINVAL for an `attr.size` beyond the struct).
-pub fn perf_event_open(attr: &PerfEventAttr, pid: i32, cpu: i32) -> Result<i32, i32> {
+pub fn perf_event_open(attr: &PerfEventAttr, pid: i32, cpu: i32) -> Result<i32, Errno> {
     perf_event_open_in(attr, pid, cpu, -1)
 }
 
 /// [`perf_event_open`] as a member of the group whose leader is `group_fd`
 /// (-1: a new group).
-fn perf_event_open_in(attr: &PerfEventAttr, pid: i32, cpu: i32, group_fd: i32) -> Result<i32, i32> {
+fn perf_event_open_in(
+    attr: &PerfEventAttr,
+    pid: i32,
+    cpu: i32,
+    group_fd: i32,
+) -> Result<i32, Errno> {
     if attr.size as usize > core::mem::size_of::<PerfEventAttr>() {
-        return Err(libc::EINVAL);
+        return Err(Errno(libc::EINVAL));
     }
     // SAFETY: attr is a valid perf_event_attr with at least `size` bytes;
     // the other arguments are plain integers.
@@ -99,7 +104,7 @@ fn perf_event_open_in(attr: &PerfEventAttr, pid: i32, cpu: i32, group_fd: i32) -
         )
     };
     if fd < 0 {
-        Err(errno())
+        Err(Errno::last())
     } else {
         Ok(fd as i32)
     }
@@ -133,7 +138,7 @@ pub fn perf_task_clock_open(
     user_only: bool,
     how: PerfDelivery,
     min_fd: i32,
-) -> Result<(i32, usize), i32> {
+) -> Result<(i32, usize), Errno> {
     let mut attr = PerfEventAttr {
         type_: PERF_TYPE_SOFTWARE,
         size: core::mem::size_of::<PerfEventAttr>() as u32,
@@ -166,11 +171,11 @@ pub fn perf_task_clock_open(
 /// = 1) sends the signal through fasync (F_SETOWN_EX to the thread, the
 /// descriptor in `si_fd`). Returns the ring mapping; on failure closes
 /// `fd` and returns the errno.
-fn fasync(fd: i32, tid: i32, signo: i32) -> Result<usize, i32> {
+fn fasync(fd: i32, tid: i32, signo: i32) -> Result<usize, Errno> {
     // SAFETY: fcntl/mmap/munmap/close on our own descriptor with valid arguments.
     unsafe {
         let fail = |fd: i32, ring: usize| {
-            let e = errno();
+            let e = Errno::last();
             if ring != 0 {
                 libc::syscall(libc::SYS_munmap, ring, PERF_RING_BYTES);
             }
@@ -212,7 +217,7 @@ pub fn perf_fasync_open(
     period: u64,
     signo: i32,
     min_fd: i32,
-) -> Result<(i32, usize), i32> {
+) -> Result<(i32, usize), Errno> {
     let mut attr = sigtrap_attr(kind, period, 0);
     attr.flags &= !(FLAG_SIGTRAP | FLAG_REMOVE_ON_EXEC);
     attr.wakeup_events = 1;
@@ -266,7 +271,7 @@ pub fn perf_sigtrap_open(
     tid: i32,
     period: u64,
     cookie: u64,
-) -> Result<i32, i32> {
+) -> Result<i32, Errno> {
     perf_event_open(&sigtrap_attr(kind, period, cookie), tid, -1)
 }
 
@@ -315,7 +320,7 @@ const PERF_IOC_FLAG_GROUP: u64 = 1;
 /// A counting (not sampling) event of `kind` on the calling thread `tid`,
 /// in the group led by `leader` (-1: it leads a new group, which starts
 /// disabled: [`perf_enable_group`]). The descriptor or the errno.
-pub fn perf_counter_open(kind: &PerfEventKind, tid: i32, leader: i32) -> Result<i32, i32> {
+pub fn perf_counter_open(kind: &PerfEventKind, tid: i32, leader: i32) -> Result<i32, Errno> {
     let mut attr = PerfEventAttr {
         type_: kind.type_,
         size: core::mem::size_of::<PerfEventAttr>() as u32,
@@ -385,7 +390,7 @@ const PERF_COUNT_SW_CONTEXT_SWITCHES: u64 = 3;
 /// it next returns to user space: from task work, so a blocking system
 /// call is never interrupted (the signal comes once it has returned).
 /// Enabled from the start; the descriptor is the caller's to hold.
-pub fn perf_switch_open(tid: i32, cookie: u64) -> Result<i32, i32> {
+pub fn perf_switch_open(tid: i32, cookie: u64) -> Result<i32, Errno> {
     let mut attr = PerfEventAttr {
         type_: PERF_TYPE_SOFTWARE,
         size: core::mem::size_of::<PerfEventAttr>() as u32,
@@ -406,12 +411,12 @@ const PERF_HOLD_BYTES: usize = 4096;
 /// caller can close `fd` and the program sees no descriptor of ours.
 /// Returns the mapping, or the errno (e.g. EPERM past the locked-memory
 /// limit for perf mappings).
-pub fn perf_hold(fd: i32) -> Result<usize, i32> {
+pub fn perf_hold(fd: i32) -> Result<usize, Errno> {
     perf_map(fd, PERF_HOLD_BYTES, libc::PROT_READ)
 }
 
 /// mmap(2) of `bytes` of our perf descriptor `fd`, shared, with `prot`.
-fn perf_map(fd: i32, bytes: usize, prot: i32) -> Result<usize, i32> {
+fn perf_map(fd: i32, bytes: usize, prot: i32) -> Result<usize, Errno> {
     // SAFETY: mapping our own perf descriptor, shared.
     let m = unsafe {
         libc::syscall(
@@ -425,7 +430,7 @@ fn perf_map(fd: i32, bytes: usize, prot: i32) -> Result<usize, i32> {
         )
     };
     if m < 0 {
-        Err(errno())
+        Err(Errno::last())
     } else {
         Ok(m as usize)
     }
@@ -436,7 +441,7 @@ fn perf_map(fd: i32, bytes: usize, prot: i32) -> Result<usize, i32> {
 /// reader can say how far it read (`data_tail`). Like [`perf_hold`], the
 /// mapping keeps the event alive once `fd` is closed. The mapping or the
 /// errno.
-pub fn perf_map_ring(fd: i32, bytes: usize) -> Result<usize, i32> {
+pub fn perf_map_ring(fd: i32, bytes: usize) -> Result<usize, Errno> {
     perf_map(fd, bytes, libc::PROT_READ | libc::PROT_WRITE)
 }
 

@@ -6,7 +6,7 @@
 
 use core::ffi::c_void;
 
-use super::errno::errno;
+use super::errno::Errno;
 
 /// The kernel's `struct sigevent` (64 bytes) for SIGEV_THREAD_ID timers.
 #[repr(C)]
@@ -27,7 +27,7 @@ pub fn timer_create_for_thread(
     signo: i32,
     tid: i32,
     value: u64,
-) -> Result<i32, i32> {
+) -> Result<i32, Errno> {
     let mut ev = KernelSigevent {
         value: 0,
         signo,
@@ -40,7 +40,7 @@ pub fn timer_create_for_thread(
     // SAFETY: ev and id are valid for the call; the kernel copies ev.
     let r = unsafe { libc::syscall(libc::SYS_timer_create, clock, &mut ev, &mut id) };
     if r < 0 {
-        Err(errno())
+        Err(Errno::last())
     } else {
         Ok(id)
     }

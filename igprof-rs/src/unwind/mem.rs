@@ -23,7 +23,10 @@ unsafe impl Zeroable for u8 {}
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MapError {
     /// `mmap` of `bytes` bytes failed with `errno`.
-    Mmap { bytes: usize, errno: i32 },
+    Mmap {
+        bytes: usize,
+        errno: crate::sys::Errno,
+    },
 }
 
 impl core::fmt::Display for MapError {
@@ -78,7 +81,7 @@ impl<T: Zeroable> MmapSlice<T> {
             .checked_mul(core::mem::size_of::<T>())
             .ok_or(MapError::Mmap {
                 bytes: usize::MAX,
-                errno: libc::ENOMEM,
+                errno: crate::sys::Errno(libc::ENOMEM),
             })?;
         if bytes == 0 {
             return Ok(Self {

@@ -90,7 +90,7 @@ impl PerfOpener for SyscallPerf {
             ..Default::default()
         };
         let fd = sys::perf_event_open(&attr, -1, spec.cpu as libc::c_int)
-            .map_err(io::Error::from_raw_os_error)?;
+            .map_err(|e| io::Error::from_raw_os_error(e.0))?;
         // SAFETY: the kernel just returned this descriptor; nothing else owns it.
         Ok((unsafe { OwnedFd::from_raw_fd(fd) }, Access::Read))
     }

@@ -172,7 +172,7 @@ pub fn register(o: &crate::base::options::Options, mut next: usize) {
             match sys::perf_counter_open(&kind, sys::gettid(), -1) {
                 Ok(fd) => sys::close(fd),
                 Err(e) => {
-                    say(&super::open_refusal(e, &kind));
+                    say(&super::open_refusal(e.0, &kind));
                     continue;
                 }
             }

@@ -427,7 +427,7 @@ fn trial_open(kind: &mut PerfEventKind, best_precise: bool, period: u64) -> Resu
                 return Ok(());
             }
             // A precision the PMU does not offer: EOPNOTSUPP or EINVAL.
-            Err(e) => last = e,
+            Err(e) => last = e.0,
         }
     }
     Err(last)
@@ -720,7 +720,8 @@ fn open_one(t: &ThreadState, r: &PerThread, i: usize, ev: &Event) -> Result<(), 
                 period,
                 signo,
                 sampler::high_fd_base(),
-            )?;
+            )
+            .map_err(|e| e.0)?;
             sampler::mark_fd_ours(fd);
             (0, fd, ring)
         }
@@ -785,7 +786,8 @@ fn fasync_kind(ev: &Event) -> PerfEventKind {
 /// holds it or 0, its descriptor or -1). The descriptor is closed when the
 /// mapping holds the event and no sample reads its count.
 fn hold_sigtrap(t: &ThreadState, i: usize, ev: &Event, period: u64) -> Result<(usize, i32), i32> {
-    let fd = sys::perf_sigtrap_open(&ev.kind, t.tid(), period, sampler::EVENT_COOKIE | i as u64)?;
+    let fd = sys::perf_sigtrap_open(&ev.kind, t.tid(), period, sampler::EVENT_COOKIE | i as u64)
+        .map_err(|e| e.0)?;
     if ev.kind.sample_raw {
         // Raw samples are read from the event's ring, which holds it.
         let ring = sys::perf_map_ring(fd, ibs::RING_BYTES);
@@ -798,7 +800,7 @@ fn hold_sigtrap(t: &ThreadState, i: usize, ev: &Event, period: u64) -> Result<(u
                 sys::perf_unmap_ring(m, ibs::RING_BYTES);
                 Err(e)
             }
-            Err(e) => Err(e),
+            Err(e) => Err(e.0),
         };
     }
     Ok(match sys::perf_hold(fd) {
