@@ -292,23 +292,23 @@ pub fn sigtrap_attr(kind: &PerfEventKind, period: u64, cookie: u64) -> PerfEvent
             | FLAG_REMOVE_ON_EXEC
             | (kind.precise_ip.min(3) as u64) << FLAG_PRECISE_SHIFT
             | if kind.freq { FLAG_FREQ } else { 0 }
-            | if kind.exclude_user {
-                FLAG_EXCLUDE_USER
-            } else {
-                0
-            }
-            | if kind.exclude_kernel {
-                FLAG_EXCLUDE_KERNEL
-            } else {
-                0
-            }
-            | if kind.exclude_hv { FLAG_EXCLUDE_HV } else { 0 },
+            | kind.exclude_flags(),
         config1: kind.config1,
         ..Default::default()
     };
     attr.rest[REST_CONFIG2] = kind.config2;
     attr.rest[REST_SIG_DATA] = cookie;
     attr
+}
+
+impl PerfEventKind {
+    /// The attr flags of the privilege levels this kind leaves out.
+    fn exclude_flags(&self) -> u64 {
+        let bit = |on: bool, flag: u64| if on { flag } else { 0 };
+        bit(self.exclude_user, FLAG_EXCLUDE_USER)
+            | bit(self.exclude_kernel, FLAG_EXCLUDE_KERNEL)
+            | bit(self.exclude_hv, FLAG_EXCLUDE_HV)
+    }
 }
 
 /// `read_format` of a counting group: `nr, time_enabled, time_running,
@@ -326,18 +326,7 @@ pub fn perf_counter_open(kind: &PerfEventKind, tid: i32, leader: i32) -> Result<
         size: core::mem::size_of::<PerfEventAttr>() as u32,
         config: kind.config,
         read_format: READ_FORMAT_GROUP,
-        flags: if leader < 0 { FLAG_DISABLED } else { 0 }
-            | if kind.exclude_user {
-                FLAG_EXCLUDE_USER
-            } else {
-                0
-            }
-            | if kind.exclude_kernel {
-                FLAG_EXCLUDE_KERNEL
-            } else {
-                0
-            }
-            | if kind.exclude_hv { FLAG_EXCLUDE_HV } else { 0 },
+        flags: if leader < 0 { FLAG_DISABLED } else { 0 } | kind.exclude_flags(),
         config1: kind.config1,
         ..Default::default()
     };
