@@ -1,8 +1,8 @@
 //! Clocks: monotonic and realtime time (through the vDSO where it is
 //! signal-safe), thread CPU and user time, thread CPU clock ids, and sleep.
 //!
-//! Must never: change errno for its caller, or take a lock (read in signal
-//! handlers).
+//! Must never: take a lock or allocate (clocks are read in signal
+//! handlers), or let a sleep end early on a signal.
 
 use super::errno::{errno, ErrnoGuard};
 
