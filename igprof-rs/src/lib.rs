@@ -5,8 +5,9 @@
 //! checks that no files import each other in a circle); data flows one way: event -> stack trace -> call tree ->
 //! dump.
 //!
-//! - `unwind/` stack walking (of the rest, only `base/sys`'s system calls);
-//! - `base/` system calls, messages, options, the library's own memory,
+//! - `sys/` raw system calls, one concern per file; names nothing else;
+//! - `unwind/` stack walking (of the rest, only `sys/`'s system calls);
+//! - `base/` messages, options, the library's own memory,
 //!   counters, call trees, live tables, per-thread state and its guard, the
 //!   run's facts, stack traces of the running thread;
 //! - `hook/` hook plumbing: chain pointers, install sequence, real sigaction;
@@ -29,6 +30,7 @@ pub mod modules;
 pub mod output;
 pub mod process;
 pub mod sampler;
+pub mod sys;
 pub mod unwind;
 
 /// The library never uses the program's malloc (which may be hooked).
@@ -51,12 +53,12 @@ static MODULES: &[&modules::Module] = &[
 // The program finds errno as it left it (zero at start, as C promises):
 // start-up and the end read and write files, and some are missing.
 extern "C" fn igprof_init() {
-    let _errno = base::sys::ErrnoGuard::save();
+    let _errno = sys::ErrnoGuard::save();
     process::init(MODULES);
 }
 
 extern "C" fn igprof_fini() {
-    let _errno = base::sys::ErrnoGuard::save();
+    let _errno = sys::ErrnoGuard::save();
     process::fini();
 }
 

@@ -19,7 +19,7 @@ use core::alloc::{GlobalAlloc, Layout};
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use crate::base::sys;
+use crate::sys;
 
 const MIN_SHIFT: usize = 4;
 const MAX_SHIFT: usize = 15;

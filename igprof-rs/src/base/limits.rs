@@ -54,7 +54,7 @@ impl FsizeGuard {
         // SAFETY: valid sigset pointers.
         let mut saved: libc::sigset_t = unsafe { core::mem::zeroed() };
         // SAFETY: as above; raw syscall, the program's mask shadow is untouched.
-        unsafe { crate::base::sys::rt_sigprocmask(libc::SIG_BLOCK, &set, &mut saved) };
+        unsafe { crate::sys::rt_sigprocmask(libc::SIG_BLOCK, &set, &mut saved) };
         FsizeGuard {
             saved,
             was_pending: xfsz_pending(),
@@ -83,7 +83,7 @@ impl Drop for FsizeGuard {
         }
         // SAFETY: restores the mask saved in `block`.
         unsafe {
-            crate::base::sys::rt_sigprocmask(libc::SIG_SETMASK, &self.saved, core::ptr::null_mut())
+            crate::sys::rt_sigprocmask(libc::SIG_SETMASK, &self.saved, core::ptr::null_mut())
         };
     }
 }

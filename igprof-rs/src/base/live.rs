@@ -32,8 +32,8 @@ use core::cell::UnsafeCell;
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 
-use crate::base::sys;
 use crate::base::tree::Node;
+use crate::sys;
 
 /// Number of independently locked parts of [`LiveMem`].
 pub const SHARDS: usize = 64;

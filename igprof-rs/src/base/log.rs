@@ -40,12 +40,12 @@ impl Line {
     pub fn emit(mut self) {
         self.buf[self.len] = b'\n';
         self.len += 1;
-        let _errno = crate::base::sys::ErrnoGuard::save();
+        let _errno = crate::sys::ErrnoGuard::save();
         if !QUIET.load(Ordering::Relaxed) && stderr_is_ours() {
             // stderr may be a file, and the program may have lowered its
             // file size limit: the line is lost then, never the program.
             let _fsize = crate::base::limits::FsizeGuard::block();
-            crate::base::sys::write_all(2, &self.buf[..self.len]);
+            crate::sys::write_all(2, &self.buf[..self.len]);
         }
     }
 

@@ -1,9 +1,9 @@
-//! The base every other layer stands on: system calls, the `igprof:`
+//! The base every layer but `sys/` and `unwind/` stands on: the `igprof:`
 //! messages, options, the library's own memory, counters, call trees,
 //! live-resource tables, per-thread state and its re-entrancy guard, and
 //! stack traces of the running thread.
 //!
-//! Must never: import anything outside `base/` but `unwind/` (modules,
+//! Must never: import anything outside `base/` but `sys/` and `unwind/` (modules,
 //! output and process are above it), or hold profiling policy (what a
 //! profiler counts, when a profile is written).
 
@@ -20,7 +20,6 @@ mod nounwind;
 pub mod options;
 pub mod run;
 pub mod solo;
-pub mod sys;
 pub mod thread;
 pub mod tls;
 pub mod trace;

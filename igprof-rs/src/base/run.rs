@@ -11,7 +11,7 @@
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use crate::base::sys;
+use crate::sys;
 
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 /// Whether events are recorded (`-pd`, `igprof_enable`/`igprof_disable`,

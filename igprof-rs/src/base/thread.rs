@@ -33,8 +33,8 @@ use core::ops::Deref;
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
-use crate::base::sys;
 use crate::base::tree::CallTree;
+use crate::sys;
 
 /// The profiler state of one thread.
 pub struct ThreadState {

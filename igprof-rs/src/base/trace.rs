@@ -64,7 +64,7 @@ fn with_current_altstack(mut b: crate::unwind::StackBounds) -> crate::unwind::St
     }
     // SAFETY: a zeroed stack_t is a valid out-buffer; no new stack is set.
     let mut ss: libc::stack_t = unsafe { core::mem::zeroed() };
-    let _e = crate::base::sys::ErrnoGuard::save();
+    let _e = crate::sys::ErrnoGuard::save();
     // SAFETY: sigaltstack with a null new stack only reads the current one.
     let r = unsafe {
         libc::syscall(
@@ -122,7 +122,7 @@ fn on_walk_stack(ts: &ThreadState, f: impl FnOnce() -> Walk) -> Walk {
     }
     // SAFETY: the state's own mapping, used only by its owner thread, and
     // not in use (the thread is not on it, checked above).
-    unsafe { crate::base::sys::run_on_stack(lo, crate::base::thread::WALK_STACK, f) }
+    unsafe { crate::sys::run_on_stack(lo, crate::base::thread::WALK_STACK, f) }
 }
 
 /// Builds the unwinder's module table (start-up, after dlopen/dlclose).

@@ -19,7 +19,7 @@ use core::ptr::null_mut;
 use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use crate::base::alloc::Bump;
-use crate::{base::counters, base::solo, base::sys};
+use crate::{base::counters, base::solo, sys};
 
 /// Address of the synthetic outermost node that marks a truncated stack.
 pub const TRUNCATED: usize = 1;

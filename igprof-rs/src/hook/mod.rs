@@ -15,7 +15,7 @@
 use core::ffi::{c_char, c_int, c_void};
 use core::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::base::sys;
+use crate::sys;
 
 pub mod plans;
 

@@ -123,11 +123,11 @@ pub fn forget_unfinished_dump() {
 /// [`dump_to`], after waiting (at most a minute) for a dump another thread
 /// is writing (a snapshot just before exit must not cost the final profile).
 pub fn dump_after_others(path: &str) -> Result<DumpStats, DumpError> {
-    let deadline = crate::base::sys::monotonic_ns() + 60_000_000_000;
+    let deadline = crate::sys::monotonic_ns() + 60_000_000_000;
     loop {
         match dump_to(path) {
-            Err(DumpError::Busy) if crate::base::sys::monotonic_ns() < deadline => {
-                crate::base::sys::sleep_ns(1_000_000)
+            Err(DumpError::Busy) if crate::sys::monotonic_ns() < deadline => {
+                crate::sys::sleep_ns(1_000_000)
             }
             r => return r,
         }
@@ -135,7 +135,7 @@ pub fn dump_after_others(path: &str) -> Result<DumpStats, DumpError> {
 }
 
 fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
-    let started = crate::base::sys::thread_cpu_ns();
+    let started = crate::sys::thread_cpu_ns();
     crate::modules::each(crate::base::options::get(), |m| {
         if let Some(f) = m.before_dump {
             f()
@@ -184,7 +184,7 @@ fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
         }
     });
     stats.nodes = merged.nodes.len() - 1;
-    stats.merge_ns = crate::base::sys::thread_cpu_ns() - started;
+    stats.merge_ns = crate::sys::thread_cpu_ns() - started;
     for (node, slot, addr, size) in live {
         if let Some(m) = merged.origin_of(node) {
             merged
@@ -197,10 +197,10 @@ fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
 
     let gzip = crate::base::options::get().gzip || path.ends_with(".gz");
     let exe = &crate::base::run::info().exe;
-    let named_at = crate::base::sys::thread_cpu_ns();
+    let named_at = crate::sys::thread_cpu_ns();
     let addrs = merged.code_addresses();
     let names = crate::output::names::name_all(&addrs, exe);
-    stats.naming_ns = crate::base::sys::thread_cpu_ns() - named_at;
+    stats.naming_ns = crate::sys::thread_cpu_ns() - named_at;
     if crate::base::options::get().debug {
         for (file, e) in &names.symtab_errors {
             crate::igprof_log!(
@@ -216,11 +216,11 @@ fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
         .count();
     write_named(path, gzip, &merged, &Naming::Index(names))?;
     if names_check() {
-        let at = crate::base::sys::thread_cpu_ns();
+        let at = crate::sys::thread_cpu_ns();
         write_named(&format!("{path}.dladdr"), gzip, &merged, &Naming::Dladdr)?;
-        stats.dladdr_naming_ns = Some(crate::base::sys::thread_cpu_ns() - at);
+        stats.dladdr_naming_ns = Some(crate::sys::thread_cpu_ns() - at);
     }
-    stats.dump_ns = crate::base::sys::thread_cpu_ns() - started;
+    stats.dump_ns = crate::sys::thread_cpu_ns() - started;
     Ok(stats)
 }
 

@@ -4,7 +4,8 @@
 //! (`base/run.rs`) and what -o's path is (a device or FIFO is written in
 //! place by every process), so that every writer of this process agrees.
 
-use crate::base::{options, run, sys};
+use crate::base::{options, run};
+use crate::sys;
 
 /// The file this process's profile goes to: the name from -o (or the
 /// default), with `.<pid>` for other processes of the run (unless -o names

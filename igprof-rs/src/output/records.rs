@@ -34,11 +34,11 @@ pub(super) fn write_profile<S: Sink>(
     use igprof_format::notes::{time_note, DUMPED, STARTED};
     use std::time::Duration;
     let started = crate::base::run::started_ns();
-    let now = crate::base::sys::clock_ns(libc::CLOCK_REALTIME).unwrap_or(0);
+    let now = crate::sys::clock_ns(libc::CLOCK_REALTIME).unwrap_or(0);
     notes.push(time_note(STARTED, Duration::from_nanos(started)));
     notes.push(time_note(DUMPED, Duration::from_nanos(now)));
     let program = igprof_format::notes::join(&rt.program, &notes);
-    w.header(crate::base::sys::getpid() as u64, &program, tick)?;
+    w.header(crate::sys::getpid() as u64, &program, tick)?;
     let mut syms = Symbols {
         files: HashMap::default(),
         funcs: HashMap::default(),

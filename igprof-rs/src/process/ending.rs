@@ -150,7 +150,7 @@ pub fn final_dump_from_signal(sig: i32) {
     {
         crate::igprof_log!(
             "{} (default action) ends the process; no profile written",
-            crate::base::sys::signal_name(sig)
+            crate::sys::signal_name(sig)
         );
     }
 }

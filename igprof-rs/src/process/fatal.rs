@@ -21,7 +21,7 @@
 
 use core::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 
-use crate::{base::sys, base::thread};
+use crate::{base::thread, sys};
 
 /// The signals handled here (the sampling signal is `signals`'s).
 const WATCHED: [i32; 13] = [

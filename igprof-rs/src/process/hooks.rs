@@ -15,9 +15,9 @@
 use core::ffi::{c_char, c_int, c_void};
 use core::sync::atomic::{AtomicBool, Ordering};
 
-use crate::base::sys;
 use crate::base::thread;
 use crate::hook::{install, loading, orig, CloneFn};
+use crate::sys;
 
 /// Installs every core hook; failures are reported (one line each) and the
 /// run continues without that hook.

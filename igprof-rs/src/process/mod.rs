@@ -25,7 +25,7 @@ use crate::base::thread::{self, ThreadState};
 use crate::base::{options, run};
 use crate::modules::Module;
 pub use crate::output::path::output_path;
-use crate::{base::counters, base::sys, output, sampler};
+use crate::{base::counters, output, sampler, sys};
 
 /// Set by the launcher (IGPROF_QEMU_USER) when the program runs under
 /// qemu-user: see [`after_fork_child`].

@@ -52,7 +52,7 @@ pub fn install() {
         );
         return;
     };
-    let stack = crate::base::sys::mmap_anon(STACK_BYTES);
+    let stack = crate::sys::mmap_anon(STACK_BYTES);
     if stack.is_null() {
         crate::igprof_log!(
             "no memory for the stack of Go's exit hook: its profile is written only by --dump-every snapshots"

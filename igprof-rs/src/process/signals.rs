@@ -21,10 +21,10 @@
 
 use core::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 
-use crate::base::sys;
 use crate::base::thread;
 use crate::hook::orig;
 use crate::sampler::signal as sampling_signal;
+use crate::sys;
 
 /// The program's SIGPROF action: handler, flags, and mask (first word).
 static PROG_HANDLER: AtomicUsize = AtomicUsize::new(libc::SIG_DFL);

@@ -27,7 +27,7 @@
 
 use core::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
-use crate::{base::options, base::sys, base::thread, output};
+use crate::{base::options, base::thread, output, sys};
 
 /// Request bits in [`REQ`].
 const SNAPSHOT: u32 = 1;
@@ -231,7 +231,7 @@ pub fn final_dump_here(sig: i32) -> bool {
     if RUNNING.load(Ordering::Acquire) != 0 || !can_dump_here() {
         return false;
     }
-    crate::process::ending::final_dump(crate::base::sys::signal_name(sig))
+    crate::process::ending::final_dump(crate::sys::signal_name(sig))
 }
 
 /// No thread of the program is left: the watcher ends too, so that glibc
@@ -299,7 +299,7 @@ extern "C" fn watcher(_: *mut libc::c_void) -> *mut libc::c_void {
         if req & FINAL != 0 {
             let sig = DEATH_SIGNAL.load(Ordering::Acquire);
             let g = me.enter();
-            crate::process::ending::final_dump(crate::base::sys::signal_name(sig));
+            crate::process::ending::final_dump(crate::sys::signal_name(sig));
             drop(g);
             FINAL_WRITTEN.store(1, Ordering::Release);
             sys::futex_wake(&FINAL_WRITTEN);

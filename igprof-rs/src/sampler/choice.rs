@@ -13,7 +13,7 @@ use core::sync::atomic::{AtomicI32, AtomicU8, Ordering};
 
 use super::{COOKIE, EVENT_COOKIE};
 use crate::base::options::{self, PerfClock, Sampler};
-use crate::base::sys::{self, Errno, PerfDelivery};
+use crate::sys::{self, Errno, PerfDelivery};
 
 /// The signal our samplers send (0 when nothing is sampled); see [`signal`].
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
@@ -39,8 +39,7 @@ pub(super) fn mode() -> Sampler {
 /// 5.13+, perf events allowed): the errno otherwise.
 fn probe_sigtrap() -> Result<(), Errno> {
     let how = PerfDelivery::Sigtrap { cookie: COOKIE };
-    let (fd, ring) =
-        sys::perf_task_clock_open(sys::gettid(), 1_000_000_000, false, how, 0).map_err(Errno)?;
+    let (fd, ring) = sys::perf_task_clock_open(sys::gettid(), 1_000_000_000, false, how, 0)?;
     sys::perf_close(fd, ring);
     Ok(())
 }

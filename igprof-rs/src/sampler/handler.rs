@@ -18,8 +18,8 @@ use super::origin::{origin, Origin};
 use super::ticks::{off_cpu_ticks, tick_slot, ticks_for};
 use super::{EventSamples, ProgramSignal, SampleConsumer, CONSUMERS, EVENT_SAMPLES, FORWARD};
 use crate::base::options;
-use crate::base::sys::{self, Errno};
 use crate::base::thread::{self, Guard, ThreadState};
+use crate::sys::{self, Errno};
 
 /// Installs our handler for [`signal`] with the real sigaction (nothing to
 /// do when the process is not sampled).

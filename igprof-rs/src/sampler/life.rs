@@ -14,8 +14,8 @@ use super::perf::{open_event, open_switch_event, release_event, renew_held_event
 use super::ticks::{next_interval, tick_slot, ticks_for};
 use super::{has_event, timer, COOKIE};
 use crate::base::options::{self, PerfClock, Sampler};
-use crate::base::sys::{self, Errno, PerfDelivery};
 use crate::base::thread::ThreadState;
+use crate::sys::{self, Errno, PerfDelivery};
 
 /// Starts sampling the calling thread (its state must be registered).
 ///

@@ -12,8 +12,8 @@ use core::sync::atomic::{AtomicU64, Ordering};
 
 use super::choice::signal;
 use super::{has_event, COOKIE, EVENT_COOKIE, EVENT_SAMPLES, SWITCH_COOKIE};
-use crate::base::sys;
 use crate::base::thread::ThreadState;
+use crate::sys;
 
 const SI_TIMER: i32 = -2;
 

@@ -14,8 +14,8 @@ use super::origin::mark_fd_ours;
 use super::ticks::{next_interval, set_event_period};
 use super::{COOKIE, SWITCH_COOKIE};
 use crate::base::options::{self, PerfClock};
-use crate::base::sys::{self, Errno, PerfDelivery};
 use crate::base::thread::ThreadState;
+use crate::sys::{self, Errno, PerfDelivery};
 
 /// Opens and enables the calling thread's sampling perf event.
 ///
@@ -33,8 +33,7 @@ pub(super) fn open_event(
     if let PerfDelivery::Sigtrap { .. } = how {
         if !HOLD_REFUSED.load(Ordering::Relaxed) {
             let period = next_interval(t);
-            let (fd, _) =
-                sys::perf_task_clock_open(t.tid(), period, user_only, how, 0).map_err(Errno)?;
+            let (fd, _) = sys::perf_task_clock_open(t.tid(), period, user_only, how, 0)?;
             match sys::perf_hold(fd) {
                 Ok(hold) => {
                     let enabled = sys::perf_enable(fd);
@@ -55,8 +54,7 @@ pub(super) fn open_event(
         }
     }
     let period = next_interval(t);
-    let (fd, ring) = sys::perf_task_clock_open(t.tid(), period, user_only, how, high_fd_base())
-        .map_err(Errno)?;
+    let (fd, ring) = sys::perf_task_clock_open(t.tid(), period, user_only, how, high_fd_base())?;
     set_event_period(t, period);
     mark_fd_ours(fd);
     t.sampler.perf_ring.store(ring, Ordering::Release);
@@ -93,7 +91,7 @@ pub(super) fn open_switch_event(t: &'static ThreadState) -> Result<(), Errno> {
         }
         Err(e) => {
             release_event(t);
-            Err(Errno(e))
+            Err(e)
         }
     }
 }

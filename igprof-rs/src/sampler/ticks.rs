@@ -11,8 +11,8 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 
 use super::has_event;
 use crate::base::options::{self, PerfClock};
-use crate::base::sys;
 use crate::base::thread::ThreadState;
+use crate::sys;
 
 /// The counter slot PERF ticks go to (`usize::MAX`: none; see [`set_tick_slot`]).
 static TICK_SLOT: AtomicUsize = AtomicUsize::new(usize::MAX);

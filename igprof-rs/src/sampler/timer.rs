@@ -12,8 +12,8 @@ use super::choice::signal;
 use super::origin::{mark_timer_ours, timer_cookie};
 use super::ticks::{next_interval, sampled_clock_ns};
 use crate::base::options::{self, PerfClock};
-use crate::base::sys::{self, Errno};
 use crate::base::thread::ThreadState;
+use crate::sys::{self, Errno};
 
 fn clock_for(tid: i32) -> libc::clockid_t {
     match options::get().perf {
@@ -28,8 +28,7 @@ pub(super) fn start(t: &'static ThreadState) -> Result<(), Errno> {
     t.sampler.clock.clock_seen.set(sampled_clock_ns());
     t.sampler.clock.clock_credit.set(0);
     let id =
-        sys::timer_create_for_thread(clock_for(t.tid()), signal(), t.tid(), timer_cookie(t.tid()))
-            .map_err(Errno)?;
+        sys::timer_create_for_thread(clock_for(t.tid()), signal(), t.tid(), timer_cookie(t.tid()))?;
     mark_timer_ours(id);
     t.sampler.timer.store(id, Ordering::Release);
     sys::timer_arm_once(id, next_interval(t));

@@ -2,7 +2,7 @@
 //! zero-filled `mmap` regions, pre-populated unless asked otherwise.
 //!
 //! Owns: the unwinder's use of such regions (the mapping itself and errno
-//! hygiene are `base::sys`'s, raw system calls that hold no runtime state). Never calls
+//! hygiene are `sys`'s, raw system calls that hold no runtime state). Never calls
 //! malloc. Mapping and unmapping happen outside signal context (module
 //! table refresh, thread start and exit); the regions are read from signal
 //! context.
@@ -23,7 +23,10 @@ unsafe impl Zeroable for u8 {}
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MapError {
     /// `mmap` of `bytes` bytes failed with `errno`.
-    Mmap { bytes: usize, errno: i32 },
+    Mmap {
+        bytes: usize,
+        errno: crate::sys::Errno,
+    },
 }
 
 impl core::fmt::Display for MapError {
@@ -40,8 +43,8 @@ impl core::fmt::Display for MapError {
 /// Map `bytes` (> 0) of zeroed, populated (so that a signal handler never
 /// takes the page faults of first use), page-aligned memory.
 fn map(bytes: usize, populate: bool) -> Result<NonNull<u8>, MapError> {
-    let p = crate::base::sys::map_anon(bytes, populate)
-        .map_err(|errno| MapError::Mmap { bytes, errno })?;
+    let p =
+        crate::sys::map_anon(bytes, populate).map_err(|errno| MapError::Mmap { bytes, errno })?;
     // mmap never returns null on success with a null hint.
     Ok(NonNull::new(p).expect("mmap returned null"))
 }
@@ -51,7 +54,7 @@ fn map(bytes: usize, populate: bool) -> Result<NonNull<u8>, MapError> {
 /// more.
 unsafe fn unmap(p: NonNull<u8>, bytes: usize) {
     // SAFETY: guaranteed by the caller.
-    unsafe { crate::base::sys::munmap(p.as_ptr(), bytes) };
+    unsafe { crate::sys::munmap(p.as_ptr(), bytes) };
 }
 
 /// An owned, zero-initialised array of `len` values of `T` in its own mapping.
@@ -78,7 +81,7 @@ impl<T: Zeroable> MmapSlice<T> {
             .checked_mul(core::mem::size_of::<T>())
             .ok_or(MapError::Mmap {
                 bytes: usize::MAX,
-                errno: libc::ENOMEM,
+                errno: crate::sys::Errno(libc::ENOMEM),
             })?;
         if bytes == 0 {
             return Ok(Self {

@@ -9,7 +9,7 @@
 //! call `dl_iterate_phdr`/`dladdr`, do file IO (only [`refresh()`] and
 //! [`save_descriptors()`] read or write files), or read memory outside the
 //! thread's stack bounds / the signal frame / mapped unwind data. Of the
-//! rest of the library it uses only `base::sys` (raw system calls: mmap,
+//! rest of the library it uses only `sys` (raw system calls: mmap,
 //! errno), nothing that holds the runtime's state.
 //!
 //! # API (what the runtime calls)

@@ -20,7 +20,7 @@ use super::descriptor::Descriptor;
 use super::hazard::{self, Hazard};
 use super::mem::{MapError, MmapBox, MmapSlice, Zeroable};
 use super::store::{self, Ident, Registry, SaveReport, Stored};
-use crate::base::sys::ErrnoGuard;
+use crate::sys::ErrnoGuard;
 
 /// framehop's unwinder for the host architecture, reading unwind sections in
 /// place from the mapped images.

@@ -7,7 +7,7 @@
 
 use super::readlog::ReadLog;
 use super::BrokenFrame;
-use crate::base::sys::ErrnoGuard;
+use crate::sys::ErrnoGuard;
 
 /// Bytes below the stack pointer that the x86-64 and AArch64 ABIs let a
 /// function use without moving the stack pointer (the red zone); CFI of an

@@ -643,7 +643,7 @@ fn sample_during<R>(
         let mut sev: libc::sigevent = std::mem::zeroed();
         sev.sigev_notify = libc::SIGEV_THREAD_ID;
         sev.sigev_signo = test_signal();
-        sev.sigev_notify_thread_id = crate::base::sys::gettid();
+        sev.sigev_notify_thread_id = crate::sys::gettid();
         let mut timer: libc::timer_t = std::mem::zeroed();
         assert_eq!(
             libc::timer_create(libc::CLOCK_THREAD_CPUTIME_ID, &mut sev, &mut timer),

@@ -378,7 +378,7 @@ extern "C" fn count_entry(i: usize, sp: usize, fp: usize, lr: usize) {
     site::event(KIND_CALL, i, 0, replay, |g, h| {
         // Inside the guard: errno's slot is found through libc, whose
         // functions may be -fp'd themselves (they pass through now).
-        let _e = crate::base::sys::ErrnoGuard::save();
+        let _e = crate::sys::ErrnoGuard::save();
         // The stack memo answers when the stack is the previous walk's
         // (not inside a real realloc, where it would ask whether the call
         // is libc's own: every call of FUNC counts).

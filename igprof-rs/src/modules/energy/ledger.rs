@@ -36,8 +36,8 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering};
 use super::attribution::{attribute, SharePolicy};
 use super::error::ReadError;
 use super::{Energy, EnergyMeter, DOMAINS};
-use crate::base::sys;
-use crate::base::sys::fast_monotonic_ns as monotonic_ns;
+use crate::sys;
+use crate::sys::fast_monotonic_ns as monotonic_ns;
 
 /// Energy is credited in nanojoules (a u64 holds 18 GJ).
 const NJ: f64 = 1e9;

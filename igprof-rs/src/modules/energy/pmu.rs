@@ -21,7 +21,7 @@ use super::counter::{Access, RawCounter, Wrap};
 use super::error::SourceError;
 use super::root::{parse_cpu_list, read_text, Fs, Root};
 use super::Domain;
-use crate::base::sys;
+use crate::sys;
 
 pub const PMU_DIR: &str = "/sys/bus/event_source/devices/power";
 /// Linux 6.13+ on AMD: per-core energy in its own PMU (one CPU per core in
@@ -90,7 +90,7 @@ impl PerfOpener for SyscallPerf {
             ..Default::default()
         };
         let fd = sys::perf_event_open(&attr, -1, spec.cpu as libc::c_int)
-            .map_err(io::Error::from_raw_os_error)?;
+            .map_err(|e| io::Error::from_raw_os_error(e.0))?;
         // SAFETY: the kernel just returned this descriptor; nothing else owns it.
         Ok((unsafe { OwnedFd::from_raw_fd(fd) }, Access::Read))
     }

@@ -612,7 +612,7 @@ fn two_threads_burning_3_to_1_get_energy_3_to_1() {
     let worker = |cpu_ms: u64| {
         let (ledger, done, closed) = (ledger.clone(), done.clone(), closed.clone());
         std::thread::spawn(move || {
-            let tid = crate::base::sys::gettid();
+            let tid = crate::sys::gettid();
             let slot = ledger.register(tid).unwrap();
             let start = KernelCpuClock.thread_cpu_ns(tid).unwrap();
             let mut uj = 0u64;
@@ -767,7 +767,7 @@ fn bench_energy_read_cost() {
             JOULES_PER_VALUE,
             0,
         );
-        let tid = crate::base::sys::gettid();
+        let tid = crate::sys::gettid();
         let slots: Vec<_> = (0..threads).map(|_| l.register(tid).unwrap()).collect();
         let s = Instant::now();
         for _ in 0..N {

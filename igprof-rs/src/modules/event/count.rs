@@ -32,9 +32,9 @@ use std::sync::OnceLock;
 
 use super::table::kind_of;
 use crate::base::counters::{self, CounterId};
-use crate::base::sys::{self, PerfEventKind};
 use crate::base::thread::{Guard, ThreadState};
 use crate::base::tree::Node;
+use crate::sys::{self, PerfEventKind};
 
 /// Groups, and counted events in all, per run.
 pub const MAX_GROUPS: usize = 4;
@@ -150,7 +150,7 @@ pub fn register(o: &crate::base::options::Options, mut next: usize) {
             match sys::perf_counter_open(&kind, sys::gettid(), -1) {
                 Ok(fd) => sys::close(fd),
                 Err(e) => {
-                    say(&super::refusal::open_refusal(e, &kind));
+                    say(&super::refusal::open_refusal(e.0, &kind));
                     continue;
                 }
             }

@@ -13,9 +13,9 @@ use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use super::record::PerThread;
 use super::table::Event;
 use crate::base::counters;
-use crate::base::sys::{self, PerfEventKind};
 use crate::base::thread::ThreadState;
 use crate::sampler;
+use crate::sys::{self, PerfEventKind};
 
 /// PAGE_FAULTS' slot (after the freeze; usize::MAX: not recorded).
 static PF_SLOT: AtomicUsize = AtomicUsize::new(usize::MAX);

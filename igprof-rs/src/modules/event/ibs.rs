@@ -57,10 +57,10 @@ use igprof_events::ibs::{self, Encoding, Unit};
 
 use crate::base::counters::{self, CounterId};
 use crate::base::options::Options;
-use crate::base::sys::PerfEventKind;
 use crate::base::thread::{Guard, ThreadState};
 use crate::base::tree::Node;
 use crate::sampler;
+use crate::sys::PerfEventKind;
 
 /// The ring of a thread's IBS event: control page and 8 data pages (32
 /// KiB, some 300 samples between two reads).
@@ -610,7 +610,7 @@ mod data {
 
     /// Maps the table (start-up).
     pub fn enable() {
-        let p = crate::base::sys::mmap_anon(ENTRIES * core::mem::size_of::<Entry>());
+        let p = crate::sys::mmap_anon(ENTRIES * core::mem::size_of::<Entry>());
         TABLE.store(p as usize, Ordering::Release);
     }
 

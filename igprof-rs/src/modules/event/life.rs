@@ -15,9 +15,9 @@ use super::record::{counted_since, existing, record, sampled_node, PerThread};
 use super::refusal::open_refusal;
 use super::table::{events, fasync_kind, Charge, Event, MAX_EVENTS, OFF, SLOTS};
 use super::{count, faults, ibs};
-use crate::base::sys;
 use crate::base::thread::{self, ThreadState};
 use crate::sampler;
+use crate::sys;
 
 /// Threads whose event could not be opened (the first error is said).
 static NOT_OPENED: AtomicU64 = AtomicU64::new(0);
@@ -61,7 +61,8 @@ pub(super) fn open_one(t: &ThreadState, r: &PerThread, i: usize, ev: &Event) -> 
                 period,
                 signo,
                 sampler::high_fd_base(),
-            )?;
+            )
+            .map_err(|e| e.0)?;
             sampler::mark_fd_ours(fd);
             (0, fd, ring)
         }
@@ -111,7 +112,8 @@ pub(super) fn hold_sigtrap(
     ev: &Event,
     period: u64,
 ) -> Result<(usize, i32), i32> {
-    let fd = sys::perf_sigtrap_open(&ev.kind, t.tid(), period, sampler::EVENT_COOKIE | i as u64)?;
+    let fd = sys::perf_sigtrap_open(&ev.kind, t.tid(), period, sampler::EVENT_COOKIE | i as u64)
+        .map_err(|e| e.0)?;
     if ev.kind.sample_raw {
         // Raw samples are read from the event's ring, which holds it.
         let ring = sys::perf_map_ring(fd, ibs::RING_BYTES);
@@ -124,7 +126,7 @@ pub(super) fn hold_sigtrap(
                 sys::perf_unmap_ring(m, ibs::RING_BYTES);
                 Err(e)
             }
-            Err(e) => Err(e),
+            Err(e) => Err(e.0),
         };
     }
     Ok(match sys::perf_hold(fd) {

@@ -59,9 +59,9 @@ mod table;
 mod userpage;
 
 use crate::base::options::Options;
-use crate::base::sys;
 use crate::modules::StartError;
 use crate::sampler;
+use crate::sys;
 use record::{existing, sampled_node};
 use table::events;
 

@@ -12,8 +12,8 @@ use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
 
 use super::table::MAX_EVENTS;
 use super::{count, userpage};
-use crate::base::sys;
 use crate::base::thread::ThreadState;
+use crate::sys;
 
 /// A thread's events (one page of its own, zero-filled: nothing held).
 #[repr(C)]

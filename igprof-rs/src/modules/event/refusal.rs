@@ -4,7 +4,7 @@
 //! Must never: open an event, or be called in signal context (it formats
 //! and reads /proc).
 
-use crate::base::sys::PerfEventKind;
+use crate::sys::PerfEventKind;
 
 /// `/proc/sys/kernel/perf_event_paranoid`, for messages.
 pub(super) fn paranoid() -> String {

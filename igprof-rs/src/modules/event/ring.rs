@@ -33,7 +33,7 @@ const MAX_RECORD: usize = 256;
 ///
 /// # Safety
 /// `ring` must be a ring of `bytes` bytes mapped writable by
-/// [`crate::base::sys::perf_map_ring`], read by one thread at a time.
+/// [`crate::sys::perf_map_ring`], read by one thread at a time.
 pub unsafe fn drain(ring: usize, bytes: usize, mut f: impl FnMut(u32, &[u8])) -> u64 {
     // SAFETY: the control page's fields, 8-byte aligned, in the mapping.
     let field = |off: usize| unsafe { &*((ring + off) as *const AtomicU64) };

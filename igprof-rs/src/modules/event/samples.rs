@@ -12,9 +12,9 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use super::record::{counted_since, existing, sampled_node, PerThread};
 use super::table::{counts_each_fault, events, Charge, MAX_EVENTS, SLOTS};
 use super::{faults, ibs, life, ring};
-use crate::base::sys;
 use crate::base::thread::{Guard, ThreadState};
 use crate::sampler;
+use crate::sys;
 
 /// Samples charged, and samples of the profiler's own code, per event.
 pub(super) static CHARGED: [AtomicU64; MAX_EVENTS] = [const { AtomicU64::new(0) }; MAX_EVENTS];

@@ -15,8 +15,8 @@ use super::table::{events, fasync_kind, kind_of, Charge, Event, EVENTS, MAX_EVEN
 use super::{count, ibs};
 use crate::base::counters::{self, EVENT_IDS};
 use crate::base::options::Options;
-use crate::base::sys::{self, PerfEventKind};
 use crate::sampler;
+use crate::sys::{self, PerfEventKind};
 
 /// The default period of an event (see the module docs).
 pub(super) fn default_period(kind: &PerfEventKind) -> u64 {
@@ -255,7 +255,7 @@ pub(super) fn trial_open(
                 return Ok(());
             }
             // A precision the PMU does not offer: EOPNOTSUPP or EINVAL.
-            Err(e) => last = e,
+            Err(e) => last = e.0,
         }
     }
     Err(last)

@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 
 use super::ibs;
 use crate::base::counters;
-use crate::base::sys::PerfEventKind;
+use crate::sys::PerfEventKind;
 
 /// Sampled events per run (-e, -pf, -oc): one bit each in a cookie's and
 /// a thread's masks.

@@ -18,9 +18,9 @@
 
 use core::ffi::{c_char, c_int, c_uint};
 
-use crate::base::sys::ErrnoGuard;
 use crate::hook::{hook_table, Hooked};
 use crate::modules::mem::site::{self, FD_OUTER};
+use crate::sys::ErrnoGuard;
 
 hook_table! {
     /// The hooked descriptor functions, with the signatures their

@@ -161,7 +161,7 @@ fn start() -> Result<(), StartError> {
     let limit = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0 {
         r.rlim_max.min(1 << 24) as usize
     } else {
-        crate::base::sys::nofile_limit().min(1 << 24) as usize
+        crate::sys::nofile_limit().min(1 << 24) as usize
     };
     LIVE.init(limit).map_err(StartError::refused)?;
     hooks::install();

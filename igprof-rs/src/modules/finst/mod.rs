@@ -132,7 +132,7 @@ fn start() -> Result<(), StartError> {
     };
     COUNT_SLOT.store(c, Ordering::Relaxed);
     TIME_SLOT.store(t, Ordering::Relaxed);
-    BASE_NS.store(crate::base::sys::fast_monotonic_ns(), Ordering::Relaxed);
+    BASE_NS.store(crate::sys::fast_monotonic_ns(), Ordering::Relaxed);
     BASE_CYCLES.store(now(), Ordering::Relaxed);
     calibrate();
     ENABLED.store(true, Ordering::Release);
@@ -145,7 +145,7 @@ fn thread_begin(t: &'static ThreadState) {
     if p.is_null() {
         let cap = crate::base::options::get().max_depth;
         let size = core::mem::size_of::<Shadow>() + cap * core::mem::size_of::<Frame>();
-        p = crate::base::sys::mmap_anon(size) as *mut Shadow;
+        p = crate::sys::mmap_anon(size) as *mut Shadow;
         if p.is_null() {
             crate::igprof_debug!("-finst: no memory for a thread's call stack");
             return;
@@ -208,7 +208,7 @@ fn now() -> u64 {
         v
     };
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    let c = crate::base::sys::fast_monotonic_ns();
+    let c = crate::sys::fast_monotonic_ns();
     c
 }
 
@@ -220,7 +220,7 @@ static NS_PER_CYCLE: AtomicU64 = AtomicU64::new(0);
 
 /// Before a dump: the counter's rate over the run so far.
 fn calibrate() {
-    let (c, ns) = (now(), crate::base::sys::fast_monotonic_ns());
+    let (c, ns) = (now(), crate::sys::fast_monotonic_ns());
     let dc = c.saturating_sub(BASE_CYCLES.load(Ordering::Relaxed));
     let dns = ns.saturating_sub(BASE_NS.load(Ordering::Relaxed));
     let r = if dc == 0 || dns == 0 {

@@ -38,8 +38,8 @@ use core::ffi::{c_int, c_void};
 use super::account;
 use super::memo::EntryRegs;
 use super::site::{self, MEM_OUTER, MEM_VIA};
-use crate::base::sys::ErrnoGuard;
 use crate::hook::hook_table;
+use crate::sys::ErrnoGuard;
 
 /// Deferred-event kinds of this module.
 pub const KIND_ALLOC: u8 = 1;

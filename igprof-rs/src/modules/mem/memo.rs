@@ -198,7 +198,7 @@ const _: () = assert!((TAGS_BYTES + SLOTS_BYTES).is_multiple_of(core::mem::align
 
 impl Table {
     fn new() -> Option<Table> {
-        let p = crate::base::sys::mmap_anon(TABLE_BYTES);
+        let p = crate::sys::mmap_anon(TABLE_BYTES);
         (!p.is_null()).then_some(Table { base: p, head: 0 })
     }
 
@@ -262,7 +262,7 @@ impl Table {
 impl Drop for Table {
     fn drop(&mut self) {
         // SAFETY: the mapping made in `new`, no longer referenced.
-        unsafe { crate::base::sys::munmap(self.base, TABLE_BYTES) };
+        unsafe { crate::sys::munmap(self.base, TABLE_BYTES) };
     }
 }
 

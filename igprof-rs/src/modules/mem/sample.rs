@@ -162,7 +162,7 @@ fn random_seed() -> u64 {
     };
     // SAFETY: ts is a valid timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    mix(ts.tv_sec as u64 ^ (ts.tv_nsec as u64) << 20 ^ (crate::base::sys::getpid() as u64) << 44)
+    mix(ts.tv_sec as u64 ^ (ts.tv_nsec as u64) << 20 ^ (crate::sys::getpid() as u64) << 44)
 }
 
 /// splitmix64's output function.
@@ -429,7 +429,7 @@ pub fn after_fork_child(t: &ThreadSampler) {
     let pid = if GIVEN_SEED.load(Ordering::Relaxed) != 0 {
         0
     } else {
-        crate::base::sys::getpid() as u64
+        crate::sys::getpid() as u64
     };
     let s = mix(PROCESS_SEED.load(Ordering::Relaxed) ^ t.rng.get() ^ pid ^ 0x5eed_f04c);
     PROCESS_SEED.store(s, Ordering::Relaxed);

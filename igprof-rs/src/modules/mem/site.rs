@@ -179,7 +179,7 @@ fn which_record() -> Record {
         // SAFETY: made below for this state, never freed, owner thread only.
         return Record::Private(unsafe { &*p });
     }
-    let m = crate::base::sys::mmap_anon(core::mem::size_of::<HookTls>()) as *mut HookTls;
+    let m = crate::sys::mmap_anon(core::mem::size_of::<HookTls>()) as *mut HookTls;
     if m.is_null() {
         return Record::Blank;
     }
@@ -436,7 +436,7 @@ fn make_thread_extras(_held: &Guard, h: &HookTls) {
     // global allocator is usable.
     // On a stack of its own: these are large values, built before they are
     // boxed, and the thread's stack may be 16 KiB.
-    crate::base::sys::with_big_stack(|| {
+    crate::sys::with_big_stack(|| {
         if let Ok(u) = crate::unwind::ThreadUnwinder::new() {
             h.nested.set(Box::into_raw(Box::new(u)));
         }

@@ -54,7 +54,7 @@ pub fn enable(min: u64) -> bool {
     if active() {
         return true;
     }
-    let p = crate::base::sys::mmap_anon(CAPACITY * core::mem::size_of::<Span>());
+    let p = crate::sys::mmap_anon(CAPACITY * core::mem::size_of::<Span>());
     if p.is_null() {
         return false;
     }
@@ -78,7 +78,7 @@ fn locked<R>(f: impl FnOnce(&mut [Span], &mut usize) -> R) -> R {
     {
         spins += 1;
         if spins > 100 {
-            crate::base::sys::sched_yield();
+            crate::sys::sched_yield();
         } else {
             core::hint::spin_loop();
         }

@@ -38,7 +38,7 @@
 
 use core::sync::atomic::{AtomicI32, AtomicU32, AtomicUsize, Ordering};
 
-use crate::base::sys;
+use crate::sys;
 
 mod limit;
 mod raw;

@@ -1,0 +1,113 @@
+//! Anonymous memory by direct mmap/munmap/mremap: the library's own
+//! mappings (arenas, tables, stacks), optionally on huge pages or faulted
+//! in up front.
+//!
+//! Must never: call malloc or libc's mmap (either may be hooked by the
+//! profiler itself), or unmap memory it did not map.
+
+use core::ffi::c_void;
+
+use super::errno::{Errno, ErrnoGuard};
+
+/// Anonymous private read/write mapping of `len` bytes, or null.
+pub fn mmap_anon(len: usize) -> *mut u8 {
+    map_anon(len, false).unwrap_or(core::ptr::null_mut())
+}
+
+/// Anonymous private read/write mapping of `len` bytes (zero-filled;
+/// faulted in now with `populate`, so that a signal handler never takes the
+/// page faults of first use): its address, or the errno of the failure.
+pub fn map_anon(len: usize, populate: bool) -> Result<*mut u8, Errno> {
+    let flags =
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | if populate { libc::MAP_POPULATE } else { 0 };
+    // SAFETY: an anonymous mapping has no preconditions beyond its arguments.
+    let p = unsafe {
+        libc::syscall(
+            libc::SYS_mmap,
+            core::ptr::null_mut::<c_void>(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            flags,
+            -1 as libc::c_long,
+            0 as libc::c_long,
+        )
+    };
+    if p < 0 {
+        Err(Errno::last())
+    } else {
+        Ok(p as *mut u8)
+    }
+}
+
+/// Transparent huge pages' size on x86-64 and on AArch64 with 4 KiB pages.
+pub const HUGE_PAGE: usize = 2 << 20;
+
+/// [`mmap_anon`] for a region of at least [`HUGE_PAGE`] bytes that will be
+/// filled from its start (a call tree's nodes): aligned to 2 MiB and marked
+/// `MADV_HUGEPAGE`, so that where transparent huge pages are enabled
+/// ("always" or "madvise") each 2 MiB costs one page fault instead of 512
+/// (a twentieth of the time), and a fraction of the teardown at exit.
+/// Where they are not, the same as [`mmap_anon`]. Null on failure.
+pub fn mmap_anon_huge(len: usize) -> *mut u8 {
+    const MADV_HUGEPAGE: libc::c_long = 14;
+    let raw = mmap_anon(len + HUGE_PAGE);
+    if raw.is_null() {
+        return raw;
+    }
+    let start = (raw as usize).next_multiple_of(HUGE_PAGE);
+    // Less than HUGE_PAGE before `start`, so the rest of it after the end.
+    let head = start - raw as usize;
+    // SAFETY: both pieces lie in the mapping just made, outside
+    // [start, start + len), and nothing refers to them.
+    unsafe {
+        if head > 0 {
+            munmap(raw, head);
+        }
+        munmap((start + len) as *mut u8, HUGE_PAGE - head);
+    }
+    let _errno = ErrnoGuard::save();
+    // SAFETY: advice on our own mapping; a kernel without THP refuses it.
+    unsafe { libc::syscall(libc::SYS_madvise, start, len, MADV_HUGEPAGE) };
+    start as *mut u8
+}
+
+/// Faults in the whole pages of `p..p+len` for writing, in one system
+/// call (`MADV_POPULATE_WRITE`, Linux 5.14): for a table about to be
+/// filled at random places, whose pages would otherwise each take two
+/// faults (a read maps the zero page, the first write copies it). Does
+/// nothing where the kernel does not have it. Errno is kept.
+pub fn populate_write(p: *mut u8, len: usize) {
+    const MADV_POPULATE_WRITE: libc::c_long = 23;
+    let page = 4096;
+    let (start, end) = (
+        (p as usize).next_multiple_of(page),
+        (p as usize + len) & !(page - 1),
+    );
+    if start < end {
+        let _e = ErrnoGuard::save();
+        // SAFETY: advice on pages of a mapping of ours; populating changes
+        // no contents (zero pages stay zero).
+        unsafe { libc::syscall(libc::SYS_madvise, start, end - start, MADV_POPULATE_WRITE) };
+    }
+}
+
+/// munmap(2).
+///
+/// # Safety
+/// `p..p+len` must be a mapping made by [`mmap_anon`] that nothing uses any more.
+pub unsafe fn munmap(p: *mut u8, len: usize) {
+    libc::syscall(libc::SYS_munmap, p, len);
+}
+
+/// mremap(2) with MREMAP_MAYMOVE; null on failure.
+///
+/// # Safety
+/// `p..p+old` must be a mapping made by [`mmap_anon`].
+pub unsafe fn mremap(p: *mut u8, old: usize, new: usize) -> *mut u8 {
+    let r = libc::syscall(libc::SYS_mremap, p, old, new, libc::MREMAP_MAYMOVE);
+    if r < 0 {
+        core::ptr::null_mut()
+    } else {
+        r as *mut u8
+    }
+}
