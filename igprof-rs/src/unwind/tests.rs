@@ -772,17 +772,26 @@ fn timer_samples_while_cpp_exceptions_unwind() {
         cpu_ms() - start
     );
     let (mut in_unwinder, mut outermost, mut cut_short) = (0, 0, Vec::new());
+    let mut taken = 0;
     for (trace, t) in &samples {
         let n = names(trace, true);
         let unwinding = n.iter().any(|f| f.starts_with("_Unwind_"));
-        in_unwinder += unwinding as usize;
         // catcher, or its cold part (the landing pad; a local symbol
-        // dladdr cannot name), is on every complete stack.
+        // dladdr cannot name), is on every complete stack taken inside it.
         let in_lib = |(i, a): (usize, &usize)| {
             let at = if i == 0 { *a } else { a - 1 };
             module_of(at).is_some_and(|m| m.path.ends_with(b"libthrow.so"))
         };
-        let complete = t.end == TraceEnd::Outermost && trace.iter().enumerate().any(in_lib);
+        let inside = trace.iter().enumerate().any(in_lib);
+        if t.end == TraceEnd::Outermost && !inside && !unwinding {
+            // A complete stack of the loop around catcher (its CPU clock
+            // reading every round: seen in CI on a loaded machine): not a
+            // sample of the exceptions.
+            continue;
+        }
+        taken += 1;
+        in_unwinder += unwinding as usize;
+        let complete = t.end == TraceEnd::Outermost && inside;
         outermost += complete as usize;
         if !complete {
             // libgcc's CFI is not exact while `__builtin_eh_return` moves
@@ -799,9 +808,13 @@ fn timer_samples_while_cpp_exceptions_unwind() {
         "some samples land in the exception unwinder"
     );
     assert!(
-        outermost * 10 >= samples.len() * 9,
-        "{outermost} of {} samples complete; cut short: {cut_short:?}",
+        taken * 2 >= samples.len(),
+        "{taken} of {} samples in catcher",
         samples.len()
+    );
+    assert!(
+        outermost * 10 >= taken * 9,
+        "{outermost} of {taken} samples complete; cut short: {cut_short:?}"
     );
 }
 
