@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +18,11 @@
 
 #include "burn_ms.h"
 
-static void *worker(void *a) { (void)a; burn_ms(100); return 0; }
+/* The worker says it runs before main touches descriptors: a profiler opens
+ * a thread's perf events as the thread starts, and perf_event_open takes the
+ * lowest free descriptor for a moment (see the user guide, -fd). */
+static volatile int worker_runs;
+static void *worker(void *a) { (void)a; worker_runs = 1; burn_ms(100); return 0; }
 
 __attribute__((noinline)) static void after_close_all(void) {
     burn_ms(100);
@@ -38,6 +43,7 @@ int main(int argc, char **argv) {
     int stderr_too = argc > 2 && !strcmp(argv[2], "stderr");
     pthread_t t;
     pthread_create(&t, 0, worker, 0);
+    while (!worker_runs) sched_yield();
     int fd = open("/etc/hostname", O_RDONLY);
     printf("first descriptor %d, %d open\n", fd, count_fds());
     for (int i = 3; i < 256; i++) close(i);
