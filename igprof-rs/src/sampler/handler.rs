@@ -15,7 +15,7 @@ use core::sync::atomic::Ordering;
 use super::choice::signal;
 use super::life::rearm;
 use super::origin::{origin, Origin};
-use super::ticks::{off_cpu_ticks, tick_slot, ticks_for};
+use super::ticks::{charge, off_cpu_ticks, ticks_for};
 use super::{EventSamples, ProgramSignal, SampleConsumer, CONSUMERS, EVENT_SAMPLES, FORWARD};
 use crate::base::options;
 use crate::base::thread::{self, Guard, ThreadState};
@@ -200,14 +200,8 @@ fn sample(g: &Guard, uc: *mut libc::c_void, k: u64) {
     let node = unsafe { interrupted_node(g, uc) };
     if !node.is_null() {
         t.sampler.last_sample.store(node, Ordering::Release);
-        let slot = tick_slot();
-        if slot != usize::MAX {
-            // SAFETY: node is a live node of this tree.
-            let c = unsafe { &*node }.counter(slot);
-            if k > 0 {
-                c.add(k, k);
-            }
-        }
+        // SAFETY: node is a live node of this tree.
+        charge(unsafe { &*node }, k);
     }
     for c in CONSUMERS.iter() {
         let f = c.load(Ordering::Relaxed);

@@ -11,7 +11,7 @@ use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::choice::{mode, signal};
 use super::perf::{open_event, open_switch_event, release_event, renew_held_event};
-use super::ticks::{next_interval, tick_slot, ticks_for};
+use super::ticks::{charge, next_interval, tick_slot, ticks_for};
 use super::{has_event, timer, COOKIE};
 use crate::base::options::{self, PerfClock, Sampler};
 use crate::base::thread::ThreadState;
@@ -96,8 +96,7 @@ pub fn charge_tail(t: &'static ThreadState) {
     // guard drops; whichever comes first takes the clock time it saw.
     let g = t.enter();
     let node = t.sampler.last_sample.load(Ordering::Acquire);
-    let slot = tick_slot();
-    if slot == usize::MAX {
+    if tick_slot() == usize::MAX {
         return;
     }
     let k = ticks_for(t);
@@ -108,11 +107,11 @@ pub fn charge_tail(t: &'static ThreadState) {
             UNSAMPLED_THREADS.fetch_add(1, Ordering::Relaxed);
             UNSAMPLED_TICKS.fetch_add(k, Ordering::Relaxed);
         }
-    } else if k > 0 {
+    } else {
         // SAFETY: last_sample is a node of this thread's own tree (nodes
         // are never freed), and this thread, inside the profiler, is its
         // only writer now.
-        unsafe { &*node }.counter(slot).add(k, k);
+        charge(unsafe { &*node }, k);
     }
     drop(g);
 }

@@ -7,7 +7,7 @@
 
 use core::sync::atomic::Ordering;
 
-use super::ticks::tick_slot;
+use super::ticks::charge;
 use crate::base::thread::Guard;
 
 /// Charges the samples that landed while the thread was inside profiler
@@ -41,12 +41,11 @@ fn settle_slow(g: &Guard) {
         }
         // SAFETY: owner thread; the tree is not borrowed elsewhere.
         let node = unsafe { t.tree_mut(g) }.node_for(&buf[..walk.depth], walk.truncated);
-        let slot = tick_slot();
         if node.is_null() {
             t.stats.dropped.fetch_add(1, Ordering::Relaxed);
-        } else if slot != usize::MAX {
+        } else {
             // SAFETY: node is a live node of this tree.
-            unsafe { &*node }.counter(slot).add(k, k);
+            charge(unsafe { &*node }, k);
         }
     }
 }

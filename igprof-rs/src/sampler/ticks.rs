@@ -28,6 +28,15 @@ pub(super) fn tick_slot() -> usize {
     TICK_SLOT.load(Ordering::Relaxed)
 }
 
+/// Charges `k` PERF ticks to `node`, a node of the calling thread's own
+/// tree (nothing without a tick counter or without ticks).
+pub(super) fn charge(node: &crate::base::tree::Node, k: u64) {
+    let slot = tick_slot();
+    if slot != usize::MAX && k > 0 {
+        node.counter(slot).add(k, k);
+    }
+}
+
 /// The jittered interval of the next sample: the interval +-10%.
 pub(super) fn next_interval(t: &ThreadState) -> u64 {
     let base = options::get().interval_ns;
