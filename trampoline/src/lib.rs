@@ -39,7 +39,8 @@
 //!   `nearmem` (trampoline pages within `A::NEAR_REACH`, many per page, RX
 //!   after writing), `patch` (protection changes, atomic store, icache
 //!   flush), `hook` (install/uninstall sequence), `symbols` (dlsym/dlvsym,
-//!   ELF symbol tables).
+//!   ELF symbol tables), `objscan` (one loaded object's file symbol tables,
+//!   local symbols included, for names a caller wants).
 //! - Install sequence: read bytes -> `A::plan` -> `nearmem::place` with
 //!   `A::relocate` -> `A::near_patch` (or an `A::stub` entry when the
 //!   replacement is out of reach) + `A::filler` -> `patch::write_code`.
@@ -58,6 +59,7 @@ pub mod interior;
 pub mod known;
 pub mod maps;
 mod nearmem;
+pub mod objscan;
 mod patch;
 pub mod survey;
 mod symbols;

@@ -329,7 +329,7 @@ fn file_symbol_size(path: &str, base: u64, addr: u64) -> Option<u64> {
 
 /// `dli_fbase`/`dlpi_addr` is the load address of the first segment for
 /// shared objects; convert it into the bias added to symbol values.
-fn load_bias(file: &object::File, base: u64) -> u64 {
+pub(crate) fn load_bias(file: &object::File, base: u64) -> u64 {
     if file.kind() == object::ObjectKind::Executable {
         0
     } else {

@@ -1,0 +1,121 @@
+//! Scanning one loaded object's file for the functions a caller names:
+//! local symbols of `.symtab` included (a statically linked allocator's
+//! entry points, Rust's allocator shims), which `dlsym` cannot see.
+//!
+//! Owns: mapping an object's file read-only for the scan (only the pages
+//! of its headers and symbol tables are read: a 150 MB library costs its
+//! symbol table, not its size), and what the scan reports besides the
+//! functions: whether the file has a `.symtab`, and whether it was built
+//! by rustc (its `.comment`, or a `.rustc` section).
+//!
+//! Must never: be called from a signal handler or a hook (it opens files
+//! and allocates), keep a descriptor open after it returns, or keep the
+//! mapping.
+
+use crate::symbols::{load_bias, Symbol};
+use object::{Object, ObjectSection, ObjectSymbol};
+
+/// What a scan of one object's file found.
+#[derive(Debug, Default)]
+pub struct Scan {
+    /// The functions defined in the file whose names the caller wanted, at
+    /// their run-time addresses (the first definition of a name wins,
+    /// `.symtab` before `.dynsym`).
+    pub functions: Vec<Symbol>,
+    /// Whether the file has a static symbol table (it is not stripped).
+    pub symtab: bool,
+    /// Whether rustc built (or linked) the file.
+    pub rust: bool,
+}
+
+/// Scans the file at `path` of the object loaded at `base` (the load
+/// address of its lowest segment, as [`crate::loaded_objects`] gives it;
+/// the main program's path may be `/proc/self/exe`) for function
+/// definitions whose name `wanted` accepts. None if the file cannot be
+/// opened, mapped or parsed.
+pub fn scan_object(path: &str, base: u64, wanted: &dyn Fn(&str) -> bool) -> Option<Scan> {
+    let map = Mapped::open(path)?;
+    let file = object::File::parse(map.bytes()).ok()?;
+    let bias = load_bias(&file, base);
+    let mut scan = Scan {
+        symtab: file.symbol_table().is_some(),
+        rust: file.section_by_name(".rustc").is_some()
+            || file
+                .section_by_name(".comment")
+                .and_then(|s| s.data().ok())
+                .is_some_and(|d| d.windows(5).any(|w| w == b"rustc")),
+        ..Scan::default()
+    };
+    for s in file.symbols().chain(file.dynamic_symbols()) {
+        if s.kind() != object::SymbolKind::Text || !s.is_definition() {
+            continue;
+        }
+        let Ok(name) = s.name() else { continue };
+        if !wanted(name) || scan.functions.iter().any(|f| f.name == name) {
+            continue;
+        }
+        scan.functions.push(Symbol {
+            name: name.to_string(),
+            addr: s.address().wrapping_add(bias),
+            size: (s.size() > 0).then_some(s.size()),
+        });
+    }
+    Some(scan)
+}
+
+/// A file mapped read-only for the length of a scan.
+struct Mapped {
+    ptr: *mut libc::c_void,
+    len: usize,
+}
+
+impl Mapped {
+    fn open(path: &str) -> Option<Mapped> {
+        let c = std::ffi::CString::new(path).ok()?;
+        // SAFETY: a NUL-terminated path; the descriptor is closed below.
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: a zeroed stat is a valid out-buffer for fstat.
+        let mut st: libc::stat = unsafe { core::mem::zeroed() };
+        // SAFETY: fd is open; st is writable.
+        let len = if unsafe { libc::fstat(fd, &mut st) } == 0
+            && (st.st_mode & libc::S_IFMT) == libc::S_IFREG
+        {
+            st.st_size as usize
+        } else {
+            0
+        };
+        let ptr = if len == 0 {
+            libc::MAP_FAILED
+        } else {
+            // SAFETY: a private read-only mapping of a regular file we opened.
+            unsafe {
+                libc::mmap(
+                    core::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ,
+                    libc::MAP_PRIVATE,
+                    fd,
+                    0,
+                )
+            }
+        };
+        // SAFETY: our own descriptor; the mapping keeps the file.
+        unsafe { libc::close(fd) };
+        (ptr != libc::MAP_FAILED).then_some(Mapped { ptr, len })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: a live read-only mapping of `len` bytes, unmapped on drop.
+        unsafe { core::slice::from_raw_parts(self.ptr as *const u8, self.len) }
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: our mapping, no longer borrowed (bytes() borrows self).
+        unsafe { libc::munmap(self.ptr, self.len) };
+    }
+}
