@@ -267,6 +267,10 @@ pub fn hook_symbol(
 pub struct Hooked(Vec<u64>);
 
 impl Hooked {
+    pub const fn new() -> Self {
+        Hooked(Vec::new())
+    }
+
     /// Hooks `sym` unless its address was hooked by this pass (Ok(false)).
     pub fn hook(
         &mut self,

@@ -293,8 +293,9 @@ fn allocated(p: *mut c_void, size: usize) {
 /// (not for calloc and realloc, whose contents the program relies on).
 #[inline(always)]
 fn allocated_fill(p: *mut c_void, size: usize, fill: bool, regs: Option<EntryRegs>) {
-    if p.is_null() || !crate::base::run::recording() {
+    if p.is_null() || !crate::base::run::recording() || super::fronts::inside() {
         // Not recorded (-pd, igprof_disable): its free finds nothing.
+        // Inside an allocator entry point of `fronts`: that one records.
         return;
     }
     if super::sample::active() {
@@ -388,8 +389,9 @@ fn freeing_then<R>(
     p: *mut c_void,
     keep: impl Fn(Option<crate::base::live::Block>) -> R + Copy,
 ) -> R {
-    if !may_hold_record(p) {
-        // Never recorded: nothing to take out.
+    if !may_hold_record(p) || super::fronts::inside() {
+        // Never recorded: nothing to take out. (Inside an allocator entry
+        // point of `fronts`, that one took it out.)
         return keep(None);
     }
     freeing_recorded_then(p, keep)
@@ -603,7 +605,7 @@ extern "C" fn cfree_hook(p: *mut c_void) {
 /// line.
 #[inline(always)]
 fn free_then_chain(p: *mut c_void, original: impl Fn(*mut c_void)) {
-    if !may_hold_record(p) {
+    if !may_hold_record(p) || super::fronts::inside() {
         return original(p);
     }
     free_recorded(p, original)
@@ -617,77 +619,97 @@ fn free_recorded(p: *mut c_void, original: impl Fn(*mut c_void)) {
     original(p)
 }
 
-extern "C" fn memalign_hook(align: usize, size: usize) -> *mut c_void {
-    let p = chain::memalign(align, size);
-    allocated(p, size);
+// The rarer entry points may be an allocator's wrappers around its own
+// API (mimalloc's memalign jumps to mi_memalign, hooked by `fronts`): the
+// via protocol records a block once, whichever hook sees it first.
+
+/// An allocation of `size` bytes made by `call`, recorded unless a hook
+/// inside it already recorded that block.
+#[inline]
+fn allocated_via(size: usize, call: impl FnOnce() -> *mut c_void) -> *mut c_void {
+    via_begin();
+    let p = call();
+    if via_end(p) {
+        allocated(p, size);
+    }
     p
+}
+
+extern "C" fn memalign_hook(align: usize, size: usize) -> *mut c_void {
+    allocated_via(size, || chain::memalign(align, size))
 }
 
 extern "C" fn aligned_alloc_hook(align: usize, size: usize) -> *mut c_void {
-    let p = chain::aligned_alloc(align, size);
-    allocated(p, size);
-    p
+    allocated_via(size, || chain::aligned_alloc(align, size))
 }
 
 extern "C" fn posix_memalign_hook(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
+    via_begin();
     let r = chain::posix_memalign(out, align, size);
     if r == 0 && !out.is_null() {
         // SAFETY: on success posix_memalign stored the block in *out.
-        allocated(unsafe { *out }, size);
+        let p = unsafe { *out };
+        if via_end(p) {
+            allocated(p, size);
+        }
+    } else {
+        via_end(core::ptr::null_mut());
     }
     r
 }
 
 extern "C" fn valloc_hook(size: usize) -> *mut c_void {
-    let p = chain::valloc(size);
-    allocated(p, size);
-    p
+    allocated_via(size, || chain::valloc(size))
 }
 
 extern "C" fn pvalloc_hook(size: usize) -> *mut c_void {
-    let p = chain::pvalloc(size);
-    allocated(p, size);
-    p
+    allocated_via(size, || chain::pvalloc(size))
+}
+
+// ---- for the allocator entry points of `fronts` ----
+
+/// A block returned by an entry point of `fronts` (`fill`: -ei/-eu may
+/// overwrite it).
+#[inline]
+pub(super) fn allocated_by_front(p: *mut c_void, size: usize, fill: bool) {
+    allocated_fill(p, size, fill, None)
+}
+
+/// A block about to be released by an entry point of `fronts`.
+#[inline]
+pub(super) fn freed_by_front(p: *mut c_void) {
+    freed(p)
+}
+
+/// A block moved or resized by an entry point of `fronts` (`call` runs
+/// the original), as realloc.
+#[inline]
+pub(super) fn reallocated_by_front(
+    p: *mut c_void,
+    size: usize,
+    call: impl FnOnce() -> *mut c_void,
+) -> *mut c_void {
+    reallocate(p, size, None, call)
 }
 
 // C++ operators of an allocator that defines them itself (tcmalloc).
 
 extern "C" fn new_hook(size: usize) -> *mut c_void {
-    via_begin();
     // The original may throw: the exception passes through this frame,
     // which has nothing to clean up.
-    let p = chain::new(size);
-    if via_end(p) {
-        allocated(p, size);
-    }
-    p
+    allocated_via(size, || chain::new(size))
 }
 
 extern "C" fn new_array_hook(size: usize) -> *mut c_void {
-    via_begin();
-    let p = chain::new_array(size);
-    if via_end(p) {
-        allocated(p, size);
-    }
-    p
+    allocated_via(size, || chain::new_array(size))
 }
 
 extern "C" fn new_aligned_hook(size: usize, align: usize) -> *mut c_void {
-    via_begin();
-    let p = chain::new_aligned(size, align);
-    if via_end(p) {
-        allocated(p, size);
-    }
-    p
+    allocated_via(size, || chain::new_aligned(size, align))
 }
 
 extern "C" fn new_array_aligned_hook(size: usize, align: usize) -> *mut c_void {
-    via_begin();
-    let p = chain::new_array_aligned(size, align);
-    if via_end(p) {
-        allocated(p, size);
-    }
-    p
+    allocated_via(size, || chain::new_array_aligned(size, align))
 }
 
 extern "C" fn delete_hook(p: *mut c_void) {
@@ -728,12 +750,7 @@ macro_rules! new_forms {
         extern "C" fn $name(size: usize, b: usize, c: usize) -> *mut c_void {
             // Registers the original does not read are passed through
             // harmlessly.
-            via_begin();
-            let p = $f(size, b, c);
-            if via_end(p) {
-                allocated(p, size);
-            }
-            p
+            allocated_via(size, || $f(size, b, c))
         }
     )*};
 }

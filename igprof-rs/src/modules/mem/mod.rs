@@ -23,6 +23,7 @@
 
 pub mod account;
 pub mod empty;
+pub mod fronts;
 pub mod hooks;
 pub mod memo;
 pub mod sample;
@@ -85,6 +86,7 @@ pub const MODULE: Module = Module {
     leaks: Some(leaks),
     dump_value: Some(account::at_peak_view),
     header_note: Some(|| Some(sample::describe()).filter(|s| !s.is_empty())),
+    objects_changed: Some(fronts::objects_changed),
     ..Module::new("-mp", |o| o.mem)
 };
 
@@ -98,6 +100,7 @@ pub const EMPTY_MODULE: Module = Module {
     left_by_jump: Some(site::jumped_out),
     fork_child: Some(after_fork_child),
     before_threads: Some(account::flush_recent),
+    objects_changed: Some(fronts::objects_changed),
     ..Module::new("-ep/-ei/-eu", |o| o.empty.is_some())
 };
 
@@ -157,11 +160,15 @@ pub fn install() {
         .and_then(|s| object_of(s.addr));
     let is_libc = |p: &[u8]| p.ends_with(b"/libc.so.6") || p == b"libc.so.6";
     let glibc = malloc_obj.is_none_or(is_libc);
-    // Look names up in the allocator's object (a search of every object
-    // for a name nobody defines reads their symbol tables: slow).
-    let alloc_lib: Option<String> = malloc_obj
-        .filter(|_| !glibc)
-        .map(|p| String::from_utf8_lossy(p).into_owned());
+    // Look names up in the allocator's object, the main program included,
+    // whose own symbols dlsym cannot reach by its path (a search of every
+    // object for a name nobody defines reads their symbol tables: slow).
+    let names: Vec<&str> = hooks::funcs().iter().map(|f| f.1).collect();
+    let alloc_defs: Option<Vec<trampoline::Symbol>> = if glibc {
+        None
+    } else {
+        allocator_definitions(&names)
+    };
     let mut hooked = crate::hook::Hooked::default();
     for (f, name, repl, allocator_only) in hooks::funcs() {
         if allocator_only && glibc {
@@ -171,12 +178,14 @@ pub fn install() {
         }
         // cfree is only a compatibility symbol of glibc: dlsym does not see
         // it, and the fallback reads the whole library file to find it.
-        let found = match &alloc_lib {
+        let found = match &alloc_defs {
             None if name == "cfree" => {
                 trampoline::find_function_versioned(name, GLIBC_BASE_VERSION, Some("libc.so.6"))
             }
-            Some(lib) => trampoline::find_function(name, Some(lib))
-                .or_else(|_| trampoline::find_function(name, Some("libc.so.6"))),
+            Some(defs) => match defs.iter().find(|s| s.name == name) {
+                Some(s) => Ok(s.clone()),
+                None => trampoline::find_function(name, Some("libc.so.6")),
+            },
             None => trampoline::find_function(name, Some("libc.so.6")),
         };
         let Ok(sym) = found else {
@@ -203,6 +212,24 @@ pub fn install() {
             crate::base::log::Bytes(o)
         );
     }
+    fronts::install(hooked);
+}
+
+/// The definitions of `names` in the object that defines the `malloc` the
+/// process uses, read from its file's symbol tables.
+fn allocator_definitions(names: &[&str]) -> Option<Vec<trampoline::Symbol>> {
+    let malloc = trampoline::find_function("malloc", None).ok()?.addr;
+    let (path, base) = trampoline::loaded_objects()
+        .into_iter()
+        .filter(|(_, base)| *base <= malloc)
+        .max_by_key(|(_, base)| *base)?;
+    let file = if path.is_empty() {
+        "/proc/self/exe"
+    } else {
+        &path
+    };
+    let scan = trampoline::objscan::scan_object(file, base, &|n| names.contains(&n))?;
+    Some(scan.functions)
 }
 
 /// In a forked child: the parent's live blocks are the parent's.

@@ -532,6 +532,9 @@ pub const MEM_OUTER: u8 = 0x01;
 /// another hooked entry point may make and decide for (see
 /// `hooks::via_begin`).
 pub const MEM_VIA: u8 = 0x08;
+/// Bit set while an allocator entry point hooked by `mem::fronts` runs its
+/// original: the allocation hooks it reaches record nothing.
+pub const MEM_FRONT: u8 = 0x10;
 /// Bit set while a descriptor hook runs a real function that may open or
 /// close inside libc (fopen, tmpfile, fclose, creat).
 pub const FD_OUTER: u8 = 0x02;
