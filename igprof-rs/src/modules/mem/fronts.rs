@@ -24,6 +24,7 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use super::hooks;
+use super::memo::EntryRegs;
 use super::site::{self, MEM_FRONT};
 
 /// Where an entry point's size is among its (up to four) arguments.
@@ -364,17 +365,56 @@ pub fn inside() -> bool {
 
 type Original = unsafe extern "C" fn(usize, usize, usize, usize) -> usize;
 
-/// The replacement installed in slot `I`: up to four integer arguments
-/// (the allocation APIs take no more, and none a floating-point one);
-/// those the original does not take are passed on unread, and its result
-/// register is returned as it left it (nothing, for a void function).
-extern "C" fn front<const I: usize>(a: usize, b: usize, c: usize, d: usize) -> usize {
-    call(I, [a, b, c, d])
+/// The replacement installed in slot `I`: a naked stub that leaves the
+/// four argument registers as the program set them and adds the program's
+/// stack pointer and frame pointer at the call (and LR on AArch64), so the
+/// stack memo can answer as for malloc's hook, then jumps to
+/// [`with_regs`]. The allocation APIs take at most four arguments, none a
+/// floating-point one; those the original does not take are passed on
+/// unread, and its result register is returned as it left it (nothing,
+/// for a void function).
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+extern "C" fn front<const I: usize>() {
+    core::arch::naked_asm!("mov r8, rsp", "mov r9, rbp", "jmp {imp}", imp = sym with_regs::<I>)
 }
 
-/// Runs slot `i`'s original for arguments `a`, recording what it did.
+#[cfg(target_arch = "aarch64")]
+#[unsafe(naked)]
+extern "C" fn front<const I: usize>() {
+    core::arch::naked_asm!("mov x4, sp", "mov x5, x29", "mov x6, x30", "b {imp}", imp = sym with_regs::<I>)
+}
+
+#[cfg(target_arch = "x86_64")]
+extern "C" fn with_regs<const I: usize>(
+    a: usize,
+    b: usize,
+    c: usize,
+    d: usize,
+    sp: usize,
+    fp: usize,
+) -> usize {
+    call(I, [a, b, c, d], EntryRegs { sp, fp, lr: 0 })
+}
+
+#[cfg(target_arch = "aarch64")]
+#[allow(clippy::too_many_arguments)] // the registers of a call, as they came
+extern "C" fn with_regs<const I: usize>(
+    a: usize,
+    b: usize,
+    c: usize,
+    d: usize,
+    sp: usize,
+    fp: usize,
+    lr: usize,
+) -> usize {
+    call(I, [a, b, c, d], EntryRegs { sp, fp, lr })
+}
+
+/// Runs slot `i`'s original for arguments `a`, recording what it did;
+/// `regs` are the program's at the call.
 #[inline(never)]
-fn call(i: usize, a: [usize; 4]) -> usize {
+fn call(i: usize, a: [usize; 4], regs: EntryRegs) -> usize {
     let slot = &SLOTS[i];
     // SAFETY: the chain of slot i is the original of the function hooked
     // there, stored before the hook was enabled; it takes at most four
@@ -391,12 +431,13 @@ fn call(i: usize, a: [usize; 4]) -> usize {
     match shape {
         Alloc { size, zeroed } => {
             let r = as_front(run);
-            hooks::allocated_by_front(r as *mut c_void, size.of(&a, r), !zeroed);
+            hooks::allocated_by_front(r as *mut c_void, size.of(&a, r), !zeroed, regs);
             r
         }
         Realloc { ptr: k, size } => {
-            hooks::reallocated_by_front(ptr(k), size.of(&a, 0), || as_front(run) as *mut c_void)
-                as usize
+            hooks::reallocated_by_front(ptr(k), size.of(&a, 0), regs, || {
+                as_front(run) as *mut c_void
+            }) as usize
         }
         Free { ptr: k } => {
             hooks::freed_by_front(ptr(k));
@@ -407,7 +448,7 @@ fn call(i: usize, a: [usize; 4]) -> usize {
             let out = a[0] as *mut *mut c_void;
             if r as u32 == 0 && !out.is_null() {
                 // SAFETY: on success the block was stored in *out.
-                hooks::allocated_by_front(unsafe { *out }, a[2], true);
+                hooks::allocated_by_front(unsafe { *out }, a[2], true, regs);
             }
             r
         }
@@ -416,7 +457,7 @@ fn call(i: usize, a: [usize; 4]) -> usize {
             if r >= a[1] {
                 // Resized in place: the block now has its new size.
                 hooks::freed_by_front(ptr(0));
-                hooks::allocated_by_front(ptr(0), a[1], false);
+                hooks::allocated_by_front(ptr(0), a[1], false, regs);
             }
             r
         }

@@ -669,10 +669,10 @@ extern "C" fn pvalloc_hook(size: usize) -> *mut c_void {
 // ---- for the allocator entry points of `fronts` ----
 
 /// A block returned by an entry point of `fronts` (`fill`: -ei/-eu may
-/// overwrite it).
+/// overwrite it; `regs`: the program's at the call, for the stack memo).
 #[inline]
-pub(super) fn allocated_by_front(p: *mut c_void, size: usize, fill: bool) {
-    allocated_fill(p, size, fill, None)
+pub(super) fn allocated_by_front(p: *mut c_void, size: usize, fill: bool, regs: EntryRegs) {
+    allocated_fill(p, size, fill, Some(regs))
 }
 
 /// A block about to be released by an entry point of `fronts`.
@@ -687,9 +687,10 @@ pub(super) fn freed_by_front(p: *mut c_void) {
 pub(super) fn reallocated_by_front(
     p: *mut c_void,
     size: usize,
+    regs: EntryRegs,
     call: impl FnOnce() -> *mut c_void,
 ) -> *mut c_void {
-    reallocate(p, size, None, call)
+    reallocate(p, size, Some(regs), call)
 }
 
 // C++ operators of an allocator that defines them itself (tcmalloc).
