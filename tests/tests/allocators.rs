@@ -15,6 +15,11 @@ use std::process::Command;
 /// The Rust program tests/programs/rust_alloc built with `feature` (""
 /// for the system allocator), in a target directory kept between runs.
 fn rust_alloc(feature: &str) -> PathBuf {
+    rust_alloc_for(feature, None)
+}
+
+/// As [`rust_alloc`], for target `triple` (None: the host).
+fn rust_alloc_for(feature: &str, triple: Option<&str>) -> PathBuf {
     let src = root().join("tests/programs/rust_alloc");
     let target = target_dir().join("test-programs/rust_alloc");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
@@ -22,6 +27,9 @@ fn rust_alloc(feature: &str) -> PathBuf {
     c.current_dir(&src)
         .args(["build", "--release", "--quiet", "--locked", "--target-dir"])
         .arg(&target);
+    if let Some(t) = triple {
+        c.args(["--target", t]);
+    }
     if !feature.is_empty() {
         c.args(["--features", feature]);
     }
@@ -33,8 +41,12 @@ fn rust_alloc(feature: &str) -> PathBuf {
     } else {
         feature
     };
-    let exe = target.join(format!("release/rust_alloc-{name}"));
-    std::fs::copy(target.join("release/rust_alloc"), &exe).unwrap();
+    let dir = match triple {
+        Some(t) => target.join(t).join("release"),
+        None => target.join("release"),
+    };
+    let exe = dir.join(format!("rust_alloc-{name}"));
+    std::fs::copy(dir.join("rust_alloc"), &exe).unwrap();
     exe
 }
 
@@ -66,13 +78,34 @@ fn truths(out: &str) -> Vec<Truth> {
 /// Runs `exe` unprofiled, then under `igprof opts`, in `d`: the same
 /// output and status, and the profile.
 fn profile(d: &Path, exe: &Path, opts: &[&str]) -> (String, String, Profile) {
-    let plain = Command::new(exe).current_dir(d).output().unwrap();
+    profile_on(false, d, exe, opts)
+}
+
+/// As [`profile`], for a program of [`foreign_arch`] (under qemu-user) if
+/// `foreign`.
+fn profile_on(foreign: bool, d: &Path, exe: &Path, opts: &[&str]) -> (String, String, Profile) {
+    let arch = foreign_arch().0;
+    let plain = if foreign {
+        Command::new(format!("qemu-{arch}"))
+            .arg("-L")
+            .arg(format!("/usr/{arch}-linux-gnu"))
+            .arg(exe)
+            .current_dir(d)
+            .output()
+            .unwrap()
+    } else {
+        Command::new(exe).current_dir(d).output().unwrap()
+    };
     assert!(plain.status.success(), "{exe:?} unprofiled: {plain:?}");
     let mut a: Vec<&str> = opts.to_vec();
     a.extend(["-o", "prof.gz"]);
     let e = exe.to_str().unwrap();
     a.push(e);
-    let o = igprof(d, &a);
+    let o = if foreign {
+        foreign_igprof(d, &a)
+    } else {
+        igprof(d, &a)
+    };
     let err = ok(&o);
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
     assert_eq!(
@@ -121,6 +154,33 @@ fn rust_global_allocators_are_exact_and_agree() {
         let (_, _, s) = profile(&d, &exe, &["-mp", "--sample-bytes", "1"]);
         check_sites(&format!("{what} --sample-bytes 1"), &truth, &s);
         assert_no_profiler_frames(&p, what);
+        match &first {
+            None => first = Some(truth),
+            Some(f) => assert_eq!(f, &truth, "{what}: the same sites as the system allocator"),
+        }
+    }
+}
+
+/// The same on the other architecture, under qemu-user: the system
+/// allocator and mimalloc (its C sources cross-compiled by the crate).
+#[test]
+fn rust_global_allocators_on_the_other_architecture() {
+    let d = scratch("rust-alloc-foreign");
+    let triple = format!("{}-unknown-linux-gnu", foreign_arch().0);
+    let mut first: Option<Vec<Truth>> = None;
+    for feature in ["", "mimalloc"] {
+        let exe = rust_alloc_for(feature, Some(&triple));
+        let what = format!(
+            "{triple} {}",
+            if feature.is_empty() {
+                "system"
+            } else {
+                feature
+            }
+        );
+        let (out, _err, p) = profile_on(true, &d, &exe, &["-mp"]);
+        let truth = truths(&out);
+        check_sites(&what, &truth, &p);
         match &first {
             None => first = Some(truth),
             Some(f) => assert_eq!(f, &truth, "{what}: the same sites as the system allocator"),
