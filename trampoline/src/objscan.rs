@@ -28,12 +28,27 @@ pub struct Scan {
     pub rust: bool,
 }
 
+/// Which symbol tables a scan reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tables {
+    /// `.dynsym` only: what the object exports (small beside `.symtab` in
+    /// an unstripped library, and enough when what is wanted is exported).
+    Dynamic,
+    /// `.symtab`, then `.dynsym`.
+    All,
+}
+
 /// Scans the file at `path` of the object loaded at `base` (the load
 /// address of its lowest segment, as [`crate::loaded_objects`] gives it;
 /// the main program's path may be `/proc/self/exe`) for function
-/// definitions whose name `wanted` accepts. None if the file cannot be
-/// opened, mapped or parsed.
-pub fn scan_object(path: &str, base: u64, wanted: &dyn Fn(&str) -> bool) -> Option<Scan> {
+/// definitions whose name `wanted` accepts, in `tables`. None if the file
+/// cannot be opened, mapped or parsed.
+pub fn scan_object(
+    path: &str,
+    base: u64,
+    tables: Tables,
+    wanted: &dyn Fn(&str) -> bool,
+) -> Option<Scan> {
     let map = Mapped::open(path)?;
     let file = object::File::parse(map.bytes()).ok()?;
     let bias = load_bias(&file, base);
@@ -46,7 +61,8 @@ pub fn scan_object(path: &str, base: u64, wanted: &dyn Fn(&str) -> bool) -> Opti
                 .is_some_and(|d| d.windows(5).any(|w| w == b"rustc")),
         ..Scan::default()
     };
-    for s in file.symbols().chain(file.dynamic_symbols()) {
+    let local = (tables == Tables::All).then(|| file.symbols());
+    for s in local.into_iter().flatten().chain(file.dynamic_symbols()) {
         if s.kind() != object::SymbolKind::Text || !s.is_definition() {
             continue;
         }

@@ -560,10 +560,29 @@ fn scan_one(s: &mut Scanned, path: &str, base: u64) {
     } else {
         path
     };
+    use trampoline::objscan::{scan_object, Tables};
     let wanted = |n: &str| n == "malloc" || may_be_entry(n);
-    let Some(scan) = trampoline::objscan::scan_object(file, base, &wanted) else {
+    // What the object exports first: a family found there (a Rust
+    // library's shims, libjemalloc's mallocx) spares reading a large
+    // .symtab. The .symtab is read only where a hidden allocator is
+    // likely: the program itself, Rust code (its shims are local in an
+    // executable), an object that defines malloc; not a large C++ library
+    // without symbols stripped (libLLVM's: tens of milliseconds).
+    let Some(mut scan) = scan_object(file, base, Tables::Dynamic, &wanted) else {
         return;
     };
+    let exported = scan
+        .functions
+        .iter()
+        .filter_map(|f| shape_of(&f.name))
+        .any(|(family, _)| complete(family, &scan.functions));
+    let likely = path.is_empty() || scan.rust || scan.functions.iter().any(|f| f.name == "malloc");
+    if !exported && likely && scan.symtab {
+        match scan_object(file, base, Tables::All, &wanted) {
+            Some(all) => scan = all,
+            None => return,
+        }
+    }
     let mut families = 0;
     for f in &scan.functions {
         let Some((family, shape)) = shape_of(&f.name) else {

@@ -228,7 +228,10 @@ fn allocator_definitions(names: &[&str]) -> Option<Vec<trampoline::Symbol>> {
     } else {
         &path
     };
-    let scan = trampoline::objscan::scan_object(file, base, &|n| names.contains(&n))?;
+    let scan =
+        trampoline::objscan::scan_object(file, base, trampoline::objscan::Tables::All, &|n| {
+            names.contains(&n)
+        })?;
     Some(scan.functions)
 }
 
