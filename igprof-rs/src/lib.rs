@@ -48,6 +48,7 @@ static MODULES: &[&modules::Module] = &[
     &modules::finst::MODULE,
     &modules::event::MODULE,
     &modules::calls::MODULE,
+    &modules::jit::MODULE,
 ];
 
 // The program finds errno as it left it (zero at start, as C promises):

@@ -13,7 +13,9 @@
 //! or `IGPROF_LIB`), checked against the program's glibc ([`glibc`]), and
 //! the environment of the exec set: `IGPROF`, `IGPROF_ROOT_PID` (this
 //! process's pid, which the exec keeps) and `LD_PRELOAD` (a sanitizer
-//! runtime the program needs first: [`sanitizers`]); then [`exec`]. Each
+//! runtime the program needs first: [`sanitizers`]), and with `--jit` the
+//! variables that make node and Python write perf maps ([`jit`]); then
+//! [`exec`]. Each
 //! reason to refuse, and its line, is a [`refusal::Refusal`].
 //!
 //! What it must never do: start another process before the exec (its own
@@ -34,6 +36,7 @@ mod elf;
 mod exec;
 mod glibc;
 mod grammar;
+mod jit;
 mod output;
 mod path;
 mod qemu;
@@ -134,6 +137,9 @@ fn launch(
     let runtimes = sanitizers::runtimes(&resolved);
     let user_preload = env_set("LD_PRELOAD");
     let args: Vec<&[u8]> = cmd[1..].iter().map(|a| a.as_bytes()).collect();
+    if jit::asked(igprof) {
+        jit::set_env();
+    }
 
     if let Some(machine) = machine.filter(|m| m.name() != std::env::consts::ARCH.as_bytes()) {
         return qemu::launch(

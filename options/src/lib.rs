@@ -38,6 +38,7 @@ pub enum Id {
     Fd,
     Functions,
     Jemalloc,
+    Jit,
     Energy,
     EmptyEp,
     EmptyEi,
@@ -615,6 +616,21 @@ pub static TABLE: &[Opt] = &[
         ],
         section: Section::Own,
         module: "process",
+    },
+    Opt {
+        id: Id::Jit,
+        names: &["--jit"],
+        arg: "",
+        value: Value::Flag,
+        expected: "",
+        help: &[
+            "name JIT code: turn on the perf maps of node",
+            "(NODE_OPTIONS), Python 3.12+ (PYTHONPERFSUPPORT)",
+            "and the JVM, and copy each process's map",
+            "beside its profile",
+        ],
+        section: Section::Own,
+        module: "jit",
     },
 ];
 

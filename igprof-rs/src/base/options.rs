@@ -113,6 +113,8 @@ pub struct Options {
     pub mem: bool,
     pub mem_overhead: MemOverhead,
     pub fd: bool,
+    /// `--jit`: the runtimes' JIT maps turned on and copied (modules/jit).
+    pub jit: bool,
     pub energy: bool,
     pub empty: Option<EmptyMode>,
     /// `-fp:FUNC[:LIB]` (`-fpi`, `-fpf`): IgProf's function-call profiler
@@ -172,6 +174,7 @@ impl Options {
             mem: false,
             mem_overhead: MemOverhead::None,
             fd: false,
+            jit: false,
             energy: false,
             empty: None,
             functions: FixedStr::new(),
@@ -454,6 +457,7 @@ pub fn parse(s: &[u8]) -> Result<Options, OptionError<'_>> {
                     [MemOverhead::None, MemOverhead::Include, MemOverhead::Delta][n as usize]
             }
             Id::Fd => o.fd = true,
+            Id::Jit => o.jit = true,
             // Several accumulate (resolved by the module at start-up and
             // after each dlopen).
             Id::Functions => append(&mut o.functions, b' ', text),

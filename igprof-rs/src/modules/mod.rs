@@ -30,6 +30,7 @@ pub mod energy;
 pub mod event;
 pub mod fd;
 pub mod finst;
+pub mod jit;
 pub mod mem;
 
 use std::sync::OnceLock;
@@ -133,6 +134,11 @@ pub struct Module {
     /// `T=` of the header, seconds per unit: the first selected module
     /// that has one sets it.
     pub header_tick: Option<fn(&Options) -> f64>,
+    /// Once the final profile is written (by the process at its end, or
+    /// by its keeper for a process that died without writing it; not at
+    /// an exec, where the process lives on), given its path: e.g. files
+    /// the process wrote to keep beside it (a runtime's JIT map).
+    pub after_final_dump: Option<fn(&str)>,
 }
 
 impl Module {
@@ -160,6 +166,7 @@ impl Module {
             dump_value: None,
             header_note: None,
             header_tick: None,
+            after_final_dump: None,
         }
     }
 }

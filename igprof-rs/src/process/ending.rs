@@ -12,6 +12,10 @@ use crate::output::{self, DumpStats};
 
 static FINAL_DONE: AtomicBool = AtomicBool::new(false);
 
+/// Where the image's final profile went, for the modules'
+/// `after_final_dump`.
+static WRITTEN: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+
 /// In a fork child, or after an exec that failed: the process writes its
 /// final profile again when it ends.
 pub fn allow_final_again() {
@@ -40,9 +44,26 @@ pub fn final_dump(reason: &str) -> bool {
     }
     crate::process::stop_sampling();
     let written = write_final(reason, false);
+    let execing = crate::base::run::execing();
+    if written && !execing {
+        after_final_dump();
+    }
     // Written or not, the image has said what became of its profile.
-    crate::process::keeper::image_ended(crate::base::run::execing());
+    crate::process::keeper::image_ended(execing);
     written
+}
+
+/// Each module's `after_final_dump` with the final profile's path.
+fn after_final_dump() {
+    let path = WRITTEN.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if path.is_empty() {
+        return;
+    }
+    crate::process::each_module(|m| {
+        if let Some(f) = m.after_final_dump {
+            f(&path)
+        }
+    });
 }
 
 /// The keeper's dump for an image that ended without its own (`how`: how
@@ -55,7 +76,9 @@ pub fn final_dump_by_keeper(how: &str) {
     }
     FINAL_DONE.store(true, Ordering::Release);
     output::forget_unfinished_dump();
-    write_final(&format!("{how}, by the keeper"), true);
+    if write_final(&format!("{how}, by the keeper"), true) {
+        after_final_dump();
+    }
 }
 
 /// Writes the final profile (see [`final_dump`]); `always_say`: one line
@@ -109,6 +132,10 @@ fn write_final(reason: &str, always_say: bool) -> bool {
                 }
                 None => path,
             };
+            WRITTEN
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone_from(&path);
             if opts.debug || stats.dropped > 0 || always_say {
                 crate::igprof_log!(
                     "wrote {} at {reason}: {} samples, {} dropped (taken inside the profiler or no memory), {} truncated stacks, {} thread states",
