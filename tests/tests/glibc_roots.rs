@@ -225,6 +225,30 @@ fn run_suite(suite: &str, glibc: &str) {
         out.contains("Perl_"),
         "{suite}: perl's own functions in its profile:\n{out}"
     );
+    if suite == "trixie" {
+        // Python 3.13 writes a perf map under --jit (PYTHONPERFSUPPORT):
+        // copied beside the profile, it names the Python function once the
+        // one in /tmp is gone.
+        std::fs::write(
+            work.join("hot.py"),
+            "def hot_function(n):\n    return sum(i * i for i in range(n))\n\nprint(hot_function(3000000))\n",
+        )
+        .unwrap();
+        let out = in_root(
+            &root_dir,
+            "python3 --jit",
+            "igprof --jit -pp -i 1ms -o pyjit.gz python3 hot.py && \
+             ls perf-*.map && rm -f /tmp/perf-*.map && igprof-analyse pyjit.gz",
+        );
+        assert!(
+            out.starts_with("8999995500000500000\n"),
+            "{suite}: python3 --jit:\n{out}"
+        );
+        assert!(
+            out.contains("py::hot_function"),
+            "{suite}: the Python function named from the copied map:\n{out}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&work);
 }
 

@@ -576,3 +576,92 @@ fn inlined_calls_are_frames_with_the_shares_perf_report_inline_gives() {
     assert!(!program(&with).contains_key(MIX), "{with}");
     assert!(program(&with).len() == 2, "{with}");
 }
+
+/// The lines of a run's stderr that are the program's (the profiler's
+/// `igprof:` lines left out).
+fn program_stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr)
+        .lines()
+        .filter(|l| !l.starts_with("igprof:"))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// `--jit` with node and the JVM given no option of their own: the output,
+/// error output and status are the unprofiled run's (no "Picked up ..."
+/// line: the JVM is asked through its own start-up, not
+/// JAVA_TOOL_OPTIONS; no isolate log: node is given
+/// --perf-basic-prof-only-functions), the map is copied beside the profile,
+/// and names the hot function there once /tmp's is gone, also after both
+/// moved to another directory.
+#[test]
+fn jit_turns_the_maps_on_and_keeps_them_with_the_profile() {
+    let d = scratch("jit-option");
+    std::fs::write(
+        d.join("hot.js"),
+        "function hotLoop(n) { let x = 0; for (let i = 0; i < n; i++) { x = (x * 31 + i) % 1000003; } return x; }\n\
+         const until = Date.now() + 600; let s = 0;\n\
+         while (Date.now() < until) { s += hotLoop(2000000); }\n\
+         console.log(s > 0 ? 'done' : 'done.'); console.error('to stderr');\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("Hot.java"),
+        "public class Hot {\n\
+         static long hotMethod(long n) { long x = 0; for (long i = 0; i < n; i++) { x = (x * 31 + i) % 1000003; } return x; }\n\
+         public static void main(String[] a) {\n\
+         long until = System.currentTimeMillis() + 800; long s = 0;\n\
+         while (System.currentTimeMillis() < until) { s += hotMethod(2000000); }\n\
+         System.out.println(s > 0 ? \"done\" : \"done.\"); System.err.println(\"to stderr\"); System.exit(3);\n\
+         }\n}\n",
+    )
+    .unwrap();
+    let st = Command::new("javac")
+        .arg("Hot.java")
+        .current_dir(&d)
+        .status()
+        .expect("javac (scripts/setup installs a JDK)");
+    assert!(st.success());
+    for (name, cmd, hot) in [
+        ("node", &["node", "hot.js"][..], "hotLoop"),
+        ("java", &["java", "-cp", ".", "Hot"][..], "Hot.hotMethod"),
+    ] {
+        let plain = Command::new(cmd[0])
+            .args(&cmd[1..])
+            .current_dir(&d)
+            .output()
+            .unwrap();
+        let prof = format!("{name}.gz");
+        let mut args = vec!["--jit", "-pp", "-i", "1ms", "-o", &prof];
+        args.extend(cmd);
+        let o = igprof(&d, &args);
+        assert_eq!(o.status.code(), plain.status.code(), "{name}: status");
+        assert_eq!(o.stdout, plain.stdout, "{name}: stdout");
+        assert_eq!(program_stderr(&o), program_stderr(&plain), "{name}: stderr");
+        let pid = profile_pid(&d.join(&prof));
+        let copy = d.join(format!("perf-{pid}.map"));
+        assert!(copy.exists(), "{name}: no map beside the profile");
+        assert!(
+            std::fs::read_dir(&d).unwrap().all(|e| !e
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("isolate-")),
+            "{name}: a file the unprofiled run does not write"
+        );
+        drop(TmpMap::of(pid));
+        let (report, err) = analyse(&d, &[&prof]);
+        assert!(
+            report.contains(hot),
+            "{name}: {hot} not named\n{err}\n{report}"
+        );
+        let moved = scratch(&format!("jit-option-moved-{name}"));
+        std::fs::rename(d.join(&prof), moved.join(&prof)).unwrap();
+        std::fs::rename(&copy, moved.join(copy.file_name().unwrap())).unwrap();
+        let (report, err) = analyse(&moved, &[&prof]);
+        assert!(
+            report.contains(hot),
+            "{name} moved: {hot} not named\n{err}\n{report}"
+        );
+    }
+}
