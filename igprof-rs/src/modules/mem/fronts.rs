@@ -20,7 +20,7 @@
 //! record anything itself except through `hooks`' recording functions.
 
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use super::hooks;
@@ -352,17 +352,6 @@ const EMPTY: Slot = Slot {
 static SLOTS: [Slot; MAX] = [EMPTY; MAX];
 static USED: AtomicUsize = AtomicUsize::new(0);
 
-/// Set when the first entry point is hooked: until then no thread can be
-/// inside one, and the allocation hooks skip the test.
-static ANY: AtomicBool = AtomicBool::new(false);
-
-/// Whether the calling thread is inside an entry point hooked here (its
-/// original running): allocation hooks it reaches record nothing.
-#[inline(always)]
-pub fn inside() -> bool {
-    ANY.load(Ordering::Relaxed) && site::tls(|h| h.outer.get() & MEM_FRONT != 0)
-}
-
 type Original = unsafe extern "C" fn(usize, usize, usize, usize) -> usize;
 
 /// The replacement installed in slot `I`: a naked stub that leaves the
@@ -423,7 +412,7 @@ fn call(i: usize, a: [usize; 4], regs: EntryRegs) -> usize {
     // SAFETY: the program's own call, forwarded unchanged.
     let run = || unsafe { orig(a[0], a[1], a[2], a[3]) };
     let shape = Shape::unpack(slot.shape.load(Ordering::Relaxed));
-    let Some(shape) = shape.filter(|_| !inside()) else {
+    let Some(shape) = shape.filter(|_| !site::inside_front()) else {
         // Inside another entry point hooked here: that one records.
         return run();
     };
@@ -628,7 +617,7 @@ fn hook_one(s: &mut Scanned, f: &trampoline::Symbol, shape: Shape) {
         return;
     }
     SLOTS[i].shape.store(shape.pack(), Ordering::Relaxed);
-    ANY.store(true, Ordering::Relaxed);
+    site::FRONTS_HOOKED.store(true, Ordering::Relaxed);
     match s.hooked.hook(f, replacement(i), |c| {
         SLOTS[i].chain.store(c as usize, Ordering::Release)
     }) {

@@ -293,7 +293,7 @@ fn allocated(p: *mut c_void, size: usize) {
 /// (not for calloc and realloc, whose contents the program relies on).
 #[inline(always)]
 fn allocated_fill(p: *mut c_void, size: usize, fill: bool, regs: Option<EntryRegs>) {
-    if p.is_null() || !crate::base::run::recording() || super::fronts::inside() {
+    if p.is_null() || !crate::base::run::recording() || site::inside_front() {
         // Not recorded (-pd, igprof_disable): its free finds nothing.
         // Inside an allocator entry point of `fronts`: that one records.
         return;
@@ -389,7 +389,7 @@ fn freeing_then<R>(
     p: *mut c_void,
     keep: impl Fn(Option<crate::base::live::Block>) -> R + Copy,
 ) -> R {
-    if !may_hold_record(p) || super::fronts::inside() {
+    if !may_hold_record(p) || site::inside_front() {
         // Never recorded: nothing to take out. (Inside an allocator entry
         // point of `fronts`, that one took it out.)
         return keep(None);
@@ -605,7 +605,7 @@ extern "C" fn cfree_hook(p: *mut c_void) {
 /// line.
 #[inline(always)]
 fn free_then_chain(p: *mut c_void, original: impl Fn(*mut c_void)) {
-    if !may_hold_record(p) || super::fronts::inside() {
+    if !may_hold_record(p) || site::inside_front() {
         return original(p);
     }
     free_recorded(p, original)

@@ -535,6 +535,19 @@ pub const MEM_VIA: u8 = 0x08;
 /// Bit set while an allocator entry point hooked by `mem::fronts` runs its
 /// original: the allocation hooks it reaches record nothing.
 pub const MEM_FRONT: u8 = 0x10;
+
+/// Set when `mem::fronts` hooks its first entry point: until then no
+/// thread can be inside one, and the allocation hooks skip the test.
+pub static FRONTS_HOOKED: core::sync::atomic::AtomicBool =
+    core::sync::atomic::AtomicBool::new(false);
+
+/// Whether the calling thread is inside an allocator entry point hooked by
+/// `mem::fronts` (its original running): the allocation hooks it reaches
+/// record nothing.
+#[inline(always)]
+pub fn inside_front() -> bool {
+    FRONTS_HOOKED.load(Ordering::Relaxed) && tls(|h| h.outer.get() & MEM_FRONT != 0)
+}
 /// Bit set while a descriptor hook runs a real function that may open or
 /// close inside libc (fopen, tmpfile, fclose, creat).
 pub const FD_OUTER: u8 = 0x02;
