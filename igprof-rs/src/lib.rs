@@ -44,6 +44,7 @@ static MODULES: &[&modules::Module] = &[
     &modules::mem::MODULE,
     &modules::mem::EMPTY_MODULE,
     &modules::fd::MODULE,
+    &modules::mmap::MODULE,
     &modules::energy::glue::MODULE,
     &modules::finst::MODULE,
     &modules::event::MODULE,

@@ -113,6 +113,8 @@ pub struct Options {
     pub mem: bool,
     pub mem_overhead: MemOverhead,
     pub fd: bool,
+    /// -mm: anonymous mappings (modules/mmap).
+    pub mmap: bool,
     pub energy: bool,
     pub empty: Option<EmptyMode>,
     /// `-fp:FUNC[:LIB]` (`-fpi`, `-fpf`): IgProf's function-call profiler
@@ -172,6 +174,7 @@ impl Options {
             mem: false,
             mem_overhead: MemOverhead::None,
             fd: false,
+            mmap: false,
             energy: false,
             empty: None,
             functions: FixedStr::new(),
@@ -217,6 +220,9 @@ impl Options {
         }
         if self.fd {
             v.push(("-fd", "the file-descriptor profiler"));
+        }
+        if self.mmap {
+            v.push(("-mm", "the mapping profiler"));
         }
         if self.empty.is_some() {
             v.push(("-ep/-ei/-eu", "the empty-memory profiler"));
@@ -286,6 +292,7 @@ impl Options {
             "-pp" => self.perf = None,
             "-mp" => self.mem = false,
             "-fd" => self.fd = false,
+            "-mm" => self.mmap = false,
             "-ep/-ei/-eu" => self.empty = None,
             "-np" => self.energy = false,
             "-fp" => self.functions = FixedStr::new(),
@@ -454,6 +461,7 @@ pub fn parse(s: &[u8]) -> Result<Options, OptionError<'_>> {
                     [MemOverhead::None, MemOverhead::Include, MemOverhead::Delta][n as usize]
             }
             Id::Fd => o.fd = true,
+            Id::Mmap => o.mmap = true,
             // Several accumulate (resolved by the module at start-up and
             // after each dlopen).
             Id::Functions => append(&mut o.functions, b' ', text),

@@ -12,7 +12,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::merge::{HashMap, SYNTHETIC_BASE};
-use crate::base::tree::TRUNCATED;
+use crate::base::tree::{ALLOCATOR_MMAP, TRUNCATED};
 
 /// Names of code addresses, with IgProf's function/file identities.
 pub(super) struct Symbols {
@@ -158,6 +158,15 @@ pub(super) fn resolve(
             file_path: b"<truncated>".to_vec(),
             sym_addr: TRUNCATED,
             name: b"@igprof_stack_truncated".to_vec(),
+            object_offset: 0,
+        };
+    }
+    if addr == ALLOCATOR_MMAP {
+        return Resolved {
+            file_key: ALLOCATOR_MMAP,
+            file_path: b"<allocator mmap>".to_vec(),
+            sym_addr: ALLOCATOR_MMAP,
+            name: b"<allocator mmap>".to_vec(),
             object_offset: 0,
         };
     }

@@ -1,0 +1,170 @@
+/* Anonymous mappings of known sizes at known sites, for -mm.
+ *
+ * Sizes are in units of 64 KiB (a multiple of every page size), and each
+ * site is a function of its own (noinline) so that the profile charges it
+ * by name. What each site leaves mapped at exit is in the test
+ * (tests/tests/mmap_profile.rs). Prints one line of what it saw and exits
+ * with status 3. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define U ((size_t)64 << 10)
+#define NI __attribute__((noinline))
+
+static inline __attribute__((always_inline)) void *anon(size_t len, int prot, int flags, void *at)
+{
+    void *p = mmap(at, len, prot, MAP_PRIVATE | MAP_ANONYMOUS | flags, -1, 0);
+    if (p == MAP_FAILED) {
+        perror("mmap");
+        exit(1);
+    }
+    return p;
+}
+
+/* Every site touches what it maps (the sum is printed). */
+static unsigned long touched;
+static void touch(void *p, size_t len)
+{
+    for (size_t i = 0; i < len; i += 4096)
+        ((volatile char *)p)[i] = 1;
+    touched += len / U;
+}
+
+NI void *m_keep(void) { void *p = anon(3 * U, PROT_READ | PROT_WRITE, 0, NULL); touch(p, 3 * U); return p; }
+NI void *m_freed(void) { return anon(2 * U, PROT_READ | PROT_WRITE, 0, NULL); }
+NI void *m_head(void) { return anon(4 * U, PROT_READ | PROT_WRITE, 0, NULL); }
+NI void *m_tail(void) { return anon(4 * U, PROT_READ | PROT_WRITE, 0, NULL); }
+NI void *m_hole(void) { return anon(5 * U, PROT_READ | PROT_WRITE, 0, NULL); }
+NI void *m_reserve(void) { return anon(6 * U, PROT_NONE, MAP_NORESERVE, NULL); }
+NI void *m_span_a(void *at) { return anon(3 * U, PROT_READ | PROT_WRITE, MAP_FIXED, at); }
+NI void *m_span_b(void *at) { return anon(3 * U, PROT_READ | PROT_WRITE, MAP_FIXED, at); }
+NI void *m_under_file(void) { return anon(4 * U, PROT_READ | PROT_WRITE, 0, NULL); }
+NI void *m_grow(void) { return anon(1 * U, PROT_READ | PROT_WRITE, 0, NULL); }
+NI void *m_move(void) { return anon(2 * U, PROT_READ | PROT_WRITE, 0, NULL); }
+NI void *m_target(void) { return anon(4 * U, PROT_NONE, MAP_NORESERVE, NULL); }
+NI void *m_shrink(void) { return anon(4 * U, PROT_READ | PROT_WRITE, 0, NULL); }
+
+NI void *m_file(int fd, void *at, int flags)
+{
+    void *p = mmap(at, U, PROT_READ, MAP_PRIVATE | flags, fd, 0);
+    if (p == MAP_FAILED) {
+        perror("mmap file");
+        exit(1);
+    }
+    return p;
+}
+
+NI void *m_grow_call(void *p)
+{
+    void *q = mremap(p, U, 4 * U, MREMAP_MAYMOVE);
+    if (q == MAP_FAILED) {
+        perror("mremap grow");
+        exit(1);
+    }
+    touch(q, 4 * U);
+    return q;
+}
+
+NI void *m_move_call(void *p, void *to)
+{
+    void *q = mremap(p, 2 * U, 2 * U, MREMAP_MAYMOVE | MREMAP_FIXED, to);
+    if (q != to) {
+        perror("mremap move");
+        exit(1);
+    }
+    return q;
+}
+
+NI void m_shrink_call(void *p)
+{
+    if (mremap(p, 4 * U, U, 0) != p) {
+        perror("mremap shrink");
+        exit(1);
+    }
+}
+
+NI void m_refused(void *p)
+{
+    /* Cannot grow in place without MREMAP_MAYMOVE: the mapping after it
+     * is in the way. Nothing changes. */
+    if (mremap(p, U, 64 * U, 0) != MAP_FAILED) {
+        fprintf(stderr, "mremap grew in place\n");
+        exit(1);
+    }
+}
+
+NI void *m_malloc(void) { return malloc(1 << 20); }
+
+#define THREADS 4
+#define PER_THREAD 8
+NI void *t_map(void *arg)
+{
+    void *p[PER_THREAD];
+    (void)arg;
+    for (int i = 0; i < PER_THREAD; i++)
+        p[i] = anon(U, PROT_READ | PROT_WRITE, 0, NULL);
+    for (int i = 0; i < PER_THREAD; i += 2)
+        munmap(p[i], U);
+    return NULL;
+}
+
+int main(void)
+{
+    m_keep();
+    munmap(m_freed(), 2 * U);
+
+    char *h = m_head();
+    munmap(h, U); /* head */
+    char *t = m_tail();
+    munmap(t + 3 * U, U); /* tail */
+    char *o = m_hole();
+    munmap(o + 2 * U, U); /* middle: two ranges of 2 U each */
+
+    /* Two mappings side by side over a reservation (MAP_FIXED replaces
+     * it), then one unmap across both: 1 U of each is left. */
+    char *r = m_reserve();
+    m_span_a(r);
+    m_span_b(r + 3 * U);
+    munmap(r + U, 4 * U);
+
+    /* A file mapping is not counted; one made over a counted mapping ends
+     * that part of it. */
+    FILE *f = tmpfile();
+    if (!f || ftruncate(fileno(f), U) != 0) {
+        perror("tmpfile");
+        return 1;
+    }
+    m_file(fileno(f), NULL, 0);
+    char *u = m_under_file();
+    m_file(fileno(f), u + U, MAP_FIXED); /* u keeps 1 U + 2 U */
+
+    void *g = m_grow_call(m_grow());
+    (void)g;
+    char *target = m_target();
+    m_move_call(m_move(), target + U); /* target keeps U and U */
+    char *s = m_shrink();
+    m_shrink_call(s);
+    /* Something in the way of growing s in place. */
+    anon(U, PROT_NONE, MAP_FIXED, s + U);
+    m_refused(s);
+    munmap(s + U, U);
+
+    void *big = m_malloc();
+    memset(big, 1, 1 << 20);
+    free(big);
+
+    pthread_t th[THREADS];
+    for (int i = 0; i < THREADS; i++)
+        pthread_create(&th[i], NULL, t_map, NULL);
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(th[i], NULL);
+
+    printf("mapped and touched %lu units\n", touched);
+    return 3;
+}
