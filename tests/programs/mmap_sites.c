@@ -99,7 +99,12 @@ NI void m_refused(void *p)
     }
 }
 
-NI void *m_malloc(void) { return malloc(1 << 20); }
+NI void *m_malloc(void)
+{
+    void *p = malloc(1 << 20);
+    __asm__ volatile("" : : "r"(p) : "memory"); /* not a tail call */
+    return p;
+}
 
 #define THREADS 4
 #define PER_THREAD 8
