@@ -15,8 +15,11 @@ use mem_support::*;
 /// The program's unit of mapping: 64 KiB.
 const U: u64 = 64 << 10;
 
+/// (calls or ranges, bytes) of a counter at one site.
+type Count = (u64, u64);
+
 /// (site, MMAP_TOTAL (calls, bytes), MMAP_LIVE (ranges, bytes) at exit).
-const WANT: [(&str, (u64, u64), (u64, u64)); 19] = [
+const WANT: [(&str, Count, Count); 19] = [
     ("m_keep", (1, 3 * U), (1, 3 * U)),
     ("m_freed", (1, 2 * U), (0, 0)),
     ("m_head", (1, 4 * U), (1, 3 * U)),
@@ -168,7 +171,9 @@ fn mapping_sites_are_exact() {
     }
     let total = flat(&d, "MMAP_TOTAL");
     assert!(
-        total.iter().any(|(f, v)| f == "<allocator mmap>" && *v > 1 << 20),
+        total
+            .iter()
+            .any(|(f, v)| f == "<allocator mmap>" && *v > 1 << 20),
         "{total:?}"
     );
 }
@@ -181,7 +186,8 @@ fn beside_the_other_profilers() {
     let (_d2, both) = run_sites("mmapall", false, &["-pp", "-mp", "-fd", "-mm"]);
     check_sites(&both);
     // Addresses differ from run to run; the rest is the same.
-    let counts = |p: &Profile, c: &str| -> Vec<(String, u64, u64, u64, Vec<u64>)> {
+    type Counts = Vec<(String, u64, u64, u64, Vec<u64>)>;
+    let counts = |p: &Profile, c: &str| -> Counts {
         sites(p, c)
             .into_iter()
             .map(|(f, s)| {
@@ -192,9 +198,16 @@ fn beside_the_other_profilers() {
             .collect()
     };
     for c in ["MEM_TOTAL", "MEM_LIVE"] {
-        assert_eq!(counts(&both, c), counts(&alone, c), "{c} with and without -mm");
+        assert_eq!(
+            counts(&both, c),
+            counts(&alone, c),
+            "{c} with and without -mm"
+        );
     }
-    assert!(sites(&alone, "MMAP_TOTAL").is_empty(), "-mm only when asked");
+    assert!(
+        sites(&alone, "MMAP_TOTAL").is_empty(),
+        "-mm only when asked"
+    );
 }
 
 #[test]

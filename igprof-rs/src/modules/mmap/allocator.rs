@@ -34,7 +34,8 @@ const NAMES: [&str; 12] = [
 const MAX: usize = 2 * NAMES.len();
 
 /// `[start, end)` of each entry point found; unused slots are empty.
-static RANGES: [[AtomicUsize; 2]; MAX] = [const { [AtomicUsize::new(0), AtomicUsize::new(0)] }; MAX];
+static RANGES: [[AtomicUsize; 2]; MAX] =
+    [const { [AtomicUsize::new(0), AtomicUsize::new(0)] }; MAX];
 
 /// Finds the entry points (start-up, before the hooks are installed).
 pub fn init() {

@@ -82,8 +82,7 @@ fn start() -> Result<(), StartError> {
     if page > 0 {
         PAGE.store(page as usize, Ordering::Relaxed);
     }
-    LIVE
-        .init()
+    LIVE.init()
         .map_err(|_| StartError::refused("no memory for the table of live mappings"))?;
     allocator::init();
     if !hooks::install() {
@@ -107,7 +106,7 @@ fn counter(node: *const Node, slot: &AtomicUsize) -> Option<&'static Counter> {
 fn pages(addr: usize, len: usize) -> Option<(usize, usize)> {
     let page = PAGE.load(Ordering::Relaxed);
     let len = len.checked_add(page - 1)? & !(page - 1);
-    if addr % page != 0 || len == 0 {
+    if !addr.is_multiple_of(page) || len == 0 {
         return None;
     }
     Some((addr, addr.checked_add(len)?))
@@ -281,12 +280,16 @@ pub fn remapped(old: usize, old_len: usize, new: usize, new_len: usize) {
         (Some(a), Some(b)) => (a, b),
         _ => (0, 0),
     };
-    site::event(KIND_REMAP, a, b as u64, replay, |g, h| {
-        match site::caller_node(g, h, 0) {
+    site::event(
+        KIND_REMAP,
+        a,
+        b as u64,
+        replay,
+        |g, h| match site::caller_node(g, h, 0) {
             Some(n) => remap(g, n, old, new),
             None => unmap(old.0, old.1),
-        }
-    });
+        },
+    );
 }
 
 /// In a forked child: the parent's mappings belong to the parent's profile.

@@ -95,7 +95,13 @@ impl Ranges {
     }
 
     /// Adds `[start, end)` for `node`, first removing whatever overlaps it.
-    pub fn insert(&self, start: usize, end: usize, node: *mut Node, released: Released) -> Result<(), Full> {
+    pub fn insert(
+        &self,
+        start: usize,
+        end: usize,
+        node: *mut Node,
+        released: Released,
+    ) -> Result<(), Full> {
         self.with(|t| {
             t.remove(start, end, released);
             t.insert_at(start, end, node)
@@ -267,7 +273,10 @@ mod tests {
         assert_eq!(release_log(&t, 100, 120), vec![(1, 20, 0)], "head");
         assert_eq!(release_log(&t, 180, 200), vec![(1, 20, 0)], "tail");
         assert_eq!(release_log(&t, 140, 150), vec![(1, 10, 1)], "hole");
-        assert_eq!(ranges(&t), vec![(1, 120, 140), (1, 150, 180), (2, 300, 400)]);
+        assert_eq!(
+            ranges(&t),
+            vec![(1, 120, 140), (1, 150, 180), (2, 300, 400)]
+        );
         assert_eq!(
             release_log(&t, 130, 350),
             vec![(1, 10, 0), (1, 30, -1), (2, 50, 0)],
