@@ -7,6 +7,8 @@
  * with status 3. */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,8 +121,73 @@ NI void *t_map(void *arg)
     return NULL;
 }
 
-int main(void)
+/* "signal K": a thread sends the main thread K signals, one at a time,
+ * while the main thread maps and unmaps in a loop; each handler maps a
+ * unit and unmaps the one the previous handler mapped, so a handler runs
+ * inside the profiler's mmap and munmap hooks. Signals arrive only while
+ * the main thread is in s_loop. */
+static volatile sig_atomic_t handled;
+static void *last;
+NI void h_sig(int sig)
 {
+    (void)sig;
+    void *p = mmap(NULL, U, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (last)
+        munmap(last, U);
+    last = p;
+    handled = handled + 1;
+}
+
+static volatile int sending = 1, looping;
+static pthread_t main_thread;
+static void *sender(void *arg)
+{
+    long k = (long)arg;
+    /* Only while the main thread loops (not while it is still inside
+     * pthread_create, where the profiler's own code runs). */
+    while (!looping)
+        sched_yield();
+    for (long i = 0; i < k; i++) {
+        int before = handled;
+        pthread_kill(main_thread, SIGUSR1);
+        while (handled == before)
+            sched_yield();
+    }
+    sending = 0;
+    return NULL;
+}
+
+NI unsigned long s_loop(void)
+{
+    unsigned long n = 0;
+    looping = 1;
+    for (int after = 0; after < 100; after += !sending) {
+        void *p = mmap(NULL, U, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        munmap(p, U);
+        n++;
+    }
+    return n;
+}
+
+static int signals(long k)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = h_sig;
+    sigaction(SIGUSR1, &sa, NULL);
+    main_thread = pthread_self();
+    pthread_t t;
+    pthread_create(&t, NULL, sender, (void *)k);
+    unsigned long n = s_loop();
+    pthread_join(t, NULL);
+    printf("signals %d loops %lu\n", (int)handled, n);
+    return 3;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "signal") == 0)
+        return signals(atol(argv[2]));
     m_keep();
     munmap(m_freed(), 2 * U);
 

@@ -210,6 +210,55 @@ fn beside_the_other_profilers() {
     );
 }
 
+/// Signal handlers that map and unmap while the interrupted thread is
+/// inside the profiler's hooks: their events are recorded late, and none
+/// is lost.
+#[test]
+fn mappings_from_signal_handlers() {
+    let d = scratch("mmapsignal");
+    build(&d, "mmap_sites.c", "mmap_sites", &[]);
+    let o = igprof(
+        &d,
+        &["-mm", "-o", "prof.gz", "./mmap_sites", "signal", "2000"],
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{out} {err}");
+    let mut w = out.split_whitespace();
+    let (h, n): (u64, u64) = match (w.next(), w.next(), w.next(), w.next()) {
+        (Some("signals"), Some(h), Some("loops"), Some(n)) => {
+            (h.parse().unwrap(), n.parse().unwrap())
+        }
+        _ => panic!("{out}"),
+    };
+    assert_eq!(h, 2000, "{out}");
+    let p = load(&d.join("prof.gz"));
+    let total = sites(&p, "MMAP_TOTAL");
+    let live = sites(&p, "MMAP_LIVE");
+    // A handler that ran while its thread walked its stack (on the
+    // profiler's walk stack) is deferred without a stack: it is counted
+    // under the truncation marker. None is lost.
+    let t = site(&total, "h_sig");
+    let cut = site(&total, "@igprof_stack_truncated");
+    assert_eq!(
+        (t.calls + cut.calls, t.bytes + cut.bytes),
+        (h, h * U),
+        "every handler mapping in MMAP_TOTAL"
+    );
+    assert!(t.calls > h / 2, "most with their stack: {t:?}");
+    let l = site(&live, "h_sig");
+    let lcut = site(&live, "@igprof_stack_truncated");
+    assert_eq!(
+        (l.calls + lcut.calls, l.bytes + lcut.bytes),
+        (1, U),
+        "the last handler's unit is live"
+    );
+    let t = site(&total, "s_loop");
+    assert_eq!((t.calls, t.bytes), (n, n * U), "s_loop MMAP_TOTAL");
+    let l = site(&live, "s_loop");
+    assert_eq!((l.calls, l.bytes), (0, 0), "s_loop MMAP_LIVE");
+}
+
 #[test]
 fn the_other_architecture_under_qemu() {
     let (_d, p) = run_sites("mmapforeign", true, &["-mm"]);

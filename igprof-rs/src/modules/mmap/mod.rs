@@ -234,16 +234,15 @@ pub fn mapped(addr: usize, len: usize, anon: bool) {
         unmapping_range(start, end);
         return;
     }
-    site::event(
-        KIND_MAP,
-        start,
-        (end - start) as u64,
-        replay,
-        |g, h| match site::caller_node(g, h, 0) {
+    site::event(KIND_MAP, start, (end - start) as u64, replay, |g, h| {
+        // Unmaps deferred before this call first: the kernel may have
+        // given this mapping an address one of them freed.
+        site::drain(g, h);
+        match site::caller_node(g, h, 0) {
             Some(n) => map(g, n, start, end),
             None => unmap(start, end),
-        },
-    );
+        }
+    });
 }
 
 /// `len` bytes at `addr` are about to be unmapped.
@@ -280,16 +279,15 @@ pub fn remapped(old: usize, old_len: usize, new: usize, new_len: usize) {
         (Some(a), Some(b)) => (a, b),
         _ => (0, 0),
     };
-    site::event(
-        KIND_REMAP,
-        a,
-        b as u64,
-        replay,
-        |g, h| match site::caller_node(g, h, 0) {
+    site::event(KIND_REMAP, a, b as u64, replay, |g, h| {
+        // Unmaps deferred before this call first: the kernel may have
+        // given this mapping an address one of them freed.
+        site::drain(g, h);
+        match site::caller_node(g, h, 0) {
             Some(n) => remap(g, n, old, new),
             None => unmap(old.0, old.1),
-        },
-    );
+        }
+    });
 }
 
 /// In a forked child: the parent's mappings belong to the parent's profile.
