@@ -58,6 +58,15 @@ pub fn install() -> bool {
     essential == 2
 }
 
+/// Records what an mmap returned, and returns it.
+#[inline]
+fn mapped(p: *mut c_void, len: usize, flags: c_int) -> *mut c_void {
+    if p != libc::MAP_FAILED {
+        super::mapped(p as usize, len, flags & libc::MAP_ANONYMOUS != 0);
+    }
+    p
+}
+
 extern "C" fn mmap_hook(
     addr: *mut c_void,
     len: usize,
@@ -66,11 +75,7 @@ extern "C" fn mmap_hook(
     fd: c_int,
     off: libc::off_t,
 ) -> *mut c_void {
-    let p = chain::mmap(addr, len, prot, flags, fd, off);
-    if p != libc::MAP_FAILED {
-        super::mapped(p as usize, len, flags & libc::MAP_ANONYMOUS != 0);
-    }
-    p
+    mapped(chain::mmap(addr, len, prot, flags, fd, off), len, flags)
 }
 
 extern "C" fn mmap64_hook(
@@ -81,11 +86,7 @@ extern "C" fn mmap64_hook(
     fd: c_int,
     off: libc::off64_t,
 ) -> *mut c_void {
-    let p = chain::mmap64(addr, len, prot, flags, fd, off);
-    if p != libc::MAP_FAILED {
-        super::mapped(p as usize, len, flags & libc::MAP_ANONYMOUS != 0);
-    }
-    p
+    mapped(chain::mmap64(addr, len, prot, flags, fd, off), len, flags)
 }
 
 extern "C" fn munmap_hook(addr: *mut c_void, len: usize) -> c_int {
