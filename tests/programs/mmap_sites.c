@@ -101,6 +101,18 @@ NI void m_refused(void *p)
     }
 }
 
+NI void *m_kept(void) { return anon(2 * U, PROT_READ | PROT_WRITE, 0, NULL); }
+
+/* MREMAP_DONTUNMAP (Linux 5.7) moves the pages and leaves the old range
+ * mapped: 1 when it did, 0 when this kernel (or emulator) refuses it. */
+#ifndef MREMAP_DONTUNMAP
+#define MREMAP_DONTUNMAP 4 /* older C libraries' headers */
+#endif
+NI int m_dontunmap_call(void *p)
+{
+    return mremap(p, 2 * U, 2 * U, MREMAP_MAYMOVE | MREMAP_DONTUNMAP) != MAP_FAILED;
+}
+
 NI void *m_malloc(void)
 {
     void *p = malloc(1 << 20);
@@ -227,6 +239,8 @@ int main(int argc, char **argv)
     m_refused(s);
     munmap(s + U, U);
 
+    int dontunmap = m_dontunmap_call(m_kept());
+
     void *big = m_malloc();
     memset(big, 1, 1 << 20);
     free(big);
@@ -237,6 +251,6 @@ int main(int argc, char **argv)
     for (int i = 0; i < THREADS; i++)
         pthread_join(th[i], NULL);
 
-    printf("mapped and touched %lu units\n", touched);
+    printf("mapped and touched %lu units; dontunmap %s\n", touched, dontunmap ? "yes" : "no");
     return 3;
 }

@@ -80,7 +80,30 @@ fn run_sites(name: &str, foreign: bool, opts: &[&str]) -> (PathBuf, Profile) {
         "{err}"
     );
     let p = load(&d.join("prof.gz"));
+    if opts.contains(&"-mm") {
+        check_dontunmap(&String::from_utf8_lossy(&o.stdout), &p);
+    }
     (d, p)
+}
+
+/// MREMAP_DONTUNMAP: the new range is the caller's, the old one stays
+/// where it was (when the kernel or emulator did it).
+fn check_dontunmap(out: &str, p: &Profile) {
+    let total = sites(p, "MMAP_TOTAL");
+    let live = sites(p, "MMAP_LIVE");
+    let kept = site(&live, "m_kept");
+    assert_eq!(site(&total, "m_kept").bytes, 2 * U);
+    assert_eq!((kept.calls, kept.bytes), (1, 2 * U), "m_kept stays mapped");
+    let call = (
+        site(&live, "m_dontunmap_call").calls,
+        site(&live, "m_dontunmap_call").bytes,
+    );
+    if out.contains("dontunmap yes") {
+        assert_eq!(call, (1, 2 * U), "the moved pages");
+    } else {
+        assert!(out.contains("dontunmap no"), "{out}");
+        assert_eq!(call, (0, 0), "refused: nothing moved");
+    }
 }
 
 /// Checks every site of [`WANT`], the LK records, and malloc's mapping.

@@ -103,7 +103,13 @@ extern "C" fn mremap_hook(
 ) -> *mut c_void {
     let p = chain::mremap(old, old_len, new_len, flags, new_addr);
     if p != libc::MAP_FAILED {
-        super::remapped(old as usize, old_len, p as usize, new_len);
+        let kept = flags & libc::MREMAP_DONTUNMAP != 0;
+        super::remapped(
+            old as usize,
+            if kept { 0 } else { old_len },
+            p as usize,
+            new_len,
+        );
     }
     p
 }

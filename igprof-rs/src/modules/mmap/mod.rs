@@ -259,10 +259,12 @@ fn unmapping_range(start: usize, end: usize) {
     });
 }
 
-/// An mremap moved `old_len` bytes at `old` to `new_len` bytes at `new`.
+/// An mremap moved `old_len` bytes at `old` to `new_len` bytes at `new`
+/// (`old_len` 0: the old range is still mapped).
 pub fn remapped(old: usize, old_len: usize, new: usize, new_len: usize) {
     let _e = ErrnoGuard::save();
-    // An old length of zero asks for a second mapping of a shared one.
+    // An old length of zero asks for a second mapping of a shared one (and
+    // the hook passes zero for MREMAP_DONTUNMAP): the old range stays.
     let old = if old_len == 0 {
         pages(old, 1).map(|(s, _)| (s, s))
     } else {
