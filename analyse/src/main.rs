@@ -35,7 +35,8 @@ enum Order {
 #[command(name = "igprof-analyse", version, max_term_width = 100)]
 struct Args {
     /// Counter to report (PERF_TICKS, MEM_TOTAL, MEM_LIVE, MEM_MAX, FD_USED,
-    /// FD_LIVE, NRG_*...); default: the first counter in the profile.
+    /// FD_LIVE, MMAP_TOTAL, MMAP_LIVE, NRG_*...); default: the first counter
+    /// in the profile.
     #[arg(short = 'r', long = "report", value_name = "COUNTER")]
     report: Option<String>,
     /// Use each counter's normal (accumulated) or peak value.

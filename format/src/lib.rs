@@ -51,8 +51,9 @@
 //! * Counter values are `(ticks, value, peak)`: number of events (samples,
 //!   calls), accumulated amount (ticks, bytes, descriptors) and peak amount.
 //!   Counter names: `PERF_TICKS`; `MEM_TOTAL`, `MEM_MAX`, `MEM_LIVE`;
-//!   `FD_USED`, `FD_LIVE`; `NRG_*`; `IBS_*`. A `MEM_LIVE`/`FD_LIVE` counter is
-//!   followed by one `;LK=(0x<address or fd>,<size>)` per resource still live
+//!   `FD_USED`, `FD_LIVE`; `MMAP_TOTAL`, `MMAP_LIVE`; `NRG_*`; `IBS_*`. A
+//!   `MEM_LIVE`/`FD_LIVE`/`MMAP_LIVE` counter is followed by one
+//!   `;LK=(0x<address or fd>,<size>)` per resource still live
 //!   when the dump was written. A node may have no counter at all (an inner
 //!   frame).
 //!

@@ -12,7 +12,7 @@
 //!   run's facts, stack traces of the running thread;
 //! - `hook/` hook plumbing: chain pointers, install sequence, real sigaction;
 //! - `modules/` the profiler-module contract and registry, and the modules
-//!   (cpu, mem, fd, energy, finst, event, calls): adding one is a folder there and a line in
+//!   (cpu, mem, fd, mmap, energy, finst, event, calls): adding one is a folder there and a line in
 //!   `MODULES` below (see `modules/mod.rs`, "How to add a profiler module");
 //! - `output/` the dump: merging, naming, writing, the file name;
 //! - `process/` start-up and life cycle, the process hooks, signals, the
@@ -44,6 +44,7 @@ static MODULES: &[&modules::Module] = &[
     &modules::mem::MODULE,
     &modules::mem::EMPTY_MODULE,
     &modules::fd::MODULE,
+    &modules::mmap::MODULE,
     &modules::energy::glue::MODULE,
     &modules::finst::MODULE,
     &modules::event::MODULE,

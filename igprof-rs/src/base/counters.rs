@@ -2,7 +2,7 @@
 //! slot of a call-tree node holds it in this run.
 //!
 //! Every profiler module names its counters here (PERF_TICKS for the
-//! sampling profiler; MEM_*, FD_*, NRG_*, CALL_*, CALLS_TOTAL for the others). At start-up the
+//! sampling profiler; MEM_*, FD_*, MMAP_*, NRG_*, CALL_*, CALLS_TOTAL for the others). At start-up the
 //! enabled modules [`enable`] their counters; each enabled counter gets a
 //! slot index, and every node of every call tree is allocated with exactly
 //! that many (ticks, value, peak) triples. The slot table is frozen before
@@ -100,9 +100,13 @@ pub enum CounterId {
     IbsObjMiss,
     IbsObjRemote,
     IbsObjHitm,
+    /// -mm: anonymous mappings made per stack (calls, bytes), and the
+    /// bytes of them still mapped.
+    MmapTotal,
+    MmapLive,
 }
 
-pub const COUNT: usize = 56;
+pub const COUNT: usize = 58;
 
 /// How many counters named at start-up a run may have (`-e` and `-c`).
 pub const EVENTS: usize = 16;
@@ -349,6 +353,16 @@ pub const ALL: [CounterDef; COUNT] = [
         id: CounterId::IbsObjHitm,
         name: "IBS_OBJ_HITM",
         merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::MmapTotal,
+        name: "MMAP_TOTAL",
+        merge: Merge::Sum,
+    },
+    CounterDef {
+        id: CounterId::MmapLive,
+        name: "MMAP_LIVE",
+        merge: Merge::Live,
     },
 ];
 

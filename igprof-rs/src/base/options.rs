@@ -115,6 +115,8 @@ pub struct Options {
     pub fd: bool,
     /// `--jit`: the runtimes' JIT maps turned on and copied (modules/jit).
     pub jit: bool,
+    /// -mm: anonymous mappings (modules/mmap).
+    pub mmap: bool,
     pub energy: bool,
     pub empty: Option<EmptyMode>,
     /// `-fp:FUNC[:LIB]` (`-fpi`, `-fpf`): IgProf's function-call profiler
@@ -175,6 +177,7 @@ impl Options {
             mem_overhead: MemOverhead::None,
             fd: false,
             jit: false,
+            mmap: false,
             energy: false,
             empty: None,
             functions: FixedStr::new(),
@@ -220,6 +223,9 @@ impl Options {
         }
         if self.fd {
             v.push(("-fd", "the file-descriptor profiler"));
+        }
+        if self.mmap {
+            v.push(("-mm", "the mapping profiler"));
         }
         if self.empty.is_some() {
             v.push(("-ep/-ei/-eu", "the empty-memory profiler"));
@@ -289,6 +295,7 @@ impl Options {
             "-pp" => self.perf = None,
             "-mp" => self.mem = false,
             "-fd" => self.fd = false,
+            "-mm" => self.mmap = false,
             "-ep/-ei/-eu" => self.empty = None,
             "-np" => self.energy = false,
             "-fp" => self.functions = FixedStr::new(),
@@ -458,6 +465,7 @@ pub fn parse(s: &[u8]) -> Result<Options, OptionError<'_>> {
             }
             Id::Fd => o.fd = true,
             Id::Jit => o.jit = true,
+            Id::Mmap => o.mmap = true,
             // Several accumulate (resolved by the module at start-up and
             // after each dlopen).
             Id::Functions => append(&mut o.functions, b' ', text),

@@ -23,6 +23,9 @@ use crate::{base::counters, base::solo, sys};
 
 /// Address of the synthetic outermost node that marks a truncated stack.
 pub const TRUNCATED: usize = 1;
+/// Address of the synthetic leaf under which a mapping that an allocation
+/// function made for its own use is charged (`-mm`): named `<allocator mmap>`.
+pub const ALLOCATOR_MMAP: usize = 2;
 
 /// One counter of a node.
 #[repr(C)]

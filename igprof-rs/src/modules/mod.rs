@@ -2,7 +2,7 @@
 //! registry of the modules built into the library.
 //!
 //! A profiler module (CPU sampling, memory, empty memory, descriptors,
-//! energy, instrumented functions, function calls...) is one [`Module`] value: what selects it, how the start-up
+//! energy, instrumented functions, function calls, mappings...) is one [`Module`] value: what selects it, how the start-up
 //! line names it, its counters, and the moments of the process it takes
 //! part in. The runtime (start-up, threads, fork, exec) and the dump writer
 //! reach modules only through this contract and never name one.
@@ -32,6 +32,7 @@ pub mod fd;
 pub mod finst;
 pub mod jit;
 pub mod mem;
+pub mod mmap;
 
 use std::sync::OnceLock;
 

@@ -11,7 +11,7 @@
 use std::collections::HashMap as StdHashMap;
 
 use crate::base::counters::{self, Merge};
-use crate::base::tree::{Node, TRUNCATED};
+use crate::base::tree::{Node, ALLOCATOR_MMAP, TRUNCATED};
 
 /// The dump's maps are keyed by addresses and node ids, which need no
 /// protection against chosen collisions: a multiply-rotate hash (FxHash's)
@@ -206,13 +206,13 @@ impl Merged {
     }
 
     /// The distinct code addresses of the profile (not the synthetic
-    /// functions' or the truncation marker), sorted.
+    /// functions', the truncation marker or the allocator-mapping leaf), sorted.
     pub(super) fn code_addresses(&self) -> Vec<usize> {
         let synthetic = SYNTHETIC_BASE..SYNTHETIC_BASE + self.synthetic.len();
         let mut v: Vec<usize> = self.nodes[1..]
             .iter()
             .map(|n| n.addr)
-            .filter(|a| *a != TRUNCATED && !synthetic.contains(a))
+            .filter(|a| *a != TRUNCATED && *a != ALLOCATOR_MMAP && !synthetic.contains(a))
             .collect();
         v.sort_unstable();
         v.dedup();

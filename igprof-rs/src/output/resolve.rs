@@ -12,7 +12,13 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::merge::{HashMap, SYNTHETIC_BASE};
-use crate::base::tree::TRUNCATED;
+use crate::base::tree::{ALLOCATOR_MMAP, TRUNCATED};
+
+/// The call trees' synthetic markers: (address, file, name).
+const MARKERS: [(usize, &[u8], &[u8]); 2] = [
+    (TRUNCATED, b"<truncated>", b"@igprof_stack_truncated"),
+    (ALLOCATOR_MMAP, b"<allocator mmap>", b"<allocator mmap>"),
+];
 
 /// Names of code addresses, with IgProf's function/file identities.
 pub(super) struct Symbols {
@@ -152,12 +158,12 @@ pub(super) fn resolve(
             object_offset: 0,
         };
     }
-    if addr == TRUNCATED {
+    if let Some(&(a, file, name)) = MARKERS.iter().find(|m| m.0 == addr) {
         return Resolved {
-            file_key: TRUNCATED,
-            file_path: b"<truncated>".to_vec(),
-            sym_addr: TRUNCATED,
-            name: b"@igprof_stack_truncated".to_vec(),
+            file_key: a,
+            file_path: file.to_vec(),
+            sym_addr: a,
+            name: name.to_vec(),
             object_offset: 0,
         };
     }
