@@ -372,8 +372,8 @@ fn node_perf_basic_prof_names_the_hot_function_as_perf_does() {
 #[test]
 fn the_jvm_perf_map_names_the_hot_method_as_perf_does() {
     let d = scratch("jit-java");
-    std::fs::write(
-        d.join("Hot.java"),
+    java_class(
+        &d,
         "public class Hot {\n\
          static long hotMethod(long n) { long x = 0; for (long i = 0; i < n; i++) { x = (x * 31 + i) % 1000003; } return x; }\n\
          static long coldMethod(long n) { long x = 0; for (long i = 0; i < n; i++) { x = (x + i) % 7; } return x; }\n\
@@ -382,14 +382,7 @@ fn the_jvm_perf_map_names_the_hot_method_as_perf_does() {
          while (System.currentTimeMillis() < until) { s += hotMethod(2000000); s += coldMethod(500000); }\n\
          System.out.println(s > 0 ? \"done\" : \"done.\");\n\
          }\n}\n",
-    )
-    .unwrap();
-    let st = Command::new("javac")
-        .arg("Hot.java")
-        .current_dir(&d)
-        .status()
-        .expect("javac (scripts/setup installs a JDK)");
-    assert!(st.success());
+    );
     let o = under_perf(
         &d,
         &[],
@@ -413,6 +406,17 @@ fn the_jvm_perf_map_names_the_hot_method_as_perf_does() {
     // per-thread CPU-time timers sample less often than perf does: the
     // method's share is at least perf's (less 5 points), as the issue asks.
     same_share_as_perf(&d, "java.gz", "Hot.hotMethod", true);
+}
+
+/// Compiles `source`, a Java class `Hot`, into `dir` (javac).
+fn java_class(dir: &Path, source: &str) {
+    std::fs::write(dir.join("Hot.java"), source).unwrap();
+    let st = Command::new("javac")
+        .arg("Hot.java")
+        .current_dir(dir)
+        .status()
+        .expect("javac (scripts/setup installs a JDK)");
+    assert!(st.success());
 }
 
 /// The inlined function of inline_hot.cpp, demangled.
@@ -605,8 +609,8 @@ fn jit_turns_the_maps_on_and_keeps_them_with_the_profile() {
          console.log(s > 0 ? 'done' : 'done.'); console.error('to stderr');\n",
     )
     .unwrap();
-    std::fs::write(
-        d.join("Hot.java"),
+    java_class(
+        &d,
         "public class Hot {\n\
          static long hotMethod(long n) { long x = 0; for (long i = 0; i < n; i++) { x = (x * 31 + i) % 1000003; } return x; }\n\
          public static void main(String[] a) {\n\
@@ -614,14 +618,7 @@ fn jit_turns_the_maps_on_and_keeps_them_with_the_profile() {
          while (System.currentTimeMillis() < until) { s += hotMethod(2000000); }\n\
          System.out.println(s > 0 ? \"done\" : \"done.\"); System.err.println(\"to stderr\"); System.exit(3);\n\
          }\n}\n",
-    )
-    .unwrap();
-    let st = Command::new("javac")
-        .arg("Hot.java")
-        .current_dir(&d)
-        .status()
-        .expect("javac (scripts/setup installs a JDK)");
-    assert!(st.success());
+    );
     for (name, cmd, hot) in [
         ("node", &["node", "hot.js"][..], "hotLoop"),
         ("java", &["java", "-cp", ".", "Hot"][..], "Hot.hotMethod"),
