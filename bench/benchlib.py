@@ -54,10 +54,13 @@ def _become_subreaper():
 class Run:
     """One finished run: exit code (negative: killed by that signal), CPU
     seconds (user+sys of every process of the tree), wall seconds (until the
-    command itself exited), stdout and stderr as bytes."""
+    command itself exited), stdout and stderr as bytes, and the peak RSS in
+    KiB of the tree's largest process (ru_maxrss: the highest of any one
+    process, not their sum)."""
 
-    def __init__(self, code, cpu, wall, stdout, stderr):
+    def __init__(self, code, cpu, wall, stdout, stderr, maxrss_kb=0):
         self.code, self.cpu, self.wall, self.stdout, self.stderr = code, cpu, wall, stdout, stderr
+        self.maxrss_kb = maxrss_kb
 
 
 def run_tree(argv, cwd=None, env=None):
@@ -72,19 +75,23 @@ def run_tree(argv, cwd=None, env=None):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.monotonic()
         p = subprocess.Popen(argv, cwd=cwd, env=e, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
-        _, status, _ = os.wait4(p.pid, 0)
+        _, status, usage = os.wait4(p.pid, 0)
         wall = time.monotonic() - t0
         p.returncode = os.waitstatus_to_exitcode(status)
+        # The command's own peak, or its reaped descendants' (a driver's
+        # compiler), whichever is highest; orphans are reaped here.
+        maxrss = usage.ru_maxrss
         while True:
             try:
-                os.wait4(-1, 0)
+                _, _, usage = os.wait4(-1, 0)
+                maxrss = max(maxrss, usage.ru_maxrss)
             except ChildProcessError:
                 break
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         out.seek(0)
         err.seek(0)
-        return Run(p.returncode, cpu, wall, out.read(), err.read())
+        return Run(p.returncode, cpu, wall, out.read(), err.read(), maxrss)
 
 
 _COUNTER = re.compile(r"V(\d+)(?:=\(([A-Z_]+)\))?:\(([0-9a-f]+),")
