@@ -56,11 +56,15 @@ class Run:
     seconds (user+sys of every process of the tree), wall seconds (until the
     command itself exited), stdout and stderr as bytes, and the peak RSS in
     KiB of the tree's largest process (ru_maxrss: the highest of any one
-    process, not their sum)."""
+    process, not their sum; 0 when not measured)."""
 
     def __init__(self, code, cpu, wall, stdout, stderr, maxrss_kb=0):
         self.code, self.cpu, self.wall, self.stdout, self.stderr = code, cpu, wall, stdout, stderr
         self.maxrss_kb = maxrss_kb
+
+
+# GNU time (Debian's `time` package), for the peak RSS of a run.
+TIME = "/usr/bin/time" if os.path.exists("/usr/bin/time") else None
 
 
 def run_tree(argv, cwd=None, env=None):
@@ -71,22 +75,29 @@ def run_tree(argv, cwd=None, env=None):
     caller must have no other child running."""
     _become_subreaper()
     e = dict(os.environ, **(env or {}))
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            tempfile.NamedTemporaryFile() as rss:
+        # The peak RSS comes from GNU time, which forks the command: a
+        # command forked from this process would start with its ru_maxrss
+        # at this Python's size (Linux keeps the larger of an exec's old
+        # and new memory), whatever it uses itself.
+        if TIME:
+            argv = [TIME, "-q", "-f", "%M", "-o", rss.name, *argv]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.monotonic()
         p = subprocess.Popen(argv, cwd=cwd, env=e, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
-        _, status, usage = os.wait4(p.pid, 0)
+        _, status, _ = os.wait4(p.pid, 0)
         wall = time.monotonic() - t0
         p.returncode = os.waitstatus_to_exitcode(status)
-        # The command's own peak, or its reaped descendants' (a driver's
-        # compiler), whichever is highest; orphans are reaped here.
-        maxrss = usage.ru_maxrss
         while True:
             try:
-                _, _, usage = os.wait4(-1, 0)
-                maxrss = max(maxrss, usage.ru_maxrss)
+                os.wait4(-1, 0)
             except ChildProcessError:
                 break
+        try:
+            maxrss = int(open(rss.name).read().split()[-1])
+        except (ValueError, IndexError):
+            maxrss = 0
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         out.seek(0)
