@@ -259,8 +259,9 @@ fn mappings_from_signal_handlers() {
     let total = sites(&p, "MMAP_TOTAL");
     let live = sites(&p, "MMAP_LIVE");
     // A handler that ran while its thread walked its stack (on the
-    // profiler's walk stack) is deferred without a stack: it is counted
-    // under the truncation marker. None is lost.
+    // profiler's walk stack) is deferred with the stack walked from the
+    // walk stack back to the program's: rarely, one that cannot be walked
+    // is counted under the truncation marker. None is lost.
     let t = site(&total, "h_sig");
     let cut = site(&total, "@igprof_stack_truncated");
     assert_eq!(

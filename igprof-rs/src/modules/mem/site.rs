@@ -647,8 +647,18 @@ fn defer(t: &'static ThreadState, h: &HookTls, replay: Replay, kind: u8, a: usiz
         e.depth = 0;
         e.truncated = true;
     } else {
+        // A handler that interrupted a walk runs on the walk stack, where
+        // its own frames are: the walk reads there too, then through the
+        // interrupted walk's frames (the profiler's, left out) back to the
+        // program's stack.
+        let mut bounds = *t.bounds;
+        let sp = crate::base::thread::stack_pointer();
+        let walk = (t.walk_stack, t.walk_stack + crate::base::thread::WALK_STACK);
+        if t.walk_stack != 0 && walk.0 <= sp && sp < walk.1 && bounds.altstack == (0, 0) {
+            bounds.altstack = walk;
+        }
         // SAFETY: the nested unwinder belongs to this thread and is never freed.
-        let w = unsafe { &*nested }.trace_program_here(&t.bounds, &mut e.trace);
+        let w = unsafe { &*nested }.trace_program_here(&bounds, &mut e.trace);
         e.depth = w.depth as u8;
         e.truncated = w.truncated() || w.depth == 0;
     }
