@@ -406,3 +406,34 @@ fn the_header_says_how_much_of_the_rss_the_heap_explains() {
     let prof = parse_strict(&read_text(&d.join("fd.gz"))).unwrap();
     assert!(rss_note(&prof).is_none(), "{:?}", prof.notes);
 }
+
+/// The header on the other architecture (its own way of reading the
+/// address from the GOT): the C arena built by the cross compiler, PIE and
+/// non-PIE, under qemu-user with that architecture's library.
+#[test]
+fn a_c_arena_of_the_other_architecture_reports_exact_blocks() {
+    let d = scratch("pool-foreign");
+    let inc = include_flag();
+    let args = ["500", "120"];
+    for (exe, flags) in [
+        ("pool_pie", vec![inc.as_str(), "-fPIE", "-pie"]),
+        ("pool_nopie", vec![inc.as_str(), "-fno-pic", "-no-pie"]),
+    ] {
+        cross_build(&d, "pool_arena.c", exe, &flags);
+        let (syms, dlsym) = header_imports(&d.join(exe));
+        assert!(!dlsym, "{exe}: the header made the program import dlsym");
+        assert_eq!(
+            syms.get("igprof_alloc_event"),
+            Some(&(true, true)),
+            "{exe}: {syms:?}"
+        );
+        let prof_name = format!("{exe}.gz");
+        let prog = format!("./{exe}");
+        let mut a = vec!["-mp", "-o", &prof_name, &prog];
+        a.extend(args);
+        let o = foreign_igprof(&d, &a);
+        let err = ok(&o);
+        assert!(err.contains("enable 1"), "{exe}: the profiler was not reached: {err}");
+        check_sites(&d, &prof_name, &c_expected(500, 120), exe);
+    }
+}
