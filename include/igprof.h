@@ -24,7 +24,9 @@
  * testing it. A static executable cannot be profiled; there the calls are
  * no-ops too.
  *
- * C and C++ (C99 or newer; GCC or Clang on Linux x86_64 and AArch64).
+ * C and C++ (C99 or newer) with GCC or a compiler that takes its extensions
+ * (statement expressions, inline asm), on Linux x86_64 and AArch64; tested
+ * with GCC 12 (tests/tests/pool_api.rs).
  */
 #ifndef IGPROF_H
 #define IGPROF_H

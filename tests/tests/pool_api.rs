@@ -188,17 +188,22 @@ fn header_imports(exe: &Path) -> (BTreeMap<String, (bool, bool)>, bool) {
     (igprof, dlsym)
 }
 
-#[test]
-fn a_c_arena_reports_exact_blocks_pie_and_non_pie() {
-    let d = scratch("pool-c");
+/// Builds pool_arena.c in `d` as `pool_pie` and `pool_nopie` (for the
+/// other architecture when `foreign`), and checks what the header left in
+/// each: weak undefined igprof_* symbols and no dlsym.
+fn build_arenas(d: &Path, foreign: bool) -> [&'static str; 2] {
     let inc = include_flag();
-    let (nodes, names) = (1000u64, 300u64);
-    let args = ["1000", "300"];
-    for (exe, flags) in [
-        ("pool_pie", vec![inc.as_str(), "-fPIE", "-pie"]),
-        ("pool_nopie", vec![inc.as_str(), "-fno-pic", "-no-pie"]),
-    ] {
-        build(&d, "pool_arena.c", exe, &flags);
+    let exes = [
+        ("pool_pie", ["-fPIE", "-pie"]),
+        ("pool_nopie", ["-fno-pic", "-no-pie"]),
+    ];
+    for (exe, pic) in exes {
+        let flags = [inc.as_str(), pic[0], pic[1]];
+        if foreign {
+            cross_build(d, "pool_arena.c", exe, &flags);
+        } else {
+            build(d, "pool_arena.c", exe, &flags);
+        }
         let (syms, dlsym) = header_imports(&d.join(exe));
         assert!(!dlsym, "{exe}: the header made the program import dlsym");
         for name in ["igprof_alloc_event", "igprof_free_event", "igprof_enable"] {
@@ -208,6 +213,16 @@ fn a_c_arena_reports_exact_blocks_pie_and_non_pie() {
                 "{exe}: {name} (weak, undefined) in {syms:?}"
             );
         }
+    }
+    exes.map(|(exe, _)| exe)
+}
+
+#[test]
+fn a_c_arena_reports_exact_blocks_pie_and_non_pie() {
+    let d = scratch("pool-c");
+    let (nodes, names) = (1000u64, 300u64);
+    let args = ["1000", "300"];
+    for exe in build_arenas(&d, false) {
         let p = plain(&d, exe, &args);
         let prof_name = format!("{exe}.gz");
         let pr = profiled(&d, &["-mp"], exe, &args, &prof_name);
@@ -413,27 +428,18 @@ fn the_header_says_how_much_of_the_rss_the_heap_explains() {
 #[test]
 fn a_c_arena_of_the_other_architecture_reports_exact_blocks() {
     let d = scratch("pool-foreign");
-    let inc = include_flag();
     let args = ["500", "120"];
-    for (exe, flags) in [
-        ("pool_pie", vec![inc.as_str(), "-fPIE", "-pie"]),
-        ("pool_nopie", vec![inc.as_str(), "-fno-pic", "-no-pie"]),
-    ] {
-        cross_build(&d, "pool_arena.c", exe, &flags);
-        let (syms, dlsym) = header_imports(&d.join(exe));
-        assert!(!dlsym, "{exe}: the header made the program import dlsym");
-        assert_eq!(
-            syms.get("igprof_alloc_event"),
-            Some(&(true, true)),
-            "{exe}: {syms:?}"
-        );
+    for exe in build_arenas(&d, true) {
         let prof_name = format!("{exe}.gz");
         let prog = format!("./{exe}");
         let mut a = vec!["-mp", "-o", &prof_name, &prog];
         a.extend(args);
         let o = foreign_igprof(&d, &a);
         let err = ok(&o);
-        assert!(err.contains("enable 1"), "{exe}: the profiler was not reached: {err}");
+        assert!(
+            err.contains("enable 1"),
+            "{exe}: the profiler was not reached: {err}"
+        );
         check_sites(&d, &prof_name, &c_expected(500, 120), exe);
     }
 }
