@@ -11,8 +11,11 @@
 //! does not see (mmap, a pool not reported, stacks); above 100% the heap
 //! holds blocks never touched, so never resident.
 //!
-//! Must never: run in signal context (it formats a String; it is called
-//! by the dump writer only).
+//! Called only by the dump writer (the module's `header_note`), where the
+//! library's allocator may be used; the peak RSS is a raw system call.
+//!
+//! Must never: call libc, or be called from a hook or a sampling handler
+//! (it formats a String).
 
 use super::account;
 
