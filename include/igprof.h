@@ -75,8 +75,10 @@ void igprof_alloc_event(void *ptr, size_t size) __attribute__((weak));
 
 /*
  * The custom pool took back the block at `ptr` (reported with
- * igprof_alloc_event): it leaves MEM_LIVE. A pointer never reported is
- * ignored. As valgrind's VALGRIND_FREELIKE_BLOCK.
+ * igprof_alloc_event): it leaves MEM_LIVE. A pointer that is no recorded
+ * block is ignored (but one that is a live malloc'd block takes that
+ * block's record out: report only the pool's blocks). As valgrind's
+ * VALGRIND_FREELIKE_BLOCK.
  */
 void igprof_free_event(void *ptr) __attribute__((weak));
 

@@ -101,8 +101,9 @@ pub fn alloc_event<T>(ptr: *const T, size: usize) {
 }
 
 /// The custom pool took back the block at `ptr` (reported with
-/// [`alloc_event`]): it leaves MEM_LIVE. A pointer never reported is
-/// ignored.
+/// [`alloc_event`]): it leaves MEM_LIVE. A pointer that is no recorded
+/// block is ignored (but one that is a live block of the global allocator
+/// takes that block's record out: report only the pool's blocks).
 #[inline]
 pub fn free_event<T>(ptr: *const T) {
     if let Some(a) = FREE_EVENT.get() {
