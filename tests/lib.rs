@@ -678,3 +678,61 @@ pub fn check_dump_now(d: &Path, o: &Output) {
     );
     parse_strict(&read_text(&d.join("final.gz"))).unwrap();
 }
+
+/// One row of a flat profile: the value, and the calls when the counter
+/// has them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FlatRow {
+    pub pct: f64,
+    pub value: u64,
+    pub calls: Option<u64>,
+}
+
+/// `igprof-analyse -d -r counter` on `profile`: the rows of its flat
+/// cumulative profile by (demangled) function name.
+pub fn flat_cumulative(dir: &Path, counter: &str, profile: &str) -> BTreeMap<String, FlatRow> {
+    let o = Command::new(analyser())
+        .args(["-d", "-r", counter, profile])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "igprof-analyse: {text}");
+    let section = text
+        .split("Flat profile (cumulative")
+        .nth(1)
+        .and_then(|s| s.split("-----").next())
+        .unwrap_or_else(|| panic!("no flat cumulative profile: {text}"));
+    let with_calls = section.lines().any(|l| l.contains("Calls"));
+    let mut rows = BTreeMap::new();
+    for l in section.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let Some(pct) = f.first().and_then(|x| x.parse::<f64>().ok()) else {
+            continue;
+        };
+        let num = |s: &str| s.replace('\'', "").parse::<u64>().ok();
+        let (value, calls, name_at) = if with_calls {
+            (num(f[1]), num(f[2]), 3)
+        } else {
+            // PERF_TICKS: seconds with two decimals; the share is the row's.
+            (Some(0), None, 2)
+        };
+        // The name, without its trailing rank ("[7]"); it may hold spaces.
+        let name = f[name_at..f.len() - 1].join(" ");
+        rows.insert(
+            name,
+            FlatRow {
+                pct,
+                value: value.unwrap_or_else(|| panic!("value in {l:?}")),
+                calls,
+            },
+        );
+    }
+    rows
+}
+
+/// The row of `name` (panics naming `what` and the rows there are).
+pub fn flat_row<'a>(rows: &'a BTreeMap<String, FlatRow>, name: &str, what: &str) -> &'a FlatRow {
+    rows.get(name)
+        .unwrap_or_else(|| panic!("{what}: no {name} in {:?}", rows.keys()))
+}

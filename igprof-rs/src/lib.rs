@@ -100,6 +100,22 @@ pub extern "C" fn igprof_disable() -> i32 {
     process::set_recording(false)
 }
 
+/// A custom pool handed out a block of `size` bytes at `ptr`: with -mp it
+/// is recorded as an allocation of the caller (see `include/igprof.h`).
+/// Does nothing otherwise.
+#[no_mangle]
+pub extern "C" fn igprof_alloc_event(ptr: *mut core::ffi::c_void, size: usize) {
+    modules::mem::client::alloc_event(ptr, size)
+}
+
+/// A custom pool took back the block at `ptr` (recorded by
+/// [`igprof_alloc_event`]): with -mp it leaves the live blocks. Does
+/// nothing otherwise.
+#[no_mangle]
+pub extern "C" fn igprof_free_event(ptr: *mut core::ffi::c_void) {
+    modules::mem::client::free_event(ptr)
+}
+
 /// Called by a program built with `-finstrument-functions` at the entry of
 /// each instrumented function (glibc's own is a no-op; the preload puts
 /// this one first). Does nothing unless -finst profiles this process.

@@ -10,7 +10,7 @@
 //!   for another expected exit status) is run, one command per line
 //!   (a line ending in `\` goes on), with `bash -c`, in the order of the
 //!   file, in one scratch directory per file that holds a copy of
-//!   `tests/programs/`, with the build tree's `target/release` first on
+//!   `tests/programs/` and `include/`, with the build tree's `target/release` first on
 //!   `PATH`. In README.md and docs/user-guide.md every other command (a
 //!   `sh` block, or an indented code line) must be in [`EXCLUDED`] with the
 //!   reason; `text` blocks are outputs. Other docs/ files are run where they
@@ -202,15 +202,17 @@ fn read_doc(file: &str) -> String {
     std::fs::read_to_string(root().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"))
 }
 
-/// Copies tests/programs into `dir/tests/programs`, as the docs' commands
-/// compile them from the checkout.
+/// Copies tests/programs and include (igprof.h) into `dir`, as the docs'
+/// commands compile them from the checkout.
 fn copy_programs(dir: &Path) {
-    let to = dir.join("tests/programs");
-    std::fs::create_dir_all(&to).unwrap();
-    for e in std::fs::read_dir(root().join("tests/programs")).unwrap() {
-        let e = e.unwrap();
-        if e.file_type().unwrap().is_file() {
-            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    for sub in ["tests/programs", "include"] {
+        let to = dir.join(sub);
+        std::fs::create_dir_all(&to).unwrap();
+        for e in std::fs::read_dir(root().join(sub)).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_file() {
+                std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+            }
         }
     }
 }

@@ -50,67 +50,10 @@ fn profiled(dir: &Path, opts: &[&str], exe: &str, args: &[&str], out: &str) -> S
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-/// One row of a flat profile: the value, and the calls when the counter
-/// has them.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Row {
-    pct: f64,
-    value: u64,
-    calls: Option<u64>,
-}
-
-/// `igprof-analyse -d -r counter` on `profile`: the rows of its flat
-/// cumulative profile by (demangled) function name.
-fn cumulative(dir: &Path, counter: &str, profile: &str) -> BTreeMap<String, Row> {
-    let o = Command::new(analyser())
-        .args(["-d", "-r", counter, profile])
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert!(o.status.success(), "igprof-analyse: {text}");
-    let section = text
-        .split("Flat profile (cumulative")
-        .nth(1)
-        .and_then(|s| s.split("-----").next())
-        .unwrap_or_else(|| panic!("no flat cumulative profile: {text}"));
-    let with_calls = section.lines().any(|l| l.contains("Calls"));
-    let mut rows = BTreeMap::new();
-    for l in section.lines() {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        let Some(pct) = f.first().and_then(|x| x.parse::<f64>().ok()) else {
-            continue;
-        };
-        let num = |s: &str| s.replace('\'', "").parse::<u64>().ok();
-        let (value, calls, name_at) = if with_calls {
-            (num(f[1]), num(f[2]), 3)
-        } else {
-            // PERF_TICKS: seconds with two decimals; the share is the row's.
-            (Some(0), None, 2)
-        };
-        // The name, without its trailing rank ("[7]"); it may hold spaces.
-        let name = f[name_at..f.len() - 1].join(" ");
-        rows.insert(
-            name,
-            Row {
-                pct,
-                value: value.unwrap_or_else(|| panic!("value in {l:?}")),
-                calls,
-            },
-        );
-    }
-    rows
-}
-
-fn row<'a>(rows: &'a BTreeMap<String, Row>, name: &str, what: &str) -> &'a Row {
-    rows.get(name)
-        .unwrap_or_else(|| panic!("{what}: no {name} in {:?}", rows.keys()))
-}
-
 /// Cumulative shares of `a` and `b` in a CPU profile: 2:1 of their sum
 /// within 5 points.
-fn two_to_one(rows: &BTreeMap<String, Row>, a: &str, b: &str, what: &str) {
-    let (pa, pb) = (row(rows, a, what).pct, row(rows, b, what).pct);
+fn two_to_one(rows: &BTreeMap<String, FlatRow>, a: &str, b: &str, what: &str) {
+    let (pa, pb) = (flat_row(rows, a, what).pct, flat_row(rows, b, what).pct);
     let share = 100.0 * pa / (pa + pb);
     assert!(
         (share - 200.0 / 3.0).abs() <= 5.0,
@@ -136,11 +79,11 @@ fn a_fortran_program_under_mp_and_pp() {
     assert_eq!(want, "fortran done 20000 T\n");
     let got = profiled(&d, &["-mp"], "fortran_work", &["20000", "1"], "mp.gz");
     assert_eq!(got, want);
-    let total = cumulative(&d, "MEM_TOTAL", "mp.gz");
-    let churn = row(&total, "work::churn", "MEM_TOTAL");
+    let total = flat_cumulative(&d, "MEM_TOTAL", "mp.gz");
+    let churn = flat_row(&total, "work::churn", "MEM_TOTAL");
     assert_eq!((churn.value, churn.calls), (16_000_000, Some(20_000)));
-    let live = cumulative(&d, "MEM_LIVE", "mp.gz");
-    assert_eq!(row(&live, "work::keep", "MEM_LIVE").value, 8_000);
+    let live = flat_cumulative(&d, "MEM_LIVE", "mp.gz");
+    assert_eq!(flat_row(&live, "work::keep", "MEM_LIVE").value, 8_000);
     assert!(!live.contains_key("work::churn"), "{live:?}");
 
     // About half a second of hot_a and hot_b.
@@ -153,7 +96,7 @@ fn a_fortran_program_under_mp_and_pp() {
         "pp.gz",
     );
     assert_eq!(got, want);
-    let ticks = cumulative(&d, "PERF_TICKS", "pp.gz");
+    let ticks = flat_cumulative(&d, "PERF_TICKS", "pp.gz");
     two_to_one(&ticks, "work::hot_a", "work::hot_b", "fortran -pp");
 }
 
@@ -174,11 +117,11 @@ fn a_rust_program_under_mp_and_pp_with_panics() {
     assert_eq!(want, "rust done 20000 1000 true caught 1000\n");
     let got = profiled(&d, &["-mp"], "rust_work", &args, "mp.gz");
     assert_eq!(got, want);
-    let total = cumulative(&d, "MEM_TOTAL", "mp.gz");
-    let churn = row(&total, "rust_work::churn", "MEM_TOTAL");
+    let total = flat_cumulative(&d, "MEM_TOTAL", "mp.gz");
+    let churn = flat_row(&total, "rust_work::churn", "MEM_TOTAL");
     assert_eq!((churn.value, churn.calls), (16_000_000, Some(20_000)));
-    let live = cumulative(&d, "MEM_LIVE", "mp.gz");
-    let keep = row(&live, "rust_work::keep", "MEM_LIVE");
+    let live = flat_cumulative(&d, "MEM_LIVE", "mp.gz");
+    let keep = flat_row(&live, "rust_work::keep", "MEM_LIVE");
     assert_eq!((keep.value, keep.calls), (1_000, Some(1)));
     assert!(!live.contains_key("rust_work::churn"), "{live:?}");
 
@@ -195,7 +138,7 @@ fn a_rust_program_under_mp_and_pp_with_panics() {
         "ppmp.gz",
     );
     assert_eq!(got, want);
-    let ticks = cumulative(&d, "PERF_TICKS", "ppmp.gz");
+    let ticks = flat_cumulative(&d, "PERF_TICKS", "ppmp.gz");
     two_to_one(
         &ticks,
         "rust_work::hot_a",

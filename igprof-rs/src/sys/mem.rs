@@ -1,6 +1,6 @@
 //! Anonymous memory by direct mmap/munmap/mremap: the library's own
 //! mappings (arenas, tables, stacks), optionally on huge pages or faulted
-//! in up front.
+//! in up front; and the process's peak resident set (getrusage).
 //!
 //! Must never: call malloc or libc's mmap (either may be hooked by the
 //! profiler itself), or unmap memory it did not map.
@@ -110,4 +110,15 @@ pub unsafe fn mremap(p: *mut u8, old: usize, new: usize) -> *mut u8 {
     } else {
         r as *mut u8
     }
+}
+
+/// The process's peak resident set size in bytes (getrusage RUSAGE_SELF
+/// `ru_maxrss`), or None if the kernel refuses.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let _e = ErrnoGuard::save();
+    // SAFETY: rusage is plain data; the kernel fills it.
+    let mut ru: libc::rusage = unsafe { core::mem::zeroed() };
+    // SAFETY: ru is a valid out-pointer.
+    let r = unsafe { libc::syscall(libc::SYS_getrusage, libc::RUSAGE_SELF, &mut ru) };
+    (r == 0).then_some(ru.ru_maxrss as u64 * 1024)
 }

@@ -293,6 +293,20 @@ fn allocated(p: *mut c_void, size: usize) {
 /// (not for calloc and realloc, whose contents the program relies on).
 #[inline(always)]
 fn allocated_fill(p: *mut c_void, size: usize, fill: bool, regs: Option<EntryRegs>) {
+    allocated_counted(p, size, fill, regs, accounted)
+}
+
+/// [`allocated_fill`] with `count(addr, size)` the bytes recorded for the
+/// block: [`accounted`] for the hooks; the size as given for a pool block
+/// of the client API (`super::client`), whatever -mo says.
+#[inline(always)]
+pub(super) fn allocated_counted(
+    p: *mut c_void,
+    size: usize,
+    fill: bool,
+    regs: Option<EntryRegs>,
+    count: fn(usize, usize) -> u64,
+) {
     if p.is_null() || !crate::base::run::recording() || site::inside_front() {
         // Not recorded (-pd, igprof_disable): its free finds nothing.
         // Inside an allocator entry point of `fronts`: that one records.
@@ -300,17 +314,23 @@ fn allocated_fill(p: *mut c_void, size: usize, fill: bool, regs: Option<EntryReg
     }
     if super::sample::active() {
         // -ei/-eu (fill) are refused with sampling.
-        return allocated_sampled(p as usize, size, regs);
+        return allocated_sampled(p as usize, size, regs, count);
     }
-    allocated_exact(p, size, fill, regs)
+    allocated_exact(p, size, fill, regs, count)
 }
 
 /// Records every allocation (exact mode).
 #[inline]
-fn allocated_exact(p: *mut c_void, size: usize, fill: bool, regs: Option<EntryRegs>) {
+fn allocated_exact(
+    p: *mut c_void,
+    size: usize,
+    fill: bool,
+    regs: Option<EntryRegs>,
+    count: fn(usize, usize) -> u64,
+) {
     let addr = p as usize;
     let _e = ErrnoGuard::save();
-    let bytes = accounted(addr, size);
+    let bytes = count(addr, size);
     site::event(KIND_ALLOC, addr, bytes, replay, |g, h| {
         let n = match &regs {
             Some(r) => site::caller_node_at(g, h, r),
@@ -331,7 +351,12 @@ fn allocated_exact(p: *mut c_void, size: usize, fill: bool, regs: Option<EntryRe
 /// Sampled mode: decides whether the allocation of `size` bytes at `addr`
 /// is recorded, and records it if so.
 #[inline(always)]
-fn allocated_sampled(addr: usize, size: usize, regs: Option<EntryRegs>) {
+fn allocated_sampled(
+    addr: usize,
+    size: usize,
+    regs: Option<EntryRegs>,
+    count: fn(usize, usize) -> u64,
+) {
     let pick = site::tls(|h| {
         if h.outer.get() & MEM_OUTER != 0 {
             // Inside the real realloc/reallocarray: the outer hook decides
@@ -344,15 +369,21 @@ fn allocated_sampled(addr: usize, size: usize, regs: Option<EntryRegs>) {
         super::sample::decide(&h.sampler, size)
     });
     if let Some(pick) = pick {
-        record_sampled(addr, size, pick, regs);
+        record_sampled(addr, size, pick, regs, count);
     }
 }
 
 #[cold]
 #[inline(never)]
-fn record_sampled(addr: usize, size: usize, pick: super::sample::Pick, regs: Option<EntryRegs>) {
+fn record_sampled(
+    addr: usize,
+    size: usize,
+    pick: super::sample::Pick,
+    regs: Option<EntryRegs>,
+    count: fn(usize, usize) -> u64,
+) {
     let _e = ErrnoGuard::save();
-    let bytes = accounted(addr, size);
+    let bytes = count(addr, size);
     let stored = site::tls(|h| super::sample::weigh(&h.sampler, pick, bytes));
     // Counted in the free filter before the program sees the block, so a
     // free of it (even one deferred from a signal handler) is not skipped.
@@ -380,7 +411,7 @@ fn freeing(p: *mut c_void) -> Option<crate::base::live::Block> {
 /// out (a block returned through memory, 8-byte fields read back as one
 /// 16-byte load, stalls store forwarding on every free).
 #[inline(always)]
-fn freed(p: *mut c_void) {
+pub(super) fn freed(p: *mut c_void) {
     freeing_then(p, |_| ())
 }
 

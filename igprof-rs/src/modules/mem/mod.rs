@@ -3,10 +3,12 @@
 //!
 //! Owns: which allocation functions are hooked ([`hooks`]), what each
 //! event does to the counters ([`account`]), the empty-page inspection
-//! ([`empty`]), and the hook-side plumbing shared with the descriptor
-//! profiler ([`site`]: caller's node, nested-event queue). Also the dump
-//! writer's view of live resources ([`leaks`], and MEM_LIVE_AT_PEAK's
-//! stored form: `account::at_peak_view`).
+//! ([`empty`]), pool blocks of the client API ([`client`]), and the
+//! hook-side plumbing shared with the descriptor profiler ([`site`]:
+//! caller's node, nested-event queue). Also the dump writer's view of live
+//! resources ([`leaks`], and MEM_LIVE_AT_PEAK's stored form:
+//! `account::at_peak_view`) and the header's heap-against-RSS note
+//! ([`rss`]).
 //!
 //! Counters: MEM_TOTAL, MEM_MAX, MEM_LIVE as IgProf (see [`account`]),
 //! MEM_LIVE_AT_PEAK (what each stack had live when the whole process's live
@@ -22,10 +24,12 @@
 //! interrupted program may hold, or let a hook change what the program sees.
 
 pub mod account;
+pub mod client;
 pub mod empty;
 pub mod fronts;
 pub mod hooks;
 pub mod memo;
+pub mod rss;
 pub mod sample;
 pub mod site;
 pub mod spans;
@@ -85,7 +89,7 @@ pub const MODULE: Module = Module {
     before_threads: Some(account::flush_recent),
     leaks: Some(leaks),
     dump_value: Some(account::at_peak_view),
-    header_note: Some(|| Some(sample::describe()).filter(|s| !s.is_empty())),
+    header_note: Some(header_note),
     objects_changed: Some(fronts::objects_changed),
     ..Module::new("-mp", |o| o.mem)
 };
@@ -103,6 +107,18 @@ pub const EMPTY_MODULE: Module = Module {
     objects_changed: Some(fronts::objects_changed),
     ..Module::new("-ep/-ei/-eu", |o| o.empty.is_some())
 };
+
+/// The module's header notes: sampling, then heap against RSS.
+fn header_note() -> Option<String> {
+    let notes: Vec<String> = [
+        Some(sample::describe()).filter(|s| !s.is_empty()),
+        rss::note(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    (!notes.is_empty()).then(|| notes.join("; "))
+}
 
 static STARTED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 
