@@ -58,6 +58,15 @@ int igprof_enable(void) __attribute__((weak));
 int igprof_disable(void) __attribute__((weak));
 
 /*
+ * Starts a new epoch of the memory profiler (`igprof -mp --marks`):
+ * MEM_LIVE_SINCE_MARK then holds what is allocated from now on and still
+ * live at the dump ("what grew since here and stayed"). Returns the new
+ * epoch's number (1 for the first mark), or -1 when the run takes no
+ * marks (not profiled, or without --marks). Signal-safe.
+ */
+int igprof_mark(void) __attribute__((weak));
+
+/*
  * A custom pool (arena, free list, slab) handed out the block of `size`
  * bytes at `ptr`. Under `igprof -mp` it is recorded exactly as a malloc'd
  * block: charged to the stack of the caller of igprof_alloc_event, in
@@ -124,6 +133,11 @@ static inline __attribute__((always_inline)) int igprof_call_disable_(void) {
   return f ? f() : -1;
 }
 
+static inline __attribute__((always_inline)) int igprof_call_mark_(void) {
+  igprof_switch_fn_ f = IGPROF_ADDR_(igprof_mark, igprof_switch_fn_);
+  return f ? f() : -1;
+}
+
 static inline __attribute__((always_inline)) void igprof_call_alloc_event_(void *ptr, size_t size) {
   igprof_alloc_event_fn_ f =
       IGPROF_ADDR_(igprof_alloc_event, igprof_alloc_event_fn_);
@@ -141,6 +155,7 @@ static inline __attribute__((always_inline)) void igprof_call_free_event_(void *
 #define igprof_dump_now(path) igprof_call_dump_now_(path)
 #define igprof_enable() igprof_call_enable_()
 #define igprof_disable() igprof_call_disable_()
+#define igprof_mark() igprof_call_mark_()
 #define igprof_alloc_event(ptr, size) igprof_call_alloc_event_((ptr), (size))
 #define igprof_free_event(ptr) igprof_call_free_event_(ptr)
 

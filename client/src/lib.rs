@@ -73,6 +73,7 @@ impl Sym {
 static DUMP_NOW: Sym = Sym::new(c"igprof_dump_now");
 static ENABLE: Sym = Sym::new(c"igprof_enable");
 static DISABLE: Sym = Sym::new(c"igprof_disable");
+static MARK: Sym = Sym::new(c"igprof_mark");
 static ALLOC_EVENT: Sym = Sym::new(c"igprof_alloc_event");
 static FREE_EVENT: Sym = Sym::new(c"igprof_free_event");
 
@@ -138,6 +139,12 @@ pub fn enable() -> i32 {
 /// not profiled.
 pub fn disable() -> i32 {
     switch(&DISABLE)
+}
+
+/// Starts a new epoch of the memory profiler (`igprof -mp --marks`): the
+/// new epoch's number, or -1 when the run takes no marks.
+pub fn mark() -> i32 {
+    switch(&MARK)
 }
 
 fn switch(s: &Sym) -> i32 {

@@ -92,6 +92,16 @@ pub extern "C" fn igprof_enable() -> i32 {
     process::set_recording(true)
 }
 
+/// Starts a new epoch of the memory profiler (`igprof -mp --marks`):
+/// MEM_LIVE_SINCE_MARK then holds what is allocated from now on and still
+/// live at the dump. Returns the new epoch's number (1 for the first
+/// mark), or -1 when the run takes no marks (not profiled, or without
+/// `--marks`). Signal-safe.
+#[no_mangle]
+pub extern "C" fn igprof_mark() -> i32 {
+    base::run::mark().map_or(-1, |e| e as i32)
+}
+
 /// Turns recording off: nothing new is recorded until `igprof_enable()`
 /// (what was recorded stays, and its releases still count). Returns 1 if
 /// recording was on, 0 if it was off, -1 if not profiled.

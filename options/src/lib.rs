@@ -40,6 +40,8 @@ pub enum Id {
     Functions,
     Jemalloc,
     Jit,
+    Marks,
+    MarkEvery,
     Energy,
     EmptyEp,
     EmptyEi,
@@ -643,6 +645,34 @@ pub static TABLE: &[Opt] = &[
         section: Section::Own,
         module: "jit",
     },
+    Opt {
+        id: Id::Marks,
+        names: &["--marks"],
+        arg: "",
+        value: Value::Flag,
+        expected: "",
+        help: &[
+            "with -mp: epochs; each igprof_mark() starts one,",
+            "and MEM_LIVE_SINCE_MARK holds what was allocated",
+            "since the last mark and is still live",
+        ],
+        section: Section::Own,
+        module: "mem",
+    },
+    Opt {
+        id: Id::MarkEvery,
+        names: &["--mark-every"],
+        arg: "TIME",
+        value: Value::Time {
+            bare_ns: 1_000_000_000,
+            min_ns: 100_000_000,
+            max_ns: u64::MAX,
+        },
+        expected: "a time of at least 100ms, e.g. 60 (seconds), 10s, 500ms",
+        help: &["--marks, and a mark every TIME"],
+        section: Section::Own,
+        module: "mem",
+    },
 ];
 
 impl Opt {
@@ -845,7 +875,16 @@ impl Checker {
     pub fn finish(&self) -> Result<(), Error<'static>> {
         let any = |ids: &[Id]| ids.iter().any(|&i| self.seen(i));
         let clocks = [Id::PerfCpu, Id::PerfUser, Id::PerfReal];
-        let rules: [(bool, &'static str); 5] = [
+        let marks = any(&[Id::Marks, Id::MarkEvery]);
+        let rules: [(bool, &'static str); 7] = [
+            (
+                marks && !self.seen(Id::Mem),
+                "--marks and --mark-every mark the memory profiler's epochs: add -mp",
+            ),
+            (
+                marks && self.seen(Id::SampleBytes),
+                "--marks needs the exact memory profile (a sampled block has no room for its epoch): drop --sample-bytes",
+            ),
             (
                 clocks.iter().filter(|&&i| self.seen(i)).count() > 1,
                 "only one of -pp, -pu, -pr may be given",

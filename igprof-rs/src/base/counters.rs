@@ -104,9 +104,11 @@ pub enum CounterId {
     /// bytes of them still mapped.
     MmapTotal,
     MmapLive,
+    /// -mp --marks: blocks allocated since the last mark and still live.
+    MemLiveSinceMark,
 }
 
-pub const COUNT: usize = 58;
+pub const COUNT: usize = 59;
 
 /// How many counters named at start-up a run may have (`-e` and `-c`).
 pub const EVENTS: usize = 16;
@@ -362,6 +364,11 @@ pub const ALL: [CounterDef; COUNT] = [
     CounterDef {
         id: CounterId::MmapLive,
         name: "MMAP_LIVE",
+        merge: Merge::Live,
+    },
+    CounterDef {
+        id: CounterId::MemLiveSinceMark,
+        name: "MEM_LIVE_SINCE_MARK",
         merge: Merge::Live,
     },
 ];

@@ -148,6 +148,10 @@ pub struct Options {
     pub sampler: Sampler,
     /// `--dump-every`: write a snapshot this often (0: never).
     pub dump_every_ns: u64,
+    /// `--marks` (or `--mark-every`): -mp's epochs (modules/mem/epoch).
+    pub marks: bool,
+    /// `--mark-every TIME`: a mark every TIME (0: none).
+    pub mark_every_ns: u64,
     /// `--sample-bytes`: mean bytes between two recorded allocations of
     /// -mp (0: every allocation is recorded).
     pub sample_bytes: u64,
@@ -197,6 +201,8 @@ impl Options {
             dump_signal: DEFAULT_DUMP_SIGNAL,
             sampler: Sampler::Auto,
             dump_every_ns: 0,
+            marks: false,
+            mark_every_ns: 0,
             sample_bytes: 0,
             sample_seed: None,
             start_disabled: false,
@@ -465,6 +471,11 @@ pub fn parse(s: &[u8]) -> Result<Options, OptionError<'_>> {
             }
             Id::Fd => o.fd = true,
             Id::Jit => o.jit = true,
+            Id::Marks => o.marks = true,
+            Id::MarkEvery => {
+                o.marks = true;
+                o.mark_every_ns = n;
+            }
             Id::Mmap => o.mmap = true,
             // Several accumulate (resolved by the module at start-up and
             // after each dlopen).

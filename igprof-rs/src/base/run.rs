@@ -5,8 +5,11 @@
 //! program's name and executable, and which exec'd image of its process
 //! this is.
 //!
+//! Also the memory profiler's epoch (`--marks`), which the program
+//! (`igprof_mark()`) and the watcher (`--mark-every`) move on at any time.
+//!
 //! Must never: change after start-up except through the process layer's
-//! fork and exec paths.
+//! fork and exec paths (the epoch excepted).
 
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -144,4 +147,41 @@ pub fn fork_keeps_tables() -> bool {
 pub fn is_first_image() -> bool {
     let root = root_pid();
     (root == 0 || root == sys::getpid()) && exec_generation() == 0
+}
+
+// ---- epochs (`--marks`) ----
+
+/// The current epoch: 0 until the first mark, then how many marks were
+/// made (`igprof_mark()`, `--mark-every`), at most [`EPOCH_MAX`].
+static EPOCH: AtomicU32 = AtomicU32::new(0);
+/// Whether this run takes marks (`--marks`, `--mark-every`; set at start-up).
+static MARKS: AtomicBool = AtomicBool::new(false);
+
+/// The last epoch a mark can start: what an allocation remembers of it
+/// must fit 16 bits.
+pub const EPOCH_MAX: u32 = u16::MAX as u32;
+
+/// Start-up: whether this run takes marks.
+pub fn set_marks(on: bool) {
+    MARKS.store(on, Ordering::Release);
+}
+
+/// The current epoch (0: no mark yet, or marks off).
+#[inline(always)]
+pub fn epoch() -> u32 {
+    EPOCH.load(Ordering::Relaxed)
+}
+
+/// Starts a new epoch: Some(its number), None when the run takes no marks.
+/// Signal-safe. Past [`EPOCH_MAX`] marks the last epoch goes on.
+pub fn mark() -> Option<u32> {
+    if !MARKS.load(Ordering::Acquire) {
+        return None;
+    }
+    let e = EPOCH
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |e| {
+            Some((e + 1).min(EPOCH_MAX))
+        })
+        .unwrap_or(0);
+    Some((e + 1).min(EPOCH_MAX))
 }

@@ -273,8 +273,10 @@ fn poll_interval(o: &options::Options) -> Option<u64> {
     if !o.flag_file.is_empty() {
         t = Some(200_000_000);
     }
-    if o.dump_every_ns != 0 {
-        t = Some(t.map_or(o.dump_every_ns, |x| x.min(o.dump_every_ns)));
+    for every in [o.dump_every_ns, o.mark_every_ns] {
+        if every != 0 {
+            t = Some(t.map_or(every, |x| x.min(every)));
+        }
     }
     t
 }
@@ -290,6 +292,7 @@ extern "C" fn watcher(_: *mut libc::c_void) -> *mut libc::c_void {
     let o = options::get();
     let wait = poll_interval(o);
     let mut next_periodic = sys::monotonic_ns() + o.dump_every_ns;
+    let mut next_mark = sys::monotonic_ns() + o.mark_every_ns;
     loop {
         let mut req = REQ.swap(0, Ordering::AcqRel);
         if req == 0 {
@@ -314,6 +317,10 @@ extern "C" fn watcher(_: *mut libc::c_void) -> *mut libc::c_void {
             // SAFETY: NUL-terminated path.
             unsafe { libc::unlink(o.flag_file.as_bytes_nul().as_ptr() as *const libc::c_char) };
             want = true;
+        }
+        if o.mark_every_ns != 0 && sys::monotonic_ns() >= next_mark {
+            next_mark = sys::monotonic_ns() + o.mark_every_ns;
+            crate::base::run::mark();
         }
         if o.dump_every_ns != 0 && sys::monotonic_ns() >= next_periodic {
             next_periodic = sys::monotonic_ns() + o.dump_every_ns;

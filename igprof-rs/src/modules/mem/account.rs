@@ -135,7 +135,7 @@ pub fn on_alloc(_held: &Guard, node: *mut Node, addr: usize, size: u64) {
             c.value.store(size, Ordering::Relaxed);
         }
     }
-    match LIVE.insert(addr, size, node) {
+    match LIVE.insert(addr, super::epoch::tagged(size), node) {
         Ok(Some(stale)) => release(&stale),
         Ok(None) => {}
         Err(_) => {
@@ -245,7 +245,8 @@ pub fn block_holding(addr: usize) -> Option<*const Node> {
     let mut start = addr & !15;
     while start > lowest {
         if let Some(b) = LIVE.get(start) {
-            return (addr < b.addr + b.size as usize).then_some(b.node);
+            let size = super::sample::weight_of(b.size).1 as usize;
+            return (addr < b.addr + size).then_some(b.node);
         }
         start -= 16;
     }
@@ -263,10 +264,10 @@ pub fn restore(b: &Block) {
     if super::sample::active() {
         super::sample::remember(b.addr);
     }
-    if super::spans::active() {
-        super::spans::insert(b.addr, b.size, b.node);
-    }
     let (calls, bytes) = super::sample::weight_of(b.size);
+    if super::spans::active() {
+        super::spans::insert(b.addr, bytes, b.node);
+    }
     if let Some(live) = counter(b.node, LIVE_SLOT.load(Ordering::Relaxed)) {
         snapshot_before_change(b.node);
         solo::add(&live.ticks, calls);
@@ -277,14 +278,14 @@ pub fn restore(b: &Block) {
 
 #[inline(always)]
 fn release(b: &Block) {
+    let (calls, bytes) = super::sample::weight_of(b.size);
     if super::spans::active() {
-        super::spans::remove(b.addr, b.size);
+        super::spans::remove(b.addr, bytes);
     }
     let live_slot = LIVE_SLOT.load(Ordering::Relaxed);
     if let Some(live) = counter(b.node, live_slot) {
         let one = solo::solo();
         snapshot_in(b.node, AT_PEAK.load(Ordering::Relaxed), live_slot);
-        let (calls, bytes) = super::sample::weight_of(b.size);
         live.release_many_in(one, calls, bytes);
         solo::sub_in(one, &LIVE_BYTES, bytes);
     }
@@ -310,6 +311,70 @@ pub fn at_peak_view(node: &Node, slot: usize) -> Option<(u64, u64, u64)> {
         )
     };
     Some((t, v, v))
+}
+
+// ---- MEM_LIVE_SINCE_MARK (`--marks`, see `super::epoch`) ----
+
+/// MEM_LIVE_SINCE_MARK's slot (`usize::MAX`: not in this run).
+static SINCE_SLOT: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Enables MEM_LIVE_SINCE_MARK when the run takes marks (start-up).
+pub fn register_since_mark() {
+    let o = crate::base::options::get();
+    if o.mem && o.marks {
+        counters::enable(CounterId::MemLiveSinceMark);
+    }
+}
+
+/// Remembers the counter's slot (after the registry froze) and turns the
+/// marks on.
+pub fn init_since_mark() {
+    if let Some(s) = counters::slot(CounterId::MemLiveSinceMark) {
+        SINCE_SLOT.store(s, Ordering::Relaxed);
+        crate::base::run::set_marks(true);
+    }
+}
+
+/// Per node: (blocks, bytes) allocated in the current epoch and still
+/// live, gathered by [`gather_since_mark`] for the dump's [`since_mark_view`].
+static SINCE: std::sync::Mutex<Option<std::collections::HashMap<usize, (u64, u64)>>> =
+    std::sync::Mutex::new(None);
+
+/// Before a dump: gathers the live blocks of the current epoch, per node.
+pub fn gather_since_mark() {
+    if SINCE_SLOT.load(Ordering::Relaxed) == usize::MAX {
+        return;
+    }
+    let current = crate::base::run::epoch();
+    let mut m: std::collections::HashMap<usize, (u64, u64)> = Default::default();
+    if current > 0 {
+        // Marked as recording, as the leak records are read: a signal
+        // handler's free on this thread is deferred instead of waiting
+        // for a shard this thread holds.
+        super::site::with_outer(super::site::IN_RECORD, || {
+            LIVE.for_each(|b| {
+                if super::epoch::epoch_of(b.size) == current {
+                    let e = m.entry(b.node as usize).or_insert((0, 0));
+                    e.0 += 1;
+                    e.1 += super::epoch::bytes(b.size);
+                }
+            })
+        });
+    }
+    *SINCE.lock().unwrap_or_else(|e| e.into_inner()) = Some(m);
+}
+
+/// The dump's value of MEM_LIVE_SINCE_MARK for `node`, if `slot` is it.
+pub fn since_mark_view(node: &Node, slot: usize) -> Option<(u64, u64, u64)> {
+    if slot != SINCE_SLOT.load(Ordering::Relaxed) {
+        return None;
+    }
+    let since = SINCE.lock().unwrap_or_else(|e| e.into_inner());
+    let (n, b) = since
+        .as_ref()
+        .and_then(|m| m.get(&(node as *const Node as usize)).copied())
+        .unwrap_or((0, 0));
+    Some((n, b, b))
 }
 
 /// The MEM_LIVE slot (for LK records), if enabled.

@@ -107,10 +107,11 @@ pub fn untouched_bytes(addr: usize, size: usize, byte: u8) -> u64 {
 /// A block is being freed: charges its untouched pages to its stack.
 pub fn on_free(b: &Block) {
     let slot = SLOT.load(Ordering::Relaxed);
-    if slot == usize::MAX || b.size < PAGE as u64 {
+    let size = super::epoch::bytes(b.size);
+    if slot == usize::MAX || size < PAGE as u64 {
         return;
     }
-    let n = untouched_bytes(b.addr, b.size as usize, untouched_byte());
+    let n = untouched_bytes(b.addr, size as usize, untouched_byte());
     if n > 0 {
         // SAFETY: nodes are never freed; slot is an enabled counter.
         unsafe { &*b.node }.counter(slot).tick_shared(n);

@@ -26,6 +26,7 @@
 pub mod account;
 pub mod client;
 pub mod empty;
+pub mod epoch;
 pub mod fronts;
 pub mod hooks;
 pub mod memo;
@@ -61,12 +62,14 @@ pub fn wanted() -> bool {
 /// Enables this module's counters (start-up, before the registry freezes).
 pub fn register_counters() {
     account::register_counters();
+    account::register_since_mark();
     empty::register_counters();
 }
 
 /// Looks the counter slots up (after the registry froze).
 pub fn init_slots() {
     account::init_slots();
+    account::init_since_mark();
     empty::init_slots();
     OVERHEAD.store(
         match options::get().mem_overhead {
@@ -80,15 +83,30 @@ pub fn init_slots() {
 
 /// The memory profiler in the runtime's module registry.
 pub const MODULE: Module = Module {
-    describe: |_| Some("memory (MEM_TOTAL, MEM_MAX, MEM_LIVE, MEM_LIVE_AT_PEAK)".into()),
-    register_counters: |_| account::register_counters(),
+    describe: |o| {
+        Some(
+            if o.marks {
+                "memory (MEM_TOTAL, MEM_MAX, MEM_LIVE, MEM_LIVE_AT_PEAK, MEM_LIVE_SINCE_MARK)"
+            } else {
+                "memory (MEM_TOTAL, MEM_MAX, MEM_LIVE, MEM_LIVE_AT_PEAK)"
+            }
+            .into(),
+        )
+    },
+    register_counters: |_| {
+        account::register_counters();
+        account::register_since_mark();
+    },
     start: |_| start(),
     thread_end: Some(|_| site::release_thread_extras()),
     left_by_jump: Some(site::jumped_out),
     fork_child: Some(after_fork_child),
     before_threads: Some(account::flush_recent),
     leaks: Some(leaks),
-    dump_value: Some(account::at_peak_view),
+    dump_value: Some(|node, slot| {
+        account::at_peak_view(node, slot).or_else(|| account::since_mark_view(node, slot))
+    }),
+    before_dump: Some(account::gather_since_mark),
     header_note: Some(header_note),
     objects_changed: Some(fronts::objects_changed),
     ..Module::new("-mp", |o| o.mem)

@@ -369,7 +369,7 @@ pub fn weight_of(stored: u64) -> (u64, u64) {
     if active() {
         unpack(stored)
     } else {
-        (1, stored)
+        (1, super::epoch::bytes(stored))
     }
 }
 

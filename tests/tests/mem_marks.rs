@@ -1,0 +1,100 @@
+//! Epochs of the memory profiler (`-mp --marks`, `--mark-every`,
+//! `igprof_mark()` from include/igprof.h): MEM_LIVE_SINCE_MARK holds,
+//! per stack, the blocks allocated since the last mark that are still
+//! live at the dump, exactly (tests/programs/mark_phases.c: leaks in
+//! three phases, a mark at the start of the second); a periodic mark
+//! separates a leak before it from one after; the options that cannot
+//! hold epochs are refused before the program runs.
+
+mod mem_support;
+use mem_support::*;
+
+/// mark_phases built in a fresh directory with the header's directory
+/// (and -fno-builtin: GCC removes allocations it sees unused).
+fn built(name: &str) -> std::path::PathBuf {
+    let d = scratch(name);
+    let inc = format!("-I{}", root().join("include").display());
+    build(&d, "mark_phases.c", "mark_phases", &["-fno-builtin", &inc]);
+    d
+}
+
+#[test]
+fn live_since_the_mark_is_the_second_phase_exactly() {
+    let d = built("marks");
+    let o = igprof(&d, &["-mp", "--marks", "-o", "prof.gz", "./mark_phases"]);
+    ok(&o);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "start\nmark 1\ndone\n");
+    let p = load(&d.join("prof.gz"));
+    let since = sites(&p, "MEM_LIVE_SINCE_MARK");
+    let s = site(&since, "phase_two");
+    assert_eq!(
+        (s.calls, s.bytes),
+        (50, 100_000),
+        "phase_two since the mark"
+    );
+    let all: (u64, u64) = since
+        .values()
+        .fold((0, 0), |a, s| (a.0 + s.calls, a.1 + s.bytes));
+    assert_eq!(all, (50, 100_000), "nothing else since the mark: {since:?}");
+    // MEM_LIVE still holds both phases' leaks.
+    let live = sites(&p, "MEM_LIVE");
+    assert_eq!(
+        (
+            site(&live, "phase_one").calls,
+            site(&live, "phase_one").bytes
+        ),
+        (100, 100_000)
+    );
+    assert_eq!(site(&live, "phase_two").bytes, 100_000);
+    // Unprofiled, or profiled without --marks, the mark says it is not taken.
+    let o = igprof(&d, &["-mp", "-o", "plain.gz", "./mark_phases"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "start\nmark -1\ndone\n");
+    assert!(total(&load(&d.join("plain.gz")), "MEM_LIVE_SINCE_MARK") == 0);
+}
+
+#[test]
+fn a_periodic_mark_separates_the_leaks_around_it() {
+    let d = built("mark-every");
+    // Marks at 1 s, 2 s, ...: early_leak is before the first, late_leak
+    // after it (1.5 s), and the program ends before the second.
+    let o = igprof(
+        &d,
+        &[
+            "-mp",
+            "--mark-every",
+            "1s",
+            "-o",
+            "prof.gz",
+            "./mark_phases",
+            "every",
+        ],
+    );
+    ok(&o);
+    let p = load(&d.join("prof.gz"));
+    let since = sites(&p, "MEM_LIVE_SINCE_MARK");
+    let late = site(&since, "late_leak");
+    assert_eq!((late.calls, late.bytes), (20, 80_000), "{since:?}");
+    assert_eq!(site(&since, "early_leak").calls, 0, "{since:?}");
+}
+
+#[test]
+fn marks_without_an_exact_memory_profile_are_refused() {
+    let d = scratch("marks-refused");
+    for (args, says) in [
+        (&["--marks", "true"][..], "add -mp"),
+        (&["-pp", "--mark-every", "2s", "true"][..], "add -mp"),
+        (
+            &["-mp", "--marks", "--sample-bytes", "4096", "true"][..],
+            "drop --sample-bytes",
+        ),
+        (&["-mp", "--mark-every", "10ms", "true"][..], "--mark-every"),
+    ] {
+        let o = igprof(&d, args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(127), "{args:?}: {err}");
+        assert!(
+            err.contains(says) && err.lines().count() == 1,
+            "{args:?}: {err}"
+        );
+    }
+}
