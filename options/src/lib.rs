@@ -250,7 +250,7 @@ pub static TABLE: &[Opt] = &[
         arg: "",
         value: Value::Flag,
         expected: "",
-        help: &["MMAP_TOTAL, MMAP_LIVE (anonymous mmap/munmap/mremap)"],
+        help: &["anonymous mappings: MMAP_TOTAL, MMAP_LIVE"],
         section: Section::IgProf,
         module: "mmap",
     },
