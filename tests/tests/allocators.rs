@@ -154,6 +154,13 @@ fn rust_global_allocators_are_exact_and_agree() {
         let (_, _, s) = profile(&d, &exe, &["-mp", "--sample-bytes", "1"]);
         check_sites(&format!("{what} --sample-bytes 1"), &truth, &s);
         assert_no_profiler_frames(&p, what);
+        // -pf -mp: the faults that fill the 4 MiB buffer in are charged
+        // to the stack that allocated it, whichever allocator mapped it.
+        let (_, _, f) = profile(&d, &exe, &["-pf", "-mp"]);
+        assert!(
+            under(&f, "MEM_FAULTS", "site_big").0 > 0,
+            "{what}: no MEM_FAULTS under site_big"
+        );
         match &first {
             None => first = Some(truth),
             Some(f) => assert_eq!(f, &truth, "{what}: the same sites as the system allocator"),

@@ -113,6 +113,22 @@ pub fn site_aligned(leak: bool) -> Site {
     Site { name: "site_aligned", calls: 200, bytes: 12_800, live_blocks: live, live_bytes: live * 64 }
 }
 
+/// One 4 MiB buffer filled with ones (its pages faulted in by the fill:
+/// `-pf -mp` charges those faults to this site), then freed; in the first
+/// repetition only (the benchmarks' rounds measure the allocator, not a
+/// fill).
+#[no_mangle]
+#[inline(never)]
+pub fn site_big(first: bool) -> Site {
+    if !first {
+        return Site { name: "site_big", calls: 0, bytes: 0, live_blocks: 0, live_bytes: 0 };
+    }
+    let v = black_box(vec![1u8; 4 << 20]);
+    assert_eq!(v[(4 << 20) - 1], 1);
+    drop(v);
+    Site { name: "site_big", calls: 1, bytes: 4 << 20, live_blocks: 0, live_bytes: 0 }
+}
+
 /// Runs every site `reps` times (the first argument, default 1; the
 /// benchmarks run more), leaking in the first only, and prints each
 /// site's sums.
@@ -127,6 +143,7 @@ fn main() {
             site_strings(leak),
             site_zeroed(leak),
             site_aligned(leak),
+            site_big(leak),
         ];
         for s in sites {
             match sums.iter_mut().find(|t| t.name == s.name) {
