@@ -29,6 +29,7 @@ use crate::refusal::Refusal;
 /// when no program is named.
 const HEAD: &str = "\
 igprof [options] [--] program [args...]
+igprof --mark PID [--mark-signal N]   (a process run with -mp --marks)
 
 IgProf's options (as IgProf spells them):
 ";

@@ -15,7 +15,7 @@
 //! process's pid, which the exec keeps) and `LD_PRELOAD` (a sanitizer
 //! runtime the program needs first: [`sanitizers`]), and with `--jit` the
 //! variables that make node and Python write perf maps ([`jit`]); then
-//! [`exec`]. Each
+//! [`exec`]. `igprof --mark PID` is a command of its own ([`mark`]). Each
 //! reason to refuse, and its line, is a [`refusal::Refusal`].
 //!
 //! What it must never do: start another process before the exec (its own
@@ -37,6 +37,7 @@ mod exec;
 mod glibc;
 mod grammar;
 mod jit;
+mod mark;
 mod output;
 mod path;
 mod qemu;
@@ -71,6 +72,9 @@ pub extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) ->
 #[cfg_attr(test, allow(dead_code))]
 fn run() -> libc::c_int {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    if args.first().is_some_and(|a| a == "--mark") {
+        return mark::run(&args[1..]);
+    }
     let mut pwd_cache: Option<Vec<u8>> = None;
     let mut pwd = || pwd_cache.get_or_insert_with(bash_pwd).clone();
     let (igprof, program) = match grammar::parse(&args, &mut pwd) {

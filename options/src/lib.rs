@@ -42,6 +42,7 @@ pub enum Id {
     Jit,
     Marks,
     MarkEvery,
+    MarkSignal,
     Energy,
     EmptyEp,
     EmptyEi,
@@ -143,6 +144,14 @@ pub struct Opt {
     pub section: Section,
     pub module: Module,
 }
+
+/// The signal `igprof --mark PID` sends by default (SIGRTMIN+9; the dump
+/// signal is SIGRTMIN+8).
+pub const DEFAULT_MARK_SIGNAL: i32 = 43;
+/// The value `igprof --mark` sends with its signal (sigqueue): a process
+/// answers only a mark that carries it, so a plain `kill` gets no signal
+/// back.
+pub const MARK_MAGIC: i32 = 0x1670_f001;
 
 /// Longest path the library stores (without its NUL).
 pub const PATH_MAX: usize = 4095;
@@ -673,6 +682,23 @@ pub static TABLE: &[Opt] = &[
         section: Section::Own,
         module: "mem",
     },
+    Opt {
+        id: Id::MarkSignal,
+        names: &["--mark-signal"],
+        arg: "N",
+        value: Value::Number {
+            min: 1,
+            max: 64,
+            except: SIGNAL_EXCEPT,
+        },
+        expected: "a signal number 1..64 other than SIGKILL, SIGSTOP, SIGPROF",
+        help: &[
+            "with --marks: the signal igprof --mark PID sends",
+            "(default 43 = SIGRTMIN+9)",
+        ],
+        section: Section::Own,
+        module: "mem",
+    },
 ];
 
 impl Opt {
@@ -875,11 +901,11 @@ impl Checker {
     pub fn finish(&self) -> Result<(), Error<'static>> {
         let any = |ids: &[Id]| ids.iter().any(|&i| self.seen(i));
         let clocks = [Id::PerfCpu, Id::PerfUser, Id::PerfReal];
-        let marks = any(&[Id::Marks, Id::MarkEvery]);
+        let marks = any(&[Id::Marks, Id::MarkEvery, Id::MarkSignal]);
         let rules: [(bool, &'static str); 7] = [
             (
                 marks && !self.seen(Id::Mem),
-                "--marks and --mark-every mark the memory profiler's epochs: add -mp",
+                "--marks, --mark-every and --mark-signal mark the memory profiler's epochs: add -mp",
             ),
             (
                 marks && self.seen(Id::SampleBytes),

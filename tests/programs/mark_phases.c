@@ -3,7 +3,9 @@
  * 1,000 bytes, phase_two 50 of 2,000, phase_three none; each also
  * allocates and frees. With `every` as argument it makes no mark itself:
  * it leaks in early_leak, sleeps 1.5 s (a `--mark-every 1s` mark falls in
- * between) and leaks in late_leak. Prints the marks' numbers. */
+ * between) and leaks in late_leak. With `wait` it makes no mark itself
+ * either: after phase_one it says so and waits for a line on stdin (the
+ * test runs `igprof --mark PID` meanwhile). Prints the marks' numbers. */
 #include <igprof.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,7 +69,15 @@ int main(int argc, char **argv)
         return 0;
     }
     phase_one();
-    printf("mark %d\n", igprof_mark());
+    if (argc > 1 && strcmp(argv[1], "wait") == 0) {
+        char line[64];
+        printf("phase one done\n");
+        fflush(stdout);
+        if (!fgets(line, sizeof line, stdin))
+            return 2;
+    } else {
+        printf("mark %d\n", igprof_mark());
+    }
     phase_two();
     phase_three();
     printf("done\n");

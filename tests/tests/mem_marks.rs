@@ -98,3 +98,62 @@ fn marks_without_an_exact_memory_profile_are_refused() {
         );
     }
 }
+
+/// `igprof --mark PID` marks a running process and returns once the mark
+/// is in effect (it prints the epoch the process answered with); a
+/// process not profiled with marks is not signalled (its signal would end
+/// it), and is still running after the refusal.
+#[test]
+fn igprof_mark_pid_marks_a_running_process() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+    let d = built("mark-pid");
+    let mut child = igprof_command(
+        &d,
+        &["-mp", "--marks", "-o", "prof.gz", "./mark_phases", "wait"],
+    )
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let pid = child.id().to_string();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "start\n");
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "phase one done\n");
+    let o = igprof(&d, &["--mark", &pid]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        format!("igprof: mark 1 in effect in process {pid}\n")
+    );
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    assert!(child.wait().unwrap().success());
+    let p = load(&d.join("prof.gz"));
+    let since = sites(&p, "MEM_LIVE_SINCE_MARK");
+    let s = site(&since, "phase_two");
+    assert_eq!((s.calls, s.bytes), (50, 100_000), "{since:?}");
+    assert_eq!(site(&since, "phase_one").calls, 0);
+
+    // A process without marks: refused, not signalled.
+    let mut plain = Command::new("sleep").arg("30").spawn().unwrap();
+    let o = igprof(&d, &["--mark", &plain.id().to_string()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("is not profiled with -mp --marks"), "{err}");
+    assert!(
+        plain.try_wait().unwrap().is_none(),
+        "the unprofiled process still runs"
+    );
+    plain.kill().unwrap();
+    plain.wait().unwrap();
+    let o = igprof(&d, &["--mark", "999999999"]);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("no process 999999999"),
+        "{o:?}"
+    );
+}

@@ -152,6 +152,8 @@ pub struct Options {
     pub marks: bool,
     /// `--mark-every TIME`: a mark every TIME (0: none).
     pub mark_every_ns: u64,
+    /// `--mark-signal N`: the signal of `igprof --mark PID`.
+    pub mark_signal: i32,
     /// `--sample-bytes`: mean bytes between two recorded allocations of
     /// -mp (0: every allocation is recorded).
     pub sample_bytes: u64,
@@ -203,6 +205,7 @@ impl Options {
             dump_every_ns: 0,
             marks: false,
             mark_every_ns: 0,
+            mark_signal: table::DEFAULT_MARK_SIGNAL,
             sample_bytes: 0,
             sample_seed: None,
             start_disabled: false,
@@ -475,6 +478,10 @@ pub fn parse(s: &[u8]) -> Result<Options, OptionError<'_>> {
             Id::MarkEvery => {
                 o.marks = true;
                 o.mark_every_ns = n;
+            }
+            Id::MarkSignal => {
+                o.marks = true;
+                o.mark_signal = n as i32;
             }
             Id::Mmap => o.mmap = true,
             // Several accumulate (resolved by the module at start-up and

@@ -48,6 +48,7 @@ fn watched(sig: i32) -> bool {
         && sig != crate::sampler::signal()
         && sig != crate::base::options::get().dump_signal
         && sig != crate::base::options::get().toggle_signal
+        && !(crate::base::options::get().marks && sig == crate::base::options::get().mark_signal)
 }
 
 fn ours(sig: i32) -> bool {

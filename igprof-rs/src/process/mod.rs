@@ -147,6 +147,45 @@ fn install_toggle_signal(sig: i32) {
     }
 }
 
+extern "C" fn mark_signal_handler(sig: i32, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    let _e = crate::sys::ErrnoGuard::save();
+    let Some(epoch) = run::mark() else { return };
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+    let (code, pid, value) = unsafe {
+        let i = &*info;
+        (
+            i.si_code,
+            i.si_pid(),
+            i.si_value().sival_ptr as usize as i32,
+        )
+    };
+    // `igprof --mark PID` sent it with sigqueue and waits for the answer:
+    // the same signal, carrying the new epoch. A plain kill gets none.
+    if code == libc::SI_QUEUE && value == igprof_options::MARK_MAGIC && pid > 0 {
+        let v = libc::sigval {
+            sival_ptr: epoch as usize as *mut libc::c_void,
+        };
+        // SAFETY: sigqueue is async-signal-safe; pid is the sender's.
+        unsafe { libc::sigqueue(pid, sig, v) };
+    }
+}
+
+/// `--marks`: the mark signal (`--mark-signal`, default 43) starts a new
+/// epoch, and answers `igprof --mark PID`.
+fn install_mark_signal(o: &options::Options) {
+    if !o.marks {
+        return;
+    }
+    let sig = o.mark_signal;
+    // SAFETY: zeroed sigaction then fields set; the handler is signal-safe.
+    let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
+    sa.sa_sigaction = mark_signal_handler as *const () as usize;
+    sa.sa_flags = libc::SA_RESTART | libc::SA_SIGINFO;
+    if let Err(e) = crate::hook::real_sigaction(sig, &sa, core::ptr::null_mut()) {
+        crate::igprof_log!("--marks: cannot handle signal {sig} (errno {e}): igprof --mark cannot reach this process");
+    }
+}
+
 /// `igprof_enable()` / `igprof_disable()`: turns recording on or off;
 /// returns 1 if it was on, 0 if it was off, -1 if the process is not
 /// profiled.
@@ -333,6 +372,7 @@ pub fn init(modules: &'static [&'static Module]) {
     };
     crate::process::watcher::install_dump_signal();
     install_toggle_signal(o.toggle_signal);
+    install_mark_signal(&o);
     crate::base::run::set_recording(!o.start_disabled);
     let o = options::get();
     crate::base::solo::begin(
