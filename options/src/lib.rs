@@ -43,6 +43,7 @@ pub enum Id {
     Marks,
     MarkEvery,
     MarkSignal,
+    SnapshotAbove,
     Energy,
     EmptyEp,
     EmptyEi,
@@ -698,6 +699,24 @@ pub static TABLE: &[Opt] = &[
         ],
         section: Section::Own,
         module: "mem",
+    },
+    Opt {
+        id: Id::SnapshotAbove,
+        names: &["--snapshot-above"],
+        arg: "SIZE",
+        value: Value::Bytes {
+            min: 1 << 20,
+            max: 1 << 50,
+        },
+        expected: "a size of at least 1M, e.g. 512M or 2G (K = 1024)",
+        help: &[
+            "write a snapshot each time the process's RSS",
+            "rises above SIZE (512M, 2G): the evidence",
+            "before an OOM kill where no cgroup limit is",
+            "set (one is watched by itself)",
+        ],
+        section: Section::Own,
+        module: "process",
     },
 ];
 

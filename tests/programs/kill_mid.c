@@ -15,6 +15,8 @@
  *   grow      runs for 0.3 s (a service at work), then allocates and touches
  *             1 MiB blocks at grow_alloc without end, printing how many
  *             after each (the OOM killer ends it in a memory cgroup);
+ *   growto    allocates and touches N blocks of 1 MiB at grow_alloc, says
+ *             "grown N", then waits (30 s at most) to be ended;
  *   none      returns from main (the ordinary end, for comparison).
  * Its output and status are what the tests compare with the unprofiled run. */
 #include <signal.h>
@@ -72,6 +74,15 @@ int main(int argc, char **argv) {
             printf("%ld\n", i);
             fflush(stdout);
         }
+    }
+    if (!strcmp(argv[1], "growto")) {
+        for (long i = 0; i < n; i++)
+            if (!grow_alloc(1 << 20)) return 3;
+        printf("grown %ld\n", n);
+        fflush(stdout);
+        struct timespec ts = {30, 0};
+        nanosleep(&ts, 0);
+        return 0;
     }
     if (!strcmp(argv[1], "children")) {
         errno = 0;

@@ -304,3 +304,56 @@ fn failed_execs_leave_one_keeper_each_and_none_behind() {
         .collect();
     assert!(names.is_empty(), "{names:?}");
 }
+
+/// `--snapshot-above SIZE` where no cgroup limit is set: a process whose
+/// RSS rises above SIZE gets one snapshot (one line says so), with the
+/// growing site on top, while it still runs.
+#[test]
+fn a_snapshot_is_written_when_the_rss_rises_above_the_threshold() {
+    let d = setup("ends_snapshot_above");
+    let err_path = d.join("stderr.txt");
+    let mut child = igprof_command(
+        &d,
+        &[
+            "-mp",
+            "--snapshot-above",
+            "64M",
+            "-o",
+            "prof.gz",
+            "./kill_mid",
+            "growto",
+            "100",
+        ],
+    )
+    .stdout(std::process::Stdio::null())
+    .stderr(std::fs::File::create(&err_path).unwrap())
+    .spawn()
+    .unwrap();
+    let line = "above --snapshot-above 64.0 MiB: wrote a snapshot";
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let err = loop {
+        let err = std::fs::read_to_string(&err_path).unwrap_or_default();
+        if err.contains(line) || std::time::Instant::now() > deadline {
+            break err;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    // The snapshot, read while the process waits after its growth.
+    let snapshot = read_text(&d.join("prof.gz"));
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(err.matches(line).count(), 1, "{err}");
+    let prof = parse_strict(&snapshot).unwrap();
+    let (blocks, bytes) = under(&prof, "MEM_LIVE", "grow_alloc");
+    // Taken as the RSS passed 64 MiB (the watch looks every 50 ms): at
+    // least 48 of the 100 blocks, and the growing site on top.
+    assert!(
+        (48..=100).contains(&blocks),
+        "{blocks} blocks of 1 MiB in the snapshot"
+    );
+    assert_eq!(bytes, blocks << 20);
+    assert!(
+        bytes * 10 >= total_value(&prof, "MEM_LIVE") * 9,
+        "grow_alloc on top"
+    );
+}

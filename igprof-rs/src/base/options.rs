@@ -154,6 +154,8 @@ pub struct Options {
     pub mark_every_ns: u64,
     /// `--mark-signal N`: the signal of `igprof --mark PID`.
     pub mark_signal: i32,
+    /// `--snapshot-above SIZE`: RSS at which a snapshot is written (0: none).
+    pub snapshot_above: u64,
     /// `--sample-bytes`: mean bytes between two recorded allocations of
     /// -mp (0: every allocation is recorded).
     pub sample_bytes: u64,
@@ -206,6 +208,7 @@ impl Options {
             marks: false,
             mark_every_ns: 0,
             mark_signal: table::DEFAULT_MARK_SIGNAL,
+            snapshot_above: 0,
             sample_bytes: 0,
             sample_seed: None,
             start_disabled: false,
@@ -479,6 +482,7 @@ pub fn parse(s: &[u8]) -> Result<Options, OptionError<'_>> {
                 o.marks = true;
                 o.mark_every_ns = n;
             }
+            Id::SnapshotAbove => o.snapshot_above = n,
             Id::MarkSignal => {
                 o.marks = true;
                 o.mark_signal = n as i32;

@@ -421,7 +421,14 @@ fn start_keeper() {
             "keeper: pid {pid} writes the profile if this process dies without writing it (started in {} us)",
             (sys::monotonic_ns() - t0) / 1000
         ),
-        Err(why) => crate::igprof_debug!("keeper: none ({why}); a process killed by SIGKILL leaves no profile"),
+        Err(why) => {
+            crate::igprof_debug!("keeper: none ({why}); a process killed by SIGKILL leaves no profile");
+            if options::get().snapshot_above != 0 {
+                crate::igprof_log!(
+                    "--snapshot-above: no snapshot will be written: the keeper that watches the RSS cannot run here ({why})"
+                );
+            }
+        }
     }
 }
 

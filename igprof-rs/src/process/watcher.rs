@@ -77,6 +77,14 @@ fn write_snapshot() {
     let path = crate::process::output_path();
     let near = NEAR_USAGE.swap(0, Ordering::AcqRel);
     match output::dump_to(&path) {
+        Ok(_) if near != 0 && crate::process::keeper::watching_rss() => {
+            let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+            crate::igprof_log!(
+                "RSS at {:.1} MiB, above --snapshot-above {:.1} MiB: wrote a snapshot to {path}",
+                mib(near),
+                mib(NEAR_LIMIT.load(Ordering::Relaxed))
+            );
+        }
         Ok(_) if near != 0 => {
             let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
             crate::igprof_log!(

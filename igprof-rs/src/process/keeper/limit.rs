@@ -4,7 +4,9 @@
 //! [`WATCH`] and at the kernel's threshold eventfd (cgroup v1), and by the
 //! program's memory hooks as its heap grows: a snapshot is asked for at
 //! each of [`SNAPSHOT_PER_MILLE`] of the limit, the evidence that remains
-//! when the OOM killer strikes.
+//! when the OOM killer strikes. With `--snapshot-above SIZE` the watch is
+//! of the process's RSS instead (`/proc/PID/statm`, by the keeper every
+//! [`WATCH`]): one snapshot each time it rises above SIZE.
 //!
 //! Must never: allocate, touch TLS or errno, or call into libc (it runs in
 //! the keeper while the program lives, and in the program's hooks).
@@ -16,6 +18,9 @@ use super::raw::{self, raw_close, raw_open, read_file};
 /// The memory limit watched (0: none). Set by the keeper once it found
 /// it, after the paths below: a reader that sees it sees them.
 pub(super) static LIMIT: AtomicU64 = AtomicU64::new(0);
+/// Whether [`LIMIT`] is `--snapshot-above`'s RSS threshold (the usage is
+/// the program's RSS) rather than a cgroup's limit.
+static RSS: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 /// How often the keeper reads the usage while a limit is watched.
 const WATCH_NS: u64 = 50_000_000;
 /// [`WATCH_NS`] for ppoll.
@@ -84,8 +89,19 @@ static CONTROL_PATH: PathCell = PathCell::new();
 /// The keeper, at its start: finds the limit of the process's memory
 /// cgroup (base/cgroup.rs, raw reads into its stack) and, where there is
 /// one, publishes it for the watch. The program pays nothing for it.
-pub(super) fn find_memory_limit() {
+pub(super) fn find_memory_limit(program: i32) {
     use crate::base::cgroup;
+    let above = crate::base::options::get().snapshot_above;
+    if above != 0 {
+        // /proc/PID/statm, PID in decimal.
+        let mut pid = [0u8; 20];
+        let n = write_decimal(&mut pid, program as u64);
+        if USAGE_PATH.set(&[b"/proc/", &pid[..n], b"/statm"]) {
+            RSS.store(true, Ordering::Relaxed);
+            LIMIT.store(above, Ordering::Release);
+        }
+        return;
+    }
     let mut text = [0u8; 2048];
     let Some(n) = read_file(b"/proc/self/cgroup\0", &mut text) else {
         return;
@@ -193,8 +209,15 @@ fn read_usage() -> Option<u64> {
     }
     // SAFETY: LIMIT is set, so USAGE_PATH is written and NUL-terminated.
     let path = unsafe { &*USAGE_PATH.0.get() };
-    let mut buf = [0u8; 32];
+    let mut buf = [0u8; 64];
     let n = read_file(path, &mut buf)?;
+    if RSS.load(Ordering::Relaxed) {
+        // statm: size resident ... in pages.
+        let text = &buf[..n];
+        let second = text.iter().position(|b| *b == b' ')? + 1;
+        let pages = crate::base::cgroup::leading_number(&text[second..])?;
+        return Some(pages * 4096);
+    }
     crate::base::cgroup::leading_number(&buf[..n])
 }
 
@@ -209,6 +232,15 @@ pub(super) static CROSSED: AtomicU32 = AtomicU32::new(0);
 pub fn check_near_limit() {
     let limit = LIMIT.load(Ordering::Acquire);
     let Some(usage) = read_usage() else { return };
+    if RSS.load(Ordering::Relaxed) {
+        // One snapshot per rise above the threshold.
+        if usage < limit / 1000 * REARM_PER_MILLE {
+            CROSSED.store(0, Ordering::Release);
+        } else if usage >= limit && CROSSED.swap(1, Ordering::AcqRel) == 0 {
+            ask_snapshot(usage, limit);
+        }
+        return;
+    }
     let reached = SNAPSHOT_PER_MILLE
         .iter()
         .filter(|&&m| usage >= limit / 1000 * m)
@@ -216,12 +248,22 @@ pub fn check_near_limit() {
     if usage < limit / 1000 * REARM_PER_MILLE {
         CROSSED.store(0, Ordering::Release);
     } else if reached > CROSSED.fetch_max(reached, Ordering::AcqRel) {
-        let f = SNAPSHOT.load(Ordering::Acquire);
-        if f != 0 {
-            // SAFETY: only Calls::snapshot_near_limit is stored in SNAPSHOT.
-            let f = unsafe { core::mem::transmute::<usize, fn(u64, u64, fn(&AtomicU32))>(f) };
-            f(usage, limit, futex_wake_raw);
-        }
+        ask_snapshot(usage, limit);
+    }
+}
+
+/// Whether the watch is of the RSS (`--snapshot-above`), not a cgroup.
+pub fn watching_rss() -> bool {
+    RSS.load(Ordering::Relaxed)
+}
+
+/// Asks the program for a snapshot at `usage` of `limit`.
+fn ask_snapshot(usage: u64, limit: u64) {
+    let f = SNAPSHOT.load(Ordering::Acquire);
+    if f != 0 {
+        // SAFETY: only Calls::snapshot_near_limit is stored in SNAPSHOT.
+        let f = unsafe { core::mem::transmute::<usize, fn(u64, u64, fn(&AtomicU32))>(f) };
+        f(usage, limit, futex_wake_raw);
     }
 }
 

@@ -43,6 +43,8 @@ use crate::sys;
 mod limit;
 mod raw;
 
+pub use limit::watching_rss;
+
 use limit::{
     check_near_limit, find_memory_limit, threshold_eventfd, CROSSED, LIMIT, SNAPSHOT,
     SNAPSHOT_PER_MILLE, WATCH,
@@ -313,7 +315,7 @@ extern "C" fn keep(arg: *mut libc::c_void) -> libc::c_int {
             ],
         )
     } as i32;
-    find_memory_limit();
+    find_memory_limit(PROGRAM.load(Ordering::Acquire));
     let limit = LIMIT.load(Ordering::Acquire);
     let watch = WATCH;
     let efd = if limit != 0 {
