@@ -372,6 +372,29 @@ fn considered(s: &libc::Elf64_Sym, hashed: bool, strsz: usize) -> bool {
 /// profiled process's start-up). None when the
 /// object has no GNU hash table or no such symbol `dladdr` would consider.
 pub fn dynsym_named(img: &Image, name: &[u8], addr: usize) -> Option<DynEntry> {
+    let s = hashed_symbol(img, name, |s| {
+        img.bias.wrapping_add(s.st_value as usize) == addr
+    })?;
+    Some(DynEntry {
+        start: addr,
+        size: s.st_size,
+        defined: s.st_shndx != SHN_UNDEF,
+    })
+}
+
+/// Whether the object defines (and exports) a dynamic symbol `name`, found
+/// through its GNU hash table (false without one).
+pub fn dynsym_defines(img: &Image, name: &[u8]) -> bool {
+    hashed_symbol(img, name, |s| s.st_shndx != SHN_UNDEF).is_some()
+}
+
+/// The dynamic symbol named `name` that `accept` takes, through the GNU
+/// hash table.
+fn hashed_symbol(
+    img: &Image,
+    name: &[u8],
+    accept: impl Fn(&libc::Elf64_Sym) -> bool,
+) -> Option<libc::Elf64_Sym> {
     let t = DynTables::of(img)?;
     if t.gnu_hash == 0 {
         return None;
@@ -389,15 +412,11 @@ pub fn dynsym_named(img: &Image, name: &[u8], addr: usize) -> Option<DynEntry> {
         if ch | 1 == h | 1 {
             let s: libc::Elf64_Sym = img.read(t.symtab + ndx as usize * SYM_SIZE)?;
             if considered(&s, true, t.strsz)
-                && img.bias.wrapping_add(s.st_value as usize) == addr
+                && accept(&s)
                 && img.cstr(t.strtab + s.st_name as usize, t.strsz - s.st_name as usize)
                     == Some(name)
             {
-                return Some(DynEntry {
-                    start: addr,
-                    size: s.st_size,
-                    defined: s.st_shndx != SHN_UNDEF,
-                });
+                return Some(s);
             }
         }
         if ch & 1 != 0 {

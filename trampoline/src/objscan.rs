@@ -31,6 +31,8 @@ pub struct Scan {
 /// Which symbol tables a scan reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tables {
+    /// None: only what the headers say (`.symtab` present, built by rustc).
+    Headers,
     /// `.dynsym` only: what the object exports (small beside `.symtab` in
     /// an unstripped library, and enough when what is wanted is exported).
     Dynamic,
@@ -61,6 +63,9 @@ pub fn scan_object(
                 .is_some_and(|d| d.windows(5).any(|w| w == b"rustc")),
         ..Scan::default()
     };
+    if tables == Tables::Headers {
+        return Some(scan);
+    }
     let local = (tables == Tables::All).then(|| file.symbols());
     for s in local.into_iter().flatten().chain(file.dynamic_symbols()) {
         if s.kind() != object::SymbolKind::Text || !s.is_definition() {
@@ -77,6 +82,46 @@ pub fn scan_object(
         });
     }
     Some(scan)
+}
+
+/// Whether the loaded object at `base` (the load address of its lowest
+/// segment, as [`crate::loaded_objects`] gives it) exports any of `names`,
+/// asked of its GNU hash table as loaded, without reading its symbol
+/// table (a program built with `-rdynamic` exports tens of thousands of
+/// names) and without the dynamic loader (a `dlopen` by path allocates in
+/// the loader, which LeakSanitizer reports).
+pub fn exports_any(base: u64, names: &[&str]) -> bool {
+    struct Ask<'a> {
+        base: u64,
+        names: &'a [&'a str],
+        found: bool,
+    }
+    unsafe extern "C" fn cb(
+        info: *mut libc::dl_phdr_info,
+        _: usize,
+        data: *mut libc::c_void,
+    ) -> i32 {
+        // SAFETY: dl_iterate_phdr passes a valid info; data is our Ask.
+        let (info, ask) = unsafe { (&*info, &mut *(data as *mut Ask)) };
+        if crate::symbols::object_base(info) != ask.base {
+            return 0;
+        }
+        // SAFETY: a loaded object, read only inside this callback.
+        let img = unsafe { crate::image::Image::of(info) };
+        ask.found = ask
+            .names
+            .iter()
+            .any(|n| crate::image::dynsym_defines(&img, n.as_bytes()));
+        1
+    }
+    let mut ask = Ask {
+        base,
+        names,
+        found: false,
+    };
+    // SAFETY: the callback only reads the object and writes `ask`.
+    unsafe { libc::dl_iterate_phdr(Some(cb), &mut ask as *mut Ask as *mut libc::c_void) };
+    ask.found
 }
 
 /// A file mapped read-only for the length of a scan.

@@ -492,25 +492,29 @@ pub fn loaded_objects() -> Vec<(String, u64)> {
                 .to_string_lossy()
                 .into_owned()
         };
-        // dlpi_addr is the bias; report the load address of the lowest PT_LOAD.
-        let mut min_vaddr = u64::MAX;
-        for i in 0..info.dlpi_phnum as usize {
-            // SAFETY: dlpi_phdr points to dlpi_phnum program headers.
-            let ph = unsafe { &*info.dlpi_phdr.add(i) };
-            if ph.p_type == libc::PT_LOAD {
-                min_vaddr = min_vaddr.min(ph.p_vaddr);
-            }
-        }
-        let base = if min_vaddr == u64::MAX {
-            info.dlpi_addr
-        } else {
-            info.dlpi_addr + (min_vaddr & !0xfff)
-        };
-        out.push((name, base));
+        out.push((name, object_base(info)));
         0
     }
     let mut out: Vec<(String, u64)> = Vec::new();
     // SAFETY: the callback only writes into `out`, which outlives the call.
     unsafe { libc::dl_iterate_phdr(Some(cb), &mut out as *mut _ as *mut c_void) };
     out
+}
+
+/// The load address of an object's lowest `PT_LOAD` segment (`dlpi_addr`
+/// is its bias): what [`loaded_objects`] calls its base.
+pub(crate) fn object_base(info: &libc::dl_phdr_info) -> u64 {
+    let mut min_vaddr = u64::MAX;
+    for i in 0..info.dlpi_phnum as usize {
+        // SAFETY: dlpi_phdr points to dlpi_phnum program headers.
+        let ph = unsafe { &*info.dlpi_phdr.add(i) };
+        if ph.p_type == libc::PT_LOAD {
+            min_vaddr = min_vaddr.min(ph.p_vaddr);
+        }
+    }
+    if min_vaddr == u64::MAX {
+        info.dlpi_addr
+    } else {
+        info.dlpi_addr + (min_vaddr & !0xfff)
+    }
 }

@@ -313,6 +313,20 @@ fn complete(family: Family, functions: &[trampoline::Symbol]) -> bool {
     alloc && release
 }
 
+/// Names one of which an object that exports an allocator family exports
+/// (its release functions, which every build keeps).
+const MARKERS: &[&str] = &[
+    "mi_free",
+    "tc_free",
+    "dallocx",
+    "sdallocx",
+    "je_dallocx",
+    "je_sdallocx",
+    "_rjem_dallocx",
+    "_rjem_sdallocx",
+    "__rust_dealloc",
+];
+
 /// Cheap first test of a symbol name during a scan: most names of a large
 /// object (Python's thousands of `_Py*`) fail on their first bytes, before
 /// any table is searched.
@@ -549,23 +563,34 @@ fn scan_one(s: &mut Scanned, path: &str, base: u64) {
     } else {
         path
     };
-    use trampoline::objscan::{scan_object, Tables};
+    use trampoline::objscan::{exports_any, scan_object, Tables};
     let wanted = |n: &str| n == "malloc" || may_be_entry(n);
-    // What the object exports first: a family found there (a Rust
-    // library's shims, libjemalloc's mallocx) spares reading a large
-    // .symtab. The .symtab is read only where a hidden allocator is
-    // likely: the program itself, Rust code (its shims are local in an
-    // executable), an object that defines malloc; not a large C++ library
-    // without symbols stripped (libLLVM's: tens of milliseconds).
-    let Some(mut scan) = scan_object(file, base, Tables::Dynamic, &wanted) else {
+    // The headers first (is there a .symtab, is it Rust); the exported
+    // symbols are read only when the loader's hash tables say the object
+    // exports one of the families' markers, or it is Rust code (whose
+    // shims' names carry a crate hash): a program built with -rdynamic
+    // (cc1) exports tens of thousands of names. The .symtab is read only
+    // where no family is exported and a hidden allocator is likely: the
+    // program itself, Rust code, an object that defines malloc; not a
+    // large C++ library with its symbols (libLLVM).
+    let Some(headers) = scan_object(file, base, Tables::Headers, &wanted) else {
         return;
+    };
+    let allocator = exports_any(base, &["malloc"]);
+    let mut scan = if headers.rust || exports_any(base, MARKERS) {
+        match scan_object(file, base, Tables::Dynamic, &wanted) {
+            Some(s) => s,
+            None => return,
+        }
+    } else {
+        headers
     };
     let exported = scan
         .functions
         .iter()
         .filter_map(|f| shape_of(&f.name))
         .any(|(family, _)| complete(family, &scan.functions));
-    let likely = path.is_empty() || scan.rust || scan.functions.iter().any(|f| f.name == "malloc");
+    let likely = path.is_empty() || scan.rust || allocator;
     if !exported && likely && scan.symtab {
         match scan_object(file, base, Tables::All, &wanted) {
             Some(all) => scan = all,
@@ -585,7 +610,6 @@ fn scan_one(s: &mut Scanned, path: &str, base: u64) {
     if scan.symtab || families > 0 {
         return;
     }
-    let allocator = scan.functions.iter().any(|f| f.name == "malloc");
     if scan.rust || allocator {
         let name = if path.is_empty() {
             std::fs::read_link(file)
