@@ -2,8 +2,8 @@
  * (igprof_mark() from include/igprof.h): phase_one leaks 100 blocks of
  * 1,000 bytes, phase_two 50 of 2,000, phase_three none; each also
  * allocates and frees. With `every` as argument it makes no mark itself:
- * it leaks in early_leak, sleeps 1.5 s (a `--mark-every 1s` mark falls in
- * between) and leaks in late_leak. With `wait` it makes no mark itself
+ * it leaks in early_leak, sleeps 3 s (a `--mark-every 2s` mark falls in
+ * between, a second before and after it) and leaks in late_leak. With `wait` it makes no mark itself
  * either: after phase_one it says so and waits for a line on stdin (the
  * test runs `igprof --mark PID` meanwhile). Prints the marks' numbers. */
 #include <igprof.h>
@@ -62,7 +62,7 @@ int main(int argc, char **argv)
     fflush(stdout);
     if (argc > 1 && strcmp(argv[1], "every") == 0) {
         early_leak();
-        struct timespec ts = {1, 500000000};
+        struct timespec ts = {3, 0};
         nanosleep(&ts, 0);
         late_leak();
         printf("done\n");
