@@ -127,9 +127,12 @@ pub fn install_dump_signal() {
     }
 }
 
-/// Whether `-D` or `--dump-every` need a thread from start-up.
+/// Whether `-D`, `--dump-every`, `--mark-every` or `--snapshot-above`
+/// need a thread from start-up. (`--snapshot-above`: the keeper's request
+/// must be served even when the program makes no call the profiler sees
+/// after its memory grew, such as a service that sleeps.)
 pub fn needed_from_start(o: &options::Options) -> bool {
-    poll_interval(o).is_some()
+    poll_interval(o).is_some() || o.snapshot_above != 0
 }
 
 /// Starts the watcher unless it runs (or may not run in this process).
