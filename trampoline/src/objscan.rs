@@ -40,9 +40,9 @@ pub enum Tables {
     All,
 }
 
-/// Scans the file at `path` of the object loaded at `base` (the load
-/// address of its lowest segment, as [`crate::loaded_objects`] gives it;
-/// the main program's path may be `/proc/self/exe`) for function
+/// Scans the file of the object loaded at `base` from `path` (both as
+/// [`crate::loaded_objects`] gives them: the load address of its lowest
+/// segment, and the loader's path, empty for the main program) for function
 /// definitions whose name `wanted` accepts, in `tables`. None if the file
 /// cannot be opened, mapped or parsed.
 pub fn scan_object(
@@ -51,7 +51,7 @@ pub fn scan_object(
     tables: Tables,
     wanted: &dyn Fn(&str) -> bool,
 ) -> Option<Scan> {
-    let map = Mapped::open(path)?;
+    let map = Mapped::open(crate::symbols::file_of(path))?;
     let file = object::File::parse(map.bytes()).ok()?;
     let bias = load_bias(&file, base);
     let mut scan = Scan {

@@ -131,12 +131,7 @@ fn size_or_file(o: &Indexed, e: Option<DynEntry>, addr: u64) -> Option<u64> {
     if let Some(e) = e.filter(|e| e.size > 0) {
         return Some(e.size);
     }
-    let path = if o.path.is_empty() {
-        "/proc/self/exe"
-    } else {
-        &o.path
-    };
-    file_symbol_size(path, o.base as u64, addr)
+    file_symbol_size(file_of(&o.path), o.base as u64, addr)
 }
 
 /// Whether a symbol is *defined* at `addr` (the dynamic symbol `dladdr`
@@ -354,12 +349,7 @@ fn elf_fallback(name: &str, version: Option<&str>, lib: Option<&str>) -> Option<
                 continue;
             }
         }
-        let file_path = if path.is_empty() {
-            "/proc/self/exe".to_string()
-        } else {
-            path.clone()
-        };
-        let defs = text_definitions(&file_path, base);
+        let defs = text_definitions(file_of(&path), base);
         if let Some(&(addr, size)) = defs.get(name) {
             return Some(Symbol {
                 name: name.to_string(),
@@ -446,13 +436,8 @@ pub fn data_symbols() -> DataSymbols {
             all.push(d.clone());
             continue;
         }
-        let file_path = if path.is_empty() {
-            "/proc/self/exe".to_string()
-        } else {
-            path
-        };
         let mut defs = Vec::new();
-        if let Ok(data) = std::fs::read(&file_path) {
+        if let Ok(data) = std::fs::read(file_of(&path)) {
             if let Ok(file) = object::File::parse(&*data) {
                 let bias = load_bias(&file, base);
                 for s in file.symbols().chain(file.dynamic_symbols()) {
@@ -516,5 +501,15 @@ pub(crate) fn object_base(info: &libc::dl_phdr_info) -> u64 {
         info.dlpi_addr
     } else {
         info.dlpi_addr + (min_vaddr & !0xfff)
+    }
+}
+
+/// The file of a loaded object whose path the loader gives as `path`:
+/// the main program's is empty, and is read through `/proc/self/exe`.
+pub(crate) fn file_of(path: &str) -> &str {
+    if path.is_empty() {
+        "/proc/self/exe"
+    } else {
+        path
     }
 }

@@ -65,6 +65,7 @@ pub fn register_counters() {
     ] {
         counters::enable(id);
     }
+    register_since_mark();
 }
 
 /// Remembers the slots (after the registry froze).
@@ -74,6 +75,7 @@ pub fn init_slots() {
     MAX.store(s(CounterId::MemMax), Ordering::Relaxed);
     LIVE_SLOT.store(s(CounterId::MemLive), Ordering::Relaxed);
     AT_PEAK.store(s(CounterId::MemLiveAtPeak), Ordering::Relaxed);
+    init_since_mark();
 }
 
 /// The process's live bytes now and at their highest.
@@ -319,7 +321,7 @@ pub fn at_peak_view(node: &Node, slot: usize) -> Option<(u64, u64, u64)> {
 static SINCE_SLOT: AtomicUsize = AtomicUsize::new(usize::MAX);
 
 /// Enables MEM_LIVE_SINCE_MARK when the run takes marks (start-up).
-pub fn register_since_mark() {
+fn register_since_mark() {
     let o = crate::base::options::get();
     if o.mem && o.marks {
         counters::enable(CounterId::MemLiveSinceMark);
@@ -328,7 +330,7 @@ pub fn register_since_mark() {
 
 /// Remembers the counter's slot (after the registry froze) and turns the
 /// marks on.
-pub fn init_since_mark() {
+fn init_since_mark() {
     if let Some(s) = counters::slot(CounterId::MemLiveSinceMark) {
         SINCE_SLOT.store(s, Ordering::Relaxed);
         crate::base::run::set_marks(true);

@@ -558,13 +558,8 @@ fn skipped(path: &str) -> bool {
 }
 
 fn scan_one(s: &mut Scanned, path: &str, base: u64) {
-    let file = if path.is_empty() {
-        "/proc/self/exe"
-    } else {
-        path
-    };
     use trampoline::objscan::{exports_any, scan_object, Tables};
-    let wanted = |n: &str| n == "malloc" || may_be_entry(n);
+    let wanted = may_be_entry;
     // The headers first (is there a .symtab, is it Rust); the exported
     // symbols are read only when the loader's hash tables say the object
     // exports one of the families' markers, or it is Rust code (whose
@@ -573,12 +568,12 @@ fn scan_one(s: &mut Scanned, path: &str, base: u64) {
     // where no family is exported and a hidden allocator is likely: the
     // program itself, Rust code, an object that defines malloc; not a
     // large C++ library with its symbols (libLLVM).
-    let Some(headers) = scan_object(file, base, Tables::Headers, &wanted) else {
+    let Some(headers) = scan_object(path, base, Tables::Headers, &wanted) else {
         return;
     };
     let allocator = exports_any(base, &["malloc"]);
     let mut scan = if headers.rust || exports_any(base, MARKERS) {
-        match scan_object(file, base, Tables::Dynamic, &wanted) {
+        match scan_object(path, base, Tables::Dynamic, &wanted) {
             Some(s) => s,
             None => return,
         }
@@ -592,7 +587,7 @@ fn scan_one(s: &mut Scanned, path: &str, base: u64) {
         .any(|(family, _)| complete(family, &scan.functions));
     let likely = path.is_empty() || scan.rust || allocator;
     if !exported && likely && scan.symtab {
-        match scan_object(file, base, Tables::All, &wanted) {
+        match scan_object(path, base, Tables::All, &wanted) {
             Some(all) => scan = all,
             None => return,
         }
@@ -612,7 +607,7 @@ fn scan_one(s: &mut Scanned, path: &str, base: u64) {
     }
     if scan.rust || allocator {
         let name = if path.is_empty() {
-            std::fs::read_link(file)
+            std::fs::read_link("/proc/self/exe")
                 .map_or_else(|_| "the program".into(), |p| p.display().to_string())
         } else {
             path.to_string()

@@ -59,17 +59,9 @@ pub fn wanted() -> bool {
     o.mem || o.empty.is_some()
 }
 
-/// Enables this module's counters (start-up, before the registry freezes).
-pub fn register_counters() {
-    account::register_counters();
-    account::register_since_mark();
-    empty::register_counters();
-}
-
 /// Looks the counter slots up (after the registry froze).
 pub fn init_slots() {
     account::init_slots();
-    account::init_since_mark();
     empty::init_slots();
     OVERHEAD.store(
         match options::get().mem_overhead {
@@ -93,10 +85,7 @@ pub const MODULE: Module = Module {
             .into(),
         )
     },
-    register_counters: |_| {
-        account::register_counters();
-        account::register_since_mark();
-    },
+    register_counters: |_| account::register_counters(),
     start: |_| start(),
     thread_end: Some(|_| site::release_thread_extras()),
     left_by_jump: Some(site::jumped_out),
@@ -188,20 +177,19 @@ pub fn install() {
     // The allocator the process uses is whoever defines `malloc` first.
     // (A non-PIE program that calls malloc exports a PLT entry for it,
     // which is not a definition.)
-    let malloc_obj = trampoline::find_function("malloc", None)
+    let malloc = trampoline::find_function("malloc", None)
         .ok()
-        .filter(trampoline::defined)
-        .and_then(|s| object_of(s.addr));
+        .filter(trampoline::defined);
+    let malloc_obj = malloc.as_ref().and_then(|s| object_of(s.addr));
     let is_libc = |p: &[u8]| p.ends_with(b"/libc.so.6") || p == b"libc.so.6";
     let glibc = malloc_obj.is_none_or(is_libc);
     // Look names up in the allocator's object, the main program included,
     // whose own symbols dlsym cannot reach by its path (a search of every
     // object for a name nobody defines reads their symbol tables: slow).
     let names: Vec<&str> = hooks::funcs().iter().map(|f| f.1).collect();
-    let alloc_defs: Option<Vec<trampoline::Symbol>> = if glibc {
-        None
-    } else {
-        allocator_definitions(&names)
+    let alloc_defs: Option<Vec<trampoline::Symbol>> = match &malloc {
+        Some(m) if !glibc => allocator_definitions(m.addr, &names),
+        _ => None,
     };
     let mut hooked = crate::hook::Hooked::default();
     for (f, name, repl, allocator_only) in hooks::funcs() {
@@ -249,21 +237,15 @@ pub fn install() {
     fronts::install(hooked);
 }
 
-/// The definitions of `names` in the object that defines the `malloc` the
-/// process uses, read from its file's symbol tables.
-fn allocator_definitions(names: &[&str]) -> Option<Vec<trampoline::Symbol>> {
-    let malloc = trampoline::find_function("malloc", None).ok()?.addr;
+/// The definitions of `names` in the object that defines the process's
+/// `malloc` (at `malloc`), read from its file's symbol tables.
+fn allocator_definitions(malloc: u64, names: &[&str]) -> Option<Vec<trampoline::Symbol>> {
     let (path, base) = trampoline::loaded_objects()
         .into_iter()
         .filter(|(_, base)| *base <= malloc)
         .max_by_key(|(_, base)| *base)?;
-    let file = if path.is_empty() {
-        "/proc/self/exe"
-    } else {
-        &path
-    };
     let scan =
-        trampoline::objscan::scan_object(file, base, trampoline::objscan::Tables::All, &|n| {
+        trampoline::objscan::scan_object(&path, base, trampoline::objscan::Tables::All, &|n| {
             names.contains(&n)
         })?;
     Some(scan.functions)
