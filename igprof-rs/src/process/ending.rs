@@ -12,10 +12,6 @@ use crate::output::{self, DumpStats};
 
 static FINAL_DONE: AtomicBool = AtomicBool::new(false);
 
-/// Where the image's final profile went, for the modules'
-/// `after_final_dump`.
-static WRITTEN: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
-
 /// In a fork child, or after an exec that failed: the process writes its
 /// final profile again when it ends.
 pub fn allow_final_again() {
@@ -45,23 +41,19 @@ pub fn final_dump(reason: &str) -> bool {
     crate::process::stop_sampling();
     let written = write_final(reason, false);
     let execing = crate::base::run::execing();
-    if written && !execing {
-        after_final_dump();
+    if let Some(path) = written.as_deref().filter(|_| !execing) {
+        after_final_dump(path);
     }
     // Written or not, the image has said what became of its profile.
     crate::process::keeper::image_ended(execing);
-    written
+    written.is_some()
 }
 
 /// Each module's `after_final_dump` with the final profile's path.
-fn after_final_dump() {
-    let path = WRITTEN.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    if path.is_empty() {
-        return;
-    }
+fn after_final_dump(path: &str) {
     crate::process::each_module(|m| {
         if let Some(f) = m.after_final_dump {
-            f(&path)
+            f(path)
         }
     });
 }
@@ -76,14 +68,14 @@ pub fn final_dump_by_keeper(how: &str) {
     }
     FINAL_DONE.store(true, Ordering::Release);
     output::forget_unfinished_dump();
-    if write_final(&format!("{how}, by the keeper"), true) {
-        after_final_dump();
+    if let Some(path) = write_final(&format!("{how}, by the keeper"), true) {
+        after_final_dump(&path);
     }
 }
 
 /// Writes the final profile (see [`final_dump`]); `always_say`: one line
-/// even without `-d`.
-fn write_final(reason: &str, always_say: bool) -> bool {
+/// even without `-d`. Returns where it was written.
+fn write_final(reason: &str, always_say: bool) -> Option<String> {
     let path = output::path::output_path();
     let (dumped, saved) = thread::paused(|| {
         let write = || {
@@ -132,10 +124,6 @@ fn write_final(reason: &str, always_say: bool) -> bool {
                 }
                 None => path,
             };
-            WRITTEN
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone_from(&path);
             if opts.debug || stats.dropped > 0 || always_say {
                 crate::igprof_log!(
                     "wrote {} at {reason}: {} samples, {} dropped (taken inside the profiler or no memory), {} truncated stacks, {} thread states",
@@ -157,11 +145,11 @@ fn write_final(reason: &str, always_say: bool) -> bool {
                 log_handler_cost(&stats);
                 log_dump_time(&stats);
             }
-            true
+            Some(path)
         }
         Err(e) => {
             crate::igprof_log!("could not write the profile at {reason}: {e}");
-            false
+            None
         }
     }
 }
