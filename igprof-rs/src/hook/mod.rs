@@ -308,6 +308,17 @@ pub(crate) fn real_sigaction(
     }
 }
 
+/// Installs `handler` (a signal handler's address, of the form `flags`
+/// says: `SA_SIGINFO` or not) for `sig` through [`real_sigaction`], with an
+/// empty mask.
+pub(crate) fn take_signal(sig: i32, handler: usize, flags: i32) -> Result<(), i32> {
+    // SAFETY: a zeroed sigaction is valid (empty mask); fields set below.
+    let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
+    sa.sa_sigaction = handler;
+    sa.sa_flags = flags;
+    real_sigaction(sig, &sa, core::ptr::null_mut())
+}
+
 /// Calls of dlopen/dlclose in progress (see [`in_loader`]).
 static IN_LOADER: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(0);
 

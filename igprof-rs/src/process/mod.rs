@@ -138,11 +138,9 @@ fn install_toggle_signal(sig: i32) {
     if sig == 0 {
         return;
     }
-    // SAFETY: zeroed sigaction then fields set; the handler only flips a flag.
-    let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
-    sa.sa_sigaction = toggle_signal_handler as *const () as usize;
-    sa.sa_flags = libc::SA_RESTART;
-    if let Err(e) = crate::hook::real_sigaction(sig, &sa, core::ptr::null_mut()) {
+    // The handler only flips a flag.
+    let handler = toggle_signal_handler as *const () as usize;
+    if let Err(e) = crate::hook::take_signal(sig, handler, libc::SA_RESTART) {
         crate::igprof_log!("--toggle-signal {sig}: cannot handle it (errno {e}); recording cannot be toggled by signal");
     }
 }
@@ -177,11 +175,8 @@ fn install_mark_signal(o: &options::Options) {
         return;
     }
     let sig = o.mark_signal;
-    // SAFETY: zeroed sigaction then fields set; the handler is signal-safe.
-    let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
-    sa.sa_sigaction = mark_signal_handler as *const () as usize;
-    sa.sa_flags = libc::SA_RESTART | libc::SA_SIGINFO;
-    if let Err(e) = crate::hook::real_sigaction(sig, &sa, core::ptr::null_mut()) {
+    let handler = mark_signal_handler as *const () as usize;
+    if let Err(e) = crate::hook::take_signal(sig, handler, libc::SA_RESTART | libc::SA_SIGINFO) {
         crate::igprof_log!("--marks: cannot handle signal {sig} (errno {e}): igprof --mark cannot reach this process");
     }
 }

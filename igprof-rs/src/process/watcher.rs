@@ -77,21 +77,19 @@ fn write_snapshot() {
     let path = crate::process::output_path();
     let near = NEAR_USAGE.swap(0, Ordering::AcqRel);
     match output::dump_to(&path) {
-        Ok(_) if near != 0 && crate::process::keeper::watching_rss() => {
-            let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
-            crate::igprof_log!(
-                "RSS at {:.1} MiB, above --snapshot-above {:.1} MiB: wrote a snapshot to {path}",
-                mib(near),
-                mib(NEAR_LIMIT.load(Ordering::Relaxed))
-            );
-        }
         Ok(_) if near != 0 => {
             let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
-            crate::igprof_log!(
-                "memory at {:.1} MiB of its cgroup's {:.1} MiB limit: wrote a snapshot to {path} (kept if the OOM killer ends the process)",
-                mib(near),
-                mib(NEAR_LIMIT.load(Ordering::Relaxed))
-            );
+            let limit = mib(NEAR_LIMIT.load(Ordering::Relaxed));
+            let near = mib(near);
+            if crate::process::keeper::watching_rss() {
+                crate::igprof_log!(
+                    "RSS at {near:.1} MiB, above --snapshot-above {limit:.1} MiB: wrote a snapshot to {path}"
+                );
+            } else {
+                crate::igprof_log!(
+                    "memory at {near:.1} MiB of its cgroup's {limit:.1} MiB limit: wrote a snapshot to {path} (kept if the OOM killer ends the process)"
+                );
+            }
         }
         Ok(_) => crate::igprof_debug!("dump written to {path}"),
         Err(e) => crate::igprof_log!("requested dump failed: {e}"),
@@ -118,12 +116,10 @@ static NEVER: AtomicU32 = AtomicU32::new(0);
 pub fn install_dump_signal() {
     let o = options::get();
     if o.dump_signal != 0 {
-        // SAFETY: zeroed sigaction then fields set; the handler only posts
-        // a request or dumps when that is safe (see the module docs).
-        let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
-        sa.sa_sigaction = dump_signal_handler as *const () as usize;
-        sa.sa_flags = libc::SA_RESTART;
-        let _ = crate::hook::real_sigaction(o.dump_signal, &sa, core::ptr::null_mut());
+        // The handler only posts a request, or dumps when that is safe
+        // (see the module docs).
+        let handler = dump_signal_handler as *const () as usize;
+        let _ = crate::hook::take_signal(o.dump_signal, handler, libc::SA_RESTART);
     }
 }
 
