@@ -6,6 +6,24 @@
 //! seconds since the Unix epoch), which tell a file of this process from
 //! one left by another process with the same pid (a JIT's perf map).
 //!
+//! The timeline note (`--sample-every`, `--dump-every`): the process's
+//! totals at regular times since it started, written by the library and
+//! read by igprof-analyse (`--timeline`, `--between`, the HTML chart):
+//!
+//! ```text
+//! timeline = "timeline " every_ms " " column { "," column } { " " point }
+//! point    = value { "," value }          (one value per column)
+//! value    = [ "-" ] digits | "-"         ("-" alone: not known)
+//! ```
+//!
+//! The first column is `t_ms`, milliseconds since the process started;
+//! the others name what was measured then (`cpu_ms`, `rss_kib`,
+//! `peak_rss_kib`, and `COUNTER.count` / `COUNTER.total`, the sums of a
+//! counter's two values over the whole profile). Points are in time order;
+//! `every_ms` is the step between them (it doubles when the fixed number
+//! of points is full and every other point is dropped), the last point may
+//! be closer.
+//!
 //! Must never: produce a note with `)` (IgProf's reader ends the name at
 //! the first), `[`, `]` or `;` (they delimit notes).
 
@@ -65,6 +83,101 @@ pub fn time(program: &str, label: &str) -> Option<Duration> {
     })
 }
 
+/// The label of the timeline note.
+pub const TIMELINE: &str = "timeline";
+
+/// A process's totals over time (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Timeline {
+    /// The step between points, in milliseconds.
+    pub every_ms: u64,
+    /// The columns' names; the first is `t_ms`.
+    pub columns: Vec<String>,
+    /// One row per point, one value per column (None: not known).
+    pub points: Vec<Vec<Option<i64>>>,
+}
+
+impl Timeline {
+    /// The index of the column `name`.
+    pub fn column(&self, name: &str) -> Option<usize> {
+        self.columns.iter().position(|c| c == name)
+    }
+}
+
+/// The timeline note's text.
+pub fn timeline_note(t: &Timeline) -> String {
+    use std::fmt::Write as _;
+    let mut s = format!("{TIMELINE} {} {}", t.every_ms, t.columns.join(","));
+    for p in &t.points {
+        s.push(' ');
+        for (i, v) in p.iter().enumerate() {
+            if i > 0 {
+                s.push(',');
+            }
+            match v {
+                Some(v) => {
+                    let _ = write!(s, "{v}");
+                }
+                None => s.push('-'),
+            }
+        }
+    }
+    s
+}
+
+/// The timeline among the notes of `program`: None when there is no such
+/// note, an error saying what is wrong with one that does not parse.
+pub fn timeline(program: &str) -> Option<Result<Timeline, String>> {
+    let (_, notes) = split(program);
+    let body = notes
+        .iter()
+        .find_map(|n| n.strip_prefix(TIMELINE)?.strip_prefix(' '))?;
+    Some(parse_timeline(body))
+}
+
+fn parse_timeline(body: &str) -> Result<Timeline, String> {
+    let mut words = body.split(' ');
+    let every_ms = words
+        .next()
+        .and_then(|w| w.parse::<u64>().ok())
+        .ok_or("timeline note: no step in milliseconds")?;
+    let columns: Vec<String> = words
+        .next()
+        .filter(|w| !w.is_empty())
+        .ok_or("timeline note: no columns")?
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    if columns[0] != "t_ms" || columns.iter().any(|c| c.is_empty()) {
+        return Err("timeline note: the first column is not t_ms".into());
+    }
+    let mut points = Vec::new();
+    for (i, w) in words.enumerate() {
+        let row: Vec<Option<i64>> = w
+            .split(',')
+            .map(|v| match v {
+                "-" => Ok(None),
+                v => v.parse::<i64>().map(Some).map_err(|_| ()),
+            })
+            .collect::<Result<_, _>>()
+            .map_err(|_| format!("timeline note: point {} is not a list of integers", i + 1))?;
+        if row.len() != columns.len() || row[0].is_none() {
+            return Err(format!(
+                "timeline note: point {} has {} values for {} columns",
+                i + 1,
+                row.len(),
+                columns.len()
+            ));
+        }
+        points.push(row);
+    }
+    Ok(Timeline {
+        every_ms,
+        columns,
+        points,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,5 +209,29 @@ mod tests {
             Some(Duration::from_secs(12))
         );
         assert_eq!(time("./a [startedx 12.5]", STARTED), None);
+    }
+
+    #[test]
+    fn timeline_note_round_trip_and_errors() {
+        let t = Timeline {
+            every_ms: 1000,
+            columns: vec!["t_ms".into(), "rss_kib".into(), "MEM_LIVE.total".into()],
+            points: vec![vec![Some(0), None, Some(0)], vec![Some(1000), Some(512), Some(-3)]],
+        };
+        let note = timeline_note(&t);
+        assert_eq!(note, "timeline 1000 t_ms,rss_kib,MEM_LIVE.total 0,-,0 1000,512,-3");
+        let n = String::from_utf8(join(b"./a", &[time_note(STARTED, Duration::ZERO), note])).unwrap();
+        assert_eq!(timeline(&n), Some(Ok(t)));
+        assert_eq!(timeline("./a [started 1.0]"), None);
+        for (bad, why) in [
+            ("timeline x t_ms", "no step"),
+            ("timeline 5 rss 1", "first column"),
+            ("timeline 5 t_ms,rss 1", "point 1 has 1 values for 2 columns"),
+            ("timeline 5 t_ms 1 x", "point 2 is not"),
+            ("timeline 5 t_ms,rss -,1", "point 1 has"),
+        ] {
+            let e = timeline(&format!("./a [{bad}]")).unwrap().unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
     }
 }
