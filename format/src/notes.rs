@@ -216,17 +216,27 @@ mod tests {
         let t = Timeline {
             every_ms: 1000,
             columns: vec!["t_ms".into(), "rss_kib".into(), "MEM_LIVE.total".into()],
-            points: vec![vec![Some(0), None, Some(0)], vec![Some(1000), Some(512), Some(-3)]],
+            points: vec![
+                vec![Some(0), None, Some(0)],
+                vec![Some(1000), Some(512), Some(-3)],
+            ],
         };
         let note = timeline_note(&t);
-        assert_eq!(note, "timeline 1000 t_ms,rss_kib,MEM_LIVE.total 0,-,0 1000,512,-3");
-        let n = String::from_utf8(join(b"./a", &[time_note(STARTED, Duration::ZERO), note])).unwrap();
+        assert_eq!(
+            note,
+            "timeline 1000 t_ms,rss_kib,MEM_LIVE.total 0,-,0 1000,512,-3"
+        );
+        let n =
+            String::from_utf8(join(b"./a", &[time_note(STARTED, Duration::ZERO), note])).unwrap();
         assert_eq!(timeline(&n), Some(Ok(t)));
         assert_eq!(timeline("./a [started 1.0]"), None);
         for (bad, why) in [
             ("timeline x t_ms", "no step"),
             ("timeline 5 rss 1", "first column"),
-            ("timeline 5 t_ms,rss 1", "point 1 has 1 values for 2 columns"),
+            (
+                "timeline 5 t_ms,rss 1",
+                "point 1 has 1 values for 2 columns",
+            ),
             ("timeline 5 t_ms 1 x", "point 2 is not"),
             ("timeline 5 t_ms,rss -,1", "point 1 has"),
         ] {

@@ -66,6 +66,7 @@ pub enum Id {
     SampleSeed,
     DumpSignal,
     DumpEvery,
+    SampleEvery,
     ToggleSignal,
 }
 
@@ -615,10 +616,27 @@ pub static TABLE: &[Opt] = &[
         expected: "a time of at least 100ms, e.g. 60 (seconds), 10s, 500ms",
         help: &[
             "also write the profile every TIME (a bare",
-            "number is seconds: 60, 1.5; or 10s, 500ms), so",
-            "a run killed by SIGKILL keeps its last snapshot",
-            "(SIGTERM, SIGINT and other fatal signals write",
-            "the profile themselves)",
+            "number is seconds: 60, 1.5; or 10s, 500ms),",
+            "each snapshot kept as STEM.snap<ms>.gz too, for",
+            "igprof-analyse --between and --timeline",
+        ],
+        section: Section::Own,
+        module: "process",
+    },
+    Opt {
+        id: Id::SampleEvery,
+        names: &["--sample-every"],
+        arg: "TIME",
+        value: Value::Time {
+            bare_ns: 1_000_000_000,
+            min_ns: 100_000_000,
+            max_ns: u64::MAX,
+        },
+        expected: "a time of at least 100ms, e.g. 1 (second), 5s, 500ms",
+        help: &[
+            "record the process's totals every TIME (CPU,",
+            "RSS, live heap, calls, descriptors) as the",
+            "profile's timeline (--dump-every: every second)",
         ],
         section: Section::Own,
         module: "process",

@@ -148,6 +148,9 @@ pub struct Options {
     pub sampler: Sampler,
     /// `--dump-every`: write a snapshot this often (0: never).
     pub dump_every_ns: u64,
+    /// `--sample-every`: add a point to the timeline this often (0: as
+    /// [`Options::timeline_ns`] says).
+    pub sample_every_ns: u64,
     /// `--marks` (or `--mark-every`): -mp's epochs (modules/mem/epoch).
     pub marks: bool,
     /// `--mark-every TIME`: a mark every TIME (0: none).
@@ -205,6 +208,7 @@ impl Options {
             dump_signal: DEFAULT_DUMP_SIGNAL,
             sampler: Sampler::Auto,
             dump_every_ns: 0,
+            sample_every_ns: 0,
             marks: false,
             mark_every_ns: 0,
             mark_signal: table::DEFAULT_MARK_SIGNAL,
@@ -214,6 +218,16 @@ impl Options {
             start_disabled: false,
             fork_keep: false,
             toggle_signal: 0,
+        }
+    }
+
+    /// How often the timeline gets a point: `--sample-every`, else every
+    /// second with `--dump-every`; 0: no timeline.
+    pub fn timeline_ns(&self) -> u64 {
+        match (self.sample_every_ns, self.dump_every_ns) {
+            (0, 0) => 0,
+            (0, _) => 1_000_000_000,
+            (n, _) => n,
         }
     }
 
@@ -526,6 +540,7 @@ pub fn parse(s: &[u8]) -> Result<Options, OptionError<'_>> {
             Id::SampleSeed => o.sample_seed = Some(n),
             Id::DumpSignal => o.dump_signal = n as i32,
             Id::DumpEvery => o.dump_every_ns = n,
+            Id::SampleEvery => o.sample_every_ns = n,
             Id::ToggleSignal => o.toggle_signal = n as i32,
         }
     }

@@ -357,6 +357,35 @@ impl CallTree {
         }
     }
 
+    /// Calls `f` on every published node, the root included, without
+    /// allocating (a walk by parent and sibling links; concurrent inserts
+    /// by the owner may or may not be seen).
+    pub fn for_each_node(&self, mut f: impl FnMut(&Node)) {
+        let Some(root) = self.root() else { return };
+        let mut n: &Node = root;
+        loop {
+            f(n);
+            if let Some(c) = n.children().next() {
+                n = c;
+                continue;
+            }
+            // Up until a node with a next sibling (or back at the root).
+            loop {
+                if core::ptr::eq(n, root) {
+                    return;
+                }
+                let s = n.next_sibling.load(Ordering::Acquire);
+                if !s.is_null() {
+                    // SAFETY: published nodes are complete and never freed.
+                    n = unsafe { &*s };
+                    break;
+                }
+                // SAFETY: a non-root node's parent is a published node.
+                n = unsafe { &*n.parent };
+            }
+        }
+    }
+
     /// Number of nodes besides the root.
     pub fn len(&self) -> usize {
         self.len
@@ -420,6 +449,32 @@ mod tests {
         assert_eq!(leaves, vec![(0x30, (3, 3, 3)), (0x31, (1, 1, 1))]);
         let live = counters::slot(CounterId::MemLive).unwrap();
         assert_eq!(mid[0].counter(live).get(), (0, 0, 0));
+    }
+
+    #[test]
+    fn every_node_is_visited_once() {
+        let _g = setup();
+        let mut t = CallTree::new();
+        let mut seen = 0;
+        t.for_each_node(|_| seen += 1);
+        assert_eq!(seen, 0, "an empty tree has no root yet");
+        // Siblings at several depths, a chain, and a leaf under the root.
+        for path in [
+            &[0x30, 0x20, 0x10][..],
+            &[0x31, 0x20, 0x10],
+            &[0x32, 0x21, 0x10],
+            &[0x40, 0x33, 0x22, 0x11],
+            &[0x12],
+        ] {
+            t.node_for(path, false);
+        }
+        let mut addrs = Vec::new();
+        t.for_each_node(|n| addrs.push(n.addr));
+        assert_eq!(addrs.len(), t.len() + 1, "{addrs:x?}");
+        addrs.sort();
+        addrs.dedup();
+        assert_eq!(addrs.len(), t.len() + 1, "each once");
+        assert_eq!(addrs[0], 0, "the root");
     }
 
     #[test]

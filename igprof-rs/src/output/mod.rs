@@ -34,8 +34,9 @@ pub mod names;
 pub mod path;
 mod records;
 mod resolve;
+pub mod timeline;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use crate::base::counters;
 use crate::base::thread;
@@ -54,6 +55,8 @@ static DUMPING: AtomicBool = AtomicBool::new(false);
 pub fn reset_after_fork() {
     resolve::reset_after_fork();
     DUMPING.store(false, Ordering::Release);
+    KEPT_COUNT.store(0, Ordering::Relaxed);
+    timeline::reset_after_fork();
 }
 
 /// What a dump contained.
@@ -112,6 +115,41 @@ pub fn dump_to(path: &str) -> Result<DumpStats, DumpError> {
     drop(room);
     DUMPING.store(false, Ordering::Release);
     r
+}
+
+/// How many periodic snapshots an image keeps under names of their own;
+/// older ones are removed as new ones come.
+pub const KEPT_SNAPSHOTS: usize = 240;
+
+/// When the snapshots kept were taken (ms since the process started), a
+/// ring written only by the watcher (periodic snapshots are its own);
+/// [`KEPT_COUNT`] of them so far (a fork child starts again from 0).
+static KEPT: [AtomicU64; KEPT_SNAPSHOTS] = [const { AtomicU64::new(0) }; KEPT_SNAPSHOTS];
+static KEPT_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// Keeps the snapshot just written at `path` also as
+/// `path::snapshot_path` (a hard link: nothing is written twice), so that
+/// a run's snapshots form its timeline; the oldest beyond
+/// [`KEPT_SNAPSHOTS`] go. Nothing where `path` is a device or a FIFO, or
+/// where the name exists (nothing is replaced or followed).
+pub fn keep_snapshot(path: &str) {
+    if path::is_device_or_pipe(path.as_bytes()) {
+        return;
+    }
+    let now = crate::sys::clock_ns(libc::CLOCK_REALTIME).unwrap_or(0);
+    let ms = now.saturating_sub(crate::base::run::started_ns()) / 1_000_000;
+    let name = path::snapshot_path(path, ms);
+    if let Err(e) = std::fs::hard_link(path, &name) {
+        crate::igprof_debug!("snapshot not kept as {name}: {e}");
+        return;
+    }
+    let n = KEPT_COUNT.load(Ordering::Relaxed);
+    let slot = &KEPT[n % KEPT_SNAPSHOTS];
+    if n >= KEPT_SNAPSHOTS {
+        let _ = std::fs::remove_file(path::snapshot_path(path, slot.load(Ordering::Relaxed)));
+    }
+    slot.store(ms, Ordering::Relaxed);
+    KEPT_COUNT.store(n + 1, Ordering::Relaxed);
 }
 
 /// In the keeper: a dump the program's threads were writing when they

@@ -69,6 +69,15 @@ pub fn profile_path(given: &[u8], exe: &[u8], pid: i32, root: i32, exec: Option<
     }
 }
 
+/// The name a periodic snapshot taken `ms` after the process started is
+/// kept under, beside `path` (the profile's): `STEM.snap<ms>.gz`.
+pub fn snapshot_path(path: &str, ms: u64) -> String {
+    match path.strip_suffix(".gz") {
+        Some(stem) => format!("{stem}.snap{ms}.gz"),
+        None => format!("{path}.snap{ms}"),
+    }
+}
+
 /// Whether `given` names something that exists and is neither a regular
 /// file nor a directory (a device, a FIFO, a socket).
 pub(crate) fn is_device_or_pipe(given: &[u8]) -> bool {

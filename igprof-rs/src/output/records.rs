@@ -37,6 +37,7 @@ pub(super) fn write_profile<S: Sink>(
     let now = crate::sys::clock_ns(libc::CLOCK_REALTIME).unwrap_or(0);
     notes.push(time_note(STARTED, Duration::from_nanos(started)));
     notes.push(time_note(DUMPED, Duration::from_nanos(now)));
+    notes.extend(super::timeline::note());
     let program = igprof_format::notes::join(&rt.program, &notes);
     w.header(crate::sys::getpid() as u64, &program, tick)?;
     let mut syms = Symbols {

@@ -39,6 +39,10 @@ pub fn final_dump(reason: &str) -> bool {
         crate::sampler::charge_tail(t);
     }
     crate::process::stop_sampling();
+    if crate::base::options::get().timeline_ns() != 0 {
+        let facts = crate::process::keeper::facts::point(crate::sys::getpid());
+        crate::output::timeline::add_point(&facts);
+    }
     let written = write_final(reason, false);
     let execing = crate::base::run::execing();
     if let Some(path) = written.as_deref().filter(|_| !execing) {

@@ -298,6 +298,8 @@ pub fn init(modules: &'static [&'static Module]) {
 
     each_module(|m| (m.register_counters)(options::get()));
     counters::freeze();
+    crate::output::timeline::prepare();
+    keeper::facts::set_units();
 
     sampler::choose_sampler();
     if let Err(e) = sampler::install_handler() {
@@ -401,6 +403,7 @@ pub fn init(modules: &'static [&'static Module]) {
         keeper::Calls {
             final_dump: ending::final_dump_by_keeper,
             snapshot_near_limit: watcher::snapshot_near_limit,
+            timeline_point: crate::output::timeline::add_point,
         },
     );
     start_keeper();
@@ -418,6 +421,12 @@ fn start_keeper() {
         ),
         Err(why) => {
             crate::igprof_debug!("keeper: none ({why}); a process killed by SIGKILL leaves no profile");
+            if options::get().timeline_ns() != 0 {
+                // The watcher takes the timeline's points instead: the
+                // process is no longer single-threaded.
+                crate::igprof_debug!("timeline: points taken by the watcher thread (no keeper)");
+                before_thread_create();
+            }
             if options::get().snapshot_above != 0 {
                 crate::igprof_log!(
                     "--snapshot-above: no snapshot will be written: the keeper that watches the RSS cannot run here ({why})"

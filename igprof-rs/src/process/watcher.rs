@@ -72,11 +72,16 @@ pub fn snapshot_near_limit(usage: u64, limit: u64, wake: fn(&AtomicU32)) {
 
 /// Writes a snapshot to the output file (the watcher, or a thread that
 /// may dump where it is), with one line when it was asked for because the
-/// process nears its memory limit.
-fn write_snapshot() {
+/// process nears its memory limit; a `periodic` one (`--dump-every`) is
+/// also kept under a name of its own (`output::keep_snapshot`).
+fn write_snapshot(periodic: bool) {
     let path = crate::process::output_path();
     let near = NEAR_USAGE.swap(0, Ordering::AcqRel);
-    match output::dump_to(&path) {
+    let r = output::dump_to(&path);
+    if periodic && r.is_ok() {
+        output::keep_snapshot(&path);
+    }
+    match r {
         Ok(_) if near != 0 => {
             let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
             let limit = mib(NEAR_LIMIT.load(Ordering::Relaxed));
@@ -215,7 +220,7 @@ fn serve_pending_here() {
     let Some(g) = t.enter() else { return };
     // Samples taken while the dump runs are the profiler's time.
     let ticks = t.sampler.clock.pending_ticks.get();
-    write_snapshot();
+    write_snapshot(false);
     t.sampler.clock.pending_ticks.set(ticks);
     drop(g);
 }
@@ -280,7 +285,7 @@ fn poll_interval(o: &options::Options) -> Option<u64> {
     if !o.flag_file.is_empty() {
         t = Some(200_000_000);
     }
-    for every in [o.dump_every_ns, o.mark_every_ns] {
+    for every in [o.dump_every_ns, o.mark_every_ns, o.timeline_ns()] {
         if every != 0 {
             t = Some(t.map_or(every, |x| x.min(every)));
         }
@@ -297,9 +302,16 @@ extern "C" fn watcher(_: *mut libc::c_void) -> *mut libc::c_void {
         return core::ptr::null_mut();
     };
     let o = options::get();
-    let wait = poll_interval(o);
+    // Where no keeper runs, the timeline's points are this thread's.
+    let timeline = o.timeline_ns() != 0;
+    let wait = match (poll_interval(o), timeline) {
+        (w, false) => w,
+        (None, true) => Some(o.timeline_ns()),
+        (Some(w), true) => Some(w.min(o.timeline_ns())),
+    };
     let mut next_periodic = sys::monotonic_ns() + o.dump_every_ns;
     let mut next_mark = sys::monotonic_ns() + o.mark_every_ns;
+    let mut next_point = sys::monotonic_ns();
     loop {
         let mut req = REQ.swap(0, Ordering::AcqRel);
         if req == 0 {
@@ -329,13 +341,18 @@ extern "C" fn watcher(_: *mut libc::c_void) -> *mut libc::c_void {
             next_mark = sys::monotonic_ns() + o.mark_every_ns;
             crate::base::run::mark();
         }
+        if timeline && sys::monotonic_ns() >= next_point && !crate::process::keeper::watching() {
+            let facts = crate::process::keeper::facts::point(sys::getpid());
+            next_point = sys::monotonic_ns() + output::timeline::add_point(&facts);
+        }
+        let mut periodic = false;
         if o.dump_every_ns != 0 && sys::monotonic_ns() >= next_periodic {
             next_periodic = sys::monotonic_ns() + o.dump_every_ns;
-            want = true;
+            periodic = true;
         }
-        if want && crate::process::is_own_process() {
+        if (want || periodic) && crate::process::is_own_process() {
             let g = me.enter();
-            write_snapshot();
+            write_snapshot(periodic);
             drop(g);
         }
     }

@@ -185,7 +185,7 @@ pub(super) fn threshold_eventfd(thresholds: &[u64]) -> i32 {
 }
 
 /// Writes `v` in decimal at the start of `out`; returns its length.
-fn write_decimal(out: &mut [u8], mut v: u64) -> usize {
+pub(super) fn write_decimal(out: &mut [u8], mut v: u64) -> usize {
     let mut digits = [0u8; 20];
     let mut n = 0;
     loop {
@@ -216,7 +216,7 @@ fn read_usage() -> Option<u64> {
         let text = &buf[..n];
         let second = text.iter().position(|b| *b == b' ')? + 1;
         let pages = crate::base::cgroup::leading_number(&text[second..])?;
-        return Some(pages * 4096);
+        return Some(super::facts::pages_to_bytes(pages));
     }
     crate::base::cgroup::leading_number(&buf[..n])
 }

@@ -40,6 +40,7 @@ use core::sync::atomic::{AtomicI32, AtomicU32, AtomicUsize, Ordering};
 
 use crate::sys;
 
+pub mod facts;
 mod limit;
 mod raw;
 
@@ -91,7 +92,15 @@ pub struct Calls {
     /// Asks the program for a snapshot near its memory limit (usage,
     /// limit, a futex wake): no TLS, no libc.
     pub snapshot_near_limit: fn(u64, u64, fn(&AtomicU32)),
+    /// Adds a timeline point with these facts ([`facts::point`]); returns
+    /// the step to the next one (ns). No TLS, no libc, no allocation.
+    pub timeline_point: fn(&[u64; 4]) -> u64,
 }
+
+/// [`Calls::timeline_point`] (a `fn` as usize; 0: no timeline).
+static TIMELINE_POINT: AtomicUsize = AtomicUsize::new(0);
+/// The timeline's first step (ns; 0: no timeline).
+static TIMELINE_STEP: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
 
 /// The [`Calls`] (set once by [`configure`]; `fn` pointers as usize).
 static FINAL_DUMP: AtomicUsize = AtomicUsize::new(0);
@@ -110,6 +119,8 @@ const OFF_REASONS: [&str; 3] = [
 pub fn configure(off: Option<usize>, calls: Calls) {
     FINAL_DUMP.store(calls.final_dump as usize, Ordering::Release);
     SNAPSHOT.store(calls.snapshot_near_limit as usize, Ordering::Release);
+    TIMELINE_POINT.store(calls.timeline_point as usize, Ordering::Release);
+    TIMELINE_STEP.store(crate::base::options::get().timeline_ns(), Ordering::Release);
     OFF_WHY.store(off.unwrap_or(0), Ordering::Relaxed);
     OFF.store(off.is_some() as u32, Ordering::Relaxed);
 }
@@ -318,6 +329,8 @@ extern "C" fn keep(arg: *mut libc::c_void) -> libc::c_int {
     find_memory_limit(PROGRAM.load(Ordering::Acquire));
     let limit = LIMIT.load(Ordering::Acquire);
     let watch = WATCH;
+    let mut step = TIMELINE_STEP.load(Ordering::Acquire);
+    let mut next_point = monotonic_ns().saturating_add(step);
     let efd = if limit != 0 {
         threshold_eventfd(&SNAPSHOT_PER_MILLE.map(|m| limit / 1000 * m))
     } else {
@@ -344,14 +357,34 @@ extern "C" fn keep(arg: *mut libc::c_void) -> libc::c_int {
                 revents: 0,
             },
         ];
-        let timeout = if limit != 0 {
-            &watch as *const libc::timespec as usize
+        let mut wait = if limit != 0 {
+            watch
+        } else {
+            libc::timespec {
+                tv_sec: libc::time_t::MAX,
+                tv_nsec: 0,
+            }
+        };
+        if step != 0 {
+            let left = next_point.saturating_sub(monotonic_ns());
+            if (left / 1_000_000_000) < wait.tv_sec as u64
+                || (left / 1_000_000_000 == wait.tv_sec as u64
+                    && (left % 1_000_000_000) < wait.tv_nsec as u64)
+            {
+                wait = libc::timespec {
+                    tv_sec: (left / 1_000_000_000) as libc::time_t,
+                    tv_nsec: (left % 1_000_000_000) as libc::c_long,
+                };
+            }
+        }
+        let timeout = if limit != 0 || step != 0 {
+            &wait as *const libc::timespec as usize
         } else {
             0
         };
         // SAFETY: ppoll over three pollfds on this stack (a negative one is
-        // skipped); no timeout, or the
-        // watch interval.
+        // skipped); no timeout, or the watch interval, or the time to the
+        // next timeline point.
         let n = unsafe {
             raw::call(
                 libc::SYS_ppoll,
@@ -368,6 +401,10 @@ extern "C" fn keep(arg: *mut libc::c_void) -> libc::c_int {
         }
         if n == 0 || crossed {
             check_near_limit();
+            if step != 0 && monotonic_ns() >= next_point {
+                step = timeline_point(PROGRAM.load(Ordering::Acquire));
+                next_point = monotonic_ns().saturating_add(step);
+            }
             continue;
         }
         if n > 0 && fds[0].revents != 0 {
@@ -389,6 +426,23 @@ extern "C" fn keep(arg: *mut libc::c_void) -> libc::c_int {
         }
     }
     after_death(gen, stderr)
+}
+
+/// CLOCK_MONOTONIC in ns (0 if it fails).
+fn monotonic_ns() -> u64 {
+    raw::clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// Adds a timeline point for `program`; the step to the next one (0: no
+/// timeline).
+fn timeline_point(program: i32) -> u64 {
+    let f = TIMELINE_POINT.load(Ordering::Acquire);
+    if f == 0 {
+        return 0;
+    }
+    // SAFETY: only Calls::timeline_point is stored in TIMELINE_POINT.
+    let f = unsafe { core::mem::transmute::<usize, fn(&[u64; 4]) -> u64>(f) };
+    f(&facts::point(program))
 }
 
 /// A copy of the program's stderr, when it is a terminal or a regular file

@@ -91,3 +91,29 @@ pub(super) fn raw_read(fd: i32, buf: &mut [u8]) -> Option<usize> {
     };
     usize::try_from(n).ok()
 }
+
+/// `clock`'s time in ns, by a raw clock_gettime (0 if it fails).
+pub(super) fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime into ts, on this stack.
+    let r = unsafe {
+        call(
+            libc::SYS_clock_gettime,
+            [
+                clock as usize,
+                &mut ts as *mut libc::timespec as usize,
+                0,
+                0,
+                0,
+                0,
+            ],
+        )
+    };
+    if r != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
