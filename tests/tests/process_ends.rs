@@ -165,6 +165,43 @@ fn ok_stdout(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// A memory cgroup of this test run, limited to `mib` MiB without swap,
+/// removed when dropped; None (and a line saying why) where this machine
+/// has no memory controller or the test may not make a cgroup.
+struct MemoryCgroup(PathBuf);
+
+impl MemoryCgroup {
+    fn make(what: &str, mib: u64) -> Option<MemoryCgroup> {
+        let v1 = Path::new("/sys/fs/cgroup/memory");
+        let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers");
+        let name = format!("igprof-test-{what}-{}", std::process::id());
+        let (dir, limit_file) = if v1.join("memory.limit_in_bytes").exists() {
+            (v1.join(&name), "memory.limit_in_bytes")
+        } else if std::fs::read_to_string(v2).is_ok_and(|c| c.contains("memory")) {
+            (Path::new("/sys/fs/cgroup").join(&name), "memory.max")
+        } else {
+            eprintln!("no memory cgroup here: not run");
+            return None;
+        };
+        if std::fs::create_dir(&dir).is_err() {
+            eprintln!("cannot make a memory cgroup here (not root?): not run");
+            return None;
+        }
+        let cg = MemoryCgroup(dir);
+        std::fs::write(cg.0.join(limit_file), (mib << 20).to_string()).unwrap();
+        // No swap to escape to (v1; v2 has memory.swap.max).
+        let _ = std::fs::write(cg.0.join("memory.swappiness"), "0");
+        let _ = std::fs::write(cg.0.join("memory.swap.max"), "0");
+        Some(cg)
+    }
+}
+
+impl Drop for MemoryCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
 /// A program that runs for 0.3 s, then grows in a memory cgroup of 96 MiB
 /// until the OOM killer ends it: the snapshot written near the limit is its
 /// profile, the growing site on top, and one line said so. (The keeper
@@ -174,32 +211,10 @@ fn ok_stdout(o: &std::process::Output) -> String {
 /// cgroup (v1's memory controller, as on this project's CI, or v2).
 #[test]
 fn a_process_the_oom_killer_ends_leaves_the_snapshot_taken_near_its_limit() {
-    let v1 = Path::new("/sys/fs/cgroup/memory");
-    let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers");
-    let name = format!("igprof-test-oom-{}", std::process::id());
-    let (dir, limit_file) = if v1.join("memory.limit_in_bytes").exists() {
-        (v1.join(&name), "memory.limit_in_bytes")
-    } else if std::fs::read_to_string(v2).is_ok_and(|c| c.contains("memory")) {
-        (Path::new("/sys/fs/cgroup").join(&name), "memory.max")
-    } else {
-        eprintln!("no memory cgroup here: not run");
+    let Some(cg) = MemoryCgroup::make("oom", 96) else {
         return;
     };
-    if std::fs::create_dir(&dir).is_err() {
-        eprintln!("cannot make a memory cgroup here (not root?): not run");
-        return;
-    }
-    struct Remove(PathBuf);
-    impl Drop for Remove {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir(&self.0);
-        }
-    }
-    let _remove = Remove(dir.clone());
-    std::fs::write(dir.join(limit_file), (96u64 << 20).to_string()).unwrap();
-    // No swap to escape to (v1; v2 has memory.swap.max).
-    let _ = std::fs::write(dir.join("memory.swappiness"), "0");
-    let _ = std::fs::write(dir.join("memory.swap.max"), "0");
+    let dir = cg.0.clone();
     let d = setup("ends_oom");
     let procs = dir.join("cgroup.procs");
     let script = format!(
@@ -245,6 +260,57 @@ fn a_process_the_oom_killer_ends_leaves_the_snapshot_taken_near_its_limit() {
         bytes * 10 >= total_value(&prof, "MEM_LIVE") * 9,
         "grow_alloc on top"
     );
+}
+
+/// Memory pressure: a program that reads a file of 256 MiB over and over
+/// in a cgroup of 64 MiB stalls on memory (the kernel evicts and reads
+/// back its pages); the keeper's trigger on the pressure file (the
+/// cgroup's on v2, the system's on v1) asks for one snapshot for the
+/// episode, with one line, and the final profile is still written.
+#[test]
+fn memory_pressure_asks_for_one_snapshot() {
+    if std::fs::read_to_string("/proc/pressure/memory").is_err() {
+        eprintln!("no pressure stall information in this kernel: not run");
+        return;
+    }
+    let Some(cg) = MemoryCgroup::make("pressure", 64) else {
+        return;
+    };
+    let d = scratch("ends_pressure");
+    build(&d, "file_thrash.c", "file_thrash", &[]);
+    // Not zeros: pages of a file's holes are not read from the disk.
+    let chunk: Vec<u8> = (0..1u32 << 20).map(|i| (i * 7 + 3) as u8).collect();
+    let mut f = std::fs::File::create(d.join("big")).unwrap();
+    for _ in 0..256 {
+        std::io::Write::write_all(&mut f, &chunk).unwrap();
+    }
+    drop(f);
+    let script = format!(
+        "echo $$ > {} && exec \"$0\" -mp -o prof.gz ./file_thrash big 6",
+        cg.0.join("cgroup.procs").display()
+    );
+    let out = Command::new("sh")
+        .args(["-c", &script])
+        .arg(launcher())
+        .current_dir(&d)
+        .env("IGPROF_LIB", lib())
+        .env("IGPROF_CACHE_DIR", test_store())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("memory pressure ("))
+        .collect();
+    assert_eq!(lines.len(), 1, "one snapshot for the episode: {err}");
+    assert!(
+        lines[0].contains("tasks stalled on memory") && lines[0].contains("wrote a snapshot to"),
+        "{}",
+        lines[0]
+    );
+    let prof = parse_strict(&read_text(&d.join("prof.gz"))).unwrap();
+    assert_eq!(under(&prof, "MEM_LIVE", "keep_block"), (1, 1 << 20));
 }
 
 /// The sum of a counter's values over every node.

@@ -86,7 +86,12 @@ fn write_snapshot(periodic: bool) {
             let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
             let limit = mib(NEAR_LIMIT.load(Ordering::Relaxed));
             let near = mib(near);
-            if crate::process::keeper::watching_rss() {
+            if crate::process::keeper::pressure_asked() {
+                crate::igprof_log!(
+                    "memory pressure ({}: tasks stalled on memory for 100 ms of 2 s) at {near:.1} MiB: wrote a snapshot to {path}",
+                    crate::process::keeper::pressure_file()
+                );
+            } else if crate::process::keeper::watching_rss() {
                 crate::igprof_log!(
                     "RSS at {near:.1} MiB, above --snapshot-above {limit:.1} MiB: wrote a snapshot to {path}"
                 );

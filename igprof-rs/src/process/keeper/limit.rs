@@ -86,6 +86,22 @@ static USAGE_PATH: PathCell = PathCell::new();
 /// between two reads.
 static CONTROL_PATH: PathCell = PathCell::new();
 
+/// The pressure (PSI) file watched beside the limit: the cgroup's own
+/// `memory.pressure` (v2), else the system's `/proc/pressure/memory`.
+static PRESSURE_PATH: PathCell = PathCell::new();
+/// The trigger written to it: tasks stalled on memory for 100 ms of a
+/// 2 s window (5%; a window of whole 2 s units is what the kernel allows
+/// a user who is not root).
+const PRESSURE_TRIGGER: &[u8] = b"some 100000 2000000";
+/// One snapshot per episode of pressure: another only after no event
+/// came for this long.
+const PRESSURE_QUIET_NS: u64 = 10_000_000_000;
+/// When the last pressure event came (CLOCK_MONOTONIC ns; 0: never).
+static PRESSURE_LAST: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+/// Set as a snapshot is asked for because of pressure, taken by the
+/// watcher's line ([`pressure_asked`]).
+static PRESSURE_ASKED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
 /// The keeper, at its start: finds the limit of the process's memory
 /// cgroup (base/cgroup.rs, raw reads into its stack) and, where there is
 /// one, publishes it for the watch. The program pays nothing for it.
@@ -97,6 +113,7 @@ pub(super) fn find_memory_limit(program: i32) {
         let mut pid = [0u8; 20];
         let n = write_decimal(&mut pid, program as u64);
         if USAGE_PATH.set(&[b"/proc/", &pid[..n], b"/statm"]) {
+            PRESSURE_PATH.set(&[b"/proc/pressure/memory"]);
             RSS.store(true, Ordering::Relaxed);
             LIMIT.store(above, Ordering::Release);
         }
@@ -122,9 +139,83 @@ pub(super) fn find_memory_limit(program: i32) {
     }
     if version == cgroup::Version::V1 {
         CONTROL_PATH.set(&[dir, b"/cgroup.event_control"]);
+        PRESSURE_PATH.set(&[b"/proc/pressure/memory"]);
+    } else {
+        PRESSURE_PATH.set(&[dir, b"/memory.pressure"]);
     }
     LIMIT.store(limit, Ordering::Release);
     cgroup::check_as_heap_grows(limit, check_near_limit);
+}
+
+/// Opens the pressure file of the watch with its trigger ([`PRESSURE_TRIGGER`]):
+/// a descriptor to poll for POLLPRI, or -1 (no limit watched, no PSI in
+/// this kernel, or a trigger refused). Raw system calls.
+pub(super) fn pressure_fd() -> i32 {
+    if LIMIT.load(Ordering::Acquire) == 0 || !PRESSURE_PATH.is_set() {
+        return -1;
+    }
+    let fd = raw_open(
+        PRESSURE_PATH.ptr() as *const u8,
+        libc::O_RDWR | libc::O_NONBLOCK,
+    );
+    if fd < 0 {
+        return -1;
+    }
+    // The kernel reads the trigger with its terminating NUL.
+    let mut t = [0u8; 32];
+    t[..PRESSURE_TRIGGER.len()].copy_from_slice(PRESSURE_TRIGGER);
+    // SAFETY: writes the trigger from this stack to our descriptor.
+    let n = unsafe {
+        raw::call(
+            libc::SYS_write,
+            [
+                fd as usize,
+                t.as_ptr() as usize,
+                PRESSURE_TRIGGER.len() + 1,
+                0,
+                0,
+                0,
+            ],
+        )
+    };
+    if n < 0 {
+        raw_close(fd);
+        return -1;
+    }
+    fd
+}
+
+/// The keeper saw a pressure event (`now`: CLOCK_MONOTONIC ns): the first
+/// of an episode asks for a snapshot.
+pub(super) fn on_pressure(now: u64) {
+    let last = PRESSURE_LAST.swap(now.max(1), Ordering::AcqRel);
+    if last != 0 && now.saturating_sub(last) < PRESSURE_QUIET_NS {
+        return;
+    }
+    PRESSURE_ASKED.store(true, Ordering::Release);
+    let usage = read_usage().unwrap_or(1).max(1);
+    ask_snapshot(usage, LIMIT.load(Ordering::Acquire));
+}
+
+/// A new keeper's watch starts with no episode of pressure.
+pub(super) fn forget_pressure() {
+    PRESSURE_LAST.store(0, Ordering::Release);
+    PRESSURE_ASKED.store(false, Ordering::Release);
+}
+
+/// Whether the snapshot being written was asked for because of memory
+/// pressure (once: the flag is taken).
+pub fn pressure_asked() -> bool {
+    PRESSURE_ASKED.swap(false, Ordering::AcqRel)
+}
+
+/// The pressure file watched, for the snapshot's line.
+pub fn pressure_file() -> &'static str {
+    // SAFETY: written before LIMIT is published, NUL-terminated; only
+    // asked for after a pressure snapshot, so after it was set.
+    let buf = unsafe { &*PRESSURE_PATH.0.get() };
+    let n = buf.iter().position(|b| *b == 0).unwrap_or(0);
+    core::str::from_utf8(&buf[..n]).unwrap_or("")
 }
 
 /// Registers v1 memory thresholds at `thresholds` bytes: an eventfd the

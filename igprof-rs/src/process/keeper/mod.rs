@@ -44,11 +44,11 @@ pub mod facts;
 mod limit;
 mod raw;
 
-pub use limit::watching_rss;
+pub use limit::{pressure_asked, pressure_file, watching_rss};
 
 use limit::{
-    check_near_limit, find_memory_limit, threshold_eventfd, CROSSED, LIMIT, SNAPSHOT,
-    SNAPSHOT_PER_MILLE, WATCH,
+    check_near_limit, find_memory_limit, on_pressure, pressure_fd, threshold_eventfd, CROSSED,
+    LIMIT, SNAPSHOT, SNAPSHOT_PER_MILLE, WATCH,
 };
 use raw::raw_read;
 
@@ -148,6 +148,7 @@ pub fn start() -> Result<i32, &'static str> {
     // copy of the parent's is not published until it has).
     LIMIT.store(0, Ordering::Release);
     CROSSED.store(0, Ordering::Release);
+    limit::forget_pressure();
     crate::base::cgroup::stop_checks();
     if OFF.load(Ordering::Relaxed) != 0 {
         return Err(OFF_REASONS[OFF_WHY.load(Ordering::Relaxed).min(OFF_REASONS.len() - 1)]);
@@ -336,6 +337,7 @@ extern "C" fn keep(arg: *mut libc::c_void) -> libc::c_int {
     } else {
         -1
     };
+    let mut pfd = pressure_fd();
     loop {
         if ENDED.load(Ordering::Acquire) >= gen {
             raw::exit(0);
@@ -354,6 +356,11 @@ extern "C" fn keep(arg: *mut libc::c_void) -> libc::c_int {
             libc::pollfd {
                 fd: efd,
                 events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: pfd,
+                events: libc::POLLPRI,
                 revents: 0,
             },
         ];
@@ -382,29 +389,38 @@ extern "C" fn keep(arg: *mut libc::c_void) -> libc::c_int {
         } else {
             0
         };
-        // SAFETY: ppoll over three pollfds on this stack (a negative one is
+        // SAFETY: ppoll over four pollfds on this stack (a negative one is
         // skipped); no timeout, or the watch interval, or the time to the
         // next timeline point.
         let n = unsafe {
             raw::call(
                 libc::SYS_ppoll,
-                [fds.as_mut_ptr() as usize, 3, timeout, 0, 0, 0],
+                [fds.as_mut_ptr() as usize, 4, timeout, 0, 0, 0],
             )
         };
         if ENDED.load(Ordering::Acquire) >= gen {
             raw::exit(0);
+        }
+        if n > 0 && fds[3].revents != 0 {
+            if fds[3].revents & libc::POLLPRI != 0 {
+                on_pressure(monotonic_ns());
+            } else {
+                // The trigger is gone (POLLERR): no more pressure watch.
+                raw::raw_close(pfd);
+                pfd = -1;
+            }
         }
         let crossed = n > 0 && fds[2].revents != 0;
         if crossed {
             // The eventfd's counter.
             raw_read(efd, &mut [0u8; 8]);
         }
+        if step != 0 && monotonic_ns() >= next_point {
+            step = timeline_point(PROGRAM.load(Ordering::Acquire));
+            next_point = monotonic_ns().saturating_add(step);
+        }
         if n == 0 || crossed {
             check_near_limit();
-            if step != 0 && monotonic_ns() >= next_point {
-                step = timeline_point(PROGRAM.load(Ordering::Acquire));
-                next_point = monotonic_ns().saturating_add(step);
-            }
             continue;
         }
         if n > 0 && fds[0].revents != 0 {
@@ -421,8 +437,10 @@ extern "C" fn keep(arg: *mut libc::c_void) -> libc::c_int {
     unsafe {
         libc::close(pidfd);
         libc::close(sfd);
-        if efd >= 0 {
-            libc::close(efd);
+        for fd in [efd, pfd] {
+            if fd >= 0 {
+                libc::close(fd);
+            }
         }
     }
     after_death(gen, stderr)
