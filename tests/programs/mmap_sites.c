@@ -110,7 +110,9 @@ NI void *m_kept(void) { return anon(2 * U, PROT_READ | PROT_WRITE, 0, NULL); }
 #endif
 NI int m_dontunmap_call(void *p)
 {
-    return mremap(p, 2 * U, 2 * U, MREMAP_MAYMOVE | MREMAP_DONTUNMAP) != MAP_FAILED;
+    /* The new address is given (NULL: none): Linux 6.18 reads it with
+     * MREMAP_DONTUNMAP, and glibc passes on whatever the register held. */
+    return mremap(p, 2 * U, 2 * U, MREMAP_MAYMOVE | MREMAP_DONTUNMAP, NULL) != MAP_FAILED;
 }
 
 NI void *m_malloc(void)

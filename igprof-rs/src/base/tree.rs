@@ -1,7 +1,9 @@
 //! Call trees: one per thread state (a new thread adopts the state, tree
 //! included, of a thread that ended: see `thread.rs`), nodes keyed by
-//! return address, each node carrying one (ticks, value, peak) triple per
-//! enabled counter.
+//! return address. A node that is charged (the node [`CallTree::node_for`]
+//! returns, or [`CallTree::charged`] was asked for) carries one (ticks,
+//! value, peak) triple per enabled counter; the others (most: the callers
+//! of a profile's sites) carry none, which reads as zeros.
 //!
 //! Owns node layout, the per-thread child lookup, and counter updates.
 //! Only the owning thread inserts (from its signal handler or hooks), so
@@ -117,22 +119,59 @@ impl Counter {
     }
 }
 
-/// A call-tree node. `counters` trail the struct ([`counters::nslots`] of them).
+/// A call-tree node.
 #[repr(C)]
 pub struct Node {
     pub addr: usize,
     pub parent: *const Node,
     first_child: AtomicPtr<Node>,
     next_sibling: AtomicPtr<Node>,
+    /// [`counters::nslots`] counters once the node is charged, else null.
+    counters: AtomicPtr<Counter>,
 }
 
+/// What a write to an uncharged node's counter lands on (see
+/// [`Node::counter`]): never read.
+static SINK: [Counter; counters::COUNT] = [const {
+    Counter {
+        ticks: AtomicU64::new(0),
+        value: AtomicU64::new(0),
+        peak: AtomicU64::new(0),
+    }
+}; counters::COUNT];
+
 impl Node {
-    /// The node's counter in `slot` (< nslots).
+    /// The counter in `slot` (< nslots) of a charged node, to update. Every
+    /// writer holds a charged node (one `node_for` or `charged` returned);
+    /// an uncharged one (a bug) gets a counter nobody reads.
     #[inline]
     pub fn counter(&self, slot: usize) -> &Counter {
         debug_assert!(slot < counters::nslots());
-        // SAFETY: nodes are allocated with nslots counters right after the header.
-        unsafe { &*((self as *const Node).add(1) as *const Counter).add(slot) }
+        let c = self.counters.load(Ordering::Acquire);
+        debug_assert!(!c.is_null(), "a counter of an uncharged node");
+        if c.is_null() {
+            return &SINK[slot];
+        }
+        // SAFETY: a charged node's block holds nslots counters.
+        unsafe { &*c.add(slot) }
+    }
+
+    /// The counter in `slot`'s (ticks, value, peak): zeros for a node that
+    /// was never charged.
+    #[inline]
+    pub fn get(&self, slot: usize) -> (u64, u64, u64) {
+        let c = self.counters.load(Ordering::Acquire);
+        if c.is_null() {
+            return (0, 0, 0);
+        }
+        // SAFETY: a charged node's block holds nslots counters.
+        unsafe { &*c.add(slot) }.get()
+    }
+
+    /// Whether the node carries counters.
+    #[inline]
+    pub fn is_charged(&self) -> bool {
+        !self.counters.load(Ordering::Relaxed).is_null()
     }
 
     /// Iterates the children (in reverse insertion order).
@@ -208,24 +247,48 @@ impl CallTree {
         }
     }
 
-    fn node_size(&self) -> usize {
-        core::mem::size_of::<Node>() + self.nslots * core::mem::size_of::<Counter>()
-    }
-
     fn new_node(&mut self, parent: *const Node, addr: usize) -> *mut Node {
-        let p = self.bump.alloc(self.node_size(), 8) as *mut Node;
+        let p = self.bump.alloc(core::mem::size_of::<Node>(), 8) as *mut Node;
         if !p.is_null() {
-            // SAFETY: fresh zeroed memory of node_size bytes (mmap zero-fills).
+            // SAFETY: fresh memory the size of a node.
             unsafe {
                 p.write(Node {
                     addr,
                     parent,
                     first_child: AtomicPtr::new(null_mut()),
                     next_sibling: AtomicPtr::new(null_mut()),
+                    counters: AtomicPtr::new(null_mut()),
                 })
             };
         }
         p
+    }
+
+    /// `n` (a node of this tree, or null) with its counters, given now if
+    /// it had none: what a caller about to charge `n` asks for. Null when
+    /// memory ran out.
+    #[inline]
+    pub(crate) fn charged(&mut self, n: *mut Node) -> *mut Node {
+        if n.is_null() {
+            return n;
+        }
+        // SAFETY: nodes of this tree are never freed.
+        let node = unsafe { &*n };
+        if node.is_charged() {
+            return n;
+        }
+        let c = self
+            .bump
+            .alloc(self.nslots * core::mem::size_of::<Counter>(), 8)
+            as *mut Counter;
+        if c.is_null() {
+            self.failed += 1;
+            return null_mut();
+        }
+        // The block is zeroed (fresh bump memory comes from mmap) before it
+        // is published.
+        node.counters.store(c, Ordering::Release);
+        n
     }
 
     fn ensure_init(&mut self) -> bool {
@@ -267,7 +330,10 @@ impl CallTree {
                 self.insert_slot(s);
             }
         }
-        // The old table stays in the bump region (at most as big as the new one).
+        // The old table stays in the bump region, its pages given back.
+        if !old.is_null() {
+            sys::discard(old as *mut u8, old_cap * core::mem::size_of::<Slot>());
+        }
         true
     }
 
@@ -284,7 +350,8 @@ impl CallTree {
         }
     }
 
-    /// The child of `parent` for `addr`, created if missing; null when out of memory.
+    /// The child of `parent` for `addr`, created if missing (uncharged:
+    /// see [`Self::charged`]); null when out of memory.
     #[inline]
     pub(crate) fn child(&mut self, parent: *mut Node, addr: usize) -> *mut Node {
         let h = hash(parent as usize, addr);
@@ -344,7 +411,7 @@ impl CallTree {
                 return n;
             }
         }
-        n
+        self.charged(n)
     }
 
     /// The root (address 0) or None before the first insert.

@@ -170,7 +170,7 @@ impl Merged {
         for (s, merge) in merges.iter().enumerate() {
             // A module may store a counter in another form than it is written.
             let stored = self.stored_forms.iter().find_map(|f| f(from, s));
-            let (t, v, p) = stored.unwrap_or_else(|| from.counter(s).get());
+            let (t, v, p) = stored.unwrap_or_else(|| from.get(s));
             if (t, v, p) == (0, 0, 0) {
                 // Adds nothing under any merge rule.
                 continue;

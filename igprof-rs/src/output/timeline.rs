@@ -149,7 +149,7 @@ fn sum_counters(slots: &[usize], out: &[AtomicU64]) {
         }
         t.tree().for_each_node(|n| {
             for (k, &slot) in slots.iter().enumerate() {
-                let (ticks, value, _) = n.counter(slot).get();
+                let (ticks, value, _) = n.get(slot);
                 sums[2 * k] = sums[2 * k].wrapping_add(ticks);
                 sums[2 * k + 1] = sums[2 * k + 1].wrapping_add(value);
             }

@@ -91,6 +91,24 @@ pub fn populate_write(p: *mut u8, len: usize) {
     }
 }
 
+/// Gives the whole pages of `p..p+len` back to the kernel
+/// (`MADV_DONTNEED`): they read as zeros if touched again. For memory of
+/// ours that nothing will read any more but that cannot be unmapped (it
+/// lies inside a larger region). Errno is kept.
+pub fn discard(p: *mut u8, len: usize) {
+    let page = 4096;
+    let (start, end) = (
+        (p as usize).next_multiple_of(page),
+        (p as usize + len) & !(page - 1),
+    );
+    if start < end {
+        let _e = ErrnoGuard::save();
+        // SAFETY: advice on whole pages of a private mapping of ours that
+        // nothing reads any more.
+        unsafe { libc::syscall(libc::SYS_madvise, start, end - start, libc::MADV_DONTNEED) };
+    }
+}
+
 /// munmap(2).
 ///
 /// # Safety

@@ -237,7 +237,7 @@ fn to_ns(n: &Node, slot: usize) -> Option<(u64, u64, u64)> {
         return None;
     }
     let r = f64::from_bits(NS_PER_CYCLE.load(Ordering::Relaxed));
-    let (t, v, p) = n.counter(slot).get();
+    let (t, v, p) = n.get(slot);
     Some((t, (v as f64 * r) as u64, (p as f64 * r) as u64))
 }
 
@@ -286,7 +286,10 @@ fn node_under(tree: &mut CallTree, caller: Option<*mut Node>, func: usize) -> *m
     match caller {
         None => tree.node_for(&[func], false),
         Some(p) if p.is_null() => p,
-        Some(p) => tree.child(p, func),
+        Some(p) => {
+            let n = tree.child(p, func);
+            tree.charged(n)
+        }
     }
 }
 

@@ -296,7 +296,7 @@ fn release(b: &Block) {
 /// The value the dump writes for MEM_LIVE_AT_PEAK on `node`, if `slot` is
 /// that counter: (blocks, bytes, bytes) live on that stack at the peak.
 pub fn at_peak_view(node: &Node, slot: usize) -> Option<(u64, u64, u64)> {
-    if slot != AT_PEAK.load(Ordering::Relaxed) {
+    if slot != AT_PEAK.load(Ordering::Relaxed) || !node.is_charged() {
         return None;
     }
     let at = node.counter(slot);

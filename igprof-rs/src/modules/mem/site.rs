@@ -388,6 +388,11 @@ impl PathCache {
             self.trace.push(addr);
             self.nodes.push(node);
         }
+        // The path's end may have been an inner node of the last one.
+        let node = tree.charged(node);
+        if node.is_null() {
+            self.owner = core::ptr::null();
+        }
         node
     }
 }

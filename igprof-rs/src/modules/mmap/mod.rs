@@ -135,7 +135,8 @@ fn charged(g: &Guard, node: *mut Node) -> *mut Node {
     // SAFETY: the owner thread (the guard is of its current state); the
     // tree is not borrowed elsewhere while a hook records.
     let tree = unsafe { g.state().tree_mut(g) };
-    tree.child(node, ALLOCATOR_MMAP)
+    let leaf = tree.child(node, ALLOCATOR_MMAP);
+    tree.charged(leaf)
 }
 
 /// `node` is charged for `bytes` more, in a new range (owner thread).
