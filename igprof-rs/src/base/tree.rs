@@ -201,13 +201,45 @@ impl<'a> Iterator for Children<'a> {
     }
 }
 
-#[derive(Clone, Copy)]
-#[repr(C)]
-struct Slot {
-    /// `hash(parent, addr)` of the node (compared before the node is read).
-    hash: usize,
-    node: *mut Node,
+/// A lookup-table slot: a node's address (below 2^48, as every user-space
+/// address Linux gives without a hint above it) with the top 16 bits of
+/// its `hash(parent, addr)` above it, compared before the node is read;
+/// 0 when empty. Eight bytes rather than sixteen: the table is a large
+/// part of a big profile's memory.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(transparent)]
+struct Slot(u64);
+
+const NODE_BITS: u32 = 48;
+
+impl Slot {
+    const EMPTY: Slot = Slot(0);
+
+    /// None when the node's address does not fit below the tag.
+    fn new(hash: usize, node: *mut Node) -> Option<Slot> {
+        let p = node as u64;
+        (p >> NODE_BITS == 0).then_some(Slot(p | Self::tag(hash)))
+    }
+
+    #[inline]
+    fn tag(hash: usize) -> u64 {
+        (hash as u64) & !((1u64 << NODE_BITS) - 1)
+    }
+
+    #[inline]
+    fn node(self) -> *mut Node {
+        (self.0 & ((1u64 << NODE_BITS) - 1)) as *mut Node
+    }
+
+    #[inline]
+    fn matches(self, hash: usize) -> bool {
+        self.0 & !((1u64 << NODE_BITS) - 1) == Self::tag(hash)
+    }
 }
+
+/// The table grows (doubles) when more than this share of it (in
+/// quarters) would be taken: linear probing stays short at 3/4.
+const MAX_LOAD_QUARTERS: usize = 3;
 
 /// One thread's call tree.
 pub struct CallTree {
@@ -326,8 +358,10 @@ impl CallTree {
         for i in 0..old_cap {
             // SAFETY: i < old capacity; slots are plain data.
             let s = unsafe { *old.add(i) };
-            if !s.node.is_null() {
-                self.insert_slot(s);
+            if s != Slot::EMPTY {
+                // SAFETY: slots hold live nodes of this tree.
+                let n = unsafe { &*s.node() };
+                self.insert_slot(hash(n.parent as usize, n.addr), s);
             }
         }
         // The old table stays in the bump region, its pages given back.
@@ -337,12 +371,12 @@ impl CallTree {
         true
     }
 
-    fn insert_slot(&mut self, s: Slot) {
-        let mut i = s.hash & self.mask;
+    fn insert_slot(&mut self, hash: usize, s: Slot) {
+        let mut i = hash & self.mask;
         loop {
             // SAFETY: i <= mask.
             let e = unsafe { &mut *self.table.add(i) };
-            if e.node.is_null() {
+            if *e == Slot::EMPTY {
                 *e = s;
                 return;
             }
@@ -359,19 +393,21 @@ impl CallTree {
         loop {
             // SAFETY: i <= mask; the table has mask+1 slots.
             let e = unsafe { *self.table.add(i) };
-            if e.node.is_null() {
+            if e == Slot::EMPTY {
                 break;
             }
-            if e.hash == h {
+            if e.matches(h) {
                 // SAFETY: slots hold live nodes of this tree.
-                let n = unsafe { &*e.node };
+                let n = unsafe { &*e.node() };
                 if n.addr == addr && core::ptr::eq(n.parent, parent) {
-                    return e.node;
+                    return e.node();
                 }
             }
             i = (i + 1) & self.mask;
         }
-        if (self.len + 1) * 2 > self.mask + 1 && !self.grow((self.mask + 1) * 2) {
+        if (self.len + 1) * 4 > (self.mask + 1) * MAX_LOAD_QUARTERS
+            && !self.grow((self.mask + 1) * 2)
+        {
             self.failed += 1;
             return null_mut();
         }
@@ -380,7 +416,11 @@ impl CallTree {
             self.failed += 1;
             return n;
         }
-        self.insert_slot(Slot { hash: h, node: n });
+        let Some(slot) = Slot::new(h, n) else {
+            self.failed += 1;
+            return null_mut();
+        };
+        self.insert_slot(h, slot);
         self.len += 1;
         // Publish: the node is complete before it becomes reachable.
         // SAFETY: parent is a live node of this tree.

@@ -1,6 +1,6 @@
 //! The profile's file: created beside its final name and renamed into place
-//! (safefs), gzipped whole by libdeflate or, past 32 MiB of text, streamed
-//! through flate2's zlib-rs, under the file-size limit's guard.
+//! (safefs), gzipped by libdeflate a member of 1 MiB of text at a time,
+//! under the file-size limit's guard.
 //!
 //! Owns the output's creation ([`create_output`]), the gzip writer and the
 //! file prepared before a privilege drop ([`prepare_for_setuid`]).
@@ -55,7 +55,7 @@ pub(super) fn write_file(
     };
     if gzip {
         let expected = merged.nodes.len().saturating_mul(TEXT_PER_NODE);
-        let out = GzipWriter::new(file, expected, WHOLE_GZIP_MAX);
+        let out = GzipWriter::new(file, expected, MEMBER);
         write_profile(IoSink::new(out), merged, naming)?
             .finish()?
             .finish()
@@ -67,77 +67,84 @@ pub(super) fn write_file(
     Ok(())
 }
 
-/// Text of a profile kept in memory and gzipped whole by libdeflate (see
-/// `deflate`), up to this size; a larger one streams through zlib-rs.
-pub(super) const WHOLE_GZIP_MAX: usize = 32 << 20;
+/// Text gzipped at once by libdeflate, as one member of the gzip file: a
+/// gzip file may hold several members one after the other, which every
+/// reader of profiles reads as one text (zcat, zlib's gzread, flate2's
+/// MultiGzDecoder, Python's gzip). Deflate looks back 32 KiB only, so
+/// members of this size compress as well as one; the dump's memory for
+/// its text stays this size, not the profile's (12 MB for a compiler's).
+pub(super) const MEMBER: usize = 1 << 20;
 
-/// Bytes of text reserved per call-tree node (a small cc1's profile: 31 a
-/// node), so that the text rarely grows by copying.
+/// Bytes of text expected per call-tree node (a small cc1's profile: 31 a
+/// node), to size a small profile's buffer at once.
 pub(super) const TEXT_PER_NODE: usize = 40;
 
-/// Gzips a dump's text into `file`: whole with libdeflate while it is at
-/// most [`WHOLE_GZIP_MAX`] bytes, else (and if libdeflate fails) as a
-/// stream through zlib-rs at level 3 (faster than miniz_oxide at the same
-/// ratio), so that a dump's memory stays bounded.
+/// Gzips a dump's text into `file`, a [`MEMBER`] at a time with libdeflate;
+/// if libdeflate fails, the rest streams through zlib-rs at level 3 (as
+/// one more member).
 pub(super) struct GzipWriter<'f> {
     pub(super) file: &'f std::fs::File,
-    /// The text so far, until it streams.
-    pub(super) text: Option<Vec<u8>>,
-    /// The most text kept.
-    pub(super) whole_max: usize,
+    /// The current member's text.
+    pub(super) text: Vec<u8>,
+    /// Text per member.
+    pub(super) member: usize,
     pub(super) stream: Option<flate2::write::GzEncoder<&'f std::fs::File>>,
 }
 
 impl<'f> GzipWriter<'f> {
-    /// Room for `expected` bytes of text, kept whole up to `whole_max`.
-    fn new(file: &'f std::fs::File, expected: usize, whole_max: usize) -> Self {
+    /// Room for `expected` bytes of text, in members of `member` bytes.
+    fn new(file: &'f std::fs::File, expected: usize, member: usize) -> Self {
         GzipWriter {
             file,
-            text: Some(Vec::with_capacity(expected.min(whole_max))),
-            whole_max,
+            text: Vec::with_capacity(expected.min(member)),
+            member,
             stream: None,
         }
     }
 
-    /// Switches to the stream, handing it the text so far.
-    fn stream(&mut self) -> std::io::Result<&mut flate2::write::GzEncoder<&'f std::fs::File>> {
+    /// Writes the text so far as one member (or into the stream).
+    fn end_member(&mut self) -> std::io::Result<()> {
+        if self.text.is_empty() {
+            return Ok(());
+        }
         if self.stream.is_none() {
-            let mut enc = flate2::write::GzEncoder::new(self.file, flate2::Compression::new(3));
-            enc.write_all(&self.text.take().unwrap_or_default())?;
+            if let Some(z) = deflate::gzip(&self.text, deflate::LEVEL) {
+                let mut f = self.file;
+                f.write_all(&z)?;
+                self.text.clear();
+                return Ok(());
+            }
+            let enc = flate2::write::GzEncoder::new(self.file, flate2::Compression::new(3));
             self.stream = Some(enc);
         }
-        Ok(self.stream.as_mut().expect("set above"))
+        let s = self.stream.as_mut().expect("set above");
+        s.write_all(&self.text)?;
+        self.text.clear();
+        Ok(())
     }
 
     /// Compresses what is left and writes it out.
     fn finish(mut self) -> std::io::Result<()> {
-        if let Some(text) = &self.text {
-            if let Some(z) = deflate::gzip(text, deflate::LEVEL) {
-                let mut f = self.file;
-                return f.write_all(&z);
-            }
+        self.end_member()?;
+        match self.stream.take() {
+            Some(s) => s.finish().map(|_| ()),
+            None => Ok(()),
         }
-        self.stream()?.try_finish()
     }
 }
 
 impl Write for GzipWriter<'_> {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        match &mut self.text {
-            Some(text) if text.len() + bytes.len() <= self.whole_max => {
-                text.extend_from_slice(bytes);
-                Ok(bytes.len())
-            }
-            _ => self.stream()?.write(bytes),
+        self.text.extend_from_slice(bytes);
+        if self.text.len() >= self.member {
+            self.end_member()?;
         }
+        Ok(bytes.len())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        // The text is written at `finish`; a stream flushes its own.
-        match &mut self.stream {
-            Some(s) => s.flush(),
-            None => Ok(()),
-        }
+        // Members are written as they fill, the last at `finish`.
+        Ok(())
     }
 }
 
@@ -202,28 +209,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn gzip_writer_keeps_small_texts_whole_and_streams_large_ones() {
+    fn gzip_writer_writes_members_that_read_back_as_one_text() {
         use std::io::{Read, Seek};
         let text: Vec<u8> = (0..20_000u32)
             .flat_map(|i| format!("C{} FN{:x}+{:x}\n", i % 30, i % 500, i).into_bytes())
             .collect();
-        // Whole (one libdeflate call), then past the limit from the start,
-        // then past it halfway.
-        for whole_max in [usize::MAX, 0, text.len() / 2] {
+        // One member; a member per 4 KiB; a member per byte written.
+        for (member, members) in [(usize::MAX, 1), (4096, text.len().div_ceil(4096)), (1, 0)] {
             let mut file = unnamed_temp_file();
-            let mut w = GzipWriter::new(&file, 64, whole_max);
-            for chunk in text.chunks(8192) {
+            let mut w = GzipWriter::new(&file, 64, member);
+            for chunk in text.chunks(4096) {
                 w.write_all(chunk).unwrap();
             }
-            let streamed = w.stream.is_some();
             w.finish().unwrap();
-            assert_eq!(streamed, whole_max < text.len(), "whole_max {whole_max}");
             file.rewind().unwrap();
+            let mut z = Vec::new();
+            file.read_to_end(&mut z).unwrap();
+            let starts = z.windows(3).filter(|w| *w == [0x1f, 0x8b, 8]).count();
+            if members > 0 {
+                assert!(starts >= members, "member {member}: {starts} gzip headers");
+            }
             let mut back = Vec::new();
-            flate2::read::GzDecoder::new(&mut file)
+            flate2::read::MultiGzDecoder::new(&z[..])
                 .read_to_end(&mut back)
                 .unwrap();
-            assert_eq!(back, text, "whole_max {whole_max}");
+            assert_eq!(back, text, "member {member}");
         }
     }
 

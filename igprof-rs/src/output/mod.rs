@@ -1,7 +1,6 @@
 //! Writing profiles: merging every thread's tree, naming addresses, and
 //! writing IgProf's format (format::write) into a file, gzipped whole by
-//! libdeflate (`deflate`) or, past 32 MiB of text, streamed through
-//! flate2's zlib-rs.
+//! libdeflate (`deflate`) a gzip member of 1 MiB of text at a time.
 //!
 //! This file owns the dump's common path ([`dump_to`]: one dump at a time,
 //! the room it needs, its statistics; what triggers one is `process/`'s).
