@@ -244,6 +244,16 @@ fn lone_alloc(layout: Layout) -> *mut u8 {
     start as *mut u8
 }
 
+/// Bytes the global allocator has mapped for its size classes and large
+/// blocks (not the final dump's region), for `-d`'s account of the
+/// profiler's memory.
+static MAPPED: AtomicUsize = AtomicUsize::new(0);
+
+/// [`MAPPED`] now.
+pub fn mapped_bytes() -> usize {
+    MAPPED.load(Ordering::Relaxed)
+}
+
 /// The library's global allocator (installed in lib.rs).
 pub struct IgAlloc;
 
@@ -277,6 +287,7 @@ unsafe impl GlobalAlloc for IgAlloc {
                             c.unlock();
                             return core::ptr::null_mut();
                         }
+                        MAPPED.fetch_add(CHUNK, Ordering::Relaxed);
                         st.bump = chunk as usize;
                         st.end = chunk as usize + CHUNK;
                     }
@@ -291,7 +302,11 @@ unsafe impl GlobalAlloc for IgAlloc {
                 if layout.align() > PAGE {
                     return core::ptr::null_mut();
                 }
-                sys::mmap_anon(round_pages(layout.size()))
+                let p = sys::mmap_anon(round_pages(layout.size()));
+                if !p.is_null() {
+                    MAPPED.fetch_add(round_pages(layout.size()), Ordering::Relaxed);
+                }
+                p
             }
         }
     }
@@ -312,7 +327,10 @@ unsafe impl GlobalAlloc for IgAlloc {
                 st.free = b;
                 c.unlock();
             }
-            None => sys::munmap(ptr, round_pages(layout.size())),
+            None => {
+                MAPPED.fetch_sub(round_pages(layout.size()), Ordering::Relaxed);
+                sys::munmap(ptr, round_pages(layout.size()))
+            }
         }
     }
 
@@ -330,7 +348,12 @@ unsafe impl GlobalAlloc for IgAlloc {
                 if o == n {
                     ptr
                 } else {
-                    sys::mremap(ptr, o, n)
+                    let p = sys::mremap(ptr, o, n);
+                    if !p.is_null() {
+                        MAPPED.fetch_add(n, Ordering::Relaxed);
+                        MAPPED.fetch_sub(o, Ordering::Relaxed);
+                    }
+                    p
                 }
             }
             _ => {

@@ -251,6 +251,28 @@ pub struct CallTree {
     nslots: usize,
     /// Nodes that could not be created (out of memory); the sample is dropped.
     pub failed: u64,
+    /// Nodes given counters ([`Self::charged`]).
+    charged: usize,
+}
+
+/// What a call tree holds in memory, in bytes (see [`CallTree::memory`]).
+#[derive(Clone, Copy, Default, Debug)]
+pub struct TreeMemory {
+    pub nodes: usize,
+    pub charged: usize,
+    pub node_bytes: usize,
+    pub counter_bytes: usize,
+    pub table_bytes: usize,
+}
+
+impl core::ops::AddAssign for TreeMemory {
+    fn add_assign(&mut self, o: TreeMemory) {
+        self.nodes += o.nodes;
+        self.charged += o.charged;
+        self.node_bytes += o.node_bytes;
+        self.counter_bytes += o.counter_bytes;
+        self.table_bytes += o.table_bytes;
+    }
 }
 
 // SAFETY: the tree is mutated only by its owner; other threads read the
@@ -276,6 +298,7 @@ impl CallTree {
             bump: Bump::new(256 * 1024),
             nslots: 0,
             failed: 0,
+            charged: 0,
         }
     }
 
@@ -320,6 +343,7 @@ impl CallTree {
         // The block is zeroed (fresh bump memory comes from mmap) before it
         // is published.
         node.counters.store(c, Ordering::Release);
+        self.charged += 1;
         n
     }
 
@@ -490,6 +514,23 @@ impl CallTree {
                 // SAFETY: a non-root node's parent is a published node.
                 n = unsafe { &*n.parent };
             }
+        }
+    }
+
+    /// Its nodes, counters and lookup table in bytes (read by the dumper
+    /// while the owner may still grow them: a figure for `-d`).
+    pub fn memory(&self) -> TreeMemory {
+        let nodes = self.len + (!self.root.is_null()) as usize;
+        TreeMemory {
+            nodes,
+            charged: self.charged,
+            node_bytes: nodes * core::mem::size_of::<Node>(),
+            counter_bytes: self.charged * self.nslots * core::mem::size_of::<Counter>(),
+            table_bytes: if self.table.is_null() {
+                0
+            } else {
+                (self.mask + 1) * core::mem::size_of::<Slot>()
+            },
         }
     }
 

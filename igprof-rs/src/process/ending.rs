@@ -223,8 +223,24 @@ fn log_saved_descriptors(saved: &crate::unwind::store::SaveReport) {
     }
 }
 
-/// `-d`: how long the dump took and how much of it was naming.
+/// `-d`: how long the dump took and how much of it was naming; where the
+/// profiler's memory went.
 fn log_dump_time(stats: &DumpStats) {
+    let mut m = crate::base::tree::TreeMemory::default();
+    for t in thread::all() {
+        m += t.tree().memory();
+    }
+    let mib = |b: usize| b as f64 / (1u64 << 20) as f64;
+    crate::igprof_log!(
+        "memory of the profiler: call trees {:.1} MiB ({} nodes {:.1} MiB, counters of the {} charged {:.1} MiB, lookup tables {:.1} MiB); its heap {:.1} MiB (live tables, names, the dump's buffers)",
+        mib(m.node_bytes + m.counter_bytes + m.table_bytes),
+        m.nodes,
+        mib(m.node_bytes),
+        m.charged,
+        mib(m.counter_bytes),
+        mib(m.table_bytes),
+        mib(crate::base::alloc::mapped_bytes())
+    );
     let ms = |ns: u64| ns as f64 / 1e6;
     crate::igprof_log!(
         "dump: {} nodes merged in {:.1} ms, {} addresses named in {:.1} ms ({} from .symtab), {:.1} ms in all (thread CPU time)",
