@@ -126,6 +126,34 @@ pub fn batch<R>(f: impl FnOnce() -> R) -> R {
     r
 }
 
+/// The trampoline mapped `start..end` itself (with these permissions):
+/// a batch's snapshot gains it instead of being read again (a profiled
+/// process maps a few trampoline pages at start-up, and each fresh read of
+/// the maps cost it more than the page did).
+pub fn note_mapped(start: u64, end: u64, read: bool, write: bool, exec: bool) {
+    let mut b = BATCH.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(old) = &b.snapshot else { return };
+    let at = old.partition_point(|m| m.start < start);
+    let overlaps =
+        old.get(at).is_some_and(|m| m.start < end) || (at > 0 && old[at - 1].end > start);
+    if overlaps {
+        b.snapshot = None;
+        return;
+    }
+    let mut v = Vec::with_capacity(old.len() + 1);
+    v.extend_from_slice(&old[..at]);
+    v.push(Mapping {
+        start,
+        end,
+        read,
+        write,
+        exec,
+        path: String::new(),
+    });
+    v.extend_from_slice(&old[at..]);
+    b.snapshot = Some(Arc::new(v));
+}
+
 /// Drops the snapshot of the current [`batch`], if any.
 pub fn invalidate() {
     BATCH.lock().unwrap_or_else(|e| e.into_inner()).snapshot = None;
@@ -195,6 +223,29 @@ mod tests {
 7ffff7ffd000-7ffff7fff000 rw-p 00000000 00:00 0 
 7ffffffde000-7ffffffff000 rw-p 00000000 00:00 0                          [stack]
 ";
+
+    #[test]
+    fn a_page_mapped_in_a_batch_joins_its_snapshot() {
+        batch(|| {
+            let before = read_self().unwrap();
+            // A range no mapping holds: below the lowest one.
+            let lo = before[0].start;
+            assert!(lo > 0x20000);
+            note_mapped(lo - 0x2000, lo - 0x1000, true, false, true);
+            let after = read_self().unwrap();
+            assert_eq!(after.len(), before.len() + 1);
+            let m = find(&after, lo - 0x1800).unwrap();
+            assert!(m.read && m.exec && !m.write);
+            assert!(!Arc::ptr_eq(&before, &after));
+            // One that overlaps what is known drops the snapshot.
+            note_mapped(lo - 0x1800, lo + 0x1000, true, false, true);
+            let fresh = read_self().unwrap();
+            assert!(
+                find(&fresh, lo - 0x1800).is_none(),
+                "read again from the kernel"
+            );
+        });
+    }
 
     #[test]
     fn parses_lines() {

@@ -143,7 +143,11 @@ fn new_page_near(near: u64, reach: u64, len: u64) -> Result<Page, Reason> {
             }
             return Err(Reason::Protect(errno));
         }
-        maps::invalidate();
+        if p as u64 == addr {
+            maps::note_mapped(addr, addr + size, true, false, true);
+        } else {
+            maps::invalidate();
+        }
         if p as u64 != addr {
             // Old kernels ignore MAP_FIXED_NOREPLACE and treat it as a hint.
             // SAFETY: unmapping the mapping we just created.
