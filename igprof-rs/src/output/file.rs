@@ -13,18 +13,18 @@ use std::path::Path;
 
 use igprof_format::write::{IoSink, WriteError};
 
-use super::merge::Merged;
 use super::records::write_profile;
 use super::resolve::Naming;
+use super::view::ProfileTree;
 use super::DumpError;
 use super::{deflate, path};
 
 /// Writes the merged profile to `path` (through a temporary, see
 /// [`create_output`]).
-pub(super) fn write_named(
+pub(super) fn write_named<T: ProfileTree>(
     path: &str,
     gzip: bool,
-    merged: &Merged,
+    merged: &T,
     naming: &Naming,
 ) -> Result<(), DumpError> {
     let out = create_output(path)?;
@@ -44,17 +44,17 @@ pub(super) fn write_named(
 }
 
 /// Streams the merged profile into `file`, gzipped or plain.
-pub(super) fn write_file(
+pub(super) fn write_file<T: ProfileTree>(
     file: &std::fs::File,
     gzip: bool,
-    merged: &Merged,
+    merged: &T,
     naming: &Naming,
 ) -> Result<(), WriteError> {
     let io = |e: std::io::Error| WriteError::Io {
         errno: e.raw_os_error().unwrap_or(0),
     };
     if gzip {
-        let expected = merged.nodes.len().saturating_mul(TEXT_PER_NODE);
+        let expected = merged.len().saturating_mul(TEXT_PER_NODE);
         let out = GzipWriter::new(file, expected, MEMBER);
         write_profile(IoSink::new(out), merged, naming)?
             .finish()?

@@ -11,7 +11,7 @@
 use std::collections::HashMap as StdHashMap;
 
 use crate::base::counters::{self, Merge};
-use crate::base::tree::{Node, ALLOCATOR_MMAP, TRUNCATED};
+use crate::base::tree::Node;
 
 /// The dump's maps are keyed by addresses and node ids, which need no
 /// protection against chosen collisions: a multiply-rotate hash (FxHash's)
@@ -203,20 +203,6 @@ impl Merged {
         let node = self.child(0, SYNTHETIC_BASE + i);
         let cur = &mut self.values_of_mut(node)[slot];
         *cur = (cur.0 + ticks, cur.1 + value, cur.2 + value);
-    }
-
-    /// The distinct code addresses of the profile (not the synthetic
-    /// functions', the truncation marker or the allocator-mapping leaf), sorted.
-    pub(super) fn code_addresses(&self) -> Vec<usize> {
-        let synthetic = SYNTHETIC_BASE..SYNTHETIC_BASE + self.synthetic.len();
-        let mut v: Vec<usize> = self.nodes[1..]
-            .iter()
-            .map(|n| n.addr)
-            .filter(|a| *a != TRUNCATED && *a != ALLOCATOR_MMAP && !synthetic.contains(a))
-            .collect();
-        v.sort_unstable();
-        v.dedup();
-        v
     }
 
     /// Merges the subtree under `from` (a tree node) into merged node `into`.

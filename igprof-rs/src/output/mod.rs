@@ -34,6 +34,7 @@ pub mod path;
 mod records;
 mod resolve;
 pub mod timeline;
+mod view;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
@@ -47,6 +48,7 @@ pub(crate) use merge::HashMap;
 use merge::Merged;
 pub use resolve::remember_objects;
 use resolve::Naming;
+use view::{ProfileTree, Single};
 
 static DUMPING: AtomicBool = AtomicBool::new(false);
 
@@ -179,9 +181,9 @@ fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
         }
     });
     let nslots = counters::nslots();
-    let mut merged = Merged::new(nslots);
+    let mut stored_forms: Vec<crate::modules::DumpValueFn> = Vec::new();
     crate::modules::each(crate::base::options::get(), |m| {
-        merged.stored_forms.extend(m.dump_value)
+        stored_forms.extend(m.dump_value)
     });
     // Live resources first: the merge notes where their nodes go.
     let mut live: Vec<(usize, usize, u64, u64)> = Vec::new();
@@ -190,13 +192,11 @@ fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
             f(&mut |node, slot, addr, size| live.push((node as usize, slot, addr, size)));
         }
     });
-    merged.origin = live.iter().map(|&(node, ..)| (node, u32::MAX)).collect();
     let mut stats = DumpStats::default();
     let states: Vec<_> = thread::all()
         .filter(|t| !t.stale.load(Ordering::Acquire))
         .collect();
-    let last_tree = states.iter().rposition(|t| t.tree().root().is_some());
-    for (i, t) in states.into_iter().enumerate() {
+    for t in &states {
         stats.samples += t.stats.samples.load(Ordering::Relaxed);
         stats.dropped += t.stats.dropped.load(Ordering::Relaxed);
         stats.truncated += t.stats.truncated.load(Ordering::Relaxed);
@@ -210,32 +210,77 @@ fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
             stats.descriptors.stored_differ += c.stored_differ;
         }
         stats.states += 1;
-        if let Some(root) = t.tree().root() {
+    }
+    // The synthetic top-level functions go into a tree of their own, or
+    // into the merged one.
+    let mut extra = Merged::new(nslots);
+    let with_trees: Vec<_> = states
+        .iter()
+        .filter(|t| t.tree().root().is_some())
+        .collect();
+    if let [only] = with_trees.as_slice() {
+        // One tree is the profile: written from where it is (view.rs).
+        crate::modules::each(crate::base::options::get(), |m| {
+            if let Some(f) = m.synthetic {
+                f(&mut |name, slot, ticks, value| extra.add_synthetic(name, slot, ticks, value))
+            }
+        });
+        let mut leaks: merge::HashMap<(usize, usize), Vec<(u64, u64)>> = Default::default();
+        for (node, slot, addr, size) in live {
+            leaks.entry((node, slot)).or_default().push((addr, size));
+        }
+        let tree = Single {
+            root: only.tree().root().expect("filtered above"),
+            nodes: only.tree().len(),
+            stored_forms,
+            leaks,
+            extra,
+        };
+        stats.merge_ns = crate::sys::thread_cpu_ns() - started;
+        write_tree(path, &tree, &mut stats)?;
+    } else {
+        let mut merged = extra;
+        merged.stored_forms = stored_forms;
+        merged.origin = live.iter().map(|&(node, ..)| (node, u32::MAX)).collect();
+        let last_tree = with_trees.len().checked_sub(1);
+        for (i, t) in with_trees.iter().enumerate() {
+            let root = t.tree().root().expect("filtered above");
             merged.reserve(t.tree().len() + 1);
             merged.merge_tree(0, root, Some(i) == last_tree);
         }
-    }
-    crate::modules::each(crate::base::options::get(), |m| {
-        if let Some(f) = m.synthetic {
-            f(&mut |name, slot, ticks, value| merged.add_synthetic(name, slot, ticks, value))
+        crate::modules::each(crate::base::options::get(), |m| {
+            if let Some(f) = m.synthetic {
+                f(&mut |name, slot, ticks, value| merged.add_synthetic(name, slot, ticks, value))
+            }
+        });
+        stats.merge_ns = crate::sys::thread_cpu_ns() - started;
+        for (node, slot, addr, size) in live {
+            if let Some(m) = merged.origin_of(node) {
+                merged
+                    .leaks
+                    .entry((m, slot))
+                    .or_default()
+                    .push((addr, size));
+            }
         }
-    });
-    stats.nodes = merged.nodes.len() - 1;
-    stats.merge_ns = crate::sys::thread_cpu_ns() - started;
-    for (node, slot, addr, size) in live {
-        if let Some(m) = merged.origin_of(node) {
-            merged
-                .leaks
-                .entry((m, slot))
-                .or_default()
-                .push((addr, size));
-        }
+        write_tree(path, &merged, &mut stats)?;
     }
+    stats.dump_ns = crate::sys::thread_cpu_ns() - started;
+    Ok(stats)
+}
 
+/// Names `tree`'s addresses and writes it to `path` (and, with
+/// `IGPROF_NAMES_CHECK`, beside it named by dladdr).
+fn write_tree<T: ProfileTree>(
+    path: &str,
+    tree: &T,
+    stats: &mut DumpStats,
+) -> Result<(), DumpError> {
+    stats.nodes = tree.len();
     let gzip = crate::base::options::get().gzip || path.ends_with(".gz");
     let exe = &crate::base::run::info().exe;
     let named_at = crate::sys::thread_cpu_ns();
-    let addrs = merged.code_addresses();
+    let addrs = tree.code_addresses();
     let names = crate::output::names::name_all(&addrs, exe);
     stats.naming_ns = crate::sys::thread_cpu_ns() - named_at;
     if crate::base::options::get().debug {
@@ -251,14 +296,13 @@ fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
         .iter()
         .filter(|&&a| names.source(a) == Some(crate::output::names::Source::Symtab))
         .count();
-    write_named(path, gzip, &merged, &Naming::Index(names))?;
+    write_named(path, gzip, tree, &Naming::Index(names))?;
     if names_check() {
         let at = crate::sys::thread_cpu_ns();
-        write_named(&format!("{path}.dladdr"), gzip, &merged, &Naming::Dladdr)?;
+        write_named(&format!("{path}.dladdr"), gzip, tree, &Naming::Dladdr)?;
         stats.dladdr_naming_ns = Some(crate::sys::thread_cpu_ns() - at);
     }
-    stats.dump_ns = crate::sys::thread_cpu_ns() - started;
-    Ok(stats)
+    Ok(())
 }
 
 /// Whether `IGPROF_NAMES_CHECK` asks for a second profile named by `dladdr`.

@@ -8,13 +8,14 @@
 
 use igprof_format::write::{CounterRef, FileRef, FuncRef, Sink, WriteError, Writer};
 
-use super::merge::{HashMap, Merged};
+use super::merge::HashMap;
 use super::resolve::{resolve, Naming, Symbols};
+use super::view::ProfileTree;
 use crate::base::counters;
 
-pub(super) fn write_profile<S: Sink>(
+pub(super) fn write_profile<S: Sink, T: ProfileTree>(
     sink: S,
-    m: &Merged,
+    m: &T,
     naming: &Naming,
 ) -> Result<S, WriteError> {
     let mut w = Writer::new(sink);
@@ -45,7 +46,8 @@ pub(super) fn write_profile<S: Sink>(
         funcs: HashMap::default(),
         exe: rt.exe.clone(),
     };
-    let mut counter_defined = vec![false; m.nslots];
+    let mut counter_defined = vec![false; m.nslots()];
+    let mut values = vec![(0u64, 0u64, 0u64); m.nslots()];
     // Per code address once written: its symbol's start and its
     // function's id. Its names are needed only once, for the function's
     // definition; kept small and sized for every address at once, the
@@ -55,22 +57,17 @@ pub(super) fn write_profile<S: Sink>(
         HashMap::with_capacity_and_hasher(naming.addresses(), Default::default());
     let mut kids = Vec::new();
     // Iterative pre-order walk: (node, depth).
-    let mut stack: Vec<(u32, u32)> = Vec::new();
-    let mut c = m.nodes[0].first_child;
-    while c != u32::MAX {
-        stack.push((c, 1));
-        c = m.nodes[c as usize].next_sibling;
-    }
-    stack.reverse();
+    let mut stack: Vec<(T::Id, u32)> = Vec::new();
+    m.top(&mut kids);
+    stack.extend(kids.iter().rev().map(|&k| (k, 1)));
     while let Some((id, depth)) = stack.pop() {
-        let node = &m.nodes[id as usize];
-        let addr = node.addr;
+        let addr = m.addr(id);
         // A function met for the first time: its names and file.
         let mut fresh = None;
         let (sym_addr, fnid) = match known.get(&addr) {
             Some(&k) => k,
             None => {
-                let r = resolve(addr, &syms.exe, &m.synthetic, naming);
+                let r = resolve(addr, &syms.exe, m.synthetic(), naming);
                 let next_file = syms.files.len() as u32;
                 let mut new_file = false;
                 let fid = syms
@@ -115,8 +112,9 @@ pub(super) fn write_profile<S: Sink>(
             None => FuncRef::Known(fnid),
         };
         w.node(depth, func, (addr - sym_addr) as u64)?;
-        let values = m.values_of(id).unwrap_or(&[]);
-        for ((s, defined), &(t, v, p)) in counter_defined.iter_mut().enumerate().zip(values) {
+        let any = m.values(id, &mut values);
+        let written = if any { &values[..] } else { &[] };
+        for ((s, defined), &(t, v, p)) in counter_defined.iter_mut().enumerate().zip(written) {
             if t == 0 && v == 0 && p == 0 {
                 continue;
             }
@@ -130,10 +128,7 @@ pub(super) fn write_profile<S: Sink>(
                 }
             };
             w.counter(cref, t, v, p)?;
-            if m.leaks.is_empty() {
-                continue;
-            }
-            if let Some(l) = m.leaks.get(&(id, s)) {
+            if let Some(l) = m.leaks(id, s) {
                 for &(addr, size) in l {
                     w.leak(addr, size)?;
                 }
@@ -141,12 +136,7 @@ pub(super) fn write_profile<S: Sink>(
         }
         w.end_node()?;
         // Children in order.
-        kids.clear();
-        let mut c = node.first_child;
-        while c != u32::MAX {
-            kids.push(c);
-            c = m.nodes[c as usize].next_sibling;
-        }
+        m.children(id, &mut kids);
         for &k in kids.iter().rev() {
             stack.push((k, depth + 1));
         }

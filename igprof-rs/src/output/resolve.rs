@@ -168,13 +168,19 @@ pub(super) fn resolve(
         };
     }
     let found = match naming {
-        Naming::Index(names) => names.get(addr).map(|(o, s)| Resolved {
-            file_key: o.base,
-            file_path: o.path.clone(),
-            sym_addr: s.map_or(addr, |s| s.addr),
-            name: s.map_or_else(|| format!("@?0x{addr:x}").into_bytes(), |s| s.name.clone()),
-            object_offset: (addr - o.base) as u64,
-        }),
+        // An address the index was not made for (a node a running thread
+        // added to the tree while a snapshot is written from it in place:
+        // see view.rs) is named by dladdr.
+        Naming::Index(names) => names
+            .get(addr)
+            .map(|(o, s)| Resolved {
+                file_key: o.base,
+                file_path: o.path.clone(),
+                sym_addr: s.map_or(addr, |s| s.addr),
+                name: s.map_or_else(|| format!("@?0x{addr:x}").into_bytes(), |s| s.name.clone()),
+                object_offset: (addr - o.base) as u64,
+            })
+            .or_else(|| resolve_dladdr(addr, exe)),
         Naming::Dladdr => resolve_dladdr(addr, exe),
     };
     if let Some(r) = found {
