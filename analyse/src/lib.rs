@@ -47,6 +47,7 @@ pub mod jit;
 pub mod profile;
 pub mod symbols;
 pub mod text;
+pub mod timeline;
 pub mod tree_top;
 pub mod views;
 
@@ -300,6 +301,28 @@ pub fn prepare(p: &mut Profile, cfg: &Config) {
     filters::add_cumulative(p, is_max);
 }
 
+/// The live bytes of each function (self MEM_LIVE, as the report names
+/// it) in the dump at `path`: what `--timeline` and the page follow over a
+/// run's snapshots.
+pub fn live_sites(cfg: &Config, path: &str) -> Result<timeline::SiteValues, String> {
+    let mut resolver = symbols::Resolver::new(cfg.symbols.clone());
+    let mut p = Profile::new(Some("MEM_LIVE".to_string()));
+    read_file(&mut p, path, &mut resolver, &cfg.read, false).map_err(|e| e.to_string())?;
+    p.finish_reading();
+    if !p.counters_seen.iter().any(|c| c == "MEM_LIVE") {
+        return Ok(Default::default());
+    }
+    prepare(&mut p, cfg);
+    let fl = flat::Flat::build(&mut p, false);
+    let names = DisplayNames::new(&p, cfg.demangle);
+    Ok(fl
+        .infos
+        .iter()
+        .filter(|i| i.self_key[0] != 0)
+        .map(|i| (text::Names::name(&names, i.sym).to_string(), i.self_key[0]))
+        .collect())
+}
+
 /// Display names (demangled with -d) and files of every symbol.
 pub struct DisplayNames {
     names: Vec<String>,
@@ -358,7 +381,12 @@ pub fn run(cfg: &Config, out: &mut dyn Write, warn: &mut dyn FnMut(Warning)) -> 
         read_file(&mut prof, b, &mut resolver, &cfg.read, true)?;
         base_flat = Some((bp, f));
     }
-    let sources = input::expand(&cfg.files).map_err(Error::Open)?;
+    // Several dumps of one process: the newest only (timeline.rs).
+    let (files, same) = timeline::newest_of_each_image(&cfg.files);
+    for line in same {
+        verbose(cfg, &line);
+    }
+    let sources = input::expand(&files).map_err(Error::Open)?;
     if sources.several {
         read_several(&mut prof, &sources.files, cfg, &mut resolver, warn)?;
     } else {

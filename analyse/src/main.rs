@@ -182,6 +182,16 @@ struct Args {
     /// table, callers and callees, flame graph with zoom and search.
     #[arg(long, value_name = "FILE.html")]
     html: Option<String>,
+    /// Write the run's timeline as CSV to FILE ('-': stdout): the
+    /// newest dump's points (--sample-every, --dump-every) and its top
+    /// allocation sites' live bytes at each snapshot given.
+    #[arg(long, value_name = "FILE.csv")]
+    timeline: Option<String>,
+    /// Report what changed between two times of a run (seconds since the
+    /// process started): the dumps given that were written last by T1 and
+    /// by T2 are compared as -b compares a baseline.
+    #[arg(long, num_args = 2, value_names = ["T1", "T2"], allow_negative_numbers = false)]
+    between: Option<Vec<f64>>,
     /// Profiles to read, merged into one report. A directory stands for
     /// every file in it (a run directory: one profile per process). With
     /// several inputs, `.tmp` leftovers, empty and damaged files are skipped
@@ -233,7 +243,13 @@ fn all_options() -> String {
     v.join(", ")
 }
 
-fn parse() -> Config {
+/// What the run is asked for besides the report (timeline.rs).
+struct Timeline {
+    csv: Option<String>,
+    between: Option<(f64, f64)>,
+}
+
+fn parse() -> (Config, Timeline) {
     let mut argv: Vec<String> = std::env::args().collect();
     let mut after_dashdash = false;
     for a in argv.iter_mut().skip(1) {
@@ -314,6 +330,14 @@ fn parse() -> Config {
         Output::Text
     };
     let _ = (args.text, args.gdb);
+    let between = args.between.as_ref().map(|b| (b[0], b[1]));
+    if between.is_some() && args.baseline.is_some() {
+        fail("--between chooses the baseline itself: drop -b");
+    }
+    let timeline = Timeline {
+        csv: args.timeline.clone(),
+        between,
+    };
     if args.icicle && args.flame.is_none() {
         fail("--icicle draws the --flame graph top-down: it needs --flame FILE.svg");
     }
@@ -333,7 +357,7 @@ fn parse() -> Config {
     view(views::Format::Pprof, args.pprof);
     view(views::Format::Callgrind, args.callgrind);
     view(views::Format::Html, args.html);
-    Config {
+    let cfg = Config {
         files: args.files,
         key: args.report,
         read: ReadOptions {
@@ -383,11 +407,58 @@ fn parse() -> Config {
         },
         verbose: args.verbose,
         views,
+    };
+    (cfg, timeline)
+}
+
+/// `--timeline`: the CSV, then the end of the run.
+fn write_timeline(cfg: &Config, to: &str) -> Result<(), String> {
+    let series =
+        igprof_analyse::timeline::series(&cfg.files, |path| igprof_analyse::live_sites(cfg, path))?;
+    let mut text = Vec::new();
+    series
+        .write_csv(&mut text)
+        .map_err(|e| format!("cannot write the timeline: {e}"))?;
+    if to == "-" {
+        std::io::stdout()
+            .write_all(&text)
+            .map_err(|e| format!("cannot write the timeline: {e}"))
+    } else {
+        igprof_analyse::views::write_file(to, &text).map_err(|e| format!("cannot write {to}: {e}"))
     }
 }
 
 fn main() {
-    let cfg = parse();
+    let (mut cfg, timeline) = parse();
+    if let Some(to) = &timeline.csv {
+        if let Err(e) = write_timeline(&cfg, to) {
+            fail(&e);
+        }
+        return;
+    }
+    if cfg
+        .views
+        .requests
+        .iter()
+        .any(|r| r.format == views::Format::Html)
+    {
+        // The page charts the run's timeline when the inputs have one.
+        let cfg2 = cfg.clone();
+        cfg.views.timeline = igprof_analyse::timeline::series(&cfg2.files, |path| {
+            igprof_analyse::live_sites(&cfg2, path)
+        })
+        .ok();
+    }
+    if let Some((t1, t2)) = timeline.between {
+        match igprof_analyse::timeline::between(&cfg.files, t1, t2) {
+            Ok((baseline, file, line)) => {
+                eprintln!("igprof-analyse: {line}");
+                cfg.baseline = baseline;
+                cfg.files = vec![file];
+            }
+            Err(e) => fail(&e),
+        }
+    }
     // Deep call trees: run on a thread with a generous stack.
     let worker = std::thread::Builder::new()
         .stack_size(256 << 20)

@@ -194,8 +194,55 @@ pub fn data(input: &Input<'_>) -> String {
         });
         o.push_str("}}");
     });
+    if let Some(t) = input.timeline {
+        o.push_str(",\"timeline\":");
+        timeline_json(&mut o, t);
+    }
     o.push('}');
     o
+}
+
+/// The chart's data: the timeline's columns and points (time in seconds),
+/// and per dump its time, file and the live bytes of the functions the
+/// page follows ([`crate::timeline::PAGE_SITES`] of them).
+fn timeline_json(o: &mut String, t: &crate::timeline::Series) {
+    o.push_str("{\"columns\":");
+    match &t.timeline {
+        Some(tl) => {
+            json_list(o, &tl.columns, |o, c| json_str(o, c));
+            let _ = write!(o, ",\"every\":{}", tl.every_ms as f64 / 1000.0);
+            o.push_str(",\"points\":");
+            json_list(o, &tl.points, |o, p| {
+                json_list(o, p.iter().enumerate(), |o, (i, v)| match v {
+                    Some(v) if i == 0 => {
+                        let _ = write!(o, "{}", *v as f64 / 1000.0);
+                    }
+                    Some(v) => {
+                        let _ = write!(o, "{v}");
+                    }
+                    None => o.push_str("null"),
+                })
+            });
+        }
+        None => o.push_str("[],\"every\":0,\"points\":[]"),
+    }
+    let sites = t.page_sites();
+    o.push_str(",\"sites\":");
+    json_list(o, &sites, |o, s| json_str(o, s));
+    o.push_str(",\"top\":");
+    json_list(o, t.top_sites(), |o, s| json_str(o, &s));
+    o.push_str(",\"dumps\":");
+    json_list(o, t.dumps.iter().enumerate(), |o, (i, d)| {
+        let _ = write!(o, "{{\"t\":{},\"file\":", d.at().unwrap_or(0.0));
+        json_str(o, &d.path);
+        o.push_str(",\"live\":");
+        json_list(o, &sites, |o, s| {
+            let v = t.sites.get(i).and_then(|m| m.get(s)).copied().unwrap_or(0);
+            let _ = write!(o, "{v}");
+        });
+        o.push('}');
+    });
+    o.push('}');
 }
 
 impl View for Html {

@@ -283,6 +283,8 @@ pub struct Input<'a> {
     pub lines: bool,
     /// Object files may be read (not `--no-symbols`).
     pub read_objects: bool,
+    /// The run's timeline, if any (the page charts it).
+    pub timeline: Option<&'a crate::timeline::Series>,
 }
 
 /// Why a view could not be written.
@@ -359,6 +361,9 @@ pub struct Request {
 pub struct Views {
     pub requests: Vec<Request>,
     pub(crate) sink: Option<Sink>,
+    /// The run's timeline, for the page's chart (when the inputs are dumps
+    /// of one process with a timeline note or several dumps).
+    pub timeline: Option<crate::timeline::Series>,
 }
 
 #[derive(Default)]
@@ -481,6 +486,7 @@ pub fn run(
             files: &cfg.files,
             lines: cfg.symbols.lines,
             read_objects: cfg.symbols.enabled,
+            timeline: cfg.views.timeline.as_ref(),
         };
         crate::verbose(cfg, &format!("writing {} to {}", view.name(), req.path));
         let failed = |e: ViewError| match e {
@@ -519,6 +525,21 @@ pub fn run(
         }
     }
     Ok(())
+}
+
+/// Writes `bytes` to `path` as the views are written: through a
+/// temporary renamed over the name (or in place for a device or FIFO), so
+/// that a link planted at the name is replaced, never written through.
+pub fn write_file(path: &str, bytes: &[u8]) -> io::Result<()> {
+    let dest = std::path::Path::new(path);
+    let mut out = safefs::Output::create(dest)?;
+    match out.file_mut().write_all(bytes) {
+        Ok(()) => out.finish(dest),
+        Err(e) => {
+            out.discard();
+            Err(e)
+        }
+    }
 }
 
 /// `name` with `;` (the folded-stack separator) and line breaks replaced.

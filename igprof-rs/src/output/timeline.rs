@@ -124,6 +124,16 @@ pub fn add_point(facts: &[u64; 4]) -> u64 {
     for (v, f) in row.iter().zip(facts) {
         v.store(*f, Ordering::Relaxed);
     }
+    // The kernel's VmHWM is the larger of a recorded high-water mark and
+    // the RSS now, and the mark is not updated at every change: a peak
+    // seen at one point may be reported lower at the next. A peak does
+    // not go down.
+    if len > 0 && facts[3] != UNKNOWN {
+        let before = s.values[(len - 1) * width + 3].load(Ordering::Relaxed);
+        if before != UNKNOWN && before > facts[3] {
+            row[3].store(before, Ordering::Relaxed);
+        }
+    }
     sum_counters(&s.slots, &row[FIXED.len()..]);
     LEN.store(len + 1, Ordering::Relaxed);
     SEQ.store(seq + 2, Ordering::Release);
