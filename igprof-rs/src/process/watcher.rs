@@ -290,7 +290,7 @@ fn poll_interval(o: &options::Options) -> Option<u64> {
     if !o.flag_file.is_empty() {
         t = Some(200_000_000);
     }
-    for every in [o.dump_every_ns, o.mark_every_ns, o.timeline_ns()] {
+    for every in [o.dump_every_ns, o.mark_every_ns] {
         if every != 0 {
             t = Some(t.map_or(every, |x| x.min(every)));
         }
