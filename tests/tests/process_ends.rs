@@ -196,6 +196,25 @@ impl MemoryCgroup {
     }
 }
 
+impl MemoryCgroup {
+    /// Runs `igprof ARGS` in `dir` inside the cgroup (a shell joins it,
+    /// then becomes the launcher).
+    fn igprof(&self, dir: &Path, args: &str) -> std::process::Output {
+        let script = format!(
+            "echo $$ > {} && exec \"$0\" {args}",
+            self.0.join("cgroup.procs").display()
+        );
+        Command::new("sh")
+            .args(["-c", &script])
+            .arg(launcher())
+            .current_dir(dir)
+            .env("IGPROF_LIB", lib())
+            .env("IGPROF_CACHE_DIR", test_store())
+            .output()
+            .unwrap()
+    }
+}
+
 impl Drop for MemoryCgroup {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir(&self.0);
@@ -214,21 +233,8 @@ fn a_process_the_oom_killer_ends_leaves_the_snapshot_taken_near_its_limit() {
     let Some(cg) = MemoryCgroup::make("oom", 96) else {
         return;
     };
-    let dir = cg.0.clone();
     let d = setup("ends_oom");
-    let procs = dir.join("cgroup.procs");
-    let script = format!(
-        "echo $$ > {} && exec \"$0\" -mp ./kill_mid grow 0",
-        procs.display()
-    );
-    let out = Command::new("sh")
-        .args(["-c", &script])
-        .arg(launcher())
-        .current_dir(&d)
-        .env("IGPROF_LIB", lib())
-        .env("IGPROF_CACHE_DIR", test_store())
-        .output()
-        .unwrap();
+    let out = cg.igprof(&d, "-mp ./kill_mid grow 0");
     use std::os::unix::process::ExitStatusExt;
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{err}");
@@ -284,19 +290,21 @@ fn memory_pressure_asks_for_one_snapshot() {
     for _ in 0..256 {
         std::io::Write::write_all(&mut f, &chunk).unwrap();
     }
+    // Out of the page cache, so that the program's reads bring its pages
+    // in within its own cgroup (pages cached by this process are charged
+    // to this one's, and reading them costs the program nothing).
+    f.sync_all().unwrap();
+    // SAFETY: advice on our own open file.
+    unsafe {
+        libc::posix_fadvise(
+            std::os::unix::io::AsRawFd::as_raw_fd(&f),
+            0,
+            0,
+            libc::POSIX_FADV_DONTNEED,
+        )
+    };
     drop(f);
-    let script = format!(
-        "echo $$ > {} && exec \"$0\" -mp -o prof.gz ./file_thrash big 6",
-        cg.0.join("cgroup.procs").display()
-    );
-    let out = Command::new("sh")
-        .args(["-c", &script])
-        .arg(launcher())
-        .current_dir(&d)
-        .env("IGPROF_LIB", lib())
-        .env("IGPROF_CACHE_DIR", test_store())
-        .output()
-        .unwrap();
+    let out = cg.igprof(&d, "-mp -o prof.gz ./file_thrash big 6");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     let lines: Vec<&str> = err

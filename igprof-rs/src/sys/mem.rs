@@ -78,17 +78,23 @@ pub fn mmap_anon_huge(len: usize) -> *mut u8 {
 /// nothing where the kernel does not have it. Errno is kept.
 pub fn populate_write(p: *mut u8, len: usize) {
     const MADV_POPULATE_WRITE: libc::c_long = 23;
+    if let Some((start, bytes)) = whole_pages(p, len) {
+        let _e = ErrnoGuard::save();
+        // SAFETY: advice on pages of a mapping of ours; populating changes
+        // no contents (zero pages stay zero).
+        unsafe { libc::syscall(libc::SYS_madvise, start, bytes, MADV_POPULATE_WRITE) };
+    }
+}
+
+/// The whole pages inside `p..p+len`: their start and length (None if
+/// there is none).
+fn whole_pages(p: *mut u8, len: usize) -> Option<(usize, usize)> {
     let page = 4096;
     let (start, end) = (
         (p as usize).next_multiple_of(page),
         (p as usize + len) & !(page - 1),
     );
-    if start < end {
-        let _e = ErrnoGuard::save();
-        // SAFETY: advice on pages of a mapping of ours; populating changes
-        // no contents (zero pages stay zero).
-        unsafe { libc::syscall(libc::SYS_madvise, start, end - start, MADV_POPULATE_WRITE) };
-    }
+    (start < end).then_some((start, end - start))
 }
 
 /// Gives the whole pages of `p..p+len` back to the kernel
@@ -96,16 +102,11 @@ pub fn populate_write(p: *mut u8, len: usize) {
 /// ours that nothing will read any more but that cannot be unmapped (it
 /// lies inside a larger region). Errno is kept.
 pub fn discard(p: *mut u8, len: usize) {
-    let page = 4096;
-    let (start, end) = (
-        (p as usize).next_multiple_of(page),
-        (p as usize + len) & !(page - 1),
-    );
-    if start < end {
+    if let Some((start, bytes)) = whole_pages(p, len) {
         let _e = ErrnoGuard::save();
         // SAFETY: advice on whole pages of a private mapping of ours that
         // nothing reads any more.
-        unsafe { libc::syscall(libc::SYS_madvise, start, end - start, libc::MADV_DONTNEED) };
+        unsafe { libc::syscall(libc::SYS_madvise, start, bytes, libc::MADV_DONTNEED) };
     }
 }
 

@@ -11,8 +11,7 @@
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use super::limit::write_decimal;
-use super::raw::read_file;
+use super::raw::{read_file, write_decimal};
 use crate::base::cgroup::leading_number;
 
 /// The page size and the kernel's clock ticks per second (USER_HZ), found

@@ -13,7 +13,7 @@
 
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-use super::raw::{self, raw_close, raw_open, read_file};
+use super::raw::{self, raw_close, raw_open, read_file, write_decimal};
 
 /// The memory limit watched (0: none). Set by the keeper once it found
 /// it, after the paths below: a reader that sees it sees them.
@@ -273,24 +273,6 @@ pub(super) fn threshold_eventfd(thresholds: &[u64]) -> i32 {
         }
         -1
     }
-}
-
-/// Writes `v` in decimal at the start of `out`; returns its length.
-pub(super) fn write_decimal(out: &mut [u8], mut v: u64) -> usize {
-    let mut digits = [0u8; 20];
-    let mut n = 0;
-    loop {
-        digits[n] = b'0' + (v % 10) as u8;
-        n += 1;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    for i in 0..n {
-        out[i] = digits[n - 1 - i];
-    }
-    n
 }
 
 /// The cgroup's usage (raw system calls only), or None.

@@ -1,6 +1,7 @@
 //! The keeper's system calls, made without libc: while the program lives
 //! the keeper runs on its creator's TLS, so nothing may write errno or
-//! touch libc's state. Also the few raw file reads the keeper makes.
+//! touch libc's state. Also the few raw file reads the keeper makes, and the
+//! decimal numbers of its paths and control lines.
 //!
 //! Must never: allocate, or call into libc.
 
@@ -116,4 +117,22 @@ pub(super) fn clock_ns(clock: libc::clockid_t) -> u64 {
         return 0;
     }
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Writes `v` in decimal at the start of `out`; returns its length.
+pub(super) fn write_decimal(out: &mut [u8], mut v: u64) -> usize {
+    let mut digits = [0u8; 20];
+    let mut n = 0;
+    loop {
+        digits[n] = b'0' + (v % 10) as u8;
+        n += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    for i in 0..n {
+        out[i] = digits[n - 1 - i];
+    }
+    n
 }
