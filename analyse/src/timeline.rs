@@ -85,10 +85,18 @@ pub fn newest_of_each_image(files: &[String]) -> (Vec<String>, Vec<String>) {
     let mut kept: Vec<(String, Option<Dump>)> = Vec::new();
     let mut said = Vec::new();
     for s in sources.files {
-        let d = header(&s.path);
+        // A leftover (a .tmp, an empty file) is the reader's to report.
+        let d = match input::leftover(&s.path) {
+            Some(_) => None,
+            None => header(&s.path),
+        };
+        // Another dump of the image, written at another time (a copy of
+        // one dump, damaged or not, is not a snapshot of it).
         let same = d.as_ref().and_then(|d| {
-            kept.iter()
-                .position(|(_, k)| k.as_ref().is_some_and(|k| k.same_image(d)))
+            kept.iter().position(|(_, k)| {
+                k.as_ref()
+                    .is_some_and(|k| k.same_image(d) && k.dumped != d.dumped)
+            })
         });
         match (same, d) {
             (Some(i), Some(d)) => {
