@@ -12,10 +12,10 @@ use common::Dir;
 /// bytes in `grow_late` and the timeline note up to then.
 fn dump(d: &Dir, at_s: u32, grow: u64) -> String {
     let points = [
-        ("0,0,100,0"),
-        ("1000,10,200,100"),
-        ("2000,20,-,100"),
-        ("3000,30,400,5100"),
+        "0,0,100,0",
+        "1000,10,200,100",
+        "2000,20,-,100",
+        "3000,30,400,5100",
     ];
     let note = points[..=at_s as usize].join(" ");
     let name = format!("prog.snap{}", at_s * 1000);
