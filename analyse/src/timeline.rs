@@ -82,8 +82,8 @@ pub fn newest_of_each_image(files: &[String]) -> (Vec<String>, Vec<String>) {
     if !sources.several {
         return (files.to_vec(), Vec::new());
     }
-    let mut kept: Vec<(String, Option<Dump>)> = Vec::new();
-    let mut said = Vec::new();
+    // (file, its header, how many dumps of its image were seen).
+    let mut kept: Vec<(String, Option<Dump>, usize)> = Vec::new();
     for s in sources.files {
         // A leftover (a .tmp, an empty file) is the reader's to report.
         let d = match input::leftover(&s.path) {
@@ -93,26 +93,34 @@ pub fn newest_of_each_image(files: &[String]) -> (Vec<String>, Vec<String>) {
         // Another dump of the image, written at another time (a copy of
         // one dump, damaged or not, is not a snapshot of it).
         let same = d.as_ref().and_then(|d| {
-            kept.iter().position(|(_, k)| {
+            kept.iter().position(|(_, k, _)| {
                 k.as_ref()
                     .is_some_and(|k| k.same_image(d) && k.dumped != d.dumped)
             })
         });
         match (same, d) {
             (Some(i), Some(d)) => {
-                let older = kept[i].1.as_ref().is_some_and(|k| k.dumped <= d.dumped);
-                said.push(format!(
-                    "{} and {} are dumps of one process (pid {}): the newer is read",
-                    kept[i].0, s.path, d.pid
-                ));
-                if older {
-                    kept[i] = (s.path, Some(d));
+                let n = kept[i].2 + 1;
+                if kept[i].1.as_ref().is_some_and(|k| k.dumped <= d.dumped) {
+                    kept[i] = (s.path, Some(d), n);
+                } else {
+                    kept[i].2 = n;
                 }
             }
-            (_, d) => kept.push((s.path, d)),
+            (_, d) => kept.push((s.path, d, 1)),
         }
     }
-    (kept.into_iter().map(|(p, _)| p).collect(), said)
+    let said = kept
+        .iter()
+        .filter(|(_, _, n)| *n > 1)
+        .map(|(path, d, n)| {
+            format!(
+                "{n} dumps of one process (pid {}): the newest, {path}, is read",
+                d.as_ref().map_or(0, |d| d.pid)
+            )
+        })
+        .collect();
+    (kept.into_iter().map(|(p, _, _)| p).collect(), said)
 }
 
 /// The one image of the inputs, or why not.
