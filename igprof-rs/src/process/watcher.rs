@@ -88,8 +88,9 @@ fn write_snapshot(periodic: bool) {
             let near = mib(near);
             if crate::process::keeper::pressure_asked() {
                 crate::igprof_log!(
-                    "memory pressure ({}: tasks stalled on memory for 100 ms of 2 s) at {near:.1} MiB: wrote a snapshot to {path}",
-                    crate::process::keeper::pressure_file()
+                    "memory pressure ({}: {}) at {near:.1} MiB: wrote a snapshot to {path}",
+                    crate::process::keeper::pressure_file(),
+                    crate::process::keeper::PRESSURE_MEANS
                 );
             } else if crate::process::keeper::watching_rss() {
                 crate::igprof_log!(

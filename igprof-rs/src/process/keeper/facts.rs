@@ -4,7 +4,8 @@
 //! (`status`'s VmHWM). The keeper reads them for the program every
 //! timeline step, so that the program pays nothing and stays
 //! single-threaded; the program reads its own where no keeper runs (the
-//! watcher) and for the final dump's last point ([`point_here`]).
+//! watcher) and for the final dump's last point. Also the RSS of a
+//! `statm` text, for the keeper's `--snapshot-above` watch.
 //!
 //! Must never: allocate, touch TLS or errno, or call into libc (the keeper
 //! runs it while the program lives).
@@ -36,9 +37,11 @@ pub fn set_units() {
     }
 }
 
-/// Bytes in `pages` pages.
-pub fn pages_to_bytes(pages: u64) -> u64 {
-    pages * PAGE.load(Ordering::Relaxed)
+/// The resident set in bytes of a `/proc/PID/statm` text (its second
+/// field, in pages).
+pub fn statm_rss_bytes(statm: &[u8]) -> Option<u64> {
+    let second = statm.iter().position(|b| *b == b' ')? + 1;
+    Some(leading_number(&statm[second..])? * PAGE.load(Ordering::Relaxed))
 }
 
 /// A value not known.
@@ -72,12 +75,8 @@ pub fn read(pid: i32) -> [u64; 3] {
         .unwrap_or(UNKNOWN);
     path(b"/statm", &mut p);
     let rss = read_file(&p, &mut buf)
-        .and_then(|len| {
-            let text = &buf[..len];
-            let second = text.iter().position(|b| *b == b' ')? + 1;
-            Some(pages_to_bytes(leading_number(&text[second..])?) / 1024)
-        })
-        .unwrap_or(UNKNOWN);
+        .and_then(|len| statm_rss_bytes(&buf[..len]))
+        .map_or(UNKNOWN, |b| b / 1024);
     path(b"/status", &mut p);
     let peak = read_file(&p, &mut buf)
         .and_then(|len| field_kib(&buf[..len], b"VmHWM:"))
@@ -120,6 +119,12 @@ mod tests {
         let status = b"Name:\tx\nVmPeak:\t  9000 kB\nVmHWM:\t    5228 kB\nVmRSS:\t 5100 kB\n";
         assert_eq!(field_kib(status, b"VmHWM:"), Some(5228));
         assert_eq!(field_kib(status, b"VmSwap:"), None);
+        PAGE.store(4096, Ordering::Relaxed);
+        assert_eq!(
+            statm_rss_bytes(b"2000 300 100 1 0 50 0\n"),
+            Some(300 * 4096)
+        );
+        assert_eq!(statm_rss_bytes(b"2000"), None);
         let own = read(std::process::id() as i32);
         assert!(own.iter().all(|v| *v != UNKNOWN), "{own:?}");
         assert!(own[1] > 0 && own[2] >= own[1] / 2, "{own:?}");

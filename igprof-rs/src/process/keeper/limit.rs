@@ -1,12 +1,12 @@
 //! The keeper's watch of the process's memory cgroup: the limit found at
 //! the keeper's start (raw reads into its stack, base/cgroup.rs parsing),
 //! and the usage looked at as it nears the limit, by the keeper every
-//! [`WATCH`] and at the kernel's threshold eventfd (cgroup v1), and by the
+//! [`WATCH_NS`] and at the kernel's threshold eventfd (cgroup v1), and by the
 //! program's memory hooks as its heap grows: a snapshot is asked for at
 //! each of [`SNAPSHOT_PER_MILLE`] of the limit, the evidence that remains
 //! when the OOM killer strikes. With `--snapshot-above SIZE` the watch is
 //! of the process's RSS instead (`/proc/PID/statm`, by the keeper every
-//! [`WATCH`]): one snapshot each time it rises above SIZE.
+//! [`WATCH_NS`]): one snapshot each time it rises above SIZE.
 //!
 //! Must never: allocate, touch TLS or errno, or call into libc (it runs in
 //! the keeper while the program lives, and in the program's hooks).
@@ -22,12 +22,7 @@ pub(super) static LIMIT: AtomicU64 = AtomicU64::new(0);
 /// the program's RSS) rather than a cgroup's limit.
 static RSS: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 /// How often the keeper reads the usage while a limit is watched.
-const WATCH_NS: u64 = 50_000_000;
-/// [`WATCH_NS`] for ppoll.
-pub(super) const WATCH: libc::timespec = libc::timespec {
-    tv_sec: 0,
-    tv_nsec: WATCH_NS as libc::c_long,
-};
+pub(super) const WATCH_NS: u64 = 50_000_000;
 /// A snapshot is asked for as the usage reaches each of these shares of
 /// the limit (per mille): the last one written before an OOM kill holds
 /// nearly everything; once the usage fell below [`REARM_PER_MILLE`], each
@@ -93,11 +88,13 @@ static PRESSURE_PATH: PathCell = PathCell::new();
 /// 2 s window (5%; a window of whole 2 s units is what the kernel allows
 /// a user who is not root).
 const PRESSURE_TRIGGER: &[u8] = b"some 100000 2000000";
+/// [`PRESSURE_TRIGGER`] in words, for the snapshot's line.
+pub const PRESSURE_MEANS: &str = "tasks stalled on memory for 100 ms of 2 s";
 /// One snapshot per episode of pressure: another only after no event
 /// came for this long.
 const PRESSURE_QUIET_NS: u64 = 10_000_000_000;
 /// When the last pressure event came (CLOCK_MONOTONIC ns; 0: never).
-static PRESSURE_LAST: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+static PRESSURE_LAST: AtomicU64 = AtomicU64::new(0);
 /// Set as a snapshot is asked for because of pressure, taken by the
 /// watcher's line ([`pressure_asked`]).
 static PRESSURE_ASKED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
@@ -286,10 +283,7 @@ fn read_usage() -> Option<u64> {
     let n = read_file(path, &mut buf)?;
     if RSS.load(Ordering::Relaxed) {
         // statm: size resident ... in pages.
-        let text = &buf[..n];
-        let second = text.iter().position(|b| *b == b' ')? + 1;
-        let pages = crate::base::cgroup::leading_number(&text[second..])?;
-        return Some(super::facts::pages_to_bytes(pages));
+        return super::facts::statm_rss_bytes(&buf[..n]);
     }
     crate::base::cgroup::leading_number(&buf[..n])
 }

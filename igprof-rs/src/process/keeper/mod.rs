@@ -44,11 +44,11 @@ pub mod facts;
 mod limit;
 mod raw;
 
-pub use limit::{pressure_asked, pressure_file, watching_rss};
+pub use limit::{pressure_asked, pressure_file, watching_rss, PRESSURE_MEANS};
 
 use limit::{
     check_near_limit, find_memory_limit, on_pressure, pressure_fd, threshold_eventfd, CROSSED,
-    LIMIT, SNAPSHOT, SNAPSHOT_PER_MILLE, WATCH,
+    LIMIT, SNAPSHOT, SNAPSHOT_PER_MILLE, WATCH_NS,
 };
 use raw::raw_read;
 
@@ -99,8 +99,6 @@ pub struct Calls {
 
 /// [`Calls::timeline_point`] (a `fn` as usize; 0: no timeline).
 static TIMELINE_POINT: AtomicUsize = AtomicUsize::new(0);
-/// The timeline's first step (ns; 0: no timeline).
-static TIMELINE_STEP: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
 
 /// The [`Calls`] (set once by [`configure`]; `fn` pointers as usize).
 static FINAL_DUMP: AtomicUsize = AtomicUsize::new(0);
@@ -120,7 +118,6 @@ pub fn configure(off: Option<usize>, calls: Calls) {
     FINAL_DUMP.store(calls.final_dump as usize, Ordering::Release);
     SNAPSHOT.store(calls.snapshot_near_limit as usize, Ordering::Release);
     TIMELINE_POINT.store(calls.timeline_point as usize, Ordering::Release);
-    TIMELINE_STEP.store(crate::base::options::get().timeline_ns(), Ordering::Release);
     OFF_WHY.store(off.unwrap_or(0), Ordering::Relaxed);
     OFF.store(off.is_some() as u32, Ordering::Relaxed);
 }
@@ -329,8 +326,7 @@ extern "C" fn keep(arg: *mut libc::c_void) -> libc::c_int {
     } as i32;
     find_memory_limit(PROGRAM.load(Ordering::Acquire));
     let limit = LIMIT.load(Ordering::Acquire);
-    let watch = WATCH;
-    let mut step = TIMELINE_STEP.load(Ordering::Acquire);
+    let mut step = crate::base::options::get().timeline_ns();
     let mut next_point = monotonic_ns().saturating_add(step);
     let efd = if limit != 0 {
         threshold_eventfd(&SNAPSHOT_PER_MILLE.map(|m| limit / 1000 * m))
@@ -364,27 +360,17 @@ extern "C" fn keep(arg: *mut libc::c_void) -> libc::c_int {
                 revents: 0,
             },
         ];
-        let mut wait = if limit != 0 {
-            watch
-        } else {
-            libc::timespec {
-                tv_sec: libc::time_t::MAX,
-                tv_nsec: 0,
-            }
-        };
+        // The watch's interval, the time to the next timeline point, or
+        // no timeout.
+        let mut wait_ns = if limit != 0 { WATCH_NS } else { u64::MAX };
         if step != 0 {
-            let left = next_point.saturating_sub(monotonic_ns());
-            if (left / 1_000_000_000) < wait.tv_sec as u64
-                || (left / 1_000_000_000 == wait.tv_sec as u64
-                    && (left % 1_000_000_000) < wait.tv_nsec as u64)
-            {
-                wait = libc::timespec {
-                    tv_sec: (left / 1_000_000_000) as libc::time_t,
-                    tv_nsec: (left % 1_000_000_000) as libc::c_long,
-                };
-            }
+            wait_ns = wait_ns.min(next_point.saturating_sub(monotonic_ns()));
         }
-        let timeout = if limit != 0 || step != 0 {
+        let wait = libc::timespec {
+            tv_sec: (wait_ns / 1_000_000_000) as libc::time_t,
+            tv_nsec: (wait_ns % 1_000_000_000) as libc::c_long,
+        };
+        let timeout = if wait_ns != u64::MAX {
             &wait as *const libc::timespec as usize
         } else {
             0
