@@ -211,6 +211,8 @@ impl<'a> Iterator for Children<'a> {
 struct Slot(u64);
 
 const NODE_BITS: u32 = 48;
+/// The node's bits of a slot; the hash's are the others.
+const NODE_MASK: u64 = (1 << NODE_BITS) - 1;
 
 impl Slot {
     const EMPTY: Slot = Slot(0);
@@ -223,17 +225,17 @@ impl Slot {
 
     #[inline]
     fn tag(hash: usize) -> u64 {
-        (hash as u64) & !((1u64 << NODE_BITS) - 1)
+        (hash as u64) & !NODE_MASK
     }
 
     #[inline]
     fn node(self) -> *mut Node {
-        (self.0 & ((1u64 << NODE_BITS) - 1)) as *mut Node
+        (self.0 & NODE_MASK) as *mut Node
     }
 
     #[inline]
     fn matches(self, hash: usize) -> bool {
-        self.0 & !((1u64 << NODE_BITS) - 1) == Self::tag(hash)
+        self.0 & !NODE_MASK == Self::tag(hash)
     }
 }
 

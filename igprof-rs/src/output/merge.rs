@@ -184,6 +184,16 @@ impl Merged {
         }
     }
 
+    /// Adds the modules' synthetic top-level functions (their counts that
+    /// belong to no stack), after whatever the tree holds.
+    pub(super) fn add_modules_synthetic(&mut self) {
+        crate::modules::each(crate::base::options::get(), |m| {
+            if let Some(f) = m.synthetic {
+                f(&mut |name, slot, ticks, value| self.add_synthetic(name, slot, ticks, value))
+            }
+        });
+    }
+
     /// Adds `ticks`/`value` (peak = value) to counter `slot` of the synthetic
     /// top-level function `name`.
     pub(super) fn add_synthetic(

@@ -211,20 +211,15 @@ fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
         }
         stats.states += 1;
     }
-    // The synthetic top-level functions go into a tree of their own, or
-    // into the merged one.
-    let mut extra = Merged::new(nslots);
     let with_trees: Vec<_> = states
         .iter()
         .filter(|t| t.tree().root().is_some())
         .collect();
     if let [only] = with_trees.as_slice() {
-        // One tree is the profile: written from where it is (view.rs).
-        crate::modules::each(crate::base::options::get(), |m| {
-            if let Some(f) = m.synthetic {
-                f(&mut |name, slot, ticks, value| extra.add_synthetic(name, slot, ticks, value))
-            }
-        });
+        // One tree is the profile: written from where it is (view.rs),
+        // the synthetic functions in a tree of their own.
+        let mut extra = Merged::new(nslots);
+        extra.add_modules_synthetic();
         let mut leaks: merge::HashMap<(usize, usize), Vec<(u64, u64)>> = Default::default();
         for (node, slot, addr, size) in live {
             leaks.entry((node, slot)).or_default().push((addr, size));
@@ -239,7 +234,7 @@ fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
         stats.merge_ns = crate::sys::thread_cpu_ns() - started;
         write_tree(path, &tree, &mut stats)?;
     } else {
-        let mut merged = extra;
+        let mut merged = Merged::new(nslots);
         merged.stored_forms = stored_forms;
         merged.origin = live.iter().map(|&(node, ..)| (node, u32::MAX)).collect();
         let last_tree = with_trees.len().checked_sub(1);
@@ -248,11 +243,7 @@ fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
             merged.reserve(t.tree().len() + 1);
             merged.merge_tree(0, root, Some(i) == last_tree);
         }
-        crate::modules::each(crate::base::options::get(), |m| {
-            if let Some(f) = m.synthetic {
-                f(&mut |name, slot, ticks, value| merged.add_synthetic(name, slot, ticks, value))
-            }
-        });
+        merged.add_modules_synthetic();
         stats.merge_ns = crate::sys::thread_cpu_ns() - started;
         for (node, slot, addr, size) in live {
             if let Some(m) = merged.origin_of(node) {

@@ -43,8 +43,7 @@ pub fn final_dump(reason: &str) -> bool {
     }
     crate::process::stop_sampling();
     if crate::base::options::get().timeline_ns() != 0 {
-        let facts = crate::process::keeper::facts::point(crate::sys::getpid());
-        crate::output::timeline::add_point(&facts);
+        crate::process::timeline_point_here();
     }
     let written = write_final(reason, false);
     let execing = crate::base::run::execing();

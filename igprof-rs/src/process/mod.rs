@@ -436,6 +436,12 @@ fn start_keeper() {
     }
 }
 
+/// Adds a timeline point of this process, read here (the watcher where
+/// no keeper runs; the final dump's last point); the step to the next.
+pub fn timeline_point_here() -> u64 {
+    crate::output::timeline::add_point(&keeper::facts::point(sys::getpid()))
+}
+
 /// The library destructor: the final dump at normal exit.
 pub fn fini() {
     if is_own_process() {

@@ -348,8 +348,7 @@ extern "C" fn watcher(_: *mut libc::c_void) -> *mut libc::c_void {
             crate::base::run::mark();
         }
         if timeline && sys::monotonic_ns() >= next_point && !crate::process::keeper::watching() {
-            let facts = crate::process::keeper::facts::point(sys::getpid());
-            next_point = sys::monotonic_ns() + output::timeline::add_point(&facts);
+            next_point = sys::monotonic_ns() + crate::process::timeline_point_here();
         }
         let mut periodic = false;
         if o.dump_every_ns != 0 && sys::monotonic_ns() >= next_periodic {
