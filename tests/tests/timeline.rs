@@ -53,14 +53,18 @@ fn started(profile: &Path) -> f64 {
         .unwrap()
 }
 
-/// igprof-analyse's CSV: its header and rows (empty cells: None).
-fn csv(dir: &Path, args: &[&str]) -> (Vec<String>, Vec<Vec<Option<f64>>>) {
-    let o = std::process::Command::new(analyser())
+/// `igprof-analyse ARGS` run in `dir`.
+fn analyse(dir: &Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(analyser())
         .current_dir(dir)
-        .args(["--timeline", "-"])
         .args(args)
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+/// igprof-analyse's CSV: its header and rows (empty cells: None).
+fn csv(dir: &Path, args: &[&str]) -> (Vec<String>, Vec<Vec<Option<f64>>>) {
+    let o = analyse(dir, &[&["--timeline", "-"], args].concat());
     let out = ok(&o);
     let text = String::from_utf8(o.stdout).unwrap();
     let mut lines = text.lines();
@@ -210,11 +214,7 @@ fn the_window_over_the_second_phase_has_the_leak_on_top() {
     let t2 = format!("{:.3}", ph[1].1 - t0);
     let mut args = vec!["--between", &t1, &t2, "-r", "MEM_LIVE", "--folded", "-"];
     args.extend(files.iter().map(String::as_str));
-    let o = std::process::Command::new(analyser())
-        .current_dir(&d)
-        .args(&args)
-        .output()
-        .unwrap();
+    let o = analyse(&d, &args);
     let err = ok(&o);
     // Folded differential stacks: `a;b;c BASE NEW`.
     let text = String::from_utf8(o.stdout).unwrap();
@@ -240,12 +240,7 @@ fn the_window_over_the_second_phase_has_the_leak_on_top() {
     assert!(err.contains("--between: prof"), "which dumps: {err}");
     // Dumps of one process are not summed: the report is the newest's.
     let report = |files: &[&str]| {
-        let o = std::process::Command::new(analyser())
-            .current_dir(&d)
-            .args(["-r", "MEM_LIVE"])
-            .args(files)
-            .output()
-            .unwrap();
+        let o = analyse(&d, &[&["-r", "MEM_LIVE"], files].concat());
         ok(&o);
         String::from_utf8(o.stdout).unwrap()
     };
@@ -253,11 +248,7 @@ fn the_window_over_the_second_phase_has_the_leak_on_top() {
     assert_eq!(report(&all), report(&["prof.gz"]));
     // What cannot be done is said in one line.
     let refused = |args: &[&str], says: &str| {
-        let o = std::process::Command::new(analyser())
-            .current_dir(&d)
-            .args(args)
-            .output()
-            .unwrap();
+        let o = analyse(&d, args);
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success() && err.contains(says), "{args:?}: {err}");
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
@@ -426,11 +417,7 @@ fn a_served_minute_has_its_timeline_snapshots_and_page() {
     // The page with its chart, driven by its self-test in Chromium.
     let mut args = vec!["--html", "srv.html"];
     args.extend(files.iter().map(String::as_str));
-    ok(&std::process::Command::new(analyser())
-        .current_dir(&d)
-        .args(&args)
-        .output()
-        .unwrap());
+    ok(&analyse(&d, &args));
     let url = format!("file://{}#selftest-timeline", d.join("srv.html").display());
     // timeout(1): headless Chromium has hung once for minutes in CI.
     let dom = std::process::Command::new("timeout")
