@@ -84,6 +84,35 @@ pub unsafe extern "C" fn igprof_dump_now(path: *const core::ffi::c_char) -> i32 
     process::dump_now(p)
 }
 
+/// `igprof --attach`: profiles this running process from now on with
+/// the option words `options` (NUL-terminated); `avoid`/`n`: the next
+/// instructions of the threads the launcher stopped, which no patch may
+/// cover. Returns one of `process::attach`'s results; lines are kept in
+/// `igprof_attach_log`.
+#[no_mangle]
+pub unsafe extern "C" fn igprof_attach(
+    options: *const core::ffi::c_char,
+    avoid: *const u64,
+    n: usize,
+) -> i32 {
+    let _errno = sys::ErrnoGuard::save();
+    let raw = core::ffi::CStr::from_ptr(options).to_bytes();
+    let avoid = if avoid.is_null() {
+        &[][..]
+    } else {
+        core::slice::from_raw_parts(avoid, n)
+    };
+    process::attach::attach(MODULES, raw, avoid)
+}
+
+/// `igprof --detach`: writes the profile, restores every patched byte and
+/// stops recording; the library stays loaded. 0, or -1 if not attached.
+#[no_mangle]
+pub extern "C" fn igprof_detach() -> i32 {
+    let _errno = sys::ErrnoGuard::save();
+    process::attach::detach()
+}
+
 /// Turns recording on (after `-pd`, or `igprof_disable()`): samples,
 /// allocations and descriptors opened from now on are recorded. Returns 1
 /// if recording was already on, 0 if it was off, -1 if not profiled.

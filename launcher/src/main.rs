@@ -32,6 +32,8 @@
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 
+#[cfg(target_arch = "x86_64")]
+mod attach;
 mod elf;
 mod exec;
 mod glibc;
@@ -75,6 +77,13 @@ fn run() -> libc::c_int {
     if args.first().is_some_and(|a| a == "--mark") {
         return mark::run(&args[1..]);
     }
+    if let Some(cmd) = args
+        .first()
+        .and_then(|a| a.to_str())
+        .filter(|a| ["--attach", "--detach", "--dump"].contains(a))
+    {
+        return attach_commands(cmd, &args[1..]);
+    }
     let mut pwd_cache: Option<Vec<u8>> = None;
     let mut pwd = || pwd_cache.get_or_insert_with(bash_pwd).clone();
     let (igprof, program) = match grammar::parse(&args, &mut pwd) {
@@ -100,6 +109,20 @@ fn run() -> libc::c_int {
         Ok(status) => status,
         Err(r) => refuse(r),
     }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn attach_commands(cmd: &str, args: &[OsString]) -> libc::c_int {
+    attach::run(cmd, args)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn attach_commands(cmd: &str, _: &[OsString]) -> libc::c_int {
+    write_fd(
+        2,
+        format!("igprof: {cmd}: attaching is built for x86-64 only so far\n").as_bytes(),
+    );
+    1
 }
 
 /// Finds the program `cmd[0]`, checks it, and execs it (`cmd[1..]` its
@@ -157,8 +180,26 @@ fn launch(
         );
     }
 
-    let target_dir = env_set("CARGO_TARGET_DIR");
     let pid = std::process::id().to_string();
+    let lib = find_lib(pwd)?;
+    if let Some(m) = glibc::check(&lib, &resolved) {
+        return Err(Refusal::OldGlibc(lib, m));
+    }
+    let preload = sanitizers::preload(&runtimes, &lib, user_preload.as_deref());
+    std::env::set_var("IGPROF", os(igprof));
+    std::env::set_var("IGPROF_ROOT_PID", &pid);
+    std::env::set_var("LD_PRELOAD", os(&preload));
+    let mut argv: Vec<&[u8]> = Vec::with_capacity(args.len() + 1);
+    argv.push(prog);
+    argv.extend(&args);
+    Ok(exec(&resolved, &argv, pwd))
+}
+
+/// libigprof.so: `IGPROF_LIB`, else next to this program, `../lib`,
+/// `$CARGO_TARGET_DIR/release`, or the build tree's release directory;
+/// an absolute path.
+pub(crate) fn find_lib(pwd: &mut dyn FnMut() -> Vec<u8>) -> Result<Vec<u8>, Refusal> {
+    let target_dir = env_set("CARGO_TARGET_DIR");
     let lib = match env_set("IGPROF_LIB") {
         Some(l) if is_file(&l) => l,
         Some(l) => return Err(Refusal::NoIgprofLib(l)),
@@ -182,16 +223,5 @@ fn launch(
                 .ok_or(Refusal::NoLib)?
         }
     };
-    let lib = absolute(lib, pwd);
-    if let Some(m) = glibc::check(&lib, &resolved) {
-        return Err(Refusal::OldGlibc(lib, m));
-    }
-    let preload = sanitizers::preload(&runtimes, &lib, user_preload.as_deref());
-    std::env::set_var("IGPROF", os(igprof));
-    std::env::set_var("IGPROF_ROOT_PID", &pid);
-    std::env::set_var("LD_PRELOAD", os(&preload));
-    let mut argv: Vec<&[u8]> = Vec::with_capacity(args.len() + 1);
-    argv.push(prog);
-    argv.extend(&args);
-    Ok(exec(&resolved, &argv, pwd))
+    Ok(absolute(lib, pwd))
 }

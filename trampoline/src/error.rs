@@ -32,6 +32,10 @@ pub enum Reason {
     /// On uninstall: the patched bytes were changed by someone else since
     /// install (e.g. another hook installed on top); nothing was restored.
     PatchChanged { at: u64 },
+    /// A stopped thread's next instruction is at `pc`, inside the bytes
+    /// the patch would overwrite (after its first): the patch would leave
+    /// it half an instruction (a caller that stops threads says which).
+    ThreadInside { pc: u64 },
 }
 
 impl fmt::Display for Reason {
@@ -66,6 +70,10 @@ impl fmt::Display for Reason {
                 f,
                 "the patch at {at:#x} was overwritten since install (another hook on top?); not restored"
             ),
+            Reason::ThreadInside { pc } => write!(
+                f,
+                "a stopped thread's next instruction ({pc:#x}) is inside the bytes the patch would overwrite"
+            ),
         }
     }
 }
@@ -84,6 +92,7 @@ impl Reason {
             Reason::Protect(_) => "protection change failed".into(),
             Reason::NotMapped { .. } => "not mapped".into(),
             Reason::PatchChanged { .. } => "patch changed".into(),
+            Reason::ThreadInside { .. } => "thread inside".into(),
         }
     }
 }

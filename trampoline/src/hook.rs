@@ -68,6 +68,26 @@ impl Hook {
         uninstall_with::<crate::arch::Host>(self)
     }
 
+    /// Write the patch again after [`Hook::uninstall`] (the same
+    /// trampoline and replacement). Refused with `PatchChanged` when the
+    /// function's bytes are no longer the original ones. Installing twice
+    /// is a no-op.
+    pub fn reinstall(&self) -> Result<(), HookError> {
+        if self.installed.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        replace_bytes::<crate::arch::Host>(self, &self.original, &self.patch)?;
+        self.installed.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// The bytes the patch overwrites: `[start, end)`. A thread whose next
+    /// instruction lies strictly inside it must not run while the patch
+    /// is written or removed.
+    pub fn patched_range(&self) -> (u64, u64) {
+        (self.patch_at, self.patch_at + self.original.len() as u64)
+    }
+
     /// False once [`Hook::uninstall`] has succeeded.
     pub fn is_installed(&self) -> bool {
         self.installed.load(Ordering::SeqCst)
@@ -175,6 +195,11 @@ impl Prepared {
     /// The plan that will be used.
     pub fn plan(&self) -> Plan {
         self.hook.plan
+    }
+
+    /// The bytes [`Prepared::enable`] will overwrite (see [`Hook::patched_range`]).
+    pub fn patched_range(&self) -> (u64, u64) {
+        self.hook.patched_range()
     }
 
     /// Write the patch: from now on calls go to the replacement.

@@ -41,6 +41,10 @@ impl Line {
         self.buf[self.len] = b'\n';
         self.len += 1;
         let _errno = crate::sys::ErrnoGuard::save();
+        if CAPTURE.load(Ordering::Acquire) {
+            capture(&self.buf[..self.len]);
+            return;
+        }
         if !QUIET.load(Ordering::Relaxed) && stderr_is_ours() {
             // stderr may be a file, and the program may have lowered its
             // file size limit: the line is lost then, never the program.
@@ -65,6 +69,42 @@ impl Write for Line {
         self.push(s.as_bytes());
         Ok(())
     }
+}
+
+/// Set in a process `igprof --attach` loaded the library into: its
+/// stderr is the program's, so lines go to [`igprof_attach_log`] instead,
+/// which `igprof` reads after each call it makes there.
+static CAPTURE: AtomicBool = AtomicBool::new(false);
+
+/// Lines captured (see [`CAPTURE`]): `igprof_attach_log_len` bytes, each
+/// line ending in a newline; lines that do not fit are dropped whole.
+#[no_mangle]
+#[used]
+pub static mut igprof_attach_log: [u8; LOG_BYTES] = [0; LOG_BYTES];
+#[no_mangle]
+#[used]
+pub static igprof_attach_log_len: AtomicU64 = AtomicU64::new(0);
+const LOG_BYTES: usize = 16 << 10;
+
+fn capture(line: &[u8]) {
+    let n = line.len() as u64;
+    let at = igprof_attach_log_len.fetch_add(n, Ordering::AcqRel);
+    if at + n > LOG_BYTES as u64 {
+        igprof_attach_log_len.fetch_sub(n, Ordering::AcqRel);
+        return;
+    }
+    // SAFETY: [at, at+n) was reserved for this line by the fetch_add
+    // above, within the buffer; no other writer touches it.
+    unsafe {
+        let dst = (&raw mut igprof_attach_log as *mut u8).add(at as usize);
+        core::ptr::copy_nonoverlapping(line.as_ptr(), dst, line.len());
+    }
+}
+
+/// From now on lines go to the attach log, emptied here (see [`CAPTURE`]).
+pub fn capture_lines() {
+    igprof_attach_log_len.store(0, Ordering::Release);
+    CAPTURE.store(true, Ordering::Release);
 }
 
 /// Set while a process other than the one the user started is starting up

@@ -85,6 +85,26 @@ pub fn set_active() {
     ACTIVE.store(true, Ordering::Release);
 }
 
+/// Profiling stops in this process (`igprof --detach`): nothing is
+/// recorded or dumped from now on.
+pub fn set_inactive() {
+    ACTIVE.store(false, Ordering::Release);
+}
+
+/// Set when the library was loaded into a running process by `igprof
+/// --attach` rather than preloaded (see `process/attach.rs`).
+static ATTACHED: AtomicBool = AtomicBool::new(false);
+
+/// Whether `igprof --attach` loaded the library into this process.
+#[inline]
+pub fn attached() -> bool {
+    ATTACHED.load(Ordering::Relaxed)
+}
+
+pub fn set_attached() {
+    ATTACHED.store(true, Ordering::Release);
+}
+
 /// The process profiling started in (start-up, fork child), and when:
 /// now (the profile's header says it, see [`started_ns`]).
 pub fn set_pid(pid: i32) {

@@ -62,6 +62,9 @@ pub struct ThreadState {
     pub exited: AtomicBool,
     /// Set in a forked child for states inherited from the parent: not dumped.
     pub stale: AtomicBool,
+    /// Where the owning thread keeps its pointer to this state (its
+    /// [`CURRENT`] slot), for [`forget_all_threads`]; 0 if it has none.
+    current_slot: AtomicUsize,
     /// The thread was made with a raw `clone()` and shares its creator's
     /// thread pointer, hence its TLS: it is found by thread id, not through
     /// [`CURRENT`] (see [`current`]).
@@ -344,15 +347,53 @@ pub fn in_sampling_handler() -> bool {
     current().is_some_and(|t| t.in_signal.get())
 }
 
+/// Registers a thread met for the first time in a hook, in a process the
+/// library was loaded into while running (`igprof --attach`): set by the
+/// process layer, which also starts the thread's modules. 0: none.
+static LATE: AtomicUsize = AtomicUsize::new(0);
+
+/// See [`LATE`].
+pub fn set_late_register(f: fn() -> Option<&'static ThreadState>) {
+    LATE.store(f as usize, Ordering::Release);
+}
+
+/// The calling thread's state, registered now if the thread was running
+/// before the library was loaded ([`set_late_register`]). Not from
+/// signal context; the caller keeps the thread's hooks from recording
+/// while it runs (registration calls libc).
+pub fn register_late() -> Option<&'static ThreadState> {
+    let f = LATE.load(Ordering::Acquire);
+    if f == 0 {
+        return None;
+    }
+    // SAFETY: LATE holds only a `fn() -> Option<&'static ThreadState>`
+    // stored by set_late_register.
+    let f: fn() -> Option<&'static ThreadState> = unsafe { core::mem::transmute(f) };
+    f()
+}
+
 /// Registers the calling thread's state (not from signal context): adopts
 /// the state of a thread that has ended (see the module docs), or makes one.
 pub fn register_current(max_depth: usize) -> Option<&'static ThreadState> {
     if let Some(t) = current() {
         return Some(t);
     }
+    // A hook reached from the registration below (pthread_getattr_np
+    // allocates) asks for no second one (see `register_late`).
+    if REGISTERING.with(|r| r.replace(true)) {
+        return None;
+    }
     let bounds = crate::unwind::StackBounds::for_current_thread().unwrap_or_default();
-    register(max_depth, false, bounds)
+    let t = register(max_depth, false, bounds);
+    REGISTERING.with(|r| r.set(false));
+    t
 }
+
+/// Set while the calling thread registers its state.
+// SAFETY: a Cell<bool> is valid all-zero and needs no drop; byte 8 of the
+// area is this slot's only (CURRENT holds bytes 0-7).
+static REGISTERING: crate::base::tls::Slot<Cell<bool>> =
+    unsafe { crate::base::tls::Slot::new(crate::base::tls::THREAD_AT + 8) };
 
 /// Registers the calling thread, made by a raw `clone()` that shares its
 /// creator's TLS, with the stack it runs on (not from signal context). Its
@@ -391,6 +432,7 @@ fn register(
         t.tid.store(tid, Ordering::Release);
         if !shares_tls {
             CURRENT.with(|c| c.set(t as *const ThreadState as *mut ThreadState));
+            t.current_slot.store(current_slot(), Ordering::Release);
         }
         return Some(t);
     }
@@ -479,6 +521,7 @@ fn build_state(
             stats: SampleStats::default(),
             exited: AtomicBool::new(false),
             stale: AtomicBool::new(stale),
+            current_slot: AtomicUsize::new(0),
             shares_tls,
             private_tls: AtomicPtr::new(null_mut()),
             shadow: OwnerCell::new(SignalShadow::default()),
@@ -502,9 +545,40 @@ fn build_state(
     }
     if !shares_tls {
         CURRENT.with(|c| c.set(mem));
+        // SAFETY: mem was written above.
+        unsafe { (*mem).current_slot.store(current_slot(), Ordering::Release) };
     }
     // SAFETY: never freed.
     Some(unsafe { &*mem })
+}
+
+/// The address of the calling thread's [`CURRENT`] slot.
+fn current_slot() -> usize {
+    CURRENT.with(|c| c as *const Cell<*mut ThreadState> as usize)
+}
+
+/// Every running thread forgets its state, the caller's included: each
+/// registers a fresh one at its next event (a second `igprof --attach`,
+/// whose profile starts afresh, marks the old states stale first).
+///
+/// # Safety
+/// Every other thread of the process is stopped (`igprof --attach` holds
+/// them with ptrace), so none is reading its slot; only the slots of
+/// threads that still run are written (an ended thread's may be unmapped).
+pub unsafe fn forget_all_threads() {
+    let me = sys::gettid();
+    for t in all() {
+        let slot = t.current_slot.load(Ordering::Acquire);
+        if slot == 0 || t.shares_tls || t.exited.load(Ordering::Acquire) {
+            continue;
+        }
+        if t.tid() != me && !sys::thread_alive(t.tid()) {
+            continue;
+        }
+        // SAFETY: the slot of a running thread, which is stopped (the
+        // caller's contract) or is the caller.
+        unsafe { (*(slot as *const Cell<*mut ThreadState>)).set(null_mut()) };
+    }
 }
 
 /// Forgets the calling thread's state (after fork: the child starts afresh).

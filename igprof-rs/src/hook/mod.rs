@@ -254,11 +254,81 @@ pub fn hook_symbol(
     store: impl FnOnce(*const ()),
 ) -> Result<(), trampoline::HookError> {
     let p = trampoline::prepare(sym, replacement)?;
+    let (start, end) = p.patched_range();
+    if let Some(&pc) = lock(&AVOID).iter().find(|&&pc| pc > start && pc < end) {
+        THREAD_INSIDE.store(true, Ordering::Release);
+        return Err(trampoline::HookError {
+            function: sym.name.clone(),
+            addr: sym.addr,
+            reason: trampoline::Reason::ThreadInside { pc },
+        });
+    }
     store(p.chain());
     let h = p.enable()?;
     crate::igprof_debug!("hooked {} at {:#x}", sym.name, sym.addr);
-    core::mem::forget(h);
+    lock(&HOOKS).push(h);
     Ok(())
+}
+
+/// Every hook installed, in order, for [`remove_all`] and [`restore_all`]
+/// (a process attached to by `igprof --attach` gets its bytes back).
+static HOOKS: std::sync::Mutex<Vec<trampoline::Hook>> = std::sync::Mutex::new(Vec::new());
+/// The next instructions of the threads `igprof --attach` stopped: no
+/// patch may cover one of them but at its first byte.
+static AVOID: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Set when an install was refused for a stopped thread inside its bytes.
+static THREAD_INSIDE: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// The stopped threads' next instructions that the next installs must
+/// not cover (empty: none).
+pub fn avoid_pcs(pcs: &[u64]) {
+    *lock(&AVOID) = pcs.to_vec();
+    THREAD_INSIDE.store(false, Ordering::Release);
+}
+
+/// Whether an install since [`avoid_pcs`] was refused because a stopped
+/// thread's next instruction was inside its bytes.
+pub fn refused_for_thread_inside() -> bool {
+    THREAD_INSIDE.load(Ordering::Acquire)
+}
+
+/// Removes every hook (newest first: stacked hooks come off in reverse),
+/// writing the functions' original bytes back; trampolines stay mapped,
+/// for threads still running in them. Returns how many could not be
+/// removed (each said in one line).
+pub fn remove_all() -> usize {
+    let hooks = lock(&HOOKS);
+    let mut failed = 0;
+    for h in hooks.iter().rev() {
+        if let Err(e) = h.uninstall() {
+            crate::igprof_log!("cannot restore {e}");
+            failed += 1;
+        }
+    }
+    failed
+}
+
+/// Writes every hook [`remove_all`] removed again; how many could not be.
+pub fn restore_all() -> usize {
+    let hooks = lock(&HOOKS);
+    let mut failed = 0;
+    for h in hooks.iter() {
+        if let Err(e) = h.reinstall() {
+            crate::igprof_log!("cannot hook again: {e}");
+            failed += 1;
+        }
+    }
+    failed
+}
+
+/// How many hooks are installed now.
+pub fn installed() -> usize {
+    lock(&HOOKS).iter().filter(|h| h.is_installed()).count()
 }
 
 /// The addresses one install pass hooked: a name found at an address

@@ -10,6 +10,7 @@
 //! something went wrong), or change the program's behaviour when the
 //! options are invalid (it then runs unprofiled).
 
+pub mod attach;
 pub mod ending;
 pub mod fatal;
 pub mod hooks;
@@ -223,14 +224,7 @@ pub fn init(modules: &'static [&'static Module]) {
     let Some(raw) = getenv(b"IGPROF\0") else {
         return;
     };
-    sys::learn_errno_offset();
-    crate::modules::set_registry(modules);
-    crate::sampler::set_program_signal(signals::forward_program_signal);
-    crate::base::alloc::set_signal_probe(thread::in_sampling_handler);
-    thread::set_leave_hooks(thread::LeaveHooks {
-        settle: crate::sampler::settle_pending,
-        after: after_leave,
-    });
+    set_up(modules);
     crate::base::log::remember_stderr();
     // <pid>.<generation> from the exec hook of a previous image (exec_env).
     let exec_of =
@@ -246,28 +240,63 @@ pub fn init(modules: &'static [&'static Module]) {
         run::set_root_pid(r);
     }
     QEMU_USER.store(getenv(b"IGPROF_QEMU_USER\0").is_some(), Ordering::Relaxed);
+    let _ = start(raw, How::Preload);
+}
+
+/// What the start-up sequence needs before anything else, whichever way
+/// the library came into the process.
+pub(crate) fn set_up(modules: &'static [&'static Module]) {
+    sys::learn_errno_offset();
+    crate::modules::set_registry(modules);
+    crate::sampler::set_program_signal(signals::forward_program_signal);
+    crate::base::alloc::set_signal_probe(thread::in_sampling_handler);
+    thread::set_leave_hooks(thread::LeaveHooks {
+        settle: crate::sampler::settle_pending,
+        after: after_leave,
+    });
+}
+
+/// How the library came into the process.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum How {
+    /// Preloaded at the program's start (the constructor).
+    Preload,
+    /// Loaded into the running process by `igprof --attach`, on one of
+    /// its threads while the others are stopped (`attach.rs`).
+    Attach,
+}
+
+/// Why start-up left the program unprofiled (said in a line already).
+#[derive(Debug)]
+pub(crate) struct Unprofiled;
+
+/// Start-up from the option words `raw`: options, counters, handler,
+/// hooks, the calling thread, and (preloaded) the watcher, the fatal
+/// signals' handlers and the keeper.
+pub(crate) fn start(raw: &[u8], how: How) -> Result<(), Unprofiled> {
+    let attach = how == How::Attach;
     let parsed = options::parse(raw);
     // What start-up has to say is said once for the run, by the process
     // the user started; its other processes say it with -d only.
     let _quiet = crate::base::log::StartupQuiet::unless(
-        run::is_first_image() || parsed.as_ref().is_ok_and(|o| o.debug),
+        attach || run::is_first_image() || parsed.as_ref().is_ok_and(|o| o.debug),
     );
     let mut o = match parsed {
         Ok(o) => o,
         Err(e) => {
             crate::igprof_log!("{e}; the program runs unprofiled");
-            return;
+            return Err(Unprofiled);
         }
     };
     let exe = read_exe();
-    if !o.targets_match(&exe) {
+    if !attach && !o.targets_match(&exe) {
         if o.debug {
             crate::igprof_log!(
                 "{} does not match -t; not profiled",
                 crate::base::log::Bytes(&exe)
             );
         }
-        return;
+        return Err(Unprofiled);
     }
     for (flag, what) in o.selected() {
         if !crate::modules::built(flag) {
@@ -281,7 +310,7 @@ pub fn init(modules: &'static [&'static Module]) {
         crate::igprof_log!(
             "nothing to profile (no available module selected); the program runs unprofiled"
         );
-        return;
+        return Err(Unprofiled);
     }
     // SAFETY: constructor, single-threaded as far as we are concerned.
     unsafe { options::init(o) };
@@ -306,7 +335,7 @@ pub fn init(modules: &'static [&'static Module]) {
         crate::igprof_log!(
             "cannot install the sampling signal's handler (errno {e}); the program runs unprofiled"
         );
-        return;
+        return Err(Unprofiled);
     }
     init_thread_key();
     if let Some(dir) = crate::unwind::store::dir_from_env(|k| std::env::var_os(k)) {
@@ -322,7 +351,7 @@ pub fn init(modules: &'static [&'static Module]) {
         crate::igprof_log!(
             "out of memory for the profiler's thread state; the program runs unprofiled"
         );
-        return;
+        return Err(Unprofiled);
     };
     let guard = main.enter();
     let mut started: Vec<String> = Vec::new();
@@ -349,9 +378,11 @@ pub fn init(modules: &'static [&'static Module]) {
         // No exec hook will say that the next image of this process is a
         // later one: say it now, so that it does not repeat what was said.
         let next = format!("{}.{}\0", sys::getpid(), run::exec_generation() + 1);
-        // SAFETY: NUL-terminated name and value; start-up, one thread.
-        unsafe { libc::setenv(c"IGPROF_EXEC_OF".as_ptr(), next.as_ptr().cast(), 1) };
-        return;
+        if !attach {
+            // SAFETY: NUL-terminated name and value; start-up, one thread.
+            unsafe { libc::setenv(c"IGPROF_EXEC_OF".as_ptr(), next.as_ptr().cast(), 1) };
+        }
+        return Err(Unprofiled);
     }
     each_module(|m| {
         if let Some(f) = m.thread_begin {
@@ -367,19 +398,30 @@ pub fn init(modules: &'static [&'static Module]) {
             main as *const ThreadState as *const libc::c_void,
         )
     };
-    crate::process::watcher::install_dump_signal();
-    install_toggle_signal(o.toggle_signal);
-    install_mark_signal(&o);
+    if attach {
+        // Nothing of the program's signals changes, and no thread of ours
+        // stays behind after the detach: no watcher, no handlers of the
+        // dump, toggle, mark or fatal signals.
+        crate::process::watcher::none_in_child(true);
+    } else {
+        crate::process::watcher::install_dump_signal();
+        install_toggle_signal(o.toggle_signal);
+        install_mark_signal(&o);
+    }
     crate::base::run::set_recording(!o.start_disabled);
     let o = options::get();
     crate::base::solo::begin(
-        !crate::process::watcher::needed_from_start(o) && crate::base::solo::libc_single_threaded(),
+        !attach
+            && !crate::process::watcher::needed_from_start(o)
+            && crate::base::solo::libc_single_threaded(),
     );
     if !crate::base::solo::solo() {
         crate::process::watcher::start();
     }
     run::set_active();
-    crate::process::fatal::install();
+    if !attach {
+        crate::process::fatal::install();
+    }
     drop(guard);
     {
         crate::igprof_log!(
@@ -389,6 +431,10 @@ pub fn init(modules: &'static [&'static Module]) {
             started.join(", "),
             output_path()
         );
+    }
+    if attach {
+        sampler::start_thread(main);
+        return Ok(());
     }
     keeper::configure(
         if getenv(b"IGPROF_KEEPER\0") == Some(b"0") {
@@ -408,6 +454,7 @@ pub fn init(modules: &'static [&'static Module]) {
     );
     start_keeper();
     sampler::start_thread(main);
+    Ok(())
 }
 
 /// Starts this image's keeper (before the sampler of the thread that makes
@@ -499,6 +546,16 @@ pub fn shared_tls_thread_begin(top: usize) -> Option<&'static ThreadState> {
     Some(t)
 }
 
+/// A thread that was running before `igprof --attach`, registered in a
+/// hook: its state is found at its end, then its modules start.
+pub(crate) fn adopt_thread(t: &'static ThreadState) {
+    // SAFETY: THREAD_KEY was created at start-up; t is never freed.
+    unsafe {
+        libc::pthread_setspecific(THREAD_KEY, t as *const ThreadState as *const libc::c_void)
+    };
+    begin_thread(t);
+}
+
 /// The modules' and the sampler's part of a new thread's start.
 fn begin_thread(t: &'static ThreadState) {
     LIVE_THREADS.fetch_add(1, Ordering::AcqRel);
@@ -545,6 +602,13 @@ pub fn after_fork_parent() {
 /// only where `-D`/`--dump-every` need one from the start).
 pub fn after_fork_child() {
     crate::base::alloc::unlock_all();
+    if run::attached() {
+        // A child of a process igprof attached to is not profiled: it
+        // gets the functions' own bytes back and records nothing.
+        crate::hook::remove_all();
+        run::set_inactive();
+        return;
+    }
     run::set_pid(sys::getpid());
     // The parent's samples and events stay with the parent, unless -pk:
     // then the child's profile goes on from the parent's (IgProf's keep).
@@ -593,7 +657,7 @@ pub fn after_fork_child() {
 }
 
 /// The calling thread samples again (a forked child's, an exec that failed).
-fn restart_thread(t: &'static ThreadState) {
+pub(crate) fn restart_thread(t: &'static ThreadState) {
     let g = t.enter();
     each_module(|m| {
         if let Some(f) = m.thread_restart {

@@ -208,6 +208,11 @@ pub fn on_alloc_sampled(_held: &Guard, node: *mut Node, addr: usize, stored: u64
     grow_process_live(solo::solo(), bytes);
 }
 
+/// Frees of blocks the profiler never saw allocated, in a process it was
+/// attached to (`igprof --attach`): blocks from before the attach. They
+/// change no counter; the header note and `-d` say how many.
+pub static FREED_FROM_BEFORE: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
 /// Block `addr` is being freed: forget it and release it from the stack
 /// that allocated it. Returns what was recorded (None if untracked).
 #[inline(always)]
@@ -215,7 +220,12 @@ pub fn on_free(addr: usize) -> Option<Block> {
     if addr == 0 {
         return None;
     }
-    let b = LIVE.remove(addr)?;
+    let Some(b) = LIVE.remove(addr) else {
+        if crate::base::run::attached() && !super::sample::active() {
+            FREED_FROM_BEFORE.fetch_add(1, Ordering::Relaxed);
+        }
+        return None;
+    };
     if super::sample::active() {
         super::sample::forget(addr);
     }

@@ -120,6 +120,12 @@ fn header_note() -> Option<String> {
     let notes: Vec<String> = [
         Some(sample::describe()).filter(|s| !s.is_empty()),
         rss::note(),
+        crate::base::run::attached().then(|| {
+            format!(
+                "attached while running: {} frees of blocks allocated before the attach not counted",
+                account::FREED_FROM_BEFORE.load(Ordering::Relaxed)
+            )
+        }),
     ]
     .into_iter()
     .flatten()
@@ -279,9 +285,10 @@ pub fn leaks(f: &mut dyn FnMut(*const Node, usize, u64, u64)) {
     let lost = site::LOST.load(Ordering::Relaxed);
     if lost > 0 || options::debug() {
         crate::igprof_log!(
-            "memory/descriptor events not recorded: {lost}; recorded late from signal handlers: {}; on threads unknown to the profiler: {}; stack memo hits {} misses {}",
+            "memory/descriptor events not recorded: {lost}; recorded late from signal handlers: {}; on threads unknown to the profiler: {}; frees of blocks from before an attach: {}; stack memo hits {} misses {}",
             site::DEFERRED.load(Ordering::Relaxed),
             site::UNKNOWN_THREAD.load(Ordering::Relaxed),
+            account::FREED_FROM_BEFORE.load(Ordering::Relaxed),
             memo::hits(),
             memo::misses()
         );

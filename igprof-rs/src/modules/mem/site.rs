@@ -471,7 +471,7 @@ fn make_thread_extras(_held: &Guard, h: &HookTls) {
 /// signal handler that runs at any point of the recording defers its events.
 #[inline]
 pub fn event(kind: u8, a: usize, b: u64, replay: Replay, f: impl FnOnce(&Guard, &HookTls)) {
-    let Some(t) = thread::current() else {
+    let Some(t) = thread::current().or_else(late_thread) else {
         UNKNOWN_THREAD.fetch_add(1, Ordering::Relaxed);
         return;
     };
@@ -493,6 +493,27 @@ pub fn event(kind: u8, a: usize, b: u64, replay: Replay, f: impl FnOnce(&Guard, 
         drain(&g, h);
         drop(g);
         h.outer.set(h.outer.get() & !IN_RECORD);
+    })
+}
+
+/// A thread that ran before the library was loaded into its process
+/// (`igprof --attach`), met here for the first time: registered now, its
+/// hooks passing through meanwhile (registration calls libc).
+#[cold]
+#[inline(never)]
+fn late_thread() -> Option<&'static thread::ThreadState> {
+    if !crate::base::run::attached() {
+        return None;
+    }
+    tls(|h| {
+        let prev = h.outer.get();
+        if prev & IN_RECORD != 0 {
+            return None;
+        }
+        h.outer.set(prev | IN_RECORD);
+        let t = thread::register_late();
+        h.outer.set(prev);
+        t
     })
 }
 

@@ -1,0 +1,178 @@
+//! The library in a running process: `igprof --attach PID` loads it with
+//! the process's own `dlopen` and calls [`attach`] on one of its threads
+//! while ptrace holds every other thread stopped; `igprof --detach PID`
+//! calls [`detach`] the same way (`launcher/src/attach/`).
+//!
+//! Owns: the attached start-up (the preloaded one's sequence without what
+//! the program would see: no watcher thread, no keeper, no handler of the
+//! dump, toggle, mark or fatal signals, lines kept in `igprof_attach_log`
+//! rather than written to the program's stderr), the late registration of
+//! the threads that were running before it, the detach (final profile,
+//! every patched byte restored, recording off) and a second attach (the
+//! same hooks written again, a fresh profile).
+//!
+//! Must never: patch a function while a stopped thread's next instruction
+//! lies inside the bytes the patch covers (the launcher passes their
+//! addresses: [`crate::hook::avoid_pcs`]); leave a hook installed after a
+//! detach or a failed attach; unload the library (threads may be inside
+//! its code, or in a trampoline, when the detach runs).
+
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use crate::base::{options, run, thread};
+use crate::modules::Module;
+
+/// [`attach`]'s results, read by the launcher.
+pub const ATTACHED: i32 = 0;
+/// Start-up failed; the lines say why. Nothing stays hooked.
+pub const FAILED: i32 = 1;
+/// A stopped thread was inside bytes a patch would cover: nothing stays
+/// hooked; the launcher lets the threads run a moment and tries again.
+pub const THREAD_INSIDE: i32 = 2;
+/// The process is already profiled (preloaded, or attached and not
+/// detached).
+pub const ALREADY: i32 = 3;
+/// A second attach asked for other modules than the first one started.
+pub const OTHER_MODULES: i32 = 4;
+
+/// Whether an attach has started the modules once (a second one reuses them).
+static STARTED_ONCE: AtomicBool = AtomicBool::new(false);
+/// Whether the profiler is attached now.
+static ATTACHED_NOW: AtomicBool = AtomicBool::new(false);
+/// How many attaches have started profiling (the profile names count them).
+static ATTACHES: AtomicU32 = AtomicU32::new(0);
+/// The module flags the first attach started, to compare a second's with.
+static FIRST_MODULES: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+
+fn module_flags(o: &options::Options) -> Vec<&'static str> {
+    o.selected().into_iter().map(|(flag, _)| flag).collect()
+}
+
+/// `igprof --attach`: profiles this running process from now on with the
+/// option words `raw`; `avoid`: the next instructions of the stopped
+/// threads (no patch may cover one but at its first byte).
+pub fn attach(modules: &'static [&'static Module], raw: &[u8], avoid: &[u64]) -> i32 {
+    crate::base::log::capture_lines();
+    if ATTACHED_NOW.load(Ordering::Acquire) || (run::active() && !run::attached()) {
+        crate::igprof_log!("the process is already profiled by igprof");
+        return ALREADY;
+    }
+    crate::hook::avoid_pcs(avoid);
+    let r = if STARTED_ONCE.load(Ordering::Acquire) {
+        again(raw)
+    } else {
+        first(modules, raw)
+    };
+    crate::hook::avoid_pcs(&[]);
+    if r == ATTACHED {
+        ATTACHED_NOW.store(true, Ordering::Release);
+        ATTACHES.fetch_add(1, Ordering::AcqRel);
+    }
+    r
+}
+
+/// The first attach: the preloaded start-up's sequence, attached.
+fn first(modules: &'static [&'static Module], raw: &[u8]) -> i32 {
+    super::set_up(modules);
+    run::set_attached();
+    thread::set_late_register(late_thread_begin);
+    let started = super::start(raw, super::How::Attach);
+    if crate::hook::refused_for_thread_inside() {
+        undo();
+        return THREAD_INSIDE;
+    }
+    match started {
+        Ok(()) => {
+            STARTED_ONCE.store(true, Ordering::Release);
+            *FIRST_MODULES.lock().unwrap_or_else(|e| e.into_inner()) = module_flags(options::get());
+            ATTACHED
+        }
+        Err(super::Unprofiled) => {
+            undo();
+            FAILED
+        }
+    }
+}
+
+/// A later attach: the hooks the first one installed are written again
+/// and the profile starts afresh (the earlier attach's was written at its
+/// detach); options other than the modules may change.
+fn again(raw: &[u8]) -> i32 {
+    let o = match options::parse(raw) {
+        Ok(o) => o,
+        Err(e) => {
+            crate::igprof_log!("{e}");
+            return FAILED;
+        }
+    };
+    let first = FIRST_MODULES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    if module_flags(&o) != first {
+        crate::igprof_log!(
+            "this process was attached to with {} before: the library it has loaded profiles those only; attach with the same modules",
+            first.join(" ")
+        );
+        return OTHER_MODULES;
+    }
+    // SAFETY: every other thread of the process is stopped by the
+    // launcher, and none of ours runs (no watcher in an attached process).
+    unsafe { options::init(o) };
+    for t in thread::all() {
+        t.stale.store(true, Ordering::Release);
+    }
+    // SAFETY: every other thread is stopped by the launcher (see above).
+    unsafe { thread::forget_all_threads() };
+    crate::output::reset_after_fork();
+    super::ending::allow_final_again();
+    run::set_pid(crate::sys::getpid());
+    if crate::hook::restore_all() != 0 {
+        undo();
+        return FAILED;
+    }
+    run::set_recording(!options::get().start_disabled);
+    run::set_active();
+    if let Some(t) = thread::register_current(options::get().max_depth) {
+        super::restart_thread(t);
+    }
+    ATTACHED
+}
+
+/// A failed attach leaves nothing hooked and records nothing.
+fn undo() {
+    crate::hook::remove_all();
+    run::set_inactive();
+}
+
+/// `igprof --detach` (or the end of `--for`): the profile is written, every
+/// patched byte restored, recording stops. Returns 0, or -1 when not
+/// attached; the lines say what was written.
+pub fn detach() -> i32 {
+    crate::base::log::capture_lines();
+    if !ATTACHED_NOW.swap(false, Ordering::AcqRel) {
+        crate::igprof_log!("the process is not attached to");
+        return -1;
+    }
+    let written = super::ending::final_dump("detach");
+    let failed = crate::hook::remove_all();
+    run::set_inactive();
+    if !written {
+        crate::igprof_log!("no profile written");
+    }
+    if failed != 0 {
+        crate::igprof_log!("{failed} hooked functions could not be restored");
+        return -1;
+    }
+    0
+}
+
+/// A thread that was running before the attach, met in a hook.
+fn late_thread_begin() -> Option<&'static thread::ThreadState> {
+    if !run::active() {
+        return None;
+    }
+    let t = thread::register_current(options::get().max_depth)?;
+    super::adopt_thread(t);
+    Some(t)
+}

@@ -1,0 +1,433 @@
+//! `igprof --attach PID` / `--detach PID` / `--dump PID` on running
+//! processes nobody restarted: tests/programs/attach_server.c (a server
+//! whose allocation sites' truth is exact per request) and the refusals.
+//! What is checked beside the profile is what the process must not see:
+//! its answers byte for byte against an unprofiled server's, and after the
+//! detach its code (every executable file mapping equal to the file), its
+//! descriptors, threads, signal dispositions and masks as before.
+
+use igprof_tests::*;
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// attach_server built in a fresh directory (no sibling calls, so that
+/// reply_buffer stays a frame of its own; no builtins, so that GCC keeps
+/// the allocations).
+fn built(name: &str) -> PathBuf {
+    let d = scratch(name);
+    build(
+        &d,
+        "attach_server.c",
+        "attach_server",
+        &["-fno-builtin", "-fno-optimize-sibling-calls"],
+    );
+    d
+}
+
+/// A running attach_server and its port.
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Server {
+    fn start(dir: &Path, prefix: &[&str]) -> Server {
+        let exe = dir.join("attach_server");
+        let mut cmd = match prefix {
+            [] => Command::new(&exe),
+            [p, rest @ ..] => {
+                let mut c = Command::new(p);
+                c.args(rest).arg(&exe);
+                c
+            }
+        };
+        let mut child = cmd
+            .current_dir(dir)
+            .env("IGPROF_CACHE_DIR", test_store())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line
+            .trim()
+            .strip_prefix("port ")
+            .unwrap_or_else(|| panic!("no port: {line:?}"))
+            .parse()
+            .unwrap();
+        Server { child, port }
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    fn connect(&self) -> Client {
+        let s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        Client {
+            r: BufReader::new(s.try_clone().unwrap()),
+            w: s,
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Client {
+    r: BufReader<TcpStream>,
+    w: TcpStream,
+}
+
+impl Client {
+    /// Sends requests `from..to` (pipelined a hundred at a time); the answers.
+    fn requests(&mut self, from: u64, to: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut n = from;
+        while n < to {
+            let end = (n + 100).min(to);
+            let batch: String = (n..end).map(|i| format!("{i}\n")).collect();
+            self.w.write_all(batch.as_bytes()).unwrap();
+            for _ in n..end {
+                let mut l = String::new();
+                self.r.read_line(&mut l).unwrap();
+                out.extend_from_slice(l.as_bytes());
+            }
+            n = end;
+        }
+        out
+    }
+
+    fn say(&mut self, what: &str) -> String {
+        self.w.write_all(format!("{what}\n").as_bytes()).unwrap();
+        let mut l = String::new();
+        self.r.read_line(&mut l).unwrap();
+        l
+    }
+}
+
+fn launcher_in(dir: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(launcher())
+        .args(args)
+        .current_dir(dir)
+        .env("IGPROF_LIB", lib())
+        .output()
+        .unwrap()
+}
+
+/// What a process must find unchanged after a detach.
+#[derive(Debug, PartialEq)]
+struct Seen {
+    fds: BTreeMap<String, String>,
+    threads: usize,
+    /// SigCgt and SigIgn of the process, SigBlk of each thread.
+    signals: Vec<String>,
+}
+
+/// What [`seen`] finds once the process has `threads` threads again (a
+/// connection's thread ends a moment after its client closes).
+fn seen_with(pid: i32, threads: usize) -> Seen {
+    for _ in 0..200 {
+        let s = seen(pid);
+        if s.threads == threads {
+            return s;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    seen(pid)
+}
+
+fn seen(pid: i32) -> Seen {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let target = std::fs::read_link(e.path())
+                .map(|p| p.display().to_string())
+                .unwrap_or_default();
+            (e.file_name().to_string_lossy().into_owned(), target)
+        })
+        .collect();
+    let tasks: Vec<PathBuf> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let field = |file: &Path, name: &str| {
+        std::fs::read_to_string(file)
+            .unwrap()
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_default()
+            .to_string()
+    };
+    let status = PathBuf::from(format!("/proc/{pid}/status"));
+    let mut signals = vec![field(&status, "SigCgt"), field(&status, "SigIgn")];
+    let mut blocked: Vec<String> = tasks
+        .iter()
+        .map(|t| field(&t.join("status"), "SigBlk"))
+        .collect();
+    blocked.sort();
+    signals.extend(blocked);
+    Seen {
+        fds,
+        threads: tasks.len(),
+        signals,
+    }
+}
+
+/// Every executable mapping of a file in process `pid` holds the file's
+/// own bytes (no patch left); the mappings compared.
+fn code_as_in_files(pid: i32) -> usize {
+    use std::io::{Read, Seek, SeekFrom};
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let mut mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    let mut compared = 0;
+    for l in maps.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() < 6 || !f[1].contains('x') || !f[5].starts_with('/') {
+            continue;
+        }
+        let (a, b) = f[0].split_once('-').unwrap();
+        let (start, end) = (
+            u64::from_str_radix(a, 16).unwrap(),
+            u64::from_str_radix(b, 16).unwrap(),
+        );
+        let off = u64::from_str_radix(f[2], 16).unwrap();
+        let Ok(file) = std::fs::read(f[5]) else {
+            continue;
+        };
+        let len = ((end - start) as usize).min(file.len().saturating_sub(off as usize));
+        let mut live = vec![0u8; len];
+        mem.seek(SeekFrom::Start(start)).unwrap();
+        mem.read_exact(&mut live).unwrap();
+        let want = &file[off as usize..off as usize + len];
+        if let Some(i) = (0..len).find(|&i| live[i] != want[i]) {
+            panic!(
+                "{} differs from its file at {:#x} after the detach",
+                f[5],
+                start + i as u64
+            );
+        }
+        compared += 1;
+    }
+    compared
+}
+
+/// (calls, bytes) under `func` for `counter` in `profile`.
+fn site(profile: &Path, counter: &str, func: &str) -> (u64, u64) {
+    let p = parse_strict(&read_text(profile)).unwrap();
+    under(&p, counter, func)
+}
+
+#[test]
+fn attach_counts_exactly_and_detach_leaves_the_server_as_it_was() {
+    let d = built("attach-server");
+    // The answers an unprofiled server gives to the same requests.
+    let plain = Server::start(&d, &[]);
+    let mut pc = plain.connect();
+    let mut want = pc.requests(0, 100);
+    let mut pc2 = plain.connect();
+    want.extend(pc.requests(100, 5100));
+    want.extend(pc2.requests(5100, 10100));
+    want.extend(pc.requests(10100, 10200));
+    drop(plain);
+
+    let s = Server::start(&d, &[]);
+    let mut a = s.connect();
+    let mut got = a.requests(0, 100);
+    // Let the connection's thread reach its read.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let before = seen(s.pid());
+    let pid = s.pid().to_string();
+    let o = launcher_in(&d, &["--attach", &pid, "-mp", "-o", "first.gz"]);
+    let err = ok(&o);
+    assert!(err.contains("attached to process"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap()
+            .lines()
+            .find(|l| l.starts_with("TracerPid"))
+            .unwrap()
+            .split_whitespace()
+            .nth(1),
+        Some("0"),
+        "the process is not left traced"
+    );
+    // 5,000 requests on the thread that existed before the attach, 5,000
+    // on one made after it.
+    got.extend(a.requests(100, 5100));
+    let mut b = s.connect();
+    got.extend(b.requests(5100, 10100));
+    assert_eq!(a.say("free-old"), "freed\n");
+    // A snapshot while attached.
+    let o = launcher_in(&d, &["--dump", &pid, "snap.gz"]);
+    ok(&o);
+    assert_eq!(
+        site(&d.join("snap.gz"), "MEM_TOTAL", "keep_record").0,
+        10_000
+    );
+    let o = launcher_in(&d, &["--detach", &pid]);
+    let err = ok(&o);
+    assert!(err.contains("detached from process"), "{err}");
+    drop(b);
+    got.extend(a.requests(10100, 10200));
+    assert!(
+        got == want,
+        "the answers differ from an unprofiled server's"
+    );
+
+    let first = d.join("first.gz");
+    assert_eq!(
+        site(&first, "MEM_TOTAL", "keep_record"),
+        (10_000, 480_000),
+        "one 48-byte record per request made while attached"
+    );
+    assert_eq!(site(&first, "MEM_LIVE", "keep_record"), (10_000, 480_000));
+    assert_eq!(site(&first, "MEM_TOTAL", "reply_buffer"), (10_000, 640_000));
+    assert_eq!(site(&first, "MEM_LIVE", "reply_buffer"), (0, 0));
+    let text = read_text(&first);
+    let header = text.lines().next().unwrap();
+    let freed: u64 = header
+        .split("attached while running: ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no attach note: {header}"));
+    assert!(
+        freed >= 1000,
+        "the 1,000 old blocks' frees are counted apart: {header}"
+    );
+    let p = parse_strict(&text).unwrap();
+    assert_eq!(site(&first, "MEM_TOTAL", "old_blocks"), (0, 0));
+    assert!(p
+        .nodes
+        .iter()
+        .flat_map(|n| &n.values)
+        .all(|v| v.counter != "MEM_LIVE" || v.value < 1 << 40));
+
+    // The process as it was: code, descriptors, threads, signals.
+    assert!(code_as_in_files(s.pid()) >= 3);
+    assert_eq!(seen_with(s.pid(), before.threads), before);
+
+    // A second attach reuses the library and starts a fresh profile.
+    let o = launcher_in(
+        &d,
+        &["--attach", &pid, "-mp", "-o", "second.gz", "--for", "1s"],
+    );
+    let err = ok(&o);
+    assert!(err.contains("detached from process"), "{err}");
+    let o = launcher_in(&d, &["--attach", &pid, "-mp", "-o", "third.gz"]);
+    ok(&o);
+    a.requests(0, 1000);
+    let o = launcher_in(&d, &["--detach", &pid]);
+    ok(&o);
+    assert_eq!(
+        site(&d.join("third.gz"), "MEM_TOTAL", "keep_record"),
+        (1000, 48_000)
+    );
+    assert!(code_as_in_files(s.pid()) >= 3);
+    assert_eq!(seen_with(s.pid(), before.threads), before);
+    assert_eq!(a.say("quit"), "bye\n");
+}
+
+#[test]
+fn attach_refuses_in_one_line() {
+    let d = built("attach-refusals");
+    let one_line = |o: &std::process::Output, what: &str| {
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(!o.status.success(), "{what}: {err}");
+        assert_eq!(err.lines().count(), 1, "{what}: {err}");
+        assert!(err.starts_with("igprof: --"), "{what}: {err}");
+        err
+    };
+    // No such process; not a number.
+    one_line(
+        &launcher_in(&d, &["--attach", "999999999", "-mp"]),
+        "no process",
+    );
+    one_line(&launcher_in(&d, &["--attach", "x", "-mp"]), "not a pid");
+    one_line(&launcher_in(&d, &["--detach", "1", "2"]), "usage");
+    let s = Server::start(&d, &[]);
+    let pid = s.pid().to_string();
+    // Options the attached library cannot honour.
+    let e = one_line(
+        &launcher_in(&d, &["--attach", &pid, "-mp", "--dump-every", "1s"]),
+        "watcher",
+    );
+    assert!(e.contains("--dump-every"), "{e}");
+    // Detach or dump of a process never attached to.
+    let e = one_line(&launcher_in(&d, &["--detach", &pid]), "never attached");
+    assert!(e.contains("never attached"), "{e}");
+    // Another user's process (as nobody, against ours).
+    let o = Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+        .arg(launcher())
+        .args(["--attach", &pid, "-mp", "-o", "/tmp/x.gz"])
+        .env("IGPROF_LIB", lib())
+        .current_dir("/tmp")
+        .output()
+        .unwrap();
+    let e = one_line(&o, "another user");
+    assert!(e.contains("another user"), "{e}");
+    // A process being traced (strace holds it).
+    let mut strace = Command::new("strace")
+        .args(["-o", "/dev/null", "-p", &pid])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let traced = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap()
+            .lines()
+            .any(|l| l.starts_with("TracerPid:") && !l.ends_with("\t0"))
+    });
+    assert!(traced, "strace did not attach");
+    let e = one_line(&launcher_in(&d, &["--attach", &pid, "-mp"]), "traced");
+    assert!(e.contains("already traced"), "{e}");
+    let _ = strace.kill();
+    let _ = strace.wait();
+    // A statically linked program.
+    let st = Command::new("cc")
+        .args(["-static", "-O2", "-o"])
+        .arg(d.join("static_sleep"))
+        .arg("-x")
+        .arg("c")
+        .arg("-")
+        .stdin(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            c.stdin
+                .take()
+                .unwrap()
+                .write_all(b"#include <unistd.h>\nint main(void){sleep(60);return 0;}\n")?;
+            c.wait()
+        })
+        .unwrap();
+    assert!(st.success());
+    let mut stat = Command::new(d.join("static_sleep")).spawn().unwrap();
+    let e = one_line(
+        &launcher_in(&d, &["--attach", &stat.id().to_string(), "-mp"]),
+        "static",
+    );
+    assert!(e.contains("statically linked"), "{e}");
+    let _ = stat.kill();
+    let _ = stat.wait();
+    // An already profiled process.
+    let prof = Server::start(&d, &[launcher().to_str().unwrap(), "-mp", "-o", "pre.gz"]);
+    let e = one_line(
+        &launcher_in(&d, &["--attach", &prof.pid().to_string(), "-mp"]),
+        "already profiled",
+    );
+    assert!(e.contains("already profiled"), "{e}");
+}
