@@ -85,24 +85,24 @@ pub unsafe extern "C" fn igprof_dump_now(path: *const core::ffi::c_char) -> i32 
 }
 
 /// `igprof --attach`: profiles this running process from now on with
-/// the option words `options` (NUL-terminated); `avoid`/`n`: the next
-/// instructions of the threads the launcher stopped, which no patch may
-/// cover. Returns one of `process::attach`'s results; lines are kept in
+/// the option words `options` (NUL-terminated); `threads`/`n`: the
+/// threads the launcher stopped (id, thread pointer, next instruction).
+/// Returns one of `process::attach`'s results; lines are kept in
 /// `igprof_attach_log`.
 #[no_mangle]
 pub unsafe extern "C" fn igprof_attach(
     options: *const core::ffi::c_char,
-    avoid: *const u64,
+    threads: *const process::attach::Stopped,
     n: usize,
 ) -> i32 {
     let _errno = sys::ErrnoGuard::save();
     let raw = core::ffi::CStr::from_ptr(options).to_bytes();
-    let avoid = if avoid.is_null() {
+    let threads = if threads.is_null() {
         &[][..]
     } else {
-        core::slice::from_raw_parts(avoid, n)
+        core::slice::from_raw_parts(threads, n)
     };
-    process::attach::attach(MODULES, raw, avoid)
+    process::attach::attach(MODULES, raw, threads)
 }
 
 /// `igprof --detach`: writes the profile, restores every patched byte and

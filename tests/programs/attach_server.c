@@ -6,6 +6,8 @@
  * and every request keeps one 48-byte record from keep_record() for good.
  * At its start it allocates 1,000 blocks (old_blocks()), which the
  * request "free-old" frees: frees of blocks older than an attach.
+ * "spin MS" burns MS ms of the serving thread's CPU time in spin() and
+ * answers "spun US" with the CPU time it measured.
  * "quit" ends the process with status 0 after answering.
  *
  * Exact truth for a profile of requests made while attached: N requests
@@ -18,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 static void *old[1000];
@@ -63,6 +66,23 @@ static int send_all(int fd, const char *b, size_t n)
     return 0;
 }
 
+/* Burns the thread's CPU for `ms` milliseconds of its own CPU time;
+ * returns the CPU time it measured, in microseconds. */
+__attribute__((noinline)) static long spin(long ms)
+{
+    struct timespec a, b;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+    volatile unsigned long x = 0;
+    for (;;) {
+        for (int i = 0; i < 100000; i++)
+            x += (unsigned long)i * i;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+        long us = (b.tv_sec - a.tv_sec) * 1000000L + (b.tv_nsec - a.tv_nsec) / 1000;
+        if (us >= ms * 1000)
+            return us;
+    }
+}
+
 __attribute__((noinline)) static int handle(int fd, const char *line)
 {
     if (strcmp(line, "quit") == 0) {
@@ -73,6 +93,11 @@ __attribute__((noinline)) static int handle(int fd, const char *line)
         for (int i = 0; i < 1000; i++)
             free(old[i]);
         return send_all(fd, "freed\n", 6);
+    }
+    if (strncmp(line, "spin ", 5) == 0) {
+        char b[64];
+        int len = snprintf(b, sizeof b, "spun %ld\n", spin(strtol(line + 5, NULL, 10)));
+        return send_all(fd, b, (size_t)len);
     }
     unsigned long n = strtoul(line, NULL, 10);
     char *b = reply_buffer();

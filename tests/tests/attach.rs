@@ -147,15 +147,16 @@ fn seen_with(pid: i32, threads: usize) -> Seen {
     seen(pid)
 }
 
+/// What the process has now. Sockets are left out of its descriptors: a
+/// server under load opens and closes them all the time.
 fn seen(pid: i32) -> Seen {
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
-        .map(|e| {
-            let e = e.unwrap();
-            let target = std::fs::read_link(e.path())
-                .map(|p| p.display().to_string())
-                .unwrap_or_default();
-            (e.file_name().to_string_lossy().into_owned(), target)
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let target = std::fs::read_link(e.path()).ok()?.display().to_string();
+            (!target.starts_with("socket:"))
+                .then(|| (e.file_name().to_string_lossy().into_owned(), target))
         })
         .collect();
     let tasks: Vec<PathBuf> = std::fs::read_dir(format!("/proc/{pid}/task"))
@@ -164,7 +165,7 @@ fn seen(pid: i32) -> Seen {
         .collect();
     let field = |file: &Path, name: &str| {
         std::fs::read_to_string(file)
-            .unwrap()
+            .unwrap_or_default()
             .lines()
             .find(|l| l.starts_with(name))
             .unwrap_or_default()
@@ -175,6 +176,7 @@ fn seen(pid: i32) -> Seen {
     let mut blocked: Vec<String> = tasks
         .iter()
         .map(|t| field(&t.join("status"), "SigBlk"))
+        .filter(|b| !b.is_empty())
         .collect();
     blocked.sort();
     signals.extend(blocked);
@@ -319,6 +321,14 @@ fn attach_counts_exactly_and_detach_leaves_the_server_as_it_was() {
     assert!(code_as_in_files(s.pid()) >= 3);
     assert_eq!(seen_with(s.pid(), before.threads), before);
 
+    // The library loaded profiles what the first attach asked for.
+    let o = launcher_in(&d, &["--attach", &pid, "-pp", "-mp", "-o", "cpu.gz"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("the same modules"),
+        "-pp after -mp: {err}"
+    );
+    assert!(code_as_in_files(s.pid()) >= 3);
     // A second attach reuses the library and starts a fresh profile.
     let o = launcher_in(
         &d,
@@ -430,4 +440,198 @@ fn attach_refuses_in_one_line() {
         "already profiled",
     );
     assert!(e.contains("already profiled"), "{e}");
+}
+
+#[test]
+fn pp_samples_a_thread_that_ran_before_the_attach() {
+    let d = built("attach-pp");
+    let s = Server::start(&d, &[]);
+    let mut a = s.connect();
+    a.requests(0, 10);
+    let pid = s.pid().to_string();
+    ok(&launcher_in(&d, &["--attach", &pid, "-pp", "-o", "cpu.gz"]));
+    let spun: f64 = a
+        .say("spin 1500")
+        .trim()
+        .strip_prefix("spun ")
+        .unwrap()
+        .parse()
+        .unwrap();
+    ok(&launcher_in(&d, &["--detach", &pid]));
+    let p = parse_strict(&read_text(&d.join("cpu.gz"))).unwrap();
+    // 5 ms a sample: against the thread's own CPU time, measured in the
+    // same run, so that a loaded machine does not matter.
+    let sampled = under(&p, "PERF_TICKS", "spin").0 as f64 * 5e3;
+    let ratio = sampled / spun;
+    assert!(
+        (0.7..1.3).contains(&ratio),
+        "spin: {sampled} us sampled, {spun} us measured"
+    );
+    assert_eq!(a.say("quit"), "bye\n");
+}
+
+/// Loads `http://127.0.0.1:port/` from a thread until `stop`: (answers,
+/// failures).
+fn load(
+    port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<(u64, u64)> {
+    use std::io::Read;
+    std::thread::spawn(move || {
+        let (mut good, mut bad) = (0, 0);
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let r = (|| -> std::io::Result<bool> {
+                let mut s = TcpStream::connect(("127.0.0.1", port))?;
+                s.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
+                s.write_all(b"GET / HTTP/1.0\r\nHost: x\r\n\r\n")?;
+                let mut body = Vec::new();
+                s.read_to_end(&mut body)?;
+                Ok(body.starts_with(b"HTTP/1.") && body.windows(6).any(|w| w == b" 200 O"))
+            })();
+            match r {
+                Ok(true) => good += 1,
+                _ => bad += 1,
+            }
+        }
+        (good, bad)
+    })
+}
+
+/// 20 attach/detach cycles with -pp -mp on a server nobody here wrote
+/// (`cmd` prints a line naming its port), under load: no failed request,
+/// every profile readable and holding allocations; the process's
+/// descriptors and threads as before at the end.
+fn cycles(name: &str, cmd: &[&str], port_of: impl Fn(&str) -> Option<u16>) {
+    let d = scratch(name);
+    let mut child = Command::new(cmd[0])
+        .args(&cmd[1..])
+        .current_dir(&d)
+        .env("IGPROF_CACHE_DIR", test_store())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Both outputs read line by line (so the program never blocks on a
+    // full pipe), checked for lines of ours, and sent here.
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let readers: Vec<std::thread::JoinHandle<()>> = [
+        Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+        Box::new(child.stderr.take().unwrap()),
+    ]
+    .into_iter()
+    .map(|r| {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for l in BufReader::new(r).lines() {
+                let Ok(l) = l else { break };
+                assert!(
+                    !l.contains("igprof:"),
+                    "a line of igprof in the program's output: {l}"
+                );
+                let _ = tx.send(l);
+            }
+        })
+    })
+    .collect();
+    let port = rx
+        .iter()
+        .find_map(|l| port_of(&l))
+        .unwrap_or_else(|| panic!("{name}: no port"));
+    let pid = child.id() as i32;
+    // Descriptors compared while no request is served.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let before = seen(pid);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let loader = load(port, stop.clone());
+    for i in 0..20 {
+        let out = format!("c{i}.gz");
+        ok(&launcher_in(
+            &d,
+            &["--attach", &pid.to_string(), "-pp", "-mp", "-o", &out],
+        ));
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        ok(&launcher_in(&d, &["--detach", &pid.to_string()]));
+        let p = parse_strict(&read_text(&d.join(&out))).unwrap();
+        assert!(
+            total(&p, "MEM_TOTAL") > 0,
+            "{name}: cycle {i} holds no allocation"
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (good, bad) = loader.join().unwrap();
+    assert_eq!(bad, 0, "{name}: {bad} failed requests of {}", good + bad);
+    assert!(good > 200, "{name}: only {good} requests answered");
+    assert_eq!(seen_with(pid, before.threads).fds, before.fds, "{name}");
+    assert!(code_as_in_files(pid) >= 3);
+    let _ = child.kill();
+    let _ = child.wait();
+    for r in readers {
+        r.join().expect("no line of igprof in the program's output");
+    }
+}
+
+#[test]
+fn python_http_server_under_load_attached_twenty_times() {
+    cycles(
+        "attach-python",
+        &[
+            "/usr/bin/python3",
+            "-m",
+            "http.server",
+            "0",
+            "--bind",
+            "127.0.0.1",
+        ],
+        |l| l.split(" port ").nth(1)?.split(' ').next()?.parse().ok(),
+    );
+}
+
+#[test]
+fn node_http_server_under_load_attached_twenty_times() {
+    cycles(
+        "attach-node",
+        &[
+            "/usr/bin/node",
+            "-e",
+            "const s=require('http').createServer((q,r)=>r.end(Buffer.alloc(1000,'x')));s.listen(0,'127.0.0.1',()=>console.log('port '+s.address().port))",
+        ],
+        |l| l.trim().strip_prefix("port ")?.parse().ok(),
+    );
+}
+
+#[test]
+fn sqlite3_query_attached_for_two_seconds_gives_its_result() {
+    let d = scratch("attach-sqlite");
+    let n: u64 = 40_000_000;
+    let q = format!(
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x<{n}) SELECT sum(x) FROM c;"
+    );
+    let child = Command::new("/usr/bin/sqlite3")
+        .args([":memory:", &q])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let pid = child.id().to_string();
+    let t0 = std::time::Instant::now();
+    let o = launcher_in(&d, &["--attach", &pid, "-pp", "--for", "2s", "-o", "q.gz"]);
+    let err = ok(&o);
+    assert!(err.contains("detached from process"), "{err}");
+    assert!(t0.elapsed() >= std::time::Duration::from_secs(2));
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        (n * (n + 1) / 2).to_string(),
+        "the query's result"
+    );
+    let p = parse_strict(&read_text(&d.join("q.gz"))).unwrap();
+    let s = cumulative_shares(&p, "PERF_TICKS");
+    assert!(
+        s.get("sqlite3VdbeExec").copied().unwrap_or(0.0) > 50.0,
+        "the query's engine holds the time: {s:?}"
+    );
+    // About the two seconds attached (5 ms per sample).
+    let ticks = total(&p, "PERF_TICKS");
+    assert!((100..=500).contains(&ticks), "{ticks} samples in 2 s");
 }

@@ -485,18 +485,53 @@ fn new_state(
     shares_tls: bool,
     bounds: crate::unwind::StackBounds,
 ) -> Option<&'static ThreadState> {
+    new_state_of(max_depth, stale, shares_tls, bounds, None)
+}
+
+/// Registers a fresh state for thread `tid` of this process, running or
+/// stopped, whose thread pointer is `tp` (its `fs` base): the state is
+/// written into that thread's own slot, where it finds it at its next
+/// event or sample. x86-64 only (`igprof --attach`).
+///
+/// # Safety
+/// The thread is stopped (`igprof --attach` holds it with ptrace) and `tp`
+/// is its thread pointer, so that its TLS area is where this thread's is
+/// from its own.
+pub unsafe fn register_other(
+    tid: i32,
+    tp: usize,
+    max_depth: usize,
+    bounds: crate::unwind::StackBounds,
+) -> Option<&'static ThreadState> {
+    // SAFETY: pthread_self is the calling thread's thread pointer (x86-64
+    // glibc: the TCB's address, what fs holds).
+    let own_tp = unsafe { libc::pthread_self() } as usize;
+    let slot = tp.wrapping_add(current_slot().wrapping_sub(own_tp));
+    new_state_of(max_depth, false, false, bounds, Some((tid, slot)))
+}
+
+fn new_state_of(
+    max_depth: usize,
+    stale: bool,
+    shares_tls: bool,
+    bounds: crate::unwind::StackBounds,
+    other: Option<(i32, usize)>,
+) -> Option<&'static ThreadState> {
     let p = sys::with_big_stack(|| {
-        build_state(max_depth, stale, shares_tls, bounds).map(|t| t as *const ThreadState)
+        build_state(max_depth, stale, shares_tls, bounds, other).map(|t| t as *const ThreadState)
     });
     // SAFETY: states are never freed.
     p.map(|p| unsafe { &*p })
 }
 
+/// A new state pushed on the list, owned by the calling thread, or with
+/// `other` = (tid, slot) by that thread, through its slot's address.
 fn build_state(
     max_depth: usize,
     stale: bool,
     shares_tls: bool,
     bounds: crate::unwind::StackBounds,
+    other: Option<(i32, usize)>,
 ) -> Option<&'static ThreadState> {
     let size = core::mem::size_of::<ThreadState>();
     let mem =
@@ -504,7 +539,7 @@ fn build_state(
     if mem.is_null() {
         return None;
     }
-    let tid = sys::gettid();
+    let tid = other.map_or_else(sys::gettid, |(tid, _)| tid);
     let bounds = OwnerCell::new(bounds);
     let unwinder = crate::unwind::ThreadUnwinder::new().ok();
     // SAFETY: fresh mapping big enough for the state plus the trace buffer.
@@ -543,7 +578,14 @@ fn build_state(
             Err(h) => head = h,
         }
     }
-    if !shares_tls {
+    if let Some((_, slot)) = other {
+        // SAFETY: the slot of a stopped thread of this process (see
+        // register_other); mem was written above.
+        unsafe {
+            (*(slot as *const Cell<*mut ThreadState>)).set(mem);
+            (*mem).current_slot.store(slot, Ordering::Release);
+        }
+    } else if !shares_tls {
         CURRENT.with(|c| c.set(mem));
         // SAFETY: mem was written above.
         unsafe { (*mem).current_slot.store(current_slot(), Ordering::Release) };

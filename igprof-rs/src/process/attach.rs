@@ -48,16 +48,28 @@ fn module_flags(o: &options::Options) -> Vec<&'static str> {
     o.selected().into_iter().map(|(flag, _)| flag).collect()
 }
 
+/// A thread `igprof --attach` stopped: its id, its thread pointer (`fs`
+/// base) and its next instruction.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct Stopped {
+    pub tid: u64,
+    pub tp: u64,
+    pub pc: u64,
+}
+
 /// `igprof --attach`: profiles this running process from now on with the
-/// option words `raw`; `avoid`: the next instructions of the stopped
-/// threads (no patch may cover one but at its first byte).
-pub fn attach(modules: &'static [&'static Module], raw: &[u8], avoid: &[u64]) -> i32 {
+/// option words `raw`; `threads`: the process's other threads, stopped
+/// (no patch may cover their next instruction but at its first byte; the
+/// sampled ones are given states and samplers here).
+pub fn attach(modules: &'static [&'static Module], raw: &[u8], threads: &[Stopped]) -> i32 {
     crate::base::log::capture_lines();
     if ATTACHED_NOW.load(Ordering::Acquire) || (run::active() && !run::attached()) {
         crate::igprof_log!("the process is already profiled by igprof");
         return ALREADY;
     }
-    crate::hook::avoid_pcs(avoid);
+    let pcs: Vec<u64> = threads.iter().map(|t| t.pc).collect();
+    crate::hook::avoid_pcs(&pcs);
     let r = if STARTED_ONCE.load(Ordering::Acquire) {
         again(raw)
     } else {
@@ -67,8 +79,32 @@ pub fn attach(modules: &'static [&'static Module], raw: &[u8], avoid: &[u64]) ->
     if r == ATTACHED {
         ATTACHED_NOW.store(true, Ordering::Release);
         ATTACHES.fetch_add(1, Ordering::AcqRel);
+        sample_others(threads);
     }
     r
+}
+
+/// With a sampling module, every other thread gets its state and its
+/// sampler now (a thread that makes no hooked call would otherwise never
+/// be sampled). Their ends are not seen (no key destructor of theirs):
+/// their samplers stop at the detach.
+fn sample_others(threads: &[Stopped]) {
+    let o = options::get();
+    if !o.needs_timers() {
+        return;
+    }
+    let me = crate::sys::gettid();
+    for s in threads.iter().filter(|s| s.tid as i32 != me) {
+        let tid = s.tid as i32;
+        let bounds =
+            crate::unwind::StackBounds::for_thread(s.tp as libc::pthread_t).unwrap_or_default();
+        // SAFETY: the thread is stopped by the launcher and tp is its
+        // thread pointer, as the launcher read it.
+        match unsafe { thread::register_other(tid, s.tp as usize, o.max_depth, bounds) } {
+            Some(t) => crate::sampler::start_thread(t),
+            None => crate::igprof_log!("thread {tid}: no memory for its state; it is not sampled"),
+        }
+    }
 }
 
 /// The first attach: the preloaded start-up's sequence, attached.
@@ -131,6 +167,13 @@ fn again(raw: &[u8]) -> i32 {
         undo();
         return FAILED;
     }
+    // The detach gave the sampling signal back to the program.
+    super::signals::adopt_program_action();
+    if let Err(e) = crate::sampler::install_handler() {
+        crate::igprof_log!("cannot install the sampling signal's handler (errno {e})");
+        undo();
+        return FAILED;
+    }
     run::set_recording(!options::get().start_disabled);
     run::set_active();
     if let Some(t) = thread::register_current(options::get().max_depth) {
@@ -141,6 +184,8 @@ fn again(raw: &[u8]) -> i32 {
 
 /// A failed attach leaves nothing hooked and records nothing.
 fn undo() {
+    crate::process::stop_sampling();
+    super::signals::restore_program_action();
     crate::hook::remove_all();
     run::set_inactive();
 }
@@ -155,6 +200,9 @@ pub fn detach() -> i32 {
         return -1;
     }
     let written = super::ending::final_dump("detach");
+    // Samplers stopped (final_dump): the program's own action back on the
+    // sampling signal, after any sample still pending here was taken.
+    super::signals::restore_program_action();
     let failed = crate::hook::remove_all();
     run::set_inactive();
     if !written {

@@ -331,6 +331,9 @@ pub(crate) fn start(raw: &[u8], how: How) -> Result<(), Unprofiled> {
     keeper::facts::set_units();
 
     sampler::choose_sampler();
+    if attach {
+        signals::adopt_program_action();
+    }
     if let Err(e) = sampler::install_handler() {
         crate::igprof_log!(
             "cannot install the sampling signal's handler (errno {e}); the program runs unprofiled"

@@ -57,6 +57,41 @@ fn shadow_set(act: *const libc::sigaction) {
     }
 }
 
+/// Before the sampling handler replaces it in a running process (`igprof
+/// --attach`): the program's action on the sampling signal becomes its
+/// shadow action.
+pub fn adopt_program_action() {
+    let sig = sampling_signal();
+    if sig == 0 {
+        return;
+    }
+    // SAFETY: a zeroed sigaction is valid; the kernel fills it.
+    let mut old: libc::sigaction = unsafe { core::mem::zeroed() };
+    if crate::hook::real_sigaction(sig, core::ptr::null(), &mut old).is_ok() {
+        shadow_set(&old);
+        ADOPTED.store(true, Ordering::Release);
+    }
+}
+
+/// Set while the program's action adopted by [`adopt_program_action`]
+/// is to be given back.
+static ADOPTED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// At a detach (or a failed attach): the program's action (its shadow) is
+/// the sampling signal's real action again.
+pub fn restore_program_action() {
+    let sig = sampling_signal();
+    if sig == 0 || !ADOPTED.swap(false, Ordering::AcqRel) {
+        return;
+    }
+    // SAFETY: a zeroed sigaction is valid; shadow_get fills it.
+    let mut act: libc::sigaction = unsafe { core::mem::zeroed() };
+    shadow_get(&mut act);
+    if let Err(e) = crate::hook::real_sigaction(sig, &act, core::ptr::null_mut()) {
+        crate::igprof_log!("cannot give signal {sig} its action back (errno {e})");
+    }
+}
+
 /// Replacement of sigaction.
 pub(crate) extern "C" fn sigaction_hook(
     sig: i32,

@@ -56,11 +56,20 @@ impl StackBounds {
     /// allocate and read /proc/self/maps for the main thread): call at
     /// thread start.
     pub fn for_current_thread() -> Result<Self, StackBoundsError> {
+        // SAFETY: pthread_self has no preconditions.
+        let mut bounds = Self::for_thread(unsafe { libc::pthread_self() })?;
+        bounds.update_altstack();
+        Ok(bounds)
+    }
+
+    /// Bounds of the stack of thread `th` of this process (its alternate
+    /// signal stack is not known: only a thread can ask for its own).
+    pub fn for_thread(th: libc::pthread_t) -> Result<Self, StackBoundsError> {
         let _errno = ErrnoGuard::save();
         let mut attr = core::mem::MaybeUninit::<libc::pthread_attr_t>::uninit();
         // SAFETY: attr is written by pthread_getattr_np before any use and
-        // destroyed exactly once below.
-        let err = unsafe { libc::pthread_getattr_np(libc::pthread_self(), attr.as_mut_ptr()) };
+        // destroyed exactly once below; th is a thread of this process.
+        let err = unsafe { libc::pthread_getattr_np(th, attr.as_mut_ptr()) };
         if err != 0 {
             return Err(StackBoundsError::GetAttr { err });
         }
@@ -73,12 +82,10 @@ impl StackBounds {
         if err != 0 {
             return Err(StackBoundsError::GetStack { err });
         }
-        let mut bounds = StackBounds {
+        Ok(StackBounds {
             stack: (addr as usize, addr as usize + size),
             altstack: (0, 0),
-        };
-        bounds.update_altstack();
-        Ok(bounds)
+        })
     }
 
     /// Bounds for a thread that runs on a stack whose highest address + 1

@@ -59,6 +59,46 @@ const NOT_ATTACHED: &[(&str, &str)] = &[
     ("--mark-every", "it needs the profiler's watcher thread"),
     ("--mark-signal", "it takes one of the program's signals"),
     ("--jit", "it sets the program's environment at its start"),
+    ("-e", "perf events are opened for each thread as it starts"),
+    (
+        "--event",
+        "perf events are opened for each thread as it starts",
+    ),
+    ("-c", "perf events are opened for each thread as it starts"),
+    (
+        "--count",
+        "perf events are opened for each thread as it starts",
+    ),
+    ("-pf", "perf events are opened for each thread as it starts"),
+    (
+        "--page-faults",
+        "perf events are opened for each thread as it starts",
+    ),
+    ("-oc", "perf events are opened for each thread as it starts"),
+    (
+        "--off-cpu",
+        "perf events are opened for each thread as it starts",
+    ),
+    (
+        "-ibs",
+        "perf events are opened for each thread as it starts",
+    ),
+    (
+        "-ibs-fetch",
+        "perf events are opened for each thread as it starts",
+    ),
+    (
+        "-np",
+        "energy counters are opened for each thread as it starts",
+    ),
+    (
+        "--energy-profile",
+        "energy counters are opened for each thread as it starts",
+    ),
+    (
+        "-finst",
+        "the program calls the preloaded library's entry points",
+    ),
 ];
 
 /// Runs `--attach`, `--detach` or `--dump` (`cmd`) with `args` (what
@@ -111,7 +151,12 @@ fn attach_command(args: &[OsString]) -> Result<(), String> {
         rest.drain(i..i + 2);
     }
     for a in &rest {
-        if let Some((o, why)) = NOT_ATTACHED.iter().find(|(o, _)| a == o) {
+        let a = a.to_string_lossy();
+        let name = a.split(':').next().unwrap_or("");
+        if let Some((o, why)) = NOT_ATTACHED
+            .iter()
+            .find(|(o, _)| name == *o || (*o == "-e" && a.starts_with("-e:")))
+        {
             return Err(format!("{o} cannot be used with --attach: {why}"));
         }
     }
@@ -266,22 +311,17 @@ fn attach(pid: i32, lib: &[u8], words: &[u8]) -> Result<(Duration, usize), Strin
     let entry = e.at(0)?;
     let mut paused = t0.elapsed();
     for _ in 0..TRIES {
-        let pcs = stopped.pcs();
+        let threads = stopped.threads();
         let mut data = words.to_vec();
         data.push(0);
         data.resize(data.len().next_multiple_of(8), 0);
         let at = data.len();
-        for pc in &pcs {
-            data.extend_from_slice(&pc.to_le_bytes());
+        for w in threads.iter().flatten() {
+            data.extend_from_slice(&w.to_le_bytes());
         }
         let t = Instant::now();
-        let r = call_logged(
-            &mut stopped,
-            &e,
-            entry,
-            &[data_arg(0), data_arg(at), pcs.len() as u64],
-            &data,
-        );
+        let args = [data_arg(0), data_arg(at), threads.len() as u64];
+        let r = call_logged(&mut stopped, &e, entry, &args, &data);
         match r? as u32 as i32 as i64 as u64 {
             ATTACHED => {
                 let threads = stopped.thread_count();
@@ -291,6 +331,7 @@ fn attach(pid: i32, lib: &[u8], words: &[u8]) -> Result<(Duration, usize), Strin
             }
             THREAD_INSIDE => {
                 paused += t.elapsed();
+                stopped.release_without_samples();
                 stopped = stopped.pause(Duration::from_millis(20))?;
             }
             _ => return Err(format!("process {pid} runs on, unprofiled")),
@@ -310,7 +351,7 @@ fn detach(pid: i32) -> Result<(), String> {
     let e = Entry::find(pid, &lib, &["igprof_detach", LOG[0], LOG[1]])?;
     let mut stopped = Stopped::all(pid)?;
     let r = call_logged(&mut stopped, &e, e.at(0)?, &[], &[]);
-    stopped.release();
+    stopped.release_without_samples();
     match r? as u32 as i32 {
         0 => {
             eprintln!("igprof: detached from process {pid}");

@@ -234,9 +234,13 @@ impl Stopped {
         }
     }
 
-    /// The next instruction of every stopped thread.
-    pub fn pcs(&self) -> Vec<u64> {
-        self.threads.values().map(|t| t.regs.rip).collect()
+    /// Every stopped thread: (id, thread pointer, next instruction), as
+    /// `igprof_attach` takes them.
+    pub fn threads(&self) -> Vec<[u64; 3]> {
+        self.threads
+            .iter()
+            .map(|(&tid, t)| [tid as u64, t.regs.fs_base, t.regs.rip])
+            .collect()
     }
 
     pub fn thread_count(&self) -> usize {
@@ -365,6 +369,30 @@ impl Stopped {
         self.threads.clear();
     }
 
+    /// As [`Stopped::release`], after a detach: a sample the profiler's
+    /// samplers (now stopped) sent a thread just before it was stopped,
+    /// still pending, would meet the program's own action on the signal
+    /// (SIGTRAP's default ends the process), so it is taken away here: a
+    /// pending SIGTRAP from a perf event (TRAP_PERF) or SIGPROF from a
+    /// POSIX timer. Any other signal is delivered.
+    pub fn release_without_samples(&mut self) {
+        let tids: Vec<i32> = self.threads.keys().copied().collect();
+        for tid in tids {
+            let regs = self.threads[&tid].regs;
+            let _ = set_regs(tid, &regs);
+            if !sample_pending(self.pid, tid) || request(libc::PTRACE_CONT, tid, 0, 0).is_err() {
+                let _ = request(libc::PTRACE_DETACH, tid, 0, 0);
+                continue;
+            }
+            let deliver = match wait_for(tid, Some(Instant::now() + Duration::from_secs(1))) {
+                Ok(Stop::Signal(sig)) if !is_sample(tid, sig) => sig,
+                _ => 0,
+            };
+            let _ = request(libc::PTRACE_DETACH, tid, 0, deliver as usize);
+        }
+        self.threads.clear();
+    }
+
     /// Lets the threads run for `d`, then stops them all again.
     pub fn pause(mut self, d: Duration) -> Result<Stopped, String> {
         let pid = self.pid;
@@ -386,6 +414,39 @@ const DATA_TAG: u64 = 1 << 63;
 /// The address, in the process, of byte `off` of the call's data.
 pub fn data_arg(off: usize) -> u64 {
     DATA_TAG | off as u64
+}
+
+/// SIGTRAP's si_code from a perf event's sigtrap.
+const TRAP_PERF: i32 = 6;
+
+/// Whether SIGTRAP or SIGPROF is pending for thread `tid`.
+fn sample_pending(pid: i32, tid: i32) -> bool {
+    let status =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).unwrap_or_default();
+    let pending = status
+        .lines()
+        .filter(|l| l.starts_with("SigPnd:") || l.starts_with("ShdPnd:"))
+        .filter_map(|l| u64::from_str_radix(l.split_whitespace().nth(1)?, 16).ok())
+        .fold(0, |a, b| a | b);
+    pending & (1 << (libc::SIGTRAP - 1) | 1 << (libc::SIGPROF - 1)) != 0
+}
+
+/// Whether the signal `sig` thread `tid` is stopped with is a sample.
+fn is_sample(tid: i32, sig: i32) -> bool {
+    // SAFETY: all-zero is a valid siginfo_t; the kernel fills it.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    if request(
+        libc::PTRACE_GETSIGINFO,
+        tid,
+        0,
+        &mut info as *mut _ as usize,
+    )
+    .is_err()
+    {
+        return false;
+    }
+    (sig == libc::SIGTRAP && info.si_code == TRAP_PERF)
+        || (sig == libc::SIGPROF && info.si_code == libc::SI_TIMER)
 }
 
 fn zombie(tid: i32) -> bool {
