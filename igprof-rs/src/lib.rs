@@ -86,21 +86,22 @@ pub unsafe extern "C" fn igprof_dump_now(path: *const core::ffi::c_char) -> i32 
 
 /// `igprof --attach`: profiles this running process from now on with
 /// the option words `options` (NUL-terminated); `threads`/`n`: the
-/// threads the launcher stopped (id, thread pointer, next instruction).
+/// threads the launcher stopped (id, thread pointer, next instruction;
+/// the instruction is rewritten for a thread to move out of a patch).
 /// Returns one of `process::attach`'s results; lines are kept in
 /// `igprof_attach_log`.
 #[no_mangle]
 pub unsafe extern "C" fn igprof_attach(
     options: *const core::ffi::c_char,
-    threads: *const process::attach::Stopped,
+    threads: *mut process::attach::Stopped,
     n: usize,
 ) -> i32 {
     let _errno = sys::ErrnoGuard::save();
     let raw = core::ffi::CStr::from_ptr(options).to_bytes();
     let threads = if threads.is_null() {
-        &[][..]
+        &mut [][..]
     } else {
-        core::slice::from_raw_parts(threads, n)
+        core::slice::from_raw_parts_mut(threads, n)
     };
     process::attach::attach(MODULES, raw, threads)
 }

@@ -470,6 +470,61 @@ fn pp_samples_a_thread_that_ran_before_the_attach() {
     assert_eq!(a.say("quit"), "bye\n");
 }
 
+#[test]
+fn a_process_that_exits_while_attached_writes_its_profile() {
+    let d = built("attach-exit");
+    let mut s = Server::start(&d, &[]);
+    let mut a = s.connect();
+    let pid = s.pid().to_string();
+    ok(&launcher_in(
+        &d,
+        &["--attach", &pid, "-mp", "-o", "exit.gz"],
+    ));
+    a.requests(0, 300);
+    assert_eq!(a.say("quit"), "bye\n");
+    assert!(s.child.wait().unwrap().success());
+    assert_eq!(
+        site(&d.join("exit.gz"), "MEM_TOTAL", "keep_record"),
+        (300, 14_400)
+    );
+}
+
+#[test]
+fn ctrl_c_ends_for_early_with_the_detach() {
+    let d = built("attach-interrupt");
+    let s = Server::start(&d, &[]);
+    let mut a = s.connect();
+    // The connection's thread exists, and glibc's own signal handlers.
+    a.requests(0, 10);
+    let pid = s.pid().to_string();
+    let before = seen(s.pid());
+    let mut l = Command::new(launcher())
+        .args(["--attach", &pid, "-mp", "--for", "60s", "-o", "int.gz"])
+        .current_dir(&d)
+        .env("IGPROF_LIB", lib())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(l.stderr.take().unwrap()).lines();
+    let first = lines.find(|x| x.as_ref().is_ok_and(|x| x.contains("attached to process")));
+    assert!(first.is_some(), "no attach line");
+    a.requests(0, 200);
+    // SAFETY: kill has no memory preconditions.
+    unsafe { libc::kill(l.id() as i32, libc::SIGINT) };
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert!(l.wait().unwrap().success(), "{rest:?}");
+    assert!(
+        rest.iter().any(|x| x.contains("detached from process")),
+        "{rest:?}"
+    );
+    assert_eq!(
+        site(&d.join("int.gz"), "MEM_TOTAL", "keep_record"),
+        (200, 9_600)
+    );
+    assert!(code_as_in_files(s.pid()) >= 3);
+    assert_eq!(seen_with(s.pid(), before.threads), before);
+}
+
 /// Loads `http://127.0.0.1:port/` from a thread until `stop`: (answers,
 /// failures).
 fn load(
@@ -634,4 +689,49 @@ fn sqlite3_query_attached_for_two_seconds_gives_its_result() {
     // About the two seconds attached (5 ms per sample).
     let ticks = total(&p, "PERF_TICKS");
     assert!((100..=500).contains(&ticks), "{ticks} samples in 2 s");
+}
+
+#[test]
+fn fifty_busy_threads_survive_ten_attach_detach_cycles() {
+    let d = scratch("attach-threads");
+    build(&d, "attach_threads.c", "attach_threads", &[]);
+    let mut child = Command::new(d.join("attach_threads"))
+        .env("IGPROF_CACHE_DIR", test_store())
+        .spawn()
+        .unwrap();
+    let pid = child.id().to_string();
+    let threads = || std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count());
+    for _ in 0..100 {
+        if threads() == 51 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(threads(), 51);
+    for i in 0..10 {
+        let out = format!("t{i}.gz");
+        ok(&launcher_in(
+            &d,
+            &["--attach", &pid, "-pp", "-mp", "-o", &out],
+        ));
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        ok(&launcher_in(&d, &["--detach", &pid]));
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the process died in cycle {i}"
+        );
+        let p = parse_strict(&read_text(&d.join(&out))).unwrap();
+        assert!(
+            under(&p, "PERF_TICKS", "spin").0 > 0,
+            "cycle {i}: the spinning threads were not sampled"
+        );
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the process died after the last detach"
+    );
+    assert!(code_as_in_files(child.id() as i32) >= 3);
+    let _ = child.kill();
+    let _ = child.wait();
 }

@@ -19,6 +19,12 @@ use std::sync::Mutex;
 
 static INSTALL_LOCK: Mutex<()> = Mutex::new(());
 
+/// How far into a trampoline [`Hook::moved_pc`] looks for the taken
+/// bytes: up to the length of a landing pad (`endbr64`) before them. A
+/// trampoline ends with a jump back of at least this many bytes, so the
+/// bytes read stay inside it.
+const MAX_SCAN: usize = 4;
+
 /// An installed hook. Dropping it leaves the hook installed (a profiler keeps
 /// its hooks for the process lifetime); call [`Hook::uninstall`] to remove it.
 #[derive(Debug)]
@@ -86,6 +92,27 @@ impl Hook {
     /// is written or removed.
     pub fn patched_range(&self) -> (u64, u64) {
         (self.patch_at, self.patch_at + self.original.len() as u64)
+    }
+
+    /// Where a thread whose next instruction is `pc`, strictly inside the
+    /// patched bytes, can go on instead: the same instruction in the
+    /// trampoline, when the trampoline holds the taken bytes unchanged
+    /// (no instruction among them needed relocation); None otherwise, or
+    /// when `pc` is not inside.
+    pub fn moved_pc(&self, pc: u64) -> Option<u64> {
+        let (start, end) = self.patched_range();
+        if pc <= start || pc >= end {
+            return None;
+        }
+        let len = self.original.len();
+        // SAFETY: the trampoline stays mapped for the life of the process
+        // and holds the relocated taken bytes (at least `len` when none
+        // was relocated), maybe a landing pad before them and a jump back
+        // of at least MAX_SCAN bytes after them.
+        let tramp = unsafe { std::slice::from_raw_parts(self.chain as *const u8, len + MAX_SCAN) };
+        (0..=MAX_SCAN)
+            .find(|&k| tramp[k..k + len] == self.original[..])
+            .map(|k| self.chain + k as u64 + (pc - start))
     }
 
     /// False once [`Hook::uninstall`] has succeeded.
@@ -200,6 +227,11 @@ impl Prepared {
     /// The bytes [`Prepared::enable`] will overwrite (see [`Hook::patched_range`]).
     pub fn patched_range(&self) -> (u64, u64) {
         self.hook.patched_range()
+    }
+
+    /// See [`Hook::moved_pc`].
+    pub fn moved_pc(&self, pc: u64) -> Option<u64> {
+        self.hook.moved_pc(pc)
     }
 
     /// Write the patch: from now on calls go to the replacement.

@@ -121,6 +121,18 @@ global_asm!(
     "    pop rbx",
     "    ret",
     ".size tr_far, .-tr_far",
+    // Plain prologue for moving a stopped thread out of the patch: 3x.
+    ".p2align 4",
+    ".globl tr_move",
+    ".type tr_move,@function",
+    "tr_move:",
+    "    push rbx",
+    "    mov rbx, rdi",
+    "    imul rbx, rbx, 3",
+    "    mov rax, rbx",
+    "    pop rbx",
+    "    ret",
+    ".size tr_move, .-tr_move",
     // For stacking two hooks: x + 100.
     ".p2align 4",
     ".globl tr_stack",
@@ -181,6 +193,7 @@ unsafe extern "C" {
     safe fn tr_short(x: u64) -> u64;
     safe fn tr_short_padded(x: u64) -> u64;
     safe fn tr_far(x: u64) -> u64;
+    safe fn tr_move(x: u64) -> u64;
     safe fn tr_stack(x: u64) -> u64;
     safe fn tr_backjump(x: u64) -> u64;
 }
@@ -428,4 +441,53 @@ fn hooks_stack_and_unstack_in_order() {
     );
     assert_eq!(f(4), 104);
     assert_eq!(counts(), (3, 2));
+}
+
+#[test]
+fn a_thread_inside_the_patched_bytes_moves_to_the_trampoline() {
+    let sym = find_function("tr_move", None).unwrap();
+    // SAFETY: the function's 8 first bytes are mapped code.
+    let before = unsafe { std::slice::from_raw_parts(sym.addr as *const u8, 8) }.to_vec();
+    extern "C" fn times3_plus_one(x: u64) -> u64 {
+        3 * x + 1
+    }
+    let hook = install(&sym, times3_plus_one as *const ()).unwrap();
+    let (start, end) = hook.patched_range();
+    assert_eq!(
+        (start, end),
+        (sym.addr, sym.addr + 8),
+        "push, mov, imul taken"
+    );
+    // After `push rbx` and after `mov rbx, rdi`: the same instructions
+    // in the trampoline, byte for byte.
+    for off in [1u64, 4] {
+        let to = hook.moved_pc(sym.addr + off).unwrap();
+        let n = (8 - off) as usize;
+        // SAFETY: the trampoline holds the taken bytes.
+        let there = unsafe { std::slice::from_raw_parts(to as *const u8, n) };
+        assert_eq!(there, &before[off as usize..], "at +{off}");
+    }
+    // At the patch's first byte or past it, a thread needs no move.
+    assert_eq!(hook.moved_pc(start), None);
+    assert_eq!(hook.moved_pc(end), None);
+    let f: Fn1 = std::hint::black_box(tr_move as Fn1);
+    assert_eq!(f(2), 7);
+    hook.uninstall().unwrap();
+    assert_eq!(f(2), 6);
+    // Written again, with the same trampoline.
+    hook.reinstall().unwrap();
+    assert_eq!(f(2), 7);
+    hook.uninstall().unwrap();
+    assert_eq!(f(2), 6);
+}
+
+#[test]
+fn a_relocated_prologue_moves_no_thread() {
+    let sym = find_function("tr_rip_lea", None).unwrap();
+    let p = trampoline::prepare(&sym, std::ptr::null()).unwrap();
+    let (start, end) = p.patched_range();
+    assert!(end > start + 1);
+    // `lea rax, [rip + tr_data]` is rewritten in the trampoline: a thread
+    // after it has no exact place there.
+    assert_eq!(p.moved_pc(start + 7), None);
 }

@@ -254,9 +254,7 @@ pub fn hook_symbol(
     store: impl FnOnce(*const ()),
 ) -> Result<(), trampoline::HookError> {
     let p = trampoline::prepare(sym, replacement)?;
-    let (start, end) = p.patched_range();
-    if let Some(&pc) = lock(&AVOID).iter().find(|&&pc| pc > start && pc < end) {
-        THREAD_INSIDE.store(true, Ordering::Release);
+    if let Err(pc) = move_threads_out(|pc| p.moved_pc(pc), p.patched_range()) {
         return Err(trampoline::HookError {
             function: sym.name.clone(),
             addr: sym.addr,
@@ -279,6 +277,40 @@ static AVOID: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The stopped threads ([`AVOID`]) whose next instruction lies strictly
+/// inside `range`, the bytes a patch covers, go on at the same instruction
+/// in its trampoline (`moved`: where, if it can); Err(pc) for one that
+/// cannot (then nothing is moved and [`refused_for_thread_inside`] says so).
+fn move_threads_out(
+    moved: impl Fn(u64) -> Option<u64>,
+    (start, end): (u64, u64),
+) -> Result<(), u64> {
+    let mut avoid = lock(&AVOID);
+    let inside: Vec<usize> = (0..avoid.len())
+        .filter(|&i| avoid[i] > start && avoid[i] < end)
+        .collect();
+    let mut to = Vec::with_capacity(inside.len());
+    for &i in &inside {
+        match moved(avoid[i]) {
+            Some(pc) => to.push(pc),
+            None => {
+                THREAD_INSIDE.store(true, Ordering::Release);
+                return Err(avoid[i]);
+            }
+        }
+    }
+    for (&i, pc) in inside.iter().zip(to) {
+        avoid[i] = pc;
+    }
+    Ok(())
+}
+
+/// The stopped threads' next instructions after the installs since
+/// [`avoid_pcs`], in its order: moved where a patch covered one.
+pub fn moved_pcs() -> Vec<u64> {
+    lock(&AVOID).clone()
 }
 
 /// Set when an install was refused for a stopped thread inside its bytes.
@@ -314,8 +346,16 @@ pub fn remove_all() -> usize {
 }
 
 /// Writes every hook [`remove_all`] removed again; how many could not be.
+/// Nothing is written when a stopped thread's next instruction lies
+/// inside a patch ([`avoid_pcs`]; [`refused_for_thread_inside`] says so).
 pub fn restore_all() -> usize {
     let hooks = lock(&HOOKS);
+    if hooks
+        .iter()
+        .any(|h| move_threads_out(|pc| h.moved_pc(pc), h.patched_range()).is_err())
+    {
+        return hooks.len();
+    }
     let mut failed = 0;
     for h in hooks.iter() {
         if let Err(e) = h.reinstall() {

@@ -26,8 +26,9 @@ use crate::modules::Module;
 pub const ATTACHED: i32 = 0;
 /// Start-up failed; the lines say why. Nothing stays hooked.
 pub const FAILED: i32 = 1;
-/// A stopped thread was inside bytes a patch would cover: nothing stays
-/// hooked; the launcher lets the threads run a moment and tries again.
+/// A stopped thread was inside bytes a patch covers and could not be
+/// moved to its trampoline (a later attach only): nothing stays hooked;
+/// the launcher lets the threads run a moment and tries again.
 pub const THREAD_INSIDE: i32 = 2;
 /// The process is already profiled (preloaded, or attached and not
 /// detached).
@@ -37,6 +38,8 @@ pub const OTHER_MODULES: i32 = 4;
 
 /// Whether an attach has started the modules once (a second one reuses them).
 static STARTED_ONCE: AtomicBool = AtomicBool::new(false);
+/// Set when a first attach stopped with modules started part-way.
+static PART_WAY: AtomicBool = AtomicBool::new(false);
 /// Whether the profiler is attached now.
 static ATTACHED_NOW: AtomicBool = AtomicBool::new(false);
 /// How many attaches have started profiling (the profile names count them).
@@ -62,11 +65,21 @@ pub struct Stopped {
 /// option words `raw`; `threads`: the process's other threads, stopped
 /// (no patch may cover their next instruction but at its first byte; the
 /// sampled ones are given states and samplers here).
-pub fn attach(modules: &'static [&'static Module], raw: &[u8], threads: &[Stopped]) -> i32 {
+///
+/// A thread stopped inside bytes a patch covers is moved to the same
+/// instruction in the trampoline: its `pc` is rewritten here, for the
+/// launcher to set.
+pub fn attach(modules: &'static [&'static Module], raw: &[u8], threads: &mut [Stopped]) -> i32 {
     crate::base::log::capture_lines();
     if ATTACHED_NOW.load(Ordering::Acquire) || (run::active() && !run::attached()) {
         crate::igprof_log!("the process is already profiled by igprof");
         return ALREADY;
+    }
+    if PART_WAY.load(Ordering::Acquire) {
+        crate::igprof_log!(
+            "an earlier attach stopped part-way: the process cannot be attached to again"
+        );
+        return FAILED;
     }
     let pcs: Vec<u64> = threads.iter().map(|t| t.pc).collect();
     crate::hook::avoid_pcs(&pcs);
@@ -75,6 +88,11 @@ pub fn attach(modules: &'static [&'static Module], raw: &[u8], threads: &[Stoppe
     } else {
         first(modules, raw)
     };
+    if r == ATTACHED {
+        for (t, pc) in threads.iter_mut().zip(crate::hook::moved_pcs()) {
+            t.pc = pc;
+        }
+    }
     crate::hook::avoid_pcs(&[]);
     if r == ATTACHED {
         ATTACHED_NOW.store(true, Ordering::Release);
@@ -114,8 +132,15 @@ fn first(modules: &'static [&'static Module], raw: &[u8]) -> i32 {
     thread::set_late_register(late_thread_begin);
     let started = super::start(raw, super::How::Attach);
     if crate::hook::refused_for_thread_inside() {
+        // Modules started part-way cannot start again: this process
+        // cannot be attached to any more (a thread stopped in the middle
+        // of a prologue whose bytes a trampoline had to relocate).
         undo();
-        return THREAD_INSIDE;
+        PART_WAY.store(true, Ordering::Release);
+        crate::igprof_log!(
+            "a thread was stopped inside the first bytes of a function to hook, which cannot be moved: the process runs on unprofiled and cannot be attached to again"
+        );
+        return FAILED;
     }
     match started {
         Ok(()) => {
@@ -165,7 +190,11 @@ fn again(raw: &[u8]) -> i32 {
     run::set_pid(crate::sys::getpid());
     if crate::hook::restore_all() != 0 {
         undo();
-        return FAILED;
+        return if crate::hook::refused_for_thread_inside() {
+            THREAD_INSIDE
+        } else {
+            FAILED
+        };
     }
     // The detach gave the sampling signal back to the program.
     super::signals::adopt_program_action();

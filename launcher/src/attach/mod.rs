@@ -248,18 +248,19 @@ impl Entry {
 const LOG: &[&str] = &["igprof_attach_log", "igprof_attach_log_len"];
 
 /// Calls `func` in the process with the library's log emptied first,
-/// then prints the lines the call kept there.
+/// then prints the lines the call kept there; the result and the call's
+/// data as the call left it.
 fn call_logged(
     stopped: &mut Stopped,
     e: &Entry,
     func: u64,
     args: &[u64],
     data: &[u8],
-) -> ptrace::CallResult {
+) -> Result<(u64, Vec<u8>), String> {
     if let Ok(len) = e.at(2) {
         ptrace::write_mem(stopped.pid, len, &0u64.to_le_bytes())?;
     }
-    let r = stopped.call(func, args, data);
+    let r = stopped.call_in_out(func, args, data);
     print_log(stopped.pid, e, 1);
     r
 }
@@ -321,9 +322,17 @@ fn attach(pid: i32, lib: &[u8], words: &[u8]) -> Result<(Duration, usize), Strin
         }
         let t = Instant::now();
         let args = [data_arg(0), data_arg(at), threads.len() as u64];
-        let r = call_logged(&mut stopped, &e, entry, &args, &data);
-        match r? as u32 as i32 as i64 as u64 {
+        let (r, back) = call_logged(&mut stopped, &e, entry, &args, &data)?;
+        match r as u32 as i32 as i64 as u64 {
             ATTACHED => {
+                // Threads moved out of a patch's bytes go on in its trampoline.
+                for (i, t) in threads.iter().enumerate() {
+                    let at = at + i * 24 + 16;
+                    let pc = u64::from_le_bytes(back[at..at + 8].try_into().unwrap_or([0; 8]));
+                    if pc != t[2] {
+                        stopped.move_to(t[0] as i32, pc);
+                    }
+                }
                 let threads = stopped.thread_count();
                 stopped.release();
                 paused += t.elapsed();
@@ -349,12 +358,17 @@ fn detach(pid: i32) -> Result<(), String> {
         .map_err(|r| String::from_utf8_lossy(&r.message()).into_owned())?;
     target::check(pid, &lib)?;
     let e = Entry::find(pid, &lib, &["igprof_detach", LOG[0], LOG[1]])?;
+    let t0 = Instant::now();
     let mut stopped = Stopped::all(pid)?;
+    let threads = stopped.thread_count();
     let r = call_logged(&mut stopped, &e, e.at(0)?, &[], &[]);
     stopped.release_without_samples();
-    match r? as u32 as i32 {
+    match r?.0 as u32 as i32 {
         0 => {
-            eprintln!("igprof: detached from process {pid}");
+            eprintln!(
+                "igprof: detached from process {pid} (its {threads} threads were stopped for {:.1} ms)",
+                t0.elapsed().as_secs_f64() * 1e3
+            );
             Ok(())
         }
         _ => Err(format!(
@@ -390,7 +404,7 @@ fn dump_command(args: &[OsString]) -> Result<(), String> {
     let mut stopped = Stopped::all(pid)?;
     let r = call_logged(&mut stopped, &e, e.at(0)?, &[arg], &data);
     stopped.release();
-    match r? as u32 as i32 {
+    match r?.0 as u32 as i32 {
         0 => {
             eprintln!("igprof: process {pid} wrote a snapshot");
             Ok(())

@@ -182,14 +182,18 @@ impl Stopped {
             pid,
             threads: BTreeMap::new(),
         };
+        let mut seized = std::collections::BTreeSet::new();
         loop {
             let new: Vec<i32> = tids(pid)
                 .into_iter()
-                .filter(|t| !s.threads.contains_key(t))
+                .filter(|t| !seized.contains(t))
                 .collect();
             if new.is_empty() {
                 break;
             }
+            // All interrupted first, then waited for: they stop in
+            // parallel (a busy machine takes a while to run each).
+            let mut asked = Vec::with_capacity(new.len());
             for tid in new {
                 if let Err(e) = request(libc::PTRACE_SEIZE, tid, 0, 0) {
                     if e == libc::ESRCH && tid != pid {
@@ -198,7 +202,13 @@ impl Stopped {
                     s.release();
                     return Err(seize_error(pid, e));
                 }
-                if let Some(t) = s.stop_one(tid)? {
+                seized.insert(tid);
+                if request(libc::PTRACE_INTERRUPT, tid, 0, 0).is_ok() {
+                    asked.push(tid);
+                }
+            }
+            for tid in asked {
+                if let Some(t) = s.wait_stopped(tid)? {
                     s.threads.insert(tid, t);
                 }
             }
@@ -209,12 +219,9 @@ impl Stopped {
         Ok(s)
     }
 
-    /// Interrupts a seized thread and waits for its stop; signals that
-    /// arrive first are delivered on the way.
-    fn stop_one(&mut self, tid: i32) -> Result<Option<Thread>, String> {
-        if request(libc::PTRACE_INTERRUPT, tid, 0, 0).is_err() {
-            return Ok(None);
-        }
+    /// Waits for the stop of a thread asked to stop (PTRACE_INTERRUPT);
+    /// signals that arrive first are delivered on the way.
+    fn wait_stopped(&mut self, tid: i32) -> Result<Option<Thread>, String> {
         loop {
             match wait_for(tid, None)? {
                 Stop::Gone => return Ok(None),
@@ -260,6 +267,16 @@ impl Stopped {
     /// `data` copied onto that thread's stack first: `args` may name
     /// [`DATA`]-relative addresses (see [`data_arg`]). Returns rax.
     pub fn call(&mut self, func: u64, args: &[u64], data: &[u8]) -> CallResult {
+        self.call_in_out(func, args, data).map(|(r, _)| r)
+    }
+
+    /// [`Stopped::call`], also returning the call's data as the call left it.
+    pub fn call_in_out(
+        &mut self,
+        func: u64,
+        args: &[u64],
+        data: &[u8],
+    ) -> Result<(u64, Vec<u8>), String> {
         let tid = self
             .caller()
             .ok_or("no thread of the process can run a call")?;
@@ -297,7 +314,17 @@ impl Stopped {
         // The thread's own registers back, whatever happened.
         let _ = set_regs(tid, &saved);
         let _ = set_xstate(tid, &xstate);
-        result
+        let r = result?;
+        Ok((r, read_mem(self.pid, data_at, data.len())?))
+    }
+
+    /// Thread `tid` goes on at `pc` when let go (moved out of the bytes a
+    /// patch covers, to the same instruction in its trampoline).
+    pub fn move_to(&mut self, tid: i32, pc: u64) {
+        if let Some(t) = self.threads.get_mut(&tid) {
+            t.regs.rip = pc;
+            let _ = set_regs(tid, &t.regs);
+        }
     }
 
     /// Lets the calling thread run until it returns to address 0; signals
@@ -346,8 +373,18 @@ impl Stopped {
         };
         if others_running {
             let others: Vec<i32> = self.threads.keys().copied().filter(|&t| t != tid).collect();
+            let asked: Vec<i32> = others
+                .iter()
+                .copied()
+                .filter(|&t| request(libc::PTRACE_INTERRUPT, t, 0, 0).is_ok())
+                .collect();
             for t in others {
-                match self.stop_one(t)? {
+                let th = if asked.contains(&t) {
+                    self.wait_stopped(t)?
+                } else {
+                    None
+                };
+                match th {
                     Some(th) => {
                         self.threads.insert(t, th);
                     }
@@ -370,27 +407,69 @@ impl Stopped {
     }
 
     /// As [`Stopped::release`], after a detach: a sample the profiler's
-    /// samplers (now stopped) sent a thread just before it was stopped,
-    /// still pending, would meet the program's own action on the signal
-    /// (SIGTRAP's default ends the process), so it is taken away here: a
-    /// pending SIGTRAP from a perf event (TRAP_PERF) or SIGPROF from a
-    /// POSIX timer. Any other signal is delivered.
+    /// samplers (now stopped) sent a thread just before they stopped would
+    /// meet the program's own action on the signal (SIGTRAP's default ends
+    /// the process). So the threads first run on, still traced, for
+    /// [`DRAIN`]: a SIGTRAP from a perf event (TRAP_PERF) or a SIGPROF from
+    /// a POSIX timer that reaches one then is taken away, any other signal
+    /// delivered; then each is stopped again and let go.
     pub fn release_without_samples(&mut self) {
         let tids: Vec<i32> = self.threads.keys().copied().collect();
-        for tid in tids {
+        for &tid in &tids {
             let regs = self.threads[&tid].regs;
             let _ = set_regs(tid, &regs);
-            if !sample_pending(self.pid, tid) || request(libc::PTRACE_CONT, tid, 0, 0).is_err() {
-                let _ = request(libc::PTRACE_DETACH, tid, 0, 0);
+            let _ = request(libc::PTRACE_CONT, tid, 0, 0);
+        }
+        let end = Instant::now() + DRAIN;
+        let mut status = 0;
+        while Instant::now() < end {
+            // SAFETY: status is a valid out pointer.
+            let t = unsafe { libc::waitpid(-1, &mut status, libc::__WALL | libc::WNOHANG) };
+            if t <= 0 {
+                if t < 0 && errno() != libc::EINTR {
+                    break;
+                }
+                std::thread::sleep(Duration::from_micros(200));
                 continue;
             }
-            let deliver = match wait_for(tid, Some(Instant::now() + Duration::from_secs(1))) {
-                Ok(Stop::Signal(sig)) if !is_sample(tid, sig) => sig,
-                _ => 0,
-            };
-            let _ = request(libc::PTRACE_DETACH, tid, 0, deliver as usize);
+            self.pass_on(t, status);
+        }
+        let asked: Vec<i32> = tids
+            .into_iter()
+            .filter(|&tid| request(libc::PTRACE_INTERRUPT, tid, 0, 0).is_ok())
+            .collect();
+        for tid in asked {
+            loop {
+                match wait_for(tid, Some(Instant::now() + Duration::from_secs(2))) {
+                    Ok(Stop::Signal(sig)) => {
+                        let sig = if is_sample(tid, sig) { 0 } else { sig };
+                        // Delivered (or not) as it goes: the interrupt
+                        // stops it next.
+                        let _ = request(libc::PTRACE_CONT, tid, 0, sig as usize);
+                    }
+                    Ok(Stop::Event) => {
+                        let _ = request(libc::PTRACE_DETACH, tid, 0, 0);
+                        break;
+                    }
+                    _ => break,
+                }
+            }
         }
         self.threads.clear();
+    }
+
+    /// A stop of a thread running on while the samples drain: passed on.
+    fn pass_on(&self, tid: i32, status: i32) {
+        if !libc::WIFSTOPPED(status) {
+            return;
+        }
+        let sig = libc::WSTOPSIG(status);
+        let deliver = if (status >> 16) != 0 || is_sample(tid, sig) {
+            0
+        } else {
+            sig
+        };
+        let _ = request(libc::PTRACE_CONT, tid, 0, deliver as usize);
     }
 
     /// Lets the threads run for `d`, then stops them all again.
@@ -416,20 +495,12 @@ pub fn data_arg(off: usize) -> u64 {
     DATA_TAG | off as u64
 }
 
+/// How long threads run on, still traced, after a detach (see
+/// [`Stopped::release_without_samples`]).
+const DRAIN: Duration = Duration::from_millis(30);
+
 /// SIGTRAP's si_code from a perf event's sigtrap.
 const TRAP_PERF: i32 = 6;
-
-/// Whether SIGTRAP or SIGPROF is pending for thread `tid`.
-fn sample_pending(pid: i32, tid: i32) -> bool {
-    let status =
-        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).unwrap_or_default();
-    let pending = status
-        .lines()
-        .filter(|l| l.starts_with("SigPnd:") || l.starts_with("ShdPnd:"))
-        .filter_map(|l| u64::from_str_radix(l.split_whitespace().nth(1)?, 16).ok())
-        .fold(0, |a, b| a | b);
-    pending & (1 << (libc::SIGTRAP - 1) | 1 << (libc::SIGPROF - 1)) != 0
-}
 
 /// Whether the signal `sig` thread `tid` is stopped with is a sample.
 fn is_sample(tid: i32, sig: i32) -> bool {
