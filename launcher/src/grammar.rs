@@ -30,6 +30,8 @@ use crate::refusal::Refusal;
 const HEAD: &str = "\
 igprof [options] [--] program [args...]
 igprof --mark PID [--mark-signal N]   (a process run with -mp --marks)
+igprof --attach PID [--for TIME] [options]   (a running process, x86-64)
+igprof --detach PID | --dump PID [FILE]      (a process attached to)
 
 IgProf's options (as IgProf spells them):
 ";

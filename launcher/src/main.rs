@@ -15,7 +15,8 @@
 //! process's pid, which the exec keeps) and `LD_PRELOAD` (a sanitizer
 //! runtime the program needs first: [`sanitizers`]), and with `--jit` the
 //! variables that make node and Python write perf maps ([`jit`]); then
-//! [`exec`]. `igprof --mark PID` is a command of its own ([`mark`]). Each
+//! [`exec`]. `igprof --mark PID` is a command of its own ([`mark`]), and
+//! so are `igprof --attach/--detach/--dump PID` (`attach`, x86-64). Each
 //! reason to refuse, and its line, is a [`refusal::Refusal`].
 //!
 //! What it must never do: start another process before the exec (its own

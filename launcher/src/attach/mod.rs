@@ -184,12 +184,18 @@ fn attach_command(args: &[OsString]) -> Result<(), String> {
     let t0 = Instant::now();
     let (paused, threads) = attach(pid, &lib, &words)?;
     eprintln!(
-        "igprof: attached to process {pid} (its {threads} threads were stopped for {:.1} ms); igprof --detach {pid} writes the profile",
+        "igprof: attached to process {pid} ({} stopped for {:.1} ms); igprof --detach {pid} writes the profile",
+        threads_word(threads),
         paused.as_secs_f64() * 1e3
     );
     let Some(d) = for_time else { return Ok(()) };
     wait_interruptible(t0 + d);
     detach(pid)
+}
+
+/// "1 thread", "51 threads".
+fn threads_word(n: usize) -> String {
+    format!("{n} thread{}", if n == 1 { "" } else { "s" })
 }
 
 /// Set by SIGINT or SIGTERM while `--for` waits.
@@ -366,7 +372,8 @@ fn detach(pid: i32) -> Result<(), String> {
     match r?.0 as u32 as i32 {
         0 => {
             eprintln!(
-                "igprof: detached from process {pid} (its {threads} threads were stopped for {:.1} ms)",
+                "igprof: detached from process {pid} ({} stopped for {:.1} ms)",
+                threads_word(threads),
                 t0.elapsed().as_secs_f64() * 1e3
             );
             Ok(())
