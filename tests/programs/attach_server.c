@@ -8,6 +8,7 @@
  * request "free-old" frees: frees of blocks older than an attach.
  * "spin MS" burns MS ms of the serving thread's CPU time in spin() and
  * answers "spun US" with the CPU time it measured.
+ * "exec" answers, then execs /bin/true.
  * "quit" ends the process with status 0 after answering.
  *
  * Exact truth for a profile of requests made while attached: N requests
@@ -88,6 +89,11 @@ __attribute__((noinline)) static int handle(int fd, const char *line)
     if (strcmp(line, "quit") == 0) {
         send_all(fd, "bye\n", 4);
         exit(0);
+    }
+    if (strcmp(line, "exec") == 0) {
+        send_all(fd, "exec\n", 5);
+        execl("/bin/true", "true", (char *)NULL);
+        return -1;
     }
     if (strcmp(line, "free-old") == 0) {
         for (int i = 0; i < 1000; i++)

@@ -187,6 +187,20 @@ fn seen(pid: i32) -> Seen {
     }
 }
 
+/// The process's file mappings: (range, permissions, file); those the
+/// library brought (itself, and the libraries it needs) come after.
+fn file_maps(pid: i32) -> Vec<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(" /") && !l.contains("libigprof.so"))
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            format!("{} {} {}", f[0], f[1], f[5..].join(" "))
+        })
+        .collect()
+}
+
 /// Every executable mapping of a file in process `pid` holds the file's
 /// own bytes (no patch left); the mappings compared.
 fn code_as_in_files(pid: i32) -> usize {
@@ -250,6 +264,7 @@ fn attach_counts_exactly_and_detach_leaves_the_server_as_it_was() {
     // Let the connection's thread reach its read.
     std::thread::sleep(std::time::Duration::from_millis(100));
     let before = seen(s.pid());
+    let maps_before = file_maps(s.pid());
     let pid = s.pid().to_string();
     let o = launcher_in(&d, &["--attach", &pid, "-mp", "-fd", "-o", "first.gz"]);
     let err = ok(&o);
@@ -325,8 +340,13 @@ fn attach_counts_exactly_and_detach_leaves_the_server_as_it_was() {
         .flat_map(|n| &n.values)
         .all(|v| v.counter != "MEM_LIVE" || v.value < 1 << 40));
 
-    // The process as it was: code, descriptors, threads, signals.
+    // The process as it was: code and its protections, descriptors,
+    // threads, signals.
     assert!(code_as_in_files(s.pid()) >= 3);
+    let maps_after = file_maps(s.pid());
+    for m in &maps_before {
+        assert!(maps_after.contains(m), "{m} changed: {maps_after:#?}");
+    }
     assert_eq!(seen_with(s.pid(), before.threads), before);
 
     // The library loaded profiles what the first attach asked for.
@@ -504,6 +524,28 @@ fn a_process_that_exits_while_attached_writes_its_profile() {
         site(&d.join("exit.gz"), "MEM_TOTAL", "keep_record"),
         (300, 14_400)
     );
+}
+
+#[test]
+fn a_process_that_execs_while_attached_writes_its_profile() {
+    let d = built("attach-exec");
+    let mut s = Server::start(&d, &[]);
+    let mut a = s.connect();
+    let pid = s.pid().to_string();
+    ok(&launcher_in(
+        &d,
+        &["--attach", &pid, "-mp", "-o", "exec.gz"],
+    ));
+    a.requests(0, 250);
+    assert_eq!(a.say("exec"), "exec\n");
+    // /bin/true, the new image, runs unprofiled and ends.
+    assert!(s.child.wait().unwrap().success());
+    // Named as a preloaded image's profile written at its exec is.
+    assert_eq!(
+        site(&d.join("exec.exec0.gz"), "MEM_TOTAL", "keep_record"),
+        (250, 12_000)
+    );
+    assert!(profiles(&d).is_empty(), "the new image is not profiled");
 }
 
 #[test]
