@@ -507,19 +507,24 @@ fn pp_samples_a_thread_that_ran_before_the_attach() {
     assert_eq!(a.say("quit"), "bye\n");
 }
 
-#[test]
-fn a_process_that_exits_while_attached_writes_its_profile() {
-    let d = built("attach-exit");
+/// A server attached to with -mp (profile `out`), sent 300 requests, then
+/// `last`, which ends its image (answered with `answer`); its directory.
+fn attached_to_its_end(name: &str, out: &str, last: &str, answer: &str) -> PathBuf {
+    let d = built(name);
     let mut s = Server::start(&d, &[]);
     let mut a = s.connect();
     let pid = s.pid().to_string();
-    ok(&launcher_in(
-        &d,
-        &["--attach", &pid, "-mp", "-o", "exit.gz"],
-    ));
+    ok(&launcher_in(&d, &["--attach", &pid, "-mp", "-o", out]));
     a.requests(0, 300);
-    assert_eq!(a.say("quit"), "bye\n");
+    assert_eq!(a.say(last), answer);
+    // After an exec, /bin/true runs unprofiled and ends.
     assert!(s.child.wait().unwrap().success());
+    d
+}
+
+#[test]
+fn a_process_that_exits_while_attached_writes_its_profile() {
+    let d = attached_to_its_end("attach-exit", "exit.gz", "quit", "bye\n");
     assert_eq!(
         site(&d.join("exit.gz"), "MEM_TOTAL", "keep_record"),
         (300, 14_400)
@@ -528,22 +533,11 @@ fn a_process_that_exits_while_attached_writes_its_profile() {
 
 #[test]
 fn a_process_that_execs_while_attached_writes_its_profile() {
-    let d = built("attach-exec");
-    let mut s = Server::start(&d, &[]);
-    let mut a = s.connect();
-    let pid = s.pid().to_string();
-    ok(&launcher_in(
-        &d,
-        &["--attach", &pid, "-mp", "-o", "exec.gz"],
-    ));
-    a.requests(0, 250);
-    assert_eq!(a.say("exec"), "exec\n");
-    // /bin/true, the new image, runs unprofiled and ends.
-    assert!(s.child.wait().unwrap().success());
+    let d = attached_to_its_end("attach-exec", "exec.gz", "exec", "exec\n");
     // Named as a preloaded image's profile written at its exec is.
     assert_eq!(
         site(&d.join("exec.exec0.gz"), "MEM_TOTAL", "keep_record"),
-        (250, 12_000)
+        (300, 14_400)
     );
     assert!(profiles(&d).is_empty(), "the new image is not profiled");
 }

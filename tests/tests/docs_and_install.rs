@@ -31,6 +31,31 @@ use std::process::{Command, Output};
 /// written, reason).
 const EXCLUDED: &[(&str, &str, &str)] = &[
     (
+        "docs/user-guide.md",
+        "igprof --attach 4242 -pp -mp -o leak.gz   # returns at once",
+        "4242 stands for a running service's pid: the README runs the same commands on a python3 server, tests/tests/attach.rs every one",
+    ),
+    (
+        "docs/user-guide.md",
+        "igprof --dump 4242 snap.gz                # a snapshot while attached",
+        "4242 stands for a running service's pid: the README runs the same commands on a python3 server, tests/tests/attach.rs every one",
+    ),
+    (
+        "docs/user-guide.md",
+        "igprof --detach 4242                      # writes leak.gz, restores the process",
+        "4242 stands for a running service's pid: the README runs the same commands on a python3 server, tests/tests/attach.rs every one",
+    ),
+    (
+        "docs/user-guide.md",
+        "igprof --attach 4242 -pp --for 30s        # attach, wait 30 s (Ctrl-C: sooner), detach",
+        "4242 stands for a running service's pid: the README runs the same commands on a python3 server, tests/tests/attach.rs every one",
+    ),
+    (
+        "docs/user-guide.md",
+        "igprof-analyse -r MEM_LIVE leak.gz",
+        "4242 stands for a running service's pid: the README runs the same commands on a python3 server, tests/tests/attach.rs every one",
+    ),
+    (
         "README.md",
         "scripts/demo     # installs what it needs, builds, profiles a demo program, prints a report",
         "installs Debian packages (scripts/setup) and runs cargo build: the same steps as this test's own set-up",
