@@ -366,11 +366,6 @@ pub fn restore_all() -> usize {
     failed
 }
 
-/// How many hooks are installed now.
-pub fn installed() -> usize {
-    lock(&HOOKS).iter().filter(|h| h.is_installed()).count()
-}
-
 /// The addresses one install pass hooked: a name found at an address
 /// already hooked is an alias (glibc's cfree and free) and is skipped.
 #[derive(Default)]
