@@ -94,7 +94,18 @@ fn profile_on(foreign: bool, d: &Path, exe: &Path, opts: &[&str]) -> (String, St
             .output()
             .unwrap()
     } else {
-        Command::new(exe).current_dir(d).output().unwrap()
+        // Just copied (see above): a child another test forks meanwhile
+        // may hold the copy's descriptor until its exec (ETXTBSY).
+        let mut tries = 0;
+        loop {
+            match Command::new(exe).current_dir(d).output() {
+                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                r => break r.unwrap(),
+            }
+        }
     };
     assert!(plain.status.success(), "{exe:?} unprofiled: {plain:?}");
     let mut a: Vec<&str> = opts.to_vec();
