@@ -106,7 +106,7 @@ const NOT_ATTACHED: &[(&str, &str)] = &[
 pub fn run(cmd: &str, args: &[OsString]) -> libc::c_int {
     let r = match cmd {
         "--attach" => attach_command(args),
-        "--detach" => one_pid(args, "--detach PID").and_then(detach),
+        "--detach" => one_pid(args, "--detach PID").and_then(|pid| detach(pid, &checked_lib(pid)?)),
         _ => dump_command(args),
     };
     match r {
@@ -116,6 +116,18 @@ pub fn run(cmd: &str, args: &[OsString]) -> libc::c_int {
             1
         }
     }
+}
+
+/// A refusal's line, without its `igprof: ` (the command adds its own).
+fn said(r: crate::refusal::Refusal) -> String {
+    String::from_utf8_lossy(&r.message()).into_owned()
+}
+
+/// libigprof.so, once process `pid` passed the checks made before tracing.
+fn checked_lib(pid: i32) -> Result<Vec<u8>, String> {
+    let lib = crate::find_lib(&mut crate::path::bash_pwd).map_err(said)?;
+    target::check(pid, &lib)?;
+    Ok(lib)
 }
 
 fn pid_of(word: &OsString, usage: &str) -> Result<i32, String> {
@@ -161,9 +173,7 @@ fn attach_command(args: &[OsString]) -> Result<(), String> {
         }
     }
     let mut pwd = crate::path::bash_pwd;
-    let lib = crate::find_lib(&mut pwd)
-        .map_err(|r| String::from_utf8_lossy(&r.message()).into_owned())?;
-    target::check(pid, &lib)?;
+    let lib = checked_lib(pid)?;
     if !rest.iter().any(|a| a == "-o" || a == "--output") {
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
         rest.push("-o".into());
@@ -174,12 +184,12 @@ fn attach_command(args: &[OsString]) -> Result<(), String> {
     let words = match crate::grammar::parse(&rest, &mut pwd) {
         Ok(crate::grammar::Request::Run { igprof, output, .. }) => {
             if let Some(Err(r)) = output.as_deref().map(crate::output::output_place) {
-                return Err(String::from_utf8_lossy(&r.message()).into_owned());
+                return Err(said(r));
             }
             igprof
         }
         Ok(_) => return Err(format!("usage: igprof {usage}")),
-        Err(r) => return Err(String::from_utf8_lossy(&r.message()).into_owned()),
+        Err(r) => return Err(said(r)),
     };
     let t0 = Instant::now();
     let (paused, threads) = attach(pid, &lib, &words)?;
@@ -190,7 +200,7 @@ fn attach_command(args: &[OsString]) -> Result<(), String> {
     );
     let Some(d) = for_time else { return Ok(()) };
     wait_interruptible(t0 + d);
-    detach(pid)
+    detach(pid, &lib)
 }
 
 /// "1 thread", "51 threads".
@@ -357,13 +367,10 @@ fn attach(pid: i32, lib: &[u8], words: &[u8]) -> Result<(Duration, usize), Strin
     ))
 }
 
-/// Writes the profile and restores the process's code.
-fn detach(pid: i32) -> Result<(), String> {
-    let mut pwd = crate::path::bash_pwd;
-    let lib = crate::find_lib(&mut pwd)
-        .map_err(|r| String::from_utf8_lossy(&r.message()).into_owned())?;
-    target::check(pid, &lib)?;
-    let e = Entry::find(pid, &lib, &["igprof_detach", LOG[0], LOG[1]])?;
+/// Writes the profile and restores the process's code (`lib`: from
+/// [`checked_lib`]).
+fn detach(pid: i32, lib: &[u8]) -> Result<(), String> {
+    let e = Entry::find(pid, lib, &["igprof_detach", LOG[0], LOG[1]])?;
     let t0 = Instant::now();
     let mut stopped = Stopped::all(pid)?;
     let threads = stopped.thread_count();
@@ -392,16 +399,13 @@ fn dump_command(args: &[OsString]) -> Result<(), String> {
         _ => return Err(format!("usage: igprof {usage}")),
     };
     let mut pwd = crate::path::bash_pwd;
-    let lib = crate::find_lib(&mut pwd)
-        .map_err(|r| String::from_utf8_lossy(&r.message()).into_owned())?;
-    target::check(pid, &lib)?;
+    let lib = checked_lib(pid)?;
     let e = Entry::find(pid, &lib, &["igprof_dump_now", LOG[0], LOG[1]])?;
     let mut data = Vec::new();
     let arg = match file {
         Some(f) => {
             let path = crate::path::absolute(f.as_bytes().to_vec(), &mut pwd);
-            crate::output::output_place(&path)
-                .map_err(|r| String::from_utf8_lossy(&r.message()).into_owned())?;
+            crate::output::output_place(&path).map_err(said)?;
             data.extend_from_slice(&path);
             data.push(0);
             data_arg(0)
