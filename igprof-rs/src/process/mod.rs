@@ -569,6 +569,7 @@ fn begin_thread(t: &'static ThreadState) {
         }
     });
     drop(g);
+    sampler::allow();
     sampler::start_thread(t);
 }
 
@@ -668,11 +669,13 @@ pub(crate) fn restart_thread(t: &'static ThreadState) {
         }
     });
     drop(g);
+    sampler::allow();
     sampler::start_thread(t);
 }
 
 /// Every thread stops sampling (final profile, exec).
 pub fn stop_sampling() {
+    sampler::end_all();
     for t in thread::all() {
         sampler::stop_thread(t);
         each_module(|m| {

@@ -27,9 +27,18 @@ use crate::sys::{self, Errno, PerfDelivery};
 /// CLOCK_MONOTONIC timer.
 pub fn start_thread(t: &'static ThreadState) {
     let o = options::get();
-    if !o.needs_timers() || t.sampler.timer.load(Ordering::Relaxed) >= 0 || has_event(t) {
+    if !o.needs_timers()
+        || ENDED.load(Ordering::SeqCst)
+        || t.sampler.timer.load(Ordering::Relaxed) >= 0
+        || has_event(t)
+    {
         return;
     }
+    start_sampler(t, o);
+    end_if_ended(t);
+}
+
+fn start_sampler(t: &'static ThreadState, o: &options::Options) {
     let user_only = o.perf == Some(PerfClock::User);
     let how = match mode() {
         Sampler::Sigtrap => Some(PerfDelivery::Sigtrap { cookie: COOKIE }),
@@ -131,9 +140,36 @@ pub fn unsampled() -> (u64, u64) {
     )
 }
 
+/// Set while the image samples no more (its final profile, an exec, a
+/// detach) until [`allow`]. A thread that was stopped or interrupted
+/// while starting or renewing its sampler finishes after every sampler
+/// was stopped: its new one must not outlive that (a detached process's
+/// own SIGTRAP action would meet its samples).
+static ENDED: AtomicBool = AtomicBool::new(false);
+
+/// Sampling ends for the image: no sampler starts or is renewed after
+/// this (call before stopping every thread's).
+pub fn end_all() {
+    ENDED.store(true, Ordering::SeqCst);
+}
+
+/// Samplers may start again (a forked child, a failed exec, an attach).
+pub fn allow() {
+    ENDED.store(false, Ordering::SeqCst);
+}
+
+/// After a sampler of `t` was stored: if sampling ended meanwhile, it is
+/// stopped here. Either this or the stop of every thread's sampler sees
+/// it (both swap it out), so it is stopped exactly once.
+pub(super) fn end_if_ended(t: &ThreadState) {
+    if ENDED.load(Ordering::SeqCst) {
+        stop_thread(t);
+    }
+}
+
 /// Stops sampling the calling thread (thread exit, exec).
 pub fn stop_thread(t: &ThreadState) {
-    let id = t.sampler.timer.swap(-1, Ordering::AcqRel);
+    let id = t.sampler.timer.swap(-1, Ordering::SeqCst);
     if id >= 0 {
         sys::timer_delete(id);
     }

@@ -42,7 +42,7 @@ pub(super) fn open_event(
                         sys::perf_release(hold);
                         return Err(Errno::last());
                     }
-                    t.sampler.perf_ring.store(hold, Ordering::Release);
+                    t.sampler.perf_ring.store(hold, Ordering::SeqCst);
                     set_event_period(t, period);
                     return Ok(());
                 }
@@ -57,8 +57,8 @@ pub(super) fn open_event(
     let (fd, ring) = sys::perf_task_clock_open(t.tid(), period, user_only, how, high_fd_base())?;
     set_event_period(t, period);
     mark_fd_ours(fd);
-    t.sampler.perf_ring.store(ring, Ordering::Release);
-    t.sampler.perf_fd.store(fd, Ordering::Release);
+    t.sampler.perf_ring.store(ring, Ordering::SeqCst);
+    t.sampler.perf_fd.store(fd, Ordering::SeqCst);
     if sys::perf_enable(fd) {
         return Ok(());
     }
@@ -86,7 +86,7 @@ pub(super) fn open_switch_event(t: &'static ThreadState) -> Result<(), Errno> {
         Ok(hold) => {
             t.sampler.clock.wall_mark.set(sys::monotonic_ns());
             t.sampler.clock.cpu_mark.set(sys::thread_cpu_ns());
-            t.sampler.switch_hold.store(hold, Ordering::Release);
+            t.sampler.switch_hold.store(hold, Ordering::SeqCst);
             Ok(())
         }
         Err(e) => {
@@ -107,14 +107,14 @@ pub fn high_fd_base() -> i32 {
 
 /// Ends the thread's perf event, whichever way it is held.
 pub(super) fn release_event(t: &ThreadState) {
-    let fd = t.sampler.perf_fd.swap(-1, Ordering::AcqRel);
-    let ring = t.sampler.perf_ring.swap(0, Ordering::AcqRel);
+    let fd = t.sampler.perf_fd.swap(-1, Ordering::SeqCst);
+    let ring = t.sampler.perf_ring.swap(0, Ordering::SeqCst);
     if fd >= 0 {
         sys::perf_close(fd, ring);
     } else if ring != 0 {
         sys::perf_release(ring);
     }
-    let switch = t.sampler.switch_hold.swap(0, Ordering::AcqRel);
+    let switch = t.sampler.switch_hold.swap(0, Ordering::SeqCst);
     if switch != 0 {
         sys::perf_release(switch);
     }
@@ -136,11 +136,12 @@ pub(super) fn renew_held_event(t: &'static ThreadState) {
     sys::close(fd);
     match held {
         Ok(new) if enabled => {
-            let old = t.sampler.perf_ring.swap(new, Ordering::AcqRel);
+            let old = t.sampler.perf_ring.swap(new, Ordering::SeqCst);
             t.sampler.clock.clock_seen.set(period);
             if old != 0 {
                 sys::perf_release(old);
             }
+            super::life::end_if_ended(t);
         }
         Ok(new) => sys::perf_release(new),
         Err(_) => {}

@@ -30,7 +30,7 @@ pub(super) fn start(t: &'static ThreadState) -> Result<(), Errno> {
     let id =
         sys::timer_create_for_thread(clock_for(t.tid()), signal(), t.tid(), timer_cookie(t.tid()))?;
     mark_timer_ours(id);
-    t.sampler.timer.store(id, Ordering::Release);
+    t.sampler.timer.store(id, Ordering::SeqCst);
     sys::timer_arm_once(id, next_interval(t));
     Ok(())
 }
