@@ -76,6 +76,10 @@ static FINI: extern "C" fn() = igprof_fini;
 /// file). Returns 0 on success, -1 if not profiling or the write failed.
 #[no_mangle]
 pub unsafe extern "C" fn igprof_dump_now(path: *const core::ffi::c_char) -> i32 {
+    if base::thread::is_busy() {
+        // Only a launcher's call can land inside the profiler.
+        return process::attach::CALLER_BUSY;
+    }
     let p = if path.is_null() {
         None
     } else {
@@ -97,6 +101,9 @@ pub unsafe extern "C" fn igprof_attach(
     n: usize,
 ) -> i32 {
     let _errno = sys::ErrnoGuard::save();
+    if base::thread::is_busy() {
+        return process::attach::CALLER_BUSY;
+    }
     let raw = core::ffi::CStr::from_ptr(options).to_bytes();
     let threads = if threads.is_null() {
         &mut [][..]
@@ -106,12 +113,27 @@ pub unsafe extern "C" fn igprof_attach(
     process::attach::attach(MODULES, raw, threads)
 }
 
-/// `igprof --detach`: writes the profile, restores every patched byte and
-/// stops recording; the library stays loaded. 0, or -1 if not attached.
+/// `igprof --detach`, first step: writes the profile and stops every
+/// sampler. 0, or -1 if not attached.
 #[no_mangle]
 pub extern "C" fn igprof_detach() -> i32 {
     let _errno = sys::ErrnoGuard::save();
+    if base::thread::is_busy() {
+        return process::attach::CALLER_BUSY;
+    }
     process::attach::detach()
+}
+
+/// `igprof --detach`, second step, every other thread stopped: restores
+/// every patched byte and the program's sampling signal action, and stops
+/// recording; the library stays loaded. See `process::attach::unhook`.
+#[no_mangle]
+pub extern "C" fn igprof_detach_unhook() -> i32 {
+    let _errno = sys::ErrnoGuard::save();
+    if base::thread::is_busy() {
+        return process::attach::CALLER_BUSY;
+    }
+    process::attach::unhook()
 }
 
 /// Turns recording on (after `-pd`, or `igprof_disable()`): samples,

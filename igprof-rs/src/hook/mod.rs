@@ -334,7 +334,20 @@ pub fn refused_for_thread_inside() -> bool {
 /// for threads still running in them. Returns how many could not be
 /// removed (each said in one line).
 pub fn remove_all() -> usize {
-    let hooks = lock(&HOOKS);
+    uninstall(&lock(&HOOKS))
+}
+
+/// [`remove_all`], unless another thread holds the registry (a thread
+/// stopped while hooking): then nothing is done (None).
+pub fn try_remove_all() -> Option<usize> {
+    match HOOKS.try_lock() {
+        Ok(hooks) => Some(uninstall(&hooks)),
+        Err(std::sync::TryLockError::Poisoned(e)) => Some(uninstall(&e.into_inner())),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
+}
+
+fn uninstall(hooks: &[trampoline::Hook]) -> usize {
     let mut failed = 0;
     for h in hooks.iter().rev() {
         if let Err(e) = h.uninstall() {

@@ -219,8 +219,10 @@ fn undo() {
     run::set_inactive();
 }
 
-/// `igprof --detach` (or the end of `--for`): the profile is written, every
-/// patched byte restored, recording stops. Returns 0, or -1 when not
+/// `igprof --detach` (or the end of `--for`), first step: the profile
+/// is written and every sampler stopped. Writing waits for threads inside
+/// the profiler to leave it, so the launcher may let the other threads run
+/// meanwhile: nothing is unpatched here. Returns 0, or -1 when not
 /// attached; the lines say what was written.
 pub fn detach() -> i32 {
     crate::base::log::capture_lines();
@@ -228,20 +230,55 @@ pub fn detach() -> i32 {
         crate::igprof_log!("the process is not attached to");
         return -1;
     }
-    let written = super::ending::final_dump("detach");
-    // Samplers stopped (final_dump): the program's own action back on the
-    // sampling signal, after any sample still pending here was taken.
-    super::signals::restore_program_action();
-    let failed = crate::hook::remove_all();
-    run::set_inactive();
-    if !written {
+    if !super::ending::final_dump("detach") {
         crate::igprof_log!("no profile written");
     }
+    UNHOOK_PENDING.store(true, Ordering::Release);
+    0
+}
+
+/// Any entry of the launcher's: the thread it called on was stopped
+/// inside the profiler (it may hold a lock the call needs); nothing was
+/// done, call on another thread.
+pub const CALLER_BUSY: i32 = 0x1b5;
+
+/// Set between [`detach`] and [`unhook`].
+static UNHOOK_PENDING: AtomicBool = AtomicBool::new(false);
+
+/// [`unhook`]: every patched byte restored.
+pub const UNHOOKED: i32 = 0;
+/// [`unhook`]: a stopped thread holds the hook registry; let the threads
+/// run a little and call again.
+pub const BUSY: i32 = 1;
+/// [`unhook`]: some functions could not be restored (the lines say which).
+pub const NOT_RESTORED: i32 = 2;
+/// [`unhook`]: no [`detach`] before it.
+pub const NOT_DETACHING: i32 = 3;
+
+/// The second step of a detach, while every other thread is stopped (the
+/// launcher never lets them run during it): the program's own action back
+/// on the sampling signal, every patched byte restored, recording off. It
+/// waits for nothing another thread may hold: where one holds the hook
+/// registry it returns [`BUSY`] at once.
+pub fn unhook() -> i32 {
+    crate::base::log::capture_lines();
+    if !UNHOOK_PENDING.load(Ordering::Acquire) {
+        return NOT_DETACHING;
+    }
+    let Some(failed) = crate::hook::try_remove_all() else {
+        return BUSY;
+    };
+    UNHOOK_PENDING.store(false, Ordering::Release);
+    // Samplers stopped (detach): the program's own action back on the
+    // sampling signal. A sample already raised is taken away by the
+    // launcher before the threads go on.
+    super::signals::restore_program_action();
+    run::set_inactive();
     if failed != 0 {
         crate::igprof_log!("{failed} hooked functions could not be restored");
-        return -1;
+        return NOT_RESTORED;
     }
-    0
+    UNHOOKED
 }
 
 /// A thread that was running before the attach, met in a hook.

@@ -34,6 +34,10 @@ use ptrace::{data_arg, Stopped};
 /// The results of `igprof_attach` (process/attach.rs in the library).
 const ATTACHED: u64 = 0;
 const THREAD_INSIDE: u64 = 2;
+/// `igprof_detach_unhook`'s results (process/attach.rs).
+const UNHOOKED: u64 = 0;
+const BUSY: u64 = 1;
+const NOT_DETACHING: u64 = 3;
 /// How often an attach is tried when a thread is inside a patch's bytes.
 const TRIES: usize = 20;
 
@@ -276,10 +280,32 @@ fn call_logged(
     if let Ok(len) = e.at(2) {
         ptrace::write_mem(stopped.pid, len, &0u64.to_le_bytes())?;
     }
-    let r = stopped.call_in_out(func, args, data);
+    // A thread stopped inside the profiler may hold a lock the call needs:
+    // the library refuses to run there, and the call goes to another.
+    let mut r = stopped.call_in_out(func, args, data);
+    for _ in 0..CALLERS {
+        match r {
+            Ok((v, _)) if v as u32 as i32 == CALLER_BUSY && stopped.avoid_caller() => {
+                r = stopped.call_in_out(func, args, data);
+            }
+            _ => break,
+        }
+    }
+    stopped.reset_callers();
     print_log(stopped.pid, e, 1);
-    r
+    match r {
+        Ok((v, _)) if v as u32 as i32 == CALLER_BUSY => Err(format!(
+            "process {}: every thread tried was inside the profiler: try again",
+            stopped.pid
+        )),
+        r => r,
+    }
 }
+
+/// The library's answer when the thread called on was inside it
+/// (process/attach.rs), and how many threads are tried.
+const CALLER_BUSY: i32 = 0x1b5;
+const CALLERS: usize = 16;
 
 /// Prints the lines the library kept in the process since its last call.
 fn print_log(pid: i32, e: &Entry, first: usize) {
@@ -370,14 +396,53 @@ fn attach(pid: i32, lib: &[u8], words: &[u8]) -> Result<(Duration, usize), Strin
 /// Writes the profile and restores the process's code (`lib`: from
 /// [`checked_lib`]).
 fn detach(pid: i32, lib: &[u8]) -> Result<(), String> {
-    let e = Entry::find(pid, lib, &["igprof_detach", LOG[0], LOG[1]])?;
+    let e = Entry::find(
+        pid,
+        lib,
+        &["igprof_detach", LOG[0], LOG[1], "igprof_detach_unhook"],
+    )?;
     let t0 = Instant::now();
     let mut stopped = Stopped::all(pid)?;
     let threads = stopped.thread_count();
-    let r = call_logged(&mut stopped, &e, e.at(0)?, &[], &[]);
+    // The profile first (the other threads may have to run while it is
+    // written), then the unpatching, every other thread held stopped. A
+    // detach cut short between the two is finished by the next one.
+    let dumped = call_logged(&mut stopped, &e, e.at(0)?, &[], &[])
+        .map_err(|why| format!("writing the profile: {why}"));
+    let mut r = Err(String::new());
+    if dumped.is_ok() {
+        for _ in 0..TRIES {
+            stopped.hold_others = true;
+            r = call_logged(&mut stopped, &e, e.at(3)?, &[], &[])
+                .map(|(r, _)| r)
+                .map_err(|why| format!("restoring the code: {why}"));
+            stopped.hold_others = false;
+            match r {
+                Ok(BUSY) => {
+                    stopped.release();
+                    std::thread::sleep(Duration::from_millis(20));
+                    stopped = Stopped::all(pid)?;
+                }
+                _ => break,
+            }
+        }
+    }
     stopped.release_without_samples();
-    match r?.0 as u32 as i32 {
-        0 => {
+    let unhooked = match (dumped?.0 as u32 as i32, r) {
+        (_, Ok(UNHOOKED)) => true,
+        (_, Ok(NOT_DETACHING)) => {
+            return Err(format!("process {pid} is not attached to"));
+        }
+        (_, Ok(BUSY)) => {
+            return Err(format!(
+                "process {pid}: a thread stayed inside the profiler's hook registry ({TRIES} tries): run igprof --detach {pid} again"
+            ))
+        }
+        (_, Err(why)) if !why.is_empty() => return Err(why),
+        _ => false,
+    };
+    match unhooked {
+        true => {
             eprintln!(
                 "igprof: detached from process {pid} ({} stopped for {:.1} ms)",
                 threads_word(threads),

@@ -27,6 +27,12 @@ struct Thread {
 pub struct Stopped {
     pub pid: i32,
     threads: BTreeMap<i32, Thread>,
+    /// Set for calls that patch code: the other threads never run during
+    /// them (a call that takes long is waited for; it must wait for no
+    /// lock another thread may hold).
+    pub hold_others: bool,
+    /// Threads calls no longer go to ([`Stopped::avoid_caller`]).
+    avoid: std::collections::BTreeSet<i32>,
 }
 
 /// A call's result, or why it has none.
@@ -57,16 +63,22 @@ enum Stop {
 
 fn wait_for(tid: i32, deadline: Option<Instant>) -> Result<Stop, String> {
     let mut status = 0;
+    let mut polls = 0u32;
     loop {
-        let flags = libc::__WALL | if deadline.is_some() { libc::WNOHANG } else { 0 };
         // SAFETY: status is a valid out pointer.
-        let r = unsafe { libc::waitpid(tid, &mut status, flags) };
+        let r = unsafe { libc::waitpid(tid, &mut status, libc::__WALL | libc::WNOHANG) };
         if r == tid {
             break;
         }
         if r == 0 {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err("timeout".into());
+            }
+            // A process killed meanwhile leaves its main thread a zombie
+            // that is never reported while its other threads are traced.
+            polls += 1;
+            if polls.is_multiple_of(100) && zombie(tid) {
+                return Ok(Stop::Gone);
             }
             std::thread::sleep(Duration::from_micros(500));
             continue;
@@ -112,6 +124,32 @@ fn get_regs(tid: i32) -> Result<libc::user_regs_struct, i32> {
 
 fn set_regs(tid: i32, regs: &libc::user_regs_struct) -> Result<(), i32> {
     request(libc::PTRACE_SETREGS, tid, 0, regs as *const _ as usize)
+}
+
+/// The synchronous fault signals, never blocked by a call's mask.
+const FAULTS: u64 = (1 << (libc::SIGSEGV - 1))
+    | (1 << (libc::SIGBUS - 1))
+    | (1 << (libc::SIGILL - 1))
+    | (1 << (libc::SIGFPE - 1));
+
+fn get_sigmask(tid: i32) -> Result<u64, i32> {
+    let mut mask = 0u64;
+    request(
+        libc::PTRACE_GETSIGMASK,
+        tid,
+        8,
+        &mut mask as *mut u64 as usize,
+    )?;
+    Ok(mask)
+}
+
+fn set_sigmask(tid: i32, mask: u64) -> Result<(), i32> {
+    request(
+        libc::PTRACE_SETSIGMASK,
+        tid,
+        8,
+        &mask as *const u64 as usize,
+    )
 }
 
 /// NT_X86_XSTATE: the vector registers, AVX and AVX-512 included.
@@ -181,6 +219,8 @@ impl Stopped {
         let mut s = Stopped {
             pid,
             threads: BTreeMap::new(),
+            hold_others: false,
+            avoid: Default::default(),
         };
         let mut seized = std::collections::BTreeSet::new();
         loop {
@@ -227,8 +267,11 @@ impl Stopped {
                 Stop::Gone => return Ok(None),
                 Stop::Event => break,
                 Stop::Signal(sig) => {
-                    // The signal goes to the program, as it would have;
-                    // the interrupt then stops the thread.
+                    // The signal goes to the program, as it would have (a
+                    // sample of ours is taken away: the program's own
+                    // action may be back on its signal); the interrupt
+                    // then stops the thread.
+                    let sig = if is_ours(tid, sig, false) { 0 } else { sig };
                     if request(libc::PTRACE_CONT, tid, 0, sig as usize).is_err() {
                         return Ok(None);
                     }
@@ -254,13 +297,31 @@ impl Stopped {
         self.threads.len()
     }
 
-    /// The thread calls run on: the main thread if it still runs.
+    /// The thread calls run on: the main thread if it still runs, and
+    /// has not been avoided.
     fn caller(&self) -> Option<i32> {
-        if self.threads.contains_key(&self.pid) && !zombie(self.pid) {
+        let usable = |t: i32| !self.avoid.contains(&t) && !zombie(t);
+        if self.threads.contains_key(&self.pid) && usable(self.pid) {
             Some(self.pid)
         } else {
-            self.threads.keys().copied().find(|&t| !zombie(t))
+            self.threads.keys().copied().find(|&t| usable(t))
         }
+    }
+
+    /// Calls go to another thread from now on; false when none is left.
+    pub fn avoid_caller(&mut self) -> bool {
+        match self.caller() {
+            Some(t) => {
+                self.avoid.insert(t);
+                self.caller().is_some()
+            }
+            None => false,
+        }
+    }
+
+    /// Calls go to the main thread again.
+    pub fn reset_callers(&mut self) {
+        self.avoid.clear();
     }
 
     /// Calls `func(args...)` in the process on one stopped thread, with
@@ -309,13 +370,90 @@ impl Stopped {
                 a
             };
         }
+        let mask =
+            get_sigmask(tid).map_err(|e| format!("cannot read the signal mask: errno {e}"))?;
         set_regs(tid, &regs).map_err(|e| format!("cannot set registers: errno {e}"))?;
+        // No handler of the program's, or of ours, runs inside the call:
+        // a handler's return would also end the restart of a sleep the
+        // thread was in (EINTR where it slept on). Signals that come
+        // meanwhile wait for the thread's own mask; faults stay unblocked
+        // (a blocked fault's action would be reset by the kernel).
+        let _ = set_sigmask(tid, mask | !FAULTS);
         let result = self.run_call(tid);
-        // The thread's own registers back, whatever happened.
+        // The thread's own registers and mask back, whatever happened.
         let _ = set_regs(tid, &saved);
         let _ = set_xstate(tid, &xstate);
+        let _ = set_sigmask(tid, mask);
+        self.settle(tid);
         let r = result?;
         Ok((r, read_mem(self.pid, data_at, data.len())?))
+    }
+
+    /// Lets every thread but `caller`, running during a long call, go on
+    /// from a stop: a signal is delivered as it would have been (the
+    /// library's handler is installed then), a group stop continued.
+    fn serve_others(&self, caller: i32) {
+        for &t in self.threads.keys().filter(|&&t| t != caller) {
+            let mut status = 0;
+            // SAFETY: status is a valid out pointer.
+            let r = unsafe { libc::waitpid(t, &mut status, libc::__WALL | libc::WNOHANG) };
+            if r == t && libc::WIFSTOPPED(status) {
+                let sig = if (status >> 16) != 0 {
+                    0
+                } else {
+                    libc::WSTOPSIG(status)
+                };
+                let _ = request(libc::PTRACE_CONT, t, 0, sig as usize);
+            }
+        }
+    }
+
+    /// After a call on thread `tid`: a sample the call's own time raised
+    /// there (held by the call's mask) is taken away, so the thread never
+    /// meets it where it was (a system call it slept in would end with
+    /// EINTR, or, after a detach, the program's own action would take
+    /// it). Any other signal queued meanwhile is delivered as it would
+    /// have been. A queued signal is taken before any of the thread's code
+    /// runs; the thread is stopped again at once.
+    fn settle(&mut self, tid: i32) {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while sample_queued(self.pid, tid) && Instant::now() < deadline {
+            if request(libc::PTRACE_CONT, tid, 0, 0).is_err() {
+                return;
+            }
+            if !self.stop_again(tid, deadline, false) {
+                return;
+            }
+            if let (Ok(regs), Some(t)) = (get_regs(tid), self.threads.get_mut(&tid)) {
+                t.regs = regs;
+            }
+        }
+    }
+
+    /// Waits for thread `tid`, running traced, to stop again: a sample
+    /// that reaches it meanwhile is taken away, any other signal
+    /// delivered. False when it is gone.
+    fn stop_again(&self, tid: i32, deadline: Instant, stepping: bool) -> bool {
+        loop {
+            match wait_for(tid, Some(deadline)) {
+                Ok(Stop::Signal(sig)) => {
+                    let sig = if is_ours(tid, sig, stepping) { 0 } else { sig };
+                    // The interrupt stops it next, before any more of its
+                    // code runs when the signal was taken away.
+                    let _ = request(libc::PTRACE_INTERRUPT, tid, 0, 0);
+                    let _ = request(libc::PTRACE_CONT, tid, 0, sig as usize);
+                }
+                Ok(Stop::Event) => return true,
+                Ok(Stop::Gone) => return false,
+                Err(_) => {
+                    let _ = request(libc::PTRACE_INTERRUPT, tid, 0, 0);
+                    return matches!(
+                        wait_for(tid, Some(Instant::now() + Duration::from_secs(1))),
+                        Ok(Stop::Event)
+                    );
+                }
+            }
+        }
     }
 
     /// Thread `tid` goes on at `pc` when let go (moved out of the bytes a
@@ -330,20 +468,38 @@ impl Stopped {
     /// Lets the calling thread run until it returns to address 0; signals
     /// for it meanwhile are delivered. When the call takes long (the other
     /// threads may hold a lock it needs), they run meanwhile, and are
-    /// stopped again after.
+    /// stopped again after, unless [`Stopped::hold_others`].
     fn run_call(&mut self, tid: i32) -> CallResult {
         request(libc::PTRACE_CONT, tid, 0, 0).map_err(|e| format!("cannot resume: errno {e}"))?;
         let mut deadline = Some(Instant::now() + Duration::from_secs(2));
         let mut others_running = false;
+        let mut waited_long = false;
         let outcome = loop {
-            let stop = match wait_for(tid, deadline) {
+            // While the others run, their stops are served every 20 ms: a
+            // thread stopped by a signal would otherwise wait for us, and
+            // the call may be waiting for it.
+            let wait_until = match deadline {
+                Some(d) if others_running => {
+                    Some(d.min(Instant::now() + Duration::from_millis(20)))
+                }
+                d => d,
+            };
+            let stop = match wait_for(tid, wait_until) {
                 Ok(s) => s,
+                Err(_) if others_running && deadline.is_some_and(|d| Instant::now() < d) => {
+                    self.serve_others(tid);
+                    continue;
+                }
                 Err(_) => {
-                    // Probably a lock held by a stopped thread: let them go.
-                    deadline = Some(Instant::now() + Duration::from_secs(60));
-                    if others_running {
+                    if waited_long {
                         break Err("the call in the process did not return within a minute".into());
                     }
+                    waited_long = true;
+                    deadline = Some(Instant::now() + Duration::from_secs(60));
+                    if self.hold_others {
+                        continue;
+                    }
+                    // Probably a lock held by a stopped thread: let them go.
                     others_running = true;
                     for (&t, _) in self.threads.iter().filter(|(&t, _)| t != tid) {
                         let _ = request(libc::PTRACE_CONT, t, 0, 0);
@@ -407,69 +563,121 @@ impl Stopped {
     }
 
     /// As [`Stopped::release`], after a detach: a sample the profiler's
-    /// samplers (now stopped) sent a thread just before they stopped would
-    /// meet the program's own action on the signal (SIGTRAP's default ends
-    /// the process). So the threads first run on, still traced, for
-    /// [`DRAIN`]: a SIGTRAP from a perf event (TRAP_PERF) or a SIGPROF from
-    /// a POSIX timer that reaches one then is taken away, any other signal
-    /// delivered; then each is stopped again and let go.
+    /// samplers (now stopped) raised just before they stopped would meet
+    /// the program's own action on its signal (SIGTRAP's default ends the
+    /// process). Such a sample may not be queued yet: a perf event's
+    /// SIGTRAP is sent by work the kernel runs as the thread next returns
+    /// to user space, which a thread stopped in the kernel has not done.
+    /// So each thread is stepped over one instruction of its own
+    /// ([`Stopped::flush`]), which takes it through that return, and is let
+    /// go once no sampling signal is queued on it; a sample that reaches a
+    /// thread meanwhile is taken away, any other signal delivered.
     pub fn release_without_samples(&mut self) {
         let tids: Vec<i32> = self.threads.keys().copied().collect();
         for &tid in &tids {
             let regs = self.threads[&tid].regs;
             let _ = set_regs(tid, &regs);
-            let _ = request(libc::PTRACE_CONT, tid, 0, 0);
         }
-        let end = Instant::now() + DRAIN;
-        let mut status = 0;
-        while Instant::now() < end {
-            // SAFETY: status is a valid out pointer.
-            let t = unsafe { libc::waitpid(-1, &mut status, libc::__WALL | libc::WNOHANG) };
-            if t <= 0 {
-                if t < 0 && errno() != libc::EINTR {
-                    break;
-                }
-                std::thread::sleep(Duration::from_micros(200));
-                continue;
+        let deadline = Instant::now() + RELEASE_WITHIN;
+        let (done, unblocked) = self.flush(&tids, deadline);
+        for tid in done {
+            let mut stopped = true;
+            while stopped && sample_queued(self.pid, tid) && Instant::now() < deadline {
+                stopped = request(libc::PTRACE_CONT, tid, 0, 0).is_ok()
+                    && self.stop_again(tid, deadline, true);
             }
-            self.pass_on(t, status);
-        }
-        let asked: Vec<i32> = tids
-            .into_iter()
-            .filter(|&tid| request(libc::PTRACE_INTERRUPT, tid, 0, 0).is_ok())
-            .collect();
-        for tid in asked {
-            loop {
-                match wait_for(tid, Some(Instant::now() + Duration::from_secs(2))) {
-                    Ok(Stop::Signal(sig)) => {
-                        let sig = if is_sample(tid, sig) { 0 } else { sig };
-                        // Delivered (or not) as it goes: the interrupt
-                        // stops it next.
-                        let _ = request(libc::PTRACE_CONT, tid, 0, sig as usize);
-                    }
-                    Ok(Stop::Event) => {
-                        let _ = request(libc::PTRACE_DETACH, tid, 0, 0);
-                        break;
-                    }
-                    _ => break,
+            if stopped && unblocked.contains(&tid) {
+                // Its mask as the step left it (a system call it made there
+                // may have changed it), SIGTRAP blocked again.
+                if let Ok(mask) = get_sigmask(tid) {
+                    let _ = set_sigmask(tid, mask | (1 << (libc::SIGTRAP - 1)));
                 }
+            }
+            if stopped {
+                let _ = request(libc::PTRACE_DETACH, tid, 0, 0);
             }
         }
         self.threads.clear();
     }
 
-    /// A stop of a thread running on while the samples drain: passed on.
-    fn pass_on(&self, tid: i32, status: i32) {
-        if !libc::WIFSTOPPED(status) {
-            return;
+    /// Steps each thread of `tids` over one instruction, so that it passes
+    /// through a return to user space; returns the ones stopped again. A
+    /// thread whose instruction enters a system call that blocks (it is
+    /// asleep) is interrupted there. Past `deadline` the rest are
+    /// interrupted wherever they are.
+    fn flush(&self, tids: &[i32], deadline: Instant) -> (Vec<i32>, Vec<i32>) {
+        // A step ends with a SIGTRAP the kernel forces: on a thread that
+        // blocks SIGTRAP, forcing it would also reset the program's action
+        // on it, so SIGTRAP is unblocked for the step (and until the
+        // caller has taken every SIGTRAP of ours away: the second list).
+        // Where the program ignores SIGTRAP no sample can hurt.
+        if sig_ignored(self.pid, libc::SIGTRAP) {
+            return (tids.to_vec(), Vec::new());
         }
-        let sig = libc::WSTOPSIG(status);
-        let deliver = if (status >> 16) != 0 || is_sample(tid, sig) {
-            0
-        } else {
-            sig
-        };
-        let _ = request(libc::PTRACE_CONT, tid, 0, deliver as usize);
+        let trap = 1u64 << (libc::SIGTRAP - 1);
+        let mut unblocked = Vec::new();
+        let mut running: BTreeMap<i32, bool> = BTreeMap::new();
+        for &tid in tids {
+            let Ok(mask) = get_sigmask(tid) else { continue };
+            if mask & trap != 0 {
+                if set_sigmask(tid, mask & !trap).is_err() {
+                    continue;
+                }
+                unblocked.push(tid);
+            }
+            if request(libc::PTRACE_SINGLESTEP, tid, 0, 0).is_ok() {
+                running.insert(tid, false);
+            }
+        }
+        let mut done = Vec::with_capacity(running.len());
+        let mut status = 0;
+        let mut idle = 0u32;
+        while !running.is_empty() {
+            // SAFETY: status is a valid out pointer.
+            let t = unsafe { libc::waitpid(-1, &mut status, libc::__WALL | libc::WNOHANG) };
+            if t > 0 {
+                idle = 0;
+                if !running.contains_key(&t) {
+                    continue;
+                }
+                if !libc::WIFSTOPPED(status) {
+                    running.remove(&t);
+                    continue;
+                }
+                let sig = libc::WSTOPSIG(status);
+                let stepped = (status >> 16) != 0 || (sig == libc::SIGTRAP && is_step(t));
+                if stepped {
+                    running.remove(&t);
+                    done.push(t);
+                } else {
+                    let deliver = if is_ours(t, sig, true) { 0 } else { sig };
+                    let _ = request(libc::PTRACE_SINGLESTEP, t, 0, deliver as usize);
+                }
+                continue;
+            }
+            if t < 0 {
+                if errno() == libc::EINTR {
+                    continue;
+                }
+                break;
+            }
+            idle += 1;
+            let late = Instant::now() >= deadline;
+            if late || idle.is_multiple_of(8) {
+                for (&tid, asked) in running.iter_mut() {
+                    if !*asked && (late || asleep(self.pid, tid)) {
+                        *asked = request(libc::PTRACE_INTERRUPT, tid, 0, 0).is_ok();
+                    }
+                }
+            }
+            if late && idle > 10_000 {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        // Any still running past the deadline: let go as they are.
+        done.extend(running.keys());
+        (done, unblocked)
     }
 
     /// Lets the threads run for `d`, then stops them all again.
@@ -495,29 +703,102 @@ pub fn data_arg(off: usize) -> u64 {
     DATA_TAG | off as u64
 }
 
-/// How long threads run on, still traced, after a detach (see
-/// [`Stopped::release_without_samples`]).
-const DRAIN: Duration = Duration::from_millis(30);
+/// How long [`Stopped::release_without_samples`] waits for the threads to
+/// take their step before interrupting them wherever they are.
+const RELEASE_WITHIN: Duration = Duration::from_secs(3);
+
+/// SIGTRAP's si_code after a single step (or a step over a system call).
+const TRAP_BRKPT: i32 = 1;
+const TRAP_TRACE: i32 = 2;
 
 /// SIGTRAP's si_code from a perf event's sigtrap.
 const TRAP_PERF: i32 = 6;
 
-/// Whether the signal `sig` thread `tid` is stopped with is a sample.
-fn is_sample(tid: i32, sig: i32) -> bool {
+/// The siginfo of the signal thread `tid` is stopped with.
+fn siginfo(tid: i32) -> Option<libc::siginfo_t> {
     // SAFETY: all-zero is a valid siginfo_t; the kernel fills it.
     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    if request(
+    request(
         libc::PTRACE_GETSIGINFO,
         tid,
         0,
         &mut info as *mut _ as usize,
     )
-    .is_err()
-    {
+    .ok()?;
+    Some(info)
+}
+
+/// Whether the signal `sig` thread `tid` is stopped with is the
+/// profiler's own: a perf event's SIGTRAP (TRAP_PERF) carrying one of the
+/// library's cookies, a sampling timer's SIGPROF carrying its value, or,
+/// while `stepping`, the trap that ends a step of [`Stopped::flush`] (the
+/// kernel still queues it when the step ended in a system call we
+/// interrupted). Such a signal is never the program's: it is taken away
+/// wherever a thread stops with it.
+fn is_ours(tid: i32, sig: i32, stepping: bool) -> bool {
+    let Some(info) = siginfo(tid) else {
         return false;
+    };
+    // SAFETY: si_perf_data (TRAP_PERF) and si_value (SI_TIMER) are both
+    // the eight bytes at offset 24 of the siginfo the kernel filled.
+    let value = unsafe { *((&info as *const libc::siginfo_t as *const u8).add(24) as *const u64) };
+    match (sig, info.si_code) {
+        (libc::SIGTRAP, TRAP_PERF) => value >> 16 == COOKIE_PREFIX,
+        (libc::SIGTRAP, TRAP_TRACE | TRAP_BRKPT) => stepping,
+        (libc::SIGPROF, libc::SI_TIMER) => value & 0xffff_ffff == TIMER_COOKIE_LOW,
+        _ => false,
     }
-    (sig == libc::SIGTRAP && info.si_code == TRAP_PERF)
-        || (sig == libc::SIGPROF && info.si_code == libc::SI_TIMER)
+}
+
+/// The library's perf event cookies (`si_perf_data`) all begin with
+/// "igprof" (0x6967_7072_6f66, the top 48 bits).
+const COOKIE_PREFIX: u64 = 0x6967_7072_6f66;
+
+/// The low 32 bits of every value the library's sampling timers carry.
+const TIMER_COOKIE_LOW: u64 = 0x6f66_2d72;
+
+/// Whether thread `tid`'s SIGTRAP stop is the end of a single step.
+fn is_step(tid: i32) -> bool {
+    siginfo(tid).is_some_and(|i| i.si_code == TRAP_TRACE || i.si_code == TRAP_BRKPT)
+}
+
+/// Whether process `pid` ignores signal `sig` (SIG_IGN).
+fn sig_ignored(pid: i32, sig: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            let v = s.lines().find_map(|l| l.strip_prefix("SigIgn:"))?;
+            u64::from_str_radix(v.trim(), 16).ok()
+        })
+        .is_some_and(|m| m & (1u64 << (sig - 1)) != 0)
+}
+
+/// Whether thread `tid` sleeps in the kernel (a system call that blocks).
+fn asleep(pid: i32, tid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let state = s.rsplit_once(')')?.1.trim_start().chars().next()?;
+            Some(state == 'S' || state == 'D')
+        })
+        .unwrap_or(false)
+}
+
+/// Whether a SIGTRAP or SIGPROF the thread does not block is queued on
+/// thread `tid` (its own pending set: the samplers signal one thread
+/// each). A blocked one cannot be taken by letting the thread run.
+fn sample_queued(pid: i32, tid: i32) -> bool {
+    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")) else {
+        return false;
+    };
+    let mask = |key: &str| {
+        s.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .unwrap_or(0)
+    };
+    let ours = (1u64 << (libc::SIGTRAP - 1)) | (1u64 << (libc::SIGPROF - 1));
+    mask("SigPnd:") & !mask("SigBlk:") & ours != 0
 }
 
 fn zombie(tid: i32) -> bool {
