@@ -788,3 +788,48 @@ fn fifty_busy_threads_survive_ten_attach_detach_cycles() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// A thread holds the loader's lock 3 s at a time (tests/programs/
+/// attach_loader_lock.c): the process's dlopen of the library and the
+/// writing of the profile wait for it, so the launcher lets the threads
+/// run during those calls, serving their stops, and writes no code while
+/// they run. Three cycles: the process lives on, the allocating thread is
+/// profiled in each, and the code is as in its files after each detach.
+#[test]
+fn attach_waits_out_a_thread_holding_the_loader_lock() {
+    let d = scratch("attach-lock");
+    build(&d, "attach_loader_lock.c", "attach_loader_lock", &[]);
+    let mut child = Command::new(d.join("attach_loader_lock"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    assert_eq!(ready.trim(), "ready");
+    let pid = child.id().to_string();
+    let before = seen(child.id() as i32);
+    for i in 0..3 {
+        let out = format!("l{i}.gz");
+        ok(&launcher_in(
+            &d,
+            &["--attach", &pid, "-pp", "-mp", "-o", &out],
+        ));
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        ok(&launcher_in(&d, &["--detach", &pid]));
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the process died in cycle {i}"
+        );
+        let p = parse_strict(&read_text(&d.join(&out))).unwrap();
+        assert!(
+            under(&p, "MEM_TOTAL", "churn").0 > 0,
+            "cycle {i}: the allocating thread's calls are not in the profile"
+        );
+        assert!(code_as_in_files(child.id() as i32) >= 3, "cycle {i}");
+    }
+    assert_eq!(seen_with(child.id() as i32, before.threads).fds, before.fds);
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -36,6 +36,9 @@ pub enum Reason {
     /// the patch would overwrite (after its first): the patch would leave
     /// it half an instruction (a caller that stops threads says which).
     ThreadInside { pc: u64 },
+    /// The process's other threads were let run during this attach (it
+    /// waited for a lock one of them held): no code may be written now.
+    OthersRunning,
 }
 
 impl fmt::Display for Reason {
@@ -74,6 +77,10 @@ impl fmt::Display for Reason {
                 f,
                 "a stopped thread's next instruction ({pc:#x}) is inside the bytes the patch would overwrite"
             ),
+            Reason::OthersRunning => write!(
+                f,
+                "the other threads were running (the attach waited for a lock one of them held)"
+            ),
         }
     }
 }
@@ -93,6 +100,7 @@ impl Reason {
             Reason::NotMapped { .. } => "not mapped".into(),
             Reason::PatchChanged { .. } => "patch changed".into(),
             Reason::ThreadInside { .. } => "thread inside".into(),
+            Reason::OthersRunning => "others running".into(),
         }
     }
 }

@@ -13,7 +13,7 @@
 //! other than through its chain pointer.
 
 use core::ffi::{c_char, c_int, c_void};
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use crate::sys;
 
@@ -254,6 +254,13 @@ pub fn hook_symbol(
     store: impl FnOnce(*const ()),
 ) -> Result<(), trampoline::HookError> {
     let p = trampoline::prepare(sym, replacement)?;
+    let Some(_window) = PatchWindow::open() else {
+        return Err(trampoline::HookError {
+            function: sym.name.clone(),
+            addr: sym.addr,
+            reason: trampoline::Reason::OthersRunning,
+        });
+    };
     if let Err(pc) = move_threads_out(|pc| p.moved_pc(pc), p.patched_range()) {
         return Err(trampoline::HookError {
             function: sym.name.clone(),
@@ -266,6 +273,60 @@ pub fn hook_symbol(
     crate::igprof_debug!("hooked {} at {:#x}", sym.name, sym.addr);
     lock(&HOOKS).push(h);
     Ok(())
+}
+
+/// Set to 1 by `igprof --attach` before it lets the process's other
+/// threads run during one of its calls that takes long (the call may wait
+/// for a lock one of them holds). From then on that call writes no code:
+/// what a patch covers may be running. Cleared by [`begin_call`].
+#[no_mangle]
+#[used]
+#[allow(non_upper_case_globals)]
+pub static igprof_attach_others_ran: AtomicU64 = AtomicU64::new(0);
+
+/// 1 while code is being written; the launcher waits for 0 before it
+/// lets the other threads run (so either it sees a write under way, or
+/// the write sees [`igprof_attach_others_ran`]).
+#[no_mangle]
+#[used]
+#[allow(non_upper_case_globals)]
+pub static igprof_attach_patching: AtomicU64 = AtomicU64::new(0);
+
+/// Set when a write was refused because the other threads ran.
+static HELD_OFF: AtomicBool = AtomicBool::new(false);
+
+/// While held, code may be written: every other thread is stopped, or no
+/// launcher is calling (the preloaded library's own hooks).
+struct PatchWindow;
+
+impl PatchWindow {
+    fn open() -> Option<PatchWindow> {
+        igprof_attach_patching.store(1, Ordering::SeqCst);
+        if igprof_attach_others_ran.load(Ordering::SeqCst) != 0 {
+            igprof_attach_patching.store(0, Ordering::SeqCst);
+            HELD_OFF.store(true, Ordering::Release);
+            return None;
+        }
+        Some(PatchWindow)
+    }
+}
+
+impl Drop for PatchWindow {
+    fn drop(&mut self) {
+        igprof_attach_patching.store(0, Ordering::SeqCst);
+    }
+}
+
+/// At the start of a launcher's call: the other threads are all stopped.
+pub fn begin_call() {
+    igprof_attach_others_ran.store(0, Ordering::SeqCst);
+    HELD_OFF.store(false, Ordering::Release);
+}
+
+/// Whether a write was refused in this call because the other threads
+/// were let run (see [`igprof_attach_others_ran`]).
+pub fn held_off() -> bool {
+    HELD_OFF.load(Ordering::Acquire)
 }
 
 /// Every hook installed, in order, for [`remove_all`] and [`restore_all`]
@@ -301,11 +362,20 @@ fn move_threads_out(
             }
         }
     }
+    let report = MOVED_TO.load(Ordering::Acquire);
     for (&i, pc) in inside.iter().zip(to) {
         avoid[i] = pc;
+        if report != 0 {
+            // SAFETY: MOVED_TO holds 0 or a `fn(usize, u64)` (avoid_pcs).
+            let f: fn(usize, u64) = unsafe { core::mem::transmute(report) };
+            f(i, pc);
+        }
     }
     Ok(())
 }
+
+/// Where [`avoid_pcs`]'s caller hears of each move at once (0: nowhere).
+static MOVED_TO: AtomicUsize = AtomicUsize::new(0);
 
 /// The stopped threads' next instructions after the installs since
 /// [`avoid_pcs`], in its order: moved where a patch covered one.
@@ -317,8 +387,10 @@ pub fn moved_pcs() -> Vec<u64> {
 static THREAD_INSIDE: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 
 /// The stopped threads' next instructions that the next installs must
-/// not cover (empty: none).
-pub fn avoid_pcs(pcs: &[u64]) {
+/// not cover (empty: none); `moved(i, pc)` hears of each move as it is
+/// made, before the patch is written.
+pub fn avoid_pcs(pcs: &[u64], moved: Option<fn(usize, u64)>) {
+    MOVED_TO.store(moved.map_or(0, |f| f as usize), Ordering::Release);
     *lock(&AVOID) = pcs.to_vec();
     THREAD_INSIDE.store(false, Ordering::Release);
 }
@@ -334,17 +406,23 @@ pub fn refused_for_thread_inside() -> bool {
 /// for threads still running in them. Returns how many could not be
 /// removed (each said in one line).
 pub fn remove_all() -> usize {
-    uninstall(&lock(&HOOKS))
+    let hooks = lock(&HOOKS);
+    match PatchWindow::open() {
+        Some(_w) => uninstall(&hooks),
+        None => hooks.len(),
+    }
 }
 
 /// [`remove_all`], unless another thread holds the registry (a thread
 /// stopped while hooking): then nothing is done (None).
 pub fn try_remove_all() -> Option<usize> {
-    match HOOKS.try_lock() {
-        Ok(hooks) => Some(uninstall(&hooks)),
-        Err(std::sync::TryLockError::Poisoned(e)) => Some(uninstall(&e.into_inner())),
-        Err(std::sync::TryLockError::WouldBlock) => None,
-    }
+    let hooks = match HOOKS.try_lock() {
+        Ok(hooks) => hooks,
+        Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return None,
+    };
+    let _w = PatchWindow::open()?;
+    Some(uninstall(&hooks))
 }
 
 fn uninstall(hooks: &[trampoline::Hook]) -> usize {
@@ -363,6 +441,9 @@ fn uninstall(hooks: &[trampoline::Hook]) -> usize {
 /// inside a patch ([`avoid_pcs`]; [`refused_for_thread_inside`] says so).
 pub fn restore_all() -> usize {
     let hooks = lock(&HOOKS);
+    let Some(_w) = PatchWindow::open() else {
+        return hooks.len();
+    };
     if hooks
         .iter()
         .any(|h| move_threads_out(|pc| h.moved_pc(pc), h.patched_range()).is_err())

@@ -17,7 +17,7 @@
 //! detach or a failed attach; unload the library (threads may be inside
 //! its code, or in a trampoline, when the detach runs).
 
-use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 
 use crate::base::{options, run, thread};
 use crate::modules::Module;
@@ -38,6 +38,13 @@ pub const OTHER_MODULES: i32 = 4;
 
 /// Whether an attach has started the modules once (a second one reuses them).
 static STARTED_ONCE: AtomicBool = AtomicBool::new(false);
+/// A first attach waited for a lock another thread held and the launcher
+/// let the threads run: hooks written before then stay until
+/// [`unhook`], called next with every thread stopped.
+pub const HELD_OFF: i32 = 5;
+/// A later attach met the same: nothing was written; try again.
+pub const HELD_OFF_AGAIN: i32 = 6;
+
 /// Set when a first attach stopped with modules started part-way.
 static PART_WAY: AtomicBool = AtomicBool::new(false);
 /// Whether the profiler is attached now.
@@ -71,6 +78,7 @@ pub struct Stopped {
 /// launcher to set.
 pub fn attach(modules: &'static [&'static Module], raw: &[u8], threads: &mut [Stopped]) -> i32 {
     crate::base::log::capture_lines();
+    crate::hook::begin_call();
     if ATTACHED_NOW.load(Ordering::Acquire) || (run::active() && !run::attached()) {
         crate::igprof_log!("the process is already profiled by igprof");
         return ALREADY;
@@ -82,7 +90,9 @@ pub fn attach(modules: &'static [&'static Module], raw: &[u8], threads: &mut [St
         return FAILED;
     }
     let pcs: Vec<u64> = threads.iter().map(|t| t.pc).collect();
-    crate::hook::avoid_pcs(&pcs);
+    THREADS_OUT.store(threads.as_mut_ptr(), Ordering::Release);
+    THREADS_OUT_LEN.store(threads.len(), Ordering::Release);
+    crate::hook::avoid_pcs(&pcs, Some(report_move));
     let r = if STARTED_ONCE.load(Ordering::Acquire) {
         again(raw)
     } else {
@@ -93,13 +103,32 @@ pub fn attach(modules: &'static [&'static Module], raw: &[u8], threads: &mut [St
             t.pc = pc;
         }
     }
-    crate::hook::avoid_pcs(&[]);
+    crate::hook::avoid_pcs(&[], None);
+    THREADS_OUT_LEN.store(0, Ordering::Release);
     if r == ATTACHED {
         ATTACHED_NOW.store(true, Ordering::Release);
         ATTACHES.fetch_add(1, Ordering::AcqRel);
         sample_others(threads);
     }
     r
+}
+
+/// The launcher's array of the stopped threads during an attach call.
+static THREADS_OUT: AtomicPtr<Stopped> = AtomicPtr::new(core::ptr::null_mut());
+static THREADS_OUT_LEN: AtomicUsize = AtomicUsize::new(0);
+
+/// A thread is moved out of a patch's bytes: its new next instruction is
+/// written into the launcher's array at once, before the patch, so that
+/// a launcher that lets the threads run during a long call moves it first.
+fn report_move(i: usize, pc: u64) {
+    if i < THREADS_OUT_LEN.load(Ordering::Acquire) {
+        // SAFETY: THREADS_OUT holds the attach call's array of
+        // THREADS_OUT_LEN threads for the length of that call.
+        unsafe {
+            let t = THREADS_OUT.load(Ordering::Acquire).add(i);
+            core::ptr::write_volatile(core::ptr::addr_of_mut!((*t).pc), pc);
+        }
+    }
 }
 
 /// With a sampling module, every other thread gets its state and its
@@ -131,6 +160,20 @@ fn first(modules: &'static [&'static Module], raw: &[u8]) -> i32 {
     run::set_attached();
     thread::set_late_register(late_thread_begin);
     let started = super::start(raw, super::How::Attach);
+    if crate::hook::held_off() {
+        // The launcher let the other threads run (this call waited for a
+        // lock one held): the hooks written before stay until its next
+        // call, with every thread stopped, removes them (unhook). Modules
+        // started part-way cannot start again.
+        crate::process::stop_sampling();
+        run::set_recording(false);
+        PART_WAY.store(true, Ordering::Release);
+        UNHOOK_PENDING.store(true, Ordering::Release);
+        crate::igprof_log!(
+            "the attach waited for a lock another thread held, so no more code could be patched: the process runs on unprofiled and cannot be attached to again"
+        );
+        return HELD_OFF;
+    }
     if crate::hook::refused_for_thread_inside() {
         // Modules started part-way cannot start again: this process
         // cannot be attached to any more (a thread stopped in the middle
@@ -189,6 +232,11 @@ fn again(raw: &[u8]) -> i32 {
     super::ending::allow_final_again();
     run::set_pid(crate::sys::getpid());
     if crate::hook::restore_all() != 0 {
+        if crate::hook::held_off() {
+            // Nothing written (all or nothing): tried again with every
+            // thread stopped.
+            return HELD_OFF_AGAIN;
+        }
         undo();
         return if crate::hook::refused_for_thread_inside() {
             THREAD_INSIDE
@@ -262,6 +310,7 @@ pub const NOT_DETACHING: i32 = 3;
 /// registry it returns [`BUSY`] at once.
 pub fn unhook() -> i32 {
     crate::base::log::capture_lines();
+    crate::hook::begin_call();
     if !UNHOOK_PENDING.load(Ordering::Acquire) {
         return NOT_DETACHING;
     }

@@ -38,6 +38,10 @@ const THREAD_INSIDE: u64 = 2;
 const UNHOOKED: u64 = 0;
 const BUSY: u64 = 1;
 const NOT_DETACHING: u64 = 3;
+/// `igprof_attach`: the threads were let run during the call (it waited
+/// for a lock one held), so it wrote no more code.
+const HELD_OFF: u64 = 5;
+const HELD_OFF_AGAIN: u64 = 6;
 /// How often an attach is tried when a thread is inside a patch's bytes.
 const TRIES: usize = 20;
 
@@ -349,9 +353,17 @@ fn attach(pid: i32, lib: &[u8], words: &[u8]) -> Result<(Duration, usize), Strin
             ));
         }
     }
-    let names = ["igprof_attach", LOG[0], LOG[1]];
+    let names = [
+        "igprof_attach",
+        LOG[0],
+        LOG[1],
+        "igprof_attach_others_ran",
+        "igprof_attach_patching",
+        "igprof_detach_unhook",
+    ];
     let e = Entry::find(pid, lib, &names)?;
     let entry = e.at(0)?;
+    stopped.gate = Some((e.at(3)?, e.at(4)?));
     let mut paused = t0.elapsed();
     for _ in 0..TRIES {
         let threads = stopped.threads();
@@ -364,10 +376,20 @@ fn attach(pid: i32, lib: &[u8], words: &[u8]) -> Result<(Duration, usize), Strin
         }
         let t = Instant::now();
         let args = [data_arg(0), data_arg(at), threads.len() as u64];
-        let (r, back) = call_logged(&mut stopped, &e, entry, &args, &data)?;
+        stopped.moves = Some((at, threads.len()));
+        let called = call_logged(&mut stopped, &e, entry, &args, &data);
+        stopped.moves = None;
+        let (r, back) = called?;
         match r as u32 as i32 as i64 as u64 {
+            // Threads moved out of a patch's bytes go on in its trampoline
+            // (already done where the threads ran during the call).
+            ATTACHED if stopped.others_ran => {
+                let threads = stopped.thread_count();
+                stopped.release();
+                paused += t.elapsed();
+                return Ok((paused, threads));
+            }
             ATTACHED => {
-                // Threads moved out of a patch's bytes go on in its trampoline.
                 for (i, t) in threads.iter().enumerate() {
                     let at = at + i * 24 + 16;
                     let pc = u64::from_le_bytes(back[at..at + 8].try_into().unwrap_or([0; 8]));
@@ -380,10 +402,19 @@ fn attach(pid: i32, lib: &[u8], words: &[u8]) -> Result<(Duration, usize), Strin
                 paused += t.elapsed();
                 return Ok((paused, threads));
             }
-            THREAD_INSIDE => {
+            THREAD_INSIDE | HELD_OFF_AGAIN => {
                 paused += t.elapsed();
                 stopped.release_without_samples();
                 stopped = stopped.pause(Duration::from_millis(20))?;
+                stopped.gate = Some((e.at(3)?, e.at(4)?));
+            }
+            HELD_OFF => {
+                // The hooks written before the threads ran come off now,
+                // every thread held.
+                stopped.hold_others = true;
+                let _ = call_logged(&mut stopped, &e, e.at(5)?, &[], &[]);
+                stopped.release_without_samples();
+                return Err(format!("process {pid} runs on, unprofiled"));
             }
             _ => return Err(format!("process {pid} runs on, unprofiled")),
         }

@@ -33,6 +33,19 @@ pub struct Stopped {
     pub hold_others: bool,
     /// Threads calls no longer go to ([`Stopped::avoid_caller`]).
     avoid: std::collections::BTreeSet<i32>,
+    /// The library's `igprof_attach_others_ran` and `igprof_attach_patching`
+    /// (see its hook module): set before the other threads are let run
+    /// during a long call, so that no code is written from then on.
+    pub gate: Option<(u64, u64)>,
+    /// Where, in the call's data, the library writes each move of a
+    /// stopped thread out of a patch's bytes (offset of its array of
+    /// (tid, thread pointer, pc), count): applied before the other threads
+    /// are let run.
+    pub moves: Option<(usize, usize)>,
+    /// The current call's data, in the process.
+    data_at: u64,
+    /// Whether the other threads ran during the last call.
+    pub others_ran: bool,
 }
 
 /// A call's result, or why it has none.
@@ -221,6 +234,10 @@ impl Stopped {
             threads: BTreeMap::new(),
             hold_others: false,
             avoid: Default::default(),
+            gate: None,
+            moves: None,
+            data_at: 0,
+            others_ran: false,
         };
         let mut seized = std::collections::BTreeSet::new();
         loop {
@@ -379,6 +396,7 @@ impl Stopped {
         // meanwhile wait for the thread's own mask; faults stay unblocked
         // (a blocked fault's action would be reset by the kernel).
         let _ = set_sigmask(tid, mask | !FAULTS);
+        self.data_at = data_at;
         let result = self.run_call(tid);
         // The thread's own registers and mask back, whatever happened.
         let _ = set_regs(tid, &saved);
@@ -387,6 +405,32 @@ impl Stopped {
         self.settle(tid);
         let r = result?;
         Ok((r, read_mem(self.pid, data_at, data.len())?))
+    }
+
+    /// Before the other threads run during a call: the library is told to
+    /// write no more code (a write under way is waited for), and the
+    /// threads it moved out of patches so far are moved.
+    fn close_gate(&mut self) {
+        if let Some((flag, patching)) = self.gate {
+            let _ = write_mem(self.pid, flag, &1u64.to_le_bytes());
+            let until = Instant::now() + Duration::from_secs(1);
+            while read_mem(self.pid, patching, 8).is_ok_and(|b| b != [0; 8])
+                && Instant::now() < until
+            {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        let Some((off, n)) = self.moves else { return };
+        let Ok(bytes) = read_mem(self.pid, self.data_at + off as u64, n * 24) else {
+            return;
+        };
+        for w in bytes.chunks_exact(24) {
+            let word = |k: usize| u64::from_le_bytes(w[k..k + 8].try_into().unwrap_or([0; 8]));
+            let (tid, pc) = (word(0) as i32, word(16));
+            if self.threads.get(&tid).is_some_and(|t| t.regs.rip != pc) {
+                self.move_to(tid, pc);
+            }
+        }
     }
 
     /// Lets every thread but `caller`, running during a long call, go on
@@ -473,6 +517,7 @@ impl Stopped {
         request(libc::PTRACE_CONT, tid, 0, 0).map_err(|e| format!("cannot resume: errno {e}"))?;
         let mut deadline = Some(Instant::now() + Duration::from_secs(2));
         let mut others_running = false;
+        self.others_ran = false;
         let mut waited_long = false;
         let outcome = loop {
             // While the others run, their stops are served every 20 ms: a
@@ -499,8 +544,12 @@ impl Stopped {
                     if self.hold_others {
                         continue;
                     }
-                    // Probably a lock held by a stopped thread: let them go.
+                    // Probably a lock held by a stopped thread: let them go,
+                    // once no more code can be written and every thread
+                    // moved out of a patch is where it must go on.
                     others_running = true;
+                    self.others_ran = true;
+                    self.close_gate();
                     for (&t, _) in self.threads.iter().filter(|(&t, _)| t != tid) {
                         let _ = request(libc::PTRACE_CONT, t, 0, 0);
                     }
