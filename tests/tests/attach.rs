@@ -833,3 +833,84 @@ fn attach_waits_out_a_thread_holding_the_loader_lock() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// CPU time of every thread of `pid` so far, in ns (schedstat).
+fn cpu_ns(pid: u32) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|e| {
+            let s = std::fs::read_to_string(e.ok()?.path().join("schedstat")).ok()?;
+            s.split_whitespace().next()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
+/// Counted and sampled perf events on threads that ran before the
+/// attach: `-c task-clock` counts, on the 50 threads of
+/// tests/programs/attach_threads.c, at least the kernel's own CPU time of
+/// the process between the attach's return and the detach's start, and
+/// at most its CPU time from before the attach to after the detach (the
+/// counting starts and ends while every thread is stopped); `-pf` samples
+/// their faults; `-oc` charges the sleeping threads' waits to nanosleep.
+/// The process lives on and its code is as in its files.
+#[test]
+fn per_thread_events_count_threads_from_before_the_attach() {
+    let d = scratch("attach-events");
+    build(&d, "attach_threads.c", "attach_threads", &[]);
+    let child = Reaped(Command::new(d.join("attach_threads")).spawn().unwrap());
+    let (id, pid) = (child.0.id(), child.0.id().to_string());
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let outer0 = cpu_ns(id);
+    ok(&launcher_in(
+        &d,
+        &["--attach", &pid, "-pp", "-c", "task-clock", "-pf", "-o", "c.gz"],
+    ));
+    let inner0 = cpu_ns(id);
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    let inner = cpu_ns(id) - inner0;
+    ok(&launcher_in(&d, &["--detach", &pid]));
+    let outer = cpu_ns(id) - outer0;
+    let p = parse_strict(&read_text(&d.join("c.gz"))).unwrap();
+    let values = |c: &str| {
+        p.nodes
+            .iter()
+            .flat_map(|n| n.values.iter())
+            .filter(|v| v.counter == c)
+            .map(|v| v.value)
+            .sum::<u64>()
+    };
+    let counted = values("CNT_TASK_CLOCK");
+    assert!(
+        counted as f64 >= 0.97 * inner as f64 && counted as f64 <= 1.02 * outer as f64,
+        "CNT_TASK_CLOCK {counted} ns; the process ran {inner} ns of CPU while surely attached, {outer} ns around it"
+    );
+    assert!(under(&p, "CNT_TASK_CLOCK", "spin").1 as f64 >= 0.9 * counted as f64);
+    assert!(
+        values("PAGE_FAULTS") > 0,
+        "no fault of the spinning threads' allocations sampled"
+    );
+    assert!(code_as_in_files(id as i32) >= 3);
+    // Other modules: another process (one keeps its first attach's).
+    let other = Reaped(Command::new(d.join("attach_threads")).spawn().unwrap());
+    let (id, pid) = (other.0.id(), other.0.id().to_string());
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    ok(&launcher_in(&d, &["--attach", &pid, "-oc", "-o", "oc.gz"]));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    ok(&launcher_in(&d, &["--detach", &pid]));
+    let p = parse_strict(&read_text(&d.join("oc.gz"))).unwrap();
+    assert!(
+        under(&p, "OFFCPU_TIME", "nap").1 > 25 * 200_000_000,
+        "the 25 sleeping threads' waits are not charged to them"
+    );
+    assert!(code_as_in_files(id as i32) >= 3);
+}
+
+/// A child killed and reaped however the test ends.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -137,7 +137,7 @@ fn report_move(i: usize, pc: u64) {
 /// their samplers stop at the detach.
 fn sample_others(threads: &[Stopped]) {
     let o = options::get();
-    if !o.needs_timers() {
+    if !o.needs_timers() && !o.samples_events() && o.count_groups().next().is_none() {
         return;
     }
     let me = crate::sys::gettid();
@@ -148,7 +148,7 @@ fn sample_others(threads: &[Stopped]) {
         // SAFETY: the thread is stopped by the launcher and tp is its
         // thread pointer, as the launcher read it.
         match unsafe { thread::register_other(tid, s.tp as usize, o.max_depth, bounds) } {
-            Some(t) => crate::sampler::start_thread(t),
+            Some(t) => super::begin_other_thread(t),
             None => crate::igprof_log!("thread {tid}: no memory for its state; it is not sampled"),
         }
     }

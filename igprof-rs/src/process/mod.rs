@@ -569,7 +569,21 @@ fn begin_thread(t: &'static ThreadState) {
         }
     });
     drop(g);
-    sampler::allow();
+    sampler::start_thread(t);
+}
+
+/// An attach: a thread that was running before it (its state written
+/// into its TLS slot by the caller, the thread stopped) gets what a new
+/// thread gets from the modules and its sampler, opened here by the
+/// caller for its thread id. Its end is not seen (no key destructor).
+pub(crate) fn begin_other_thread(t: &'static ThreadState) {
+    let g = t.enter();
+    each_module(|m| {
+        if let Some(f) = m.thread_begin {
+            f(t)
+        }
+    });
+    drop(g);
     sampler::start_thread(t);
 }
 

@@ -52,6 +52,12 @@ pub fn thread_cpu_ns() -> u64 {
     syscall_clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
+/// CPU time of thread `tid` of this process in nanoseconds (a system
+/// call, async-signal-safe; 0 when the thread is gone).
+pub fn thread_cpu_ns_of(tid: i32) -> u64 {
+    syscall_clock_ns(thread_cpu_clock(tid))
+}
+
 /// User CPU time of the calling thread in nanoseconds (getrusage RUSAGE_THREAD).
 pub fn thread_user_ns() -> u64 {
     // SAFETY: rusage is plain data; the kernel fills it.

@@ -67,33 +67,13 @@ const NOT_ATTACHED: &[(&str, &str)] = &[
     ("--mark-every", "it needs the profiler's watcher thread"),
     ("--mark-signal", "it takes one of the program's signals"),
     ("--jit", "it sets the program's environment at its start"),
-    ("-e", "perf events are opened for each thread as it starts"),
-    (
-        "--event",
-        "perf events are opened for each thread as it starts",
-    ),
-    ("-c", "perf events are opened for each thread as it starts"),
-    (
-        "--count",
-        "perf events are opened for each thread as it starts",
-    ),
-    ("-pf", "perf events are opened for each thread as it starts"),
-    (
-        "--page-faults",
-        "perf events are opened for each thread as it starts",
-    ),
-    ("-oc", "perf events are opened for each thread as it starts"),
-    (
-        "--off-cpu",
-        "perf events are opened for each thread as it starts",
-    ),
     (
         "-ibs",
-        "perf events are opened for each thread as it starts",
+        "IBS is not supported attached (never run on IBS hardware)",
     ),
     (
         "-ibs-fetch",
-        "perf events are opened for each thread as it starts",
+        "IBS is not supported attached (never run on IBS hardware)",
     ),
     (
         "-np",

@@ -77,7 +77,10 @@ pub(super) fn open_one(t: &ThreadState, r: &PerThread, i: usize, ev: &Event) -> 
     r.last_node[i].store(core::ptr::null_mut(), Ordering::Relaxed);
     if ev.charge == Charge::OffCpu {
         r.wall_mark.store(sys::monotonic_ns(), Ordering::Relaxed);
-        r.cpu_mark.store(sys::thread_cpu_ns(), Ordering::Relaxed);
+        // The thread's own clock: an attach opens events for threads
+        // that ran before it from another thread.
+        let cpu = sys::thread_cpu_ns_of(t.tid());
+        r.cpu_mark.store(cpu, Ordering::Relaxed);
     }
     let old = (
         r.hold[i].swap(hold, Ordering::AcqRel),
