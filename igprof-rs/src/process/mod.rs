@@ -562,20 +562,14 @@ pub(crate) fn adopt_thread(t: &'static ThreadState) {
 /// The modules' and the sampler's part of a new thread's start.
 fn begin_thread(t: &'static ThreadState) {
     LIVE_THREADS.fetch_add(1, Ordering::AcqRel);
-    let g = t.enter();
-    each_module(|m| {
-        if let Some(f) = m.thread_begin {
-            f(t)
-        }
-    });
-    drop(g);
-    sampler::start_thread(t);
+    begin_other_thread(t);
 }
 
-/// An attach: a thread that was running before it (its state written
-/// into its TLS slot by the caller, the thread stopped) gets what a new
-/// thread gets from the modules and its sampler, opened here by the
-/// caller for its thread id. Its end is not seen (no key destructor).
+/// What a new thread gets from the modules, and its sampler; also, at an
+/// attach, a thread that was running before it (its state written into
+/// its TLS slot by the caller, the thread stopped), opened by the caller
+/// for its thread id. Such a thread's end is not seen (no key destructor)
+/// and it is not counted live.
 pub(crate) fn begin_other_thread(t: &'static ThreadState) {
     let g = t.enter();
     each_module(|m| {
