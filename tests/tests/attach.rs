@@ -863,7 +863,16 @@ fn per_thread_events_count_threads_from_before_the_attach() {
     let outer0 = cpu_ns(id);
     ok(&launcher_in(
         &d,
-        &["--attach", &pid, "-pp", "-c", "task-clock", "-pf", "-o", "c.gz"],
+        &[
+            "--attach",
+            &pid,
+            "-pp",
+            "-c",
+            "task-clock",
+            "-pf",
+            "-o",
+            "c.gz",
+        ],
     ));
     let inner0 = cpu_ns(id);
     std::thread::sleep(std::time::Duration::from_millis(1000));

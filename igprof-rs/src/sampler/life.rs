@@ -28,7 +28,7 @@ use crate::sys::{self, Errno, PerfDelivery};
 pub fn start_thread(t: &'static ThreadState) {
     let o = options::get();
     if !o.needs_timers()
-        || ENDED.load(Ordering::SeqCst)
+        || super::ended()
         || t.sampler.timer.load(Ordering::Relaxed) >= 0
         || has_event(t)
     {
@@ -140,29 +140,11 @@ pub fn unsampled() -> (u64, u64) {
     )
 }
 
-/// Set while the image samples no more (its final profile, an exec, a
-/// detach) until [`allow`]. A thread that was stopped or interrupted
-/// while starting or renewing its sampler finishes after every sampler
-/// was stopped: its new one must not outlive that (a detached process's
-/// own SIGTRAP action would meet its samples).
-static ENDED: AtomicBool = AtomicBool::new(false);
-
-/// Sampling ends for the image: no sampler starts or is renewed after
-/// this (call before stopping every thread's).
-pub fn end_all() {
-    ENDED.store(true, Ordering::SeqCst);
-}
-
-/// Samplers may start again (a forked child, a failed exec, an attach).
-pub fn allow() {
-    ENDED.store(false, Ordering::SeqCst);
-}
-
 /// After a sampler of `t` was stored: if sampling ended meanwhile, it is
 /// stopped here. Either this or the stop of every thread's sampler sees
 /// it (both swap it out), so it is stopped exactly once.
 pub(super) fn end_if_ended(t: &ThreadState) {
-    if ENDED.load(Ordering::SeqCst) {
+    if super::ended() {
         stop_thread(t);
     }
 }

@@ -85,20 +85,41 @@ mod settle;
 mod ticks;
 mod timer;
 
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use crate::base::thread::{Guard, ThreadState};
 
 pub use choice::{choose_sampler, event_delivery, signal};
 pub use handler::{install_handler, interrupted_node, interrupted_node_at};
-pub use life::{
-    allow, charge_tail, end_all, forget_inherited, start_thread, stop_thread, unsampled,
-};
+pub use life::{charge_tail, forget_inherited, start_thread, stop_thread, unsampled};
 pub use origin::mark_fd_ours;
 pub use perf::high_fd_base;
 pub use settle::settle_pending;
 pub use ticks::{set_tick_slot, tick_seconds};
+
+/// Set while the image samples no more (its final profile, an exec, a
+/// detach) until [`allow`]. A thread that was stopped or interrupted
+/// while starting or renewing its sampler finishes after every sampler
+/// was stopped: its new one must not outlive that (a detached process's
+/// own SIGTRAP action would meet its samples).
+static ENDED: AtomicBool = AtomicBool::new(false);
+
+/// Sampling ends for the image: no sampler starts or is renewed after
+/// this (call before stopping every thread's).
+pub fn end_all() {
+    ENDED.store(true, Ordering::SeqCst);
+}
+
+/// Samplers may start again (a forked child, a failed exec, an attach).
+pub fn allow() {
+    ENDED.store(false, Ordering::SeqCst);
+}
+
+/// Whether sampling has ended for the image (see [`end_all`]).
+fn ended() -> bool {
+    ENDED.load(Ordering::SeqCst)
+}
 
 /// `si_perf_data` of our sigtrap samples ("igprof-r").
 const COOKIE: u64 = 0x6967_7072_6f66_2d72;

@@ -141,7 +141,11 @@ pub(super) fn renew_held_event(t: &'static ThreadState) {
             if old != 0 {
                 sys::perf_release(old);
             }
-            super::life::end_if_ended(t);
+            // Sampling ended meanwhile (see super::end_all): this one
+            // must not outlive it.
+            if super::ended() {
+                release_event(t);
+            }
         }
         Ok(new) => sys::perf_release(new),
         Err(_) => {}
