@@ -361,21 +361,12 @@ fn attach(pid: i32, lib: &[u8], words: &[u8]) -> Result<(Duration, usize), Strin
         stopped.moves = None;
         let (r, back) = called?;
         match r as u32 as i32 as i64 as u64 {
-            // Threads moved out of a patch's bytes go on in its trampoline
-            // (already done where the threads ran during the call).
-            ATTACHED if stopped.others_ran => {
-                let threads = stopped.thread_count();
-                stopped.release();
-                paused += t.elapsed();
-                return Ok((paused, threads));
-            }
             ATTACHED => {
-                for (i, t) in threads.iter().enumerate() {
-                    let at = at + i * 24 + 16;
-                    let pc = u64::from_le_bytes(back[at..at + 8].try_into().unwrap_or([0; 8]));
-                    if pc != t[2] {
-                        stopped.move_to(t[0] as i32, pc);
-                    }
+                // Threads moved out of a patch's bytes go on in its
+                // trampoline (already done where the threads ran during
+                // the call: they have run since).
+                if !stopped.others_ran {
+                    stopped.apply_moves(&back[at..at + threads.len() * 24]);
                 }
                 let threads = stopped.thread_count();
                 stopped.release();
@@ -386,7 +377,6 @@ fn attach(pid: i32, lib: &[u8], words: &[u8]) -> Result<(Duration, usize), Strin
                 paused += t.elapsed();
                 stopped.release_without_samples();
                 stopped = stopped.pause(Duration::from_millis(20))?;
-                stopped.gate = Some((e.at(3)?, e.at(4)?));
             }
             HELD_OFF => {
                 // The hooks written before the threads ran come off now,
@@ -429,31 +419,15 @@ fn detach(pid: i32, lib: &[u8]) -> Result<(), String> {
                 .map_err(|why| format!("restoring the code: {why}"));
             stopped.hold_others = false;
             match r {
-                Ok(BUSY) => {
-                    stopped.release();
-                    std::thread::sleep(Duration::from_millis(20));
-                    stopped = Stopped::all(pid)?;
-                }
+                Ok(BUSY) => stopped = stopped.pause(Duration::from_millis(20))?,
                 _ => break,
             }
         }
     }
     stopped.release_without_samples();
-    let unhooked = match (dumped?.0 as u32 as i32, r) {
-        (_, Ok(UNHOOKED)) => true,
-        (_, Ok(NOT_DETACHING)) => {
-            return Err(format!("process {pid} is not attached to"));
-        }
-        (_, Ok(BUSY)) => {
-            return Err(format!(
-                "process {pid}: a thread stayed inside the profiler's hook registry ({TRIES} tries): run igprof --detach {pid} again"
-            ))
-        }
-        (_, Err(why)) if !why.is_empty() => return Err(why),
-        _ => false,
-    };
-    match unhooked {
-        true => {
+    dumped?;
+    match r? {
+        UNHOOKED => {
             eprintln!(
                 "igprof: detached from process {pid} ({} stopped for {:.1} ms)",
                 threads_word(threads),
@@ -461,6 +435,10 @@ fn detach(pid: i32, lib: &[u8]) -> Result<(), String> {
             );
             Ok(())
         }
+        NOT_DETACHING => Err(format!("process {pid} is not attached to")),
+        BUSY => Err(format!(
+            "process {pid}: a thread stayed inside the profiler's hook registry ({TRIES} tries): run igprof --detach {pid} again"
+        )),
         _ => Err(format!(
             "process {pid} was not detached cleanly (see above)"
         )),

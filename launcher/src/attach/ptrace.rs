@@ -421,10 +421,16 @@ impl Stopped {
             }
         }
         let Some((off, n)) = self.moves else { return };
-        let Ok(bytes) = read_mem(self.pid, self.data_at + off as u64, n * 24) else {
-            return;
-        };
-        for w in bytes.chunks_exact(24) {
+        if let Ok(array) = read_mem(self.pid, self.data_at + off as u64, n * 24) {
+            self.apply_moves(&array);
+        }
+    }
+
+    /// `array`: `igprof_attach`'s threads as the library left them (tid,
+    /// thread pointer, next instruction; 24 bytes each): a thread whose
+    /// next instruction it moved out of a patch's bytes goes on there.
+    pub fn apply_moves(&mut self, array: &[u8]) {
+        for w in array.chunks_exact(24) {
             let word = |k: usize| u64::from_le_bytes(w[k..k + 8].try_into().unwrap_or([0; 8]));
             let (tid, pc) = (word(0) as i32, word(16));
             if self.threads.get(&tid).is_some_and(|t| t.regs.rip != pc) {
@@ -516,7 +522,6 @@ impl Stopped {
     fn run_call(&mut self, tid: i32) -> CallResult {
         request(libc::PTRACE_CONT, tid, 0, 0).map_err(|e| format!("cannot resume: errno {e}"))?;
         let mut deadline = Some(Instant::now() + Duration::from_secs(2));
-        let mut others_running = false;
         self.others_ran = false;
         let mut waited_long = false;
         let outcome = loop {
@@ -524,14 +529,14 @@ impl Stopped {
             // thread stopped by a signal would otherwise wait for us, and
             // the call may be waiting for it.
             let wait_until = match deadline {
-                Some(d) if others_running => {
+                Some(d) if self.others_ran => {
                     Some(d.min(Instant::now() + Duration::from_millis(20)))
                 }
                 d => d,
             };
             let stop = match wait_for(tid, wait_until) {
                 Ok(s) => s,
-                Err(_) if others_running && deadline.is_some_and(|d| Instant::now() < d) => {
+                Err(_) if self.others_ran && deadline.is_some_and(|d| Instant::now() < d) => {
                     self.serve_others(tid);
                     continue;
                 }
@@ -547,7 +552,6 @@ impl Stopped {
                     // Probably a lock held by a stopped thread: let them go,
                     // once no more code can be written and every thread
                     // moved out of a patch is where it must go on.
-                    others_running = true;
                     self.others_ran = true;
                     self.close_gate();
                     for (&t, _) in self.threads.iter().filter(|(&t, _)| t != tid) {
@@ -576,7 +580,7 @@ impl Stopped {
                 }
             }
         };
-        if others_running {
+        if self.others_ran {
             let others: Vec<i32> = self.threads.keys().copied().filter(|&t| t != tid).collect();
             let asked: Vec<i32> = others
                 .iter()
@@ -714,7 +718,7 @@ impl Stopped {
             let late = Instant::now() >= deadline;
             if late || idle.is_multiple_of(8) {
                 for (&tid, asked) in running.iter_mut() {
-                    if !*asked && (late || asleep(self.pid, tid)) {
+                    if !*asked && (late || asleep(tid)) {
                         *asked = request(libc::PTRACE_INTERRUPT, tid, 0, 0).is_ok();
                     }
                 }
@@ -730,11 +734,14 @@ impl Stopped {
     }
 
     /// Lets the threads run for `d`, then stops them all again.
+    /// The library's gate ([`Stopped::gate`]) stays set.
     pub fn pause(mut self, d: Duration) -> Result<Stopped, String> {
-        let pid = self.pid;
+        let (pid, gate) = (self.pid, self.gate);
         self.release();
         std::thread::sleep(d);
-        Stopped::all(pid)
+        let mut s = Stopped::all(pid)?;
+        s.gate = gate;
+        Ok(s)
     }
 }
 
@@ -813,24 +820,27 @@ fn is_step(tid: i32) -> bool {
 
 /// Whether process `pid` ignores signal `sig` (SIG_IGN).
 fn sig_ignored(pid: i32, sig: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            let v = s.lines().find_map(|l| l.strip_prefix("SigIgn:"))?;
-            u64::from_str_radix(v.trim(), 16).ok()
-        })
-        .is_some_and(|m| m & (1u64 << (sig - 1)) != 0)
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    signal_set(&status, "SigIgn:") & (1u64 << (sig - 1)) != 0
+}
+
+/// A signal set of a `/proc/.../status` text (`SigPnd:`, `SigBlk:`...).
+fn signal_set(status: &str, name: &str) -> u64 {
+    super::target::status_field(status, name)
+        .and_then(|v| u64::from_str_radix(v, 16).ok())
+        .unwrap_or(0)
+}
+
+/// The state letter of thread `tid` (`R`, `S`, `D`, `Z`, `t`...), from
+/// its `stat`; None when it is gone.
+fn task_state(tid: i32) -> Option<char> {
+    let s = std::fs::read_to_string(format!("/proc/{tid}/stat")).ok()?;
+    s.rsplit_once(')')?.1.trim_start().chars().next()
 }
 
 /// Whether thread `tid` sleeps in the kernel (a system call that blocks).
-fn asleep(pid: i32, tid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat"))
-        .ok()
-        .and_then(|s| {
-            let state = s.rsplit_once(')')?.1.trim_start().chars().next()?;
-            Some(state == 'S' || state == 'D')
-        })
-        .unwrap_or(false)
+fn asleep(tid: i32) -> bool {
+    matches!(task_state(tid), Some('S' | 'D'))
 }
 
 /// Whether a SIGTRAP or SIGPROF the thread does not block is queued on
@@ -840,24 +850,12 @@ fn sample_queued(pid: i32, tid: i32) -> bool {
     let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")) else {
         return false;
     };
-    let mask = |key: &str| {
-        s.lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-            .unwrap_or(0)
-    };
     let ours = (1u64 << (libc::SIGTRAP - 1)) | (1u64 << (libc::SIGPROF - 1));
-    mask("SigPnd:") & !mask("SigBlk:") & ours != 0
+    signal_set(&s, "SigPnd:") & !signal_set(&s, "SigBlk:") & ours != 0
 }
 
 fn zombie(tid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{tid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit_once(')')
-                .map(|(_, r)| r.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(true)
+    task_state(tid).is_none_or(|c| c == 'Z')
 }
 
 /// Writes `bytes` at `addr` in process `pid` (its writable memory).

@@ -110,6 +110,14 @@ pub fn dlopen_in(pid: i32, objs: &[Mapped]) -> Result<u64, String> {
     })
 }
 
+/// The value of line `name` (with its colon) of a `/proc/.../status` text.
+pub fn status_field<'a>(status: &'a str, name: &str) -> Option<&'a str> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name))
+        .map(str::trim)
+}
+
 /// Reasons found before tracing why process `pid` cannot be attached
 /// to; `lib` is libigprof.so.
 pub fn check(pid: i32, lib: &[u8]) -> Result<(), String> {
@@ -118,14 +126,7 @@ pub fn check(pid: i32, lib: &[u8]) -> Result<(), String> {
             std::io::ErrorKind::NotFound => format!("no process {pid}"),
             _ => format!("cannot read process {pid}'s status ({e})"),
         })?;
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .map(|v| v.trim().to_string())
-            .unwrap_or_default()
-    };
-    let tracer = field("TracerPid:");
+    let tracer = status_field(&status, "TracerPid:").unwrap_or_default();
     if !tracer.is_empty() && tracer != "0" {
         return Err(format!(
             "process {pid} is already traced by process {tracer} (a debugger, strace?): detach that first"
