@@ -762,18 +762,7 @@ fn fifty_busy_threads_survive_ten_attach_detach_cycles() {
     }
     assert_eq!(threads(), 51);
     for i in 0..10 {
-        let out = format!("t{i}.gz");
-        ok(&launcher_in(
-            &d,
-            &["--attach", &pid, "-pp", "-mp", "-o", &out],
-        ));
-        std::thread::sleep(std::time::Duration::from_millis(150));
-        ok(&launcher_in(&d, &["--detach", &pid]));
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "the process died in cycle {i}"
-        );
-        let p = parse_strict(&read_text(&d.join(&out))).unwrap();
+        let p = attached_for(&d, &mut child, &format!("t{i}.gz"), 150, i);
         assert!(
             under(&p, "PERF_TICKS", "spin").0 > 0,
             "cycle {i}: the spinning threads were not sampled"
@@ -789,6 +778,24 @@ fn fifty_busy_threads_survive_ten_attach_detach_cycles() {
     let _ = child.wait();
 }
 
+/// Cycle `cycle` of a test: `child` attached to with `-pp -mp` (the
+/// profile to `out` in `d`), left to run `ms`, detached; it must still
+/// run. Its profile.
+fn attached_for(d: &Path, child: &mut Child, out: &str, ms: u64, cycle: usize) -> Profile {
+    let pid = child.id().to_string();
+    ok(&launcher_in(
+        d,
+        &["--attach", &pid, "-pp", "-mp", "-o", out],
+    ));
+    std::thread::sleep(std::time::Duration::from_millis(ms));
+    ok(&launcher_in(d, &["--detach", &pid]));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the process died in cycle {cycle}"
+    );
+    parse_strict(&read_text(&d.join(out))).unwrap()
+}
+
 /// A thread holds the loader's lock 3 s at a time (tests/programs/
 /// attach_loader_lock.c): the process's dlopen of the library and the
 /// writing of the profile wait for it, so the launcher lets the threads
@@ -799,39 +806,28 @@ fn fifty_busy_threads_survive_ten_attach_detach_cycles() {
 fn attach_waits_out_a_thread_holding_the_loader_lock() {
     let d = scratch("attach-lock");
     build(&d, "attach_loader_lock.c", "attach_loader_lock", &[]);
-    let mut child = Command::new(d.join("attach_loader_lock"))
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = Reaped(
+        Command::new(d.join("attach_loader_lock"))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let mut ready = String::new();
-    BufReader::new(child.stdout.take().unwrap())
+    BufReader::new(child.0.stdout.take().unwrap())
         .read_line(&mut ready)
         .unwrap();
     assert_eq!(ready.trim(), "ready");
-    let pid = child.id().to_string();
-    let before = seen(child.id() as i32);
+    let id = child.0.id() as i32;
+    let before = seen(id);
     for i in 0..3 {
-        let out = format!("l{i}.gz");
-        ok(&launcher_in(
-            &d,
-            &["--attach", &pid, "-pp", "-mp", "-o", &out],
-        ));
-        std::thread::sleep(std::time::Duration::from_millis(300));
-        ok(&launcher_in(&d, &["--detach", &pid]));
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "the process died in cycle {i}"
-        );
-        let p = parse_strict(&read_text(&d.join(&out))).unwrap();
+        let p = attached_for(&d, &mut child.0, &format!("l{i}.gz"), 300, i);
         assert!(
             under(&p, "MEM_TOTAL", "churn").0 > 0,
             "cycle {i}: the allocating thread's calls are not in the profile"
         );
-        assert!(code_as_in_files(child.id() as i32) >= 3, "cycle {i}");
+        assert!(code_as_in_files(id) >= 3, "cycle {i}");
     }
-    assert_eq!(seen_with(child.id() as i32, before.threads).fds, before.fds);
-    let _ = child.kill();
-    let _ = child.wait();
+    assert_eq!(seen_with(id, before.threads).fds, before.fds);
 }
 
 /// CPU time of every thread of `pid` so far, in ns (schedstat).
