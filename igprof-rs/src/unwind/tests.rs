@@ -1403,7 +1403,12 @@ fn replaced_tables_are_freed_once_no_walk_holds_them() {
     assert_eq!(unsafe { libc::dlclose(lib.0) }, 0);
     refresh().unwrap();
     refresh().unwrap();
-    assert_eq!(module_of(pc), None);
+    // Another test may have loaded its own object at the freed address.
+    let now = module_of(pc).map(|m| m.path);
+    assert!(
+        !now.is_some_and(|p| p.ends_with(b"libreclaim.so")),
+        "an unloaded object is still listed"
+    );
     assert!(
         path_bytes.ends_with(b"libreclaim.so"),
         "{:?}",
