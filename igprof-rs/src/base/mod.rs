@@ -9,6 +9,7 @@
 
 pub mod alloc;
 pub mod cgroup;
+pub mod code_pages;
 pub mod counters;
 pub mod limits;
 pub mod live;

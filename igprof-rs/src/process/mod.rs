@@ -436,6 +436,7 @@ pub(crate) fn start(raw: &[u8], how: How) -> Result<(), Unprofiled> {
         );
     }
     if attach {
+        give_back_code_pages();
         sampler::start_thread(main);
         return Ok(());
     }
@@ -456,8 +457,19 @@ pub(crate) fn start(raw: &[u8], how: How) -> Result<(), Unprofiled> {
         },
     );
     start_keeper();
+    give_back_code_pages();
     sampler::start_thread(main);
     Ok(())
+}
+
+/// Start-up is over: the library's code and read-only data pages leave the
+/// process's resident set (base/code_pages.rs); `-d` says how much.
+fn give_back_code_pages() {
+    let bytes = crate::base::code_pages::give_back();
+    crate::igprof_debug!(
+        "start-up over: {} KiB of the library's code and read-only data unmapped (they fault back in where used)",
+        bytes >> 10
+    );
 }
 
 /// Starts this image's keeper (before the sampler of the thread that makes

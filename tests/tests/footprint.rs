@@ -1,0 +1,92 @@
+//! What the profiler leaves resident in the process it profiles: once
+//! start-up is over, the library's code and read-only data pages are
+//! unmapped (base/code_pages.rs), and only the pages the running program
+//! uses fault back in. Checked on an installed program, `sleep`, through
+//! its /proc/PID/smaps while it runs.
+
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+
+use igprof_tests::*;
+
+/// Resident and mapped KiB of the library's mappings that are not
+/// writable (text, read-only data) in process `pid`.
+fn library_read_only_kib(pid: u32) -> (u64, u64) {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap();
+    let (mut ours, mut rss, mut size) = (false, 0, 0);
+    for line in smaps.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.first()
+            .is_some_and(|a| a.contains('-') && !a.ends_with(':'))
+        {
+            ours = f.len() > 5 && f[5].ends_with("/libigprof.so") && !f[1].contains('w');
+        } else if ours && f[0] == "Size:" {
+            size += f[1].parse::<u64>().unwrap();
+        } else if ours && f[0] == "Rss:" {
+            rss += f[1].parse::<u64>().unwrap();
+        }
+    }
+    (rss, size)
+}
+
+/// A profiled `sleep` (-pp -mp), looked at once start-up is over: `-d`
+/// says how much was unmapped (at least the library's text), and less than
+/// 80% of the read-only mappings are resident (all of them were before:
+/// start-up touches code across the whole library, and the kernel maps
+/// file pages around each fault).
+#[test]
+fn start_up_code_leaves_the_resident_set() {
+    let d = scratch("footprint");
+    let mut child = igprof_command(&d, &["-d", "-pp", "-mp", "sleep", "3"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut said = String::new();
+    let mut line = String::new();
+    while err.read_line(&mut line).unwrap() > 0 {
+        if line.contains("start-up over:") {
+            said = line.clone();
+            break;
+        }
+        line.clear();
+    }
+    // What runs after start-up has faulted its pages back in by now.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // The program's pid is the launcher's (it execs the program).
+    let (rss, size) = library_read_only_kib(child.id());
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success());
+    let unmapped: u64 = said
+        .split("start-up over: ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no start-up line: {said:?}"));
+    let text_kib = library_text_kib();
+    assert!(
+        unmapped >= text_kib,
+        "{unmapped} KiB unmapped, text {text_kib} KiB"
+    );
+    eprintln!("{rss} of {size} KiB of the library's read-only mappings resident");
+    assert!(size >= text_kib, "{size}");
+    assert!(rss * 100 < size * 80, "{rss} of {size} KiB resident");
+}
+
+/// The size of the library's executable segment in KiB, from its file.
+fn library_text_kib() -> u64 {
+    let out = std::process::Command::new("readelf")
+        .args(["-lW"])
+        .arg(lib())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let load = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("LOAD") && l.contains("R E"))
+        .expect("an executable segment");
+    let memsz = load.split_whitespace().nth(5).unwrap();
+    u64::from_str_radix(memsz.trim_start_matches("0x"), 16).unwrap() >> 10
+}
