@@ -641,11 +641,13 @@ fn cycles(name: &str, cmd: &[&str], port_of: impl Fn(&str) -> Option<u16>) {
         })
     })
     .collect();
+    // Killed and reaped however the test ends.
+    let child = Reaped(child);
     let port = rx
         .iter()
         .find_map(|l| port_of(&l))
         .unwrap_or_else(|| panic!("{name}: no port"));
-    let pid = child.id() as i32;
+    let pid = child.0.id() as i32;
     // Descriptors compared while no request is served.
     std::thread::sleep(std::time::Duration::from_millis(300));
     let before = seen(pid);
@@ -671,8 +673,7 @@ fn cycles(name: &str, cmd: &[&str], port_of: impl Fn(&str) -> Option<u16>) {
     assert!(good > 200, "{name}: only {good} requests answered");
     assert_eq!(seen_with(pid, before.threads).fds, before.fds, "{name}");
     assert!(code_as_in_files(pid) >= 3);
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(child);
     for r in readers {
         r.join().expect("no line of igprof in the program's output");
     }
