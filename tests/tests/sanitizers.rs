@@ -233,3 +233,72 @@ fn asan_runtime_is_found_as_the_loader_finds_it() {
     );
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// A sanitizer-built program killed by SIGKILL leaves its profile, written
+/// by the keeper, with every allocation it made before the kill: the
+/// keeper runs beside ASan, UBSan and TSan as beside any program.
+/// tests/programs/kill_mid.c makes `n` allocations at `kept_alloc`, burns
+/// 0.3 s of CPU, prints "ready", and waits to be killed.
+#[test]
+fn sanitizer_programs_killed_by_sigkill_leave_their_profile() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    for sanitizer in ["address", "undefined", "thread"] {
+        let d = scratch(&format!("san-kill-{sanitizer}"));
+        build(
+            &d,
+            "kill_mid.c",
+            "kill_mid",
+            &[&format!("-fsanitize={sanitizer}")],
+        );
+        let n = N.to_string();
+        let mut child = igprof_command(
+            &d,
+            &[
+                "-pp",
+                "-mp",
+                "-fd",
+                "-o",
+                "prof.gz",
+                "./kill_mid",
+                "kill",
+                &n,
+            ],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line, format!("ready {n} 1\n"), "{sanitizer}");
+        child.kill().unwrap();
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGKILL),
+            "{sanitizer}: {err}"
+        );
+        // The keeper writes it a moment after the death.
+        let path = d.join("prof.gz");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !path.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let p = load(&path);
+        assert_eq!(
+            under(&p, "MEM_TOTAL", "kept_alloc"),
+            (N, 64 * N),
+            "{sanitizer}: every allocation before the kill"
+        );
+        assert!(
+            under(&p, "PERF_TICKS", "burn").0 > 0,
+            "{sanitizer}: burn's samples"
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}

@@ -13,7 +13,6 @@
 //! the thread is marked busy; allocate from signal context.
 
 use core::ffi::{c_char, c_int, c_void};
-use core::sync::atomic::{AtomicBool, Ordering};
 
 use crate::base::thread;
 use crate::hook::{install, loading, orig, CloneFn};
@@ -100,20 +99,10 @@ fn set_sanitizer_death_callback() {
     if f.is_null() {
         return;
     }
-    SANITIZER.store(true, Ordering::Relaxed);
     // SAFETY: the sanitizer interface's
     // `void __sanitizer_set_death_callback(void (*callback)(void))`.
     let set: extern "C" fn(Option<extern "C" fn()>) = unsafe { core::mem::transmute(f) };
     set(Some(sanitizer_death));
-}
-
-/// Whether a sanitizer runtime is in the process (found as the core hooks
-/// were installed).
-static SANITIZER: AtomicBool = AtomicBool::new(false);
-
-/// Whether [`install_core`] found a sanitizer runtime in the process.
-pub(crate) fn sanitizer_present() -> bool {
-    SANITIZER.load(Ordering::Relaxed)
 }
 
 extern "C" fn sanitizer_death() {

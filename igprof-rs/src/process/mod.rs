@@ -445,8 +445,6 @@ pub(crate) fn start(raw: &[u8], how: How) -> Result<(), Unprofiled> {
             Some(keeper::OFF_BY_ENV)
         } else if QEMU_USER.load(Ordering::Relaxed) {
             Some(keeper::OFF_UNDER_QEMU)
-        } else if crate::process::hooks::sanitizer_present() {
-            Some(keeper::OFF_UNDER_SANITIZER)
         } else {
             None
         },

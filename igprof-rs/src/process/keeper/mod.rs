@@ -105,15 +105,14 @@ static FINAL_DUMP: AtomicUsize = AtomicUsize::new(0);
 
 /// Why no keeper may run in this process (see [`configure`]).
 static OFF_WHY: AtomicUsize = AtomicUsize::new(0);
-const OFF_REASONS: [&str; 3] = [
+const OFF_REASONS: [&str; 2] = [
     "turned off (IGPROF_KEEPER=0)",
     "qemu-user has no clone(CLONE_VM) without a thread",
-    "a sanitizer runtime is loaded (ThreadSanitizer crashed beside a keeper)",
 ];
 
 /// Start-up, before the first [`start`]: `off` says why no keeper may run
-/// (an index into the reasons: IGPROF_KEEPER=0, qemu-user, a sanitizer
-/// runtime), None where one may.
+/// (an index into the reasons: IGPROF_KEEPER=0, qemu-user), None where
+/// one may.
 pub fn configure(off: Option<usize>, calls: Calls) {
     FINAL_DUMP.store(calls.final_dump as usize, Ordering::Release);
     SNAPSHOT.store(calls.snapshot_near_limit as usize, Ordering::Release);
@@ -125,7 +124,6 @@ pub fn configure(off: Option<usize>, calls: Calls) {
 /// [`configure`]'s reasons, by index.
 pub const OFF_BY_ENV: usize = 0;
 pub const OFF_UNDER_QEMU: usize = 1;
-pub const OFF_UNDER_SANITIZER: usize = 2;
 
 /// Makes this image's keeper (start-up; a fork child; an exec that failed).
 /// Returns why there is none, for `-d`.
