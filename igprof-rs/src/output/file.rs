@@ -108,7 +108,7 @@ impl<'f> GzipWriter<'f> {
             return Ok(());
         }
         if self.stream.is_none() {
-            if let Some(z) = deflate::gzip(&self.text, deflate::LEVEL) {
+            if let Some(z) = deflate::gzip(&self.text, deflate::level_for(self.text.len())) {
                 let mut f = self.file;
                 f.write_all(&z)?;
                 self.text.clear();
