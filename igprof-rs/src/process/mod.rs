@@ -350,6 +350,9 @@ pub(crate) fn start(raw: &[u8], how: How) -> Result<(), Unprofiled> {
         }
     }
     crate::base::trace::modules_changed();
+    // One read of /proc/self/maps for the main thread's stack bounds and
+    // the hooks' installation.
+    let maps_held = trampoline::maps::hold();
     let Some(main) = thread::register_current(options::get().max_depth) else {
         crate::igprof_log!(
             "out of memory for the profiler's thread state; the program runs unprofiled"
@@ -375,6 +378,7 @@ pub(crate) fn start(raw: &[u8], how: How) -> Result<(), Unprofiled> {
             }
         });
     });
+    drop(maps_held);
     save_plans(known);
     if running == 0 {
         crate::igprof_log!("nothing left to profile; the program runs unprofiled");
