@@ -458,8 +458,8 @@ pub(crate) fn start(raw: &[u8], how: How) -> Result<(), Unprofiled> {
             timeline_point: crate::output::timeline::add_point,
         },
     );
-    start_keeper();
     give_back_code_pages();
+    start_keeper();
     sampler::start_thread(main);
     Ok(())
 }
