@@ -150,6 +150,25 @@ pub fn test_store() -> PathBuf {
     std::env::temp_dir().join(format!("igprof-tests-{}-descriptors", std::process::id()))
 }
 
+/// Runs `cmd` with its stdout and stderr piped, reads the first line it
+/// prints, kills it with SIGKILL and waits for it: that line and how it
+/// ended (a program that says when it is ready to be killed).
+pub fn kill_after_first_line(mut cmd: Command) -> (String, Output) {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the program");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    child.kill().unwrap();
+    (line, child.wait_with_output().unwrap())
+}
+
 /// Runs the launcher (`igprof <args>`) in `dir`.
 pub fn igprof(dir: &Path, args: &[&str]) -> Output {
     igprof_command(dir, args)

@@ -13,9 +13,8 @@
 //! process in a memory cgroup gets a snapshot from the keeper's watch when
 //! it nears the limit, the evidence that remains.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use igprof_tests::*;
@@ -55,21 +54,11 @@ fn check_profile(p: &Path, what: &str) {
 #[test]
 fn a_process_killed_by_sigkill_leaves_its_profile() {
     let d = setup("ends_sigkill");
-    let mut child = igprof_command(
+    let (line, out) = kill_after_first_line(igprof_command(
         &d,
         &["-pp", "-mp", "-fd", "./kill_mid", "kill", &N.to_string()],
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    ));
     assert_eq!(line, format!("ready {N} 1\n"));
-    child.kill().unwrap();
-    let out = child.wait_with_output().unwrap();
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(out.status.signal(), Some(libc::SIGKILL));
     let p = wait_for_profiles(&d, 1);

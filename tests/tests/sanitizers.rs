@@ -241,9 +241,7 @@ fn asan_runtime_is_found_as_the_loader_finds_it() {
 /// 0.3 s of CPU, prints "ready", and waits to be killed.
 #[test]
 fn sanitizer_programs_killed_by_sigkill_leave_their_profile() {
-    use std::io::{BufRead, BufReader};
     use std::os::unix::process::ExitStatusExt;
-    use std::process::Stdio;
     for sanitizer in ["address", "undefined", "thread"] {
         let d = scratch(&format!("san-kill-{sanitizer}"));
         build(
@@ -253,30 +251,18 @@ fn sanitizer_programs_killed_by_sigkill_leave_their_profile() {
             &[&format!("-fsanitize={sanitizer}")],
         );
         let n = N.to_string();
-        let mut child = igprof_command(
-            &d,
-            &[
-                "-pp",
-                "-mp",
-                "-fd",
-                "-o",
-                "prof.gz",
-                "./kill_mid",
-                "kill",
-                &n,
-            ],
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let args = [
+            "-pp",
+            "-mp",
+            "-fd",
+            "-o",
+            "prof.gz",
+            "./kill_mid",
+            "kill",
+            &n,
+        ];
+        let (line, out) = kill_after_first_line(igprof_command(&d, &args));
         assert_eq!(line, format!("ready {n} 1\n"), "{sanitizer}");
-        child.kill().unwrap();
-        let out = child.wait_with_output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(
             out.status.signal(),
