@@ -449,6 +449,8 @@ pub(crate) fn start(raw: &[u8], how: How) -> Result<(), Unprofiled> {
             Some(keeper::OFF_BY_ENV)
         } else if QEMU_USER.load(Ordering::Relaxed) {
             Some(keeper::OFF_UNDER_QEMU)
+        } else if crate::process::hooks::thread_sanitizer_present() {
+            Some(keeper::OFF_UNDER_TSAN)
         } else {
             None
         },
@@ -484,7 +486,15 @@ fn start_keeper() {
             (sys::monotonic_ns() - t0) / 1000
         ),
         Err(why) => {
-            crate::igprof_debug!("keeper: none ({why}); a process killed by SIGKILL leaves no profile");
+            // Said without -d (once: a fork child knows it was said):
+            // nothing else tells a user of a sanitizer-built program that a
+            // kill leaves no profile.
+            static SAID: AtomicBool = AtomicBool::new(false);
+            if crate::process::hooks::thread_sanitizer_present() && !SAID.swap(true, Ordering::Relaxed) {
+                crate::igprof_log!("no keeper: {why}; a process killed by SIGKILL leaves no profile");
+            } else {
+                crate::igprof_debug!("keeper: none ({why}); a process killed by SIGKILL leaves no profile");
+            }
             if options::get().timeline_ns() != 0 {
                 // The watcher takes the timeline's points instead: the
                 // process is no longer single-threaded.
