@@ -14,6 +14,7 @@ pub mod counters;
 pub mod limits;
 pub mod live;
 pub mod log;
+pub mod mem_calls;
 // Only where nothing unwinds (the release library); tests and benchmarks
 // built from these sources unwind through the real unwinder.
 #[cfg(panic = "abort")]

@@ -13,7 +13,6 @@
 //! the thread is marked busy; allocate from signal context.
 
 use core::ffi::{c_char, c_int, c_void};
-use core::sync::atomic::{AtomicBool, Ordering};
 
 use crate::base::thread;
 use crate::hook::{install, loading, orig, CloneFn};
@@ -100,28 +99,10 @@ fn set_sanitizer_death_callback() {
     if f.is_null() {
         return;
     }
-    // Only now, in a process with a sanitizer runtime (see above for why).
-    // SAFETY: a NUL-terminated name looked up in the global scope.
-    let tsan = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__tsan_init".as_ptr()) };
-    THREAD_SANITIZER.store(!tsan.is_null(), Ordering::Relaxed);
     // SAFETY: the sanitizer interface's
     // `void __sanitizer_set_death_callback(void (*callback)(void))`.
     let set: extern "C" fn(Option<extern "C" fn()>) = unsafe { core::mem::transmute(f) };
     set(Some(sanitizer_death));
-}
-
-/// Whether ThreadSanitizer's runtime is in the process (found with the
-/// sanitizer's death callback).
-static THREAD_SANITIZER: AtomicBool = AtomicBool::new(false);
-
-/// Whether ThreadSanitizer's runtime is in the process. Its interceptors of
-/// `memcpy` and `memset`, which the compiler calls for buffers of the
-/// keeper, keep per-thread state in the TLS of the thread that runs them;
-/// the keeper runs on its creator's TLS, so they would change the main
-/// thread's state under it (TSan then crashed in its stack depot in 4 to 12
-/// of 30 runs under `-fd` and `-pp`).
-pub(crate) fn thread_sanitizer_present() -> bool {
-    THREAD_SANITIZER.load(Ordering::Relaxed)
 }
 
 extern "C" fn sanitizer_death() {

@@ -246,6 +246,7 @@ pub fn init(modules: &'static [&'static Module]) {
 /// What the start-up sequence needs before anything else, whichever way
 /// the library came into the process.
 pub(crate) fn set_up(modules: &'static [&'static Module]) {
+    crate::base::mem_calls::bind_to_libc();
     sys::learn_errno_offset();
     crate::modules::set_registry(modules);
     crate::sampler::set_program_signal(signals::forward_program_signal);
@@ -449,8 +450,6 @@ pub(crate) fn start(raw: &[u8], how: How) -> Result<(), Unprofiled> {
             Some(keeper::OFF_BY_ENV)
         } else if QEMU_USER.load(Ordering::Relaxed) {
             Some(keeper::OFF_UNDER_QEMU)
-        } else if crate::process::hooks::thread_sanitizer_present() {
-            Some(keeper::OFF_UNDER_TSAN)
         } else {
             None
         },
@@ -486,15 +485,7 @@ fn start_keeper() {
             (sys::monotonic_ns() - t0) / 1000
         ),
         Err(why) => {
-            // Said without -d (once: a fork child knows it was said):
-            // nothing else tells a user of a sanitizer-built program that a
-            // kill leaves no profile.
-            static SAID: AtomicBool = AtomicBool::new(false);
-            if crate::process::hooks::thread_sanitizer_present() && !SAID.swap(true, Ordering::Relaxed) {
-                crate::igprof_log!("no keeper: {why}; a process killed by SIGKILL leaves no profile");
-            } else {
-                crate::igprof_debug!("keeper: none ({why}); a process killed by SIGKILL leaves no profile");
-            }
+            crate::igprof_debug!("keeper: none ({why}); a process killed by SIGKILL leaves no profile");
             if options::get().timeline_ns() != 0 {
                 // The watcher takes the timeline's points instead: the
                 // process is no longer single-threaded.

@@ -33,9 +33,8 @@
 //! Must never: touch TLS, errno or anything of libc while the program lives
 //! (the keeper runs with its creator's TLS, so it makes raw system calls
 //! only, into its own stack; the `memcpy`/`memset` calls the compiler emits
-//! for its buffers still reach whatever defines them first, which under
-//! ThreadSanitizer is an interceptor that keeps per-thread state in TLS,
-//! so no keeper is made there); write a profile the image wrote or said it
+//! for its buffers are bound to glibc's by base/mem_calls.rs, never to a
+//! sanitizer's interceptors, which keep per-thread state in TLS); write a profile the image wrote or said it
 //! could not write; keep the program's memory after the image is gone
 //! (it exits when the image ends by exec, and after its dump).
 
@@ -108,15 +107,14 @@ static FINAL_DUMP: AtomicUsize = AtomicUsize::new(0);
 
 /// Why no keeper may run in this process (see [`configure`]).
 static OFF_WHY: AtomicUsize = AtomicUsize::new(0);
-const OFF_REASONS: [&str; 3] = [
+const OFF_REASONS: [&str; 2] = [
     "turned off (IGPROF_KEEPER=0)",
     "qemu-user has no clone(CLONE_VM) without a thread",
-    "ThreadSanitizer's interceptors would run in it on the program's thread state",
 ];
 
 /// Start-up, before the first [`start`]: `off` says why no keeper may run
-/// (an index into the reasons: IGPROF_KEEPER=0, qemu-user,
-/// ThreadSanitizer), None where one may.
+/// (an index into the reasons: IGPROF_KEEPER=0, qemu-user), None where
+/// one may.
 pub fn configure(off: Option<usize>, calls: Calls) {
     FINAL_DUMP.store(calls.final_dump as usize, Ordering::Release);
     SNAPSHOT.store(calls.snapshot_near_limit as usize, Ordering::Release);
@@ -128,7 +126,6 @@ pub fn configure(off: Option<usize>, calls: Calls) {
 /// [`configure`]'s reasons, by index.
 pub const OFF_BY_ENV: usize = 0;
 pub const OFF_UNDER_QEMU: usize = 1;
-pub const OFF_UNDER_TSAN: usize = 2;
 
 /// Makes this image's keeper (start-up; a fork child; an exec that failed).
 /// Returns why there is none, for `-d`.
