@@ -71,11 +71,9 @@ fn lookup(name: &str, version: Option<&str>, lib: Option<&str>) -> Result<Symbol
         Some(v) => Some(CString::new(v).map_err(|_| LookupError::BadName { name: v.into() })?),
         None => None,
     };
-    // The object the global definition is in, for a name without a version.
-    // None exports it: no `dlsym` (its error text would be allocated with
-    // the program's `malloc`).
-    let exporter = version.is_none().then(|| exporter_of(name)).flatten();
-    if version.is_none() && exporter.is_none() {
+    // A name no object exports: no `dlsym` (its error text would be
+    // allocated with the program's `malloc`).
+    if version.is_none() && !exported_anywhere(name) {
         return elf_fallback(name, version, lib).ok_or_else(|| match lib {
             Some(l) if !is_loaded(l) => LookupError::LibraryNotLoaded { lib: l.into() },
             _ => not_found(),
@@ -86,16 +84,7 @@ fn lookup(name: &str, version: Option<&str>, lib: Option<&str>) -> Result<Symbol
         // The global definition, when it is the library's own: no `dlopen`
         // (which allocates the library's search list with the program's
         // `malloc` the first time).
-        Some(l)
-            if exporter
-                .as_deref()
-                .is_some_and(|path| names_object(path, l)) =>
-        {
-            libc::RTLD_DEFAULT
-        }
-        Some(l) if version.is_some() && global_is_in(&cname, cver.as_deref(), l) => {
-            libc::RTLD_DEFAULT
-        }
+        Some(l) if global_is_in(&cname, cver.as_deref(), l) => libc::RTLD_DEFAULT,
         Some(l) => {
             let cl = CString::new(l).map_err(|_| LookupError::BadName { name: l.into() })?;
             // SAFETY: RTLD_NOLOAD never loads; it only returns a handle to an
@@ -134,13 +123,15 @@ fn lookup(name: &str, version: Option<&str>, lib: Option<&str>) -> Result<Symbol
 /// Whether an object named `lib` (its soname or a path ending in it) is
 /// loaded.
 fn is_loaded(lib: &str) -> bool {
+    let tail = format!("/{lib}");
     loaded_objects()
         .iter()
-        .any(|(path, _)| names_object(path.as_bytes(), lib))
+        .any(|(path, _)| path == lib || path.ends_with(&tail))
 }
 
 /// Whether the global definition of `name` (`version`) lies in the loaded
-/// object named `lib` (its soname or a path ending in it).
+/// object named `lib` (its soname or a path ending in it), as `dladdr`
+/// names the object.
 fn global_is_in(name: &CStr, version: Option<&CStr>, lib: &str) -> bool {
     // SAFETY: RTLD_DEFAULT and NUL-terminated names.
     let p = unsafe {
@@ -152,42 +143,16 @@ fn global_is_in(name: &CStr, version: Option<&CStr>, lib: &str) -> bool {
     if p.is_null() {
         return false;
     }
-    // The object whose loaded segments hold the address (not `dladdr`,
-    // which reads the object's whole symbol table for the nearest symbol).
-    struct Find<'a> {
-        addr: usize,
-        lib: &'a str,
-        found: bool,
+    // SAFETY: a zeroed Dl_info is a valid out-buffer.
+    let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
+    // SAFETY: dladdr writes into `info`; the name it gives is the
+    // loader's, valid while the object stays loaded.
+    if unsafe { libc::dladdr(p, &mut info) } == 0 || info.dli_fname.is_null() {
+        return false;
     }
-    unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, _: usize, data: *mut c_void) -> i32 {
-        // SAFETY: dl_iterate_phdr passes a valid info; data is our Find.
-        let (info, f) = unsafe { (&*info, &mut *(data as *mut Find)) };
-        // SAFETY: dlpi_phdr points to dlpi_phnum program headers.
-        let phdrs =
-            unsafe { core::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
-        let base = info.dlpi_addr as usize;
-        let holds = phdrs.iter().any(|ph| {
-            let start = base.wrapping_add(ph.p_vaddr as usize);
-            ph.p_type == libc::PT_LOAD && (start..start + ph.p_memsz as usize).contains(&f.addr)
-        });
-        if !holds {
-            return 0;
-        }
-        if !info.dlpi_name.is_null() {
-            // SAFETY: NUL-terminated string owned by the loader.
-            let path = unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes();
-            f.found = names_object(path, f.lib);
-        }
-        1
-    }
-    let mut f = Find {
-        addr: p as usize,
-        lib,
-        found: false,
-    };
-    // SAFETY: the callback only writes into `f`, which outlives the call.
-    unsafe { libc::dl_iterate_phdr(Some(cb), &mut f as *mut Find as *mut c_void) };
-    f.found
+    // SAFETY: NUL-terminated string owned by the loader.
+    let path = unsafe { CStr::from_ptr(info.dli_fname) }.to_bytes();
+    path == lib.as_bytes() || path.ends_with(format!("/{lib}").as_bytes())
 }
 
 /// Size of the function starting exactly at `addr`: from the dynamic symbol
@@ -545,53 +510,27 @@ pub fn data_symbols() -> DataSymbols {
 /// each object's GNU hash table. For a name that is usually missing (a
 /// runtime's marker symbol): `dlsym` of a missing name allocates its error
 /// text and error state with the program's `malloc`, leaving the program's
-/// heap as it would not be unprofiled; this allocates nothing of the
-/// program's.
+/// heap as it would not be unprofiled; this allocates nothing.
 pub fn exported_anywhere(name: &str) -> bool {
-    exporter_of(name).is_some()
-}
-
-/// The path (as the loader names it, "" for the main program) of the first
-/// object, in the loader's order, that exports a definition of `name`:
-/// where `dlsym(RTLD_DEFAULT)` finds it among the objects loaded at
-/// start-up.
-fn exporter_of(name: &str) -> Option<Vec<u8>> {
     struct Find<'a> {
         name: &'a [u8],
-        found: Option<Vec<u8>>,
+        found: bool,
     }
     unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, _: usize, data: *mut c_void) -> i32 {
         // SAFETY: dl_iterate_phdr passes a valid info; data is our Find.
         let (info, f) = unsafe { (&*info, &mut *(data as *mut Find)) };
         // SAFETY: a loaded object, read only inside this callback.
         let img = unsafe { Image::of(info) };
-        if !crate::image::dynsym_defines(&img, f.name) {
-            return 0;
-        }
-        f.found = Some(if info.dlpi_name.is_null() {
-            Vec::new()
-        } else {
-            // SAFETY: NUL-terminated string owned by the loader.
-            unsafe { CStr::from_ptr(info.dlpi_name) }
-                .to_bytes()
-                .to_vec()
-        });
-        1
+        f.found = crate::image::dynsym_defines(&img, f.name);
+        f.found as i32
     }
     let mut f = Find {
         name: name.as_bytes(),
-        found: None,
+        found: false,
     };
     // SAFETY: the callback only writes into `f`, which outlives the call.
     unsafe { libc::dl_iterate_phdr(Some(cb), &mut f as *mut Find as *mut c_void) };
     f.found
-}
-
-/// Whether the loader's `path` of an object names `lib` (its soname, or a
-/// path ending in it).
-fn names_object(path: &[u8], lib: &str) -> bool {
-    path == lib.as_bytes()
-        || (path.ends_with(lib.as_bytes()) && path[..path.len() - lib.len()].ends_with(b"/"))
 }
 
 /// (path, load address) of every object in the process, main program first
