@@ -74,10 +74,7 @@ fn lookup(name: &str, version: Option<&str>, lib: Option<&str>) -> Result<Symbol
     // A name no object exports: no `dlsym` (its error text would be
     // allocated with the program's `malloc`).
     if version.is_none() && !exported_anywhere(name) {
-        return elf_fallback(name, version, lib).ok_or_else(|| match lib {
-            Some(l) if !is_loaded(l) => LookupError::LibraryNotLoaded { lib: l.into() },
-            _ => not_found(),
-        });
+        return elf_fallback(name, version, lib).ok_or_else(not_found);
     }
     let handle = match lib {
         None => libc::RTLD_DEFAULT,
@@ -118,15 +115,6 @@ fn lookup(name: &str, version: Option<&str>, lib: Option<&str>) -> Result<Symbol
         addr,
         size: size_of_named_function_at(name, addr),
     })
-}
-
-/// Whether an object named `lib` (its soname or a path ending in it) is
-/// loaded.
-fn is_loaded(lib: &str) -> bool {
-    let tail = format!("/{lib}");
-    loaded_objects()
-        .iter()
-        .any(|(path, _)| path == lib || path.ends_with(&tail))
 }
 
 /// Whether the global definition of `name` (`version`) lies in the loaded
