@@ -69,8 +69,8 @@ pub use arch::Plan;
 pub use error::{HookError, LookupError, Reason};
 pub use hook::{Hook, Prepared, Probe};
 pub use symbols::{
-    data_symbols, defined, defined_at, exported_anywhere, find_function, find_function_versioned,
-    loaded_objects, DataSymbols, Symbol,
+    data_symbols, defined, defined_at, find_function, find_function_versioned, loaded_objects,
+    DataSymbols, Symbol,
 };
 
 /// Runs `f`, a series of installations (a profiler's start-up), paying

@@ -71,17 +71,8 @@ fn lookup(name: &str, version: Option<&str>, lib: Option<&str>) -> Result<Symbol
         Some(v) => Some(CString::new(v).map_err(|_| LookupError::BadName { name: v.into() })?),
         None => None,
     };
-    // A name no object exports: no `dlsym` (its error text would be
-    // allocated with the program's `malloc`).
-    if version.is_none() && !exported_anywhere(name) {
-        return elf_fallback(name, version, lib).ok_or_else(not_found);
-    }
     let handle = match lib {
         None => libc::RTLD_DEFAULT,
-        // The global definition, when it is the library's own: no `dlopen`
-        // (which allocates the library's search list with the program's
-        // `malloc` the first time).
-        Some(l) if global_is_in(&cname, cver.as_deref(), l) => libc::RTLD_DEFAULT,
         Some(l) => {
             let cl = CString::new(l).map_err(|_| LookupError::BadName { name: l.into() })?;
             // SAFETY: RTLD_NOLOAD never loads; it only returns a handle to an
@@ -115,32 +106,6 @@ fn lookup(name: &str, version: Option<&str>, lib: Option<&str>) -> Result<Symbol
         addr,
         size: size_of_named_function_at(name, addr),
     })
-}
-
-/// Whether the global definition of `name` (`version`) lies in the loaded
-/// object named `lib` (its soname or a path ending in it), as `dladdr`
-/// names the object.
-fn global_is_in(name: &CStr, version: Option<&CStr>, lib: &str) -> bool {
-    // SAFETY: RTLD_DEFAULT and NUL-terminated names.
-    let p = unsafe {
-        match version {
-            Some(v) => libc::dlvsym(libc::RTLD_DEFAULT, name.as_ptr(), v.as_ptr()),
-            None => libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()),
-        }
-    };
-    if p.is_null() {
-        return false;
-    }
-    // SAFETY: a zeroed Dl_info is a valid out-buffer.
-    let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
-    // SAFETY: dladdr writes into `info`; the name it gives is the
-    // loader's, valid while the object stays loaded.
-    if unsafe { libc::dladdr(p, &mut info) } == 0 || info.dli_fname.is_null() {
-        return false;
-    }
-    // SAFETY: NUL-terminated string owned by the loader.
-    let path = unsafe { CStr::from_ptr(info.dli_fname) }.to_bytes();
-    path == lib.as_bytes() || path.ends_with(format!("/{lib}").as_bytes())
 }
 
 /// Size of the function starting exactly at `addr`: from the dynamic symbol
@@ -492,33 +457,6 @@ pub fn data_symbols() -> DataSymbols {
         all.push(d);
     }
     DataSymbols(all)
-}
-
-/// Whether any loaded object exports a definition of `name`, found through
-/// each object's GNU hash table. For a name that is usually missing (a
-/// runtime's marker symbol): `dlsym` of a missing name allocates its error
-/// text and error state with the program's `malloc`, leaving the program's
-/// heap as it would not be unprofiled; this allocates nothing.
-pub fn exported_anywhere(name: &str) -> bool {
-    struct Find<'a> {
-        name: &'a [u8],
-        found: bool,
-    }
-    unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, _: usize, data: *mut c_void) -> i32 {
-        // SAFETY: dl_iterate_phdr passes a valid info; data is our Find.
-        let (info, f) = unsafe { (&*info, &mut *(data as *mut Find)) };
-        // SAFETY: a loaded object, read only inside this callback.
-        let img = unsafe { Image::of(info) };
-        f.found = crate::image::dynsym_defines(&img, f.name);
-        f.found as i32
-    }
-    let mut f = Find {
-        name: name.as_bytes(),
-        found: false,
-    };
-    // SAFETY: the callback only writes into `f`, which outlives the call.
-    unsafe { libc::dl_iterate_phdr(Some(cb), &mut f as *mut Find as *mut c_void) };
-    f.found
 }
 
 /// (path, load address) of every object in the process, main program first

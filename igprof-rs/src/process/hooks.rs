@@ -82,16 +82,13 @@ pub fn install_core() {
 /// A sanitizer runtime (ASan, LSan, TSan; UBSan with halt_on_error) ends
 /// the process after its reports (LeakSanitizer's at exit, an ASan error)
 /// with a raw exit_group, past the `_exit` hook and the library destructor:
-/// its death callback, called first, writes the profile. Most programs
-/// have no sanitizer: the name is first looked for in the objects' hash
-/// tables, since `dlsym` of a missing name allocates its error text with
-/// the program's `malloc`. A program that sets its own callback replaces
-/// this one (its run then ends without a profile when the sanitizer ends
-/// it).
+/// its death callback, called first, writes the profile. dlsym, not a
+/// symbol-table search: most programs have no sanitizer (called inside the
+/// profiler: dlsym of a missing name allocates its error text, which the
+/// program did not ask for). A program that
+/// sets its own callback replaces this one (its run then ends without a
+/// profile when the sanitizer ends it).
 fn set_sanitizer_death_callback() {
-    if !trampoline::exported_anywhere("__sanitizer_set_death_callback") {
-        return;
-    }
     // SAFETY: a NUL-terminated name looked up in the global scope.
     let f = unsafe {
         libc::dlsym(

@@ -71,7 +71,8 @@ pub fn install() {
 
 /// Whether the program links Go's cgo runtime.
 fn is_go_program() -> bool {
-    trampoline::exported_anywhere("_cgo_topofstack")
+    // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name.
+    !unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"_cgo_topofstack".as_ptr()) }.is_null()
 }
 
 /// Called by the stub on its own stack, by the first thread to exit: the
