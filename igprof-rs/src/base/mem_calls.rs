@@ -29,16 +29,14 @@ static MEMCMP: AtomicUsize = AtomicUsize::new(0);
 static BCMP: AtomicUsize = AtomicUsize::new(0);
 static STRLEN: AtomicUsize = AtomicUsize::new(0);
 
-/// Finds glibc's own definitions (through libc's handle, which searches
-/// libc before anything preloaded) and sends the library's calls there.
-/// Start-up, before any other thread of ours; returns how many were found.
+/// Finds the definitions that come after the library in the loader's
+/// order (`RTLD_NEXT`): glibc's, since the launcher preloads a sanitizer's
+/// runtime before the library, never after (a `dlopen` of libc's handle
+/// would allocate with the program's `malloc`, and in a process attached
+/// to, wait on an arena lock a stopped thread may hold). Sends the
+/// library's calls there. Start-up, before any other thread of ours;
+/// returns how many were found.
 pub fn bind_to_libc() -> usize {
-    // SAFETY: RTLD_NOLOAD only returns a handle of an object already
-    // loaded; the reference it takes is released below.
-    let h = unsafe { libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
-    if h.is_null() {
-        return 0;
-    }
     let mut found = 0;
     for (name, slot) in [
         (c"memcpy", &MEMCPY),
@@ -48,15 +46,14 @@ pub fn bind_to_libc() -> usize {
         (c"bcmp", &BCMP),
         (c"strlen", &STRLEN),
     ] {
-        // SAFETY: a live handle and a NUL-terminated name.
-        let p = unsafe { libc::dlsym(h, name.as_ptr()) } as usize;
+        // SAFETY: a NUL-terminated name; every one of them is defined by
+        // libc, so the look-up takes no error path.
+        let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
         if p != 0 {
             slot.store(p, Ordering::Release);
             found += 1;
         }
     }
-    // SAFETY: balances the RTLD_NOLOAD dlopen above; libc stays loaded.
-    unsafe { libc::dlclose(h) };
     found
 }
 
