@@ -642,6 +642,28 @@ pub fn all() -> impl Iterator<Item = &'static ThreadState> {
     })
 }
 
+/// Before the final dump: the calling thread's call tree gives its lookup
+/// table's pages back ([`CallTree::release_table`]), and so does every
+/// other tree when `program_gone` (the keeper's dump: no thread of the
+/// program is left to add a node). A live thread's table is its owner's
+/// alone and is left as it is.
+pub fn release_lookup_tables(program_gone: bool) {
+    if program_gone {
+        for t in all() {
+            // SAFETY: the program's threads, the trees' owners, are gone;
+            // the keeper's dump is the only user of the trees.
+            unsafe { &mut *t.tree.get() }.release_table();
+        }
+        return;
+    }
+    if let Some(t) = current() {
+        if let Some(g) = t.enter() {
+            // SAFETY: the owning thread, holding its guard.
+            unsafe { t.tree_mut(&g) }.release_table();
+        }
+    }
+}
+
 /// Call-tree nodes of every thread state (what a dump will merge).
 pub fn total_nodes() -> usize {
     all().map(|t| t.tree().len()).sum()

@@ -255,6 +255,9 @@ pub struct CallTree {
     pub failed: u64,
     /// Nodes given counters ([`Self::charged`]).
     charged: usize,
+    /// The lookup table's pages were given back ([`Self::release_table`]):
+    /// it is rebuilt before the next node is made.
+    released: bool,
 }
 
 /// What a call tree holds in memory, in bytes (see [`CallTree::memory`]).
@@ -283,6 +286,22 @@ unsafe impl Send for CallTree {}
 // SAFETY: as for Send just above.
 unsafe impl Sync for CallTree {}
 
+/// Puts `s` in the first empty slot of its probe sequence in `table`
+/// (mask+1 slots, not full: the load stays under [`MAX_LOAD_QUARTERS`]).
+#[inline]
+fn insert_into(table: *mut Slot, mask: usize, hash: usize, s: Slot) {
+    let mut i = hash & mask;
+    loop {
+        // SAFETY: i <= mask, and the table has mask+1 slots.
+        let e = unsafe { &mut *table.add(i) };
+        if *e == Slot::EMPTY {
+            *e = s;
+            return;
+        }
+        i = (i + 1) & mask;
+    }
+}
+
 #[inline]
 fn hash(parent: usize, addr: usize) -> usize {
     let h = (parent.rotate_left(17) ^ addr).wrapping_mul(0x9e37_79b9_7f4a_7c15);
@@ -301,6 +320,7 @@ impl CallTree {
             nslots: 0,
             failed: 0,
             charged: 0,
+            released: false,
         }
     }
 
@@ -398,16 +418,47 @@ impl CallTree {
     }
 
     fn insert_slot(&mut self, hash: usize, s: Slot) {
-        let mut i = hash & self.mask;
-        loop {
-            // SAFETY: i <= mask.
-            let e = unsafe { &mut *self.table.add(i) };
-            if *e == Slot::EMPTY {
-                *e = s;
+        insert_into(self.table, self.mask, hash, s)
+    }
+
+    /// Gives the lookup table's pages back to the kernel, the nodes staying
+    /// as they are: for the final dump, which needs the memory (a
+    /// compiler's table is 4 MiB) when the thread is done adding nodes.
+    /// Should the thread add one after all, the table is first rebuilt from
+    /// the nodes. Owner only.
+    pub fn release_table(&mut self) {
+        if self.table.is_null() || self.released {
+            return;
+        }
+        // Whole pages only: a slot left on a page shared with nodes still
+        // names its node rightly, and a lookup that misses rebuilds.
+        sys::discard(
+            self.table as *mut u8,
+            (self.mask + 1) * core::mem::size_of::<Slot>(),
+        );
+        self.released = true;
+    }
+
+    /// Fills the lookup table again from the nodes, after
+    /// [`Self::release_table`].
+    #[cold]
+    fn rebuild_table(&mut self) {
+        self.released = false;
+        let bytes = (self.mask + 1) * core::mem::size_of::<Slot>();
+        // SAFETY: the table's mask+1 slots, ours alone (owner thread).
+        unsafe { core::ptr::write_bytes(self.table as *mut u8, 0, bytes) };
+        let (root, table, mask) = (self.root, self.table, self.mask);
+        // Every node but the root is in the table (see `child`).
+        self.for_each_node(|n| {
+            if core::ptr::eq(n, root) {
                 return;
             }
-            i = (i + 1) & self.mask;
-        }
+            let h = hash(n.parent as usize, n.addr);
+            // It fitted when it was made (`Slot::new` in `child`).
+            if let Some(s) = Slot::new(h, n as *const Node as *mut Node) {
+                insert_into(table, mask, h, s);
+            }
+        });
     }
 
     /// The child of `parent` for `addr`, created if missing (uncharged:
@@ -430,6 +481,10 @@ impl CallTree {
                 }
             }
             i = (i + 1) & self.mask;
+        }
+        if self.released {
+            self.rebuild_table();
+            return self.child(parent, addr);
         }
         if (self.len + 1) * 4 > (self.mask + 1) * MAX_LOAD_QUARTERS
             && !self.grow((self.mask + 1) * 2)
@@ -647,6 +702,41 @@ mod tests {
             p = unsafe { &*p }.parent;
         }
         assert_eq!(d, 5001);
+    }
+
+    /// A tree whose lookup table was given back finds its nodes again and
+    /// makes no second node for a path it has (the table is rebuilt).
+    #[test]
+    fn a_released_table_is_rebuilt_before_a_node_is_made() {
+        let _g = setup();
+        let mut t = CallTree::new();
+        // Enough paths for a table of several pages (8,192 slots).
+        let path = |i: usize| [0x5000 + (i % 97) * 16, 0x4000 + (i / 97) * 16, 0x10];
+        let leaves: Vec<*mut Node> = (0..5000).map(|i| t.node_for(&path(i), false)).collect();
+        let len = t.len();
+        assert!(t.memory().table_bytes >= 8 * 4096);
+        t.release_table();
+        // A path it has: the same node, nothing made.
+        assert_eq!(t.node_for(&path(4321), false), leaves[4321]);
+        assert_eq!(t.len(), len);
+        // Every path still finds its own node.
+        for (i, &n) in leaves.iter().enumerate() {
+            assert_eq!(t.node_for(&path(i), false), n, "path {i}");
+        }
+        // A new path gets a new node, once.
+        let fresh = t.node_for(&[0x7000, 0x4000, 0x10], false);
+        assert_eq!(t.len(), len + 1);
+        assert_eq!(t.node_for(&[0x7000, 0x4000, 0x10], false), fresh);
+        // Released twice, or with a new path first: the same.
+        t.release_table();
+        t.release_table();
+        let other = t.node_for(&[0x7010, 0x4000, 0x10], false);
+        assert_eq!(t.len(), len + 2);
+        assert_eq!(t.node_for(&path(17), false), leaves[17]);
+        assert_eq!(t.node_for(&[0x7010, 0x4000, 0x10], false), other);
+        let mut seen = 0;
+        t.for_each_node(|_| seen += 1);
+        assert_eq!(seen, len + 3, "the root and every node once");
     }
 
     #[test]

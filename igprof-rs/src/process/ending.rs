@@ -79,12 +79,16 @@ pub fn final_dump_by_keeper(how: &str) {
     }
 }
 
-/// Writes the final profile (see [`final_dump`]); `always_say`: one line
-/// even without `-d`. Returns where it was written.
-fn write_final(reason: &str, always_say: bool) -> Option<String> {
+/// Writes the final profile (see [`final_dump`]); `by_keeper`: the
+/// keeper's dump, the program's threads gone, with one line even without
+/// `-d`. Returns where it was written.
+fn write_final(reason: &str, by_keeper: bool) -> Option<String> {
     let path = output::path::output_path();
     let debug = crate::base::options::get().debug;
     let rss_before = debug.then(|| crate::process::keeper::facts::read(crate::sys::getpid()));
+    // The dump's memory comes at the process's end, often at its peak: the
+    // lookup tables of the trees that take no more nodes go first.
+    thread::release_lookup_tables(by_keeper);
     let (dumped, saved) = thread::paused(|| {
         let write = || {
             // A file that cannot be created where it was asked for (the
@@ -143,7 +147,7 @@ fn write_final(reason: &str, always_say: bool) -> Option<String> {
                 }
                 None => path,
             };
-            if opts.debug || stats.dropped > 0 || always_say {
+            if opts.debug || stats.dropped > 0 || by_keeper {
                 crate::igprof_log!(
                     "wrote {} at {reason}: {} samples, {} dropped (taken inside the profiler or no memory), {} truncated stacks, {} thread states",
                     path,
