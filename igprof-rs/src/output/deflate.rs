@@ -70,47 +70,119 @@ unsafe extern "C" fn free(p: *mut c_void) {
     }
 }
 
-/// `input` as one gzip member at `level`; None when libdeflate could not
-/// make its compressor (no memory) or the output did not fit its bound.
-pub fn gzip(input: &[u8], level: i32) -> Option<Vec<u8>> {
-    let options = libdeflate_sys::libdeflate_options {
-        sizeof_options: core::mem::size_of::<libdeflate_sys::libdeflate_options>(),
-        malloc_func: Some(alloc),
-        free_func: Some(free),
-    };
-    // SAFETY: `options` is a valid, complete libdeflate_options.
-    let c = unsafe { libdeflate_sys::libdeflate_alloc_compressor_ex(level, &options) };
-    if c.is_null() {
-        return None;
+/// A libdeflate compressor kept for the members of one dump (made again
+/// only when the level changes), with the buffer its output goes into.
+pub struct Gzip {
+    /// The compressor and its level; null before the first member.
+    c: *mut libdeflate_sys::libdeflate_compressor,
+    level: i32,
+    out: Vec<u8>,
+}
+
+impl Default for Gzip {
+    fn default() -> Self {
+        Gzip {
+            c: core::ptr::null_mut(),
+            level: -1,
+            out: Vec::new(),
+        }
     }
-    // SAFETY: c is a live compressor.
-    let bound = unsafe { libdeflate_sys::libdeflate_gzip_compress_bound(c, input.len()) };
-    let mut out: Vec<u8> = Vec::with_capacity(bound);
-    // SAFETY: c is live; `input` is readable for its length and `out` has
-    // `bound` writable bytes; libdeflate writes at most that many.
-    let n = unsafe {
-        libdeflate_sys::libdeflate_gzip_compress(
-            c,
-            input.as_ptr().cast(),
-            input.len(),
-            out.as_mut_ptr().cast(),
-            bound,
-        )
-    };
-    // SAFETY: c came from libdeflate_alloc_compressor_ex and is freed once.
-    unsafe { libdeflate_sys::libdeflate_free_compressor(c) };
-    if n == 0 {
-        return None;
+}
+
+impl Gzip {
+    /// `input` as one gzip member at `level`, valid until the next call;
+    /// None when libdeflate could not make its compressor (no memory) or
+    /// the output did not fit its bound.
+    pub fn member(&mut self, input: &[u8], level: i32) -> Option<&[u8]> {
+        if self.c.is_null() || self.level != level {
+            self.free_compressor();
+            let options = libdeflate_sys::libdeflate_options {
+                sizeof_options: core::mem::size_of::<libdeflate_sys::libdeflate_options>(),
+                malloc_func: Some(alloc),
+                free_func: Some(free),
+            };
+            // SAFETY: `options` is a valid, complete libdeflate_options.
+            self.c = unsafe { libdeflate_sys::libdeflate_alloc_compressor_ex(level, &options) };
+            if self.c.is_null() {
+                return None;
+            }
+            self.level = level;
+        }
+        // SAFETY: c is a live compressor.
+        let bound = unsafe { libdeflate_sys::libdeflate_gzip_compress_bound(self.c, input.len()) };
+        self.out.clear();
+        self.out.reserve(bound);
+        // SAFETY: c is live; `input` is readable for its length and `out`
+        // has `bound` writable bytes; libdeflate writes at most that many.
+        let n = unsafe {
+            libdeflate_sys::libdeflate_gzip_compress(
+                self.c,
+                input.as_ptr().cast(),
+                input.len(),
+                self.out.as_mut_ptr().cast(),
+                bound,
+            )
+        };
+        if n == 0 {
+            return None;
+        }
+        // SAFETY: libdeflate wrote n <= bound initialised bytes.
+        unsafe { self.out.set_len(n) };
+        Some(&self.out)
     }
-    // SAFETY: libdeflate wrote n <= bound initialised bytes.
-    unsafe { out.set_len(n) };
-    Some(out)
+
+    fn free_compressor(&mut self) {
+        if !self.c.is_null() {
+            // SAFETY: c came from libdeflate_alloc_compressor_ex and is
+            // freed once (set to null just after).
+            unsafe { libdeflate_sys::libdeflate_free_compressor(self.c) };
+            self.c = core::ptr::null_mut();
+        }
+    }
+}
+
+impl Drop for Gzip {
+    fn drop(&mut self) {
+        self.free_compressor();
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::io::Read;
+
+    fn gzip(input: &[u8], level: i32) -> Option<Vec<u8>> {
+        Gzip::default().member(input, level).map(<[u8]>::to_vec)
+    }
+
+    /// One compressor for several members, at two levels: each member
+    /// reads back as its own text.
+    #[test]
+    fn one_compressor_serves_every_member() {
+        let mut g = Gzip::default();
+        let texts: Vec<Vec<u8>> = (0..4u32)
+            .map(|k| {
+                (0..30_000u32)
+                    .flat_map(|i| {
+                        format!("C{} FN{}+{:x}\n", i % 40, (i + k) % 977, i * 7).into_bytes()
+                    })
+                    .collect()
+            })
+            .collect();
+        for (k, text) in texts.iter().enumerate() {
+            let input = if k == 2 { &text[..1000] } else { &text[..] };
+            let z = g
+                .member(input, level_for(input.len()))
+                .expect("compressed")
+                .to_vec();
+            let mut back = Vec::new();
+            flate2::read::GzDecoder::new(&z[..])
+                .read_to_end(&mut back)
+                .unwrap();
+            assert_eq!(back, input, "member {k}");
+        }
+    }
 
     #[test]
     fn gzip_round_trips_through_flate2() {

@@ -1,5 +1,5 @@
 //! The profile's file: created beside its final name and renamed into place
-//! (safefs), gzipped by libdeflate a member of 1 MiB of text at a time,
+//! (safefs), gzipped by libdeflate a member of 256 KiB of text at a time,
 //! under the file-size limit's guard.
 //!
 //! Owns the output's creation ([`create_output`]), the gzip writer and the
@@ -73,7 +73,9 @@ pub(super) fn write_file<T: ProfileTree>(
 /// MultiGzDecoder, Python's gzip). Deflate looks back 32 KiB only, so
 /// members of this size compress as well as one; the dump's memory for
 /// its text stays this size, not the profile's (12 MB for a compiler's).
-pub(super) const MEMBER: usize = 1 << 20;
+/// The dump comes at the end of a process, often at its peak memory:
+/// members of 1 MiB held 1.8 MiB of text and output at once.
+pub(super) const MEMBER: usize = 256 << 10;
 
 /// Bytes of text expected per call-tree node (a small cc1's profile: 31 a
 /// node), to size a small profile's buffer at once.
@@ -88,6 +90,8 @@ pub(super) struct GzipWriter<'f> {
     pub(super) text: Vec<u8>,
     /// Text per member.
     pub(super) member: usize,
+    /// The compressor, kept from member to member.
+    pub(super) gzip: deflate::Gzip,
     pub(super) stream: Option<flate2::write::GzEncoder<&'f std::fs::File>>,
 }
 
@@ -98,6 +102,7 @@ impl<'f> GzipWriter<'f> {
             file,
             text: Vec::with_capacity(expected.min(member)),
             member,
+            gzip: deflate::Gzip::default(),
             stream: None,
         }
     }
@@ -108,9 +113,10 @@ impl<'f> GzipWriter<'f> {
             return Ok(());
         }
         if self.stream.is_none() {
-            if let Some(z) = deflate::gzip(&self.text, deflate::level_for(self.text.len())) {
+            let level = deflate::level_for(self.text.len());
+            if let Some(z) = self.gzip.member(&self.text, level) {
                 let mut f = self.file;
-                f.write_all(&z)?;
+                f.write_all(z)?;
                 self.text.clear();
                 return Ok(());
             }

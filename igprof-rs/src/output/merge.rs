@@ -62,6 +62,38 @@ pub(super) struct MNode {
     pub(super) next_sibling: u32,
 }
 
+/// One live resource at a dump: the node that acquired it (a thread
+/// tree's node address, or a merged node's id), its counter slot, its
+/// address and size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Leak {
+    pub(super) node: usize,
+    pub(super) slot: usize,
+    pub(super) addr: u64,
+    pub(super) size: u64,
+}
+
+/// The live resources of a dump in one vector sorted by (node, slot,
+/// address), so that a node's are one slice: 32 bytes a resource, where a
+/// map of vectors cost a compiler's dump (29,000 live blocks) 2.6 MB of
+/// peak memory.
+#[derive(Default)]
+pub(super) struct Leaks(Vec<Leak>);
+
+impl Leaks {
+    pub(super) fn new(mut all: Vec<Leak>) -> Self {
+        all.sort_unstable_by_key(|l| (l.node, l.slot, l.addr));
+        Leaks(all)
+    }
+
+    /// The resources of counter `slot` at `node` (empty when none).
+    pub(super) fn of(&self, node: usize, slot: usize) -> &[Leak] {
+        let lo = self.0.partition_point(|l| (l.node, l.slot) < (node, slot));
+        let n = self.0[lo..].partition_point(|l| (l.node, l.slot) == (node, slot));
+        &self.0[lo..lo + n]
+    }
+}
+
 /// All threads' trees merged by path of addresses.
 pub(super) struct Merged {
     pub(super) nodes: Vec<MNode>,
@@ -78,8 +110,8 @@ pub(super) struct Merged {
     /// those: a table of every node's origin cost a compiler's dump more
     /// than its merge (the vector's growth, its sort, its page faults).
     pub(super) origin: HashMap<usize, u32>,
-    /// (merged node, counter slot) -> leaked (address, size).
-    pub(super) leaks: HashMap<(u32, usize), Vec<(u64, u64)>>,
+    /// The live resources, keyed by merged node.
+    pub(super) leaks: Leaks,
     /// Names of synthetic top-level functions (address SYNTHETIC_BASE + i).
     pub(super) synthetic: Vec<&'static str>,
     /// The modules' readers of counters stored in another form.
@@ -95,7 +127,7 @@ impl Merged {
             index: HashMap::default(),
             nslots,
             origin: HashMap::default(),
-            leaks: HashMap::default(),
+            leaks: Leaks::default(),
             synthetic: Vec::new(),
             stored_forms: Vec::new(),
         };

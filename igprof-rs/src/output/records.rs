@@ -128,10 +128,8 @@ pub(super) fn write_profile<S: Sink, T: ProfileTree>(
                 }
             };
             w.counter(cref, t, v, p)?;
-            if let Some(l) = m.leaks(id, s) {
-                for &(addr, size) in l {
-                    w.leak(addr, size)?;
-                }
+            for l in m.leaks(id, s) {
+                w.leak(l.addr, l.size)?;
             }
         }
         w.end_node()?;

@@ -9,7 +9,7 @@
 //! order children differently from [`Merged`] (the same profile, byte for
 //! byte, whichever is used).
 
-use super::merge::{HashMap, Merged, SYNTHETIC_BASE};
+use super::merge::{HashMap, Leak, Leaks, Merged, SYNTHETIC_BASE};
 use crate::base::tree::{Node, ALLOCATOR_MMAP, TRUNCATED};
 
 /// A node of the profile's tree (its root: [`ProfileTree::ROOT`]).
@@ -24,8 +24,8 @@ pub(super) trait ProfileTree {
     fn addr(&self, id: Self::Id) -> usize;
     /// `id`'s counters into `out` (nslots of them); false when all are zero.
     fn values(&self, id: Self::Id, out: &mut [(u64, u64, u64)]) -> bool;
-    /// The live resources (address, size) of counter `slot` at `id`.
-    fn leaks(&self, id: Self::Id, slot: usize) -> Option<&[(u64, u64)]>;
+    /// The live resources of counter `slot` at `id`.
+    fn leaks(&self, id: Self::Id, slot: usize) -> &[Leak];
     /// Names of the synthetic top-level functions (address SYNTHETIC_BASE + i).
     fn synthetic(&self) -> &[&'static str];
     /// Nodes besides the root.
@@ -77,11 +77,8 @@ impl ProfileTree for Merged {
         }
     }
 
-    fn leaks(&self, id: u32, slot: usize) -> Option<&[(u64, u64)]> {
-        if self.leaks.is_empty() {
-            return None;
-        }
-        self.leaks.get(&(id, slot)).map(Vec::as_slice)
+    fn leaks(&self, id: u32, slot: usize) -> &[Leak] {
+        self.leaks.of(id as usize, slot)
     }
 
     fn synthetic(&self) -> &[&'static str] {
@@ -112,8 +109,8 @@ pub(super) struct Single<'t> {
     pub(super) nodes: usize,
     /// Counters stored in another form (the modules' readers).
     pub(super) stored_forms: Vec<crate::modules::DumpValueFn>,
-    /// (tree node, counter slot) -> live (address, size).
-    pub(super) leaks: HashMap<(usize, usize), Vec<(u64, u64)>>,
+    /// The live resources, keyed by tree node address.
+    pub(super) leaks: Leaks,
     /// The synthetic functions (children of its root only).
     pub(super) extra: Merged,
 }
@@ -175,13 +172,10 @@ impl<'t> ProfileTree for Single<'t> {
         }
     }
 
-    fn leaks(&self, id: SingleId<'t>, slot: usize) -> Option<&[(u64, u64)]> {
+    fn leaks(&self, id: SingleId<'t>, slot: usize) -> &[Leak] {
         match id {
-            SingleId::Tree(n) if !self.leaks.is_empty() => self
-                .leaks
-                .get(&(n as *const Node as usize, slot))
-                .map(Vec::as_slice),
-            _ => None,
+            SingleId::Tree(n) => self.leaks.of(n as *const Node as usize, slot),
+            SingleId::Extra(_) => &[],
         }
     }
 
