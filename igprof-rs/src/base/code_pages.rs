@@ -89,7 +89,7 @@ unsafe extern "C" fn find(
     let page = (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize;
     for ph in phdrs {
         if ph.p_type == libc::PT_DYNAMIC {
-            f.refused |= has_text_relocations(base + ph.p_vaddr as usize);
+            f.refused |= super::resident::has_text_relocations(base + ph.p_vaddr as usize);
         }
         if ph.p_type != libc::PT_LOAD || ph.p_flags & libc::PF_W != 0 || f.n == f.segments.len() {
             continue;
@@ -103,31 +103,4 @@ unsafe extern "C" fn find(
         }
     }
     1
-}
-
-/// Whether the dynamic section at `dynamic` asks for text relocations
-/// (DT_TEXTREL, or DF_TEXTREL in DT_FLAGS).
-fn has_text_relocations(dynamic: usize) -> bool {
-    const DT_TEXTREL: i64 = 22;
-    const DT_FLAGS: i64 = 30;
-    const DF_TEXTREL: u64 = 4;
-    /// An entry of the dynamic section (Elf64_Dyn).
-    #[repr(C)]
-    struct Dyn {
-        d_tag: i64,
-        d_un: u64,
-    }
-    let mut d = dynamic as *const Dyn;
-    loop {
-        // SAFETY: the loaded object's dynamic section, ended by DT_NULL.
-        let e = unsafe { &*d };
-        match e.d_tag {
-            0 => return false,
-            DT_TEXTREL => return true,
-            DT_FLAGS if e.d_un & DF_TEXTREL != 0 => return true,
-            _ => {}
-        }
-        // SAFETY: not yet at DT_NULL, so the next entry exists.
-        d = unsafe { d.add(1) };
-    }
 }

@@ -20,6 +20,7 @@ pub mod mem_calls;
 #[cfg(panic = "abort")]
 mod nounwind;
 pub mod options;
+pub mod resident;
 pub mod run;
 pub mod solo;
 pub mod thread;

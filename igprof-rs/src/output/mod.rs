@@ -287,6 +287,12 @@ fn write_tree<T: ProfileTree>(
     let names = crate::output::names::name_all(&addrs, exe);
     stats.naming_ns = crate::sys::thread_cpu_ns() - named_at;
     if crate::base::options::get().debug {
+        if names.given_back > 0 {
+            crate::igprof_log!(
+                "dump: {} KiB of the symbol tables read to name addresses given back",
+                names.given_back >> 10
+            );
+        }
         for (file, e) in &names.symtab_errors {
             crate::igprof_log!(
                 "dump: no names from the .symtab of {}: {e}",

@@ -72,6 +72,9 @@ pub struct Names {
     named: HashMap<usize, (u32, Option<(Symbol, Source)>)>,
     /// Objects whose `.symtab` could not be used, and why (for `-d`).
     pub symtab_errors: Vec<(Vec<u8>, SymtabError)>,
+    /// Bytes of the objects' symbol tables that the naming faulted in and
+    /// gave back (`base::resident`).
+    pub given_back: usize,
 }
 
 impl Names {
@@ -112,6 +115,8 @@ pub fn name_all(addrs: &[usize], exe: &[u8]) -> Names {
         main_path: main_program_path(exe),
         seen: 0,
         page: page_size(),
+        pagemap: crate::base::resident::Pagemap::open(),
+        given_back: 0,
     };
     // SAFETY: `collect` matches dl_iterate_phdr's callback type and `pass`
     // outlives the call; the callback only reads the objects it is given.
@@ -121,12 +126,14 @@ pub fn name_all(addrs: &[usize], exe: &[u8]) -> Names {
         mut syms,
         objects,
         files,
+        given_back,
         ..
     } = pass;
     let mut names = Names {
         objects: Vec::with_capacity(objects.len()),
         named: HashMap::with_capacity_and_hasher(sorted.len(), Default::default()),
         symtab_errors: Vec::new(),
+        given_back,
     };
     // Addresses dladdr leaves unnamed, from the files' .symtab.
     for f in files {
@@ -181,6 +188,9 @@ struct Pass<'a> {
     /// Objects visited so far.
     seen: usize,
     page: usize,
+    /// To give back the symbol-table pages the pass faulted in.
+    pagemap: Option<crate::base::resident::Pagemap>,
+    given_back: usize,
 }
 
 /// What is needed to read an object's `.symtab` after the pass: its load
@@ -286,7 +296,15 @@ extern "C" fn collect(info: *mut libc::dl_phdr_info, _size: usize, data: *mut li
     let me = pass.objects.len();
     pass.objects.push(Object { base, path });
     let wanted: Vec<usize> = mine.iter().map(|&i| pass.addrs[i]).collect();
+    // The dump often comes at the process's peak memory: the pages of the
+    // symbol tables read here (2.4 MB for cc1plus) go again afterwards.
+    let fresh = pass.pagemap.as_ref().and_then(|m| {
+        crate::base::resident::Fresh::before(m, image.bias, image.phdrs(), pass.page)
+    });
     let found = dynsym_names(&image, &wanted);
+    if let Some(f) = fresh {
+        pass.given_back += f.give_back();
+    }
     let found = found
         .into_iter()
         .map(|s| s.map(|(addr, name)| Symbol { addr, name }));

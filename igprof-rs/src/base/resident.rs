@@ -1,0 +1,228 @@
+//! Pages of loaded objects' read-only segments that a step of the profiler
+//! faulted in itself, given back when the step is over.
+//!
+//! The dump names addresses by reading each object's dynamic symbol table
+//! in memory (`output/names.rs`). A program that exports its symbols
+//! (cc1plus: 2.4 MB of `.gnu.hash`, `.dynsym` and `.dynstr`) has those
+//! pages mapped into the process by the reading, and as the final dump
+//! comes at the end of the run, where a compiler's memory is highest, they
+//! land on its peak RSS. [`Fresh`] notes which pages of an object's
+//! read-only, non-executable segments are present before such a step
+//! (`/proc/self/pagemap`), and [`Fresh::give_back`] unmaps those present
+//! after it that were not before (`MADV_DONTNEED`): the page cache keeps
+//! them, and the program's own pages stay as they were.
+//!
+//! Owns: reading the present bits, and which segments may be given back:
+//! not writable, not executable, whole pages, in an object without text
+//! relocations (see [`has_text_relocations`], shared with `code_pages`).
+//!
+//! Must never: drop a page that was present before the step, or a page of
+//! a writable or text-relocated segment (a private copy: dropped, it would
+//! read the file's bytes again); run in a signal handler (it allocates).
+
+use std::os::unix::fs::FileExt;
+
+/// `/proc/self/pagemap`, opened once for a series of steps.
+pub struct Pagemap(std::fs::File);
+
+impl Pagemap {
+    /// None where the kernel refuses it (then nothing is given back).
+    pub fn open() -> Option<Pagemap> {
+        std::fs::File::open("/proc/self/pagemap").ok().map(Pagemap)
+    }
+
+    /// Whether each page of `start..end` (page-aligned) is present in the
+    /// process; None when it cannot be read.
+    fn present(&self, start: usize, end: usize, page: usize) -> Option<Vec<bool>> {
+        let n = (end - start) / page;
+        let mut raw = vec![0u8; n * 8];
+        self.0
+            .read_exact_at(&mut raw, (start / page * 8) as u64)
+            .ok()?;
+        // Bit 63 of an entry: the page is present.
+        Some(raw.chunks_exact(8).map(|e| e[7] & 0x80 != 0).collect())
+    }
+}
+
+/// The present pages of some read-only ranges before a step (see the
+/// module docs).
+pub struct Fresh<'p> {
+    map: &'p Pagemap,
+    page: usize,
+    /// (start, end, present before) of each range.
+    ranges: Vec<(usize, usize, Vec<bool>)>,
+}
+
+impl<'p> Fresh<'p> {
+    /// Notes the present pages of the read-only, non-executable PT_LOAD
+    /// segments of the object whose program headers are `phdrs`, loaded at
+    /// `bias`. None where none may be given back.
+    pub fn before(
+        map: &'p Pagemap,
+        bias: usize,
+        phdrs: &[libc::Elf64_Phdr],
+        page: usize,
+    ) -> Option<Fresh<'p>> {
+        if phdrs.iter().any(|ph| {
+            ph.p_type == libc::PT_DYNAMIC && has_text_relocations(bias + ph.p_vaddr as usize)
+        }) {
+            return None;
+        }
+        let ranges: Vec<(usize, usize)> = phdrs
+            .iter()
+            .filter(|ph| ph.p_type == libc::PT_LOAD && ph.p_flags & (libc::PF_W | libc::PF_X) == 0)
+            .filter_map(|ph| {
+                // Whole pages only: a page shared with another segment stays.
+                let start = (bias + ph.p_vaddr as usize).next_multiple_of(page);
+                let end = (bias + (ph.p_vaddr + ph.p_filesz) as usize) & !(page - 1);
+                (start < end).then_some((start, end))
+            })
+            .collect();
+        Self::of_ranges(map, &ranges, page)
+    }
+
+    /// Notes the present pages of `ranges` (page-aligned, read-only
+    /// mappings of files).
+    pub fn of_ranges(
+        map: &'p Pagemap,
+        ranges: &[(usize, usize)],
+        page: usize,
+    ) -> Option<Fresh<'p>> {
+        let ranges: Vec<_> = ranges
+            .iter()
+            .filter_map(|&(s, e)| Some((s, e, map.present(s, e, page)?)))
+            .collect();
+        (!ranges.is_empty()).then_some(Fresh { map, page, ranges })
+    }
+
+    /// Unmaps the pages of the ranges present now that were not before;
+    /// returns their bytes.
+    pub fn give_back(self) -> usize {
+        let _e = crate::sys::ErrnoGuard::save();
+        let mut bytes = 0;
+        for (start, end, before) in &self.ranges {
+            let Some(now) = self.map.present(*start, *end, self.page) else {
+                continue;
+            };
+            let mut i = 0;
+            while i < now.len() {
+                if !now[i] || before[i] {
+                    i += 1;
+                    continue;
+                }
+                let run = now[i..]
+                    .iter()
+                    .zip(&before[i..])
+                    .take_while(|(n, b)| **n && !**b)
+                    .count();
+                let at = start + i * self.page;
+                // SAFETY: whole pages of a read-only, non-executable file
+                // mapping without text relocations (checked in `before`),
+                // which this process faulted in since: dropping them loses
+                // nothing, and they read back from the file.
+                let r = unsafe {
+                    libc::syscall(libc::SYS_madvise, at, run * self.page, libc::MADV_DONTNEED)
+                };
+                if r == 0 {
+                    bytes += run * self.page;
+                }
+                i += run;
+            }
+        }
+        bytes
+    }
+}
+
+/// Whether the dynamic section at `dynamic` asks for text relocations
+/// (DT_TEXTREL, or DF_TEXTREL in DT_FLAGS): the object's read-only
+/// segments are then private copies, written by the loader.
+pub(crate) fn has_text_relocations(dynamic: usize) -> bool {
+    const DT_TEXTREL: i64 = 22;
+    const DT_FLAGS: i64 = 30;
+    const DF_TEXTREL: u64 = 4;
+    /// An entry of the dynamic section (Elf64_Dyn).
+    #[repr(C)]
+    struct Dyn {
+        d_tag: i64,
+        d_un: u64,
+    }
+    let mut d = dynamic as *const Dyn;
+    loop {
+        // SAFETY: a loaded object's dynamic section, ended by DT_NULL.
+        let e = unsafe { &*d };
+        match e.d_tag {
+            0 => return false,
+            DT_TEXTREL => return true,
+            DT_FLAGS if e.d_un & DF_TEXTREL != 0 => return true,
+            _ => {}
+        }
+        // SAFETY: not yet at DT_NULL, so the next entry exists.
+        d = unsafe { d.add(1) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::unix::io::AsRawFd;
+
+    /// A file mapped read-only: a page present before the step stays, the
+    /// pages the step faulted in go, and the mapping still reads the file.
+    #[test]
+    fn only_the_pages_a_step_faulted_in_are_given_back() {
+        let page = 4096;
+        let dir = std::env::temp_dir().join(format!("igprof-resident-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("data");
+        let mut f = std::fs::File::create(&path).unwrap();
+        // The kernel maps up to 16 cached pages around a fault (64 KiB
+        // windows): the step reads pages of windows the test left alone.
+        const N: usize = 64;
+        let bytes: Vec<u8> = (0..N * page).map(|i| (i / page) as u8 + 1).collect();
+        f.write_all(&bytes).unwrap();
+        drop(f);
+        let f = std::fs::File::open(&path).unwrap();
+        // SAFETY: a fresh read-only private mapping of our own file.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                N * page,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                f.as_raw_fd(),
+                0,
+            )
+        } as usize;
+        assert_ne!(p as *mut libc::c_void, libc::MAP_FAILED);
+        let read = |i: usize| unsafe { core::ptr::read_volatile((p + i * page) as *const u8) };
+        let map = Pagemap::open().expect("pagemap");
+        assert_eq!(read(0), 1);
+        let present = |i| map.present(p + i * page, p + (i + 1) * page, page).unwrap()[0];
+        if !present(0) {
+            // qemu-user: the pagemap is the emulator's, not the guest's.
+            eprintln!("no present bits in this process's pagemap: not run");
+            return;
+        }
+        let fresh = Fresh::of_ranges(&map, &[(p, p + N * page)], page).unwrap();
+        let touched = [16usize, 33, 50];
+        for &i in &touched {
+            assert_eq!(read(i), i as u8 + 1);
+        }
+        let given = fresh.give_back();
+        assert!(present(0), "present before the step: kept");
+        for &i in &touched {
+            assert!(!present(i), "page {i} faulted in by the step: given back");
+        }
+        // Whatever was mapped around them went too, and nothing else: at
+        // least the three pages, at most all but page 0.
+        assert!(given >= 3 * page && given < N * page, "{given}");
+        // The mapping reads the file as before.
+        for i in 0..N {
+            assert_eq!(read(i), i as u8 + 1);
+        }
+        // SAFETY: our mapping, unused from here on.
+        unsafe { libc::munmap(p as *mut libc::c_void, N * page) };
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
