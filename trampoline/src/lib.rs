@@ -68,6 +68,7 @@ pub mod x86_64;
 pub use arch::Plan;
 pub use error::{HookError, LookupError, Reason};
 pub use hook::{Hook, Prepared, Probe};
+pub use nearmem::page_size;
 pub use symbols::{
     data_symbols, defined, defined_at, find_function, find_function_versioned, loaded_objects,
     DataSymbols, Symbol,

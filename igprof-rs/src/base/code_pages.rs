@@ -85,8 +85,7 @@ unsafe extern "C" fn find(
         return 0;
     }
     f.found = true;
-    // SAFETY: sysconf has no preconditions.
-    let page = (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize;
+    let page = crate::sys::page_size();
     for ph in phdrs {
         if ph.p_type == libc::PT_DYNAMIC {
             f.refused |= super::resident::has_text_relocations(base + ph.p_vaddr as usize);

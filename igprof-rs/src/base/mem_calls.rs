@@ -34,10 +34,9 @@ static STRLEN: AtomicUsize = AtomicUsize::new(0);
 /// runtime before the library, never after (a `dlopen` of libc's handle
 /// would allocate with the program's `malloc`, and in a process attached
 /// to, wait on an arena lock a stopped thread may hold). Sends the
-/// library's calls there. Start-up, before any other thread of ours;
-/// returns how many were found.
-pub fn bind_to_libc() -> usize {
-    let mut found = 0;
+/// library's calls there (a function not found keeps its fallback loop).
+/// Start-up, before any other thread of ours.
+pub fn bind_to_libc() {
     for (name, slot) in [
         (c"memcpy", &MEMCPY),
         (c"memmove", &MEMMOVE),
@@ -51,10 +50,8 @@ pub fn bind_to_libc() -> usize {
         let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
         if p != 0 {
             slot.store(p, Ordering::Release);
-            found += 1;
         }
     }
-    found
 }
 
 // Only in the release library: a test or benchmark executable built from

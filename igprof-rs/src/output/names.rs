@@ -114,7 +114,7 @@ pub fn name_all(addrs: &[usize], exe: &[u8]) -> Names {
         files: Vec::new(),
         main_path: main_program_path(exe),
         seen: 0,
-        page: page_size(),
+        page: crate::sys::page_size(),
         pagemap: crate::base::resident::Pagemap::open(),
         given_back: 0,
     };
@@ -204,16 +204,6 @@ struct FileCheck {
     notes: Vec<(u64, Vec<u8>)>,
     /// Indexes into the pass's addresses.
     addrs: Vec<usize>,
-}
-
-fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 {
-        p as usize
-    } else {
-        4096
-    }
 }
 
 /// The main program's path as the profile has always written it: the

@@ -89,12 +89,17 @@ pub fn populate_write(p: *mut u8, len: usize) {
 /// The whole pages inside `p..p+len`: their start and length (None if
 /// there is none).
 fn whole_pages(p: *mut u8, len: usize) -> Option<(usize, usize)> {
-    let page = 4096;
+    let page = page_size();
     let (start, end) = (
         (p as usize).next_multiple_of(page),
         (p as usize + len) & !(page - 1),
     );
     (start < end).then_some((start, end - start))
+}
+
+/// The size of a page of this machine (4 KiB where sysconf has no answer).
+pub fn page_size() -> usize {
+    trampoline::page_size() as usize
 }
 
 /// Gives the whole pages of `p..p+len` back to the kernel

@@ -82,8 +82,7 @@ impl StackBounds {
         // SAFETY: a pointer-sized variable of the loader, written once
         // before any constructor runs.
         let at = unsafe { __libc_stack_end } as usize;
-        // SAFETY: sysconf has no preconditions.
-        let page = (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize;
+        let page = crate::sys::page_size();
         let top = (at & !(page - 1)) + page;
         let maps = trampoline::maps::read_self().ok()?;
         let i = maps

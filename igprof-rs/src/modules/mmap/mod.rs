@@ -77,11 +77,7 @@ fn start() -> Result<(), StartError> {
         counters::slot(CounterId::MmapLive).unwrap_or(NONE),
         Ordering::Relaxed,
     );
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if page > 0 {
-        PAGE.store(page as usize, Ordering::Relaxed);
-    }
+    PAGE.store(crate::sys::page_size(), Ordering::Relaxed);
     LIVE.init()
         .map_err(|_| StartError::refused("no memory for the table of live mappings"))?;
     allocator::init();

@@ -22,16 +22,9 @@ static HZ: AtomicU64 = AtomicU64::new(100);
 
 /// Start-up, in the program (libc may be used there).
 pub fn set_units() {
+    PAGE.store(crate::sys::page_size() as u64, Ordering::Relaxed);
     // SAFETY: sysconf has no preconditions.
-    let (page, hz) = unsafe {
-        (
-            libc::sysconf(libc::_SC_PAGESIZE),
-            libc::sysconf(libc::_SC_CLK_TCK),
-        )
-    };
-    if page > 0 {
-        PAGE.store(page as u64, Ordering::Relaxed);
-    }
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     if hz > 0 {
         HZ.store(hz as u64, Ordering::Relaxed);
     }
