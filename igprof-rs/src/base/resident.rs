@@ -176,10 +176,11 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("data");
         let mut f = std::fs::File::create(&path).unwrap();
-        // The kernel maps up to 16 cached pages around a fault (64 KiB
-        // windows): the step reads pages of windows the test left alone.
-        const N: usize = 64;
-        let bytes: Vec<u8> = (0..N * page).map(|i| (i / page) as u8 + 1).collect();
+        // A fault maps the cached pages around it (a 64 KiB window, or a
+        // whole large folio of the page cache): the step reads pages that
+        // are not mapped yet, wherever they are.
+        const N: usize = 256;
+        let bytes: Vec<u8> = (0..N * page).map(|i| (i / page % 251) as u8 + 1).collect();
         f.write_all(&bytes).unwrap();
         drop(f);
         let f = std::fs::File::open(&path).unwrap();
@@ -205,9 +206,18 @@ mod tests {
             return;
         }
         let fresh = Fresh::of_ranges(&map, &[(p, p + N * page)], page).unwrap();
-        let touched = [16usize, 33, 50];
-        for &i in &touched {
-            assert_eq!(read(i), i as u8 + 1);
+        // Up to three pages not mapped before, each read after the last
+        // (a read may map its neighbours).
+        let mut touched = Vec::new();
+        for i in 1..N {
+            if touched.len() < 3 && !present(i) {
+                assert_eq!(read(i), (i % 251) as u8 + 1);
+                touched.push(i);
+            }
+        }
+        if touched.is_empty() {
+            eprintln!("every page was mapped by the first read: not run");
+            return;
         }
         let given = fresh.give_back();
         assert!(present(0), "present before the step: kept");
@@ -215,11 +225,11 @@ mod tests {
             assert!(!present(i), "page {i} faulted in by the step: given back");
         }
         // Whatever was mapped around them went too, and nothing else: at
-        // least the three pages, at most all but page 0.
-        assert!(given >= 3 * page && given < N * page, "{given}");
+        // least the pages read, at most all but page 0.
+        assert!(given >= touched.len() * page && given < N * page, "{given}");
         // The mapping reads the file as before.
         for i in 0..N {
-            assert_eq!(read(i), i as u8 + 1);
+            assert_eq!(read(i), (i % 251) as u8 + 1);
         }
         // SAFETY: our mapping, unused from here on.
         unsafe { libc::munmap(p as *mut libc::c_void, N * page) };

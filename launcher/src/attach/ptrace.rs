@@ -253,7 +253,11 @@ impl Stopped {
             let mut asked = Vec::with_capacity(new.len());
             for tid in new {
                 if let Err(e) = request(libc::PTRACE_SEIZE, tid, 0, 0) {
-                    if e == libc::ESRCH && tid != pid {
+                    // A thread that ended meanwhile: gone (ESRCH), or
+                    // ending, which ptrace refuses with EPERM once its
+                    // exit state is set (a server's request thread, seen
+                    // 1 in 20 attaches under load).
+                    if tid != pid && (e == libc::ESRCH || (e == libc::EPERM && zombie(tid))) {
                         continue;
                     }
                     s.release();
@@ -854,8 +858,10 @@ fn sample_queued(pid: i32, tid: i32) -> bool {
     signal_set(&s, "SigPnd:") & !signal_set(&s, "SigBlk:") & ours != 0
 }
 
+/// Whether thread `tid` has ended: gone, a zombie, or dead and not yet
+/// released.
 fn zombie(tid: i32) -> bool {
-    task_state(tid).is_none_or(|c| c == 'Z')
+    task_state(tid).is_none_or(|c| c == 'Z' || c == 'X')
 }
 
 /// Writes `bytes` at `addr` in process `pid` (its writable memory).
