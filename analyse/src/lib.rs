@@ -150,6 +150,11 @@ pub enum Warning {
     /// missing or not used: the names stay what the objects (or the
     /// profile) give.
     Symbols(String),
+    /// The newest dump of a process among the inputs is a snapshot it
+    /// wrote while it ran, not its final profile (which replaces it under
+    /// the same name): where there is none, the process died before
+    /// writing it, or still runs.
+    Snapshot { file: String, why: String },
 }
 
 impl std::fmt::Display for Warning {
@@ -165,6 +170,11 @@ impl std::fmt::Display for Warning {
                 "no counter values in the profile data: nothing was recorded"
             ),
             Warning::Symbols(m) => write!(f, "{m}"),
+            Warning::Snapshot { file, why } => write!(
+                f,
+                "{file} is a snapshot written while the process ran ({why}), not its final profile: \
+                 where the process wrote none, it died first (SIGKILL, the OOM killer) or still runs"
+            ),
             Warning::Skipped { file, reason, line } => {
                 write!(f, "skipping {file}: {reason}")?;
                 match line {
@@ -398,6 +408,9 @@ pub fn run(cfg: &Config, out: &mut dyn Write, warn: &mut dyn FnMut(Warning)) -> 
     prof.finish_reading();
     for w in resolver.take_warnings() {
         warn(Warning::Symbols(w));
+    }
+    for (file, why) in std::mem::take(&mut prof.snapshots) {
+        warn(Warning::Snapshot { file, why });
     }
     // A counter without values gives IgProf's empty report: the same
     // headings, no rows (every count is zero).

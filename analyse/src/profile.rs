@@ -175,6 +175,9 @@ pub struct Profile {
     pub counters_seen: Vec<String>,
     /// Seconds per tick from the last dump read (IgProf keeps a float).
     pub tick_period: f32,
+    /// The dumps read that are snapshots, not final profiles (file, why:
+    /// `igprof_format::notes::snapshot`), for the caller to report.
+    pub snapshots: Vec<(String, String)>,
     /// The tree while reading (see [`ReadIndex`]); None between readings.
     reading: Option<ReadIndex>,
 }
@@ -392,6 +395,7 @@ impl Profile {
             key,
             counters_seen: Vec::new(),
             tick_period: 0.01,
+            snapshots: Vec::new(),
             reading: None,
         }
     }
@@ -457,6 +461,9 @@ impl Profile {
         let reader = Reader::new(input, name)?;
         let header = reader.header();
         self.tick_period = header.tick_period as f32;
+        if let Some(why) = igprof_format::notes::snapshot(&header.program).filter(|_| !negate) {
+            self.snapshots.push((name.to_string(), why.to_string()));
+        }
         use igprof_format::notes::{time, DUMPED, STARTED};
         let dir = std::path::Path::new(name)
             .parent()

@@ -83,6 +83,28 @@ pub fn time(program: &str, label: &str) -> Option<Duration> {
     })
 }
 
+/// The label of the note a snapshot carries: a dump the process wrote
+/// while it ran (near its memory limit, on request, periodically), not its
+/// final profile. The final profile, written under the same name, has
+/// none: a file that still carries it is from a process that died before
+/// writing its final profile, or still runs.
+pub const SNAPSHOT: &str = "snapshot";
+
+/// The snapshot note, saying why it was written (the characters a note
+/// may not hold are replaced by spaces).
+pub fn snapshot_note(why: &str) -> String {
+    format!("{SNAPSHOT} {}", why.replace([')', '[', ']', ';'], " "))
+}
+
+/// Why the dump whose program name is `program` is a snapshot; None for a
+/// final profile.
+pub fn snapshot(program: &str) -> Option<&str> {
+    split(program)
+        .1
+        .into_iter()
+        .find_map(|n| n.strip_prefix(SNAPSHOT)?.strip_prefix(' '))
+}
+
 /// The label of the timeline note.
 pub const TIMELINE: &str = "timeline";
 
@@ -209,6 +231,27 @@ mod tests {
             Some(Duration::from_secs(12))
         );
         assert_eq!(time("./a [startedx 12.5]", STARTED), None);
+    }
+
+    #[test]
+    fn a_snapshot_says_why_and_a_final_profile_does_not() {
+        let why = "at 90.1 MiB of the cgroup's 96.0 MiB memory limit; [x] (y)";
+        let n = String::from_utf8(join(
+            b"./a",
+            &[
+                snapshot_note(why),
+                time_note(DUMPED, Duration::from_secs(5)),
+            ],
+        ))
+        .unwrap();
+        assert_eq!(
+            snapshot(&n),
+            Some("at 90.1 MiB of the cgroup's 96.0 MiB memory limit   x  (y ")
+        );
+        assert_eq!(time(&n, DUMPED), Some(Duration::from_secs(5)));
+        assert_eq!(snapshot("./a [dumped 5.0]"), None);
+        assert_eq!(snapshot("./a [snapshots 1]"), None);
+        assert_eq!(snapshot("./a"), None);
     }
 
     #[test]

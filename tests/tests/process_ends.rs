@@ -255,6 +255,29 @@ fn a_process_the_oom_killer_ends_leaves_the_snapshot_taken_near_its_limit() {
         bytes * 10 >= total_value(&prof, "MEM_LIVE") * 9,
         "grow_alloc on top"
     );
+    // The profile says it is a snapshot, and why; so does the analyser,
+    // whose report is the snapshot's.
+    assert!(
+        prof.notes.iter().any(|n| n.starts_with("snapshot at ")
+            && n.contains("of its cgroup's 96.0 MiB memory limit")),
+        "{:?}",
+        prof.notes
+    );
+    let a = Command::new(analyser())
+        .args(["-r", "MEM_LIVE"])
+        .arg(&p[0])
+        .output()
+        .unwrap();
+    let aerr = String::from_utf8_lossy(&a.stderr);
+    assert!(a.status.success(), "{aerr}");
+    assert!(
+        aerr.lines()
+            .any(|l| l.starts_with("igprof-analyse: warning: ")
+                && l.contains("is a snapshot written while the process ran (at ")
+                && l.contains("not its final profile")),
+        "{aerr}"
+    );
+    assert!(String::from_utf8_lossy(&a.stdout).contains("grow_alloc"));
 }
 
 /// Memory pressure: a program that reads a file of 256 MiB over and over
@@ -308,6 +331,12 @@ fn memory_pressure_asks_for_one_snapshot() {
     );
     let prof = parse_strict(&read_text(&d.join("prof.gz"))).unwrap();
     assert_eq!(under(&prof, "MEM_LIVE", "keep_block"), (1, 1 << 20));
+    // The final profile replaced the snapshot, and is no snapshot.
+    assert!(
+        !prof.notes.iter().any(|n| n.starts_with("snapshot")),
+        "{:?}",
+        prof.notes
+    );
 }
 
 /// The sum of a counter's values over every node.

@@ -93,14 +93,44 @@ pub struct DumpStats {
 const DUMP_MEMORY_BASE: usize = 12 << 20;
 const DUMP_MEMORY_PER_NODE: usize = 512;
 
+/// Why the dump being written is a snapshot (its header's note:
+/// `igprof_format::notes::SNAPSHOT`); None while a final profile or a dump
+/// asked for by the program is written. Set and read with `try_lock` only:
+/// the keeper's dump may follow a snapshot its program died writing.
+static SNAPSHOT_WHY: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// The note of the dump being written, if it is a snapshot.
+pub(super) fn snapshot_why() -> Option<String> {
+    SNAPSHOT_WHY.try_lock().ok().and_then(|w| w.clone())
+}
+
+fn set_snapshot_why(why: Option<&str>) {
+    if let Ok(mut w) = SNAPSHOT_WHY.try_lock() {
+        *w = why.map(str::to_string);
+    }
+}
+
 /// Writes the current profile of every thread to `path`.
 pub fn dump_to(path: &str) -> Result<DumpStats, DumpError> {
+    dump_as(path, None)
+}
+
+/// [`dump_to`] for a snapshot: a dump written while the process runs,
+/// which its header says (`why`: near the memory limit, periodic,
+/// requested), so that a reader of a profile that was not replaced by the
+/// final one learns that the process did not end normally.
+pub fn dump_snapshot(path: &str, why: &str) -> Result<DumpStats, DumpError> {
+    dump_as(path, Some(why))
+}
+
+fn dump_as(path: &str, why: Option<&str>) -> Result<DumpStats, DumpError> {
     if !crate::base::run::active() {
         return Err(DumpError::NotProfiling);
     }
     if DUMPING.swap(true, Ordering::AcqRel) {
         return Err(DumpError::Busy);
     }
+    set_snapshot_why(why);
     // A program that lowered RLIMIT_AS may leave no room for the dump's
     // memory: an allocation failing halfway would abort the program.
     let nodes = thread::total_nodes();
@@ -108,12 +138,14 @@ pub fn dump_to(path: &str) -> Result<DumpStats, DumpError> {
     let room = match crate::base::limits::AddressSpaceRoom::make(needed) {
         Ok(room) => room,
         Err(limit) => {
+            set_snapshot_why(None);
             DUMPING.store(false, Ordering::Release);
             return Err(DumpError::NoMemory { needed, limit });
         }
     };
     let r = dump_locked(path);
     drop(room);
+    set_snapshot_why(None);
     DUMPING.store(false, Ordering::Release);
     r
 }
@@ -156,6 +188,7 @@ pub fn keep_snapshot(path: &str) {
 /// In the keeper: a dump the program's threads were writing when they
 /// died will never finish.
 pub fn forget_unfinished_dump() {
+    set_snapshot_why(None);
     DUMPING.store(false, Ordering::Release);
 }
 

@@ -39,6 +39,7 @@ pub(super) fn write_profile<S: Sink, T: ProfileTree>(
     notes.push(time_note(STARTED, Duration::from_nanos(started)));
     notes.push(time_note(DUMPED, Duration::from_nanos(now)));
     notes.extend(super::timeline::note());
+    notes.extend(super::snapshot_why().map(|w| igprof_format::notes::snapshot_note(&w)));
     let program = igprof_format::notes::join(&rt.program, &notes);
     w.header(crate::sys::getpid() as u64, &program, tick)?;
     let mut syms = Symbols {

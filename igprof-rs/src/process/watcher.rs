@@ -77,16 +77,37 @@ pub fn snapshot_near_limit(usage: u64, limit: u64, wake: fn(&AtomicU32)) {
 fn write_snapshot(periodic: bool) {
     let path = crate::process::output_path();
     let near = NEAR_USAGE.swap(0, Ordering::AcqRel);
-    let r = output::dump_to(&path);
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    let limit = mib(NEAR_LIMIT.load(Ordering::Relaxed));
+    // Asked once: the question takes the answer away.
+    let pressure = near != 0 && crate::process::keeper::pressure_asked();
+    let why = if near == 0 {
+        if periodic {
+            "periodic, --dump-every".to_string()
+        } else {
+            "asked for by signal or flag file".to_string()
+        }
+    } else if pressure {
+        format!("on memory pressure at {:.1} MiB", mib(near))
+    } else if crate::process::keeper::watching_rss() {
+        format!(
+            "RSS at {:.1} MiB, above --snapshot-above {limit:.1} MiB",
+            mib(near)
+        )
+    } else {
+        format!(
+            "at {:.1} MiB of its cgroup's {limit:.1} MiB memory limit",
+            mib(near)
+        )
+    };
+    let r = output::dump_snapshot(&path, &why);
     if periodic && r.is_ok() {
         output::keep_snapshot(&path);
     }
     match r {
         Ok(_) if near != 0 => {
-            let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
-            let limit = mib(NEAR_LIMIT.load(Ordering::Relaxed));
             let near = mib(near);
-            if crate::process::keeper::pressure_asked() {
+            if pressure {
                 crate::igprof_log!(
                     "memory pressure ({}: {}) at {near:.1} MiB: wrote a snapshot to {path}",
                     crate::process::keeper::pressure_file(),
