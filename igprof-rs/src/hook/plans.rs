@@ -49,31 +49,28 @@ pub fn load() -> usize {
     }
 }
 
-/// Writes the table when this process planned something new, into a
-/// store directory that exists already: a process makes no directory for
-/// its plans (creating one costs a process that derives no descriptor,
-/// which never makes it, a fraction of a millisecond), the first one that
-/// saves descriptors does, and the processes after it keep the plans.
-/// Returns whether it wrote, or why it could not.
+/// Writes the table when this process planned something new, making the
+/// store's directory (mode 0700) where it is missing: a process that
+/// derives no descriptor (a `/bin/true`, a shell's short command) would
+/// otherwise never find its plans again and decode its hooked functions
+/// on every run (about 1 ms each time, against one `mkdir` once per
+/// machine). Returns whether it wrote, or why it could not.
 pub fn save() -> Result<bool, String> {
     let Some(name) = file() else {
         return Ok(false);
     };
-    let dir = match store::open_dir(false) {
-        None => return Ok(false),
-        Some(Err(e)) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(false),
-        Some(Err(e)) => {
-            return Err(format!(
-                "{}: {e}",
-                store::dir()
-                    .map(|d| d.display().to_string())
-                    .unwrap_or_default()
-            ))
-        }
-        Some(Ok(d)) => d,
-    };
     let Some(bytes) = trampoline::known::export() else {
         return Ok(false);
+    };
+    let where_ = || {
+        store::dir()
+            .map(|d| d.display().to_string())
+            .unwrap_or_default()
+    };
+    let dir = match store::open_dir(true) {
+        None => return Ok(false),
+        Some(Err(e)) => return Err(format!("{}: {e}", where_())),
+        Some(Ok(d)) => d,
     };
     dir.write(name, &bytes)
         .map(|()| true)
