@@ -15,6 +15,8 @@
  *   grow      runs for 0.3 s (a service at work), then allocates and touches
  *             1 MiB blocks at grow_alloc without end, printing how many
  *             after each (the OOM killer ends it in a memory cgroup);
+ *   cachegrow reads the file argv[2] once (its pages fill the page cache,
+ *             charged to the cgroup), then grows as grow does;
  *   growto    allocates and touches N blocks of 1 MiB at grow_alloc, says
  *             "grown N", then waits (30 s at most) to be ended;
  *   none      returns from main (the ordinary end, for comparison).
@@ -63,11 +65,18 @@ static void bad_handler(int sig) {
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: kill_mid kill|crash|exitgroup|child|daemon|children|grow|none N\n");
+        fprintf(stderr, "usage: kill_mid kill|crash|exitgroup|child|daemon|children|grow|cachegrow|growto|none N|FILE\n");
         return 2;
     }
     long n = atol(argv[2]);
-    if (!strcmp(argv[1], "grow")) {
+    if (!strcmp(argv[1], "grow") || !strcmp(argv[1], "cachegrow")) {
+        if (argv[1][0] == 'c') {
+            static char buf[1 << 16];
+            FILE *f = fopen(argv[2], "r");
+            if (!f) return 4;
+            while (fread(buf, 1, sizeof buf, f) == sizeof buf) {}
+            fclose(f);
+        }
         burn(0.3);
         for (long i = 1;; i++) {
             if (!grow_alloc(1 << 20)) return 3;

@@ -70,6 +70,15 @@ pub fn snapshot_near_limit(usage: u64, limit: u64, wake: fn(&AtomicU32)) {
     }
 }
 
+/// What the usage of a near-limit snapshot's line left out.
+fn cache_words() -> &'static str {
+    if crate::process::keeper::cache_left_out() {
+        " (page cache not counted)"
+    } else {
+        ""
+    }
+}
+
 /// Writes a snapshot to the output file (the watcher, or a thread that
 /// may dump where it is), with one line when it was asked for because the
 /// process nears its memory limit; a `periodic` one (`--dump-every`) is
@@ -96,8 +105,9 @@ fn write_snapshot(periodic: bool) {
         )
     } else {
         format!(
-            "at {:.1} MiB of its cgroup's {limit:.1} MiB memory limit",
-            mib(near)
+            "at {:.1} MiB{} of its cgroup's {limit:.1} MiB memory limit",
+            mib(near),
+            cache_words()
         )
     };
     let r = output::dump_snapshot(&path, &why);
@@ -119,7 +129,8 @@ fn write_snapshot(periodic: bool) {
                 );
             } else {
                 crate::igprof_log!(
-                    "memory at {near:.1} MiB of its cgroup's {limit:.1} MiB limit: wrote a snapshot to {path} (kept if the OOM killer ends the process)"
+                    "memory at {near:.1} MiB{} of its cgroup's {limit:.1} MiB limit: wrote a snapshot to {path} (kept if the OOM killer ends the process)",
+                    cache_words()
                 );
             }
         }

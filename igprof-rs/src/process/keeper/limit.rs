@@ -1,6 +1,8 @@
 //! The keeper's watch of the process's memory cgroup: the limit found at
 //! the keeper's start (raw reads into its stack, base/cgroup.rs parsing),
-//! and the usage looked at as it nears the limit, by the keeper every
+//! and the usage less the page cache (`memory.stat`'s file lists, which
+//! reclaim empties before the OOM killer is called) looked at as it nears
+//! the limit, by the keeper every
 //! [`WATCH_NS`] and at the kernel's threshold eventfd (cgroup v1), and by the
 //! program's memory hooks as its heap grows: a snapshot is asked for at
 //! each of [`SNAPSHOT_PER_MILLE`] of the limit, the evidence that remains
@@ -81,6 +83,24 @@ static USAGE_PATH: PathCell = PathCell::new();
 /// between two reads.
 static CONTROL_PATH: PathCell = PathCell::new();
 
+/// The cgroup's `memory.stat`, whose page cache the usage is taken without
+/// (reclaim frees it before the OOM killer is called: a program that read
+/// big files sits at its limit long before it runs out of memory).
+static STAT_PATH: PathCell = PathCell::new();
+/// Whether [`STAT_PATH`] is cgroup v2's (how its fields are named).
+static STAT_V2: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+/// The text of `memory.stat` as last read, one reader at a time (the
+/// keeper and the program's memory hooks; a hook's thread may have a
+/// small stack). A reader that finds it taken skips that look.
+struct StatBuffer(core::cell::UnsafeCell<[u8; 4096]>);
+// SAFETY: used only by the holder of STAT_BUSY (see read_usage).
+unsafe impl Sync for StatBuffer {}
+static STAT_BUF: StatBuffer = StatBuffer(core::cell::UnsafeCell::new([0; 4096]));
+static STAT_BUSY: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+/// Whether the last usage read left the page cache out (for the lines that
+/// give it).
+static CACHE_LEFT_OUT: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
 /// The pressure (PSI) file watched beside the limit: the cgroup's own
 /// `memory.pressure` (v2), else the system's `/proc/pressure/memory`.
 static PRESSURE_PATH: PathCell = PathCell::new();
@@ -134,6 +154,8 @@ pub(super) fn find_memory_limit(program: i32) {
     if !USAGE_PATH.set(&[dir, b"/", version.usage_file()]) {
         return;
     }
+    STAT_PATH.set(&[dir, b"/", version.stat_file()]);
+    STAT_V2.store(version == cgroup::Version::V2, Ordering::Relaxed);
     if version == cgroup::Version::V1 {
         CONTROL_PATH.set(&[dir, b"/cgroup.event_control"]);
         PRESSURE_PATH.set(&[b"/proc/pressure/memory"]);
@@ -272,7 +294,10 @@ pub(super) fn threshold_eventfd(thresholds: &[u64]) -> i32 {
     }
 }
 
-/// The cgroup's usage (raw system calls only), or None.
+/// The cgroup's usage less its page cache (raw system calls only; the
+/// whole usage where `memory.stat` cannot be read), or with
+/// `--snapshot-above` the RSS; None where it cannot be read, or while
+/// another thread reads `memory.stat`.
 fn read_usage() -> Option<u64> {
     if LIMIT.load(Ordering::Acquire) == 0 {
         return None;
@@ -285,7 +310,31 @@ fn read_usage() -> Option<u64> {
         // statm: size resident ... in pages.
         return super::facts::statm_rss_bytes(&buf[..n]);
     }
-    crate::base::cgroup::leading_number(&buf[..n])
+    let usage = crate::base::cgroup::leading_number(&buf[..n])?;
+    if !STAT_PATH.is_set() {
+        return Some(usage);
+    }
+    if STAT_BUSY.swap(true, Ordering::Acquire) {
+        return None;
+    }
+    // SAFETY: STAT_BUSY is ours until released below; STAT_PATH was
+    // written before LIMIT was published and is NUL-terminated.
+    let (text, stat) = unsafe { (&mut *STAT_BUF.0.get(), &*STAT_PATH.0.get()) };
+    let version = if STAT_V2.load(Ordering::Relaxed) {
+        crate::base::cgroup::Version::V2
+    } else {
+        crate::base::cgroup::Version::V1
+    };
+    let cache =
+        read_file(stat, text).and_then(|n| crate::base::cgroup::file_cache(&text[..n], version));
+    STAT_BUSY.store(false, Ordering::Release);
+    CACHE_LEFT_OUT.store(cache.is_some(), Ordering::Relaxed);
+    Some(usage.saturating_sub(cache.unwrap_or(0)))
+}
+
+/// Whether the usage last read for the watch left the page cache out.
+pub fn cache_left_out() -> bool {
+    CACHE_LEFT_OUT.load(Ordering::Relaxed)
 }
 
 /// How many of [`SNAPSHOT_PER_MILLE`]'s thresholds were crossed (and their

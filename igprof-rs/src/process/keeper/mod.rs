@@ -46,7 +46,7 @@ pub mod facts;
 mod limit;
 mod raw;
 
-pub use limit::{pressure_asked, pressure_file, watching_rss, PRESSURE_MEANS};
+pub use limit::{cache_left_out, pressure_asked, pressure_file, watching_rss, PRESSURE_MEANS};
 
 use limit::{
     check_near_limit, find_memory_limit, on_pressure, pressure_fd, threshold_eventfd, CROSSED,
