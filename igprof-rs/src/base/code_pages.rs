@@ -85,21 +85,18 @@ unsafe extern "C" fn find(
         return 0;
     }
     f.found = true;
-    let page = crate::sys::page_size();
-    for ph in phdrs {
-        if ph.p_type == libc::PT_DYNAMIC {
-            f.refused |= super::resident::has_text_relocations(base + ph.p_vaddr as usize);
-        }
-        if ph.p_type != libc::PT_LOAD || ph.p_flags & libc::PF_W != 0 || f.n == f.segments.len() {
-            continue;
-        }
-        // Whole pages only: a page shared with a writable segment stays.
-        let start = (base + ph.p_vaddr as usize).next_multiple_of(page);
-        let end = (base + (ph.p_vaddr + ph.p_filesz) as usize) & !(page - 1);
-        if start < end {
-            f.segments[f.n] = (start, end);
-            f.n += 1;
-        }
-    }
+    let (segments, n) = (&mut f.segments, &mut f.n);
+    f.refused = !super::resident::whole_pages_of_segments(
+        base,
+        phdrs,
+        libc::PF_W,
+        crate::sys::page_size(),
+        |start, end| {
+            if *n < segments.len() {
+                segments[*n] = (start, end);
+                *n += 1;
+            }
+        },
+    );
     1
 }

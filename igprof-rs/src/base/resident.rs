@@ -14,7 +14,7 @@
 //!
 //! Owns: reading the present bits, and which segments may be given back:
 //! not writable, not executable, whole pages, in an object without text
-//! relocations (see [`has_text_relocations`], shared with `code_pages`).
+//! relocations ([`whole_pages_of_segments`], shared with `code_pages`).
 //!
 //! Must never: drop a page that was present before the step, or a page of
 //! a writable or text-relocated segment (a private copy: dropped, it would
@@ -63,21 +63,13 @@ impl<'p> Fresh<'p> {
         phdrs: &[libc::Elf64_Phdr],
         page: usize,
     ) -> Option<Fresh<'p>> {
-        if phdrs.iter().any(|ph| {
-            ph.p_type == libc::PT_DYNAMIC && has_text_relocations(bias + ph.p_vaddr as usize)
-        }) {
+        let mut ranges = Vec::new();
+        let ok = whole_pages_of_segments(bias, phdrs, libc::PF_W | libc::PF_X, page, |s, e| {
+            ranges.push((s, e))
+        });
+        if !ok {
             return None;
         }
-        let ranges: Vec<(usize, usize)> = phdrs
-            .iter()
-            .filter(|ph| ph.p_type == libc::PT_LOAD && ph.p_flags & (libc::PF_W | libc::PF_X) == 0)
-            .filter_map(|ph| {
-                // Whole pages only: a page shared with another segment stays.
-                let start = (bias + ph.p_vaddr as usize).next_multiple_of(page);
-                let end = (bias + (ph.p_vaddr + ph.p_filesz) as usize) & !(page - 1);
-                (start < end).then_some((start, end))
-            })
-            .collect();
         Self::of_ranges(map, &ranges, page)
     }
 
@@ -133,10 +125,42 @@ impl<'p> Fresh<'p> {
     }
 }
 
+/// Calls `each(start, end)` with the whole pages of each PT_LOAD segment,
+/// among the program headers `phdrs` of an object loaded at `bias`, that
+/// has none of the flags `excluded` (`PF_W`, or `PF_W | PF_X`; a page
+/// shared with another segment stays out). False, and no call, where the
+/// object has text relocations: its read-only segments are then private
+/// copies, which must never be given back.
+pub(crate) fn whole_pages_of_segments(
+    bias: usize,
+    phdrs: &[libc::Elf64_Phdr],
+    excluded: u32,
+    page: usize,
+    mut each: impl FnMut(usize, usize),
+) -> bool {
+    if phdrs
+        .iter()
+        .any(|ph| ph.p_type == libc::PT_DYNAMIC && has_text_relocations(bias + ph.p_vaddr as usize))
+    {
+        return false;
+    }
+    for ph in phdrs
+        .iter()
+        .filter(|ph| ph.p_type == libc::PT_LOAD && ph.p_flags & excluded == 0)
+    {
+        let start = (bias + ph.p_vaddr as usize).next_multiple_of(page);
+        let end = (bias + (ph.p_vaddr + ph.p_filesz) as usize) & !(page - 1);
+        if start < end {
+            each(start, end);
+        }
+    }
+    true
+}
+
 /// Whether the dynamic section at `dynamic` asks for text relocations
 /// (DT_TEXTREL, or DF_TEXTREL in DT_FLAGS): the object's read-only
 /// segments are then private copies, written by the loader.
-pub(crate) fn has_text_relocations(dynamic: usize) -> bool {
+fn has_text_relocations(dynamic: usize) -> bool {
     const DT_TEXTREL: i64 = 22;
     const DT_FLAGS: i64 = 30;
     const DF_TEXTREL: u64 = 4;
