@@ -77,26 +77,19 @@ unsafe extern "C" fn find(
     // SAFETY: dlpi_phdr points to dlpi_phnum program headers.
     let phdrs = unsafe { core::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
     let base = info.dlpi_addr as usize;
-    let holds = phdrs.iter().any(|ph| {
-        let start = base + ph.p_vaddr as usize;
-        ph.p_type == libc::PT_LOAD && (start..start + ph.p_memsz as usize).contains(&f.probe)
-    });
-    if !holds {
+    let page = crate::sys::page_size();
+    // SAFETY: the loader's description of a loaded object, inside the call.
+    if !unsafe { trampoline::image::may_hold(info, f.probe, page) } {
         return 0;
     }
     f.found = true;
     let (segments, n) = (&mut f.segments, &mut f.n);
-    f.refused = !super::resident::whole_pages_of_segments(
-        base,
-        phdrs,
-        libc::PF_W,
-        crate::sys::page_size(),
-        |start, end| {
+    f.refused =
+        !super::resident::whole_pages_of_segments(base, phdrs, libc::PF_W, page, |start, end| {
             if *n < segments.len() {
                 segments[*n] = (start, end);
                 *n += 1;
             }
-        },
-    );
+        });
     1
 }
