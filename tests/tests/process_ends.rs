@@ -242,6 +242,37 @@ fn a_process_whose_page_cache_fills_its_cgroup_is_caught_near_the_oom_all_the_sa
     oom_snapshot_holds_the_growth(&cg, &d, "-mp ./kill_mid cachegrow big");
 }
 
+/// In a cgroup of 4 GiB, 97% of the limit is 123 MiB below it: the keeper
+/// also asks for snapshots 256 and 64 MiB below the limit, so the one left
+/// by the OOM killer misses at most about 64 of the blocks of 1 MiB the
+/// program made (and reported) before it (with 97% the last, it missed
+/// about 120).
+#[test]
+fn a_large_cgroup_is_snapshotted_close_below_its_limit() {
+    let Some(cg) = MemoryCgroup::make("oom-large", 4096) else {
+        return;
+    };
+    let d = setup("ends_oom_large");
+    let out = cg.igprof(&d, "-mp ./kill_mid grow 0");
+    use std::os::unix::process::ExitStatusExt;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{err}");
+    let grown: u64 = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .and_then(|l| l.parse().ok())
+        .unwrap_or(0);
+    let p = profiles(&d);
+    assert_eq!(p.len(), 1, "{err}");
+    let prof = parse_strict(&read_text(&p[0])).unwrap();
+    let (blocks, _) = under(&prof, "MEM_LIVE", "grow_alloc");
+    eprintln!("snapshot: {blocks} of {grown} blocks");
+    assert!(
+        blocks + 80 >= grown && blocks <= grown + 1,
+        "{blocks} of {grown} blocks: {err}"
+    );
+}
+
 /// Runs `args` (kill_mid growing until the OOM killer ends it) in `cg`
 /// and checks the snapshot it leaves.
 fn oom_snapshot_holds_the_growth(cg: &MemoryCgroup, d: &Path, args: &str) {

@@ -5,7 +5,8 @@
 //! the limit, by the keeper every
 //! [`WATCH_NS`] and at the kernel's threshold eventfd (cgroup v1), and by the
 //! program's memory hooks as its heap grows: a snapshot is asked for at
-//! each of [`SNAPSHOT_PER_MILLE`] of the limit, the evidence that remains
+//! each of [`thresholds`] (85%, 92% and 97% of the limit, then 256 and 64
+//! MiB below it where those are higher), the evidence that remains
 //! when the OOM killer strikes. With `--snapshot-above SIZE` the watch is
 //! of the process's RSS instead (`/proc/PID/statm`, by the keeper every
 //! [`WATCH_NS`]): one snapshot each time it rises above SIZE.
@@ -26,11 +27,38 @@ static RSS: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new
 /// How often the keeper reads the usage while a limit is watched.
 pub(super) const WATCH_NS: u64 = 50_000_000;
 /// A snapshot is asked for as the usage reaches each of these shares of
-/// the limit (per mille): the last one written before an OOM kill holds
-/// nearly everything; once the usage fell below [`REARM_PER_MILLE`], each
-/// may be taken again.
-pub const SNAPSHOT_PER_MILLE: [u64; 3] = [850, 920, 970];
+/// the limit (per mille), and then each of [`SNAPSHOT_BELOW`]: the last one
+/// written before an OOM kill holds nearly everything; once the usage fell
+/// below [`REARM_PER_MILLE`], each may be taken again.
+const SNAPSHOT_PER_MILLE: [u64; 3] = [850, 920, 970];
+/// Bytes below the limit at which a snapshot is also asked for, where
+/// that is above the last share: 3% of a container's 16 GiB is 491 MiB
+/// of growth that the last snapshot before the OOM killer would miss.
+const SNAPSHOT_BELOW: [u64; 2] = [256 << 20, 64 << 20];
 const REARM_PER_MILLE: u64 = 750;
+/// The most thresholds [`thresholds`] gives.
+pub(super) const MAX_THRESHOLDS: usize = SNAPSHOT_PER_MILLE.len() + SNAPSHOT_BELOW.len();
+
+/// The usages at which a snapshot is asked for under `limit`, rising, and
+/// how many there are: each of [`SNAPSHOT_PER_MILLE`], then each of
+/// [`SNAPSHOT_BELOW`] that lies above the one before (a limit above
+/// about 2 GiB).
+pub(super) fn thresholds(limit: u64) -> ([u64; MAX_THRESHOLDS], usize) {
+    let mut t = [0u64; MAX_THRESHOLDS];
+    let mut n = 0;
+    for m in SNAPSHOT_PER_MILLE {
+        t[n] = limit / 1000 * m;
+        n += 1;
+    }
+    for below in SNAPSHOT_BELOW {
+        let at = limit.saturating_sub(below);
+        if at > t[n - 1] {
+            t[n] = at;
+            n += 1;
+        }
+    }
+    (t, n)
+}
 
 /// A NUL-terminated path written by the keeper before it sets [`LIMIT`]
 /// and only read once [`LIMIT`] is set (or by the keeper itself).
@@ -337,7 +365,7 @@ pub fn cache_left_out() -> bool {
     CACHE_LEFT_OUT.load(Ordering::Relaxed)
 }
 
-/// How many of [`SNAPSHOT_PER_MILLE`]'s thresholds were crossed (and their
+/// How many of [`thresholds`] were crossed (and their
 /// snapshots asked for) since the usage was last below [`REARM_PER_MILLE`].
 pub(super) static CROSSED: AtomicU32 = AtomicU32::new(0);
 
@@ -357,10 +385,8 @@ pub fn check_near_limit() {
         }
         return;
     }
-    let reached = SNAPSHOT_PER_MILLE
-        .iter()
-        .filter(|&&m| usage >= limit / 1000 * m)
-        .count() as u32;
+    let (at, n) = thresholds(limit);
+    let reached = at[..n].iter().filter(|&&t| usage >= t).count() as u32;
     if usage < limit / 1000 * REARM_PER_MILLE {
         CROSSED.store(0, Ordering::Release);
     } else if reached > CROSSED.fetch_max(reached, Ordering::AcqRel) {
@@ -394,4 +420,35 @@ fn futex_wake_raw(word: &AtomicU32) {
             [word as *const AtomicU32 as usize, op, 1, 0, 0, 0],
         )
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn a_large_limit_gets_snapshots_close_below_it() {
+        // 96 MiB: the shares alone (64 MiB below is far under 97%).
+        let (t, n) = thresholds(96 * MIB);
+        assert_eq!(
+            &t[..n],
+            &[
+                96 * MIB / 1000 * 850,
+                96 * MIB / 1000 * 920,
+                96 * MIB / 1000 * 970
+            ]
+        );
+        // 4 GiB: 97% is 123 MiB below the limit; 64 MiB below comes after.
+        let g4 = 4096 * MIB;
+        let (t, n) = thresholds(g4);
+        assert_eq!(n, 4);
+        assert_eq!(t[3], g4 - 64 * MIB);
+        // 16 GiB: 256 and 64 MiB below, both above 97% (491 MiB below).
+        let g16 = 16384 * MIB;
+        let (t, n) = thresholds(g16);
+        assert_eq!(&t[3..n], &[g16 - 256 * MIB, g16 - 64 * MIB]);
+        assert!(t[..n].windows(2).all(|w| w[0] < w[1]), "{:?}", &t[..n]);
+    }
 }

@@ -49,8 +49,8 @@ mod raw;
 pub use limit::{cache_left_out, pressure_asked, pressure_file, watching_rss, PRESSURE_MEANS};
 
 use limit::{
-    check_near_limit, find_memory_limit, on_pressure, pressure_fd, threshold_eventfd, CROSSED,
-    LIMIT, SNAPSHOT, SNAPSHOT_PER_MILLE, WATCH_NS,
+    check_near_limit, find_memory_limit, on_pressure, pressure_fd, threshold_eventfd, thresholds,
+    CROSSED, LIMIT, SNAPSHOT, WATCH_NS,
 };
 use raw::raw_read;
 
@@ -329,7 +329,8 @@ extern "C" fn keep(arg: *mut libc::c_void) -> libc::c_int {
     let mut step = crate::base::options::get().timeline_ns();
     let mut next_point = monotonic_ns().saturating_add(step);
     let efd = if limit != 0 {
-        threshold_eventfd(&SNAPSHOT_PER_MILLE.map(|m| limit / 1000 * m))
+        let (at, n) = thresholds(limit);
+        threshold_eventfd(&at[..n])
     } else {
         -1
     };
