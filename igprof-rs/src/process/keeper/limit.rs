@@ -117,13 +117,16 @@ static CONTROL_PATH: PathCell = PathCell::new();
 static STAT_PATH: PathCell = PathCell::new();
 /// Whether [`STAT_PATH`] is cgroup v2's (how its fields are named).
 static STAT_V2: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
-/// The text of `memory.stat` as last read, one reader at a time (the
-/// keeper and the program's memory hooks; a hook's thread may have a
-/// small stack). A reader that finds it taken skips that look.
-struct StatBuffer(core::cell::UnsafeCell<[u8; 4096]>);
+/// Room for the text of `memory.stat` (the fields read come in its first
+/// 2 KiB on v1 and v2).
+const STAT_BYTES: usize = 4096;
+/// Where the program's memory hooks read `memory.stat` (a hook's thread
+/// may have a small stack; the keeper reads it on its own), one thread at
+/// a time: a thread that finds it taken skips that look.
+struct StatBuffer(core::cell::UnsafeCell<[u8; STAT_BYTES]>);
 // SAFETY: used only by the holder of STAT_BUSY (see read_usage).
 unsafe impl Sync for StatBuffer {}
-static STAT_BUF: StatBuffer = StatBuffer(core::cell::UnsafeCell::new([0; 4096]));
+static STAT_BUF: StatBuffer = StatBuffer(core::cell::UnsafeCell::new([0; STAT_BYTES]));
 static STAT_BUSY: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 /// Whether the last usage read left the page cache out (for the lines that
 /// give it).
@@ -240,7 +243,7 @@ pub(super) fn on_pressure(now: u64) {
         return;
     }
     PRESSURE_ASKED.store(true, Ordering::Release);
-    let usage = read_usage().unwrap_or(1).max(1);
+    let usage = read_usage(Some(&mut [0; STAT_BYTES])).unwrap_or(1).max(1);
     ask_snapshot(usage, LIMIT.load(Ordering::Acquire));
 }
 
@@ -324,9 +327,10 @@ pub(super) fn threshold_eventfd(thresholds: &[u64]) -> i32 {
 
 /// The cgroup's usage less its page cache (raw system calls only; the
 /// whole usage where `memory.stat` cannot be read), or with
-/// `--snapshot-above` the RSS; None where it cannot be read, or while
-/// another thread reads `memory.stat`.
-fn read_usage() -> Option<u64> {
+/// `--snapshot-above` the RSS; None where it cannot be read. `memory.stat`
+/// is read into `room` (the keeper's stack), or with None into
+/// [`STAT_BUF`], and not at all (None) while another thread holds that.
+fn read_usage(room: Option<&mut [u8]>) -> Option<u64> {
     if LIMIT.load(Ordering::Acquire) == 0 {
         return None;
     }
@@ -342,22 +346,33 @@ fn read_usage() -> Option<u64> {
     if !STAT_PATH.is_set() {
         return Some(usage);
     }
-    if STAT_BUSY.swap(true, Ordering::Acquire) {
-        return None;
-    }
-    // SAFETY: STAT_BUSY is ours until released below; STAT_PATH was
-    // written before LIMIT was published and is NUL-terminated.
-    let (text, stat) = unsafe { (&mut *STAT_BUF.0.get(), &*STAT_PATH.0.get()) };
+    let cache = match room {
+        Some(room) => stat_cache(room),
+        None => {
+            if STAT_BUSY.swap(true, Ordering::Acquire) {
+                return None;
+            }
+            // SAFETY: STAT_BUSY is ours until released below.
+            let cache = stat_cache(unsafe { &mut *STAT_BUF.0.get() });
+            STAT_BUSY.store(false, Ordering::Release);
+            cache
+        }
+    };
+    CACHE_LEFT_OUT.store(cache.is_some(), Ordering::Relaxed);
+    Some(usage.saturating_sub(cache.unwrap_or(0)))
+}
+
+/// The page cache of the cgroup's `memory.stat`, read into `room`.
+fn stat_cache(room: &mut [u8]) -> Option<u64> {
+    // SAFETY: STAT_PATH is set (checked by the caller) and was written
+    // before LIMIT was published, NUL-terminated.
+    let stat = unsafe { &*STAT_PATH.0.get() };
     let version = if STAT_V2.load(Ordering::Relaxed) {
         crate::base::cgroup::Version::V2
     } else {
         crate::base::cgroup::Version::V1
     };
-    let cache =
-        read_file(stat, text).and_then(|n| crate::base::cgroup::file_cache(&text[..n], version));
-    STAT_BUSY.store(false, Ordering::Release);
-    CACHE_LEFT_OUT.store(cache.is_some(), Ordering::Relaxed);
-    Some(usage.saturating_sub(cache.unwrap_or(0)))
+    read_file(stat, room).and_then(|n| crate::base::cgroup::file_cache(&room[..n], version))
 }
 
 /// Whether the usage last read for the watch left the page cache out.
@@ -369,13 +384,26 @@ pub fn cache_left_out() -> bool {
 /// snapshots asked for) since the usage was last below [`REARM_PER_MILLE`].
 pub(super) static CROSSED: AtomicU32 = AtomicU32::new(0);
 
-/// Looks at the usage and asks the program for a snapshot when it crossed
-/// the threshold. Called by the keeper (its watch) and by the program's
-/// memory hooks as its heap grows (base/cgroup.rs): raw system calls only,
-/// no allocation.
-pub fn check_near_limit() {
+/// The program's memory hooks' look at the usage as the heap grows
+/// (base/cgroup.rs): [`check_near`] with the shared buffer.
+fn check_near_limit() {
+    check_near(None)
+}
+
+/// The keeper's look at the usage (its watch): [`check_near`] with a
+/// buffer on its own stack.
+pub(super) fn check_near_limit_from_keeper() {
+    check_near(Some(&mut [0; STAT_BYTES]))
+}
+
+/// Looks at the usage (`memory.stat` read into `room`, see
+/// [`read_usage`]) and asks the program for a snapshot when it crossed a
+/// threshold: raw system calls only, no allocation.
+fn check_near(room: Option<&mut [u8]>) {
     let limit = LIMIT.load(Ordering::Acquire);
-    let Some(usage) = read_usage() else { return };
+    let Some(usage) = read_usage(room) else {
+        return;
+    };
     if RSS.load(Ordering::Relaxed) {
         // One snapshot per rise above the threshold.
         if usage < limit / 1000 * REARM_PER_MILLE {

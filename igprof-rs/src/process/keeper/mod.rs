@@ -49,8 +49,8 @@ mod raw;
 pub use limit::{cache_left_out, pressure_asked, pressure_file, watching_rss, PRESSURE_MEANS};
 
 use limit::{
-    check_near_limit, find_memory_limit, on_pressure, pressure_fd, threshold_eventfd, thresholds,
-    CROSSED, LIMIT, SNAPSHOT, WATCH_NS,
+    check_near_limit_from_keeper, find_memory_limit, on_pressure, pressure_fd, threshold_eventfd,
+    thresholds, CROSSED, LIMIT, SNAPSHOT, WATCH_NS,
 };
 use raw::raw_read;
 
@@ -407,7 +407,7 @@ extern "C" fn keep(arg: *mut libc::c_void) -> libc::c_int {
             next_point = monotonic_ns().saturating_add(step);
         }
         if n == 0 || crossed {
-            check_near_limit();
+            check_near_limit_from_keeper();
             continue;
         }
         if n > 0 && fds[0].revents != 0 {
