@@ -343,7 +343,12 @@ fn read_usage(room: Option<&mut [u8]>) -> Option<u64> {
         return super::facts::statm_rss_bytes(&buf[..n]);
     }
     let usage = crate::base::cgroup::leading_number(&buf[..n])?;
-    if !STAT_PATH.is_set() {
+    // Below the share that re-arms the snapshots, the usage less the cache
+    // is too: what it says is the same, and `memory.stat` (costlier: v2
+    // flushes the cgroup's statistics to read it) is not read.
+    let limit = LIMIT.load(Ordering::Acquire);
+    if !STAT_PATH.is_set() || usage < limit / 1000 * REARM_PER_MILLE {
+        CACHE_LEFT_OUT.store(false, Ordering::Relaxed);
         return Some(usage);
     }
     let cache = match room {
