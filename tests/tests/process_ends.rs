@@ -253,47 +253,66 @@ fn a_large_cgroup_is_snapshotted_close_below_its_limit() {
         return;
     };
     let d = setup("ends_oom_large");
-    let out = cg.igprof(&d, "-mp ./kill_mid grow 0");
+    let ended = run_until_oom(&cg, &d, "-mp ./kill_mid grow 0");
+    let (blocks, _) = under(&ended.prof, "MEM_LIVE", "grow_alloc");
+    let grown = ended.grown;
+    eprintln!("snapshot: {blocks} of {grown} blocks");
+    assert!(
+        blocks + 80 >= grown && blocks <= grown + 1,
+        "{blocks} of {grown} blocks: {}",
+        ended.err
+    );
+}
+
+/// What a run of kill_mid growing until the OOM killer ended it left.
+struct OomEnd {
+    /// Its stderr.
+    err: String,
+    /// The blocks it reported before the kill.
+    grown: u64,
+    /// Its profile, and the file's path.
+    prof: Profile,
+    path: PathBuf,
+}
+
+/// Runs `args` (kill_mid growing) in `cg` until the OOM killer ends it
+/// (SIGKILL, checked), with one profile left.
+fn run_until_oom(cg: &MemoryCgroup, d: &Path, args: &str) -> OomEnd {
+    let out = cg.igprof(d, args);
     use std::os::unix::process::ExitStatusExt;
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{err}");
     let grown: u64 = String::from_utf8_lossy(&out.stdout)
         .lines()
         .last()
         .and_then(|l| l.parse().ok())
         .unwrap_or(0);
-    let p = profiles(&d);
+    let p = profiles(d);
     assert_eq!(p.len(), 1, "{err}");
     let prof = parse_strict(&read_text(&p[0])).unwrap();
-    let (blocks, _) = under(&prof, "MEM_LIVE", "grow_alloc");
-    eprintln!("snapshot: {blocks} of {grown} blocks");
-    assert!(
-        blocks + 80 >= grown && blocks <= grown + 1,
-        "{blocks} of {grown} blocks: {err}"
-    );
+    OomEnd {
+        err,
+        grown,
+        prof,
+        path: p[0].clone(),
+    }
 }
 
 /// Runs `args` (kill_mid growing until the OOM killer ends it) in `cg`
 /// and checks the snapshot it leaves.
 fn oom_snapshot_holds_the_growth(cg: &MemoryCgroup, d: &Path, args: &str) {
-    let out = cg.igprof(d, args);
-    use std::os::unix::process::ExitStatusExt;
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{err}");
-    let grown: u64 = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .last()
-        .and_then(|l| l.parse().ok())
-        .unwrap_or(0);
+    let OomEnd {
+        err,
+        grown,
+        prof,
+        path,
+    } = run_until_oom(cg, d, args);
     assert!(
         err.lines().any(|l| l.contains(
             " (page cache not counted) of its cgroup's 96.0 MiB limit: wrote a snapshot"
         )),
         "{err}"
     );
-    let p = profiles(d);
-    assert_eq!(p.len(), 1, "{err}");
-    let prof = parse_strict(&read_text(&p[0])).unwrap();
     let (blocks, bytes) = under(&prof, "MEM_LIVE", "grow_alloc");
     // The last snapshot, taken at 85%, 92% or 97% of the limit, before the
     // last blocks the program made.
@@ -319,7 +338,7 @@ fn oom_snapshot_holds_the_growth(cg: &MemoryCgroup, d: &Path, args: &str) {
     );
     let a = Command::new(analyser())
         .args(["-r", "MEM_LIVE"])
-        .arg(&p[0])
+        .arg(&path)
         .output()
         .unwrap();
     let aerr = String::from_utf8_lossy(&a.stderr);
