@@ -329,6 +329,12 @@ pub fn held_off() -> bool {
     HELD_OFF.load(Ordering::Acquire)
 }
 
+/// Whether `igprof --attach` has let the other threads run during this
+/// call (see [`igprof_attach_others_ran`]).
+pub fn others_ran() -> bool {
+    igprof_attach_others_ran.load(Ordering::SeqCst) != 0
+}
+
 /// Every hook installed, in order, for [`remove_all`] and [`restore_all`]
 /// (a process attached to by `igprof --attach` gets its bytes back).
 static HOOKS: std::sync::Mutex<Vec<trampoline::Hook>> = std::sync::Mutex::new(Vec::new());

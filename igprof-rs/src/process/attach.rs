@@ -113,6 +113,23 @@ pub fn attach(modules: &'static [&'static Module], raw: &[u8], threads: &mut [St
     r
 }
 
+/// Takes and releases the locks start-up takes that another thread may
+/// hold: the loader's (dl_iterate_phdr's, and dlsym's) and the calling
+/// thread's malloc arena.
+fn take_start_up_locks() {
+    extern "C" fn first_object(_: *mut libc::dl_phdr_info, _: usize, _: *mut libc::c_void) -> i32 {
+        1
+    }
+    // SAFETY: a callback that reads nothing and stops at the first object.
+    unsafe { libc::dl_iterate_phdr(Some(first_object), core::ptr::null_mut()) };
+    // SAFETY: a symbol look-up by a NUL-terminated name; the result is
+    // not used.
+    unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"malloc".as_ptr()) };
+    // SAFETY: the program's malloc and free, outside any hook of ours (the
+    // first attach has written none); a null result is fine to free.
+    unsafe { libc::free(libc::malloc(64)) };
+}
+
 /// The launcher's array of the stopped threads during an attach call.
 static THREADS_OUT: AtomicPtr<Stopped> = AtomicPtr::new(core::ptr::null_mut());
 static THREADS_OUT_LEN: AtomicUsize = AtomicUsize::new(0);
@@ -156,6 +173,16 @@ fn sample_others(threads: &[Stopped]) {
 
 /// The first attach: the preloaded start-up's sequence, attached.
 fn first(modules: &'static [&'static Module], raw: &[u8]) -> i32 {
+    // Start-up takes locks a stopped thread may hold: the loader's, and
+    // through libc (pthread_getattr_np, dlsym) the program's malloc's. If
+    // one is held, the launcher lets the threads run and no more code may
+    // be written; found once modules have started, the process could not
+    // be attached to again. Taken once here first, before anything
+    // starts: a wait here only costs a retry.
+    take_start_up_locks();
+    if crate::hook::others_ran() {
+        return HELD_OFF_AGAIN;
+    }
     super::set_up(modules);
     run::set_attached();
     thread::set_late_register(late_thread_begin);

@@ -525,7 +525,8 @@ impl Stopped {
     /// stopped again after, unless [`Stopped::hold_others`].
     fn run_call(&mut self, tid: i32) -> CallResult {
         request(libc::PTRACE_CONT, tid, 0, 0).map_err(|e| format!("cannot resume: errno {e}"))?;
-        let mut deadline = Some(Instant::now() + Duration::from_secs(2));
+        let started = Instant::now();
+        let mut deadline = Some(started + CALL_ALONE);
         self.others_ran = false;
         let mut waited_long = false;
         let outcome = loop {
@@ -547,6 +548,13 @@ impl Stopped {
                 Err(_) => {
                     if waited_long {
                         break Err("the call in the process did not return within a minute".into());
+                    }
+                    // A call that is still working (a loaded machine, a
+                    // large process) rather than waiting on a lock keeps
+                    // the other threads stopped, up to the minute.
+                    if !waits_on_futex(self.pid, tid) && started.elapsed() < CALL_MOST {
+                        deadline = Some(Instant::now() + CALL_ALONE);
+                        continue;
                     }
                     waited_long = true;
                     deadline = Some(Instant::now() + Duration::from_secs(60));
@@ -833,6 +841,28 @@ fn signal_set(status: &str, name: &str) -> u64 {
     super::target::status_field(status, name)
         .and_then(|v| u64::from_str_radix(v, 16).ok())
         .unwrap_or(0)
+}
+
+/// How long a call runs with every other thread stopped before they are
+/// let run (it may wait for a lock one of them holds), when it waits on a
+/// futex then; and the longest a call may take.
+const CALL_ALONE: Duration = Duration::from_secs(2);
+const CALL_MOST: Duration = Duration::from_secs(60);
+
+/// Whether thread `tid` of `pid` is blocked in a futex wait (a lock, or a
+/// condition): `/proc/PID/task/TID/syscall` gives the system call it is
+/// blocked in ("running" or another call: it is working, not waiting for
+/// another thread). Readable by the process's tracer. Where it cannot be
+/// read, a wait is assumed.
+fn waits_on_futex(pid: i32, tid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")) {
+        Ok(s) => s
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse::<i64>().ok())
+            .is_some_and(|n| n == libc::SYS_futex),
+        Err(_) => true,
+    }
 }
 
 /// The state letter of thread `tid` (`R`, `S`, `D`, `Z`, `t`...), from
