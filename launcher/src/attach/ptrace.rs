@@ -557,7 +557,7 @@ impl Stopped {
                         continue;
                     }
                     waited_long = true;
-                    deadline = Some(Instant::now() + Duration::from_secs(60));
+                    deadline = Some(Instant::now() + CALL_MOST);
                     if self.hold_others {
                         continue;
                     }
@@ -845,7 +845,8 @@ fn signal_set(status: &str, name: &str) -> u64 {
 
 /// How long a call runs with every other thread stopped before they are
 /// let run (it may wait for a lock one of them holds), when it waits on a
-/// futex then; and the longest a call may take.
+/// futex then; and how long a call is waited for at most, while it works
+/// with the others stopped, and again once they run.
 const CALL_ALONE: Duration = Duration::from_secs(2);
 const CALL_MOST: Duration = Duration::from_secs(60);
 
