@@ -36,6 +36,12 @@ const SNAPSHOT_PER_MILLE: [u64; 3] = [850, 920, 970];
 /// of growth that the last snapshot before the OOM killer would miss.
 const SNAPSHOT_BELOW: [u64; 2] = [256 << 20, 64 << 20];
 const REARM_PER_MILLE: u64 = 750;
+
+/// The usage below which the snapshots may be taken again (for the RSS
+/// watch, `limit` is `--snapshot-above`'s threshold).
+fn rearm_below(limit: u64) -> u64 {
+    limit / 1000 * REARM_PER_MILLE
+}
 /// The most thresholds [`thresholds`] gives.
 pub(super) const MAX_THRESHOLDS: usize = SNAPSHOT_PER_MILLE.len() + SNAPSHOT_BELOW.len();
 
@@ -347,7 +353,7 @@ fn read_usage(room: Option<&mut [u8]>) -> Option<u64> {
     // is too: what it says is the same, and `memory.stat` (costlier: v2
     // flushes the cgroup's statistics to read it) is not read.
     let limit = LIMIT.load(Ordering::Acquire);
-    if !STAT_PATH.is_set() || usage < limit / 1000 * REARM_PER_MILLE {
+    if !STAT_PATH.is_set() || usage < rearm_below(limit) {
         CACHE_LEFT_OUT.store(false, Ordering::Relaxed);
         return Some(usage);
     }
@@ -411,7 +417,7 @@ fn check_near(room: Option<&mut [u8]>) {
     };
     if RSS.load(Ordering::Relaxed) {
         // One snapshot per rise above the threshold.
-        if usage < limit / 1000 * REARM_PER_MILLE {
+        if usage < rearm_below(limit) {
             CROSSED.store(0, Ordering::Release);
         } else if usage >= limit && CROSSED.swap(1, Ordering::AcqRel) == 0 {
             ask_snapshot(usage, limit);
@@ -420,7 +426,7 @@ fn check_near(room: Option<&mut [u8]>) {
     }
     let (at, n) = thresholds(limit);
     let reached = at[..n].iter().filter(|&&t| usage >= t).count() as u32;
-    if usage < limit / 1000 * REARM_PER_MILLE {
+    if usage < rearm_below(limit) {
         CROSSED.store(0, Ordering::Release);
     } else if reached > CROSSED.fetch_max(reached, Ordering::AcqRel) {
         ask_snapshot(usage, limit);
