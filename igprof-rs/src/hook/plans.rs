@@ -62,14 +62,12 @@ pub fn save() -> Result<bool, String> {
     let Some(bytes) = trampoline::known::export() else {
         return Ok(false);
     };
-    let where_ = || {
-        store::dir()
-            .map(|d| d.display().to_string())
-            .unwrap_or_default()
-    };
     let dir = match store::open_dir(true) {
         None => return Ok(false),
-        Some(Err(e)) => return Err(format!("{}: {e}", where_())),
+        Some(Err(e)) => {
+            let at = store::dir().map(|d| d.display().to_string());
+            return Err(format!("{}: {e}", at.unwrap_or_default()));
+        }
         Some(Ok(d)) => d,
     };
     dir.write(name, &bytes)
