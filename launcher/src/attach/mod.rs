@@ -265,17 +265,33 @@ fn call_logged(
         ptrace::write_mem(stopped.pid, len, &0u64.to_le_bytes())?;
     }
     // A thread stopped inside the profiler may hold a lock the call needs:
-    // the library refuses to run there, and the call goes to another.
+    // the library refuses to run there, and the call goes to another. When
+    // every thread tried was inside it (a program allocating on each of
+    // its threads), a call that carries no picture of the stopped threads
+    // (the attach's carries their pcs, which a pause would make stale) has
+    // them all run 20 ms, and the round starts again.
+    let rounds = if args.is_empty() && data.is_empty() {
+        BUSY_ROUNDS
+    } else {
+        1
+    };
+    let busy = |r: &Result<(u64, Vec<u8>), String>| matches!(r, Ok((v, _)) if *v as u32 as i32 == CALLER_BUSY);
     let mut r = stopped.call_in_out(func, args, data);
-    for _ in 0..CALLERS {
-        match r {
-            Ok((v, _)) if v as u32 as i32 == CALLER_BUSY && stopped.avoid_caller() => {
+    for round in 0..rounds {
+        for _ in 0..CALLERS {
+            if busy(&r) && stopped.avoid_caller() {
                 r = stopped.call_in_out(func, args, data);
+            } else {
+                break;
             }
-            _ => break,
         }
+        stopped.reset_callers();
+        if !busy(&r) || round + 1 == rounds {
+            break;
+        }
+        stopped.pause_in_place(Duration::from_millis(20))?;
+        r = stopped.call_in_out(func, args, data);
     }
-    stopped.reset_callers();
     print_log(stopped.pid, e, 1);
     match r {
         Ok((v, _)) if v as u32 as i32 == CALLER_BUSY => Err(format!(
@@ -290,6 +306,9 @@ fn call_logged(
 /// (process/attach.rs), and how many threads are tried.
 const CALLER_BUSY: i32 = 0x1b5;
 const CALLERS: usize = 16;
+/// How many times every thread is let run 20 ms when all those tried were
+/// inside the profiler.
+const BUSY_ROUNDS: usize = 10;
 
 /// Prints the lines the library kept in the process since its last call.
 fn print_log(pid: i32, e: &Entry, first: usize) {

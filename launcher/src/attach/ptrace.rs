@@ -748,12 +748,21 @@ impl Stopped {
     /// Lets the threads run for `d`, then stops them all again.
     /// The library's gate ([`Stopped::gate`]) stays set.
     pub fn pause(mut self, d: Duration) -> Result<Stopped, String> {
-        let (pid, gate) = (self.pid, self.gate);
+        self.pause_in_place(d)?;
+        Ok(self)
+    }
+
+    /// [`Stopped::pause`] through a reference; [`Stopped::hold_others`]
+    /// stays as it was too.
+    pub fn pause_in_place(&mut self, d: Duration) -> Result<(), String> {
+        let (pid, gate, hold) = (self.pid, self.gate, self.hold_others);
         self.release();
         std::thread::sleep(d);
         let mut s = Stopped::all(pid)?;
         s.gate = gate;
-        Ok(s)
+        s.hold_others = hold;
+        *self = s;
+        Ok(())
     }
 }
 
