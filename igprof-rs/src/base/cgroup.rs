@@ -177,13 +177,13 @@ static STEP: AtomicU64 = AtomicU64::new(0);
 static CHECK: AtomicUsize = AtomicUsize::new(0);
 
 /// The process's heap is watched against `limit`: each time its live bytes
-/// reach a new peak a 32nd of the limit (16 MiB at most, so that the
-/// snapshots 64 MiB below a large limit are not stepped over) above the
+/// reach a new peak a 32nd of the limit (8 MiB at most, so that the
+/// snapshot 16 MiB below a large limit is not stepped over) above the
 /// last look, `check` runs (on the allocating thread, inside the memory
 /// hook: it must not allocate). Atomic stores only: the keeper calls it.
 pub fn check_as_heap_grows(limit: u64, check: fn()) {
     CHECK.store(check as usize, Ordering::Release);
-    STEP.store((limit / 32).clamp(1, 16 << 20), Ordering::Relaxed);
+    STEP.store((limit / 32).clamp(1, 8 << 20), Ordering::Relaxed);
     NEXT_CHECK.store(0, Ordering::Release);
 }
 

@@ -34,7 +34,10 @@ const SNAPSHOT_PER_MILLE: [u64; 3] = [850, 920, 970];
 /// Bytes below the limit at which a snapshot is also asked for, where
 /// that is above the last share: 3% of a container's 16 GiB is 491 MiB
 /// of growth that the last snapshot before the OOM killer would miss.
-const SNAPSHOT_BELOW: [u64; 2] = [256 << 20, 64 << 20];
+/// None closer than 16 MiB: a snapshot needs memory of its own (up to a
+/// few MiB for a large profile), and one taken where a program levels off
+/// just below its limit must not be what pushes it over.
+const SNAPSHOT_BELOW: [u64; 3] = [256 << 20, 64 << 20, 16 << 20];
 const REARM_PER_MILLE: u64 = 750;
 
 /// The usage below which the snapshots may be taken again (for the RSS
@@ -469,7 +472,7 @@ mod tests {
 
     #[test]
     fn a_large_limit_gets_snapshots_close_below_it() {
-        // 96 MiB: the shares alone (64 MiB below is far under 97%).
+        // 96 MiB: the shares alone (16 MiB below is far under 97%).
         let (t, n) = thresholds(96 * MIB);
         assert_eq!(
             &t[..n],
@@ -479,15 +482,19 @@ mod tests {
                 96 * MIB / 1000 * 970
             ]
         );
-        // 4 GiB: 97% is 123 MiB below the limit; 64 MiB below comes after.
+        // 1 GiB: 97% is 31 MiB below the limit; 16 MiB below comes after.
+        let g1 = 1024 * MIB;
+        let (t, n) = thresholds(g1);
+        assert_eq!(&t[3..n], &[g1 - 16 * MIB]);
+        // 4 GiB: 97% is 123 MiB below the limit; 64 and 16 MiB below
+        // come after.
         let g4 = 4096 * MIB;
         let (t, n) = thresholds(g4);
-        assert_eq!(n, 4);
-        assert_eq!(t[3], g4 - 64 * MIB);
-        // 16 GiB: 256 and 64 MiB below, both above 97% (491 MiB below).
+        assert_eq!(&t[3..n], &[g4 - 64 * MIB, g4 - 16 * MIB]);
+        // 16 GiB: 256, 64 and 16 MiB below, all above 97% (491 MiB below).
         let g16 = 16384 * MIB;
         let (t, n) = thresholds(g16);
-        assert_eq!(&t[3..n], &[g16 - 256 * MIB, g16 - 64 * MIB]);
+        assert_eq!(&t[3..n], &[g16 - 256 * MIB, g16 - 64 * MIB, g16 - 16 * MIB]);
         assert!(t[..n].windows(2).all(|w| w[0] < w[1]), "{:?}", &t[..n]);
     }
 }
