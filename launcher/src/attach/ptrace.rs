@@ -547,7 +547,10 @@ impl Stopped {
                 }
                 Err(_) => {
                     if waited_long {
-                        break Err("the call in the process did not return within a minute".into());
+                        break Err(format!(
+                            "the call in the process did not return within {} s",
+                            started.elapsed().as_secs()
+                        ));
                     }
                     // A call that is still working (a loaded machine, a
                     // large process) rather than waiting on a lock keeps
@@ -855,7 +858,8 @@ fn signal_set(status: &str, name: &str) -> u64 {
 /// How long a call runs with every other thread stopped before they are
 /// let run (it may wait for a lock one of them holds), when it waits on a
 /// futex then; and how long a call is waited for at most, while it works
-/// with the others stopped, and again once they run.
+/// with the others stopped, and again once they run (so up to two minutes
+/// in all: the error says how long).
 const CALL_ALONE: Duration = Duration::from_secs(2);
 const CALL_MOST: Duration = Duration::from_secs(60);
 
