@@ -99,19 +99,7 @@ impl Shard {
                 locked: false,
             };
         }
-        let mut spins = 0u32;
-        while self
-            .lock
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            spins += 1;
-            if spins > 100 {
-                sys::sched_yield();
-            } else {
-                core::hint::spin_loop();
-            }
-        }
+        sys::spin_lock(&self.lock);
         ShardGuard {
             shard: self,
             locked: true,

@@ -60,9 +60,7 @@ pub(super) fn reset_after_fork() {
 }
 
 pub(super) fn with_unloaded<R>(f: impl FnOnce(&mut Vec<Segment>) -> R) -> R {
-    while UNLOADED.lock.swap(true, Ordering::Acquire) {
-        std::hint::spin_loop();
-    }
+    crate::sys::spin_lock(&UNLOADED.lock);
     // SAFETY: lock held.
     let r = f(unsafe { &mut *UNLOADED.list.get() });
     UNLOADED.lock.store(false, Ordering::Release);

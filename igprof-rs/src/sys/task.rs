@@ -1,8 +1,9 @@
 //! Who runs: thread and process ids (with the keeper standing for a dead
-//! program), yielding the CPU, and the spin lock built on it.
+//! program), yielding the CPU, and how a waiter for one of the library's
+//! spin locks backs off ([`back_off`], [`spin_lock`]).
 //!
 //! Must never: cache a thread id (threads come and go; fork copies memory),
-//! or block in the kernel other than by yielding.
+//! or block in the kernel other than by yielding or by a bounded sleep.
 
 pub fn gettid() -> i32 {
     // SAFETY: gettid has no arguments and cannot fail.
@@ -41,21 +42,116 @@ pub fn sched_yield() {
     unsafe { libc::syscall(libc::SYS_sched_yield) };
 }
 
-/// Takes a spin lock (`false` = free): spins briefly, then yields the CPU
-/// between attempts, so a holder that was preempted can finish. For the
-/// profiler's short critical sections (a few loads and stores).
+/// Waits before attempt `round + 1` (from 0) at a spin lock held by
+/// another thread: a pause while the holder probably runs (64 rounds),
+/// the CPU yielded so that a holder that was preempted can finish (192
+/// rounds), then 1 ms asleep in a futex wait per round, for a holder that
+/// stays away: preempted for long, or stopped by a tracer. `igprof
+/// --attach` stops every thread of the process to call into it, and tells
+/// a call that waits for another thread (blocked in a futex) from one that
+/// works: a waiter that spins or yields looked like one that works, and
+/// the stopped holder was left stopped for a minute.
+pub fn back_off(round: u32) {
+    /// Never woken: only the timeout ends a wait on it.
+    static ASLEEP: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(0);
+    if round < 64 {
+        core::hint::spin_loop();
+    } else if round < 256 {
+        sched_yield();
+    } else {
+        super::futex_wait(&ASLEEP, 0, Some(1_000_000));
+    }
+}
+
+/// Takes a spin lock (`false` = free), waiting between attempts as
+/// [`back_off`] says. For the profiler's short critical sections (a few
+/// loads and stores).
 pub fn spin_lock(lock: &core::sync::atomic::AtomicBool) {
     use core::sync::atomic::Ordering;
-    let mut spins = 0u32;
+    let mut round = 0u32;
     while lock
         .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
         .is_err()
     {
-        spins += 1;
-        if spins > 64 {
-            sched_yield();
-        } else {
-            core::hint::spin_loop();
+        back_off(round);
+        round = round.saturating_add(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    /// What `igprof --attach` reads to tell a call that waits for another
+    /// thread from one that works: a waiter for a spin lock whose holder
+    /// stays away is soon seen blocked in a futex wait.
+    #[test]
+    fn a_waiter_for_a_held_spin_lock_is_seen_in_a_futex_wait() {
+        let lock = Arc::new(AtomicBool::new(true));
+        let tid = Arc::new(core::sync::atomic::AtomicI32::new(0));
+        let waiter = {
+            let (lock, tid) = (lock.clone(), tid.clone());
+            std::thread::spawn(move || {
+                tid.store(gettid(), Ordering::Release);
+                spin_lock(&lock);
+                lock.store(false, Ordering::Release);
+            })
+        };
+        while tid.load(Ordering::Acquire) == 0 {
+            std::thread::yield_now();
         }
+        // Past its spins and yields the waiter sleeps in futex waits of
+        // 1 ms, so nearly every look finds it there.
+        let seen = (0..2000).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            in_call(tid.load(Ordering::Acquire), libc::SYS_futex)
+        });
+        lock.store(false, Ordering::Release);
+        waiter.join().unwrap();
+        if !seen && !calls_read_as_this_architectures() {
+            // qemu-user: the file shows the emulator's own system calls.
+            eprintln!("/proc/PID/task/TID/syscall is not this architecture's: not run");
+            return;
+        }
+        assert!(seen, "the waiter was never seen in a futex wait");
+    }
+
+    /// Whether thread `tid` is blocked in system call `nr`.
+    fn in_call(tid: i32, nr: libc::c_long) -> bool {
+        std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall"))
+            .is_ok_and(|s| s.split_whitespace().next() == Some(&nr.to_string()))
+    }
+
+    /// Whether a thread blocked in `read` is seen in it (not under an
+    /// emulator, whose threads make its own system calls).
+    fn calls_read_as_this_architectures() -> bool {
+        let mut fds = [0; 2];
+        // SAFETY: fds has room for the two descriptors.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            tx.send(gettid()).unwrap();
+            let mut b = [0u8; 1];
+            // SAFETY: one byte into b, from the pipe's read end.
+            unsafe { libc::read(fds[0], b.as_mut_ptr().cast(), 1) };
+        });
+        let t = rx.recv().unwrap();
+        let seen = (0..1000).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            in_call(t, libc::SYS_read)
+        });
+        // SAFETY: the pipe's write end, one byte; then both ends closed.
+        unsafe {
+            libc::write(fds[1], b"x".as_ptr().cast(), 1);
+        }
+        reader.join().unwrap();
+        // SAFETY: descriptors of this test's pipe.
+        unsafe {
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+        }
+        seen
     }
 }

@@ -71,18 +71,7 @@ pub fn active() -> bool {
 
 /// Runs `f` on the sorted spans under the lock.
 fn locked<R>(f: impl FnOnce(&mut [Span], &mut usize) -> R) -> R {
-    let mut spins = 0u32;
-    while LOCK
-        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
-        spins += 1;
-        if spins > 100 {
-            crate::sys::sched_yield();
-        } else {
-            core::hint::spin_loop();
-        }
-    }
+    crate::sys::spin_lock(&LOCK);
     // SAFETY: BASE is a mapping of CAPACITY spans (enable), zero-filled
     // plain data, only touched under LOCK.
     let all = unsafe {
