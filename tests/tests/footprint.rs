@@ -90,3 +90,68 @@ fn library_text_kib() -> u64 {
     let memsz = load.split_whitespace().nth(5).unwrap();
     u64::from_str_radix(memsz.trim_start_matches("0x"), 16).unwrap() >> 10
 }
+
+/// The numbers `-d` gives on the first line that starts with `prefix` and
+/// holds `word`, in order (`final dump: RSS 35.9 -> 39.5 MiB, peak RSS
+/// 35.9 -> 39.7 MiB`: 35.9, 39.5, 35.9, 39.7).
+fn numbers_after(log: &str, prefix: &str, word: &str) -> Vec<f64> {
+    let line = log
+        .lines()
+        .filter_map(|l| l.strip_prefix("igprof: ")?.strip_prefix(prefix))
+        .find(|l| l.contains(word))
+        .unwrap_or_else(|| panic!("no line {prefix:?} with {word:?} in\n{log}"));
+    line.split(|c: char| !c.is_ascii_digit() && c != '.')
+        .filter_map(|w| w.parse().ok())
+        .collect()
+}
+
+/// The final dump of a small compiler (GCC's cc1 on a short C file, about
+/// 27,000 call-tree nodes under `-mp`) comes at its peak memory: what the
+/// dump adds to the peak RSS must stay about what it needs (its region
+/// faulted in before it starts: 256 KiB and 128 bytes a node, measured
+/// 3.3-3.9 MiB here), not the 6.7-7 MiB it added when the region was
+/// faulted in at 256 bytes a node and nothing in it was reused.
+#[test]
+fn a_small_compilers_dump_adds_little_to_its_peak() {
+    let d = scratch("footprint-dump");
+    let cc1 = std::process::Command::new("gcc")
+        .arg("-print-prog-name=cc1")
+        .output()
+        .unwrap();
+    let cc1 = String::from_utf8(cc1.stdout).unwrap().trim().to_string();
+    std::fs::write(
+        d.join("small.c"),
+        "typedef unsigned long size_t; void *malloc(size_t); void free(void *);\n\
+         int printf(const char *, ...);\n\
+         void qsort(void *, size_t, size_t, int (*)(const void *, const void *));\n\
+         static int cmp(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }\n\
+         int main(int argc, char **argv) { int n = argc * 1000, *v = malloc(n * sizeof *v), s = 0;\n\
+         for (int k = 0; k < n; k++) v[k] = (k * 7919) % 1000;\n\
+         qsort(v, n, sizeof *v, cmp); for (int k = 0; k < n; k += 7) s += v[k];\n\
+         printf(\"%d\\n\", s); free(v); return 0; }\n",
+    )
+    .unwrap();
+    let out = igprof_command(
+        &d,
+        &[
+            "-d", "-mp", "-o", "cc1.gz", &cc1, "-quiet", "-O2", "small.c", "-o", "small.s",
+        ],
+    )
+    .output()
+    .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    let nodes = numbers_after(&log, "dump: ", "nodes merged")[0];
+    let rss = numbers_after(&log, "final dump: ", "peak RSS");
+    let added_mib = rss[3] - rss[2];
+    let allowed_mib = 1.5 + nodes * 128.0 / (1 << 20) as f64;
+    eprintln!("{nodes} nodes: the dump added {added_mib:.1} MiB to the peak RSS (allowed {allowed_mib:.1})");
+    assert!(
+        (1_000.0..=50_000.0).contains(&nodes),
+        "{nodes} nodes: not a dump from the region"
+    );
+    assert!(
+        added_mib <= allowed_mib,
+        "{added_mib} MiB added, {nodes} nodes"
+    );
+}

@@ -1,5 +1,5 @@
 //! The library's own code and read-only data pages, given back to the
-//! kernel once start-up is over.
+//! kernel once start-up is over, and again before a final dump.
 //!
 //! Start-up runs most of the library's code once (options, hook planning
 //! with its instruction decoder, the descriptor store, module tables), and
@@ -12,6 +12,8 @@
 //! every other process, and the pages the program still runs fault back in
 //! on first use. A profiled process's peak RSS is then about 1 MB closer to
 //! the unprofiled one's (docs/benchmarks.md, "Design figures").
+//! [`give_back_again`] does the same for the pages that faulted back in,
+//! from the segments found at start-up.
 //!
 //! Owns: finding the library's own read-only loadable segments and the
 //! advice on them.
@@ -20,6 +22,8 @@
 //! private copy: dropped, it would read the file's bytes again), or run
 //! when the object has text relocations (its text is then a private copy
 //! too).
+
+use core::sync::atomic::{AtomicUsize, Ordering};
 
 /// One loadable segment of the library: start and end addresses.
 type Segment = (usize, usize);
@@ -33,6 +37,14 @@ struct Found {
     found: bool,
     refused: bool,
 }
+
+/// The segments [`give_back`] found, for [`give_back_again`]: start and
+/// end of each, `SEGMENTS_FOUND` of them (0 until start-up is over or
+/// where nothing may be given back). The library is never unloaded, so
+/// they stay valid for the process's life (and a fork child's).
+static SEGMENTS: [(AtomicUsize, AtomicUsize); 8] =
+    [const { (AtomicUsize::new(0), AtomicUsize::new(0)) }; 8];
+static SEGMENTS_FOUND: AtomicUsize = AtomicUsize::new(0);
 
 /// Unmaps the library's read-only pages from the process; returns the bytes
 /// advised (0 where nothing was: the object not found, text relocations).
@@ -50,12 +62,32 @@ pub fn give_back() -> usize {
     if !f.found || f.refused {
         return 0;
     }
+    for (slot, &(start, end)) in SEGMENTS.iter().zip(&f.segments[..f.n]) {
+        slot.0.store(start, Ordering::Relaxed);
+        slot.1.store(end, Ordering::Relaxed);
+    }
+    SEGMENTS_FOUND.store(f.n, Ordering::Release);
+    give_back_again()
+}
+
+/// Unmaps again the pages [`give_back`] unmapped at start-up, as many of
+/// them as have faulted back in since: before the final dump, whose code
+/// (merging, naming, writing) then replaces the running program's hooks
+/// and unwinder in the resident set instead of adding to them at the
+/// process's end, often its peak. Takes no lock and allocates nothing;
+/// returns the bytes advised (0 before start-up is over).
+pub fn give_back_again() -> usize {
+    let n = SEGMENTS_FOUND.load(Ordering::Acquire);
     let _e = crate::sys::ErrnoGuard::save();
     let mut bytes = 0;
-    for &(start, end) in &f.segments[..f.n] {
+    for (start, end) in SEGMENTS[..n]
+        .iter()
+        .map(|(s, e)| (s.load(Ordering::Relaxed), e.load(Ordering::Relaxed)))
+    {
         // SAFETY: whole pages of a read-only segment of this object, never
         // written (no text relocations): dropping them loses nothing, and
-        // they read back from the file on the next touch.
+        // they read back from the file on the next touch, also in a thread
+        // running them now.
         if unsafe { libc::syscall(libc::SYS_madvise, start, end - start, libc::MADV_DONTNEED) } == 0
         {
             bytes += end - start;
