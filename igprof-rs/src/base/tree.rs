@@ -239,6 +239,9 @@ impl Slot {
     }
 }
 
+/// How many slots ahead a rehash starts loading a slot's node.
+const REHASH_AHEAD: usize = 16;
+
 /// The table grows (doubles) when more than this share of it (in
 /// quarters) would be taken: linear probing stays short at 3/4.
 const MAX_LOAD_QUARTERS: usize = 3;
@@ -402,6 +405,14 @@ impl CallTree {
         self.table = t;
         self.mask = cap - 1;
         for i in 0..old_cap {
+            // The node of a slot a few ahead starts loading now: the nodes
+            // lie in the order they were made, not the table's, and each
+            // read was a cache miss (a small cc1: 2% of its run under -mp).
+            if i + REHASH_AHEAD < old_cap {
+                // SAFETY: within the old table; slots are plain data.
+                let ahead = unsafe { *old.add(i + REHASH_AHEAD) };
+                sys::prefetch(ahead.node() as *const u8);
+            }
             // SAFETY: i < old capacity; slots are plain data.
             let s = unsafe { *old.add(i) };
             if s != Slot::EMPTY {

@@ -146,3 +146,20 @@ pub fn peak_rss_bytes() -> Option<u64> {
     let r = unsafe { libc::syscall(libc::SYS_getrusage, libc::RUSAGE_SELF, &mut ru) };
     (r == 0).then_some(ru.ru_maxrss as u64 * 1024)
 }
+
+/// Asks the CPU to start loading the cache line at `p` for reading: a
+/// hint, which never faults (any address will do) and changes nothing the
+/// program can see.
+#[inline(always)]
+pub fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: PREFETCHT0 is a hint that never faults.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch(p.cast::<i8>(), core::arch::x86_64::_MM_HINT_T0)
+    };
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: PRFM is a hint that never faults.
+    unsafe {
+        core::arch::asm!("prfm pldl1keep, [{0}]", in(reg) p, options(nostack, preserves_flags, readonly))
+    };
+}
