@@ -494,6 +494,37 @@ fn a_seed_gives_the_same_profile_again() {
     assert!(seed.parse::<u64>().is_ok(), "{:?}", p4.notes);
 }
 
+/// The profiler's library is told apart from the program's objects by
+/// where it is loaded, not by its file's name: a copy under another name
+/// (`IGPROF_LIB` may name any file) hooks no Rust allocator entry point of
+/// its own, so its own allocations never reach the sampler, and a seed
+/// gives the same profile as with the library's usual name. (By name
+/// alone, the copy hooked its `__rust_alloc` and friends, and the sampled
+/// profile changed.)
+#[test]
+fn a_renamed_library_gives_the_same_sampled_profile() {
+    let b = Bench::new("sampled-renamed", "alloc_churn.c");
+    let copy = b.dir.join("profiler-copy.so");
+    std::fs::copy(lib(), &copy).unwrap();
+    let opts = ["-mp", "--sample-bytes", "4K", "--sample-seed", "7"];
+    let (_, usual) = b.run(&opts, &["20000", "12"], "usual.gz");
+    let mut args = vec!["-d"];
+    args.extend(opts);
+    args.extend(["-o", "renamed.gz", "./alloc_churn", "20000", "12"]);
+    let o = igprof_command(&b.dir, &args)
+        .env("IGPROF_LIB", &copy)
+        .output()
+        .unwrap();
+    ok(&o);
+    let log = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        log.contains("allocator entry points") && !log.contains("rust_alloc"),
+        "{log}"
+    );
+    let renamed = load(&b.dir.join("renamed.gz"));
+    assert_eq!(comparable(&usual), comparable(&renamed));
+}
+
 #[test]
 fn frees_on_other_threads_and_forked_children_stay_consistent() {
     let m: u64 = 50_000;

@@ -525,13 +525,14 @@ fn scan_new(s: &mut Scanned) {
     let objects = trampoline::loaded_objects();
     // An object unloaded since is forgotten: another may load there.
     s.objects.retain(|o| objects.contains(o));
+    let ours = own_base();
     let mut scanned = 0;
     for (path, base) in objects {
         if s.objects.iter().any(|(p, b)| *p == path && *b == base) {
             continue;
         }
         s.objects.push((path.clone(), base));
-        if skipped(&path) {
+        if skipped(&path) || Some(base & !0xfff) == ours {
             continue;
         }
         scanned += 1;
@@ -547,14 +548,29 @@ fn scan_new(s: &mut Scanned) {
 }
 
 /// Objects that define no allocator family: the dynamic loader, glibc,
-/// the vDSO, this library.
+/// the vDSO. (This library is told by its address: [`own_base`].)
 fn skipped(path: &str) -> bool {
     let file = path.rsplit('/').next().unwrap_or(path);
     file.starts_with("ld-linux")
         || file.starts_with("linux-vdso")
         || file.starts_with("linux-gate")
         || file == "libc.so.6"
-        || file == "libigprof.so"
+}
+
+/// Where this library is loaded (its first page), as
+/// `trampoline::loaded_objects` gives an object's base: the profiler's own
+/// Rust allocator entry points must never be taken for the program's,
+/// whatever the library's file is called (`IGPROF_LIB` may name a copy;
+/// by its name alone, a renamed copy hooked its own `__rust_alloc`).
+fn own_base() -> Option<u64> {
+    let mut info = core::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+    let probe = own_base as fn() -> Option<u64> as *const c_void;
+    // SAFETY: dladdr fills the Dl_info it is given; the probe is code of
+    // this library.
+    let found = unsafe { libc::dladdr(probe, info.as_mut_ptr()) } != 0;
+    // SAFETY: zero-initialised, and filled where found.
+    let base = unsafe { info.assume_init() }.dli_fbase as u64;
+    (found && base != 0).then_some(base & !0xfff)
 }
 
 fn scan_one(s: &mut Scanned, path: &str, base: u64) {
