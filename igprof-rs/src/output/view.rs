@@ -139,7 +139,10 @@ impl<'t> ProfileTree for Single<'t> {
     fn children(&self, id: SingleId<'t>, out: &mut Vec<SingleId<'t>>) {
         out.clear();
         if let SingleId::Tree(n) = id {
-            out.extend(n.children().map(SingleId::Tree));
+            out.extend(n.children().map(|k| {
+                k.prefetch_below();
+                SingleId::Tree(k)
+            }));
         }
     }
 
