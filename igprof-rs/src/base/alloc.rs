@@ -370,13 +370,15 @@ unsafe impl GlobalAlloc for IgAlloc {
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let old_small = class_of(layout.size(), layout.align());
         let new_small = class_of(new_size, layout.align());
-        // A block in the final dump's region, or one that should move there,
-        // is copied to a new block.
-        if ARENA.holds(ptr) && ARENA.resize_last(ptr, layout.size(), new_size.max(1)) {
+        // A block in the final dump's region is resized in place where it
+        // is the region's last block; else it, or one that should move
+        // there, is copied to a new block.
+        let in_arena = ARENA.holds(ptr);
+        if in_arena && ARENA.resize_last(ptr, layout.size(), new_size.max(1)) {
             return ptr;
         }
         let in_place =
-            !ARENA.holds(ptr) && !ARENA.on.load(Ordering::Relaxed) && !LONE.load(Ordering::Relaxed);
+            !in_arena && !ARENA.on.load(Ordering::Relaxed) && !LONE.load(Ordering::Relaxed);
         match (old_small, new_small) {
             (Some(a), Some(b)) if a == b && in_place => ptr,
             (None, None) if in_place => {

@@ -88,16 +88,19 @@ pub(super) struct Leaks {
 impl Leaks {
     pub(super) fn new(mut all: Vec<Leak>) -> Self {
         all.sort_unstable_by_key(|l| (l.node, l.slot, l.addr));
-        // A slot past the mask's 64 bits is always searched.
-        let slots = all.iter().fold(0u64, |m, l| {
-            m | 1u64.checked_shl(l.slot as u32).unwrap_or(!0)
-        });
+        let slots = all.iter().fold(0u64, |m, l| m | Self::bit(l.slot));
         Leaks { all, slots }
+    }
+
+    /// Counter slot `slot`'s bit of the mask; a slot past its 64 bits sets
+    /// (and is looked for under) every bit, so it is always searched.
+    fn bit(slot: usize) -> u64 {
+        1u64.checked_shl(slot as u32).unwrap_or(!0)
     }
 
     /// The resources of counter `slot` at `node` (empty when none).
     pub(super) fn of(&self, node: usize, slot: usize) -> &[Leak] {
-        if self.slots & 1u64.checked_shl(slot as u32).unwrap_or(!0) == 0 {
+        if self.slots & Self::bit(slot) == 0 {
             return &[];
         }
         let lo = self
