@@ -6,8 +6,11 @@
 //! What it must never do: signal a process that is not profiled with
 //! marks (a realtime signal's default action ends the process: the
 //! process's `IGPROF` must name `--marks`, `--mark-every` or
-//! `--mark-signal`, and its memory map libigprof.so), or wait for ever.
+//! `--mark-signal`, and its memory map must hold the profiler's library:
+//! an object its `LD_PRELOAD` names, whatever the file is called, or one
+//! named libigprof.so), or wait for ever.
 
+use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
 /// How long the process has to answer.
@@ -58,7 +61,7 @@ fn mark(args: &[std::ffi::OsString]) -> Result<(i32, i32), String> {
         w.split(' ')
             .any(|o| o == "--marks" || o == "--mark-every" || o == "--mark-signal")
     });
-    if !marks || !maps.contains("libigprof.so") {
+    if !marks || !profiler_mapped(&env, &maps) {
         return Err(format!(
             "process {pid} is not profiled with -mp --marks (its signal would end it): start it under igprof -mp --marks"
         ));
@@ -117,5 +120,100 @@ fn mark(args: &[std::ffi::OsString]) -> Result<(i32, i32), String> {
                 return Ok((pid, info.si_value().sival_ptr as usize as i32));
             }
         }
+    }
+}
+
+/// Whether a process with this initial environment (`/proc/PID/environ`)
+/// and memory map (`/proc/PID/maps`) has the profiler's library loaded:
+/// an object its `LD_PRELOAD` names (the launcher preloads the library
+/// under whatever name `IGPROF_LIB` gives it; the map shows the file's
+/// path with symbolic links resolved, so each entry counts as given and
+/// resolved), or one named libigprof.so.
+fn profiler_mapped(environ: &[u8], maps: &str) -> bool {
+    let mut preloaded: Vec<std::path::PathBuf> = Vec::new();
+    for entry in environ
+        .split(|b| *b == 0)
+        .filter_map(|v| v.strip_prefix(b"LD_PRELOAD="))
+        .flat_map(|v| v.split(|b| *b == b':' || *b == b' '))
+        .filter(|p| !p.is_empty())
+    {
+        let p = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(entry));
+        if let Ok(real) = std::fs::canonicalize(&p) {
+            preloaded.push(real);
+        }
+        preloaded.push(p);
+    }
+    maps.lines().filter_map(mapped_path).any(|path| {
+        path.ends_with("/libigprof.so") || preloaded.iter().any(|p| p.as_os_str() == path)
+    })
+}
+
+/// The file a line of `/proc/PID/maps` maps (the text after its five
+/// fixed fields, spaces included, without a " (deleted)" mark), if any.
+fn mapped_path(line: &str) -> Option<&str> {
+    let mut rest = line;
+    for _ in 0..5 {
+        rest = rest.trim_start();
+        rest = &rest[rest.find(' ')?..];
+    }
+    let path = rest.trim();
+    let path = path.strip_suffix(" (deleted)").unwrap_or(path);
+    path.starts_with('/').then_some(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::profiler_mapped;
+
+    const MAPS: &str = "\
+7f0000000000-7f0000001000 r--p 00000000 fe:00 12 /opt/p/profiler-copy.so
+7f0000002000-7f0000003000 r-xp 00000000 fe:00 13 /usr/lib/x86_64-linux-gnu/libc.so.6
+7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0 [stack]
+";
+
+    #[test]
+    fn the_preloaded_library_counts_whatever_its_name() {
+        let env = b"HOME=/root\0LD_PRELOAD=/opt/p/profiler-copy.so\0IGPROF=-mp --marks\0";
+        assert!(profiler_mapped(env, MAPS));
+        let two = b"LD_PRELOAD=/x/other.so:/opt/p/profiler-copy.so\0";
+        assert!(profiler_mapped(two, MAPS));
+    }
+
+    #[test]
+    fn an_object_preloaded_but_not_mapped_or_another_name_does_not() {
+        assert!(!profiler_mapped(b"LD_PRELOAD=/opt/p/gone.so\0", MAPS));
+        assert!(!profiler_mapped(b"HOME=/root\0", MAPS));
+        // A path that merely contains the preloaded one is another file.
+        assert!(!profiler_mapped(b"LD_PRELOAD=/opt/p/profiler\0", MAPS));
+    }
+
+    #[test]
+    fn a_path_with_spaces_or_deleted_is_read_whole() {
+        let maps =
+            "7f0000000000-7f0000001000 r-xp 00000000 fe:00 12      /opt/my dir/p.so (deleted)\n";
+        // The loader splits LD_PRELOAD at spaces too: no preloaded path has one.
+        assert!(!profiler_mapped(b"LD_PRELOAD=/opt/my dir/p.so\0", maps));
+        assert_eq!(
+            super::mapped_path(maps.trim_end()),
+            Some("/opt/my dir/p.so")
+        );
+        assert_eq!(
+            super::mapped_path("7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0 [stack]"),
+            None
+        );
+        assert_eq!(
+            super::mapped_path("7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0"),
+            None
+        );
+    }
+
+    #[test]
+    fn the_usual_library_name_counts_without_a_preload() {
+        let maps =
+            "7f0000000000-7f0000001000 r-xp 00000000 fe:00 12 /opt/igprof/lib/libigprof.so\n";
+        assert!(profiler_mapped(b"", maps));
+        // A name that only ends like it does not.
+        let other = "7f0000000000-7f0000001000 r-xp 00000000 fe:00 12 /opt/x/notlibigprof.so\n";
+        assert!(!profiler_mapped(b"", other));
     }
 }

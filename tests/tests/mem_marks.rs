@@ -158,3 +158,44 @@ fn igprof_mark_pid_marks_a_running_process() {
         "{o:?}"
     );
 }
+
+/// `igprof --mark PID` knows the profiler's library by what the process
+/// preloaded, not by its file's name: a process profiled with a copy of
+/// the library under another name (`IGPROF_LIB`) is marked like any other.
+/// (By name alone it was refused as "not profiled with -mp --marks".)
+#[test]
+fn igprof_mark_pid_finds_a_renamed_library() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::Stdio;
+    let d = built("mark-renamed");
+    let copy = d.join("profiler-copy.so");
+    std::fs::copy(lib(), &copy).unwrap();
+    let mut child = igprof_command(
+        &d,
+        &["-mp", "--marks", "-o", "prof.gz", "./mark_phases", "wait"],
+    )
+    .env("IGPROF_LIB", &copy)
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let pid = child.id().to_string();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    for want in ["start\n", "phase one done\n"] {
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line, want);
+    }
+    let o = igprof(&d, &["--mark", &pid]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        format!("igprof: mark 1 in effect in process {pid}\n")
+    );
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    assert!(child.wait().unwrap().success());
+    let since = sites(&load(&d.join("prof.gz")), "MEM_LIVE_SINCE_MARK");
+    assert_eq!(site(&since, "phase_two").calls, 50, "{since:?}");
+}
