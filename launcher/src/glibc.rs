@@ -13,7 +13,9 @@
 //!
 //! What it must never do: refuse a run on a guess. Anything it cannot read
 //! (no libc found, an ELF file it does not understand) lets the run go on.
-//! It starts no process and reads only the files named above.
+//! It starts no process and reads only the files named above: the
+//! launcher's own loader and libc come from the loader's list of objects
+//! (`dl_iterate_phdr`), not from `/proc/self/maps`.
 
 use object::elf::FileHeader64;
 use object::read::elf::{FileHeader, ProgramHeader};
@@ -111,8 +113,11 @@ fn needed_versions(path: &Path) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
     Some(out)
 }
 
+/// Version names (`GLIBC_2.28`...).
+type Versions = Vec<Vec<u8>>;
+
 /// The version names `path` defines.
-fn defined_versions(path: &Path) -> Option<Vec<Vec<u8>>> {
+fn defined_versions(path: &Path) -> Option<Versions> {
     let map = open_elf(path)?;
     let data = map.bytes();
     let elf = FileHeader64::<Endianness>::parse(data).ok()?;
@@ -146,16 +151,66 @@ fn interpreter(path: &Path) -> Option<PathBuf> {
     None
 }
 
-/// The libc.so.6 mapped into this process.
-fn own_libc() -> Option<PathBuf> {
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    maps.lines()
-        .filter_map(|l| l.split_whitespace().nth(5))
-        .find(|p| {
-            let name = p.rsplit('/').next().unwrap_or(p);
-            name == "libc.so.6" || (name.starts_with("libc-") && name.ends_with(".so"))
-        })
-        .map(PathBuf::from)
+/// What the loader says of this process's own objects: the loader the
+/// launcher runs with (its PT_INTERP, read from the program headers in
+/// memory) and the libc.so.6 it loaded, as the loader named them. No file
+/// is read: `dl_iterate_phdr` walks the loader's own list.
+#[derive(Default)]
+struct Own {
+    interpreter: Option<PathBuf>,
+    libc: Option<PathBuf>,
+}
+
+fn own() -> Own {
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _: usize,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: `data` is the Own passed below and `info` is valid for
+        // the call (dl_iterate_phdr's contract).
+        let (own, info) = unsafe { (&mut *data.cast::<Own>(), &*info) };
+        let name = if info.dlpi_name.is_null() {
+            &[][..]
+        } else {
+            // SAFETY: the loader's NUL-terminated name of the object.
+            unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }.to_bytes()
+        };
+        if name.is_empty() && own.interpreter.is_none() {
+            // The program itself (always first): its PT_INTERP, in memory.
+            // SAFETY: dlpi_phdr points to dlpi_phnum program headers.
+            let phdrs =
+                unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) };
+            if let Some(ph) = phdrs.iter().find(|ph| ph.p_type == libc::PT_INTERP) {
+                let at = (info.dlpi_addr as usize).wrapping_add(ph.p_vaddr as usize);
+                // SAFETY: PT_INTERP lies in a loaded segment of the program
+                // and holds a NUL-terminated path.
+                let path = unsafe { std::ffi::CStr::from_ptr(at as *const libc::c_char) };
+                own.interpreter = Some(PathBuf::from(std::ffi::OsStr::from_bytes(path.to_bytes())));
+            }
+        }
+        let file = name.rsplit(|b| *b == b'/').next().unwrap_or(name);
+        if own.libc.is_none()
+            && (file == b"libc.so.6" || (file.starts_with(b"libc-") && file.ends_with(b".so")))
+        {
+            own.libc = Some(PathBuf::from(std::ffi::OsStr::from_bytes(name)));
+        }
+        0
+    }
+    let mut o = Own::default();
+    // SAFETY: the callback writes only `o`, which outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(each), (&mut o as *mut Own).cast()) };
+    o
+}
+
+/// Whether two paths name one file (links followed), else whether they
+/// are the same text.
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => (x.dev(), x.ino()) == (y.dev(), y.ino()),
+        _ => a == b,
+    }
 }
 
 /// The libc.so.6 that `program` will run with: this launcher's own when
@@ -163,18 +218,13 @@ fn own_libc() -> Option<PathBuf> {
 /// is looked up on this system) or has the launcher's loader; else the one
 /// in the directory of the program's loader, if there is one.
 pub fn program_libc(program: &Path) -> Option<PathBuf> {
-    let theirs = interpreter(program);
-    let ours = std::env::current_exe().ok().and_then(|e| interpreter(&e));
-    let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => a == b,
-    };
-    match (theirs, ours) {
-        (Some(t), Some(o)) if !same(&t, &o) => {
+    let own = own();
+    match (interpreter(program), own.interpreter) {
+        (Some(t), Some(o)) if !same_file(&t, &o) => {
             let dir = t.canonicalize().ok()?.parent()?.to_path_buf();
             Some(dir.join("libc.so.6")).filter(|p| p.exists())
         }
-        _ => own_libc(),
+        _ => own.libc,
     }
 }
 
@@ -231,16 +281,27 @@ pub fn missing(lib: &Path, libc: &Path) -> Option<Missing> {
     let needed = needed_versions(lib)?;
     let dir = libc.parent()?;
     let libc_defined = defined_versions(libc)?;
+    // Each sibling's versions, read once however many it is asked for.
+    let mut siblings: Vec<(&[u8], Option<Versions>)> = Vec::new();
     let mut newest: Option<(Vec<u32>, Vec<u8>)> = None;
     for (file, version) in &needed {
         let Some(number) = glibc_number(version) else {
             continue;
         };
-        let file_path = dir.join(std::ffi::OsStr::from_bytes(file));
-        let sibling = (file.as_slice() != b"libc.so.6")
-            .then(|| defined_versions(&file_path))
-            .flatten();
-        let defined = sibling.as_ref().unwrap_or(&libc_defined);
+        let sibling = if file.as_slice() == b"libc.so.6" {
+            None
+        } else {
+            let i = match siblings.iter().position(|(f, _)| *f == file.as_slice()) {
+                Some(i) => i,
+                None => {
+                    let path = dir.join(std::ffi::OsStr::from_bytes(file));
+                    siblings.push((file.as_slice(), defined_versions(&path)));
+                    siblings.len() - 1
+                }
+            };
+            siblings[i].1.as_ref()
+        };
+        let defined = sibling.unwrap_or(&libc_defined);
         if !defined.contains(version) && newest.as_ref().is_none_or(|(n, _)| number > *n) {
             newest = Some((number, version.clone()));
         }
@@ -276,7 +337,7 @@ mod tests {
     /// its banner names the release getconf reports.
     #[test]
     fn the_running_libc_is_found_and_read() {
-        let libc = own_libc().expect("libc.so.6 in /proc/self/maps");
+        let libc = own().libc.expect("libc.so.6 among the loader's objects");
         let defined = defined_versions(&libc).unwrap();
         assert!(defined.iter().any(|d| d == b"GLIBC_2.28"), "{defined:?}");
         let exe = std::env::current_exe().unwrap();
