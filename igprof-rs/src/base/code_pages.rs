@@ -7,13 +7,15 @@
 //! nearly all of the library's 2 MB of text and read-only data are mapped
 //! in the program and counted in its resident set, though a running
 //! program uses a small part of them (its hooks, the sampler, the unwinder,
-//! and the dump at the end). [`give_back`] unmaps those pages from the
-//! process (`MADV_DONTNEED`); they stay in the page cache, shared with
+//! and the dump at the end). [`give_back_again`] unmaps those pages from
+//! the process (`MADV_DONTNEED`); they stay in the page cache, shared with
 //! every other process, and the pages the program still runs fault back in
 //! on first use. A profiled process's peak RSS is then about 1 MB closer to
-//! the unprofiled one's (docs/benchmarks.md, "Design figures").
-//! [`give_back_again`] does the same for the pages that faulted back in,
-//! from the segments found at start-up.
+//! the unprofiled one's (docs/benchmarks.md, "Design figures"). [`find`]
+//! notes the segments at start-up. Where a keeper runs, it gives the pages
+//! back a little after start-up (process/keeper): a process that ends
+//! before then, most of a build's short commands, never pays for the
+//! advice nor for the faults that bring back the dump's pages.
 //!
 //! Owns: finding the library's own read-only loadable segments and the
 //! advice on them.
@@ -38,7 +40,7 @@ struct Found {
     refused: bool,
 }
 
-/// The segments [`give_back`] found, for [`give_back_again`]: start and
+/// The segments [`find`] found, for [`give_back_again`]: start and
 /// end of each, `SEGMENTS_FOUND` of them (0 until start-up is over or
 /// where nothing may be given back). The library is never unloaded, so
 /// they stay valid for the process's life (and a fork child's).
@@ -46,19 +48,20 @@ static SEGMENTS: [(AtomicUsize, AtomicUsize); 8] =
     [const { (AtomicUsize::new(0), AtomicUsize::new(0)) }; 8];
 static SEGMENTS_FOUND: AtomicUsize = AtomicUsize::new(0);
 
-/// Unmaps the library's read-only pages from the process; returns the bytes
-/// advised (0 where nothing was: the object not found, text relocations).
-/// Start-up only (it takes the loader's lock).
-pub fn give_back() -> usize {
+/// Finds the library's read-only segments, for [`give_back_again`];
+/// returns their bytes (0 where nothing may be given back: the object not
+/// found, text relocations). Start-up only (it takes the loader's lock);
+/// advises nothing itself.
+pub fn find() -> usize {
     let mut f = Found {
-        probe: give_back as fn() -> usize as usize,
+        probe: find as fn() -> usize as usize,
         segments: [(0, 0); 8],
         n: 0,
         found: false,
         refused: false,
     };
     // SAFETY: the callback reads the loader's headers and writes only `f`.
-    unsafe { libc::dl_iterate_phdr(Some(find), (&mut f as *mut Found).cast()) };
+    unsafe { libc::dl_iterate_phdr(Some(find_in), (&mut f as *mut Found).cast()) };
     if !f.found || f.refused {
         return 0;
     }
@@ -67,18 +70,19 @@ pub fn give_back() -> usize {
         slot.1.store(end, Ordering::Relaxed);
     }
     SEGMENTS_FOUND.store(f.n, Ordering::Release);
-    give_back_again()
+    f.segments[..f.n].iter().map(|(s, e)| e - s).sum()
 }
 
-/// Unmaps again the pages [`give_back`] unmapped at start-up, as many of
-/// them as have faulted back in since: before the final dump, whose code
-/// (merging, naming, writing) then replaces the running program's hooks
-/// and unwinder in the resident set instead of adding to them at the
-/// process's end, often its peak. Takes no lock and allocates nothing;
-/// returns the bytes advised (0 before start-up is over).
+/// Unmaps the pages of the segments [`find`] found, as many of them as
+/// are present: once start-up is over (by the keeper, a little later),
+/// and again before the final dump, whose code (merging, naming, writing)
+/// then replaces the running program's hooks and unwinder in the resident
+/// set instead of adding to them at the process's end, often its peak.
+/// Takes no lock, allocates nothing and touches no errno (raw system
+/// calls: the keeper calls it on the program's TLS); returns the bytes
+/// advised (0 before [`find`]).
 pub fn give_back_again() -> usize {
     let n = SEGMENTS_FOUND.load(Ordering::Acquire);
-    let _e = crate::sys::ErrnoGuard::save();
     let mut bytes = 0;
     for (start, end) in SEGMENTS[..n]
         .iter()
@@ -88,8 +92,13 @@ pub fn give_back_again() -> usize {
         // written (no text relocations): dropping them loses nothing, and
         // they read back from the file on the next touch, also in a thread
         // running them now.
-        if unsafe { libc::syscall(libc::SYS_madvise, start, end - start, libc::MADV_DONTNEED) } == 0
-        {
+        let r = unsafe {
+            crate::sys::raw_syscall(
+                libc::SYS_madvise,
+                [start, end - start, libc::MADV_DONTNEED as usize, 0, 0, 0],
+            )
+        };
+        if r == 0 {
             bytes += end - start;
         }
     }
@@ -98,12 +107,12 @@ pub fn give_back_again() -> usize {
 
 /// dl_iterate_phdr's callback: fills the [`Found`] of the object whose
 /// loaded segments hold its probe address.
-unsafe extern "C" fn find(
+unsafe extern "C" fn find_in(
     info: *mut libc::dl_phdr_info,
     _: usize,
     data: *mut libc::c_void,
 ) -> libc::c_int {
-    // SAFETY: data is the Found passed by give_back; info is valid for the
+    // SAFETY: data is the Found passed by find; info is valid for the
     // call.
     let (f, info) = unsafe { (&mut *data.cast::<Found>(), &*info) };
     // SAFETY: dlpi_phdr points to dlpi_phnum program headers.

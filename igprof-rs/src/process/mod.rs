@@ -441,7 +441,7 @@ pub(crate) fn start(raw: &[u8], how: How) -> Result<(), Unprofiled> {
         );
     }
     if attach {
-        give_back_code_pages();
+        give_back_code_pages(false);
         sampler::start_thread(main);
         return Ok(());
     }
@@ -457,35 +457,52 @@ pub(crate) fn start(raw: &[u8], how: How) -> Result<(), Unprofiled> {
             final_dump: ending::final_dump_by_keeper,
             snapshot_near_limit: watcher::snapshot_near_limit,
             timeline_point: crate::output::timeline::add_point,
+            give_back_code: crate::base::code_pages::give_back_again,
         },
     );
-    give_back_code_pages();
-    start_keeper();
+    let kept = start_keeper();
+    give_back_code_pages(kept);
     sampler::start_thread(main);
     Ok(())
 }
 
 /// Start-up is over: the library's code and read-only data pages leave the
-/// process's resident set (base/code_pages.rs); `-d` says how much.
-fn give_back_code_pages() {
-    let bytes = crate::base::code_pages::give_back();
-    crate::igprof_debug!(
-        "start-up over: {} KiB of the library's code and read-only data unmapped (they fault back in where used)",
-        bytes >> 10
-    );
+/// process's resident set (base/code_pages.rs), now, or a little later by
+/// the keeper where one runs (`kept`); `-d` says how much and when.
+fn give_back_code_pages(kept: bool) {
+    let bytes = crate::base::code_pages::find();
+    if kept {
+        crate::igprof_debug!(
+            "start-up over: {} KiB of the library's code and read-only data to unmap, by the keeper {} ms into the run (they fault back in where used)",
+            bytes >> 10,
+            keeper::GIVE_BACK_AFTER_NS / 1_000_000
+        );
+    } else {
+        crate::base::code_pages::give_back_again();
+        crate::igprof_debug!(
+            "start-up over: {} KiB of the library's code and read-only data unmapped (they fault back in where used)",
+            bytes >> 10
+        );
+    }
 }
 
 /// Starts this image's keeper (before the sampler of the thread that makes
 /// it starts: the keeper must inherit no timer or counter); `-d` says how.
-fn start_keeper() {
+/// Whether one runs.
+fn start_keeper() -> bool {
     let t0 = sys::monotonic_ns();
     match keeper::start() {
-        Ok(pid) => crate::igprof_debug!(
-            "keeper: pid {pid} writes the profile if this process dies without writing it (started in {} us)",
-            (sys::monotonic_ns() - t0) / 1000
-        ),
+        Ok(pid) => {
+            crate::igprof_debug!(
+                "keeper: pid {pid} writes the profile if this process dies without writing it (started in {} us)",
+                (sys::monotonic_ns() - t0) / 1000
+            );
+            true
+        }
         Err(why) => {
-            crate::igprof_debug!("keeper: none ({why}); a process killed by SIGKILL leaves no profile");
+            crate::igprof_debug!(
+                "keeper: none ({why}); a process killed by SIGKILL leaves no profile"
+            );
             if options::get().timeline_ns() != 0 {
                 // The watcher takes the timeline's points instead: the
                 // process is no longer single-threaded.
@@ -497,6 +514,7 @@ fn start_keeper() {
                     "--snapshot-above: no snapshot will be written: the keeper that watches the RSS cannot run here ({why})"
                 );
             }
+            false
         }
     }
 }

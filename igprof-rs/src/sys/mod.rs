@@ -1,6 +1,6 @@
 //! Raw system calls used by the runtime, gathered in one place: the lowest
 //! layer of the library, one concern per file (errno, io, mem, task, clock,
-//! timer, signal, perf, futex, stack), re-exported here so that callers name
+//! timer, signal, perf, futex, stack, raw), re-exported here so that callers name
 //! `crate::sys::gettid` whichever file holds it.
 //!
 //! Owns every direct `syscall(2)` of the runtime (write, mmap, timers, tids,
@@ -19,6 +19,7 @@ mod futex;
 mod io;
 mod mem;
 mod perf;
+mod raw;
 mod signal;
 mod stack;
 mod task;
@@ -30,6 +31,7 @@ pub use futex::*;
 pub use io::*;
 pub use mem::*;
 pub use perf::*;
+pub use raw::*;
 pub use signal::*;
 pub use stack::*;
 pub use task::*;

@@ -9,8 +9,9 @@
 //! dump the keeper writes when that word never came. Where the process's
 //! cgroup limits its memory, the keeper also runs the watch of `limit`
 //! (a snapshot as the usage nears the limit: the evidence that remains
-//! when the OOM killer strikes, which kills the keeper too); `raw` holds
-//! its libc-free system calls.
+//! when the OOM killer strikes, which kills the keeper too), and gives the
+//! library's code pages back [`GIVE_BACK_AFTER_NS`] into the run; `raw`
+//! holds its libc-free system calls.
 //!
 //! How it sees the profile after the program is gone: it is made by
 //! `clone(CLONE_VM)` without `CLONE_THREAD`, so it shares the program's memory
@@ -97,7 +98,21 @@ pub struct Calls {
     /// Adds a timeline point with these facts ([`facts::point`]); returns
     /// the step to the next one (ns). No TLS, no libc, no allocation.
     pub timeline_point: fn(&[u64; 4]) -> u64,
+    /// Gives the library's code pages back to the kernel, once start-up is
+    /// [`GIVE_BACK_AFTER_NS`] behind. No TLS, no libc, no allocation.
+    pub give_back_code: fn() -> usize,
 }
+
+/// How long after it starts the keeper gives the library's code pages
+/// back (base/code_pages.rs). Start-up faults in nearly all of them; a
+/// process that ends sooner (a build's short commands: a compiler driver,
+/// the assembler) is spared the advice and the faults that bring back the
+/// pages its final dump runs, and one that runs longer has them out of
+/// its resident set long before its peak.
+pub const GIVE_BACK_AFTER_NS: u64 = 20_000_000;
+
+/// [`Calls::give_back_code`] (a `fn` as usize; 0: nothing to give back).
+static GIVE_BACK: AtomicUsize = AtomicUsize::new(0);
 
 /// [`Calls::timeline_point`] (a `fn` as usize; 0: no timeline).
 static TIMELINE_POINT: AtomicUsize = AtomicUsize::new(0);
@@ -119,6 +134,7 @@ pub fn configure(off: Option<usize>, calls: Calls) {
     FINAL_DUMP.store(calls.final_dump as usize, Ordering::Release);
     SNAPSHOT.store(calls.snapshot_near_limit as usize, Ordering::Release);
     TIMELINE_POINT.store(calls.timeline_point as usize, Ordering::Release);
+    GIVE_BACK.store(calls.give_back_code as usize, Ordering::Release);
     OFF_WHY.store(off.unwrap_or(0), Ordering::Relaxed);
     OFF.store(off.is_some() as u32, Ordering::Relaxed);
 }
@@ -335,6 +351,8 @@ extern "C" fn keep(arg: *mut libc::c_void) -> libc::c_int {
         -1
     };
     let mut pfd = pressure_fd();
+    // When the library's code pages go back (0: done).
+    let mut give_back_at = monotonic_ns().saturating_add(GIVE_BACK_AFTER_NS);
     loop {
         if ENDED.load(Ordering::Acquire) >= gen {
             raw::exit(0);
@@ -367,6 +385,9 @@ extern "C" fn keep(arg: *mut libc::c_void) -> libc::c_int {
         if step != 0 {
             wait_ns = wait_ns.min(next_point.saturating_sub(monotonic_ns()));
         }
+        if give_back_at != 0 {
+            wait_ns = wait_ns.min(give_back_at.saturating_sub(monotonic_ns()));
+        }
         let wait = libc::timespec {
             tv_sec: (wait_ns / 1_000_000_000) as libc::time_t,
             tv_nsec: (wait_ns % 1_000_000_000) as libc::c_long,
@@ -378,7 +399,7 @@ extern "C" fn keep(arg: *mut libc::c_void) -> libc::c_int {
         };
         // SAFETY: ppoll over four pollfds on this stack (a negative one is
         // skipped); no timeout, or the watch interval, or the time to the
-        // next timeline point.
+        // next timeline point or to the code pages' return.
         let n = unsafe {
             raw::call(
                 libc::SYS_ppoll,
@@ -405,6 +426,10 @@ extern "C" fn keep(arg: *mut libc::c_void) -> libc::c_int {
         if step != 0 && monotonic_ns() >= next_point {
             step = timeline_point(PROGRAM.load(Ordering::Acquire));
             next_point = monotonic_ns().saturating_add(step);
+        }
+        if give_back_at != 0 && monotonic_ns() >= give_back_at {
+            give_back_at = 0;
+            give_back_code();
         }
         if n == 0 || crossed {
             check_near_limit_from_keeper();
@@ -448,6 +473,16 @@ fn timeline_point(program: i32) -> u64 {
     // SAFETY: only Calls::timeline_point is stored in TIMELINE_POINT.
     let f = unsafe { core::mem::transmute::<usize, fn(&[u64; 4]) -> u64>(f) };
     f(&facts::point(program))
+}
+
+/// Gives the library's code pages back ([`Calls::give_back_code`]).
+fn give_back_code() {
+    let f = GIVE_BACK.load(Ordering::Acquire);
+    if f != 0 {
+        // SAFETY: only Calls::give_back_code is stored in GIVE_BACK.
+        let f = unsafe { core::mem::transmute::<usize, fn() -> usize>(f) };
+        f();
+    }
 }
 
 /// A copy of the program's stderr, when it is a terminal or a regular file

@@ -5,36 +5,8 @@
 //!
 //! Must never: allocate, or call into libc.
 
-/// # Safety
-/// As the system call `n` with these arguments.
-#[cfg(target_arch = "x86_64")]
-pub unsafe fn call(n: libc::c_long, a: [usize; 6]) -> isize {
-    let r: isize;
-    core::arch::asm!(
-        "syscall",
-        inlateout("rax") n as isize => r,
-        in("rdi") a[0], in("rsi") a[1], in("rdx") a[2],
-        in("r10") a[3], in("r8") a[4], in("r9") a[5],
-        lateout("rcx") _, lateout("r11") _,
-        options(nostack)
-    );
-    r
-}
-
-/// # Safety
-/// As the system call `n` with these arguments.
-#[cfg(target_arch = "aarch64")]
-pub unsafe fn call(n: libc::c_long, a: [usize; 6]) -> isize {
-    let r: isize;
-    core::arch::asm!(
-        "svc 0",
-        in("x8") n,
-        inlateout("x0") a[0] as isize => r,
-        in("x1") a[1], in("x2") a[2], in("x3") a[3], in("x4") a[4], in("x5") a[5],
-        options(nostack)
-    );
-    r
-}
+/// The keeper's system calls ([`crate::sys::raw_syscall`]).
+pub use crate::sys::raw_syscall as call;
 
 pub fn exit(code: i32) -> ! {
     loop {
