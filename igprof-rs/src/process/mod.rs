@@ -54,12 +54,27 @@ fn read_exe() -> Vec<u8> {
         .unwrap_or_default()
 }
 
+/// The program's argv[0] (glibc's `program_invocation_name`, set from
+/// it before any constructor of ours runs: no file to read), else the
+/// executable's path.
 fn read_argv0() -> Vec<u8> {
-    std::fs::read("/proc/self/cmdline")
-        .ok()
-        .and_then(|c| c.split(|&b| b == 0).next().map(|s| s.to_vec()))
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(read_exe)
+    extern "C" {
+        static program_invocation_name: *const libc::c_char;
+    }
+    // SAFETY: glibc's pointer to argv[0] (or to an empty string), written
+    // before the constructors run.
+    let p = unsafe { program_invocation_name };
+    let argv0 = if p.is_null() {
+        Vec::new()
+    } else {
+        // SAFETY: a NUL-terminated string of the process's argument area.
+        unsafe { core::ffi::CStr::from_ptr(p) }.to_bytes().to_vec()
+    };
+    if argv0.is_empty() {
+        read_exe()
+    } else {
+        argv0
+    }
 }
 
 const EXEC_OF: &[u8] = b"IGPROF_EXEC_OF=";
