@@ -148,17 +148,12 @@ fn profiler_mapped(environ: &[u8], maps: &str) -> bool {
     })
 }
 
-/// The file a line of `/proc/PID/maps` maps (the text after its five
-/// fixed fields, spaces included, without a " (deleted)" mark), if any.
+/// The file a line of `/proc/PID/maps` maps ([`crate::sys::maps_line_path`]),
+/// without a " (deleted)" mark: a library replaced on disk is still the
+/// one loaded.
 fn mapped_path(line: &str) -> Option<&str> {
-    let mut rest = line;
-    for _ in 0..5 {
-        rest = rest.trim_start();
-        rest = &rest[rest.find(' ')?..];
-    }
-    let path = rest.trim();
-    let path = path.strip_suffix(" (deleted)").unwrap_or(path);
-    path.starts_with('/').then_some(path)
+    let path = crate::sys::maps_line_path(line)?;
+    Some(path.strip_suffix(" (deleted)").unwrap_or(path))
 }
 
 #[cfg(test)]

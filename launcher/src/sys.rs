@@ -1,8 +1,8 @@
 //! The system as the launcher asks it, with paths and values as bytes.
 //!
 //! What it owns: stat and eaccess of a byte path, C strings of argv and
-//! environ bytes, an environment variable as bytes, and writing to a
-//! descriptor.
+//! environ bytes, an environment variable as bytes, writing to a
+//! descriptor, and the path of a `/proc/PID/maps` line.
 //!
 //! What it must never do: change anything but what it writes to the
 //! descriptor it is given, or decide what a result means (its callers do).
@@ -65,4 +65,17 @@ pub fn write_fd(fd: libc::c_int, mut b: &[u8]) {
             return;
         }
     }
+}
+
+/// The file a line of `/proc/PID/maps` maps: the text after its five
+/// fixed fields, whole (spaces included, a " (deleted)" mark kept), when
+/// it is a path.
+pub fn maps_line_path(line: &str) -> Option<&str> {
+    let mut rest = line;
+    for _ in 0..5 {
+        rest = rest.trim_start();
+        rest = &rest[rest.find(' ')?..];
+    }
+    let path = rest.trim();
+    path.starts_with('/').then_some(path)
 }

@@ -100,33 +100,38 @@ fn marks_without_an_exact_memory_profile_are_refused() {
     }
 }
 
-/// `igprof --mark PID` marks a running process and returns once the mark
-/// is in effect (it prints the epoch the process answered with); a
-/// process not profiled with marks is not signalled (its signal would end
-/// it), and is still running after the refusal.
-#[test]
-fn igprof_mark_pid_marks_a_running_process() {
+/// mark_phases under `igprof -mp --marks` (with `IGPROF_LIB=lib` when
+/// given), marked by `igprof --mark PID` once its first phase is done:
+/// the mark is in effect (the launcher prints the epoch the process
+/// answered with) and the program ends well. Its MEM_LIVE_SINCE_MARK sites.
+fn marked_between_the_phases(
+    d: &std::path::Path,
+    lib: Option<&std::path::Path>,
+) -> std::collections::BTreeMap<String, Site> {
     use std::io::{BufRead, BufReader, Write};
-    use std::process::{Command, Stdio};
-    let d = built("mark-pid");
-    let mut child = igprof_command(
-        &d,
+    use std::process::Stdio;
+    let mut cmd = igprof_command(
+        d,
         &["-mp", "--marks", "-o", "prof.gz", "./mark_phases", "wait"],
-    )
-    .stdin(Stdio::piped())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
+    );
+    if let Some(lib) = lib {
+        cmd.env("IGPROF_LIB", lib);
+    }
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let pid = child.id().to_string();
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line, "start\n");
-    line.clear();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line, "phase one done\n");
-    let o = igprof(&d, &["--mark", &pid]);
+    for want in ["start\n", "phase one done\n"] {
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line, want);
+    }
+    let o = igprof(d, &["--mark", &pid]);
     assert_eq!(o.status.code(), Some(0), "{o:?}");
     assert_eq!(
         String::from_utf8_lossy(&o.stdout),
@@ -134,8 +139,18 @@ fn igprof_mark_pid_marks_a_running_process() {
     );
     child.stdin.take().unwrap().write_all(b"go\n").unwrap();
     assert!(child.wait().unwrap().success());
-    let p = load(&d.join("prof.gz"));
-    let since = sites(&p, "MEM_LIVE_SINCE_MARK");
+    sites(&load(&d.join("prof.gz")), "MEM_LIVE_SINCE_MARK")
+}
+
+/// `igprof --mark PID` marks a running process and returns once the mark
+/// is in effect (it prints the epoch the process answered with); a
+/// process not profiled with marks is not signalled (its signal would end
+/// it), and is still running after the refusal.
+#[test]
+fn igprof_mark_pid_marks_a_running_process() {
+    use std::process::Command;
+    let d = built("mark-pid");
+    let since = marked_between_the_phases(&d, None);
     let s = site(&since, "phase_two");
     assert_eq!((s.calls, s.bytes), (50, 100_000), "{since:?}");
     assert_eq!(site(&since, "phase_one").calls, 0);
@@ -165,37 +180,9 @@ fn igprof_mark_pid_marks_a_running_process() {
 /// (By name alone it was refused as "not profiled with -mp --marks".)
 #[test]
 fn igprof_mark_pid_finds_a_renamed_library() {
-    use std::io::{BufRead, BufReader, Write};
-    use std::process::Stdio;
     let d = built("mark-renamed");
     let copy = d.join("profiler-copy.so");
     std::fs::copy(lib(), &copy).unwrap();
-    let mut child = igprof_command(
-        &d,
-        &["-mp", "--marks", "-o", "prof.gz", "./mark_phases", "wait"],
-    )
-    .env("IGPROF_LIB", &copy)
-    .stdin(Stdio::piped())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
-    let pid = child.id().to_string();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    for want in ["start\n", "phase one done\n"] {
-        line.clear();
-        out.read_line(&mut line).unwrap();
-        assert_eq!(line, want);
-    }
-    let o = igprof(&d, &["--mark", &pid]);
-    assert_eq!(o.status.code(), Some(0), "{o:?}");
-    assert_eq!(
-        String::from_utf8_lossy(&o.stdout),
-        format!("igprof: mark 1 in effect in process {pid}\n")
-    );
-    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
-    assert!(child.wait().unwrap().success());
-    let since = sites(&load(&d.join("prof.gz")), "MEM_LIVE_SINCE_MARK");
+    let since = marked_between_the_phases(&d, Some(&copy));
     assert_eq!(site(&since, "phase_two").calls, 50, "{since:?}");
 }

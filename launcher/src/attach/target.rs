@@ -29,10 +29,13 @@ pub fn objects(pid: i32) -> Result<Vec<Mapped>, String> {
     let mut out: Vec<Mapped> = Vec::new();
     for line in maps.lines() {
         let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() < 6 || !f[5].starts_with('/') || f[2] != "00000000" {
+        let Some(path) = crate::sys::maps_line_path(line) else {
+            continue;
+        };
+        if f[2] != "00000000" {
             continue;
         }
-        let path = f[5..].join(" ");
+        let path = path.to_string();
         if out.iter().any(|m| m.path == path) {
             continue;
         }
