@@ -76,7 +76,7 @@ static FINI: extern "C" fn() = igprof_fini;
 /// file). Returns 0 on success, -1 if not profiling or the write failed.
 #[no_mangle]
 pub unsafe extern "C" fn igprof_dump_now(path: *const core::ffi::c_char) -> i32 {
-    if base::thread::is_busy() {
+    if process::attach::caller_busy() {
         // Only a launcher's call can land inside the profiler.
         return process::attach::CALLER_BUSY;
     }
@@ -101,7 +101,7 @@ pub unsafe extern "C" fn igprof_attach(
     n: usize,
 ) -> i32 {
     let _errno = sys::ErrnoGuard::save();
-    if base::thread::is_busy() {
+    if process::attach::caller_busy() {
         return process::attach::CALLER_BUSY;
     }
     let raw = core::ffi::CStr::from_ptr(options).to_bytes();
@@ -118,7 +118,7 @@ pub unsafe extern "C" fn igprof_attach(
 #[no_mangle]
 pub extern "C" fn igprof_detach() -> i32 {
     let _errno = sys::ErrnoGuard::save();
-    if base::thread::is_busy() {
+    if process::attach::caller_busy() {
         return process::attach::CALLER_BUSY;
     }
     process::attach::detach()
@@ -130,7 +130,7 @@ pub extern "C" fn igprof_detach() -> i32 {
 #[no_mangle]
 pub extern "C" fn igprof_detach_unhook() -> i32 {
     let _errno = sys::ErrnoGuard::save();
-    if base::thread::is_busy() {
+    if process::attach::caller_busy() {
         return process::attach::CALLER_BUSY;
     }
     process::attach::unhook()

@@ -831,6 +831,72 @@ fn attach_waits_out_a_thread_holding_the_loader_lock() {
     assert_eq!(seen_with(id, before.threads).fds, before.fds);
 }
 
+/// The main thread is stopped holding glibc's main arena lock, blocked
+/// in a write (tests/programs/attach_arena_held.c): the attach's calls
+/// (dlopen allocates) must run on the other thread, asleep in pause().
+/// On the main thread they would wait for a lock that thread holds, and
+/// the attach would fail after a minute. The program then runs on: its
+/// stderr whole, its allocations made after the attach counted exactly.
+#[test]
+fn attach_calls_avoid_a_thread_holding_the_malloc_lock() {
+    let d = scratch("attach-arena");
+    build(
+        &d,
+        "attach_arena_held.c",
+        "attach_arena_held",
+        &["-fno-optimize-sibling-calls"],
+    );
+    let mut child = Reaped(
+        Command::new(d.join("attach_arena_held"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut out = BufReader::new(child.0.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let filler: usize = line.trim().strip_prefix("ready ").unwrap().parse().unwrap();
+    // Let the main thread reach malloc_stats()'s blocked write.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let pid = child.0.id().to_string();
+    let t0 = std::time::Instant::now();
+    let err = ok(&launcher_in(
+        &d,
+        &["--attach", &pid, "-mp", "-o", "arena.gz"],
+    ));
+    assert!(err.contains("attached to process"), "{err}");
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(20),
+        "the attach waited {:?}",
+        t0.elapsed()
+    );
+    let mut stderr = child.0.stderr.take().unwrap();
+    let drain = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        std::io::Read::read_to_end(&mut stderr, &mut v).unwrap();
+        v
+    });
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert!(line.starts_with("done "), "{line}");
+    ok(&launcher_in(&d, &["--detach", &pid]));
+    drop(child.0.stdin.take());
+    assert!(child.0.wait().unwrap().success());
+    let err = drain.join().unwrap();
+    assert!(err[..filler].iter().all(|&b| b == b'x'), "the filler bytes");
+    let stats = String::from_utf8_lossy(&err[filler..]);
+    assert!(
+        stats.starts_with("Arena 0:\n") && stats.contains("in use bytes"),
+        "malloc_stats()'s lines: {stats:?}"
+    );
+    assert_eq!(
+        site(&d.join("arena.gz"), "MEM_TOTAL", "alloc_site"),
+        (1000, 4_242_000)
+    );
+}
+
 /// CPU time of every thread of `pid` so far, in ns (schedstat).
 fn cpu_ns(pid: u32) -> u64 {
     std::fs::read_dir(format!("/proc/{pid}/task"))

@@ -317,6 +317,16 @@ pub fn detach() -> i32 {
 /// done, call on another thread.
 pub const CALLER_BUSY: i32 = 0x1b5;
 
+/// Whether the thread a launcher's call runs on was stopped where it may
+/// hold a lock the call needs: inside the profiler, or inside a hook
+/// where the profiler's per-thread state is not entered (a free taking a
+/// block out of the live table holds a shard of it, a thread met first
+/// after an attach registers itself, a hook's real `realloc` holds the
+/// allocator's own lock: `site::may_hold_lock`).
+pub fn caller_busy() -> bool {
+    crate::base::thread::is_busy() || crate::modules::mem::site::may_hold_lock()
+}
+
 /// Set between [`detach`] and [`unhook`].
 static UNHOOK_PENDING: AtomicBool = AtomicBool::new(false);
 

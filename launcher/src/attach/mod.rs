@@ -21,6 +21,7 @@
 //! attached library cannot honour (those that need the program's signals,
 //! a thread of the profiler's, or its start: refused in one line).
 
+mod caller;
 mod ptrace;
 mod target;
 
@@ -228,6 +229,8 @@ fn loaded_lib(pid: i32, lib: &[u8]) -> Result<Option<target::Mapped>, String> {
 struct Entry {
     base: u64,
     values: Vec<Option<u64>>,
+    /// The library's path as the process maps it.
+    path: String,
 }
 
 impl Entry {
@@ -239,6 +242,7 @@ impl Entry {
         Ok(Entry {
             base: m.base,
             values,
+            path: m.path,
         })
     }
 
@@ -363,6 +367,7 @@ fn attach(pid: i32, lib: &[u8], words: &[u8]) -> Result<(Duration, usize), Strin
     let e = Entry::find(pid, lib, &names)?;
     let entry = e.at(0)?;
     stopped.gate = Some((e.at(3)?, e.at(4)?));
+    stopped.library = Some(e.path.clone());
     let mut paused = t0.elapsed();
     for _ in 0..TRIES {
         let threads = stopped.threads();
@@ -423,6 +428,7 @@ fn detach(pid: i32, lib: &[u8]) -> Result<(), String> {
     )?;
     let t0 = Instant::now();
     let mut stopped = Stopped::all(pid)?;
+    stopped.library = Some(e.path.clone());
     let threads = stopped.thread_count();
     // The profile first (the other threads may have to run while it is
     // written), then the unpatching, every other thread held stopped. A
@@ -486,6 +492,7 @@ fn dump_command(args: &[OsString]) -> Result<(), String> {
         None => 0,
     };
     let mut stopped = Stopped::all(pid)?;
+    stopped.library = Some(e.path.clone());
     let r = call_logged(&mut stopped, &e, e.at(0)?, &[arg], &data);
     stopped.release();
     match r?.0 as u32 as i32 {

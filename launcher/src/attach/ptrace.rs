@@ -46,6 +46,9 @@ pub struct Stopped {
     data_at: u64,
     /// Whether the other threads ran during the last call.
     pub others_ran: bool,
+    /// The profiler library's path as the process maps it, once loaded
+    /// (see [`super::caller`]).
+    pub library: Option<String>,
 }
 
 /// A call's result, or why it has none.
@@ -238,6 +241,7 @@ impl Stopped {
             moves: None,
             data_at: 0,
             others_ran: false,
+            library: None,
         };
         let mut seized = std::collections::BTreeSet::new();
         loop {
@@ -318,15 +322,37 @@ impl Stopped {
         self.threads.len()
     }
 
-    /// The thread calls run on: the main thread if it still runs, and
-    /// has not been avoided.
+    /// The thread calls run on, among those not avoided and still
+    /// alive: one asleep in a wait that holds no lock a call may need
+    /// ([`super::caller::quiet`]), the main thread first; else the main
+    /// thread; else any.
     fn caller(&self) -> Option<i32> {
         let usable = |t: i32| !self.avoid.contains(&t) && !zombie(t);
-        if self.threads.contains_key(&self.pid) && usable(self.pid) {
-            Some(self.pid)
-        } else {
-            self.threads.keys().copied().find(|&t| usable(t))
-        }
+        let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.pid))
+            .map(|m| super::caller::mappings(&m))
+            .unwrap_or_default();
+        let quiet = |t: i32| {
+            let r = &self.threads[&t].regs;
+            let at = super::caller::At {
+                syscall: r.orig_rax as i64,
+                args: [r.rdi, r.rsi],
+                sp: r.rsp,
+            };
+            super::caller::quiet(&at, t == self.pid, &maps, self.library.as_deref())
+        };
+        let mut order: Vec<i32> = self
+            .threads
+            .keys()
+            .copied()
+            .filter(|&t| usable(t))
+            .collect();
+        // The main thread first, then by id.
+        order.sort_by_key(|&t| (t != self.pid, t));
+        order
+            .iter()
+            .copied()
+            .find(|&t| quiet(t))
+            .or_else(|| order.first().copied())
     }
 
     /// Calls go to another thread from now on; false when none is left.
@@ -759,11 +785,13 @@ impl Stopped {
     /// stays as it was too.
     pub fn pause_in_place(&mut self, d: Duration) -> Result<(), String> {
         let (pid, gate, hold) = (self.pid, self.gate, self.hold_others);
+        let library = self.library.take();
         self.release();
         std::thread::sleep(d);
         let mut s = Stopped::all(pid)?;
         s.gate = gate;
         s.hold_others = hold;
+        s.library = library;
         *self = s;
         Ok(())
     }

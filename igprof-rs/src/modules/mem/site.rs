@@ -523,6 +523,15 @@ pub fn in_hook() -> bool {
     tls(|h| h.outer.get() != 0)
 }
 
+/// Whether the calling thread is inside a hook where it may hold a lock:
+/// recording (a live-table shard, its own registration), or inside a real
+/// function a hook called (the allocator's own lock, stdio's). Not for
+/// [`MEM_VIA`] alone, which an exception thrown through an operator new's
+/// hook leaves set until the thread's next allocation.
+pub fn may_hold_lock() -> bool {
+    tls(|h| h.outer.get() & !MEM_VIA != 0)
+}
+
 /// The thread left a hook by longjmp (a program's signal handler that
 /// interrupted it): it is no longer recording nor inside a real call.
 pub fn left_by_jump() {

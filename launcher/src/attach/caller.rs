@@ -1,0 +1,186 @@
+//! Which stopped thread a call in the process should run on.
+//!
+//! A thread stopped wherever it was may be inside `malloc` with its arena
+//! locked, or inside the profiler with one of its spin locks held. A call
+//! made on that same thread (`dlopen`, `igprof_attach`, the detach's
+//! profile writing) then waits for a lock its own interrupted code holds:
+//! letting the other threads run cannot free it, and the call never
+//! returns. A thread asleep in a system call that only waits (for a
+//! descriptor, a child, a time, a signal, or a futex of the program's own
+//! data) holds none of those locks: glibc takes none across such a wait,
+//! nor does the profiler. Such a thread is chosen first, the main thread
+//! before others; a thread other than the main one also needs room on its
+//! stack, since the call runs there.
+//!
+//! What it owns: that choice's rules, read from the threads' registers at
+//! their stop and from `/proc/PID/maps`.
+//!
+//! What it must never do: touch the process (it only reads its map).
+
+/// What a stopped thread's registers say about where it stopped.
+#[derive(Debug, Clone, Copy)]
+pub struct At {
+    /// The system call it is in or has just made (`orig_rax`), negative
+    /// when it stopped in its own code.
+    pub syscall: i64,
+    /// The system call's first two arguments (rdi, rsi).
+    pub args: [u64; 2],
+    /// Its stack pointer.
+    pub sp: u64,
+}
+
+/// Room below the stack pointer a thread other than the main one needs
+/// for a call: the call's data, `dlopen`, the library's start.
+pub const STACK_ROOM: u64 = 256 << 10;
+
+/// One mapping of the process: its range and file, if any.
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    pub path: Option<String>,
+}
+
+/// The mappings of `/proc/PID/maps`'s text.
+pub fn mappings(maps: &str) -> Vec<Mapping> {
+    maps.lines()
+        .filter_map(|line| {
+            let (range, _) = line.split_once(' ')?;
+            let (a, b) = range.split_once('-')?;
+            Some(Mapping {
+                start: u64::from_str_radix(a, 16).ok()?,
+                end: u64::from_str_radix(b, 16).ok()?,
+                path: crate::sys::maps_line_path(line).map(str::to_string),
+            })
+        })
+        .collect()
+}
+
+/// Whether a thread stopped at `at` holds no lock a call may need (see
+/// the module's doc). `main`: it is the main thread, whose stack grows.
+/// `profiler`: the profiler library's mapped path, when it is loaded.
+pub fn quiet(at: &At, main: bool, maps: &[Mapping], profiler: Option<&str>) -> bool {
+    let waits = match at.syscall {
+        libc::SYS_epoll_wait
+        | libc::SYS_epoll_pwait
+        | libc::SYS_epoll_pwait2
+        | libc::SYS_poll
+        | libc::SYS_ppoll
+        | libc::SYS_select
+        | libc::SYS_pselect6
+        | libc::SYS_nanosleep
+        | libc::SYS_clock_nanosleep
+        | libc::SYS_wait4
+        | libc::SYS_waitid
+        | libc::SYS_pause
+        | libc::SYS_rt_sigsuspend
+        | libc::SYS_rt_sigtimedwait
+        | libc::SYS_accept
+        | libc::SYS_accept4 => true,
+        libc::SYS_futex => {
+            let op = at.args[1] as i32 & libc::FUTEX_CMD_MASK;
+            (op == libc::FUTEX_WAIT || op == libc::FUTEX_WAIT_BITSET)
+                && !runtime_data(at.args[0], maps, profiler)
+        }
+        _ => false,
+    };
+    waits && (main || stack_room(at.sp, maps) >= STACK_ROOM)
+}
+
+/// Whether `addr` lies in a mapping of the C library, the loader, or the
+/// profiler: a futex there is one of their locks (the malloc arena's, the
+/// loader's, the profiler's back-off), which a thread may wait on while
+/// holding another of theirs.
+fn runtime_data(addr: u64, maps: &[Mapping], profiler: Option<&str>) -> bool {
+    let Some(m) = maps.iter().find(|m| m.start <= addr && addr < m.end) else {
+        return false;
+    };
+    let Some(path) = m.path.as_deref() else {
+        return false;
+    };
+    let name = path.rsplit('/').next().unwrap_or(path);
+    Some(path) == profiler
+        || ["libc.so", "libc-", "ld-linux", "libpthread"]
+            .iter()
+            .any(|p| name.starts_with(p))
+}
+
+/// Bytes of the mapping that holds `sp`, below it (0 when none holds it).
+fn stack_room(sp: u64, maps: &[Mapping]) -> u64 {
+    maps.iter()
+        .find(|m| m.start <= sp && sp < m.end)
+        .map_or(0, |m| sp - m.start)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAPS: &str = "\
+55d0a0000000-55d0a0100000 r-xp 00000000 08:01 1234 /usr/bin/node
+7f0000000000-7f0000800000 rw-p 00000000 00:00 0 
+7f1000000000-7f1000001000 ---p 00000000 00:00 0 
+7f1000001000-7f1000801000 rw-p 00000000 00:00 0 
+7f2000000000-7f2000200000 rw-p 001d0000 08:01 99 /usr/lib/x86_64-linux-gnu/libc.so.6
+7f3000000000-7f3000300000 rw-p 00200000 08:01 77 /opt/my igprof/lib/libprof copy.so
+7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0 [stack]
+";
+
+    fn at(syscall: i64, args: [u64; 2], sp: u64) -> At {
+        At { syscall, args, sp }
+    }
+
+    #[test]
+    fn a_wait_on_the_programs_own_futex_is_quiet() {
+        let maps = mappings(MAPS);
+        let lib = Some("/opt/my igprof/lib/libprof copy.so");
+        // A condition variable on the heap, a thread with 8 MiB of stack.
+        let cond = at(
+            libc::SYS_futex,
+            [
+                0x7f00_0000_1000,
+                (libc::FUTEX_WAIT_BITSET | libc::FUTEX_PRIVATE_FLAG) as u64,
+            ],
+            0x7f10_0080_0000,
+        );
+        assert!(quiet(&cond, false, &maps, lib));
+        // The malloc arena's lock in libc's data, the profiler's back-off.
+        let arena = At {
+            args: [0x7f20_0000_3c60, cond.args[1]],
+            ..cond
+        };
+        assert!(!quiet(&arena, false, &maps, lib));
+        let back_off = At {
+            args: [0x7f30_0000_b298, cond.args[1]],
+            ..cond
+        };
+        assert!(!quiet(&back_off, false, &maps, lib));
+        // A wake is no wait.
+        let wake = At {
+            args: [cond.args[0], libc::FUTEX_WAKE as u64],
+            ..cond
+        };
+        assert!(!quiet(&wake, false, &maps, lib));
+    }
+
+    #[test]
+    fn stopped_in_its_own_code_or_in_mmap_is_not_quiet() {
+        let maps = mappings(MAPS);
+        assert!(!quiet(&at(-1, [0, 0], 0x7ffd_0002_0000), true, &maps, None));
+        let mmap = at(libc::SYS_mmap, [0, 4096], 0x7ffd_0002_0000);
+        assert!(!quiet(&mmap, true, &maps, None));
+        let epoll = at(libc::SYS_epoll_wait, [3, 0], 0x7ffd_0002_0000);
+        assert!(quiet(&epoll, true, &maps, None));
+    }
+
+    #[test]
+    fn another_thread_needs_room_on_its_stack() {
+        let maps = mappings(MAPS);
+        let near_guard = at(libc::SYS_nanosleep, [0, 0], 0x7f10_0000_9000);
+        assert!(!quiet(&near_guard, false, &maps, None));
+        // The main thread's stack grows.
+        let main = at(libc::SYS_nanosleep, [0, 0], 0x7ffd_0000_9000);
+        assert!(quiet(&main, true, &maps, None));
+        let roomy = at(libc::SYS_nanosleep, [0, 0], 0x7f10_0080_0000);
+        assert!(quiet(&roomy, false, &maps, None));
+    }
+}
