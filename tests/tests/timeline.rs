@@ -121,7 +121,13 @@ fn the_live_heap_grows_in_the_second_phase_only() {
     );
     ok(&o);
     let (ph, leaked) = phases(&String::from_utf8_lossy(&o.stdout));
-    assert_eq!(leaked, 30 * 10_000, "phase two's 50 ms steps over 1.5 s");
+    // Phase two's 50 ms steps over 1.5 s: 30 on an idle machine, fewer
+    // when a step's nap or churn runs late. The program's own count is
+    // the truth the timeline is checked against below.
+    assert!(
+        leaked % 10_000 == 0 && (10..=30).contains(&(leaked / 10_000)),
+        "phase two leaked {leaked}"
+    );
     let t0 = started(&d.join("prof.gz"));
     let (h, rows) = csv(&d, &["prof.gz"]);
     let (t, live, blocks, calls) = (
