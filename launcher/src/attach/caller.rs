@@ -10,7 +10,9 @@
 //! data) holds none of those locks: glibc takes none across such a wait,
 //! nor does the profiler. Such a thread is chosen first, the main thread
 //! before others; a thread other than the main one also needs room on its
-//! stack, since the call runs there.
+//! stack, since the call runs there. A futex wait comes after the other
+//! waits: a program's own allocator (jemalloc, PartitionAlloc) may wait
+//! for one of its locks while holding another, and the call allocates.
 //!
 //! What it owns: that choice's rules, read from the threads' registers at
 //! their stop and from `/proc/PID/maps`.
@@ -55,11 +57,14 @@ pub fn mappings(maps: &str) -> Vec<Mapping> {
         .collect()
 }
 
-/// Whether a thread stopped at `at` holds no lock a call may need (see
-/// the module's doc). `main`: it is the main thread, whose stack grows.
-/// `profiler`: the profiler library's mapped path, when it is loaded.
-pub fn quiet(at: &At, main: bool, maps: &[Mapping], profiler: Option<&str>) -> bool {
-    let waits = match at.syscall {
+/// How safe a thread stopped at `at` is to call on (see the module's
+/// doc), lower first: 0 asleep in a wait that is not a futex's, 1 in a
+/// futex wait on the program's own data; None where it may hold a lock
+/// the call needs, or lacks the stack. `main`: it is the main thread,
+/// whose stack grows. `profiler`: the profiler library's mapped path,
+/// when it is loaded.
+pub fn rank(at: &At, main: bool, maps: &[Mapping], profiler: Option<&str>) -> Option<u8> {
+    let rank = match at.syscall {
         libc::SYS_epoll_wait
         | libc::SYS_epoll_pwait
         | libc::SYS_epoll_pwait2
@@ -75,15 +80,18 @@ pub fn quiet(at: &At, main: bool, maps: &[Mapping], profiler: Option<&str>) -> b
         | libc::SYS_rt_sigsuspend
         | libc::SYS_rt_sigtimedwait
         | libc::SYS_accept
-        | libc::SYS_accept4 => true,
+        | libc::SYS_accept4 => 0,
         libc::SYS_futex => {
             let op = at.args[1] as i32 & libc::FUTEX_CMD_MASK;
-            (op == libc::FUTEX_WAIT || op == libc::FUTEX_WAIT_BITSET)
-                && !runtime_data(at.args[0], maps, profiler)
+            let waits = op == libc::FUTEX_WAIT || op == libc::FUTEX_WAIT_BITSET;
+            if !waits || runtime_data(at.args[0], maps, profiler) {
+                return None;
+            }
+            1
         }
-        _ => false,
+        _ => return None,
     };
-    waits && (main || stack_room(at.sp, maps) >= STACK_ROOM)
+    (main || stack_room(at.sp, maps) >= STACK_ROOM).then_some(rank)
 }
 
 /// Whether `addr` lies in a mapping of the C library, the loader, or the
@@ -130,7 +138,7 @@ mod tests {
     }
 
     #[test]
-    fn a_wait_on_the_programs_own_futex_is_quiet() {
+    fn a_futex_wait_on_the_programs_own_data_comes_after_other_waits() {
         let maps = mappings(MAPS);
         let lib = Some("/opt/my igprof/lib/libprof copy.so");
         // A condition variable on the heap, a thread with 8 MiB of stack.
@@ -142,45 +150,48 @@ mod tests {
             ],
             0x7f10_0080_0000,
         );
-        assert!(quiet(&cond, false, &maps, lib));
+        assert_eq!(rank(&cond, false, &maps, lib), Some(1));
         // The malloc arena's lock in libc's data, the profiler's back-off.
         let arena = At {
             args: [0x7f20_0000_3c60, cond.args[1]],
             ..cond
         };
-        assert!(!quiet(&arena, false, &maps, lib));
+        assert_eq!(rank(&arena, false, &maps, lib), None);
         let back_off = At {
             args: [0x7f30_0000_b298, cond.args[1]],
             ..cond
         };
-        assert!(!quiet(&back_off, false, &maps, lib));
+        assert_eq!(rank(&back_off, false, &maps, lib), None);
         // A wake is no wait.
         let wake = At {
             args: [cond.args[0], libc::FUTEX_WAKE as u64],
             ..cond
         };
-        assert!(!quiet(&wake, false, &maps, lib));
+        assert_eq!(rank(&wake, false, &maps, lib), None);
     }
 
     #[test]
-    fn stopped_in_its_own_code_or_in_mmap_is_not_quiet() {
+    fn stopped_in_its_own_code_or_in_mmap_is_never_called_on() {
         let maps = mappings(MAPS);
-        assert!(!quiet(&at(-1, [0, 0], 0x7ffd_0002_0000), true, &maps, None));
+        assert_eq!(
+            rank(&at(-1, [0, 0], 0x7ffd_0002_0000), true, &maps, None),
+            None
+        );
         let mmap = at(libc::SYS_mmap, [0, 4096], 0x7ffd_0002_0000);
-        assert!(!quiet(&mmap, true, &maps, None));
+        assert_eq!(rank(&mmap, true, &maps, None), None);
         let epoll = at(libc::SYS_epoll_wait, [3, 0], 0x7ffd_0002_0000);
-        assert!(quiet(&epoll, true, &maps, None));
+        assert_eq!(rank(&epoll, true, &maps, None), Some(0));
     }
 
     #[test]
     fn another_thread_needs_room_on_its_stack() {
         let maps = mappings(MAPS);
         let near_guard = at(libc::SYS_nanosleep, [0, 0], 0x7f10_0000_9000);
-        assert!(!quiet(&near_guard, false, &maps, None));
+        assert_eq!(rank(&near_guard, false, &maps, None), None);
         // The main thread's stack grows.
         let main = at(libc::SYS_nanosleep, [0, 0], 0x7ffd_0000_9000);
-        assert!(quiet(&main, true, &maps, None));
+        assert_eq!(rank(&main, true, &maps, None), Some(0));
         let roomy = at(libc::SYS_nanosleep, [0, 0], 0x7f10_0080_0000);
-        assert!(quiet(&roomy, false, &maps, None));
+        assert_eq!(rank(&roomy, false, &maps, None), Some(0));
     }
 }

@@ -323,36 +323,27 @@ impl Stopped {
     }
 
     /// The thread calls run on, among those not avoided and still
-    /// alive: one asleep in a wait that holds no lock a call may need
-    /// ([`super::caller::quiet`]), the main thread first; else the main
-    /// thread; else any.
+    /// alive: the safest by [`super::caller::rank`], the main thread first
+    /// among equals; else the main thread; else any.
     fn caller(&self) -> Option<i32> {
         let usable = |t: i32| !self.avoid.contains(&t) && !zombie(t);
         let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.pid))
             .map(|m| super::caller::mappings(&m))
             .unwrap_or_default();
-        let quiet = |t: i32| {
+        let rank = |t: i32| {
             let r = &self.threads[&t].regs;
             let at = super::caller::At {
                 syscall: r.orig_rax as i64,
                 args: [r.rdi, r.rsi],
                 sp: r.rsp,
             };
-            super::caller::quiet(&at, t == self.pid, &maps, self.library.as_deref())
+            super::caller::rank(&at, t == self.pid, &maps, self.library.as_deref())
         };
-        let mut order: Vec<i32> = self
-            .threads
+        self.threads
             .keys()
             .copied()
             .filter(|&t| usable(t))
-            .collect();
-        // The main thread first, then by id.
-        order.sort_by_key(|&t| (t != self.pid, t));
-        order
-            .iter()
-            .copied()
-            .find(|&t| quiet(t))
-            .or_else(|| order.first().copied())
+            .min_by_key(|&t| (rank(t).unwrap_or(u8::MAX), t != self.pid, t))
     }
 
     /// Calls go to another thread from now on; false when none is left.
