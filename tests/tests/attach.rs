@@ -779,6 +779,40 @@ fn fifty_busy_threads_survive_ten_attach_detach_cycles() {
     let _ = child.wait();
 }
 
+/// Both threads of tests/programs/attach_all_busy.c allocate without
+/// pause: no thread sleeps in a wait, and a thread stopped anywhere is
+/// most likely inside malloc or free with its arena locked. The thread
+/// called on is first run alone out of libc's code; without that, the
+/// attach's dlopen waited for the lock its own thread held and every
+/// attach gave up after a minute. Two cycles: the process lives on, and
+/// each profile holds the threads' allocations.
+#[test]
+fn attach_to_threads_that_all_allocate() {
+    let d = scratch("attach-busy");
+    build(
+        &d,
+        "attach_all_busy.c",
+        "attach_all_busy",
+        &["-fno-optimize-sibling-calls"],
+    );
+    let mut child = started_ready(&d, "attach_all_busy");
+    for i in 0..2 {
+        let t0 = std::time::Instant::now();
+        let p = attached_for(&d, &mut child.0, &format!("b{i}.gz"), 100, i);
+        // A call that waits for its own thread's lock gives up after a
+        // minute.
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(60),
+            "cycle {i} took {:?}",
+            t0.elapsed()
+        );
+        assert!(
+            under(&p, "MEM_TOTAL", "churn").0 > 1000,
+            "cycle {i}: the allocations are not in the profile"
+        );
+    }
+}
+
 /// Cycle `cycle` of a test: `child` attached to with `-pp -mp` (the
 /// profile to `out` in `d`), left to run `ms`, detached; it must still
 /// run. Its profile.
@@ -807,17 +841,7 @@ fn attached_for(d: &Path, child: &mut Child, out: &str, ms: u64, cycle: usize) -
 fn attach_waits_out_a_thread_holding_the_loader_lock() {
     let d = scratch("attach-lock");
     build(&d, "attach_loader_lock.c", "attach_loader_lock", &[]);
-    let mut child = Reaped(
-        Command::new(d.join("attach_loader_lock"))
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut ready = String::new();
-    BufReader::new(child.0.stdout.take().unwrap())
-        .read_line(&mut ready)
-        .unwrap();
-    assert_eq!(ready.trim(), "ready");
+    let mut child = started_ready(&d, "attach_loader_lock");
     let id = child.0.id() as i32;
     let before = seen(id);
     for i in 0..3 {
@@ -975,6 +999,22 @@ fn per_thread_events_count_threads_from_before_the_attach() {
         "the 25 sleeping threads' waits are not charged to them"
     );
     assert!(code_as_in_files(id as i32) >= 3);
+}
+
+/// Program `exe` of `d` started, once it printed "ready".
+fn started_ready(d: &Path, exe: &str) -> Reaped {
+    let mut child = Reaped(
+        Command::new(d.join(exe))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut ready = String::new();
+    BufReader::new(child.0.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    assert_eq!(ready.trim(), "ready");
+    child
 }
 
 /// A child killed and reaped however the test ends.

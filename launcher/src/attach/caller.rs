@@ -14,6 +14,12 @@
 //! waits: a program's own allocator (jemalloc, PartitionAlloc) may wait
 //! for one of its locks while holding another, and the call allocates.
 //!
+//! Where no thread waits so (every thread busy allocating), the one chosen
+//! is first run on alone until it has left the C library's, the loader's
+//! and the profiler's code ([`leave_runtime`]; the stepping is
+//! `Stopped::ready_caller`'s): in its own code it holds none of their
+//! locks.
+//!
 //! What it owns: that choice's rules, read from the threads' registers at
 //! their stop and from `/proc/PID/maps`.
 //!
@@ -29,6 +35,26 @@ pub struct At {
     pub args: [u64; 2],
     /// Its stack pointer.
     pub sp: u64,
+    /// Its next instruction.
+    pub pc: u64,
+    /// The system call's result so far (`rax`): one of the kernel's
+    /// restart codes while the call sleeps.
+    pub ret: i64,
+}
+
+/// The kernel's results for a system call a stop interrupted, to be
+/// restarted (ERESTARTSYS, ERESTARTNOINTR, ERESTARTNOHAND,
+/// ERESTART_RESTARTBLOCK).
+const RESTARTS: [i64; 4] = [-512, -513, -514, -516];
+
+/// Whether a thread stopped at `at` should first run on alone until it
+/// leaves the runtime's code: it is at an instruction of the C library,
+/// the loader or the profiler (`profiler`: its mapped path), and not
+/// asleep in a system call there (a sleeper would not move; it waits for
+/// something, not inside a lock's critical section).
+pub fn leave_runtime(at: &At, maps: &[Mapping], profiler: Option<&str>) -> bool {
+    let asleep = at.syscall >= 0 && RESTARTS.contains(&at.ret);
+    !asleep && in_runtime(at.pc, maps, profiler)
 }
 
 /// Room below the stack pointer a thread other than the main one needs
@@ -84,7 +110,7 @@ pub fn rank(at: &At, main: bool, maps: &[Mapping], profiler: Option<&str>) -> Op
         libc::SYS_futex => {
             let op = at.args[1] as i32 & libc::FUTEX_CMD_MASK;
             let waits = op == libc::FUTEX_WAIT || op == libc::FUTEX_WAIT_BITSET;
-            if !waits || runtime_data(at.args[0], maps, profiler) {
+            if !waits || in_runtime(at.args[0], maps, profiler) {
                 return None;
             }
             1
@@ -97,8 +123,9 @@ pub fn rank(at: &At, main: bool, maps: &[Mapping], profiler: Option<&str>) -> Op
 /// Whether `addr` lies in a mapping of the C library, the loader, or the
 /// profiler: a futex there is one of their locks (the malloc arena's, the
 /// loader's, the profiler's back-off), which a thread may wait on while
-/// holding another of theirs.
-fn runtime_data(addr: u64, maps: &[Mapping], profiler: Option<&str>) -> bool {
+/// holding another of theirs; an instruction there may be inside one of
+/// their critical sections.
+fn in_runtime(addr: u64, maps: &[Mapping], profiler: Option<&str>) -> bool {
     let Some(m) = maps.iter().find(|m| m.start <= addr && addr < m.end) else {
         return false;
     };
@@ -134,7 +161,47 @@ mod tests {
 ";
 
     fn at(syscall: i64, args: [u64; 2], sp: u64) -> At {
-        At { syscall, args, sp }
+        At {
+            syscall,
+            args,
+            sp,
+            pc: 0x55d0_a000_1000,
+            ret: 0,
+        }
+    }
+
+    #[test]
+    fn a_thread_inside_libc_leaves_it_first_unless_it_sleeps_there() {
+        let maps = mappings(MAPS);
+        let lib = Some("/opt/my igprof/lib/libprof copy.so");
+        let in_malloc = At {
+            pc: 0x7f20_0000_0100,
+            ..at(-1, [0, 0], 0x7ffd_0002_0000)
+        };
+        assert!(leave_runtime(&in_malloc, &maps, lib));
+        let in_profiler = At {
+            pc: 0x7f30_0000_0100,
+            ..in_malloc
+        };
+        assert!(leave_runtime(&in_profiler, &maps, lib));
+        // Its own code; asleep in read() inside libc; just back from mmap.
+        assert!(!leave_runtime(
+            &at(-1, [0, 0], 0x7ffd_0002_0000),
+            &maps,
+            lib
+        ));
+        let reading = At {
+            syscall: libc::SYS_read,
+            ret: -512,
+            ..in_malloc
+        };
+        assert!(!leave_runtime(&reading, &maps, lib));
+        let mapped = At {
+            syscall: libc::SYS_mmap,
+            ret: 0x7f00_0000_0000,
+            ..in_malloc
+        };
+        assert!(leave_runtime(&mapped, &maps, lib));
     }
 
     #[test]

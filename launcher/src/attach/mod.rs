@@ -370,6 +370,8 @@ fn attach(pid: i32, lib: &[u8], words: &[u8]) -> Result<(Duration, usize), Strin
     stopped.library = Some(e.path.clone());
     let mut paused = t0.elapsed();
     for _ in 0..TRIES {
+        // The caller's place may move before the call: taken after.
+        stopped.ready_caller();
         let threads = stopped.threads();
         let mut data = words.to_vec();
         data.push(0);

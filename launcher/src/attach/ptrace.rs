@@ -327,16 +327,9 @@ impl Stopped {
     /// among equals; else the main thread; else any.
     fn caller(&self) -> Option<i32> {
         let usable = |t: i32| !self.avoid.contains(&t) && !zombie(t);
-        let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.pid))
-            .map(|m| super::caller::mappings(&m))
-            .unwrap_or_default();
+        let maps = self.maps();
         let rank = |t: i32| {
-            let r = &self.threads[&t].regs;
-            let at = super::caller::At {
-                syscall: r.orig_rax as i64,
-                args: [r.rdi, r.rsi],
-                sp: r.rsp,
-            };
+            let at = self.at(t);
             super::caller::rank(&at, t == self.pid, &maps, self.library.as_deref())
         };
         self.threads
@@ -344,6 +337,68 @@ impl Stopped {
             .copied()
             .filter(|&t| usable(t))
             .min_by_key(|&t| (rank(t).unwrap_or(u8::MAX), t != self.pid, t))
+    }
+
+    /// The process's mappings now.
+    fn maps(&self) -> Vec<super::caller::Mapping> {
+        std::fs::read_to_string(format!("/proc/{}/maps", self.pid))
+            .map(|m| super::caller::mappings(&m))
+            .unwrap_or_default()
+    }
+
+    /// Where stopped thread `t` is, as [`super::caller`] reads it.
+    fn at(&self, t: i32) -> super::caller::At {
+        let r = &self.threads[&t].regs;
+        super::caller::At {
+            syscall: r.orig_rax as i64,
+            args: [r.rdi, r.rsi],
+            sp: r.rsp,
+            pc: r.rip,
+            ret: r.rax as i64,
+        }
+    }
+
+    /// The thread the next call runs on ([`Stopped::caller`]), first run
+    /// on alone, in slices of half a millisecond, until it is out of the C
+    /// library's, the loader's and the profiler's code
+    /// ([`super::caller::leave_runtime`]): stopped inside `malloc`, it may
+    /// hold the arena lock the call's own allocations need. The other
+    /// threads stay stopped; a thread that cannot get out (it waits for a
+    /// lock one of them holds) is called on where it ends up, after at
+    /// most [`STEP_SLICES`]. A caller that must see the threads' places
+    /// (the attach) takes them after this.
+    pub fn ready_caller(&mut self) -> Option<i32> {
+        loop {
+            let tid = self.caller()?;
+            let maps = self.maps();
+            let mut left = STEP_SLICES;
+            let mut gone = false;
+            while left > 0
+                && super::caller::leave_runtime(&self.at(tid), &maps, self.library.as_deref())
+            {
+                left -= 1;
+                if request(libc::PTRACE_CONT, tid, 0, 0).is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_micros(500));
+                let _ = request(libc::PTRACE_INTERRUPT, tid, 0, 0);
+                if !self.stop_again(tid, Instant::now() + Duration::from_secs(2), false) {
+                    gone = true;
+                    break;
+                }
+                match get_regs(tid) {
+                    Ok(regs) => self.threads.get_mut(&tid).expect("stopped").regs = regs,
+                    Err(_) => {
+                        gone = true;
+                        break;
+                    }
+                }
+            }
+            if !gone {
+                return Some(tid);
+            }
+            self.threads.remove(&tid);
+        }
     }
 
     /// Calls go to another thread from now on; false when none is left.
@@ -377,7 +432,7 @@ impl Stopped {
         data: &[u8],
     ) -> Result<(u64, Vec<u8>), String> {
         let tid = self
-            .caller()
+            .ready_caller()
             .ok_or("no thread of the process can run a call")?;
         let saved = self.threads[&tid].regs;
         let xstate =
@@ -873,6 +928,10 @@ fn signal_set(status: &str, name: &str) -> u64 {
         .and_then(|v| u64::from_str_radix(v, 16).ok())
         .unwrap_or(0)
 }
+
+/// How many times [`Stopped::ready_caller`] lets the caller run half a
+/// millisecond alone to leave the runtime's code.
+const STEP_SLICES: usize = 100;
 
 /// How long a call runs with every other thread stopped before they are
 /// let run (it may wait for a lock one of them holds), when it waits on a
