@@ -371,7 +371,7 @@ fn attach(pid: i32, lib: &[u8], words: &[u8]) -> Result<(Duration, usize), Strin
     let mut paused = t0.elapsed();
     for _ in 0..TRIES {
         // The caller's place may move before the call: taken after.
-        stopped.ready_caller();
+        stopped.ready_caller()?;
         let threads = stopped.threads();
         let mut data = words.to_vec();
         data.push(0);
@@ -382,7 +382,7 @@ fn attach(pid: i32, lib: &[u8], words: &[u8]) -> Result<(Duration, usize), Strin
         }
         let t = Instant::now();
         let args = [data_arg(0), data_arg(at), threads.len() as u64];
-        stopped.moves = Some((at, threads.len()));
+        stopped.moves = Some((at, threads.clone()));
         let called = call_logged(&mut stopped, &e, entry, &args, &data);
         stopped.moves = None;
         let (r, back) = called?;
@@ -392,7 +392,7 @@ fn attach(pid: i32, lib: &[u8], words: &[u8]) -> Result<(Duration, usize), Strin
                 // trampoline (already done where the threads ran during
                 // the call: they have run since).
                 if !stopped.others_ran {
-                    stopped.apply_moves(&back[at..at + threads.len() * 24]);
+                    stopped.apply_moves(&threads, &back[at..at + threads.len() * 24]);
                 }
                 let threads = stopped.thread_count();
                 stopped.release();

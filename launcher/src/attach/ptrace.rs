@@ -39,9 +39,13 @@ pub struct Stopped {
     pub gate: Option<(u64, u64)>,
     /// Where, in the call's data, the library writes each move of a
     /// stopped thread out of a patch's bytes (offset of its array of
-    /// (tid, thread pointer, pc), count): applied before the other threads
-    /// are let run.
-    pub moves: Option<(usize, usize)>,
+    /// (tid, thread pointer, pc)), and the array as sent: applied before
+    /// the other threads are let run.
+    pub moves: Option<(usize, Vec<[u64; 3]>)>,
+    /// The thread [`Stopped::ready_caller`] has run out of the runtime's
+    /// code in this stop: not run again, so that the places the attach
+    /// read after it stay true.
+    readied: Option<i32>,
     /// The current call's data, in the process.
     data_at: u64,
     /// Whether the other threads ran during the last call.
@@ -239,13 +243,25 @@ impl Stopped {
             avoid: Default::default(),
             gate: None,
             moves: None,
+            readied: None,
             data_at: 0,
             others_ran: false,
             library: None,
         };
-        let mut seized = std::collections::BTreeSet::new();
+        s.stop_new_threads()?;
+        if s.threads.is_empty() {
+            return Err(format!("no process {pid}"));
+        }
+        Ok(s)
+    }
+
+    /// Seizes and stops every thread of the process not held yet, threads
+    /// made meanwhile too (all of them, at [`Stopped::all`]; those a
+    /// thread let run alone made). On an error every thread is let go.
+    fn stop_new_threads(&mut self) -> Result<(), String> {
+        let mut seized: std::collections::BTreeSet<i32> = self.threads.keys().copied().collect();
         loop {
-            let new: Vec<i32> = tids(pid)
+            let new: Vec<i32> = tids(self.pid)
                 .into_iter()
                 .filter(|t| !seized.contains(t))
                 .collect();
@@ -261,11 +277,11 @@ impl Stopped {
                     // ending, which ptrace refuses with EPERM once its
                     // exit state is set (a server's request thread, seen
                     // 1 in 20 attaches under load).
-                    if tid != pid && (e == libc::ESRCH || (e == libc::EPERM && zombie(tid))) {
+                    if tid != self.pid && (e == libc::ESRCH || (e == libc::EPERM && zombie(tid))) {
                         continue;
                     }
-                    s.release();
-                    return Err(seize_error(pid, e));
+                    self.release();
+                    return Err(seize_error(self.pid, e));
                 }
                 seized.insert(tid);
                 if request(libc::PTRACE_INTERRUPT, tid, 0, 0).is_ok() {
@@ -273,15 +289,12 @@ impl Stopped {
                 }
             }
             for tid in asked {
-                if let Some(t) = s.wait_stopped(tid)? {
-                    s.threads.insert(tid, t);
+                if let Some(t) = self.wait_stopped(tid)? {
+                    self.threads.insert(tid, t);
                 }
             }
         }
-        if s.threads.is_empty() {
-            return Err(format!("no process {pid}"));
-        }
-        Ok(s)
+        Ok(())
     }
 
     /// Waits for the stop of a thread asked to stop (PTRACE_INTERRUPT);
@@ -365,18 +378,26 @@ impl Stopped {
     /// hold the arena lock the call's own allocations need. The other
     /// threads stay stopped; a thread that cannot get out (it waits for a
     /// lock one of them holds) is called on where it ends up, after at
-    /// most [`STEP_SLICES`]. A caller that must see the threads' places
-    /// (the attach) takes them after this.
-    pub fn ready_caller(&mut self) -> Option<i32> {
+    /// most [`STEP_MOST`]. A caller that must see the threads' places
+    /// (the attach) takes them after this; the thread is not run again in
+    /// this stop, nor any other while [`Stopped::moves`] is set.
+    pub fn ready_caller(&mut self) -> Result<i32, String> {
         loop {
-            let tid = self.caller()?;
+            let tid = self
+                .caller()
+                .ok_or("no thread of the process can run a call")?;
+            // A call that carries the threads' places (the attach's) never
+            // moves one after they were read.
+            if self.readied == Some(tid) || self.moves.is_some() {
+                return Ok(tid);
+            }
             let maps = self.maps();
-            let mut left = STEP_SLICES;
-            let mut gone = false;
-            while left > 0
+            let until = Instant::now() + STEP_MOST;
+            let (mut ran, mut gone) = (false, false);
+            while Instant::now() < until
                 && super::caller::leave_runtime(&self.at(tid), &maps, self.library.as_deref())
             {
-                left -= 1;
+                ran = true;
                 if request(libc::PTRACE_CONT, tid, 0, 0).is_err() {
                     break;
                 }
@@ -394,8 +415,13 @@ impl Stopped {
                     }
                 }
             }
+            if ran {
+                // A thread it made meanwhile runs: held like the others.
+                self.stop_new_threads()?;
+            }
             if !gone {
-                return Some(tid);
+                self.readied = Some(tid);
+                return Ok(tid);
             }
             self.threads.remove(&tid);
         }
@@ -431,9 +457,7 @@ impl Stopped {
         args: &[u64],
         data: &[u8],
     ) -> Result<(u64, Vec<u8>), String> {
-        let tid = self
-            .ready_caller()
-            .ok_or("no thread of the process can run a call")?;
+        let tid = self.ready_caller()?;
         let saved = self.threads[&tid].regs;
         let xstate =
             get_xstate(tid).map_err(|e| format!("cannot read vector registers: errno {e}"))?;
@@ -496,20 +520,25 @@ impl Stopped {
                 std::thread::sleep(Duration::from_micros(50));
             }
         }
-        let Some((off, n)) = self.moves else { return };
-        if let Ok(array) = read_mem(self.pid, self.data_at + off as u64, n * 24) {
-            self.apply_moves(&array);
+        let Some((off, sent)) = self.moves.take() else {
+            return;
+        };
+        if let Ok(array) = read_mem(self.pid, self.data_at + off as u64, sent.len() * 24) {
+            self.apply_moves(&sent, &array);
         }
+        self.moves = Some((off, sent));
     }
 
     /// `array`: `igprof_attach`'s threads as the library left them (tid,
-    /// thread pointer, next instruction; 24 bytes each): a thread whose
-    /// next instruction it moved out of a patch's bytes goes on there.
-    pub fn apply_moves(&mut self, array: &[u8]) {
-        for w in array.chunks_exact(24) {
+    /// thread pointer, next instruction; 24 bytes each), `sent` as it was
+    /// given them: a thread whose next instruction it changed (moved out
+    /// of a patch's bytes) goes on there. Only a change counts: a thread
+    /// is never put back where it was when the array was made.
+    pub fn apply_moves(&mut self, sent: &[[u64; 3]], array: &[u8]) {
+        for (w, was) in array.chunks_exact(24).zip(sent) {
             let word = |k: usize| u64::from_le_bytes(w[k..k + 8].try_into().unwrap_or([0; 8]));
             let (tid, pc) = (word(0) as i32, word(16));
-            if self.threads.get(&tid).is_some_and(|t| t.regs.rip != pc) {
+            if tid as u64 == was[0] && pc != was[2] && self.threads.contains_key(&tid) {
                 self.move_to(tid, pc);
             }
         }
@@ -929,9 +958,11 @@ fn signal_set(status: &str, name: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// How many times [`Stopped::ready_caller`] lets the caller run half a
-/// millisecond alone to leave the runtime's code.
-const STEP_SLICES: usize = 100;
+/// How long [`Stopped::ready_caller`] lets the caller run alone, in
+/// slices of half a millisecond, to leave the runtime's code: on an idle
+/// machine 1 to 10 slices do; on a loaded one a slice may pass before the
+/// thread runs at all (100 slices were seen to end where they began).
+const STEP_MOST: Duration = Duration::from_secs(2);
 
 /// How long a call runs with every other thread stopped before they are
 /// let run (it may wait for a lock one of them holds), when it waits on a
