@@ -37,15 +37,16 @@ pub struct At {
     pub sp: u64,
     /// Its next instruction.
     pub pc: u64,
-    /// The system call's result so far (`rax`): one of the kernel's
-    /// restart codes while the call sleeps.
+    /// The system call's result so far (`rax`): one of [`INTERRUPTED`]
+    /// while the call sleeps.
     pub ret: i64,
 }
 
-/// The kernel's results for a system call a stop interrupted, to be
-/// restarted (ERESTARTSYS, ERESTARTNOINTR, ERESTARTNOHAND,
-/// ERESTART_RESTARTBLOCK).
-const RESTARTS: [i64; 4] = [-512, -513, -514, -516];
+/// The results of a system call a stop interrupted: the kernel's restart
+/// codes (ERESTARTSYS, ERESTARTNOINTR, ERESTARTNOHAND,
+/// ERESTART_RESTARTBLOCK), and EINTR, which `epoll_wait` and `poll`
+/// return for any stop and their callers retry.
+const INTERRUPTED: [i64; 5] = [-512, -513, -514, -516, -(libc::EINTR as i64)];
 
 /// Whether a thread stopped at `at` should first run on alone until it
 /// leaves the runtime's code: it is at an instruction of the C library,
@@ -53,7 +54,7 @@ const RESTARTS: [i64; 4] = [-512, -513, -514, -516];
 /// asleep in a system call there (a sleeper would not move; it waits for
 /// something, not inside a lock's critical section).
 pub fn leave_runtime(at: &At, maps: &[Mapping], profiler: Option<&str>) -> bool {
-    let asleep = at.syscall >= 0 && RESTARTS.contains(&at.ret);
+    let asleep = at.syscall >= 0 && INTERRUPTED.contains(&at.ret);
     !asleep && in_runtime(at.pc, maps, profiler)
 }
 
@@ -196,6 +197,13 @@ mod tests {
             ..in_malloc
         };
         assert!(!leave_runtime(&reading, &maps, lib));
+        // epoll_wait answers any stop with EINTR, and is called again.
+        let polling = At {
+            syscall: libc::SYS_epoll_pwait,
+            ret: -(libc::EINTR as i64),
+            ..in_malloc
+        };
+        assert!(!leave_runtime(&polling, &maps, lib));
         let mapped = At {
             syscall: libc::SYS_mmap,
             ret: 0x7f00_0000_0000,

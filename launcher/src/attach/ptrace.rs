@@ -392,6 +392,12 @@ impl Stopped {
                 return Ok(tid);
             }
             let maps = self.maps();
+            // A thread asleep in a wait was chosen for it: it is not run.
+            let library = self.library.as_deref();
+            if super::caller::rank(&self.at(tid), tid == self.pid, &maps, library).is_some() {
+                self.readied = Some(tid);
+                return Ok(tid);
+            }
             let until = Instant::now() + STEP_MOST;
             let (mut ran, mut gone) = (false, false);
             while Instant::now() < until
