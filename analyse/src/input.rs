@@ -167,6 +167,8 @@ pub enum OpenError {
     List { path: String, source: io::Error },
     /// A directory given as input holds no files.
     EmptyDirectory { path: String },
+    /// The memory journal beside a snapshot cannot be applied.
+    Journal { why: String },
 }
 
 impl std::fmt::Display for OpenError {
@@ -180,6 +182,7 @@ impl std::fmt::Display for OpenError {
             OpenError::EmptyDirectory { path } => {
                 write!(f, "{path}: no files in this directory")
             }
+            OpenError::Journal { why } => write!(f, "{why}"),
         }
     }
 }
@@ -227,8 +230,9 @@ pub fn expand(inputs: &[String]) -> Result<Sources, OpenError> {
         let mut found = Vec::new();
         for entry in std::fs::read_dir(path).map_err(list)? {
             let entry = entry.map_err(list)?;
-            // Follows symbolic links, as opening the file will.
-            if entry.path().is_file() {
+            // Follows symbolic links, as opening the file will. A memory
+            // journal is read with the profile it follows.
+            if entry.path().is_file() && entry.path().extension() != Some("journal".as_ref()) {
                 found.push(entry.path().to_string_lossy().into_owned());
             }
         }
@@ -280,8 +284,20 @@ pub fn leftover(path: &str) -> Option<Leftover> {
     }
 }
 
-/// Opens `path` for reading, decompressing gzip and bzip2 by content.
+/// Opens `path` for reading, decompressing gzip and bzip2 by content; a
+/// snapshot with a memory journal beside it reads as the two merged
+/// (`crate::journal`).
 pub fn open(path: &str) -> Result<Box<dyn BufRead + Send>, OpenError> {
+    let journal = |why| OpenError::Journal { why };
+    let Some(j) = crate::journal::beside(path).map_err(journal)? else {
+        return open_file(path);
+    };
+    let (text, _) = crate::journal::apply(open_file(path)?, path, &j).map_err(journal)?;
+    Ok(Box::new(io::Cursor::new(text)))
+}
+
+/// [`open`] without a journal.
+fn open_file(path: &str) -> Result<Box<dyn BufRead + Send>, OpenError> {
     let cannot_open = |source| OpenError::Open {
         path: path.to_string(),
         source,

@@ -44,6 +44,7 @@ pub mod flat;
 pub mod formats;
 pub mod input;
 pub mod jit;
+pub mod journal;
 pub mod profile;
 pub mod symbols;
 pub mod text;

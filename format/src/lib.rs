@@ -66,6 +66,7 @@
 //! field or a missing final newline is a syntax error there. The writer never
 //! produces them; the reader reports them with file and line.
 #![forbid(unsafe_code)]
+pub mod journal;
 pub mod notes;
 pub mod read;
 pub mod write;

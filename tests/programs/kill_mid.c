@@ -13,8 +13,9 @@
  *   children  prints what wait() and waitpid(-1, __WALL) return and how many
  *             processes name it as their parent (none, as unprofiled);
  *   grow      runs for 0.3 s (a service at work), then allocates and touches
- *             1 MiB blocks at grow_alloc without end, printing how many
- *             after each (the OOM killer ends it in a memory cgroup);
+ *             blocks of N KiB (1 MiB for 0) at grow_alloc without end,
+ *             printing how many after each (the OOM killer ends it in a
+ *             memory cgroup);
  *   cachegrow reads the file argv[2] once (its pages fill the page cache,
  *             charged to the cgroup), then grows as grow does;
  *   growto    allocates and touches N blocks of 1 MiB at grow_alloc, says
@@ -77,9 +78,10 @@ int main(int argc, char **argv) {
             while (fread(buf, 1, sizeof buf, f) == sizeof buf) {}
             fclose(f);
         }
+        size_t block = argv[1][0] == 'g' && n > 0 ? (size_t)n << 10 : 1 << 20;
         burn(0.3);
         for (long i = 1;; i++) {
-            if (!grow_alloc(1 << 20)) return 3;
+            if (!grow_alloc(block)) return 3;
             printf("%ld\n", i);
             fflush(stdout);
         }

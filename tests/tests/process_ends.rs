@@ -11,7 +11,10 @@
 //!
 //! The OOM killer kills the keeper too (it shares the program's memory): a
 //! process in a memory cgroup gets a snapshot from the keeper's watch when
-//! it nears the limit, the evidence that remains.
+//! it nears the limit, and from then on a journal of its allocations and
+//! frees in a file it maps shared (`PROFILE.journal`), which igprof-analyse
+//! applies to the snapshot: the report holds every allocation made before
+//! the kill.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -257,6 +260,11 @@ fn a_large_cgroup_is_snapshotted_close_below_its_limit() {
     let (blocks, _) = under(&ended.prof, "MEM_LIVE", "grow_alloc");
     let grown = ended.grown;
     eprintln!("snapshot: {blocks} of {grown} blocks");
+    let merged = merged_blocks(&ended.path, 1 << 20);
+    assert!(
+        merged >= grown && merged <= grown + 1,
+        "{merged} of {grown} blocks with the journal"
+    );
     assert!(
         blocks + 20 >= grown && blocks <= grown + 1,
         "{blocks} of {grown} blocks: {}",
@@ -351,6 +359,77 @@ fn oom_snapshot_holds_the_growth(cg: &MemoryCgroup, d: &Path, args: &str) {
         "{aerr}"
     );
     assert!(String::from_utf8_lossy(&a.stdout).contains("grow_alloc"));
+    let merged = merged_blocks(&path, 1 << 20);
+    assert!(
+        merged >= grown && merged <= grown + 1,
+        "{merged} of {grown} blocks with the journal"
+    );
+}
+
+/// Blocks of `block` bytes live under grow_alloc in igprof-analyse's
+/// report of `path` (the snapshot with its journal applied), from its
+/// folded stacks; the bytes must be whole blocks.
+fn merged_blocks(path: &Path, block: u64) -> u64 {
+    let a = Command::new(analyser())
+        .args(["-r", "MEM_LIVE", "--folded", "-"])
+        .arg(path)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&a.stdout);
+    assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
+    let bytes: u64 = out
+        .lines()
+        .filter(|l| l.contains("grow_alloc"))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+        .sum();
+    assert_eq!(bytes % block, 0, "{out}");
+    bytes / block
+}
+
+/// Blocks of 16 KiB: the last snapshot, at 97% of 96 MiB, is 2.9 MiB (about
+/// 180 blocks) before the OOM kill. The journal holds what came after it:
+/// igprof-analyse's report has every block the program reported, and the
+/// one it was making when killed at most, where the snapshot alone lacks
+/// those made after it.
+#[test]
+fn the_journal_after_the_last_snapshot_holds_every_allocation_to_the_oom_kill() {
+    let Some(cg) = MemoryCgroup::make("oom-journal", 96) else {
+        return;
+    };
+    let d = setup("ends_oom_journal");
+    let OomEnd {
+        err,
+        grown,
+        prof,
+        path,
+    } = run_until_oom(&cg, &d, "-mp ./kill_mid grow 16");
+    let (in_snapshot, _) = under(&prof, "MEM_LIVE", "grow_alloc");
+    let journal = PathBuf::from(format!("{}.journal", path.display()));
+    assert!(journal.exists(), "{err}");
+    let merged = merged_blocks(&path, 16 << 10);
+    eprintln!("{in_snapshot} blocks in the snapshot, {merged} with the journal, {grown} reported");
+    assert!(
+        merged >= grown && merged <= grown + 1,
+        "{merged} of {grown} blocks with the journal ({in_snapshot} in the snapshot)"
+    );
+    // Its calls, too: MEM_TOTAL counts each block once.
+    let a = Command::new(analyser())
+        .args(["-r", "MEM_TOTAL"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let aerr = String::from_utf8_lossy(&a.stderr);
+    let said = aerr
+        .lines()
+        .find(|l| l.contains("then its memory journal to the process's end: "))
+        .unwrap_or_else(|| panic!("{aerr}"));
+    let added: u64 = said
+        .split("end: ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    assert_eq!(in_snapshot + added, merged, "{said}");
 }
 
 /// Writes `mib` MiB of non-zero bytes to `path` and drops them from the
@@ -507,10 +586,34 @@ fn a_snapshot_is_written_when_the_rss_rises_above_the_threshold() {
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     };
-    // The snapshot, read while the process waits after its growth.
+    // The snapshot, read while the process waits after its growth; its
+    // journal beside it.
     let snapshot = read_text(&d.join("prof.gz"));
+    let journal = d.join("prof.gz.journal");
+    let journal_there = journal.exists();
     let _ = child.kill();
     let _ = child.wait();
+    // The keeper's final profile replaces the snapshot and removes the
+    // journal.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while journal.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(journal_there, "no journal after the snapshot: {err}");
+    assert!(!journal.exists(), "the final profile left the journal");
+    let last = parse_strict(&read_text(&d.join("prof.gz"))).unwrap();
+    assert!(
+        last.notes.iter().all(|n| !n.starts_with("snapshot")),
+        "{:?}",
+        last.notes
+    );
+    // Killed while it may still grow: at least the snapshot's blocks.
+    let (at_snapshot, _) = under(&parse_strict(&snapshot).unwrap(), "MEM_LIVE", "grow_alloc");
+    let at_end = under(&last, "MEM_LIVE", "grow_alloc").0;
+    assert!(
+        (at_snapshot..=100).contains(&at_end),
+        "{at_end} blocks at the end, {at_snapshot} in the snapshot"
+    );
     assert_eq!(err.matches(line).count(), 1, "{err}");
     let prof = parse_strict(&snapshot).unwrap();
     let (blocks, bytes) = under(&prof, "MEM_LIVE", "grow_alloc");

@@ -28,6 +28,7 @@
 mod deflate;
 mod error;
 mod file;
+pub mod journal;
 mod merge;
 pub mod names;
 pub mod path;
@@ -145,6 +146,12 @@ fn dump_as(path: &str, why: Option<&str>) -> Result<DumpStats, DumpError> {
     };
     let r = dump_locked(path);
     drop(room);
+    if r.is_ok() {
+        match why {
+            Some(_) => journal::after_snapshot(path),
+            None => journal::after_final(path),
+        }
+    }
     set_snapshot_why(None);
     DUMPING.store(false, Ordering::Release);
     r

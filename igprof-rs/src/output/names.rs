@@ -247,6 +247,67 @@ fn main_program_path(exe: &[u8]) -> Vec<u8> {
     path
 }
 
+/// The path of the `n`th object `dl_iterate_phdr` reports, as a dump
+/// names it (`main_path` for the program, object 0).
+fn object_path(info: &libc::dl_phdr_info, n: usize, main_path: &[u8]) -> Vec<u8> {
+    if n == 0 {
+        main_path.to_vec()
+    } else if info.dlpi_name.is_null() {
+        Vec::new()
+    } else {
+        // SAFETY: dlpi_name is a NUL-terminated string owned by the loader.
+        unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }
+            .to_bytes()
+            .to_vec()
+    }
+}
+
+/// Every loaded object's address ranges with the object a dump names them
+/// by (its path and base, as [`name_all`] gives them): (low, high, object).
+/// For the memory journal, which the analyser maps to the same objects.
+pub fn object_ranges(exe: &[u8]) -> Vec<(usize, usize, Object)> {
+    struct Walk {
+        main_path: Vec<u8>,
+        page: usize,
+        seen: usize,
+        out: Vec<(usize, usize, Object)>,
+    }
+    extern "C" fn each(info: *mut libc::dl_phdr_info, _: usize, data: *mut libc::c_void) -> i32 {
+        // SAFETY: dl_iterate_phdr passes a valid info for the call; data
+        // is the Walk given to it.
+        let (info, w) = unsafe { (&*info, &mut *(data as *mut Walk)) };
+        let n = w.seen;
+        w.seen += 1;
+        // SAFETY: the loader's program headers of a loaded object.
+        let image = unsafe { Image::of(info) };
+        let Some(base) = image.map_start(w.page) else {
+            return 0;
+        };
+        let path = object_path(info, n, &w.main_path);
+        for (lo, hi) in image.ranges(base, w.page, n == 0) {
+            w.out.push((
+                lo,
+                hi,
+                Object {
+                    base,
+                    path: path.clone(),
+                },
+            ));
+        }
+        0
+    }
+    let mut w = Walk {
+        main_path: main_program_path(exe),
+        page: crate::sys::page_size(),
+        seen: 0,
+        out: Vec::new(),
+    };
+    // SAFETY: `each` matches dl_iterate_phdr's callback type and `w`
+    // outlives the call; the callback only reads the objects it is given.
+    unsafe { libc::dl_iterate_phdr(Some(each), &mut w as *mut Walk as *mut libc::c_void) };
+    w.out
+}
+
 /// The `dl_iterate_phdr` callback: claims the addresses inside this object
 /// that no earlier object holds, and names them from its dynamic symbols.
 extern "C" fn collect(info: *mut libc::dl_phdr_info, _size: usize, data: *mut libc::c_void) -> i32 {
@@ -257,16 +318,7 @@ extern "C" fn collect(info: *mut libc::dl_phdr_info, _size: usize, data: *mut li
     pass.seen += 1;
     // SAFETY: the loader's program headers of a loaded object.
     let image = unsafe { Image::of(info) };
-    let path = if n == 0 {
-        pass.main_path.clone()
-    } else if info.dlpi_name.is_null() {
-        Vec::new()
-    } else {
-        // SAFETY: dlpi_name is a NUL-terminated string owned by the loader.
-        unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }
-            .to_bytes()
-            .to_vec()
-    };
+    let path = object_path(info, n, &pass.main_path);
     let Some(base) = image.map_start(pass.page) else {
         return 0;
     };

@@ -110,6 +110,11 @@ fn write_snapshot(periodic: bool) {
             cache_words()
         )
     };
+    if near != 0 && !pressure {
+        // Near the limit: from this snapshot on, a journal keeps the memory
+        // counts that an OOM kill would otherwise take with the process.
+        output::journal::arm(NEAR_LIMIT.load(Ordering::Relaxed));
+    }
     let r = output::dump_snapshot(&path, &why);
     if periodic && r.is_ok() {
         output::keep_snapshot(&path);

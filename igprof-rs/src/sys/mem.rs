@@ -1,6 +1,7 @@
 //! Anonymous memory by direct mmap/munmap/mremap: the library's own
 //! mappings (arenas, tables, stacks), optionally on huge pages or faulted
-//! in up front; and the process's peak resident set (getrusage).
+//! in up front; a shared mapping of a file of its own (the memory
+//! journal); and the process's peak resident set (getrusage).
 //!
 //! Must never: call malloc or libc's mmap (either may be hooked by the
 //! profiler itself), or unmap memory it did not map.
@@ -20,7 +21,13 @@ pub fn mmap_anon(len: usize) -> *mut u8 {
 pub fn map_anon(len: usize, populate: bool) -> Result<*mut u8, Errno> {
     let flags =
         libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | if populate { libc::MAP_POPULATE } else { 0 };
-    // SAFETY: an anonymous mapping has no preconditions beyond its arguments.
+    map(len, flags, -1)
+}
+
+/// A read/write mmap of `len` bytes with `flags`, of `fd` from its start.
+fn map(len: usize, flags: i32, fd: i32) -> Result<*mut u8, Errno> {
+    // SAFETY: a new mapping at an address the kernel chooses touches no
+    // existing memory.
     let p = unsafe {
         libc::syscall(
             libc::SYS_mmap,
@@ -28,7 +35,7 @@ pub fn map_anon(len: usize, populate: bool) -> Result<*mut u8, Errno> {
             len,
             libc::PROT_READ | libc::PROT_WRITE,
             flags,
-            -1 as libc::c_long,
+            fd as libc::c_long,
             0 as libc::c_long,
         )
     };
@@ -37,6 +44,12 @@ pub fn map_anon(len: usize, populate: bool) -> Result<*mut u8, Errno> {
     } else {
         Ok(p as *mut u8)
     }
+}
+
+/// A shared read/write mapping of the first `len` bytes of the file open
+/// as `fd` (which may be closed afterwards): its address, or the errno.
+pub fn map_shared_file(fd: i32, len: usize) -> Result<*mut u8, Errno> {
+    map(len, libc::MAP_SHARED, fd)
 }
 
 /// Transparent huge pages' size on x86-64 and on AArch64 with 4 KiB pages.

@@ -145,6 +145,9 @@ pub fn on_alloc(_held: &Guard, node: *mut Node, addr: usize, size: u64) {
             return;
         }
     }
+    if super::journal::on() {
+        super::journal::alloc(node, addr, 1, size, size);
+    }
     if super::spans::active() {
         super::spans::insert(addr, size, node);
     }
@@ -199,6 +202,9 @@ pub fn on_alloc_sampled(_held: &Guard, node: *mut Node, addr: usize, stored: u64
             super::site::LOST.fetch_add(1, Ordering::Relaxed);
             return;
         }
+    }
+    if super::journal::on() {
+        super::journal::alloc(node, addr, calls, bytes, largest);
     }
     let Some(live) = counter(node, LIVE_SLOT.load(Ordering::Relaxed)) else {
         return;
@@ -280,6 +286,9 @@ pub fn restore(b: &Block) {
     if super::spans::active() {
         super::spans::insert(b.addr, bytes, b.node);
     }
+    if super::journal::on() {
+        super::journal::restore(b.node, b.addr, calls, bytes);
+    }
     if let Some(live) = counter(b.node, LIVE_SLOT.load(Ordering::Relaxed)) {
         snapshot_before_change(b.node);
         solo::add(&live.ticks, calls);
@@ -291,6 +300,9 @@ pub fn restore(b: &Block) {
 #[inline(always)]
 fn release(b: &Block) {
     let (calls, bytes) = super::sample::weight_of(b.size);
+    if super::journal::on() {
+        super::journal::free(b.node, b.addr, calls, bytes);
+    }
     if super::spans::active() {
         super::spans::remove(b.addr, bytes);
     }

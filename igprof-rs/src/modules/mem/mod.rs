@@ -29,6 +29,7 @@ pub mod empty;
 pub mod epoch;
 pub mod fronts;
 pub mod hooks;
+pub mod journal;
 pub mod memo;
 pub mod rss;
 pub mod sample;
@@ -262,6 +263,7 @@ fn after_fork_child() {
     if !crate::base::run::fork_keeps_tables() {
         account::reset_after_fork();
     }
+    journal::reset_after_fork();
     site::tls(|h| sample::after_fork_child(&h.sampler));
 }
 

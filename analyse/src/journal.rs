@@ -1,0 +1,602 @@
+//! Applying a memory journal (`PROFILE.journal`, see
+//! `igprof_format::journal`) to the snapshot it follows: the allocations
+//! and frees a process made after its last snapshot near the memory limit,
+//! up to its end (an OOM kill leaves nothing else).
+//!
+//! Owns: finding a journal beside a profile and checking that it follows
+//! that very file ([`beside`]), and the merged profile's text
+//! ([`apply`]): the snapshot's nodes, counters and live blocks with the
+//! journal's changes, as one profile in the same format, its snapshot
+//! note saying what was added.
+//!
+//! A journal's stack is a list of addresses; the snapshot names a node by
+//! function and offset. A node's object offset is its function's
+//! definition offset minus the defining node's offset plus its own (the
+//! format's rule), so an address of a stack the snapshot has finds its
+//! node exactly; an address it lacks gets a function of its own,
+//! `@?0x<address>` in its object, which symbol resolution names later.
+//!
+//! Must never: panic on a journal cut anywhere, or apply a journal to a
+//! profile it does not follow (a later snapshot, or the final profile).
+
+use std::collections::HashMap;
+use std::io::BufRead;
+use std::os::unix::fs::MetadataExt;
+
+use igprof_format::journal::{Change, Journal};
+use igprof_format::read::{ReadError, Reader};
+use igprof_format::write::{CounterRef, FileRef, FuncRef, IoSink, Writer};
+
+/// The journal beside `path`, when there is one that follows that file.
+pub fn beside(path: &str) -> Result<Option<Journal>, String> {
+    let jpath = format!("{path}.journal");
+    let Ok(bytes) = std::fs::read(&jpath) else {
+        return Ok(None);
+    };
+    let j = Journal::parse(&bytes)
+        .map_err(|e| format!("{jpath}: {e}; move it away to read the snapshot alone"))?;
+    let Ok(m) = std::fs::metadata(path) else {
+        return Ok(None);
+    };
+    Ok((j.snapshot == (m.dev(), m.ino(), m.size())).then_some(j))
+}
+
+/// The counters a journal changes.
+const TOTAL: &str = "MEM_TOTAL";
+const MAX: &str = "MEM_MAX";
+const LIVE: &str = "MEM_LIVE";
+const AT_PEAK: &str = "MEM_LIVE_AT_PEAK";
+
+struct Func {
+    file: u32,
+    /// Object offset of the function's start (its definition's object
+    /// offset less the defining node's offset).
+    start: i64,
+    name: String,
+}
+
+#[derive(Default)]
+struct Node {
+    func: u32,
+    offset: i64,
+    kids: Vec<u32>,
+    /// (counter, ticks, value, peak).
+    values: Vec<(u32, i64, i64, i64)>,
+    /// (counter, address, size).
+    leaks: Vec<(u32, u64, i64)>,
+}
+
+impl Node {
+    fn value(&mut self, c: u32) -> &mut (u32, i64, i64, i64) {
+        let i = match self.values.iter().position(|v| v.0 == c) {
+            Some(i) => i,
+            None => {
+                self.values.push((c, 0, 0, 0));
+                self.values.len() - 1
+            }
+        };
+        &mut self.values[i]
+    }
+}
+
+/// The snapshot as a tree, with the tables it defines.
+struct Tree {
+    pid: u64,
+    program: String,
+    tick: f64,
+    files: Vec<String>,
+    funcs: Vec<Func>,
+    counters: Vec<String>,
+    /// Node 0 is a root above the profile's depth-1 nodes.
+    nodes: Vec<Node>,
+    /// (object path, object offset) -> (function, offset in it).
+    at: HashMap<(String, i64), (u32, i64)>,
+}
+
+impl Tree {
+    fn read<R: BufRead>(input: R, name: &str) -> Result<Tree, ReadError> {
+        let mut r = Reader::new(input, name)?;
+        let h = r.header().clone();
+        let mut t = Tree {
+            pid: h.pid,
+            program: h.program,
+            tick: h.tick_period,
+            files: Vec::new(),
+            funcs: Vec::new(),
+            counters: Vec::new(),
+            nodes: vec![Node::default()],
+            at: HashMap::new(),
+        };
+        let mut path: Vec<u32> = vec![0];
+        while let Some(n) = r.next_node()? {
+            let (depth, func, offset) = (n.depth as usize, n.function, n.symbol_offset);
+            let mut node = Node {
+                func,
+                offset,
+                ..Node::default()
+            };
+            for v in n.counters {
+                node.values.push((v.counter, v.ticks, v.value, v.peak));
+                node.leaks
+                    .extend(n.leaks(v).iter().map(|l| (v.counter, l.address, l.size)));
+            }
+            let defines = n.defines_function;
+            let id = t.nodes.len() as u32;
+            t.nodes.push(node);
+            path.truncate(depth);
+            let parent = *path.last().unwrap_or(&0);
+            t.nodes[parent as usize].kids.push(id);
+            path.push(id);
+            let Some(f) = r.function(func) else { continue };
+            if defines {
+                let file = r.file(f.file).unwrap_or("").to_string();
+                let fi = f.file as usize;
+                if t.files.len() <= fi {
+                    t.files.resize(fi + 1, String::new());
+                }
+                t.files[fi] = file;
+                if t.funcs.len() <= func as usize {
+                    t.funcs.resize_with(func as usize + 1, || Func {
+                        file: 0,
+                        start: 0,
+                        name: String::new(),
+                    });
+                }
+                t.funcs[func as usize] = Func {
+                    file: f.file,
+                    start: f.file_offset - offset,
+                    name: f.name.clone(),
+                };
+            }
+            let Some(f) = t.funcs.get(func as usize) else {
+                continue;
+            };
+            let file = t.files[f.file as usize].clone();
+            t.at.entry((file, f.start + offset))
+                .or_insert((func, offset));
+        }
+        for (id, name) in r.counters() {
+            if t.counters.len() <= id as usize {
+                t.counters.resize(id as usize + 1, String::new());
+            }
+            t.counters[id as usize] = name.to_string();
+        }
+        Ok(t)
+    }
+
+    fn counter(&mut self, name: &str) -> u32 {
+        match self.counters.iter().position(|c| c == name) {
+            Some(i) => i as u32,
+            None => {
+                self.counters.push(name.to_string());
+                self.counters.len() as u32 - 1
+            }
+        }
+    }
+
+    fn file(&mut self, path: &str) -> u32 {
+        match self.files.iter().position(|f| f == path) {
+            Some(i) => i as u32,
+            None => {
+                self.files.push(path.to_string());
+                self.files.len() as u32 - 1
+            }
+        }
+    }
+
+    /// The function and offset of code address `addr`.
+    fn frame(&mut self, j: &Journal, addr: u64) -> (u32, i64) {
+        let (path, object, name) = match addr {
+            1 => (
+                "<truncated>".to_string(),
+                0,
+                "@igprof_stack_truncated".to_string(),
+            ),
+            2 => (
+                "<allocator mmap>".to_string(),
+                0,
+                "<allocator mmap>".to_string(),
+            ),
+            _ => match j.modules.iter().find(|m| m.start <= addr && addr < m.end) {
+                Some(m) => (
+                    m.path.clone(),
+                    (addr - m.base) as i64,
+                    format!("@?0x{addr:x}"),
+                ),
+                None => (
+                    "<unknown>".to_string(),
+                    addr as i64,
+                    format!("@?0x{addr:x}"),
+                ),
+            },
+        };
+        if let Some(&f) = self.at.get(&(path.clone(), object)) {
+            return f;
+        }
+        let file = self.file(&path);
+        self.funcs.push(Func {
+            file,
+            start: object,
+            name,
+        });
+        let f = (self.funcs.len() as u32 - 1, 0);
+        self.at.insert((path, object), f);
+        f
+    }
+
+    /// The node of `stack` (innermost first), made where missing.
+    fn node(&mut self, j: &Journal, stack: &[u64]) -> u32 {
+        let mut at = 0u32;
+        for &addr in stack.iter().rev() {
+            let (func, offset) = self.frame(j, addr);
+            let found = self.nodes[at as usize].kids.iter().copied().find(|&k| {
+                let n = &self.nodes[k as usize];
+                n.func == func && n.offset == offset
+            });
+            at = match found {
+                Some(k) => k,
+                None => {
+                    let k = self.nodes.len() as u32;
+                    self.nodes.push(Node {
+                        func,
+                        offset,
+                        ..Node::default()
+                    });
+                    self.nodes[at as usize].kids.push(k);
+                    k
+                }
+            };
+        }
+        at
+    }
+}
+
+/// What applying a journal did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    pub allocs: u64,
+    pub frees: u64,
+    /// Changes whose stack the journal lost (its writer died writing it).
+    pub unplaced: u64,
+}
+
+/// The profile read from `input` (named `name`) with `j` applied, as text.
+pub fn apply<R: BufRead>(input: R, name: &str, j: &Journal) -> Result<(Vec<u8>, Applied), String> {
+    let mut t = Tree::read(input, name).map_err(|e| e.to_string())?;
+    let (total, max, live, at_peak) = (
+        t.counter(TOTAL),
+        t.counter(MAX),
+        t.counter(LIVE),
+        t.counter(AT_PEAK),
+    );
+    let sum = |t: &Tree, c: u32| -> i64 {
+        t.nodes
+            .iter()
+            .flat_map(|n| n.values.iter().filter(|v| v.0 == c).map(|v| v.2))
+            .sum()
+    };
+    // Where the process's live heap was highest, if above the snapshot's
+    // peak: MEM_LIVE_AT_PEAK is every stack's MEM_LIVE at that change.
+    let mut running = sum(&t, live);
+    let mut highest = sum(&t, at_peak).max(running);
+    let mut peak_at = None;
+    for (i, (node, c)) in j.changes.iter().enumerate() {
+        if !j.paths.contains_key(node) {
+            continue;
+        }
+        match *c {
+            Change::Alloc { bytes, .. } | Change::Restore { bytes, .. } => running += bytes as i64,
+            Change::Free { bytes, .. } => running -= bytes as i64,
+        }
+        if running > highest {
+            highest = running;
+            peak_at = Some(i);
+        }
+    }
+    let mut done = Applied::default();
+    let mut placed: HashMap<u64, u32> = HashMap::new();
+    for (i, (node, c)) in j.changes.iter().enumerate() {
+        let Some(stack) = j.paths.get(node) else {
+            done.unplaced += 1;
+            continue;
+        };
+        let n = match placed.get(node) {
+            Some(&n) => n,
+            None => {
+                let n = t.node(j, stack);
+                placed.insert(*node, n);
+                n
+            }
+        };
+        let nd = &mut t.nodes[n as usize];
+        match *c {
+            Change::Alloc {
+                addr,
+                calls,
+                bytes,
+                largest,
+            } => {
+                done.allocs += calls;
+                let v = nd.value(total);
+                *v = (
+                    v.0,
+                    v.1 + calls as i64,
+                    v.2 + bytes as i64,
+                    v.3 + bytes as i64,
+                );
+                let v = nd.value(max);
+                *v = (v.0, v.1 + calls as i64, v.2.max(largest as i64), v.3);
+                add_live(nd, live, addr, calls, bytes);
+            }
+            Change::Restore { addr, calls, bytes } => add_live(nd, live, addr, calls, bytes),
+            Change::Free { addr, calls, bytes } => {
+                done.frees += calls;
+                let v = nd.value(live);
+                *v = (v.0, v.1 - calls as i64, v.2 - bytes as i64, v.3);
+                if let Some(k) = nd.leaks.iter().position(|l| l.0 == live && l.1 == addr) {
+                    nd.leaks.remove(k);
+                }
+            }
+        }
+        if peak_at == Some(i) {
+            for nd in &mut t.nodes {
+                let (_, lt, lv, _) = nd
+                    .values
+                    .iter()
+                    .find(|v| v.0 == live)
+                    .copied()
+                    .unwrap_or_default();
+                nd.values.retain(|v| v.0 != at_peak);
+                if (lt, lv) != (0, 0) {
+                    nd.values.push((at_peak, lt, lv, lv));
+                }
+            }
+        }
+    }
+    // The snapshot's note says what the profile now holds.
+    let (prog, notes) = igprof_format::notes::split(&t.program);
+    let notes: Vec<String> = notes
+        .into_iter()
+        .map(|n| match n.strip_prefix(igprof_format::notes::SNAPSHOT) {
+            Some(why) if why.starts_with(' ') => format!(
+                "{n}, then its memory journal to the process's end: {} allocations and {} frees",
+                done.allocs, done.frees
+            ),
+            _ => n.to_string(),
+        })
+        .collect();
+    let program =
+        String::from_utf8_lossy(&igprof_format::notes::join(prog.as_bytes(), &notes)).into_owned();
+    let text = write(&t, &program)
+        .map_err(|e| format!("{name}: cannot write the merged profile: {e:?}"))?;
+    Ok((text, done))
+}
+
+fn add_live(nd: &mut Node, live: u32, addr: u64, calls: u64, bytes: u64) {
+    let v = nd.value(live);
+    let now = v.2 + bytes as i64;
+    *v = (v.0, v.1 + calls as i64, now, v.3.max(now));
+    nd.leaks.push((live, addr, bytes as i64));
+}
+
+fn write(t: &Tree, program: &str) -> Result<Vec<u8>, igprof_format::write::WriteError> {
+    let mut w = Writer::new(IoSink::new(Vec::new()));
+    w.header(t.pid, program.as_bytes(), t.tick)?;
+    let mut file_done = vec![false; t.files.len()];
+    let mut func_done = vec![false; t.funcs.len()];
+    let mut counter_done = vec![false; t.counters.len()];
+    let mut stack: Vec<(u32, u32)> = t.nodes[0].kids.iter().rev().map(|&k| (k, 1)).collect();
+    while let Some((id, depth)) = stack.pop() {
+        let n = &t.nodes[id as usize];
+        let f = &t.funcs[n.func as usize];
+        let func = if std::mem::replace(&mut func_done[n.func as usize], true) {
+            FuncRef::Known(n.func)
+        } else {
+            let fid = f.file as usize;
+            FuncRef::New {
+                id: n.func,
+                file: if std::mem::replace(&mut file_done[fid], true) {
+                    FileRef::Known(f.file)
+                } else {
+                    FileRef::New {
+                        id: f.file,
+                        path: t.files[fid].as_bytes(),
+                    }
+                },
+                object_offset: (f.start + n.offset) as u64,
+                name: f.name.as_bytes(),
+            }
+        };
+        w.node(depth, func, n.offset as u64)?;
+        for &(c, ticks, value, peak) in &n.values {
+            if (ticks, value, peak) == (0, 0, 0) {
+                continue;
+            }
+            let cref = if std::mem::replace(&mut counter_done[c as usize], true) {
+                CounterRef::Known(c)
+            } else {
+                CounterRef::New {
+                    id: c,
+                    name: t.counters[c as usize].as_bytes(),
+                }
+            };
+            w.counter(
+                cref,
+                ticks.max(0) as u64,
+                value.max(0) as u64,
+                peak.max(0) as u64,
+            )?;
+            for &(lc, addr, size) in &n.leaks {
+                if lc == c {
+                    w.leak(addr, size.max(0) as u64)?;
+                }
+            }
+        }
+        w.end_node()?;
+        stack.extend(n.kids.iter().rev().map(|&k| (k, depth + 1)));
+    }
+    w.into_sink().finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use igprof_format::journal::Module;
+
+    /// A snapshot (hexadecimal): main (at ./app+0x100, its call at +0x10)
+    /// -> grow (at +0x200, its call at +0x8) with one live block of 100
+    /// bytes at 0x500.
+    const SNAPSHOT: &str = "P=(HEX ID=2a N=(./app [dumped 1.0; snapshot at 90.0 MiB]) T=0.000000)\n\
+C1 FN0=(F0=(./app)+110 N=(main))+10\n\
+C2 FN1=(F0+208 N=(grow))+8 V0=(MEM_TOTAL):(1,64,64) V1=(MEM_MAX):(1,64,0) V2=(MEM_LIVE):(1,64,64);LK=(0x500,64) V3=(MEM_LIVE_AT_PEAK):(1,64,64)\n";
+
+    fn journal(changes: Vec<(u64, Change)>, paths: &[(u64, Vec<u64>)]) -> Journal {
+        Journal {
+            modules: vec![Module {
+                start: 0x1000,
+                end: 0x2000,
+                base: 0x1000,
+                path: "./app".into(),
+            }],
+            paths: paths.iter().cloned().collect(),
+            changes,
+            ..Journal::default()
+        }
+    }
+
+    fn merged(
+        j: &Journal,
+    ) -> (
+        igprof_format::read::Reader<std::io::Cursor<Vec<u8>>>,
+        Applied,
+    ) {
+        let (text, done) = apply(SNAPSHOT.as_bytes(), "snap", j).unwrap();
+        (
+            Reader::new(std::io::Cursor::new(text), "merged").unwrap(),
+            done,
+        )
+    }
+
+    /// Each node's (depth, function name, counters by name, leak addresses).
+    type Line = (u32, String, Vec<(String, i64, i64, i64)>, Vec<u64>);
+
+    fn lines(r: &mut igprof_format::read::Reader<std::io::Cursor<Vec<u8>>>) -> Vec<Line> {
+        let mut out = Vec::new();
+        while let Some(n) = r.next_node().unwrap() {
+            let (depth, func) = (n.depth, n.function);
+            let values: Vec<_> = n.counters.to_vec();
+            let leaks: Vec<u64> = values
+                .iter()
+                .flat_map(|v| n.leaks(v).iter().map(|l| l.address))
+                .collect();
+            let named = values
+                .iter()
+                .map(|v| {
+                    (
+                        r.counter(v.counter).unwrap().to_string(),
+                        v.ticks,
+                        v.value,
+                        v.peak,
+                    )
+                })
+                .collect();
+            out.push((depth, r.function(func).unwrap().name.clone(), named, leaks));
+        }
+        out
+    }
+
+    #[test]
+    fn a_known_stack_adds_to_its_node_and_a_new_one_makes_nodes() {
+        // Main's node is at 0x1110 (object offset 0x110), grow's at 0x1208;
+        // 0x1300 is an address the snapshot lacks.
+        let j = journal(
+            vec![
+                (
+                    7,
+                    Change::Alloc {
+                        addr: 0x600,
+                        calls: 1,
+                        bytes: 32,
+                        largest: 32,
+                    },
+                ),
+                (
+                    8,
+                    Change::Alloc {
+                        addr: 0x700,
+                        calls: 1,
+                        bytes: 16,
+                        largest: 16,
+                    },
+                ),
+                (
+                    7,
+                    Change::Free {
+                        addr: 0x500,
+                        calls: 1,
+                        bytes: 100,
+                    },
+                ),
+            ],
+            &[(7, vec![0x1208, 0x1110]), (8, vec![0x1300, 0x1110])],
+        );
+        let (mut r, done) = merged(&j);
+        assert_eq!(
+            done,
+            Applied {
+                allocs: 2,
+                frees: 1,
+                unplaced: 0
+            }
+        );
+        let l = lines(&mut r);
+        assert_eq!(l.len(), 3, "{l:?}");
+        assert_eq!((l[0].0, l[0].1.as_str()), (1, "main"));
+        let grow = &l[1];
+        assert_eq!(grow.1, "grow");
+        let v = |line: &Line, c: &str| line.2.iter().find(|v| v.0 == c).map(|v| (v.1, v.2, v.3));
+        assert_eq!(v(grow, "MEM_TOTAL"), Some((2, 132, 132)));
+        assert_eq!(v(grow, "MEM_MAX"), Some((2, 100, 0)));
+        assert_eq!(v(grow, "MEM_LIVE"), Some((1, 32, 132)));
+        assert_eq!(grow.3, [0x600], "the freed block left its node's list");
+        // The new stack: a function of its own, named by its address.
+        assert_eq!((l[2].0, l[2].1.as_str()), (2, "@?0x1300"));
+        assert_eq!(v(&l[2], "MEM_LIVE"), Some((1, 16, 16)));
+        // The live heap was highest (148 bytes) after the second allocation.
+        assert_eq!(v(grow, "MEM_LIVE_AT_PEAK"), Some((2, 132, 132)));
+        assert_eq!(v(&l[2], "MEM_LIVE_AT_PEAK"), Some((1, 16, 16)));
+        let prog = &r.header().program;
+        assert!(
+            prog.contains("snapshot at 90.0 MiB, then its memory journal to the process's end: 2 allocations and 1 frees"),
+            "{prog}"
+        );
+        assert!(prog.contains("dumped 1.0"), "{prog}");
+    }
+
+    #[test]
+    fn a_change_whose_stack_was_lost_is_counted_not_placed() {
+        let j = journal(
+            vec![(
+                9,
+                Change::Alloc {
+                    addr: 0x800,
+                    calls: 1,
+                    bytes: 8,
+                    largest: 8,
+                },
+            )],
+            &[],
+        );
+        let (mut r, done) = merged(&j);
+        assert_eq!(done.unplaced, 1);
+        assert_eq!(lines(&mut r).len(), 2);
+    }
+
+    #[test]
+    fn a_damaged_snapshot_is_an_error_with_its_line() {
+        let j = journal(Vec::new(), &[]);
+        let bad = "P=(HEX ID=2a N=(./app) T=0.000000)\nC1 FN0+0\n";
+        let e = apply(bad.as_bytes(), "snap", &j).unwrap_err();
+        assert!(e.contains("snap") && e.contains('2'), "{e}");
+    }
+}

@@ -1,0 +1,174 @@
+//! Opening the memory journal after a snapshot near the memory limit, and
+//! removing it once the final profile is written. The records are
+//! `modules::mem::journal`'s, the layout `igprof_format::journal`'s.
+//!
+//! Owns: when a journal is opened (each snapshot after [`arm`]: a later
+//! snapshot replaces the journal with one that follows it), its file
+//! (`PROFILE.journal`, its blocks allocated in full, so that no write
+//! through the mapping can fail), its header and module table.
+//!
+//! Must never: run in a hook or a signal handler (it allocates and makes
+//! files), or leave a journal beside a final profile.
+
+use core::sync::atomic::{AtomicU64, Ordering};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+
+use igprof_format::journal as layout;
+
+use crate::modules::mem::journal as records;
+
+/// The memory limit a snapshot neared (0: no journal is wanted).
+static ARMED: AtomicU64 = AtomicU64::new(0);
+/// Journals opened by this image (tags the hooks' cache of stacks written).
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+/// The profile the open journal follows. Taken with `try_lock` only: the
+/// keeper's final dump may follow a snapshot its program died writing.
+static FOLLOWS: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+
+/// Journal sizes: an eighth of the limit, within these bounds.
+const SMALLEST: u64 = 1 << 20;
+const LARGEST: u64 = 64 << 20;
+
+/// The snapshot being written was asked for because the process's memory
+/// nears `limit` bytes: from it on, each snapshot opens a journal.
+pub fn arm(limit: u64) {
+    if crate::modules::mem::account::live_slot().is_some() {
+        ARMED.store(limit, Ordering::Relaxed);
+    }
+}
+
+/// The journal beside the profile at `path`.
+pub fn path_of(path: &str) -> String {
+    format!("{path}.journal")
+}
+
+/// After a snapshot was written to `path`: opens a journal that follows
+/// it, when one is wanted. Says why not in one line.
+pub(super) fn after_snapshot(path: &str) {
+    let limit = ARMED.load(Ordering::Relaxed);
+    if limit == 0 {
+        return;
+    }
+    match open(path, limit) {
+        Ok(bytes) => {
+            if let Ok(mut f) = FOLLOWS.try_lock() {
+                *f = path.to_string();
+            }
+            crate::igprof_debug!(
+                "journal of the memory counts after the snapshot: {} ({} KiB)",
+                path_of(path),
+                bytes >> 10
+            )
+        }
+        Err(why) => {
+            // SAFETY: null closes the journal.
+            unsafe { records::install(core::ptr::null_mut(), 0) };
+            let _ = std::fs::remove_file(path_of(path));
+            crate::igprof_log!(
+                "cannot keep a journal of the memory counts after the snapshot {path}: {why}; \
+                 the snapshot holds the counts up to its own time"
+            );
+        }
+    }
+}
+
+/// After a dump that is not a snapshot was written to `path`: if it is
+/// the final profile of the snapshot the journal follows, the journal goes.
+pub(super) fn after_final(path: &str) {
+    if !records::on() || FOLLOWS.try_lock().is_ok_and(|f| *f != path) {
+        return;
+    }
+    // SAFETY: null closes the journal.
+    unsafe { records::install(core::ptr::null_mut(), 0) };
+    ARMED.store(0, Ordering::Relaxed);
+    let _ = std::fs::remove_file(path_of(path));
+}
+
+/// Makes `path.journal` for the snapshot at `path`; its size in bytes.
+fn open(path: &str, limit: u64) -> Result<usize, String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("{path}: {e}"))?;
+    if !meta.is_file() {
+        return Err("the profile is not a regular file".into());
+    }
+    let table = module_table();
+    let records_at = (layout::HEADER_BYTES + table.len()).next_multiple_of(4096);
+    let capacity = ((limit / 8).clamp(SMALLEST, LARGEST) as usize) / layout::SLOT_BYTES;
+    let len = records_at + capacity * layout::SLOT_BYTES;
+    let tmp = format!("{}.tmp", path_of(path));
+    let _fsize = crate::base::limits::FsizeGuard::block();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o644)
+        .open(&tmp)
+        .map_err(|e| format!("{tmp}: {e}"))?;
+    let fail = |what: String| {
+        let _ = std::fs::remove_file(&tmp);
+        what
+    };
+    // Blocks allocated now: a write through the mapping to a hole of a
+    // full file system would raise SIGBUS in the program.
+    // SAFETY: fallocate on our own descriptor.
+    if unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len as libc::off_t) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(fail(format!(
+            "cannot allocate {} KiB for {tmp}: {e}",
+            len >> 10
+        )));
+    }
+    let map = crate::sys::map_shared_file(file.as_raw_fd(), len)
+        .map_err(|e| fail(format!("cannot map {tmp}: {e}")))?;
+    drop(file);
+    let words = map as *mut u64;
+    let header = [
+        (layout::W_MAGIC, layout::MAGIC),
+        (layout::W_PID, crate::sys::getpid() as u64),
+        (layout::W_DEV, meta.dev()),
+        (layout::W_INO, meta.ino()),
+        (layout::W_SIZE, meta.size()),
+        (layout::W_CAPACITY, capacity as u64),
+        (layout::W_CURSOR, 0),
+        (layout::W_MODULES_AT, layout::HEADER_BYTES as u64),
+        (layout::W_MODULES_LEN, table.len() as u64),
+        (layout::W_RECORDS_AT, records_at as u64),
+        (
+            records::W_GENERATION,
+            GENERATION.fetch_add(1, Ordering::Relaxed) + 1,
+        ),
+    ];
+    // SAFETY: a fresh mapping of `len` bytes, no one else's yet; the header
+    // and the table lie below `records_at`.
+    unsafe {
+        for (i, v) in header {
+            words.add(i).write(v);
+        }
+        core::ptr::copy_nonoverlapping(table.as_ptr(), map.add(layout::HEADER_BYTES), table.len());
+    }
+    if let Err(e) = std::fs::rename(&tmp, path_of(path)) {
+        // SAFETY: our own mapping, never installed.
+        unsafe { crate::sys::munmap(map, len) };
+        return Err(fail(format!("cannot rename {tmp}: {e}")));
+    }
+    // SAFETY: the mapping is laid out as the format says; it is the
+    // journal's from now on.
+    unsafe { records::install(words, len) };
+    Ok(len)
+}
+
+/// The module table: (start, end, base, path length) and the path padded
+/// to 8 bytes, for each loaded object's address range.
+fn module_table() -> Vec<u8> {
+    let exe = crate::base::run::info().exe.clone();
+    let mut t = Vec::new();
+    for (lo, hi, o) in super::names::object_ranges(&exe) {
+        for w in [lo, hi, o.base, o.path.len()] {
+            t.extend_from_slice(&(w as u64).to_le_bytes());
+        }
+        t.extend_from_slice(&o.path);
+        t.resize(t.len().next_multiple_of(8), 0);
+    }
+    t
+}
