@@ -231,8 +231,11 @@ pub fn expand(inputs: &[String]) -> Result<Sources, OpenError> {
         for entry in std::fs::read_dir(path).map_err(list)? {
             let entry = entry.map_err(list)?;
             // Follows symbolic links, as opening the file will. A memory
-            // journal is read with the profile it follows.
-            if entry.path().is_file() && entry.path().extension() != Some("journal".as_ref()) {
+            // journal is read with the profile it follows (one still being
+            // made is not a profile either).
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let journal = name.ends_with(".journal") || name.ends_with(".journal.tmp");
+            if entry.path().is_file() && !journal {
                 found.push(entry.path().to_string_lossy().into_owned());
             }
         }

@@ -258,6 +258,8 @@ pub struct Applied {
     pub frees: u64,
     /// Changes whose stack the journal lost (its writer died writing it).
     pub unplaced: u64,
+    /// Changes the snapshot already counted (made as it started).
+    pub before: u64,
 }
 
 /// The profile read from `input` (named `name`) with `j` applied, as text.
@@ -275,46 +277,71 @@ pub fn apply<R: BufRead>(input: R, name: &str, j: &Journal) -> Result<(Vec<u8>, 
             .flat_map(|n| n.values.iter().filter(|v| v.0 == c).map(|v| v.2))
             .sum()
     };
-    // Where the process's live heap was highest, if above the snapshot's
-    // peak: MEM_LIVE_AT_PEAK is every stack's MEM_LIVE at that change.
+    // The live blocks, by node and address: the snapshot's, then as the
+    // journal changes them. A journal starts as the snapshot reads the
+    // live blocks, so a change made before that read is in both: an
+    // allocation of a block the snapshot has live, or a free of one it
+    // does not, is already counted.
+    let mut blocks: HashMap<(u32, u64), i64> = HashMap::new();
+    for (id, n) in t.nodes.iter_mut().enumerate() {
+        n.leaks.retain(|&(c, addr, size)| {
+            if c == live {
+                blocks.insert((id as u32, addr), size);
+            }
+            c != live
+        });
+    }
+    // Which changes count, where, and where the process's live heap was
+    // highest if above the snapshot's peak (MEM_LIVE_AT_PEAK is every
+    // stack's MEM_LIVE at that change).
+    let mut done = Applied::default();
+    let mut placed: HashMap<u64, u32> = HashMap::new();
+    let mut counted: Vec<Option<u32>> = Vec::with_capacity(j.changes.len());
     let mut running = sum(&t, live);
     let mut highest = sum(&t, at_peak).max(running);
     let mut peak_at = None;
     for (i, (node, c)) in j.changes.iter().enumerate() {
-        if !j.paths.contains_key(node) {
+        let Some(stack) = j.paths.get(node) else {
+            done.unplaced += 1;
+            counted.push(None);
             continue;
+        };
+        let n = *placed.entry(*node).or_insert_with(|| t.node(j, stack));
+        let counts = match *c {
+            Change::Alloc { addr, bytes, .. } | Change::Restore { addr, bytes, .. } => {
+                let fresh = !blocks.contains_key(&(n, addr));
+                if fresh {
+                    blocks.insert((n, addr), bytes as i64);
+                    running += bytes as i64;
+                }
+                fresh
+            }
+            Change::Free { addr, bytes, .. } => {
+                let live = blocks.remove(&(n, addr)).is_some();
+                if live {
+                    running -= bytes as i64;
+                }
+                live
+            }
+        };
+        if !counts {
+            done.before += 1;
         }
-        match *c {
-            Change::Alloc { bytes, .. } | Change::Restore { bytes, .. } => running += bytes as i64,
-            Change::Free { bytes, .. } => running -= bytes as i64,
-        }
+        counted.push(counts.then_some(n));
         if running > highest {
             highest = running;
             peak_at = Some(i);
         }
     }
-    let mut done = Applied::default();
-    let mut placed: HashMap<u64, u32> = HashMap::new();
-    for (i, (node, c)) in j.changes.iter().enumerate() {
-        let Some(stack) = j.paths.get(node) else {
-            done.unplaced += 1;
-            continue;
-        };
-        let n = match placed.get(node) {
-            Some(&n) => n,
-            None => {
-                let n = t.node(j, stack);
-                placed.insert(*node, n);
-                n
-            }
-        };
+    for (i, (_, c)) in j.changes.iter().enumerate() {
+        let Some(n) = counted[i] else { continue };
         let nd = &mut t.nodes[n as usize];
         match *c {
             Change::Alloc {
-                addr,
                 calls,
                 bytes,
                 largest,
+                ..
             } => {
                 done.allocs += calls;
                 let v = nd.value(total);
@@ -326,16 +353,12 @@ pub fn apply<R: BufRead>(input: R, name: &str, j: &Journal) -> Result<(Vec<u8>, 
                 );
                 let v = nd.value(max);
                 *v = (v.0, v.1 + calls as i64, v.2.max(largest as i64), v.3);
-                add_live(nd, live, addr, calls, bytes);
+                add_live(nd, live, calls as i64, bytes as i64);
             }
-            Change::Restore { addr, calls, bytes } => add_live(nd, live, addr, calls, bytes),
-            Change::Free { addr, calls, bytes } => {
+            Change::Restore { calls, bytes, .. } => add_live(nd, live, calls as i64, bytes as i64),
+            Change::Free { calls, bytes, .. } => {
                 done.frees += calls;
-                let v = nd.value(live);
-                *v = (v.0, v.1 - calls as i64, v.2 - bytes as i64, v.3);
-                if let Some(k) = nd.leaks.iter().position(|l| l.0 == live && l.1 == addr) {
-                    nd.leaks.remove(k);
-                }
+                add_live(nd, live, -(calls as i64), -(bytes as i64));
             }
         }
         if peak_at == Some(i) {
@@ -352,6 +375,32 @@ pub fn apply<R: BufRead>(input: R, name: &str, j: &Journal) -> Result<(Vec<u8>, 
                 }
             }
         }
+    }
+    // A stack the journal changed has, in an exact profile, its live
+    // blocks as MEM_LIVE: the snapshot read its counters just after the
+    // blocks, so a change in flight on another thread between the two
+    // reads is in one of them only (at most one per thread).
+    let exact = !igprof_format::notes::split(&t.program)
+        .1
+        .iter()
+        .any(|n| n.starts_with("sampled"));
+    if exact {
+        let mut sums: HashMap<u32, (i64, i64)> = placed.values().map(|&n| (n, (0, 0))).collect();
+        for (&(n, _), &size) in &blocks {
+            if let Some(s) = sums.get_mut(&n) {
+                *s = (s.0 + 1, s.1 + size);
+            }
+        }
+        for (n, (count, bytes)) in sums {
+            let v = t.nodes[n as usize].value(live);
+            *v = (v.0, count, bytes, v.3.max(bytes));
+        }
+    }
+    for ((n, addr), size) in blocks {
+        t.nodes[n as usize].leaks.push((live, addr, size));
+    }
+    for n in &mut t.nodes {
+        n.leaks.sort_unstable();
     }
     // The snapshot's note says what the profile now holds.
     let (prog, notes) = igprof_format::notes::split(&t.program);
@@ -372,11 +421,10 @@ pub fn apply<R: BufRead>(input: R, name: &str, j: &Journal) -> Result<(Vec<u8>, 
     Ok((text, done))
 }
 
-fn add_live(nd: &mut Node, live: u32, addr: u64, calls: u64, bytes: u64) {
+fn add_live(nd: &mut Node, live: u32, calls: i64, bytes: i64) {
     let v = nd.value(live);
-    let now = v.2 + bytes as i64;
-    *v = (v.0, v.1 + calls as i64, now, v.3.max(now));
-    nd.leaks.push((live, addr, bytes as i64));
+    let now = v.2 + bytes;
+    *v = (v.0, v.1 + calls, now, v.3.max(now));
 }
 
 fn write(t: &Tree, program: &str) -> Result<Vec<u8>, igprof_format::write::WriteError> {
@@ -546,7 +594,8 @@ C2 FN1=(F0+208 N=(grow))+8 V0=(MEM_TOTAL):(1,64,64) V1=(MEM_MAX):(1,64,0) V2=(ME
             Applied {
                 allocs: 2,
                 frees: 1,
-                unplaced: 0
+                unplaced: 0,
+                before: 0
             }
         );
         let l = lines(&mut r);
@@ -571,6 +620,45 @@ C2 FN1=(F0+208 N=(grow))+8 V0=(MEM_TOTAL):(1,64,64) V1=(MEM_MAX):(1,64,0) V2=(ME
             "{prog}"
         );
         assert!(prog.contains("dumped 1.0"), "{prog}");
+    }
+
+    /// The journal began as the snapshot read the live blocks: a change
+    /// made before that read is in both, and counts once.
+    #[test]
+    fn changes_the_snapshot_already_holds_count_once() {
+        let alloc = |addr| Change::Alloc {
+            addr,
+            calls: 1,
+            bytes: 100,
+            largest: 100,
+        };
+        let free = |addr| Change::Free {
+            addr,
+            calls: 1,
+            bytes: 100,
+        };
+        let j = journal(
+            vec![
+                // Allocated before the read: the snapshot has it live.
+                (7, alloc(0x500)),
+                // Allocated and freed before the read: it has neither.
+                (7, alloc(0x900)),
+                (7, free(0x900)),
+                // Freed after the read, allocated again at the address.
+                (7, free(0x500)),
+                (7, alloc(0x500)),
+            ],
+            &[(7, vec![0x1208, 0x1110])],
+        );
+        let (mut r, done) = merged(&j);
+        assert_eq!((done.allocs, done.frees, done.before), (2, 2, 1));
+        let l = lines(&mut r);
+        let v = |c: &str| l[1].2.iter().find(|v| v.0 == c).map(|v| (v.1, v.2));
+        // MEM_TOTAL also counts the block allocated and freed before the
+        // read, twice: the one change the addresses cannot tell.
+        assert_eq!(v("MEM_TOTAL"), Some((3, 300)));
+        assert_eq!(v("MEM_LIVE"), Some((1, 100)));
+        assert_eq!(l[1].3, [0x500]);
     }
 
     #[test]

@@ -1,9 +1,10 @@
-//! Opening the memory journal after a snapshot near the memory limit, and
-//! removing it once the final profile is written. The records are
+//! Making the memory journal for each snapshot from one near the memory
+//! limit on, and removing it once the final profile is written. The records are
 //! `modules::mem::journal`'s, the layout `igprof_format::journal`'s.
 //!
-//! Owns: when a journal is opened (each snapshot after [`arm`]: a later
-//! snapshot replaces the journal with one that follows it), its file
+//! Owns: when a journal is made (for each snapshot from the one that
+//! [`arm`]s it: made before the snapshot is written, in place beside it
+//! once it is, replacing the journal of the previous one), its file
 //! (`PROFILE.journal`, its blocks allocated in full, so that no write
 //! through the mapping can fail), its header and module table.
 //!
@@ -43,32 +44,89 @@ pub fn path_of(path: &str) -> String {
     format!("{path}.journal")
 }
 
-/// After a snapshot was written to `path`: opens a journal that follows
-/// it, when one is wanted. Says why not in one line.
-pub(super) fn after_snapshot(path: &str) {
+/// A journal made for the snapshot being written: its mapping, and its
+/// file under a temporary name until the snapshot is in place.
+pub(super) struct Pending {
+    map: *mut u64,
+    tmp: String,
+    begun: core::cell::Cell<bool>,
+}
+
+impl Pending {
+    /// The hooks write to this journal from now on: called as the
+    /// snapshot starts to read the live blocks and the counters. A change
+    /// made before the snapshot's read is then in both, which
+    /// igprof-analyse tells by the live blocks' addresses (journal.rs).
+    pub(super) fn begin(&self) {
+        if !self.begun.replace(true) {
+            // SAFETY: laid out as the format says; the journal's from now on.
+            unsafe { records::begin_next(self.map) };
+        }
+    }
+}
+
+/// Before a snapshot is written to `path`: when a journal is wanted,
+/// makes the one that will follow it, for the dump to [`Pending::begin`]
+/// as it reads the counters (then it takes a while, seconds under memory
+/// pressure, to name and write them). Says why not in one line.
+pub(super) fn before_snapshot(path: &str) -> Option<Pending> {
     let limit = ARMED.load(Ordering::Relaxed);
     if limit == 0 {
-        return;
+        return None;
     }
-    match open(path, limit) {
-        Ok(bytes) => {
-            if let Ok(mut f) = FOLLOWS.try_lock() {
-                *f = path.to_string();
-            }
-            crate::igprof_debug!(
-                "journal of the memory counts after the snapshot: {} ({} KiB)",
-                path_of(path),
-                bytes >> 10
-            )
-        }
+    match make(path, limit) {
+        Ok(p) => Some(p),
         Err(why) => {
-            // SAFETY: null closes the journal.
-            unsafe { records::install(core::ptr::null_mut(), 0) };
-            let _ = std::fs::remove_file(path_of(path));
             crate::igprof_log!(
                 "cannot keep a journal of the memory counts after the snapshot {path}: {why}; \
                  the snapshot holds the counts up to its own time"
             );
+            None
+        }
+    }
+}
+
+/// After the snapshot was written to `path` (`written`) or not: the
+/// journal made for it follows it under `PROFILE.journal`, replacing the
+/// one that followed the previous snapshot; or it goes.
+pub(super) fn after_snapshot(path: &str, pending: Option<Pending>, written: bool) {
+    let Some(p) = pending else { return };
+    // Begun if the dump got that far; given to the journal either way,
+    // which unmaps it as it goes.
+    p.begin();
+    let placed = written
+        .then(|| {
+            let meta = std::fs::metadata(path).map_err(|e| format!("{path}: {e}"))?;
+            for (i, v) in [
+                (layout::W_DEV, meta.dev()),
+                (layout::W_INO, meta.ino()),
+                (layout::W_SIZE, meta.size()),
+            ] {
+                // SAFETY: a header word of the next journal, which stays
+                // mapped until promoted or abandoned (below).
+                unsafe { (*(p.map.add(i) as *const AtomicU64)).store(v, Ordering::Release) };
+            }
+            std::fs::rename(&p.tmp, path_of(path))
+                .map_err(|e| format!("cannot rename {}: {e}", p.tmp))
+        })
+        .transpose();
+    match placed {
+        Ok(Some(())) => {
+            records::promote();
+            if let Ok(mut f) = FOLLOWS.try_lock() {
+                *f = path.to_string();
+            }
+            crate::igprof_debug!(
+                "journal of the memory counts after the snapshot: {}",
+                path_of(path)
+            );
+        }
+        Ok(None) | Err(_) => {
+            records::abandon_next();
+            let _ = std::fs::remove_file(&p.tmp);
+            if let Err(why) = placed {
+                crate::igprof_log!("cannot keep a journal after the snapshot {path}: {why}");
+            }
         }
     }
 }
@@ -79,16 +137,15 @@ pub(super) fn after_final(path: &str) {
     if !records::on() || FOLLOWS.try_lock().is_ok_and(|f| *f != path) {
         return;
     }
-    // SAFETY: null closes the journal.
-    unsafe { records::install(core::ptr::null_mut(), 0) };
+    records::close();
     ARMED.store(0, Ordering::Relaxed);
     let _ = std::fs::remove_file(path_of(path));
 }
 
-/// Makes `path.journal` for the snapshot at `path`; its size in bytes.
-fn open(path: &str, limit: u64) -> Result<usize, String> {
-    let meta = std::fs::metadata(path).map_err(|e| format!("{path}: {e}"))?;
-    if !meta.is_file() {
+/// Makes the journal for a snapshot to be written to `path`, under a
+/// temporary name, its header and module table written.
+fn make(path: &str, limit: u64) -> Result<Pending, String> {
+    if super::path::is_device_or_pipe(path.as_bytes()) {
         return Err("the profile is not a regular file".into());
     }
     let table = module_table();
@@ -126,9 +183,6 @@ fn open(path: &str, limit: u64) -> Result<usize, String> {
     let header = [
         (layout::W_MAGIC, layout::MAGIC),
         (layout::W_PID, crate::sys::getpid() as u64),
-        (layout::W_DEV, meta.dev()),
-        (layout::W_INO, meta.ino()),
-        (layout::W_SIZE, meta.size()),
         (layout::W_CAPACITY, capacity as u64),
         (layout::W_CURSOR, 0),
         (layout::W_MODULES_AT, layout::HEADER_BYTES as u64),
@@ -147,15 +201,11 @@ fn open(path: &str, limit: u64) -> Result<usize, String> {
         }
         core::ptr::copy_nonoverlapping(table.as_ptr(), map.add(layout::HEADER_BYTES), table.len());
     }
-    if let Err(e) = std::fs::rename(&tmp, path_of(path)) {
-        // SAFETY: our own mapping, never installed.
-        unsafe { crate::sys::munmap(map, len) };
-        return Err(fail(format!("cannot rename {tmp}: {e}")));
-    }
-    // SAFETY: the mapping is laid out as the format says; it is the
-    // journal's from now on.
-    unsafe { records::install(words, len) };
-    Ok(len)
+    Ok(Pending {
+        map: words,
+        tmp,
+        begun: core::cell::Cell::new(false),
+    })
 }
 
 /// The module table: (start, end, base, path length) and the path padded

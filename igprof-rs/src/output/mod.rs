@@ -144,13 +144,13 @@ fn dump_as(path: &str, why: Option<&str>) -> Result<DumpStats, DumpError> {
             return Err(DumpError::NoMemory { needed, limit });
         }
     };
-    let r = dump_locked(path);
+    let pending = why.and_then(|_| journal::before_snapshot(path));
+    let r = dump_locked(path, pending.as_ref());
     drop(room);
-    if r.is_ok() {
-        match why {
-            Some(_) => journal::after_snapshot(path),
-            None => journal::after_final(path),
-        }
+    match why {
+        Some(_) => journal::after_snapshot(path, pending, r.is_ok()),
+        None if r.is_ok() => journal::after_final(path),
+        None => {}
     }
     set_snapshot_why(None);
     DUMPING.store(false, Ordering::Release);
@@ -213,7 +213,9 @@ pub fn dump_after_others(path: &str) -> Result<DumpStats, DumpError> {
     }
 }
 
-fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
+/// `journal`: the memory journal made for this snapshot, which the hooks
+/// start writing to as the live blocks are read (see journal.rs).
+fn dump_locked(path: &str, journal: Option<&journal::Pending>) -> Result<DumpStats, DumpError> {
     let started = crate::sys::thread_cpu_ns();
     crate::modules::each(crate::base::options::get(), |m| {
         if let Some(f) = m.before_dump {
@@ -235,6 +237,9 @@ fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
             }
         })
     };
+    if let Some(j) = journal {
+        j.begin();
+    }
     let mut count = 0;
     each_live(&mut |_, _, _, _| count += 1);
     // A few more for what other threads acquire meanwhile.
@@ -270,7 +275,11 @@ fn dump_locked(path: &str) -> Result<DumpStats, DumpError> {
         .iter()
         .filter(|t| t.tree().root().is_some())
         .collect();
-    if let [only] = with_trees.as_slice() {
+    // One tree is written from where it is, its counters read as it is
+    // written; a journal needs them read at once, by the merge, unless no
+    // other thread can change them meanwhile.
+    let in_place = journal.is_none() || crate::base::solo::solo();
+    if let ([only], true) = (with_trees.as_slice(), in_place) {
         // One tree is the profile: written from where it is (view.rs),
         // the synthetic functions in a tree of their own.
         let mut extra = Merged::new(nslots);

@@ -1,4 +1,4 @@
-//! The memory journal's records: after a snapshot near the memory limit,
+//! The memory journal's records: from a snapshot near the memory limit on,
 //! each allocation and free also goes to `PROFILE.journal`, a file mapped
 //! `MAP_SHARED`, so that the counts between that snapshot and an OOM kill
 //! outlive the process (the written pages belong to the file's page
@@ -6,11 +6,16 @@
 //! its header and module table are made by `output::journal`; the layout
 //! is `igprof_format::journal`'s.
 //!
-//! Owns: the mapping in use ([`install`]), the appends of the hooks
-//! ([`alloc`], [`free`], [`restore`]) and the set of nodes whose stack is
-//! already in the journal.
+//! Owns: the journal in use and the one being made while a snapshot is
+//! written ([`begin_next`], [`promote`], [`abandon_next`], [`close`]):
+//! between the two, the hooks append to both, so that the changes made
+//! during the snapshot's write are in the journal that follows it (the
+//! snapshot reads the counters at its start, and its write may last
+//! seconds under memory pressure, while other threads allocate). Also the
+//! appends of the hooks ([`alloc`], [`free`], [`restore`]) and the sets
+//! of nodes whose stack each journal already holds.
 //!
-//! Must never: allocate, lock, or write outside the mapping's record area;
+//! Must never: allocate, lock, or write outside a mapping's record area;
 //! cost a hook more than one load while no journal is open.
 
 use core::ptr::null_mut;
@@ -20,23 +25,29 @@ use igprof_format::journal::{self as layout, SLOT_WORDS};
 
 use crate::base::tree::Node;
 
-/// The journal's mapping (its first word), null while none is open.
+/// The journal in use and the next one (their first word), or null.
 static MAP: AtomicPtr<u64> = AtomicPtr::new(null_mut());
-/// Hooks inside an append: a mapping replaced is unmapped only at 0.
+static NEXT: AtomicPtr<u64> = AtomicPtr::new(null_mut());
+/// How many of the two are set: the hooks' one load.
+static OPEN: AtomicU32 = AtomicU32::new(0);
+/// Hooks inside an append: a mapping taken out is unmapped only at 0.
 static WRITERS: AtomicU32 = AtomicU32::new(0);
 /// Header word holding the journal's generation, which tags [`SEEN`].
 pub const W_GENERATION: usize = layout::W_RECORDS_AT + 1;
 
-/// Nodes whose stack this journal holds, tagged with its generation in the
-/// top byte (a direct-mapped cache: a miss writes the stack once more,
-/// which the reader takes as the same stack).
+/// Nodes whose stack a journal holds, tagged with its generation in the
+/// top byte; one table per parity of the generation, so that the journal
+/// in use and the next one do not evict each other's entries (a
+/// direct-mapped cache: a miss writes the stack once more, which the
+/// reader takes as the same stack).
 const SEEN_SLOTS: usize = 4096;
-static SEEN: [AtomicUsize; SEEN_SLOTS] = [const { AtomicUsize::new(0) }; SEEN_SLOTS];
+static SEEN: [[AtomicUsize; SEEN_SLOTS]; 2] =
+    [const { [const { AtomicUsize::new(0) }; SEEN_SLOTS] }; 2];
 
 /// Whether a journal is open (one relaxed load, for the hooks).
 #[inline(always)]
 pub fn on() -> bool {
-    !MAP.load(Ordering::Relaxed).is_null()
+    OPEN.load(Ordering::Relaxed) != 0
 }
 
 /// An allocation at `addr` by `node`'s stack: `calls` and `bytes` it
@@ -55,20 +66,52 @@ pub fn restore(node: *const Node, addr: usize, calls: u64, bytes: u64) {
     append(node, [layout::RESTORE, addr as u64, calls, bytes, 0]);
 }
 
-/// Makes `map` (a mapping of `len` bytes whose header is written) the
-/// journal, or closes it with null; the one it replaces is unmapped once
-/// no hook writes to it, or left mapped when one still does after 100 ms.
+/// Makes `map` the next journal: the hooks write to it too from now on.
 ///
 /// # Safety
-/// `map` is null or a writable mapping of `len` bytes laid out as
-/// `igprof_format::journal` says, owned by the journal from now on.
-pub unsafe fn install(map: *mut u64, len: usize) {
-    static LEN: AtomicUsize = AtomicUsize::new(0);
-    let old = MAP.swap(map, Ordering::SeqCst);
-    let old_len = LEN.swap(len, Ordering::SeqCst);
-    if old.is_null() {
+/// `map` is a writable mapping laid out as `igprof_format::journal` says
+/// (header and module table written), owned by the journal from now on.
+pub unsafe fn begin_next(map: *mut u64) {
+    let old = NEXT.swap(map, Ordering::SeqCst);
+    debug_assert!(old.is_null());
+    OPEN.fetch_add(1, Ordering::SeqCst);
+}
+
+/// The next journal becomes the one in use; the one it replaces goes.
+pub fn promote() {
+    let next = NEXT.swap(null_mut(), Ordering::SeqCst);
+    if next.is_null() {
         return;
     }
+    let old = MAP.swap(next, Ordering::SeqCst);
+    if !old.is_null() {
+        OPEN.fetch_sub(1, Ordering::SeqCst);
+        drop_when_unused(old);
+    }
+}
+
+/// The next journal goes (its snapshot was not written).
+pub fn abandon_next() {
+    let next = NEXT.swap(null_mut(), Ordering::SeqCst);
+    if !next.is_null() {
+        OPEN.fetch_sub(1, Ordering::SeqCst);
+        drop_when_unused(next);
+    }
+}
+
+/// No journal any more (the final profile is written).
+pub fn close() {
+    abandon_next();
+    let old = MAP.swap(null_mut(), Ordering::SeqCst);
+    if !old.is_null() {
+        OPEN.fetch_sub(1, Ordering::SeqCst);
+        drop_when_unused(old);
+    }
+}
+
+/// Unmaps a journal taken out of use once no hook writes to it; left
+/// mapped when one still does after 100 ms.
+fn drop_when_unused(m: *mut u64) {
     let deadline = crate::sys::monotonic_ns() + 100_000_000;
     while WRITERS.load(Ordering::SeqCst) != 0 {
         if crate::sys::monotonic_ns() > deadline {
@@ -76,21 +119,30 @@ pub unsafe fn install(map: *mut u64, len: usize) {
         }
         crate::sys::sleep_ns(100_000);
     }
-    // SAFETY: no hook holds the old mapping (WRITERS was 0 after the swap).
-    unsafe { crate::sys::munmap(old as *mut u8, old_len) };
+    // SAFETY: a journal's header words; no hook holds it (WRITERS was 0
+    // after it was taken out).
+    unsafe {
+        let len = header(m, layout::W_RECORDS_AT).load(Ordering::Relaxed) as usize
+            + header(m, layout::W_CAPACITY).load(Ordering::Relaxed) as usize * layout::SLOT_BYTES;
+        crate::sys::munmap(m as *mut u8, len);
+    }
 }
 
-/// In a fork child: the parent's journal is not the child's to write.
+/// In a fork child: the parent's journals are not the child's to write.
 pub fn reset_after_fork() {
     MAP.store(null_mut(), Ordering::Relaxed);
+    NEXT.store(null_mut(), Ordering::Relaxed);
+    OPEN.store(0, Ordering::Relaxed);
 }
 
 fn append(node: *const Node, w: [u64; 5]) {
     WRITERS.fetch_add(1, Ordering::SeqCst);
-    let m = MAP.load(Ordering::SeqCst);
-    if !m.is_null() {
+    for m in [MAP.load(Ordering::SeqCst), NEXT.load(Ordering::SeqCst)] {
+        if m.is_null() {
+            continue;
+        }
         // SAFETY: `m` stays mapped while WRITERS counts this append
-        // (install); nodes are never freed.
+        // (drop_when_unused); nodes are never freed.
         unsafe {
             note_path(m, node);
             if let Some(s) = reserve(m, 1) {
@@ -155,7 +207,8 @@ unsafe fn note_path(m: *mut u64, node: *const Node) {
     // SAFETY: a header word.
     let generation = unsafe { header(m, W_GENERATION) }.load(Ordering::Relaxed) as usize;
     let tag = (node as usize & ((1 << 56) - 1)) | (generation << 56);
-    let slot = &SEEN[((node as usize >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) % SEEN_SLOTS];
+    let at = (node as usize >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52;
+    let slot = &SEEN[generation & 1][at % SEEN_SLOTS];
     if slot.load(Ordering::Acquire) == tag {
         return;
     }
@@ -242,25 +295,33 @@ mod tests {
         // 20 frames, innermost first: a PATH slot and two continuations.
         let stack: Vec<usize> = (0..20).map(|i| 0x1000 + i * 0x10).collect();
         let node = t.node_for(&stack, false);
+        let key = node as u64;
+        let mine = |j: &Journal| -> Vec<Change> {
+            j.changes
+                .iter()
+                .filter(|c| c.0 == key)
+                .map(|c| c.1)
+                .collect()
+        };
         let (m, len) = mapping(64, 1);
         // SAFETY: laid out as the format says; the journal's from now on.
-        unsafe { install(m, len) };
+        unsafe { begin_next(m) };
+        promote();
         alloc(node, 0x500, 1, 100, 100);
+        // A next journal (generation 2) while a snapshot is written: both
+        // get the free, the next one its stack too.
+        let (m2, len2) = mapping(5, 2);
+        // SAFETY: as above.
+        unsafe { begin_next(m2) };
         free(node, 0x500, 1, 100);
+        restore(node, 0x600, 1, 8);
         let j = read(m, len);
-        let key = node as u64;
         assert_eq!(
             j.paths[&key],
             stack.iter().map(|&a| a as u64).collect::<Vec<_>>()
         );
-        let mine: Vec<Change> = j
-            .changes
-            .iter()
-            .filter(|c| c.0 == key)
-            .map(|c| c.1)
-            .collect();
         assert_eq!(
-            mine,
+            mine(&j),
             [
                 Change::Alloc {
                     addr: 0x500,
@@ -272,23 +333,24 @@ mod tests {
                     addr: 0x500,
                     calls: 1,
                     bytes: 100
+                },
+                Change::Restore {
+                    addr: 0x600,
+                    calls: 1,
+                    bytes: 8
                 }
             ]
         );
         assert_eq!(j.unfinished, 0);
-        // A new journal (generation 2) writes the stack again.
-        let (m2, len2) = mapping(4, 2);
-        // SAFETY: as above; the first mapping is unmapped by it.
-        unsafe { install(m2, len2) };
-        restore(node, 0x600, 1, 8);
+        // The next journal becomes the one in use; it is 3 slots of stack
+        // and 2 of changes full: one more does not fit.
+        promote();
         alloc(node, 0x700, 1, 8, 8);
         let j = read(m2, len2);
         assert_eq!(j.paths[&key].len(), 20);
-        let mine = j.changes.iter().filter(|c| c.0 == key).count();
-        assert_eq!(mine, 1, "the second change did not fit: {j:?}");
+        assert_eq!(mine(&j).len(), 2);
         assert_eq!(j.dropped, 1);
-        // SAFETY: null closes the journal (and unmaps the second).
-        unsafe { install(core::ptr::null_mut(), 0) };
+        close();
         assert!(!on());
     }
 }
