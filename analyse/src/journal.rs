@@ -19,11 +19,11 @@
 //! Must never: panic on a journal cut anywhere, or apply a journal to a
 //! profile it does not follow (a later snapshot, or the final profile).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::BufRead;
 use std::os::unix::fs::MetadataExt;
 
-use igprof_format::journal::{Change, Journal};
+use igprof_format::journal::{Change, Family, Journal};
 use igprof_format::read::{ReadError, Reader};
 use igprof_format::write::{CounterRef, FileRef, FuncRef, IoSink, Writer};
 
@@ -41,10 +41,7 @@ pub fn beside(path: &str) -> Result<Option<Journal>, String> {
     Ok((j.snapshot == (m.dev(), m.ino(), m.size())).then_some(j))
 }
 
-/// The counters a journal changes.
-const TOTAL: &str = "MEM_TOTAL";
-const MAX: &str = "MEM_MAX";
-const LIVE: &str = "MEM_LIVE";
+/// The counter taken at the replayed peak of the live heap.
 const AT_PEAK: &str = "MEM_LIVE_AT_PEAK";
 
 struct Func {
@@ -256,39 +253,87 @@ impl Tree {
 pub struct Applied {
     pub allocs: u64,
     pub frees: u64,
+    /// Descriptors opened and closed.
+    pub opens: u64,
+    pub closes: u64,
+    /// PERF ticks.
+    pub ticks: u64,
     /// Changes whose stack the journal lost (its writer died writing it).
     pub unplaced: u64,
     /// Changes the snapshot already counted (made as it started).
     pub before: u64,
 }
 
+impl Applied {
+    fn add(&mut self, f: Family, made: u64, gone: u64) {
+        let (a, b) = match f {
+            Family::Memory => (&mut self.allocs, &mut self.frees),
+            Family::Descriptors => (&mut self.opens, &mut self.closes),
+        };
+        *a += made;
+        *b += gone;
+    }
+
+    /// What the snapshot's note adds: the changes applied.
+    fn said(&self) -> String {
+        let mut s = format!("{} allocations and {} frees", self.allocs, self.frees);
+        if self.opens + self.closes > 0 {
+            s += &format!(
+                ", {} descriptors opened and {} closed",
+                self.opens, self.closes
+            );
+        }
+        if self.ticks > 0 {
+            s += &format!(", {} PERF ticks", self.ticks);
+        }
+        s
+    }
+}
+
+/// The counters of one family.
+#[derive(Clone, Copy)]
+struct Counters {
+    total: u32,
+    max: Option<u32>,
+    live: u32,
+}
+
 /// The profile read from `input` (named `name`) with `j` applied, as text.
 pub fn apply<R: BufRead>(input: R, name: &str, j: &Journal) -> Result<(Vec<u8>, Applied), String> {
     let mut t = Tree::read(input, name).map_err(|e| e.to_string())?;
-    let (total, max, live, at_peak) = (
-        t.counter(TOTAL),
-        t.counter(MAX),
-        t.counter(LIVE),
-        t.counter(AT_PEAK),
-    );
+    let mem = Counters {
+        total: t.counter("MEM_TOTAL"),
+        max: Some(t.counter("MEM_MAX")),
+        live: t.counter("MEM_LIVE"),
+    };
+    let fds = Counters {
+        total: t.counter("FD_USED"),
+        max: None,
+        live: t.counter("FD_LIVE"),
+    };
+    let counters = |f: Family| if f == Family::Memory { mem } else { fds };
+    let (perf, at_peak) = (t.counter("PERF_TICKS"), t.counter(AT_PEAK));
     let sum = |t: &Tree, c: u32| -> i64 {
         t.nodes
             .iter()
             .flat_map(|n| n.values.iter().filter(|v| v.0 == c).map(|v| v.2))
             .sum()
     };
-    // The live blocks, by node and address: the snapshot's, then as the
-    // journal changes them. A journal starts as the snapshot reads the
-    // live blocks, so a change made before that read is in both: an
-    // allocation of a block the snapshot has live, or a free of one it
-    // does not, is already counted.
-    let mut blocks: HashMap<(u32, u64), i64> = HashMap::new();
+    // The live blocks and descriptors, by node and address: the
+    // snapshot's, then as the journal changes them. A journal starts as
+    // the snapshot reads them, so a change made before that read is in
+    // both: an allocation of a block the snapshot has live, or a free of
+    // one it does not, is already counted.
+    let mut blocks: HashMap<(Family, u32, u64), i64> = HashMap::new();
     for (id, n) in t.nodes.iter_mut().enumerate() {
         n.leaks.retain(|&(c, addr, size)| {
-            if c == live {
-                blocks.insert((id as u32, addr), size);
+            let family = [Family::Memory, Family::Descriptors]
+                .into_iter()
+                .find(|&f| counters(f).live == c);
+            if let Some(f) = family {
+                blocks.insert((f, id as u32, addr), size);
             }
-            c != live
+            family.is_none()
         });
     }
     // Which changes count, where, and where the process's live heap was
@@ -296,8 +341,9 @@ pub fn apply<R: BufRead>(input: R, name: &str, j: &Journal) -> Result<(Vec<u8>, 
     // stack's MEM_LIVE at that change).
     let mut done = Applied::default();
     let mut placed: HashMap<u64, u32> = HashMap::new();
+    let mut touched: HashSet<(Family, u32)> = HashSet::new();
     let mut counted: Vec<Option<u32>> = Vec::with_capacity(j.changes.len());
-    let mut running = sum(&t, live);
+    let mut running = sum(&t, mem.live);
     let mut highest = sum(&t, at_peak).max(running);
     let mut peak_at = None;
     for (i, (node, c)) in j.changes.iter().enumerate() {
@@ -307,23 +353,42 @@ pub fn apply<R: BufRead>(input: R, name: &str, j: &Journal) -> Result<(Vec<u8>, 
             continue;
         };
         let n = *placed.entry(*node).or_insert_with(|| t.node(j, stack));
-        let counts = match *c {
-            Change::Alloc { addr, bytes, .. } | Change::Restore { addr, bytes, .. } => {
-                let fresh = !blocks.contains_key(&(n, addr));
+        let (counts, family, grew) = match *c {
+            Change::Alloc {
+                family,
+                addr,
+                bytes,
+                ..
+            }
+            | Change::Restore {
+                family,
+                addr,
+                bytes,
+                ..
+            } => {
+                let fresh = !blocks.contains_key(&(family, n, addr));
                 if fresh {
-                    blocks.insert((n, addr), bytes as i64);
-                    running += bytes as i64;
+                    blocks.insert((family, n, addr), bytes as i64);
                 }
-                fresh
+                (fresh, Some(family), bytes as i64)
             }
-            Change::Free { addr, bytes, .. } => {
-                let live = blocks.remove(&(n, addr)).is_some();
-                if live {
-                    running -= bytes as i64;
-                }
-                live
+            Change::Free {
+                family,
+                addr,
+                bytes,
+                ..
+            } => {
+                let live = blocks.remove(&(family, n, addr)).is_some();
+                (live, Some(family), -(bytes as i64))
             }
+            Change::Ticks { .. } => (true, None, 0),
         };
+        if let Some(f) = family {
+            touched.insert((f, n));
+            if counts && f == Family::Memory {
+                running += grew;
+            }
+        }
         if !counts {
             done.before += 1;
         }
@@ -338,27 +403,43 @@ pub fn apply<R: BufRead>(input: R, name: &str, j: &Journal) -> Result<(Vec<u8>, 
         let nd = &mut t.nodes[n as usize];
         match *c {
             Change::Alloc {
+                family,
                 calls,
                 bytes,
                 largest,
                 ..
             } => {
-                done.allocs += calls;
-                let v = nd.value(total);
-                *v = (
-                    v.0,
-                    v.1 + calls as i64,
-                    v.2 + bytes as i64,
-                    v.3 + bytes as i64,
-                );
-                let v = nd.value(max);
-                *v = (v.0, v.1 + calls as i64, v.2.max(largest as i64), v.3);
-                add_live(nd, live, calls as i64, bytes as i64);
+                let cs = counters(family);
+                done.add(family, calls, 0);
+                let v = nd.value(cs.total);
+                let now = v.2 + bytes as i64;
+                *v = (v.0, v.1 + calls as i64, now, v.3.max(now));
+                if let Some(max) = cs.max {
+                    let v = nd.value(max);
+                    *v = (v.0, v.1 + calls as i64, v.2.max(largest as i64), v.3);
+                }
+                add_live(nd, cs.live, calls as i64, bytes as i64);
             }
-            Change::Restore { calls, bytes, .. } => add_live(nd, live, calls as i64, bytes as i64),
-            Change::Free { calls, bytes, .. } => {
-                done.frees += calls;
-                add_live(nd, live, -(calls as i64), -(bytes as i64));
+            Change::Restore {
+                family,
+                calls,
+                bytes,
+                ..
+            } => add_live(nd, counters(family).live, calls as i64, bytes as i64),
+            Change::Free {
+                family,
+                calls,
+                bytes,
+                ..
+            } => {
+                done.add(family, 0, calls);
+                add_live(nd, counters(family).live, -(calls as i64), -(bytes as i64));
+            }
+            Change::Ticks { ticks, value } => {
+                done.ticks += ticks;
+                let v = nd.value(perf);
+                let now = v.2 + value as i64;
+                *v = (v.0, v.1 + ticks as i64, now, v.3.max(now));
             }
         }
         if peak_at == Some(i) {
@@ -366,7 +447,7 @@ pub fn apply<R: BufRead>(input: R, name: &str, j: &Journal) -> Result<(Vec<u8>, 
                 let (_, lt, lv, _) = nd
                     .values
                     .iter()
-                    .find(|v| v.0 == live)
+                    .find(|v| v.0 == mem.live)
                     .copied()
                     .unwrap_or_default();
                 nd.values.retain(|v| v.0 != at_peak);
@@ -376,28 +457,33 @@ pub fn apply<R: BufRead>(input: R, name: &str, j: &Journal) -> Result<(Vec<u8>, 
             }
         }
     }
-    // A stack the journal changed has, in an exact profile, its live
-    // blocks as MEM_LIVE: the snapshot read its counters just after the
-    // blocks, so a change in flight on another thread between the two
-    // reads is in one of them only (at most one per thread).
-    let exact = !igprof_format::notes::split(&t.program)
+    // A stack the journal changed has its live blocks (descriptors) as
+    // MEM_LIVE (FD_LIVE), in a profile whose memory is not sampled: the
+    // snapshot read its counters just after the blocks, so a change in
+    // flight on another thread between the two reads is in one of them
+    // only (at most one per thread).
+    let sampled = igprof_format::notes::split(&t.program)
         .1
         .iter()
         .any(|n| n.starts_with("sampled"));
-    if exact {
-        let mut sums: HashMap<u32, (i64, i64)> = placed.values().map(|&n| (n, (0, 0))).collect();
-        for (&(n, _), &size) in &blocks {
-            if let Some(s) = sums.get_mut(&n) {
-                *s = (s.0 + 1, s.1 + size);
-            }
-        }
-        for (n, (count, bytes)) in sums {
-            let v = t.nodes[n as usize].value(live);
-            *v = (v.0, count, bytes, v.3.max(bytes));
+    let mut sums: HashMap<(Family, u32), (i64, i64)> = touched
+        .into_iter()
+        .filter(|&(f, _)| f == Family::Descriptors || !sampled)
+        .map(|k| (k, (0, 0)))
+        .collect();
+    for (&(f, n, _), &size) in &blocks {
+        if let Some(s) = sums.get_mut(&(f, n)) {
+            *s = (s.0 + 1, s.1 + size);
         }
     }
-    for ((n, addr), size) in blocks {
-        t.nodes[n as usize].leaks.push((live, addr, size));
+    for ((f, n), (count, bytes)) in sums {
+        let v = t.nodes[n as usize].value(counters(f).live);
+        *v = (v.0, count, bytes, v.3.max(bytes));
+    }
+    for ((f, n, addr), size) in blocks {
+        t.nodes[n as usize]
+            .leaks
+            .push((counters(f).live, addr, size));
     }
     for n in &mut t.nodes {
         n.leaks.sort_unstable();
@@ -407,10 +493,12 @@ pub fn apply<R: BufRead>(input: R, name: &str, j: &Journal) -> Result<(Vec<u8>, 
     let notes: Vec<String> = notes
         .into_iter()
         .map(|n| match n.strip_prefix(igprof_format::notes::SNAPSHOT) {
-            Some(why) if why.starts_with(' ') => format!(
-                "{n}, then its memory journal to the process's end: {} allocations and {} frees",
-                done.allocs, done.frees
-            ),
+            Some(why) if why.starts_with(' ') => {
+                format!(
+                    "{n}, then its journal to the process's end: {}",
+                    done.said()
+                )
+            }
             _ => n.to_string(),
         })
         .collect();
@@ -562,6 +650,7 @@ C2 FN1=(F0+208 N=(grow))+8 V0=(MEM_TOTAL):(1,64,64) V1=(MEM_MAX):(1,64,0) V2=(ME
                 (
                     7,
                     Change::Alloc {
+                        family: Family::Memory,
                         addr: 0x600,
                         calls: 1,
                         bytes: 32,
@@ -571,6 +660,7 @@ C2 FN1=(F0+208 N=(grow))+8 V0=(MEM_TOTAL):(1,64,64) V1=(MEM_MAX):(1,64,0) V2=(ME
                 (
                     8,
                     Change::Alloc {
+                        family: Family::Memory,
                         addr: 0x700,
                         calls: 1,
                         bytes: 16,
@@ -580,6 +670,7 @@ C2 FN1=(F0+208 N=(grow))+8 V0=(MEM_TOTAL):(1,64,64) V1=(MEM_MAX):(1,64,0) V2=(ME
                 (
                     7,
                     Change::Free {
+                        family: Family::Memory,
                         addr: 0x500,
                         calls: 1,
                         bytes: 100,
@@ -594,8 +685,7 @@ C2 FN1=(F0+208 N=(grow))+8 V0=(MEM_TOTAL):(1,64,64) V1=(MEM_MAX):(1,64,0) V2=(ME
             Applied {
                 allocs: 2,
                 frees: 1,
-                unplaced: 0,
-                before: 0
+                ..Applied::default()
             }
         );
         let l = lines(&mut r);
@@ -616,7 +706,7 @@ C2 FN1=(F0+208 N=(grow))+8 V0=(MEM_TOTAL):(1,64,64) V1=(MEM_MAX):(1,64,0) V2=(ME
         assert_eq!(v(&l[2], "MEM_LIVE_AT_PEAK"), Some((1, 16, 16)));
         let prog = &r.header().program;
         assert!(
-            prog.contains("snapshot at 90.0 MiB, then its memory journal to the process's end: 2 allocations and 1 frees"),
+            prog.contains("snapshot at 90.0 MiB, then its journal to the process's end: 2 allocations and 1 frees"),
             "{prog}"
         );
         assert!(prog.contains("dumped 1.0"), "{prog}");
@@ -627,12 +717,14 @@ C2 FN1=(F0+208 N=(grow))+8 V0=(MEM_TOTAL):(1,64,64) V1=(MEM_MAX):(1,64,0) V2=(ME
     #[test]
     fn changes_the_snapshot_already_holds_count_once() {
         let alloc = |addr| Change::Alloc {
+            family: Family::Memory,
             addr,
             calls: 1,
             bytes: 100,
             largest: 100,
         };
         let free = |addr| Change::Free {
+            family: Family::Memory,
             addr,
             calls: 1,
             bytes: 100,
@@ -661,12 +753,65 @@ C2 FN1=(F0+208 N=(grow))+8 V0=(MEM_TOTAL):(1,64,64) V1=(MEM_MAX):(1,64,0) V2=(ME
         assert_eq!(l[1].3, [0x500]);
     }
 
+    /// Descriptors opened and closed, and PERF ticks, go to their own
+    /// counters; a descriptor is told by its number as a block by its
+    /// address.
+    #[test]
+    fn descriptors_and_ticks_go_to_their_counters() {
+        let open = |fd| Change::Alloc {
+            family: Family::Descriptors,
+            addr: fd,
+            calls: 1,
+            bytes: 1,
+            largest: 0,
+        };
+        let close = |fd| Change::Free {
+            family: Family::Descriptors,
+            addr: fd,
+            calls: 1,
+            bytes: 1,
+        };
+        let j = journal(
+            vec![
+                (7, open(3)),
+                (7, open(4)),
+                (7, close(3)),
+                // Closed before the snapshot read: not live there.
+                (7, close(9)),
+                (8, Change::Ticks { ticks: 5, value: 5 }),
+            ],
+            &[(7, vec![0x1208, 0x1110]), (8, vec![0x1110])],
+        );
+        let (mut r, done) = merged(&j);
+        assert_eq!(
+            (done.opens, done.closes, done.ticks, done.before),
+            (2, 1, 5, 1)
+        );
+        let l = lines(&mut r);
+        let v = |line: &Line, c: &str| line.2.iter().find(|v| v.0 == c).map(|v| (v.1, v.2, v.3));
+        assert_eq!(v(&l[1], "FD_USED"), Some((2, 2, 2)));
+        assert_eq!(v(&l[1], "FD_LIVE"), Some((1, 1, 2)));
+        assert_eq!(
+            l[1].3,
+            [0x500, 4],
+            "MEM_LIVE's block, then FD_LIVE's descriptor"
+        );
+        assert_eq!(v(&l[0], "PERF_TICKS"), Some((5, 5, 5)));
+        assert_eq!(v(&l[1], "MEM_LIVE"), Some((1, 100, 100)), "unchanged");
+        let prog = &r.header().program;
+        assert!(
+            prog.contains("2 descriptors opened and 1 closed, 5 PERF ticks"),
+            "{prog}"
+        );
+    }
+
     #[test]
     fn a_change_whose_stack_was_lost_is_counted_not_placed() {
         let j = journal(
             vec![(
                 9,
                 Change::Alloc {
+                    family: Family::Memory,
                     addr: 0x800,
                     calls: 1,
                     bytes: 8,

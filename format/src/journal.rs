@@ -28,6 +28,11 @@
 //! - [`FREE`]: node, address, calls, bytes (of the block's allocation);
 //! - [`RESTORE`]: as FREE, the block given back to its stack (a failed
 //!   `realloc`): MEM_LIVE only;
+//!
+//!   bits 8..16 of these three's first word say whose counters they
+//!   change ([`Family`]): the memory profiler's, or the descriptor
+//!   profiler's (the address is then the descriptor, its bytes 1);
+//! - [`TICKS`]: node, ticks, value: PERF_TICKS of the samples taken;
 //! - [`PATH`]: node, then its stack, innermost first, 6 addresses here and
 //!   7 in each of the [`CONT`] slots that follow it; bits 8..32 of its
 //!   first word hold the stack's depth. A node is an opaque number naming
@@ -61,6 +66,34 @@ pub const FREE: u64 = 2;
 pub const RESTORE: u64 = 3;
 pub const PATH: u64 = 4;
 pub const CONT: u64 = 5;
+pub const TICKS: u64 = 6;
+
+/// Whose counters an ALLOC, FREE or RESTORE changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Family {
+    /// MEM_TOTAL, MEM_MAX, MEM_LIVE, MEM_LIVE_AT_PEAK.
+    #[default]
+    Memory,
+    /// FD_USED, FD_LIVE.
+    Descriptors,
+}
+
+impl Family {
+    /// The family's number in a record (bits 8..16 of its first word).
+    pub const fn code(self) -> u64 {
+        match self {
+            Family::Memory => 0,
+            Family::Descriptors => 1,
+        }
+    }
+    fn of(hdr: u64) -> Option<Family> {
+        match (hdr >> 8) & 0xff {
+            0 => Some(Family::Memory),
+            1 => Some(Family::Descriptors),
+            _ => None,
+        }
+    }
+}
 /// Addresses of a stack in a PATH slot and in a CONT slot.
 pub const PATH_FIRST: usize = SLOT_WORDS - 2;
 pub const PATH_MORE: usize = SLOT_WORDS - 1;
@@ -83,20 +116,27 @@ pub struct Module {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Change {
     Alloc {
+        family: Family,
         addr: u64,
         calls: u64,
         bytes: u64,
         largest: u64,
     },
     Free {
+        family: Family,
         addr: u64,
         calls: u64,
         bytes: u64,
     },
     Restore {
+        family: Family,
         addr: u64,
         calls: u64,
         bytes: u64,
+    },
+    Ticks {
+        ticks: u64,
+        value: u64,
     },
 }
 
@@ -190,26 +230,45 @@ impl Journal {
         while s < slots {
             let w = |k: usize| word(rec, s * SLOT_WORDS + k);
             let hdr = w(0);
-            match hdr & 0xff {
-                ALLOC => j.changes.push((
+            let family = Family::of(hdr);
+            match (hdr & 0xff, family) {
+                (ALLOC, Some(family)) => j.changes.push((
                     w(1),
                     Change::Alloc {
+                        family,
                         addr: w(2),
                         calls: w(3),
                         bytes: w(4),
                         largest: w(5),
                     },
                 )),
-                FREE | RESTORE => {
+                (FREE | RESTORE, Some(family)) => {
                     let (addr, calls, bytes) = (w(2), w(3), w(4));
                     let c = if hdr & 0xff == FREE {
-                        Change::Free { addr, calls, bytes }
+                        Change::Free {
+                            family,
+                            addr,
+                            calls,
+                            bytes,
+                        }
                     } else {
-                        Change::Restore { addr, calls, bytes }
+                        Change::Restore {
+                            family,
+                            addr,
+                            calls,
+                            bytes,
+                        }
                     };
                     j.changes.push((w(1), c));
                 }
-                PATH => {
+                (TICKS, _) => j.changes.push((
+                    w(1),
+                    Change::Ticks {
+                        ticks: w(2),
+                        value: w(3),
+                    },
+                )),
+                (PATH, _) => {
                     let depth = ((hdr >> 8) & 0xff_ffff) as usize;
                     let n = path_slots(depth);
                     let whole = s + n <= slots
@@ -272,6 +331,9 @@ mod tests {
             [PATH | (9 << 8), 7, 1, 2, 3, 4, 5, 6],
             [CONT, 7, 8, 9, 0, 0, 0, 0],
             [FREE, 7, 0x500, 1, 100, 0, 0, 0],
+            [ALLOC | 1 << 8, 7, 3, 1, 1, 0, 0, 0],
+            [TICKS, 7, 2, 2, 0, 0, 0, 0],
+            [ALLOC | 9 << 8, 7, 3, 1, 1, 0, 0, 0],
         ];
         slots.extend_from_slice(extra);
         for (s, slot) in slots.iter().enumerate() {
@@ -298,19 +360,34 @@ mod tests {
             }]
         );
         assert_eq!(j.paths[&7], (1..=9).collect::<Vec<u64>>());
-        assert_eq!(j.changes.len(), 2);
         assert_eq!(
-            j.changes[1],
-            (
-                7,
+            j.changes.iter().map(|c| c.1).collect::<Vec<_>>(),
+            [
+                Change::Alloc {
+                    family: Family::Memory,
+                    addr: 0x500,
+                    calls: 1,
+                    bytes: 100,
+                    largest: 100
+                },
                 Change::Free {
+                    family: Family::Memory,
                     addr: 0x500,
                     calls: 1,
                     bytes: 100
-                }
-            )
+                },
+                Change::Alloc {
+                    family: Family::Descriptors,
+                    addr: 3,
+                    calls: 1,
+                    bytes: 1,
+                    largest: 0
+                },
+                Change::Ticks { ticks: 2, value: 2 },
+            ]
         );
-        assert_eq!((j.dropped, j.unfinished), (0, 0));
+        // A family this reader does not know is skipped, as unfinished.
+        assert_eq!((j.dropped, j.unfinished), (0, 1));
     }
 
     #[test]
@@ -322,14 +399,14 @@ mod tests {
         ))
         .unwrap();
         assert!(!j.paths.contains_key(&8));
-        assert_eq!(j.unfinished, 2);
-        assert_eq!(j.changes.len(), 2);
+        assert_eq!(j.unfinished, 3);
+        assert_eq!(j.changes.len(), 4);
     }
 
     #[test]
     fn records_past_the_capacity_are_counted_as_dropped() {
         let j = Journal::parse(&journal(&[], 2)).unwrap();
-        assert_eq!(j.dropped, 2);
+        assert_eq!(j.dropped, 5);
         assert_eq!(j.changes.len(), 1, "the slots within the capacity only");
     }
 

@@ -20,6 +20,11 @@
  *             charged to the cgroup), then grows as grow does;
  *   growto    allocates and touches N blocks of 1 MiB at grow_alloc, says
  *             "grown N", then waits (30 s at most) to be ended;
+ *   growspin  as growto, then waits (10 s at most) for the file argv[3]
+ *             to appear (a snapshot's journal), burns 0.5 s of CPU in
+ *             burn, opens /dev/null 5 times at open_after, makes 100 more
+ *             blocks, says "ready SECONDS" (the CPU time burn measured),
+ *             then waits (30 s at most) to be ended;
  *   none      returns from main (the ordinary end, for comparison).
  * Its output and status are what the tests compare with the unprofiled run. */
 #include <signal.h>
@@ -29,6 +34,7 @@
 #include <sys/syscall.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -58,6 +64,12 @@ __attribute__((noinline)) void *grow_alloc(size_t n) {
     return p;
 }
 
+__attribute__((noinline)) int open_after(const char *path) {
+    int fd = open(path, O_RDONLY);
+    __asm__ volatile("" : : "r"(fd) : "memory");
+    return fd;
+}
+
 static void bad_handler(int sig) {
     (void)sig;
     volatile int *p = (volatile int *)(unsigned long)sig - sig;
@@ -66,7 +78,7 @@ static void bad_handler(int sig) {
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: kill_mid kill|crash|exitgroup|child|daemon|children|grow|cachegrow|growto|none N|FILE\n");
+        fprintf(stderr, "usage: kill_mid kill|crash|exitgroup|child|daemon|children|grow|cachegrow|growto|growspin|none N|FILE [FILE]\n");
         return 2;
     }
     long n = atol(argv[2]);
@@ -90,6 +102,29 @@ int main(int argc, char **argv) {
         for (long i = 0; i < n; i++)
             if (!grow_alloc(1 << 20)) return 3;
         printf("grown %ld\n", n);
+        fflush(stdout);
+        struct timespec ts = {30, 0};
+        nanosleep(&ts, 0);
+        return 0;
+    }
+    if (!strcmp(argv[1], "growspin") && argc > 3) {
+        for (long i = 0; i < n; i++)
+            if (!grow_alloc(1 << 20)) return 3;
+        printf("grown %ld\n", n);
+        fflush(stdout);
+        for (int i = 0; i < 1000 && access(argv[3], F_OK) != 0; i++) {
+            struct timespec ts = {0, 10000000};
+            nanosleep(&ts, 0);
+        }
+        struct timespec a, b;
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &a);
+        burn(0.5);
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &b);
+        for (int i = 0; i < 5; i++)
+            if (open_after("/dev/null") < 0) return 4;
+        for (long i = 0; i < 100; i++)
+            if (!grow_alloc(1 << 20)) return 3;
+        printf("ready %.3f\n", (b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9);
         fflush(stdout);
         struct timespec ts = {30, 0};
         nanosleep(&ts, 0);

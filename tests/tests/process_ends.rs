@@ -373,22 +373,10 @@ fn merged_blocks(path: &Path, block: u64) -> u64 {
 }
 
 /// Blocks of `block` bytes under grow_alloc in igprof-analyse's report of
-/// `counter` for `path`, from its folded stacks; the bytes must be whole
-/// blocks.
+/// `counter` for `path`; the bytes must be whole blocks.
 fn folded_blocks(path: &Path, counter: &str, block: u64) -> u64 {
-    let a = Command::new(analyser())
-        .args(["-r", counter, "--folded", "-"])
-        .arg(path)
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&a.stdout);
-    assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
-    let bytes: u64 = out
-        .lines()
-        .filter(|l| l.contains("grow_alloc"))
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
-        .sum();
-    assert_eq!(bytes % block, 0, "{out}");
+    let bytes = folded_value(path, counter, "grow_alloc");
+    assert_eq!(bytes % block, 0, "{bytes} bytes");
     bytes / block
 }
 
@@ -427,7 +415,7 @@ fn the_journal_after_the_last_snapshot_holds_every_allocation_to_the_oom_kill() 
     let aerr = String::from_utf8_lossy(&a.stderr);
     let said = aerr
         .lines()
-        .find(|l| l.contains("then its memory journal to the process's end: "))
+        .find(|l| l.contains("then its journal to the process's end: "))
         .unwrap_or_else(|| panic!("{aerr}"));
     let added: u64 = said
         .split("end: ")
@@ -689,4 +677,103 @@ fn a_snapshot_is_written_when_the_rss_rises_above_the_threshold() {
         bytes * 10 >= total_value(&prof, "MEM_LIVE") * 9,
         "grow_alloc on top"
     );
+}
+
+/// What the OOM killer does, by hand: the program and its keeper both
+/// killed with SIGKILL (the keeper first, so that no final profile is
+/// written), after a snapshot asked for by `--snapshot-above` and then
+/// 0.5 s of CPU in `burn`, 5 descriptors opened at `open_after` and 100
+/// blocks of 1 MiB more. The journal holds all three: the report has the
+/// burn's PERF ticks (its 0.5 s of CPU within a sampling tolerance), the
+/// 5 descriptors and all 164 blocks, where the snapshot alone has 64
+/// blocks and none of the rest.
+#[test]
+fn the_journal_holds_ticks_descriptors_and_blocks_when_the_keeper_dies_too() {
+    let d = setup("ends_journal_all");
+    let mut child = igprof_command(
+        &d,
+        &[
+            "-pp",
+            "-mp",
+            "-fd",
+            "--snapshot-above",
+            "32M",
+            "-o",
+            "prof.gz",
+            "./kill_mid",
+            "growspin",
+            "64",
+            "prof.gz.journal",
+        ],
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    use std::io::BufRead;
+    let mut burned = None;
+    for line in std::io::BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        if let Some(s) = line.strip_prefix("ready ") {
+            burned = s.parse::<f64>().ok();
+            break;
+        }
+    }
+    let burned = burned.expect("the program said ready");
+    // Its keeper: named igprof-keeper, with the program's command line
+    // and directory (it shares the program's memory).
+    let pid = child.id() as i32;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    let keeper = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .find(|&k| {
+            k != pid
+                && std::fs::read_to_string(format!("/proc/{k}/comm"))
+                    .is_ok_and(|c| c.trim() == "igprof-keeper")
+                && std::fs::read(format!("/proc/{k}/cmdline")).is_ok_and(|c| c == cmdline)
+                && std::fs::read_link(format!("/proc/{k}/cwd"))
+                    .is_ok_and(|c| c == d.canonicalize().unwrap())
+        })
+        .expect("the program's keeper");
+    // SAFETY: kill(2) on the test's own processes.
+    unsafe {
+        libc::kill(keeper, libc::SIGKILL);
+        libc::kill(pid, libc::SIGKILL);
+    }
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let path = d.join("prof.gz");
+    let snapshot = parse_strict(&read_text(&path)).unwrap();
+    assert!(
+        snapshot.notes.iter().any(|n| n.starts_with("snapshot")),
+        "a final profile was written: {err}"
+    );
+    assert_eq!(under(&snapshot, "MEM_LIVE", "grow_alloc").0, 64);
+    assert_eq!(folded_blocks(&path, "MEM_LIVE", 1 << 20), 164, "{err}");
+    assert_eq!(folded_value(&path, "FD_LIVE", "open_after"), 5);
+    // PERF_TICKS are 5 ms each: the burn's 0.5 s of CPU, within the
+    // sampling's tolerance.
+    let ticks = folded_value(&path, "PERF_TICKS", "burn");
+    let seconds = ticks as f64 * 0.005;
+    assert!(
+        seconds > burned * 0.7 && seconds < burned * 1.3,
+        "{ticks} ticks in burn for {burned} s of CPU"
+    );
+}
+
+/// The sum of `counter` over the folded stacks through `function` in
+/// igprof-analyse's report of `path`.
+fn folded_value(path: &Path, counter: &str, function: &str) -> u64 {
+    let a = Command::new(analyser())
+        .args(["-r", counter, "--folded", "-"])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
+    String::from_utf8_lossy(&a.stdout)
+        .lines()
+        .filter(|l| l.split(';').any(|f| f.split(' ').next() == Some(function)))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+        .sum()
 }

@@ -32,9 +32,15 @@ const SMALLEST: u64 = 1 << 20;
 const LARGEST: u64 = 64 << 20;
 
 /// The snapshot being written was asked for because the process's memory
-/// nears `limit` bytes: from it on, each snapshot opens a journal.
+/// nears `limit` bytes: from it on, each snapshot has a journal, where a
+/// counter it keeps is profiled (PERF_TICKS, the memory's, the
+/// descriptors').
 pub fn arm(limit: u64) {
-    if crate::modules::mem::account::live_slot().is_some() {
+    use crate::base::counters::{slot, CounterId};
+    if [CounterId::PerfTicks, CounterId::MemLive, CounterId::FdLive]
+        .iter()
+        .any(|&c| slot(c).is_some())
+    {
         ARMED.store(limit, Ordering::Relaxed);
     }
 }

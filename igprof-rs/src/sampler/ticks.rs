@@ -34,6 +34,9 @@ pub(super) fn charge(node: &crate::base::tree::Node, k: u64) {
     let slot = tick_slot();
     if slot != usize::MAX && k > 0 {
         node.counter(slot).add(k, k);
+        if crate::modules::mem::journal::on() {
+            crate::modules::mem::journal::ticks(node, k, k);
+        }
     }
 }
 

@@ -22,6 +22,7 @@ use crate::base::counters::{self, CounterId};
 use crate::base::live::LiveFds;
 use crate::base::thread::Guard;
 use crate::base::tree::{Counter, Node};
+use crate::modules::mem::journal::{self, Family};
 use crate::modules::StartError;
 
 /// Descriptors open now and their creating nodes.
@@ -89,9 +90,15 @@ pub fn acquire(_held: &Guard, node: *mut Node, fd: i32) {
             // replaced behind our back): it is gone now.
             if let Some(c) = counter(replaced, LIVE_SLOT.load(Ordering::Relaxed)) {
                 c.release_shared(1);
+                if journal::on() {
+                    journal::free(Family::Descriptors, replaced, fd as usize, 1, 1);
+                }
             }
             if let Some(c) = counter(node, LIVE_SLOT.load(Ordering::Relaxed)) {
                 c.tick_shared(1);
+            }
+            if journal::on() {
+                journal::alloc(Family::Descriptors, node, fd as usize, 1, 1, 0);
             }
         }
         Err(_) => {
@@ -106,6 +113,9 @@ pub fn release(fd: i32) {
     let n = LIVE.release(fd);
     if let Some(c) = counter(n, LIVE_SLOT.load(Ordering::Relaxed)) {
         c.release_shared(1);
+        if journal::on() {
+            journal::free(Family::Descriptors, n, fd as usize, 1, 1);
+        }
     }
 }
 

@@ -146,7 +146,7 @@ pub fn on_alloc(_held: &Guard, node: *mut Node, addr: usize, size: u64) {
         }
     }
     if super::journal::on() {
-        super::journal::alloc(node, addr, 1, size, size);
+        super::journal::alloc(super::journal::Family::Memory, node, addr, 1, size, size);
     }
     if super::spans::active() {
         super::spans::insert(addr, size, node);
@@ -204,7 +204,14 @@ pub fn on_alloc_sampled(_held: &Guard, node: *mut Node, addr: usize, stored: u64
         }
     }
     if super::journal::on() {
-        super::journal::alloc(node, addr, calls, bytes, largest);
+        super::journal::alloc(
+            super::journal::Family::Memory,
+            node,
+            addr,
+            calls,
+            bytes,
+            largest,
+        );
     }
     let Some(live) = counter(node, LIVE_SLOT.load(Ordering::Relaxed)) else {
         return;
@@ -301,7 +308,7 @@ pub fn restore(b: &Block) {
 fn release(b: &Block) {
     let (calls, bytes) = super::sample::weight_of(b.size);
     if super::journal::on() {
-        super::journal::free(b.node, b.addr, calls, bytes);
+        super::journal::free(super::journal::Family::Memory, b.node, b.addr, calls, bytes);
     }
     if super::spans::active() {
         super::spans::remove(b.addr, bytes);

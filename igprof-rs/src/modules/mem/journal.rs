@@ -15,7 +15,8 @@
 //! appends of the hooks ([`alloc`], [`free`], [`restore`]) and the sets
 //! of nodes whose stack each journal already holds.
 //!
-//! Must never: allocate, lock, or write outside a mapping's record area;
+//! Must never: allocate, lock, make a system call or write outside a
+//! mapping's record area in an append (the sampling handler appends too);
 //! cost a hook more than one load while no journal is open.
 
 use core::ptr::null_mut;
@@ -50,20 +51,40 @@ pub fn on() -> bool {
     OPEN.load(Ordering::Relaxed) != 0
 }
 
-/// An allocation at `addr` by `node`'s stack: `calls` and `bytes` it
-/// counts for, `largest` for MEM_MAX.
-pub fn alloc(node: *const Node, addr: usize, calls: u64, bytes: u64, largest: u64) {
-    append(node, [layout::ALLOC, addr as u64, calls, bytes, largest]);
+pub use layout::Family;
+
+/// An allocation at `addr` by `node`'s stack (a descriptor `addr` of the
+/// descriptor profiler): `calls` and `bytes` it counts for, `largest`
+/// for MEM_MAX.
+pub fn alloc(family: Family, node: *const Node, addr: usize, calls: u64, bytes: u64, largest: u64) {
+    let kind = layout::ALLOC | family.code() << 8;
+    append(node, [kind, addr as u64, calls, bytes, largest]);
 }
 
-/// A free of the block at `addr` that `node`'s stack allocated.
-pub fn free(node: *const Node, addr: usize, calls: u64, bytes: u64) {
-    append(node, [layout::FREE, addr as u64, calls, bytes, 0]);
+/// A free of the block at `addr` (a close of descriptor `addr`) that
+/// `node`'s stack allocated.
+pub fn free(family: Family, node: *const Node, addr: usize, calls: u64, bytes: u64) {
+    append(
+        node,
+        [
+            layout::FREE | family.code() << 8,
+            addr as u64,
+            calls,
+            bytes,
+            0,
+        ],
+    );
 }
 
 /// The block at `addr` given back to `node`'s stack (a failed realloc).
 pub fn restore(node: *const Node, addr: usize, calls: u64, bytes: u64) {
     append(node, [layout::RESTORE, addr as u64, calls, bytes, 0]);
+}
+
+/// `ticks` PERF ticks worth `value` charged to `node` (the sampling
+/// handler: nothing here locks or allocates).
+pub fn ticks(node: *const Node, ticks: u64, value: u64) {
+    append(node, [layout::TICKS, ticks, value, 0, 0]);
 }
 
 /// Makes `map` the next journal: the hooks write to it too from now on.
@@ -307,13 +328,13 @@ mod tests {
         // SAFETY: laid out as the format says; the journal's from now on.
         unsafe { begin_next(m) };
         promote();
-        alloc(node, 0x500, 1, 100, 100);
+        alloc(Family::Memory, node, 0x500, 1, 100, 100);
         // A next journal (generation 2) while a snapshot is written: both
         // get the free, the next one its stack too.
         let (m2, len2) = mapping(5, 2);
         // SAFETY: as above.
         unsafe { begin_next(m2) };
-        free(node, 0x500, 1, 100);
+        free(Family::Memory, node, 0x500, 1, 100);
         restore(node, 0x600, 1, 8);
         let j = read(m, len);
         assert_eq!(
@@ -324,17 +345,20 @@ mod tests {
             mine(&j),
             [
                 Change::Alloc {
+                    family: Family::Memory,
                     addr: 0x500,
                     calls: 1,
                     bytes: 100,
                     largest: 100
                 },
                 Change::Free {
+                    family: Family::Memory,
                     addr: 0x500,
                     calls: 1,
                     bytes: 100
                 },
                 Change::Restore {
+                    family: Family::Memory,
                     addr: 0x600,
                     calls: 1,
                     bytes: 8
@@ -345,7 +369,7 @@ mod tests {
         // The next journal becomes the one in use; it is 3 slots of stack
         // and 2 of changes full: one more does not fit.
         promote();
-        alloc(node, 0x700, 1, 8, 8);
+        ticks(node, 3, 3);
         let j = read(m2, len2);
         assert_eq!(j.paths[&key].len(), 20);
         assert_eq!(mine(&j).len(), 2);
