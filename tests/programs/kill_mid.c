@@ -23,8 +23,10 @@
  *   growspin  as growto, then waits (10 s at most) for the file argv[3]
  *             to appear (a snapshot's journal), burns 0.5 s of CPU in
  *             burn, opens /dev/null 5 times at open_after, makes 100 more
- *             blocks, says "ready SECONDS" (the CPU time burn measured),
- *             then waits (30 s at most) to be ended;
+ *             blocks, forks a child that makes 7 blocks at child_alloc,
+ *             burns 0.1 s in child_burn and exits, says "ready SECONDS"
+ *             (the CPU time burn measured), then waits (30 s at most) to
+ *             be ended;
  *   none      returns from main (the ordinary end, for comparison).
  * Its output and status are what the tests compare with the unprofiled run. */
 #include <signal.h>
@@ -62,6 +64,18 @@ __attribute__((noinline)) void *grow_alloc(size_t n) {
     void *p = malloc(n);
     if (p) memset(p, 1, n);
     return p;
+}
+
+__attribute__((noinline)) void *child_alloc(size_t n) {
+    void *p = malloc(n);
+    if (p) memset(p, 2, n);
+    return p;
+}
+
+__attribute__((noinline)) double child_burn(double secs) {
+    double r = burn(secs);
+    __asm__ volatile("" : : "x"(r) : "memory"); /* not a tail call */
+    return r;
 }
 
 __attribute__((noinline)) int open_after(const char *path) {
@@ -124,6 +138,15 @@ int main(int argc, char **argv) {
             if (open_after("/dev/null") < 0) return 4;
         for (long i = 0; i < 100; i++)
             if (!grow_alloc(1 << 20)) return 3;
+        pid_t kid = fork();
+        if (kid == 0) {
+            for (int i = 0; i < 7; i++)
+                if (!child_alloc(1 << 20)) _exit(3);
+            child_burn(0.1);
+            exit(0);
+        }
+        int st = -1;
+        if (kid < 0 || waitpid(kid, &st, 0) != kid || st != 0) return 5;
         printf("ready %.3f\n", (b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9);
         fflush(stdout);
         struct timespec ts = {30, 0};

@@ -138,14 +138,29 @@ pub(super) fn after_snapshot(path: &str, pending: Option<Pending>, written: bool
 }
 
 /// After a dump that is not a snapshot was written to `path`: if it is
-/// the final profile of the snapshot the journal follows, the journal goes.
+/// the final profile of the snapshots the journals follow (or would
+/// have: a snapshot the process died writing, whose journal the keeper
+/// finds begun), the journals go, files included.
 pub(super) fn after_final(path: &str) {
-    if !records::on() || FOLLOWS.try_lock().is_ok_and(|f| *f != path) {
+    let other = FOLLOWS
+        .try_lock()
+        .is_ok_and(|f| !f.is_empty() && *f != path);
+    if !records::on() || other {
         return;
     }
     records::close();
     ARMED.store(0, Ordering::Relaxed);
     let _ = std::fs::remove_file(path_of(path));
+    let _ = std::fs::remove_file(format!("{}.tmp", path_of(path)));
+}
+
+/// In a fork child, whatever it profiles: the parent's journals are not
+/// the child's to write (its profile has a name of its own).
+pub fn reset_after_fork() {
+    if let Ok(mut f) = FOLLOWS.try_lock() {
+        f.clear();
+    }
+    records::reset_after_fork();
 }
 
 /// Makes the journal for a snapshot to be written to `path`, under a

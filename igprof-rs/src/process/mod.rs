@@ -662,6 +662,8 @@ pub fn after_fork_parent() {
 /// only where `-D`/`--dump-every` need one from the start).
 pub fn after_fork_child() {
     crate::base::alloc::unlock_all();
+    // The parent's journals are the parent's, whatever is profiled here.
+    output::journal::reset_after_fork();
     if run::attached() {
         // A child of a process igprof attached to is not profiled: it
         // gets the functions' own bytes back and records nothing.

@@ -149,11 +149,20 @@ fn drop_when_unused(m: *mut u64) {
     }
 }
 
-/// In a fork child: the parent's journals are not the child's to write.
+/// In a fork child (its own memory, one thread): the parent's journals
+/// are not the child's to write; their mappings go, and a count of the
+/// parent's other threads inside an append with them.
 pub fn reset_after_fork() {
-    MAP.store(null_mut(), Ordering::Relaxed);
-    NEXT.store(null_mut(), Ordering::Relaxed);
+    WRITERS.store(0, Ordering::Relaxed);
     OPEN.store(0, Ordering::Relaxed);
+    for m in [
+        MAP.swap(null_mut(), Ordering::Relaxed),
+        NEXT.swap(null_mut(), Ordering::Relaxed),
+    ] {
+        if !m.is_null() {
+            drop_when_unused(m);
+        }
+    }
 }
 
 fn append(node: *const Node, w: [u64; 5]) {

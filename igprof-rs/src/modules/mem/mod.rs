@@ -263,7 +263,6 @@ fn after_fork_child() {
     if !crate::base::run::fork_keeps_tables() {
         account::reset_after_fork();
     }
-    journal::reset_after_fork();
     site::tls(|h| sample::after_fork_child(&h.sampler));
 }
 
