@@ -295,8 +295,11 @@ pub fn open(path: &str) -> Result<Box<dyn BufRead + Send>, OpenError> {
     let Some(j) = crate::journal::beside(path).map_err(journal)? else {
         return open_file(path);
     };
-    let (text, _) = crate::journal::apply(open_file(path)?, path, &j).map_err(journal)?;
-    Ok(Box::new(io::Cursor::new(text)))
+    match crate::journal::apply(open_file(path)?, path, &j).map_err(journal)? {
+        Some((text, _)) => Ok(Box::new(io::Cursor::new(text))),
+        // It follows another dump of the process: the file alone.
+        None => open_file(path),
+    }
 }
 
 /// [`open`] without a journal.

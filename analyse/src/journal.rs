@@ -21,13 +21,13 @@
 
 use std::collections::{HashMap, HashSet};
 use std::io::BufRead;
-use std::os::unix::fs::MetadataExt;
 
 use igprof_format::journal::{Change, Family, Journal};
 use igprof_format::read::{ReadError, Reader};
 use igprof_format::write::{CounterRef, FileRef, FuncRef, IoSink, Writer};
 
-/// The journal beside `path`, when there is one that follows that file.
+/// The journal beside `path`, when there is one of that file's size (the
+/// snapshot's pid and time are checked by [`apply`]).
 pub fn beside(path: &str) -> Result<Option<Journal>, String> {
     let jpath = format!("{path}.journal");
     let Ok(bytes) = std::fs::read(&jpath) else {
@@ -38,7 +38,7 @@ pub fn beside(path: &str) -> Result<Option<Journal>, String> {
     let Ok(m) = std::fs::metadata(path) else {
         return Ok(None);
     };
-    Ok((j.snapshot == (m.dev(), m.ino(), m.size())).then_some(j))
+    Ok((j.snapshot.1 == m.len()).then_some(j))
 }
 
 /// The counter taken at the replayed peak of the live heap.
@@ -298,9 +298,19 @@ struct Counters {
     live: u32,
 }
 
-/// The profile read from `input` (named `name`) with `j` applied, as text.
-pub fn apply<R: BufRead>(input: R, name: &str, j: &Journal) -> Result<(Vec<u8>, Applied), String> {
+/// The profile read from `input` (named `name`) with `j` applied, as
+/// text; None when `j` follows another dump (its pid or the time of its
+/// `dumped` note differ).
+pub fn apply<R: BufRead>(
+    input: R,
+    name: &str,
+    j: &Journal,
+) -> Result<Option<(Vec<u8>, Applied)>, String> {
     let mut t = Tree::read(input, name).map_err(|e| e.to_string())?;
+    let dumped = igprof_format::notes::time(&t.program, igprof_format::notes::DUMPED);
+    if t.pid != j.pid || dumped.map(|d| d.as_micros() as u64) != Some(j.snapshot.0) {
+        return Ok(None);
+    }
     let mem = Counters {
         total: t.counter("MEM_TOTAL"),
         max: Some(t.counter("MEM_MAX")),
@@ -506,7 +516,7 @@ pub fn apply<R: BufRead>(input: R, name: &str, j: &Journal) -> Result<(Vec<u8>, 
         String::from_utf8_lossy(&igprof_format::notes::join(prog.as_bytes(), &notes)).into_owned();
     let text = write(&t, &program)
         .map_err(|e| format!("{name}: cannot write the merged profile: {e:?}"))?;
-    Ok((text, done))
+    Ok(Some((text, done)))
 }
 
 fn add_live(nd: &mut Node, live: u32, calls: i64, bytes: i64) {
@@ -588,6 +598,8 @@ C2 FN1=(F0+208 N=(grow))+8 V0=(MEM_TOTAL):(1,64,64) V1=(MEM_MAX):(1,64,0) V2=(ME
 
     fn journal(changes: Vec<(u64, Change)>, paths: &[(u64, Vec<u64>)]) -> Journal {
         Journal {
+            pid: 0x2a,
+            snapshot: (1_000_000, 0),
             modules: vec![Module {
                 start: 0x1000,
                 end: 0x2000,
@@ -606,7 +618,7 @@ C2 FN1=(F0+208 N=(grow))+8 V0=(MEM_TOTAL):(1,64,64) V1=(MEM_MAX):(1,64,0) V2=(ME
         igprof_format::read::Reader<std::io::Cursor<Vec<u8>>>,
         Applied,
     ) {
-        let (text, done) = apply(SNAPSHOT.as_bytes(), "snap", j).unwrap();
+        let (text, done) = apply(SNAPSHOT.as_bytes(), "snap", j).unwrap().unwrap();
         (
             Reader::new(std::io::Cursor::new(text), "merged").unwrap(),
             done,
@@ -823,6 +835,16 @@ C2 FN1=(F0+208 N=(grow))+8 V0=(MEM_TOTAL):(1,64,64) V1=(MEM_MAX):(1,64,0) V2=(ME
         let (mut r, done) = merged(&j);
         assert_eq!(done.unplaced, 1);
         assert_eq!(lines(&mut r).len(), 2);
+    }
+
+    #[test]
+    fn a_journal_of_another_dump_is_not_applied() {
+        let mut j = journal(Vec::new(), &[]);
+        j.snapshot.0 += 1;
+        assert!(apply(SNAPSHOT.as_bytes(), "snap", &j).unwrap().is_none());
+        let mut j = journal(Vec::new(), &[]);
+        j.pid += 1;
+        assert!(apply(SNAPSHOT.as_bytes(), "snap", &j).unwrap().is_none());
     }
 
     #[test]

@@ -1,8 +1,8 @@
-//! The memory journal beside a snapshot: `PROFILE.journal`, the
-//! allocations and frees a process made after the snapshot written near
-//! its memory limit, in a file the process mapped `MAP_SHARED` so that
-//! they survive an OOM kill (the pages belong to the file, not to the
-//! process). The library writes it (`igprof-rs`' `modules::mem::journal`),
+//! The journal beside a snapshot: `PROFILE.journal`, the allocations and
+//! frees, descriptors opened and closed and PERF ticks a process counted
+//! after the snapshot it wrote near its memory limit, in a file the
+//! process mapped `MAP_SHARED` so that they survive an OOM kill (the
+//! pages belong to the file, not to the process). The library writes it (`igprof-rs`' `modules::mem::journal`),
 //! igprof-analyse applies it to the snapshot.
 //!
 //! Owns: the file's layout (the constants below) and its parsing
@@ -14,9 +14,10 @@
 //! # Layout
 //!
 //! Little-endian 64-bit words. The header is the first [`HEADER_BYTES`]:
-//! word [`W_MAGIC`] is [`MAGIC`], then the pid, the device, inode and size
-//! of the snapshot it follows (a journal whose snapshot was replaced is
-//! not applied), the capacity and cursor in slots, where the module table
+//! word [`W_MAGIC`] is [`MAGIC`], then the pid, and the time written in
+//! the `dumped` note (microseconds since the epoch) and the file size of
+//! the snapshot it follows (a journal whose snapshot was replaced is not
+//! applied; a copy of the two files still is), the capacity and cursor in slots, where the module table
 //! and the records start, and how many records did not fit. The module
 //! table lists, for each loaded object, `start, end, base, len` and the
 //! path's `len` bytes padded to 8: the base is what the profile's object
@@ -47,8 +48,8 @@ pub const SLOT_WORDS: usize = SLOT_BYTES / 8;
 /// Header words.
 pub const W_MAGIC: usize = 0;
 pub const W_PID: usize = 1;
-pub const W_DEV: usize = 2;
-pub const W_INO: usize = 3;
+/// The snapshot's `dumped` note in microseconds, and its file's size.
+pub const W_DUMPED_US: usize = 2;
 pub const W_SIZE: usize = 4;
 /// Capacity of the record area, in slots.
 pub const W_CAPACITY: usize = 5;
@@ -144,8 +145,9 @@ pub enum Change {
 #[derive(Debug, Default)]
 pub struct Journal {
     pub pid: u64,
-    /// The snapshot it follows: (device, inode, size).
-    pub snapshot: (u64, u64, u64),
+    /// The snapshot it follows: its `dumped` note in microseconds since
+    /// the epoch, and its file's size.
+    pub snapshot: (u64, u64),
     pub modules: Vec<Module>,
     /// Stacks by node, innermost address first.
     pub paths: std::collections::HashMap<u64, Vec<u64>>,
@@ -193,7 +195,7 @@ impl Journal {
         }
         let mut j = Journal {
             pid: word(b, W_PID),
-            snapshot: (word(b, W_DEV), word(b, W_INO), word(b, W_SIZE)),
+            snapshot: (word(b, W_DUMPED_US), word(b, W_SIZE)),
             ..Journal::default()
         };
         let damaged = |at: u64| JournalError::Damaged { at: at as usize };
@@ -314,8 +316,7 @@ mod tests {
         let mut b = vec![0u8; HEADER_BYTES + 64 * SLOT_BYTES];
         put(&mut b, W_MAGIC, MAGIC);
         put(&mut b, W_PID, 42);
-        put(&mut b, W_DEV, 1);
-        put(&mut b, W_INO, 2);
+        put(&mut b, W_DUMPED_US, 2);
         put(&mut b, W_SIZE, 3);
         let m = 80;
         put(&mut b, m, 0x1000);
@@ -349,7 +350,7 @@ mod tests {
     #[test]
     fn a_journal_reads_back_its_modules_paths_and_changes() {
         let j = Journal::parse(&journal(&[], 64)).unwrap();
-        assert_eq!((j.pid, j.snapshot), (42, (1, 2, 3)));
+        assert_eq!((j.pid, j.snapshot), (42, (2, 3)));
         assert_eq!(
             j.modules,
             [Module {

@@ -711,6 +711,12 @@ fn the_journal_holds_ticks_descriptors_and_blocks_when_the_keeper_dies_too() {
     );
     assert_eq!(folded_blocks(&path, "MEM_LIVE", 1 << 20), 164, "{err}");
     assert_eq!(folded_value(&path, "FD_LIVE", "open_after"), 5);
+    // A copy of the two files elsewhere (a batch job's results fetched
+    // from its node) reads the same.
+    let copy = scratch("ends_journal_copy");
+    std::fs::copy(&path, copy.join("p.gz")).unwrap();
+    std::fs::copy(d.join("prof.gz.journal"), copy.join("p.gz.journal")).unwrap();
+    assert_eq!(folded_blocks(&copy.join("p.gz"), "MEM_LIVE", 1 << 20), 164);
     // The fork child's blocks are in its own profile, not in the
     // parent's journal.
     assert_eq!(folded_value(&path, "MEM_LIVE", "child_alloc"), 0);

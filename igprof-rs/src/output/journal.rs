@@ -23,6 +23,15 @@ use crate::modules::mem::journal as records;
 static ARMED: AtomicU64 = AtomicU64::new(0);
 /// Journals opened by this image (tags the hooks' cache of stacks written).
 static GENERATION: AtomicU64 = AtomicU64::new(0);
+/// The `dumped` note of the dump written last (ns since the epoch): a
+/// journal names the snapshot it follows by it, its pid and its size.
+static DUMPED_NS: AtomicU64 = AtomicU64::new(0);
+
+/// The dump being written says it was written at `ns`.
+pub(super) fn note_dumped(ns: u64) {
+    DUMPED_NS.store(ns, Ordering::Relaxed);
+}
+
 /// The profile the open journal follows. Taken with `try_lock` only: the
 /// keeper's final dump may follow a snapshot its program died writing.
 static FOLLOWS: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
@@ -104,8 +113,10 @@ pub(super) fn after_snapshot(path: &str, pending: Option<Pending>, written: bool
         .then(|| {
             let meta = std::fs::metadata(path).map_err(|e| format!("{path}: {e}"))?;
             for (i, v) in [
-                (layout::W_DEV, meta.dev()),
-                (layout::W_INO, meta.ino()),
+                (
+                    layout::W_DUMPED_US,
+                    DUMPED_NS.load(Ordering::Relaxed) / 1000,
+                ),
                 (layout::W_SIZE, meta.size()),
             ] {
                 // SAFETY: a header word of the next journal, which stays

@@ -38,6 +38,7 @@ pub(super) fn write_profile<S: Sink, T: ProfileTree>(
     let now = crate::sys::clock_ns(libc::CLOCK_REALTIME).unwrap_or(0);
     notes.push(time_note(STARTED, Duration::from_nanos(started)));
     notes.push(time_note(DUMPED, Duration::from_nanos(now)));
+    super::journal::note_dumped(now);
     notes.extend(super::timeline::note());
     notes.extend(super::snapshot_why().map(|w| igprof_format::notes::snapshot_note(&w)));
     let program = igprof_format::notes::join(&rt.program, &notes);
