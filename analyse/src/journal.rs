@@ -1,10 +1,11 @@
-//! Applying a memory journal (`PROFILE.journal`, see
-//! `igprof_format::journal`) to the snapshot it follows: the allocations
-//! and frees a process made after its last snapshot near the memory limit,
-//! up to its end (an OOM kill leaves nothing else).
+//! Applying a journal (`PROFILE.journal`, see `igprof_format::journal`) to
+//! the snapshot it follows: the allocations and frees, descriptors opened
+//! and closed and PERF ticks a process counted after its last snapshot
+//! near the memory limit, up to its end (an OOM kill leaves nothing else).
 //!
 //! Owns: finding a journal beside a profile and checking that it follows
-//! that very file ([`beside`]), and the merged profile's text
+//! that very dump ([`beside`]: the size; [`apply`]: the pid and the
+//! `dumped` note's time), and the merged profile's text
 //! ([`apply`]): the snapshot's nodes, counters and live blocks with the
 //! journal's changes, as one profile in the same format, its snapshot
 //! note saying what was added.

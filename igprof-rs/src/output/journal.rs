@@ -1,5 +1,5 @@
-//! Making the memory journal for each snapshot from one near the memory
-//! limit on, and removing it once the final profile is written. The records are
+//! Making the journal for each snapshot from one near the memory limit on,
+//! and removing it once the final profile is written. The records are
 //! `modules::mem::journal`'s, the layout `igprof_format::journal`'s.
 //!
 //! Owns: when a journal is made (for each snapshot from the one that

@@ -1,7 +1,8 @@
-//! The memory journal's records: from a snapshot near the memory limit on,
-//! each allocation and free also goes to `PROFILE.journal`, a file mapped
-//! `MAP_SHARED`, so that the counts between that snapshot and an OOM kill
-//! outlive the process (the written pages belong to the file's page
+//! The journal's records: from a snapshot near the memory limit on, each
+//! allocation and free, descriptor opened and closed, and sample's PERF
+//! ticks also goes to `PROFILE.journal`, a file mapped `MAP_SHARED`, so
+//! that the counts between that snapshot and an OOM kill outlive the
+//! process (the written pages belong to the file's page
 //! cache). igprof-analyse applies the journal to the snapshot. The file,
 //! its header and module table are made by `output::journal`; the layout
 //! is `igprof_format::journal`'s.
