@@ -223,7 +223,10 @@ fn a_stripped_program_has_one_entry_per_function() {
         // loops are multiply chains whose samples mostly land after the
         // multiply: hot_c (about 16 samples) once had all at one address.
         let least = if f == "hot_a" { 2 } else { 1 };
-        assert!(addresses.len() >= least, "{f}: sampled at {addresses:?}");
+        assert!(
+            addresses.len() >= least,
+            "{f}: sampled at {addresses:?}, {all} ticks in all\n{report}"
+        );
         let want = 100.0 * ticks as f64 / all;
         let s = share(&report, &format!("@{{stripped_hot+{start}}}"));
         assert!(
