@@ -292,14 +292,15 @@ pub fn leftover(path: &str) -> Option<Leftover> {
 /// (`crate::journal`).
 pub fn open(path: &str) -> Result<Box<dyn BufRead + Send>, OpenError> {
     let journal = |why| OpenError::Journal { why };
-    let Some(j) = crate::journal::beside(path).map_err(journal)? else {
-        return open_file(path);
-    };
-    match crate::journal::apply(open_file(path)?, path, &j).map_err(journal)? {
-        Some((text, _)) => Ok(Box::new(io::Cursor::new(text))),
-        // It follows another dump of the process: the file alone.
-        None => open_file(path),
+    for j in crate::journal::beside(path).map_err(journal)? {
+        // None: it follows another dump of the process.
+        if let Some((text, _)) =
+            crate::journal::apply(open_file(path)?, path, &j).map_err(journal)?
+        {
+            return Ok(Box::new(io::Cursor::new(text)));
+        }
     }
+    open_file(path)
 }
 
 /// [`open`] without a journal.

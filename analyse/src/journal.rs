@@ -27,19 +27,66 @@ use igprof_format::journal::{Change, Family, Journal};
 use igprof_format::read::{ReadError, Reader};
 use igprof_format::write::{CounterRef, FileRef, FuncRef, IoSink, Writer};
 
-/// The journal beside `path`, when there is one of that file's size (the
-/// snapshot's pid and time are checked by [`apply`]).
-pub fn beside(path: &str) -> Result<Option<Journal>, String> {
-    let jpath = format!("{path}.journal");
-    let Ok(bytes) = std::fs::read(&jpath) else {
-        return Ok(None);
-    };
-    let j = Journal::parse(&bytes)
-        .map_err(|e| format!("{jpath}: {e}; move it away to read the snapshot alone"))?;
+/// The journals beside `path` of that file's size, to try in turn (the
+/// snapshot's pid and time are checked by [`apply`]): `PROFILE.journal`,
+/// then `PROFILE.journal.tmp`, which is the snapshot's own journal when
+/// the process died between the snapshot's rename and its journal's (the
+/// journal names its snapshot before that rename).
+pub fn beside(path: &str) -> Result<Vec<Journal>, String> {
     let Ok(m) = std::fs::metadata(path) else {
+        return Ok(Vec::new());
+    };
+    let mut found = Vec::new();
+    for (jpath, placed) in [
+        (format!("{path}.journal"), true),
+        (format!("{path}.journal.tmp"), false),
+    ] {
+        match of_size(&jpath, m.len()) {
+            Ok(Some(j)) => found.push(j),
+            Ok(None) => {}
+            // A journal in place must read; one still being made (or
+            // given up) is passed over.
+            Err(e) if placed => {
+                return Err(format!(
+                    "{jpath}: {e}; move it away to read the snapshot alone"
+                ))
+            }
+            Err(_) => {}
+        }
+    }
+    Ok(found)
+}
+
+/// The journal at `jpath` if it follows a snapshot of `size` bytes. One
+/// of another dump (up to 64 MiB) is passed over on its header's first
+/// words; a damaged one is read whole for the error.
+fn of_size(jpath: &str, size: u64) -> Result<Option<Journal>, String> {
+    use std::io::Read;
+    let Ok(mut file) = std::fs::File::open(jpath) else {
         return Ok(None);
     };
-    Ok((j.snapshot.1 == m.len()).then_some(j))
+    let mut bytes = Vec::new();
+    let head = (&mut file)
+        .take(64)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    if head == 64 && igprof_format::journal::snapshot_size(&bytes).is_some_and(|s| s != size) {
+        return Ok(None);
+    }
+    file.read_to_end(&mut bytes).map_err(|e| e.to_string())?;
+    let j = Journal::parse(&bytes).map_err(|e| e.to_string())?;
+    Ok((j.snapshot.1 == size).then_some(j))
+}
+
+/// The index of `s` in `names`, pushed there first if absent.
+fn index_of(names: &mut Vec<String>, s: &str) -> u32 {
+    match names.iter().position(|n| n == s) {
+        Some(i) => i as u32,
+        None => {
+            names.push(s.to_string());
+            names.len() as u32 - 1
+        }
+    }
 }
 
 /// The counter taken at the replayed peak of the live heap.
@@ -163,23 +210,11 @@ impl Tree {
     }
 
     fn counter(&mut self, name: &str) -> u32 {
-        match self.counters.iter().position(|c| c == name) {
-            Some(i) => i as u32,
-            None => {
-                self.counters.push(name.to_string());
-                self.counters.len() as u32 - 1
-            }
-        }
+        index_of(&mut self.counters, name)
     }
 
     fn file(&mut self, path: &str) -> u32 {
-        match self.files.iter().position(|f| f == path) {
-            Some(i) => i as u32,
-            None => {
-                self.files.push(path.to_string());
-                self.files.len() as u32 - 1
-            }
-        }
+        index_of(&mut self.files, path)
     }
 
     /// The function and offset of code address `addr`.
@@ -846,6 +881,54 @@ C2 FN1=(F0+208 N=(grow))+8 V0=(MEM_TOTAL):(1,64,64) V1=(MEM_MAX):(1,64,0) V2=(ME
         let mut j = journal(Vec::new(), &[]);
         j.pid += 1;
         assert!(apply(SNAPSHOT.as_bytes(), "snap", &j).unwrap().is_none());
+    }
+
+    /// A journal file's bytes: a header naming a snapshot of `size` bytes
+    /// dumped at `dumped_us`, no modules, no records.
+    fn journal_file(dumped_us: u64, size: u64) -> Vec<u8> {
+        use igprof_format::journal as layout;
+        let mut b = vec![0u8; layout::HEADER_BYTES];
+        for (i, v) in [
+            (layout::W_MAGIC, layout::MAGIC),
+            (layout::W_PID, 42),
+            (layout::W_DUMPED_US, dumped_us),
+            (layout::W_SIZE, size),
+            (layout::W_MODULES_AT, layout::HEADER_BYTES as u64),
+            (layout::W_RECORDS_AT, layout::HEADER_BYTES as u64),
+        ] {
+            b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        b
+    }
+
+    #[test]
+    fn the_journal_still_being_renamed_is_found_beside_its_snapshot() {
+        let d = std::env::temp_dir().join(format!("igprof-beside-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let snap = d.join("p.gz");
+        let snap = snap.to_str().unwrap();
+        std::fs::write(snap, b"0123456789").unwrap();
+        let (placed, tmp) = (format!("{snap}.journal"), format!("{snap}.journal.tmp"));
+        // No journal; then only the one of the snapshot before (another
+        // size), as a kill between the two renames leaves it.
+        assert!(beside(snap).unwrap().is_empty());
+        std::fs::write(&placed, journal_file(7, 9)).unwrap();
+        assert!(beside(snap).unwrap().is_empty());
+        // The snapshot's own, not yet renamed: found.
+        std::fs::write(&tmp, journal_file(8, 10)).unwrap();
+        let found = beside(snap).unwrap();
+        assert_eq!(
+            found.iter().map(|j| j.snapshot).collect::<Vec<_>>(),
+            [(8, 10)]
+        );
+        // One still being made (no header yet) is passed over; a damaged
+        // one in place is an error naming it.
+        std::fs::write(&tmp, vec![0u8; 8192]).unwrap();
+        assert!(beside(snap).unwrap().is_empty());
+        std::fs::write(&placed, b"IGPRJNL1 cut").unwrap();
+        let e = beside(snap).unwrap_err();
+        assert!(e.contains(&placed) && e.contains("move it away"), "{e}");
+        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]

@@ -188,6 +188,14 @@ fn word(b: &[u8], i: usize) -> u64 {
         .map_or(0, |w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8])))
 }
 
+/// The size of the snapshot a journal follows, read from the first words
+/// of its header (`head`, at least `(W_SIZE + 1) * 8` bytes), or None when
+/// they are not a journal's: enough to pass over a journal of another
+/// dump without reading the rest.
+pub fn snapshot_size(head: &[u8]) -> Option<u64> {
+    (word(head, W_MAGIC) == MAGIC).then(|| word(head, W_SIZE))
+}
+
 impl Journal {
     pub fn parse(b: &[u8]) -> Result<Journal, JournalError> {
         if b.len() < HEADER_BYTES || word(b, W_MAGIC) != MAGIC {

@@ -12,7 +12,7 @@
 //! files), or leave a journal beside a final profile.
 
 use core::sync::atomic::{AtomicU64, Ordering};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 
 use igprof_format::journal as layout;
@@ -65,6 +65,8 @@ pub(super) struct Pending {
     map: *mut u64,
     tmp: String,
     begun: core::cell::Cell<bool>,
+    /// Told the snapshot's size ([`Pending::identify`]).
+    identified: core::cell::Cell<bool>,
 }
 
 impl Pending {
@@ -77,6 +79,21 @@ impl Pending {
             // SAFETY: laid out as the format says; the journal's from now on.
             unsafe { records::begin_next(self.map) };
         }
+    }
+
+    /// The snapshot is written, `size` bytes, and about to take its name:
+    /// the journal names it (its `dumped` note's time and its size, with
+    /// the pid) from now on, so that a process killed between the
+    /// snapshot's rename and the journal's leaves a `PROFILE.journal.tmp`
+    /// that igprof-analyse finds is the snapshot's.
+    pub(super) fn identify(&self, size: u64) {
+        let dumped_us = DUMPED_NS.load(Ordering::Relaxed) / 1000;
+        for (i, v) in [(layout::W_DUMPED_US, dumped_us), (layout::W_SIZE, size)] {
+            // SAFETY: the journal stays mapped until promoted or
+            // abandoned, after the snapshot is written.
+            unsafe { records::header(self.map, i) }.store(v, Ordering::Release);
+        }
+        self.identified.set(true);
     }
 }
 
@@ -109,20 +126,8 @@ pub(super) fn after_snapshot(path: &str, pending: Option<Pending>, written: bool
     // Begun if the dump got that far; given to the journal either way,
     // which unmaps it as it goes.
     p.begin();
-    let placed = written
+    let placed = (written && p.identified.get())
         .then(|| {
-            let meta = std::fs::metadata(path).map_err(|e| format!("{path}: {e}"))?;
-            for (i, v) in [
-                (
-                    layout::W_DUMPED_US,
-                    DUMPED_NS.load(Ordering::Relaxed) / 1000,
-                ),
-                (layout::W_SIZE, meta.size()),
-            ] {
-                // SAFETY: a header word of the next journal, which stays
-                // mapped until promoted or abandoned (below).
-                unsafe { (*(p.map.add(i) as *const AtomicU64)).store(v, Ordering::Release) };
-            }
             std::fs::rename(&p.tmp, path_of(path))
                 .map_err(|e| format!("cannot rename {}: {e}", p.tmp))
         })
@@ -237,6 +242,7 @@ fn make(path: &str, limit: u64) -> Result<Pending, String> {
         map: words,
         tmp,
         begun: core::cell::Cell::new(false),
+        identified: core::cell::Cell::new(false),
     })
 }
 

@@ -293,7 +293,7 @@ fn dump_locked(path: &str, journal: Option<&journal::Pending>) -> Result<DumpSta
             extra,
         };
         stats.merge_ns = crate::sys::thread_cpu_ns() - started;
-        write_tree(path, &tree, &mut stats)?;
+        write_tree(path, &tree, &mut stats, journal)?;
     } else {
         let mut merged = Merged::new(nslots);
         merged.stored_forms = stored_forms;
@@ -315,18 +315,20 @@ fn dump_locked(path: &str, journal: Option<&journal::Pending>) -> Result<DumpSta
             None => false,
         });
         merged.leaks = Leaks::new(live);
-        write_tree(path, &merged, &mut stats)?;
+        write_tree(path, &merged, &mut stats, journal)?;
     }
     stats.dump_ns = crate::sys::thread_cpu_ns() - started;
     Ok(stats)
 }
 
 /// Names `tree`'s addresses and writes it to `path` (and, with
-/// `IGPROF_NAMES_CHECK`, beside it named by dladdr).
+/// `IGPROF_NAMES_CHECK`, beside it named by dladdr). `journal`, the
+/// snapshot's, is told the file's size before the file takes its name.
 fn write_tree<T: ProfileTree>(
     path: &str,
     tree: &T,
     stats: &mut DumpStats,
+    journal: Option<&journal::Pending>,
 ) -> Result<(), DumpError> {
     stats.nodes = tree.len();
     let gzip = crate::base::options::get().gzip || path.ends_with(".gz");
@@ -354,10 +356,21 @@ fn write_tree<T: ProfileTree>(
         .iter()
         .filter(|&&a| names.source(a) == Some(crate::output::names::Source::Symtab))
         .count();
-    write_named(path, gzip, tree, &Naming::Index(names))?;
+    let identify = |size| {
+        if let Some(j) = journal {
+            j.identify(size)
+        }
+    };
+    write_named(path, gzip, tree, &Naming::Index(names), &identify)?;
     if names_check() {
         let at = crate::sys::thread_cpu_ns();
-        write_named(&format!("{path}.dladdr"), gzip, tree, &Naming::Dladdr)?;
+        write_named(
+            &format!("{path}.dladdr"),
+            gzip,
+            tree,
+            &Naming::Dladdr,
+            &|_| {},
+        )?;
         stats.dladdr_naming_ns = Some(crate::sys::thread_cpu_ns() - at);
     }
     Ok(())

@@ -189,7 +189,7 @@ fn append(node: *const Node, w: [u64; 5]) {
 ///
 /// # Safety
 /// `m` is a live journal mapping.
-unsafe fn header(m: *mut u64, i: usize) -> &'static AtomicU64 {
+pub(crate) unsafe fn header(m: *mut u64, i: usize) -> &'static AtomicU64 {
     // SAFETY: the header lies inside the mapping; words are 8-aligned.
     unsafe { &*(m.add(i) as *const AtomicU64) }
 }
