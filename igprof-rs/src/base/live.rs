@@ -371,6 +371,21 @@ impl LiveMem {
         Some(unsafe { &mut (*self.recent.get())[(mix(addr) >> SHARD_BITS) & (RECENT - 1)] })
     }
 
+    /// Bytes of the shards' slot arrays (each mapped and populated whole
+    /// as its shard grew; they never shrink), for `-d`.
+    pub fn table_bytes(&self) -> usize {
+        let slots = |s: &Shard| {
+            let mut g = s.lock();
+            let st = g.st();
+            if st.slots.is_null() {
+                0
+            } else {
+                st.mask + 1
+            }
+        };
+        self.shards.iter().map(slots).sum::<usize>() * core::mem::size_of::<Block>()
+    }
+
     /// Records block `addr`. If `addr` was already recorded (its free was
     /// not seen, e.g. it happened before profiling started), the stale
     /// entry is replaced and returned so the caller can release it. (With
@@ -789,11 +804,27 @@ mod tests {
     #[test]
     fn grows_far_beyond_initial_capacity_and_empties() {
         let t = LiveMem::new();
+        assert_eq!(t.table_bytes(), 0);
         let count = SHARDS * INITIAL_CAP * 4;
         for i in 0..count {
             assert_eq!(t.insert(0x10_0000 + i * 16, i as u64, n(0)).unwrap(), None);
         }
         assert_eq!(t.len(), count);
+        // Each shard: the smallest power of two from INITIAL_CAP on that
+        // holds its blocks at most 3/4 full.
+        let mut per_shard = [0usize; SHARDS];
+        for i in 0..count {
+            per_shard[mix(0x10_0000 + i * 16) & (SHARDS - 1)] += 1;
+        }
+        let cap = |len: usize| {
+            let mut c = INITIAL_CAP;
+            while len * 4 > c * 3 {
+                c *= 2;
+            }
+            c
+        };
+        let slots: usize = per_shard.iter().map(|&l| cap(l)).sum();
+        assert_eq!(t.table_bytes(), slots * core::mem::size_of::<Block>());
         for i in 0..count {
             assert_eq!(t.remove(0x10_0000 + i * 16).map(|b| b.size), Some(i as u64));
         }

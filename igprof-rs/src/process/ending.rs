@@ -265,7 +265,7 @@ fn log_dump_time(stats: &DumpStats) {
     }
     let mib = |b: usize| b as f64 / (1u64 << 20) as f64;
     crate::igprof_log!(
-        "memory of the profiler: call trees {:.1} MiB ({} nodes {:.1} MiB, counters of the {} charged {:.1} MiB, lookup tables {:.1} MiB); its heap {:.1} MiB (live tables, names, the dump's buffers)",
+        "memory of the profiler: call trees {:.1} MiB ({} nodes {:.1} MiB, counters of the {} charged {:.1} MiB, lookup tables {:.1} MiB); its allocator {:.1} MiB mapped, resident only where used (names, the dump's buffers, start-up's tables)",
         mib(m.node_bytes + m.counter_bytes + m.table_bytes),
         m.nodes,
         mib(m.node_bytes),

@@ -96,7 +96,7 @@ pub const MODULE: Module = Module {
     dump_value: Some(|node, slot| {
         account::at_peak_view(node, slot).or_else(|| account::since_mark_view(node, slot))
     }),
-    before_dump: Some(account::gather_since_mark),
+    before_dump: Some(before_dump),
     header_note: Some(header_note),
     objects_changed: Some(fronts::objects_changed),
     ..Module::new("-mp", |o| o.mem)
@@ -267,6 +267,19 @@ fn after_fork_child() {
 }
 
 // ---- the dump writer's view ----
+
+/// Before each dump: the counts since the last mark gathered; under `-d`,
+/// the size of the live-block table.
+fn before_dump() {
+    account::gather_since_mark();
+    if options::debug() {
+        let bytes = site::with_outer(site::IN_RECORD, || account::LIVE.table_bytes());
+        crate::igprof_log!(
+            "memory: the live-block table takes {:.1} MiB (sized for the most blocks live at once)",
+            bytes as f64 / (1u64 << 20) as f64
+        );
+    }
+}
 
 /// Live heap blocks for `LK` records under MEM_LIVE: `f(node, slot,
 /// address, size)` for each (outside signal context).
