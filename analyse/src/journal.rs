@@ -59,7 +59,8 @@ pub fn beside(path: &str) -> Result<Vec<Journal>, String> {
 
 /// The journal at `jpath` if it follows a snapshot of `size` bytes. One
 /// of another dump (up to 64 MiB) is passed over on its header's first
-/// words; a damaged one is read whole for the error.
+/// words; a damaged one is read whole for the error (a journal that
+/// parses has the header read first, so its size is `size`).
 fn of_size(jpath: &str, size: u64) -> Result<Option<Journal>, String> {
     use std::io::Read;
     let Ok(mut file) = std::fs::File::open(jpath) else {
@@ -74,8 +75,7 @@ fn of_size(jpath: &str, size: u64) -> Result<Option<Journal>, String> {
         return Ok(None);
     }
     file.read_to_end(&mut bytes).map_err(|e| e.to_string())?;
-    let j = Journal::parse(&bytes).map_err(|e| e.to_string())?;
-    Ok((j.snapshot.1 == size).then_some(j))
+    Journal::parse(&bytes).map(Some).map_err(|e| e.to_string())
 }
 
 /// The index of `s` in `names`, pushed there first if absent.

@@ -20,14 +20,14 @@ use super::DumpError;
 use super::{deflate, path};
 
 /// Writes the merged profile to `path` (through a temporary, see
-/// [`create_output`]); `complete` gets its size once it is all written,
-/// before it takes its name.
+/// [`create_output`]); `complete`, if any, gets its size once it is all
+/// written, before it takes its name.
 pub(super) fn write_named<T: ProfileTree>(
     path: &str,
     gzip: bool,
     merged: &T,
     naming: &Naming,
-    complete: &dyn Fn(u64),
+    complete: Option<&dyn Fn(u64)>,
 ) -> Result<(), DumpError> {
     let out = create_output(path)?;
     let written = {
@@ -39,8 +39,10 @@ pub(super) fn write_named<T: ProfileTree>(
         out.discard();
         return Err(DumpError::Write { path, err });
     }
-    if let Ok(m) = out.file().metadata() {
-        complete(m.len());
+    if let Some(complete) = complete {
+        if let Ok(m) = out.file().metadata() {
+            complete(m.len());
+        }
     }
     out.finish(Path::new(path)).map_err(|e| DumpError::Rename {
         path: path.to_string(),

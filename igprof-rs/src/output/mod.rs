@@ -356,21 +356,12 @@ fn write_tree<T: ProfileTree>(
         .iter()
         .filter(|&&a| names.source(a) == Some(crate::output::names::Source::Symtab))
         .count();
-    let identify = |size| {
-        if let Some(j) = journal {
-            j.identify(size)
-        }
-    };
-    write_named(path, gzip, tree, &Naming::Index(names), &identify)?;
+    let identify = journal.map(|j| move |size| j.identify(size));
+    let complete = identify.as_ref().map(|f| f as &dyn Fn(u64));
+    write_named(path, gzip, tree, &Naming::Index(names), complete)?;
     if names_check() {
         let at = crate::sys::thread_cpu_ns();
-        write_named(
-            &format!("{path}.dladdr"),
-            gzip,
-            tree,
-            &Naming::Dladdr,
-            &|_| {},
-        )?;
+        write_named(&format!("{path}.dladdr"), gzip, tree, &Naming::Dladdr, None)?;
         stats.dladdr_naming_ns = Some(crate::sys::thread_cpu_ns() - at);
     }
     Ok(())
