@@ -2,8 +2,9 @@
 //! frees, descriptors opened and closed and PERF ticks a process counted
 //! after the snapshot it wrote near its memory limit, in a file the
 //! process mapped `MAP_SHARED` so that they survive an OOM kill (the
-//! pages belong to the file, not to the process). The library writes it (`igprof-rs`' `modules::mem::journal`),
-//! igprof-analyse applies it to the snapshot.
+//! pages belong to the file, not to the process). The library writes it
+//! (`igprof-rs`' `modules::mem::journal`), igprof-analyse applies it to
+//! the snapshot.
 //!
 //! Owns: the file's layout (the constants below) and its parsing
 //! ([`Journal::parse`]).
@@ -17,8 +18,9 @@
 //! word [`W_MAGIC`] is [`MAGIC`], then the pid, and the time written in
 //! the `dumped` note (microseconds since the epoch) and the file size of
 //! the snapshot it follows (a journal whose snapshot was replaced is not
-//! applied; a copy of the two files still is), the capacity and cursor in slots, where the module table
-//! and the records start, and how many records did not fit. The module
+//! applied; a copy of the two files still is), the capacity and cursor in
+//! slots, where the module table and the records start, and how many
+//! records did not fit. The module
 //! table lists, for each loaded object, `start, end, base, len` and the
 //! path's `len` bytes padded to 8: the base is what the profile's object
 //! offsets count from (`dladdr`'s `dli_fbase`). Records are slots of

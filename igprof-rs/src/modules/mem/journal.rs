@@ -2,8 +2,8 @@
 //! allocation and free, descriptor opened and closed, and sample's PERF
 //! ticks also goes to `PROFILE.journal`, a file mapped `MAP_SHARED`, so
 //! that the counts between that snapshot and an OOM kill outlive the
-//! process (the written pages belong to the file's page
-//! cache). igprof-analyse applies the journal to the snapshot. The file,
+//! process (the written pages belong to the file's page cache).
+//! igprof-analyse applies the journal to the snapshot. The file,
 //! its header and module table are made by `output::journal`; the layout
 //! is `igprof_format::journal`'s.
 //!
