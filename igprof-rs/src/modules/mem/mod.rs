@@ -268,10 +268,23 @@ fn after_fork_child() {
 
 // ---- the dump writer's view ----
 
-/// Before each dump: the counts since the last mark gathered; under `-d`,
-/// the size of the live-block table.
+/// Before each dump: the counts since the last mark gathered; the events
+/// that could not be recorded, if any; under `-d`, those counts with the
+/// stack memo's and the size of the live-block table.
 fn before_dump() {
     account::gather_since_mark();
+    let lost = site::LOST.load(Ordering::Relaxed);
+    if lost > 0 || options::debug() {
+        crate::igprof_log!(
+            "memory/descriptor events not recorded: {lost}; recorded late from signal handlers: {}; on threads unknown to the profiler: {}; frees of blocks from before an attach: {}; stack memo hits {} misses {}",
+            site::DEFERRED.load(Ordering::Relaxed),
+            site::UNKNOWN_THREAD.load(Ordering::Relaxed),
+            account::FREED_FROM_BEFORE.load(Ordering::Relaxed),
+            memo::hits(),
+            memo::misses()
+        );
+        memo::report_check();
+    }
     if options::debug() {
         let bytes = site::with_outer(site::IN_RECORD, || account::LIVE.table_bytes());
         crate::igprof_log!(
@@ -295,17 +308,5 @@ pub fn leaks(f: &mut dyn FnMut(*const Node, usize, u64, u64)) {
             // a stack add up to its MEM_LIVE.
             f(b.node, slot, b.addr as u64, sample::weight_of(b.size).1);
         }
-    }
-    let lost = site::LOST.load(Ordering::Relaxed);
-    if lost > 0 || options::debug() {
-        crate::igprof_log!(
-            "memory/descriptor events not recorded: {lost}; recorded late from signal handlers: {}; on threads unknown to the profiler: {}; frees of blocks from before an attach: {}; stack memo hits {} misses {}",
-            site::DEFERRED.load(Ordering::Relaxed),
-            site::UNKNOWN_THREAD.load(Ordering::Relaxed),
-            account::FREED_FROM_BEFORE.load(Ordering::Relaxed),
-            memo::hits(),
-            memo::misses()
-        );
-        memo::report_check();
     }
 }
