@@ -7,7 +7,8 @@
  *   child     forks a child that does the above and then kills itself with a
  *             raw SIGKILL system call (no hook of kill sees it); the parent
  *             prints how the child ended;
- *   daemon    forks a child that closes its stdio and lives on for 3 s,
+ *   daemon    forks a child that closes its stdio and lives on for N s (3
+ *             for 0),
  *             while the parent returns at once (a pipe's reader must see
  *             end-of-file then);
  *   children  prints what wait() and waitpid(-1, __WALL) return and how many
@@ -186,7 +187,7 @@ int main(int argc, char **argv) {
             close(1);
             close(2);
             setsid();
-            sleep(3);
+            sleep(n > 0 ? n : 3);
             _exit(0);
         }
         printf("parent %d\n", c > 0);

@@ -176,9 +176,11 @@ fn a_stripped_program_has_one_entry_per_function() {
         .status()
         .unwrap();
     assert!(st.success());
-    ok(&igprof(
+    // -d: should the sampling fail, the profiler's account of it is in
+    // the failure message.
+    let log = ok(&igprof(
         &d,
-        &["-pp", "-o", "hot.gz", "./stripped_hot", "150"],
+        &["-d", "-pp", "-o", "hot.gz", "./stripped_hot", "150"],
     ));
     let (report, _) = analyse_ok(&d, &["hot.gz"]);
     let functions = functions_of(&full);
@@ -225,7 +227,7 @@ fn a_stripped_program_has_one_entry_per_function() {
         let least = if f == "hot_a" { 2 } else { 1 };
         assert!(
             addresses.len() >= least,
-            "{f}: sampled at {addresses:?}, {all} ticks in all\n{report}"
+            "{f}: sampled at {addresses:?}, {all} ticks in all\n{report}\n{log}"
         );
         let want = 100.0 * ticks as f64 / all;
         let s = share(&report, &format!("@{{stripped_hot+{start}}}"));

@@ -214,11 +214,11 @@ fn descriptors_closed_and_reused_by_the_program_stay_its_own() {
             let p = the_profile(&d);
             if uses(mode, "-pp") {
                 // after_close_all runs after every descriptor was closed:
-                // 100 ms of process CPU time, at least half of it its own
-                // (the worker may still be burning beside it).
+                // 100 ms of its thread's CPU time, 100 samples of 1 ms; at
+                // least half of them, whatever else runs beside it.
                 let (ticks, _) = under(&p, "PERF_TICKS", "after_close_all");
                 assert!(
-                    ticks >= 25,
+                    ticks >= 50,
                     "{ctx}: sampling stopped after close-all ({ticks} ticks of 1 ms in after_close_all)"
                 );
             }
