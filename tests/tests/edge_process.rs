@@ -738,6 +738,12 @@ fn a_program_that_refuses_perf_events_to_itself_is_still_sampled() {
         // total stays exact. A thread no signal reached at all is not in the
         // profile, and the profiler must say so.
         let err = text(&got.stderr);
+        // The fallback is said, once.
+        assert_eq!(
+            err.matches("perf_event_open(task-clock) refused: ").count(),
+            1,
+            "{mode:?}: {err}"
+        );
         let unsampled = err
             .lines()
             .find_map(|l| {

@@ -50,8 +50,11 @@ fn start_sampler(t: &'static ThreadState, o: &options::Options) {
             match open_event(t, user_only, how).and_then(|()| open_switch_event(t)) {
                 Ok(()) => return,
                 Err(e) => {
-                    if !PERF_UNAVAILABLE.swap(true, Ordering::Relaxed) && o.debug {
-                        no_perf_events(e);
+                    // Said once per process, whatever -d says: the
+                    // samples are coarser from here on. Start-up's lines
+                    // are the run's, said by the process the user started.
+                    if !PERF_UNAVAILABLE.swap(true, Ordering::Relaxed) {
+                        no_perf_events(e, o.perf == Some(PerfClock::Real));
                     }
                 }
             }
@@ -72,12 +75,24 @@ fn no_timer(tid: i32, e: Errno) {
     );
 }
 
+/// Says once per process that samples come from POSIX timers (`wall`:
+/// `-pr`'s monotonic ones) because perf events were refused.
 #[cold]
 #[inline(never)]
-fn no_perf_events(e: Errno) {
-    crate::igprof_log!(
-        "perf_event_open(task-clock) failed (errno {e}); sampling with CPU-clock timers (scheduler-tick resolution)"
-    );
+fn no_perf_events(e: Errno, wall: bool) {
+    let timers = if wall {
+        "wall-clock POSIX timers"
+    } else {
+        "CPU-clock POSIX timers, at most one sample per scheduler tick"
+    };
+    let why = match e.0 {
+        libc::ENOSYS => "not implemented here (qemu-user has no perf events)",
+        libc::EACCES | libc::EPERM => {
+            "refused: perf_event_paranoid above 2, or a seccomp filter, allows none"
+        }
+        _ => "failed",
+    };
+    crate::igprof_log!("perf_event_open(task-clock) {why} (errno {e}): sampling with {timers}");
 }
 
 /// Set once a thread's perf event could not be opened: later threads
