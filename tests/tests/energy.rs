@@ -40,13 +40,18 @@ fn energy_of_a_program_of_another_architecture() {
 /// most; the assertion names the pause.
 fn energy_3_to_1(d: &std::path::Path, igprof: impl Fn() -> std::process::Command) {
     const STALL: std::time::Duration = std::time::Duration::from_millis(5);
-    let shm = std::path::Path::new("/dev/shm");
-    let base = if shm.is_dir() { shm } else { d };
-    let root = base.join(format!(
+    let name = format!(
         "igprof-tests-{}-{}-fakeroot",
         std::process::id(),
         d.file_name().unwrap().to_string_lossy()
-    ));
+    );
+    // The scratch directory where /dev/shm cannot be written.
+    let shm = std::path::Path::new("/dev/shm").join(&name);
+    let root = if std::fs::create_dir_all(&shm).is_ok() {
+        shm
+    } else {
+        d.join(&name)
+    };
     for attempt in 1..=3 {
         let (o, pause) = run_with_fake_counter(&root, igprof());
         let err = ok(&o);
