@@ -7,7 +7,7 @@
 //! size classes (16 B .. 32 KiB) carved from 256 KiB mmap chunks, each class
 //! behind a spin lock; large blocks are their own mapping. While the final
 //! profile is written ([`final_arena`]), every block comes from one region
-//! in huge pages instead and nothing is given back.
+//! instead and nothing is given back.
 //!
 //! Must never: be called from signal context (the size-class spin locks could
 //! be held by the interrupted code; a debug check aborts if it happens), or
@@ -174,6 +174,17 @@ pub fn final_arena<R>(expected: usize, f: impl FnOnce() -> R) -> R {
     let r = f();
     ARENA.on.store(was, Ordering::Release);
     r
+}
+
+/// Bytes the final dump's region has handed out (0 where it was never
+/// made), for `-d`.
+pub fn final_arena_used() -> usize {
+    let lo = ARENA.lo.load(Ordering::Acquire);
+    if lo == 0 {
+        0
+    } else {
+        ARENA.cur.load(Ordering::Relaxed) - lo
+    }
 }
 
 impl Arena {

@@ -19,7 +19,7 @@ pub fn allow_final_again() {
 }
 
 /// Call-tree nodes up to which the final dump's memory comes from one
-/// region in huge pages (`alloc::final_arena`): a small cc1 has 19,000
+/// region (`alloc::final_arena`): a small cc1 has 19,000
 /// (its dump needs about 3 MiB), cc1plus on a template-heavy file 375,000.
 const SMALL_DUMP_NODES: usize = 50_000;
 /// Below this many nodes the region costs more than it saves: zeroing its
@@ -31,7 +31,13 @@ const TINY_DUMP_NODES: usize = 1_000;
 /// writer's buffers) and a part per node. Measured: a small cc1's 27,300
 /// nodes 3.3-3.8 MiB, sqlite3's 2,700 nodes 0.53-0.59 MiB. More would only
 /// add to the process's peak RSS (zeroed pages never used); less costs a
-/// page fault per 4 KiB beyond it.
+/// page fault per 4 KiB beyond it. The tree's size is a poor guide where
+/// few of its nodes have counts (a fork child's tree is its parent's):
+/// most of python3's short processes take 30-130 KiB of the 450-850 faulted
+/// in for them (`-d` says what the region gave). Faulting in less ahead
+/// and the rest a step at a time as the dump reaches it took that off them
+/// but added 0.2-0.3 MB to perl's and python3's peaks (a vector's unused
+/// capacity faulted in too), so the guess stays.
 const DUMP_BYTES_FIXED: usize = 256 << 10;
 const DUMP_BYTES_PER_NODE: usize = 128;
 
@@ -130,7 +136,14 @@ fn write_final(reason: &str, by_keeper: bool) -> Option<String> {
             crate::base::code_pages::give_back_again();
         }
         if (TINY_DUMP_NODES..=SMALL_DUMP_NODES).contains(&nodes) {
-            crate::base::alloc::final_arena(DUMP_BYTES_FIXED + nodes * DUMP_BYTES_PER_NODE, write)
+            let ahead = DUMP_BYTES_FIXED + nodes * DUMP_BYTES_PER_NODE;
+            let r = crate::base::alloc::final_arena(ahead, write);
+            crate::igprof_debug!(
+                "final dump: its region gave {} KiB for {nodes} nodes ({} KiB faulted in ahead)",
+                crate::base::alloc::final_arena_used() >> 10,
+                ahead >> 10
+            );
+            r
         } else {
             write()
         }
