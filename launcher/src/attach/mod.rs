@@ -399,21 +399,10 @@ fn attach(pid: i32, lib: &[u8], words: &[u8]) -> Result<(Duration, usize), Strin
                 paused += t.elapsed();
                 return Ok((paused, threads));
             }
-            THREAD_INSIDE => {
-                // The threads run a little, out of the patch's bytes.
+            THREAD_INSIDE | HELD_OFF_AGAIN => {
                 paused += t.elapsed();
                 stopped.release_without_samples();
                 stopped = stopped.pause(Duration::from_millis(20))?;
-            }
-            HELD_OFF_AGAIN => {
-                // The call waited for a lock another thread held, which
-                // has just let it go: tried again at once, before that
-                // thread takes it again (a thread that holds the loader's
-                // lock but for 5 ms in 3 s was let go 20 ms before each
-                // try, and held it at every one).
-                paused += t.elapsed();
-                stopped.release_without_samples();
-                stopped = stopped.pause(Duration::ZERO)?;
             }
             HELD_OFF => {
                 // The hooks written before the threads ran come off now,
