@@ -17,7 +17,7 @@
 //! detach or a failed attach; unload the library (threads may be inside
 //! its code, or in a trampoline, when the detach runs).
 
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::base::{options, run, thread};
 use crate::modules::Module;
@@ -44,6 +44,22 @@ static STARTED_ONCE: AtomicBool = AtomicBool::new(false);
 pub const HELD_OFF: i32 = 5;
 /// A later attach met the same: nothing was written; try again.
 pub const HELD_OFF_AGAIN: i32 = 6;
+/// As [`HELD_OFF_AGAIN`], but the launcher stopped the other threads again
+/// while this call held the loader's lock ([`stopped_under_loader_lock`]):
+/// the launcher calls again at once, every thread still stopped.
+pub const RESTOPPED: i32 = 7;
+
+/// The hand-shake of [`stopped_under_loader_lock`]: 1 while a call asks
+/// the launcher to stop the other threads again, 2 once it has, 3 when it
+/// could not. Cleared at the start of each call.
+#[no_mangle]
+#[used]
+#[allow(non_upper_case_globals)]
+pub static igprof_attach_restop: AtomicU64 = AtomicU64::new(0);
+
+/// How long a call holding the loader's lock waits for the launcher to
+/// stop the other threads (it polls every 20 ms).
+const RESTOP_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Set when a first attach stopped with modules started part-way.
 static PART_WAY: AtomicBool = AtomicBool::new(false);
@@ -79,6 +95,7 @@ pub struct Stopped {
 pub fn attach(modules: &'static [&'static Module], raw: &[u8], threads: &mut [Stopped]) -> i32 {
     crate::base::log::capture_lines();
     crate::hook::begin_call();
+    igprof_attach_restop.store(0, Ordering::SeqCst);
     if ATTACHED_NOW.load(Ordering::Acquire) || (run::active() && !run::attached()) {
         crate::igprof_log!("the process is already profiled by igprof");
         return ALREADY;
@@ -93,10 +110,13 @@ pub fn attach(modules: &'static [&'static Module], raw: &[u8], threads: &mut [St
     THREADS_OUT.store(threads.as_mut_ptr(), Ordering::Release);
     THREADS_OUT_LEN.store(threads.len(), Ordering::Release);
     crate::hook::avoid_pcs(&pcs, Some(report_move));
-    let r = if STARTED_ONCE.load(Ordering::Acquire) {
+    let r = match if STARTED_ONCE.load(Ordering::Acquire) {
         again(raw)
     } else {
         first(modules, raw)
+    } {
+        HELD_OFF_AGAIN if stopped_under_loader_lock() => RESTOPPED,
+        r => r,
     };
     if r == ATTACHED {
         for (t, pc) in threads.iter_mut().zip(crate::hook::moved_pcs()) {
@@ -128,6 +148,38 @@ fn take_start_up_locks() {
     // SAFETY: the program's malloc and free, outside any hook of ours (the
     // first attach has written none); a null result is fine to free.
     unsafe { libc::free(libc::malloc(64)) };
+}
+
+/// After a call that waited for a lock while the other threads ran (and
+/// wrote nothing): takes the loader's lock (dl_iterate_phdr's) and, while
+/// holding it, has the launcher stop the other threads again; true once
+/// it has. A thread that takes that lock again within milliseconds of
+/// letting it go (a loop of dl_iterate_phdr: unwinders before glibc 2.35's
+/// _dl_find_object) would otherwise hold it at every later try, each of
+/// which would wait for it and be held off in turn. The call then returns
+/// at once, so this lock is never held while another is taken.
+fn stopped_under_loader_lock() -> bool {
+    extern "C" fn ask(_: *mut libc::dl_phdr_info, _: usize, stopped: *mut libc::c_void) -> i32 {
+        igprof_attach_restop.store(1, Ordering::SeqCst);
+        let until = std::time::Instant::now() + RESTOP_WITHIN;
+        let answer = loop {
+            match igprof_attach_restop.load(Ordering::SeqCst) {
+                1 if std::time::Instant::now() < until => {
+                    std::thread::sleep(std::time::Duration::from_millis(1))
+                }
+                a => break a,
+            }
+        };
+        igprof_attach_restop.store(0, Ordering::SeqCst);
+        // SAFETY: `stopped` is the bool passed to dl_iterate_phdr below,
+        // alive for the length of that call.
+        unsafe { *stopped.cast::<bool>() = answer == 2 };
+        1
+    }
+    let mut stopped = false;
+    // SAFETY: the callback writes only `stopped`, which outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(ask), (&raw mut stopped).cast()) };
+    stopped
 }
 
 /// The launcher's array of the stopped threads during an attach call.

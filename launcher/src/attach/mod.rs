@@ -43,6 +43,9 @@ const NOT_DETACHING: u64 = 3;
 /// for a lock one held), so it wrote no more code.
 const HELD_OFF: u64 = 5;
 const HELD_OFF_AGAIN: u64 = 6;
+/// `igprof_attach`: held off, and the threads were stopped again while it
+/// held the loader's lock: called again at once.
+const RESTOPPED: u64 = 7;
 /// How often an attach is tried when a thread is inside a patch's bytes.
 const TRIES: usize = 20;
 
@@ -181,9 +184,14 @@ fn attach_command(args: &[OsString]) -> Result<(), String> {
         Err(r) => return Err(said(r)),
     };
     let t0 = Instant::now();
-    let (paused, threads) = attach(pid, &lib, &words)?;
+    let (paused, threads, tries) = attach(pid, &lib, &words)?;
+    let tries = if tries > 1 {
+        format!(" over {tries} tries")
+    } else {
+        String::new()
+    };
     eprintln!(
-        "igprof: attached to process {pid} ({} stopped for {:.1} ms); igprof --detach {pid} writes the profile",
+        "igprof: attached to process {pid} ({} stopped for {:.1} ms{tries}); igprof --detach {pid} writes the profile",
         threads_word(threads),
         paused.as_secs_f64() * 1e3
     );
@@ -329,8 +337,8 @@ fn print_log(pid: i32, e: &Entry, first: usize) {
 }
 
 /// Loads the library if needed and starts it; how long the threads were
-/// stopped.
-fn attach(pid: i32, lib: &[u8], words: &[u8]) -> Result<(Duration, usize), String> {
+/// stopped, how many threads, and at which try it started.
+fn attach(pid: i32, lib: &[u8], words: &[u8]) -> Result<(Duration, usize, usize), String> {
     let loaded = loaded_lib(pid, lib)?.is_some();
     let preloaded = std::fs::read(format!("/proc/{pid}/environ"))
         .unwrap_or_default()
@@ -363,13 +371,18 @@ fn attach(pid: i32, lib: &[u8], words: &[u8]) -> Result<(Duration, usize), Strin
         "igprof_attach_others_ran",
         "igprof_attach_patching",
         "igprof_detach_unhook",
+        "igprof_attach_restop",
     ];
     let e = Entry::find(pid, lib, &names)?;
     let entry = e.at(0)?;
-    stopped.gate = Some((e.at(3)?, e.at(4)?));
+    stopped.gate = Some(ptrace::Gate {
+        others_ran: e.at(3)?,
+        patching: e.at(4)?,
+        restop: e.at(6)?,
+    });
     stopped.library = Some(e.path.clone());
     let mut paused = t0.elapsed();
-    for _ in 0..TRIES {
+    for tried in 1..=TRIES {
         // The caller's place may move before the call: taken after.
         stopped.ready_caller()?;
         let threads = stopped.threads();
@@ -397,13 +410,14 @@ fn attach(pid: i32, lib: &[u8], words: &[u8]) -> Result<(Duration, usize), Strin
                 let threads = stopped.thread_count();
                 stopped.release();
                 paused += t.elapsed();
-                return Ok((paused, threads));
+                return Ok((paused, threads, tried));
             }
             THREAD_INSIDE | HELD_OFF_AGAIN => {
                 paused += t.elapsed();
                 stopped.release_without_samples();
                 stopped = stopped.pause(Duration::from_millis(20))?;
             }
+            RESTOPPED => paused += t.elapsed(),
             HELD_OFF => {
                 // The hooks written before the threads ran come off now,
                 // every thread held.

@@ -33,10 +33,9 @@ pub struct Stopped {
     pub hold_others: bool,
     /// Threads calls no longer go to ([`Stopped::avoid_caller`]).
     avoid: std::collections::BTreeSet<i32>,
-    /// The library's `igprof_attach_others_ran` and `igprof_attach_patching`
-    /// (see its hook module): set before the other threads are let run
-    /// during a long call, so that no code is written from then on.
-    pub gate: Option<(u64, u64)>,
+    /// The library's flags that govern the other threads' running during
+    /// a call ([`Gate`]).
+    pub gate: Option<Gate>,
     /// Where, in the call's data, the library writes each move of a
     /// stopped thread out of a patch's bytes (offset of its array of
     /// (tid, thread pointer, pc)), and the array as sent: applied before
@@ -53,6 +52,21 @@ pub struct Stopped {
     /// The profiler library's path as the process maps it, once loaded
     /// (see [`super::caller`]).
     pub library: Option<String>,
+}
+
+/// Addresses, in the process, of the library's flags for a call during
+/// which the other threads run.
+#[derive(Clone, Copy)]
+pub struct Gate {
+    /// `igprof_attach_others_ran` (its hook module): set before the other
+    /// threads are let run, so that no code is written from then on.
+    pub others_ran: u64,
+    /// `igprof_attach_patching`: 1 while code is being written.
+    pub patching: u64,
+    /// `igprof_attach_restop` (process/attach.rs): 1 when the call asks
+    /// for the other threads to be stopped again before it returns; 2
+    /// answers that they are, 3 that they could not be.
+    pub restop: u64,
 }
 
 /// A call's result, or why it has none.
@@ -256,8 +270,9 @@ impl Stopped {
     }
 
     /// Seizes and stops every thread of the process not held yet, threads
-    /// made meanwhile too (all of them, at [`Stopped::all`]; those a
-    /// thread let run alone made). On an error every thread is let go.
+    /// made meanwhile too (all of them, at [`Stopped::all`]; those made
+    /// while some ran). On an error, those seized stay held (every thread
+    /// is let go when the `Stopped` is dropped).
     fn stop_new_threads(&mut self) -> Result<(), String> {
         let mut seized: std::collections::BTreeSet<i32> = self.threads.keys().copied().collect();
         loop {
@@ -280,7 +295,6 @@ impl Stopped {
                     if tid != self.pid && (e == libc::ESRCH || (e == libc::EPERM && zombie(tid))) {
                         continue;
                     }
-                    self.release();
                     return Err(seize_error(self.pid, e));
                 }
                 seized.insert(tid);
@@ -517,10 +531,10 @@ impl Stopped {
     /// write no more code (a write under way is waited for), and the
     /// threads it moved out of patches so far are moved.
     fn close_gate(&mut self) {
-        if let Some((flag, patching)) = self.gate {
-            let _ = write_mem(self.pid, flag, &1u64.to_le_bytes());
+        if let Some(g) = self.gate {
+            let _ = write_mem(self.pid, g.others_ran, &1u64.to_le_bytes());
             let until = Instant::now() + Duration::from_secs(1);
-            while read_mem(self.pid, patching, 8).is_ok_and(|b| b != [0; 8])
+            while read_mem(self.pid, g.patching, 8).is_ok_and(|b| b != [0; 8])
                 && Instant::now() < until
             {
                 std::thread::sleep(Duration::from_micros(50));
@@ -650,6 +664,15 @@ impl Stopped {
                 Ok(s) => s,
                 Err(_) if self.others_ran && deadline.is_some_and(|d| Instant::now() < d) => {
                     self.serve_others(tid);
+                    if self.restop_asked() {
+                        let stopped = self.stop_others(tid).is_ok();
+                        self.answer_restop(stopped);
+                        if stopped {
+                            self.others_ran = false;
+                            deadline = Some(Instant::now() + CALL_ALONE);
+                            waited_long = false;
+                        }
+                    }
                     continue;
                 }
                 Err(_) => {
@@ -703,29 +726,55 @@ impl Stopped {
             }
         };
         if self.others_ran {
-            let others: Vec<i32> = self.threads.keys().copied().filter(|&t| t != tid).collect();
-            let asked: Vec<i32> = others
-                .iter()
-                .copied()
-                .filter(|&t| request(libc::PTRACE_INTERRUPT, t, 0, 0).is_ok())
-                .collect();
-            for t in others {
-                let th = if asked.contains(&t) {
-                    self.wait_stopped(t)?
-                } else {
-                    None
-                };
-                match th {
-                    Some(th) => {
-                        self.threads.insert(t, th);
-                    }
-                    None => {
-                        self.threads.remove(&t);
-                    }
+            self.stop_others(tid)?;
+        }
+        outcome
+    }
+
+    /// Stops again every thread but `caller`, after they ran during its
+    /// call, and those they made meanwhile.
+    fn stop_others(&mut self, caller: i32) -> Result<(), String> {
+        let others: Vec<i32> = self
+            .threads
+            .keys()
+            .copied()
+            .filter(|&t| t != caller)
+            .collect();
+        let asked: Vec<i32> = others
+            .iter()
+            .copied()
+            .filter(|&t| request(libc::PTRACE_INTERRUPT, t, 0, 0).is_ok())
+            .collect();
+        for t in others {
+            let th = if asked.contains(&t) {
+                self.wait_stopped(t)?
+            } else {
+                None
+            };
+            match th {
+                Some(th) => {
+                    self.threads.insert(t, th);
+                }
+                None => {
+                    self.threads.remove(&t);
                 }
             }
         }
-        outcome
+        self.stop_new_threads()
+    }
+
+    /// Whether the call asks for the other threads to be stopped again
+    /// ([`Gate::restop`]).
+    fn restop_asked(&self) -> bool {
+        self.gate
+            .is_some_and(|g| read_mem(self.pid, g.restop, 8).is_ok_and(|b| b == 1u64.to_le_bytes()))
+    }
+
+    fn answer_restop(&self, stopped: bool) {
+        if let Some(g) = self.gate {
+            let a: u64 = if stopped { 2 } else { 3 };
+            let _ = write_mem(self.pid, g.restop, &a.to_le_bytes());
+        }
     }
 
     /// Lets every thread go on as it was (registers as stopped).
