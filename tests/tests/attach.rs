@@ -579,26 +579,34 @@ fn ctrl_c_ends_for_early_with_the_detach() {
 }
 
 /// Loads `http://127.0.0.1:port/` from a thread until `stop`: (answers,
-/// failures).
+/// failures, each failure said with the time since the start).
 fn load(
     port: u16,
+    start: std::time::Instant,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> std::thread::JoinHandle<(u64, u64)> {
+) -> std::thread::JoinHandle<(u64, Vec<String>)> {
     use std::io::Read;
     std::thread::spawn(move || {
-        let (mut good, mut bad) = (0, 0);
+        let (mut good, mut bad) = (0, Vec::new());
         while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-            let r = (|| -> std::io::Result<bool> {
+            let r = (|| -> std::io::Result<Vec<u8>> {
                 let mut s = TcpStream::connect(("127.0.0.1", port))?;
                 s.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
                 s.write_all(b"GET / HTTP/1.0\r\nHost: x\r\n\r\n")?;
                 let mut body = Vec::new();
                 s.read_to_end(&mut body)?;
-                Ok(body.starts_with(b"HTTP/1.") && body.windows(6).any(|w| w == b" 200 O"))
+                Ok(body)
             })();
+            let at = start.elapsed().as_secs_f64();
             match r {
-                Ok(true) => good += 1,
-                _ => bad += 1,
+                Ok(b) if b.starts_with(b"HTTP/1.") && b.windows(6).any(|w| w == b" 200 O") => {
+                    good += 1
+                }
+                Ok(b) => bad.push(format!(
+                    "{at:.3} s: answer {:?}",
+                    String::from_utf8_lossy(&b[..b.len().min(80)])
+                )),
+                Err(e) => bad.push(format!("{at:.3} s: {e}")),
             }
         }
         (good, bad)
@@ -610,6 +618,8 @@ fn load(
 /// every profile readable and holding allocations; the process's
 /// descriptors and threads as before at the end.
 fn cycles(name: &str, cmd: &[&str], port_of: impl Fn(&str) -> Option<u16>) {
+    // Its requests time out after 10 s: not beside 25 spinning threads.
+    let _cores = CORES.read().unwrap_or_else(|e| e.into_inner());
     let d = scratch(name);
     let mut child = Command::new(cmd[0])
         .args(&cmd[1..])
@@ -652,15 +662,23 @@ fn cycles(name: &str, cmd: &[&str], port_of: impl Fn(&str) -> Option<u16>) {
     std::thread::sleep(std::time::Duration::from_millis(300));
     let before = seen(pid);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let loader = load(port, stop.clone());
+    let start = std::time::Instant::now();
+    let loader = load(port, start, stop.clone());
+    // When each attach and detach began and ended, to set beside a failure.
+    let mut began = Vec::new();
+    let at = || (start.elapsed().as_secs_f64() * 1000.0).round() / 1000.0;
     for i in 0..20 {
         let out = format!("c{i}.gz");
+        let a = at();
         ok(&launcher_in(
             &d,
             &["--attach", &pid.to_string(), "-pp", "-mp", "-o", &out],
         ));
+        began.push(("attach", a, at()));
         std::thread::sleep(std::time::Duration::from_millis(200));
+        let a = at();
         ok(&launcher_in(&d, &["--detach", &pid.to_string()]));
+        began.push(("detach", a, at()));
         let p = parse_strict(&read_text(&d.join(&out))).unwrap();
         assert!(
             total(&p, "MEM_TOTAL") > 0,
@@ -669,7 +687,12 @@ fn cycles(name: &str, cmd: &[&str], port_of: impl Fn(&str) -> Option<u16>) {
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (good, bad) = loader.join().unwrap();
-    assert_eq!(bad, 0, "{name}: {bad} failed requests of {}", good + bad);
+    assert!(
+        bad.is_empty(),
+        "{name}: {} failed requests of {}: {bad:?}; (call, began, ended), s: {began:?}",
+        bad.len(),
+        good + bad.len() as u64,
+    );
     assert!(good > 200, "{name}: only {good} requests answered");
     assert_eq!(seen_with(pid, before.threads).fds, before.fds, "{name}");
     assert!(code_as_in_files(pid) >= 3);
@@ -756,12 +779,16 @@ fn sqlite3_query_attached_for_two_seconds_gives_its_result() {
 
 #[test]
 fn fifty_busy_threads_survive_ten_attach_detach_cycles() {
+    let _cores = cores_busy();
     let d = scratch("attach-threads");
     build(&d, "attach_threads.c", "attach_threads", &[]);
-    let mut child = Command::new(d.join("attach_threads"))
-        .env("IGPROF_CACHE_DIR", test_store())
-        .spawn()
-        .unwrap();
+    let mut reaped = Reaped(
+        Command::new(d.join("attach_threads"))
+            .env("IGPROF_CACHE_DIR", test_store())
+            .spawn()
+            .unwrap(),
+    );
+    let child = &mut reaped.0;
     let pid = child.id().to_string();
     let threads = || std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count());
     for _ in 0..100 {
@@ -772,7 +799,7 @@ fn fifty_busy_threads_survive_ten_attach_detach_cycles() {
     }
     assert_eq!(threads(), 51);
     for i in 0..10 {
-        let p = attached_for(&d, &mut child, &format!("t{i}.gz"), 150, i);
+        let p = attached_for(&d, child, &format!("t{i}.gz"), 150, i);
         assert!(
             under(&p, "PERF_TICKS", "spin").0 > 0,
             "cycle {i}: the spinning threads were not sampled"
@@ -784,8 +811,6 @@ fn fifty_busy_threads_survive_ten_attach_detach_cycles() {
         "the process died after the last detach"
     );
     assert!(code_as_in_files(child.id() as i32) >= 3);
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 /// Both threads of tests/programs/attach_all_busy.c allocate without
@@ -951,6 +976,7 @@ fn cpu_ns(pid: u32) -> u64 {
 /// The process lives on and its code is as in its files.
 #[test]
 fn per_thread_events_count_threads_from_before_the_attach() {
+    let _cores = cores_busy();
     let d = scratch("attach-events");
     build(&d, "attach_threads.c", "attach_threads", &[]);
     let child = Reaped(Command::new(d.join("attach_threads")).spawn().unwrap());
@@ -1024,6 +1050,16 @@ fn started_ready(d: &Path, exe: &str) -> Reaped {
         .unwrap();
     assert_eq!(ready.trim(), "ready");
     child
+}
+
+/// The machine's two cores: a test that keeps them busy (25 threads
+/// spinning) takes them whole ([`cores_busy`]); a test whose checks a
+/// starved process could fail (a served request's timeout) shares them
+/// with its like only. What each measures is unchanged.
+static CORES: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+fn cores_busy() -> std::sync::RwLockWriteGuard<'static, ()> {
+    CORES.write().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A child killed and reaped however the test ends.
