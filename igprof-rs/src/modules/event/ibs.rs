@@ -516,8 +516,11 @@ pub(super) fn synthetic(f: &mut dyn FnMut(&'static str, usize, u64, u64)) {
     };
     put("<stack>".into(), data::STACK.get());
     put("<unknown>".into(), data::UNKNOWN.get());
-    let symbols = trampoline::data_symbols();
+    // Read (every loaded object's symbol table) only when a data address
+    // was sampled: an -e run without IBS has none.
+    let mut symbols = None;
     data::for_each(|addr, v| {
+        let symbols = symbols.get_or_insert_with(trampoline::data_symbols);
         let name = match symbols.at(addr as u64) {
             Some(s) => format!("<data> {s}"),
             None => "<unknown>".into(),
