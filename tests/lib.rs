@@ -600,6 +600,14 @@ pub fn path_values(p: &Profile, counter: &str) -> Vec<(Vec<String>, u64, u64)> {
     out
 }
 
+/// Four standard deviations, in points, of a share of `want` percent
+/// among `n` samples taken at random: how far chance alone may put a
+/// sampled share (beyond it, once in about 16,000 runs).
+pub fn sampling_tolerance(want: f64, n: u64) -> f64 {
+    let p = want / 100.0;
+    4.0 * 100.0 * (p * (1.0 - p) / n.max(1) as f64).sqrt()
+}
+
 /// Cumulative share (percent of all ticks) of every function name.
 pub fn cumulative_shares(p: &Profile, counter: &str) -> BTreeMap<String, f64> {
     let ps = paths(p, counter);

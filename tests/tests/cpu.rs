@@ -45,8 +45,7 @@ fn cpu_split_50_30_20_at_1ms() {
     // reach, where a fixed 3 points was not (a CI run: hot_c 23.4% of 951
     // samples, 2.6 of those deviations).
     for (f, want) in [("hot_a", 50.0), ("hot_b", 30.0), ("hot_c", 20.0)] {
-        let q = want / 100.0;
-        within(&s, f, want, 400.0 * (q * (1.0 - q) / n as f64).sqrt());
+        within(&s, f, want, sampling_tolerance(want, n));
     }
     within(&s, "main", 100.0, 1.5);
 }

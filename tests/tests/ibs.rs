@@ -23,8 +23,7 @@ const SEAM: &str = "IGPROF_IBS_TEST_RECORDS";
 /// with the other tests of this file beside it on two cores, saw 51.9% for
 /// 48%. A sample charged to the wrong object is off by tens of points.
 fn share_tolerance(want: f64, n: u64) -> f64 {
-    let p = want / 100.0;
-    (4.0 * 100.0 * (p * (1.0 - p) / n.max(1) as f64).sqrt()).max(5.0)
+    sampling_tolerance(want, n).max(5.0)
 }
 
 fn program(d: &Path) {
