@@ -159,11 +159,10 @@ fn a_program_of_another_architecture_is_sampled_under_qemu() {
         // Sampling error: four standard deviations of a share of n samples
         // (POSIX CPU timers fire on the scheduler tick: a few hundred
         // samples here, fewer on a loaded machine), at least 6 points.
-        let n = total(&p, "PERF_TICKS").max(1) as f64;
+        let n = total(&p, "PERF_TICKS");
         for (f, want) in [("hot_a", 50.0), ("hot_b", 30.0), ("hot_c", 20.0)] {
             let got = s.get(f).copied().unwrap_or(0.0);
-            let share = want / 100.0;
-            let tol = (400.0 * (share * (1.0 - share) / n).sqrt()).max(6.0);
+            let tol = sampling_tolerance(want, n).max(6.0);
             assert!(
                 (got - want).abs() < tol,
                 "{sampler}: {f} {got:.1}%, {want}% expected (+-{tol:.1} for {n} ticks): {s:?}"
