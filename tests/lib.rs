@@ -685,7 +685,7 @@ pub const DUMP_NOW_ARGS: &[&str] = &[
 ];
 
 /// Checks a run of [`DUMP_NOW_ARGS`] in `d`: igprof_dump_now wrote
-/// snapshot.gz (over 90% in burner), the dump signal wrote final.gz and said
+/// snapshot.gz (mostly burner's CPU), the dump signal wrote final.gz and said
 /// so, and both profiles parse.
 pub fn check_dump_now(d: &Path, o: &Output) {
     let err = ok(o);
@@ -698,7 +698,11 @@ pub fn check_dump_now(d: &Path, o: &Output) {
         .get("burner")
         .copied()
         .unwrap_or(0.0);
-    assert!(burner > 90.0, "burner {burner:.1}% of the snapshot");
+    // 400 ms of burner's CPU against the CPU of everything else the program
+    // ran before the snapshot: a few ms natively, and up to 10% under qemu,
+    // whose first run of each piece of code (the sleep, the print) costs
+    // translation time. A wall-clock profile would give burner about half.
+    assert!(burner > 80.0, "burner {burner:.1}% of the snapshot");
     assert!(
         err.contains(&format!("dump written to {}", d.join("final.gz").display())),
         "the dump signal wrote a profile: {err}"

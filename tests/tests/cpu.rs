@@ -475,15 +475,22 @@ fn fixtures_parse_with_the_strict_parser() {
 fn wall_clock_and_user_time_modes() {
     let d = scratch("modes");
     build(&d, "sleep_burn.c", "sleep_burn", &[]);
-    ok(&igprof(
+    let err = ok(&igprof(
         &d,
         &["-pr", "-i", "1ms", "-o", "real.gz", "./sleep_burn"],
     ));
     let p = parse_strict(&read_text(&d.join("real.gz"))).unwrap();
     let s = cumulative_shares(&p, "PERF_TICKS");
-    // Wall clock: the sleep counts (400 ms of ~800 ms; generous bounds for a loaded machine).
+    // Wall clock: the sleep counts, as the share of the wall time the
+    // program measured itself (400 ms asleep, then 400 ms of CPU that a
+    // busy machine stretches); the bounds leave room for start-up and exit.
+    let (slept, burnt) = sleep_burn_walls(&err);
+    let want = 100.0 * slept / (slept + burnt);
     let sl = s.get("sleeper").copied().unwrap_or(0.0);
-    assert!((30.0..=70.0).contains(&sl), "-pr: sleeper {sl:.1}%: {s:?}");
+    assert!(
+        (sl - want).abs() <= 15.0,
+        "-pr: sleeper {sl:.1}%, {want:.1}% of the program's wall time: {s:?}"
+    );
     for mode in ["-pp", "-pu"] {
         let out = format!("{mode}.gz");
         ok(&igprof(
@@ -499,6 +506,21 @@ fn wall_clock_and_user_time_modes() {
             "{mode}: sleeping costs no CPU: {s:?}"
         );
     }
+}
+
+/// The wall times sleep_burn measured for its sleeper and burner, in ms,
+/// from its "sleep_burn: sleeper N ms, burner M ms" line on stderr.
+fn sleep_burn_walls(stderr: &str) -> (f64, f64) {
+    let line = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("sleep_burn: sleeper "))
+        .unwrap_or_else(|| panic!("no sleep_burn line: {stderr}"));
+    let ms: Vec<f64> = line
+        .split(" ms")
+        .filter_map(|p| p.trim_start_matches(", burner ").trim().parse().ok())
+        .collect();
+    assert_eq!(ms.len(), 2, "{line}");
+    (ms[0], ms[1])
 }
 
 #[test]
