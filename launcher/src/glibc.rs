@@ -18,7 +18,7 @@
 //! (`dl_iterate_phdr`), not from `/proc/self/maps`.
 
 use object::elf::FileHeader64;
-use object::read::elf::{FileHeader, ProgramHeader};
+use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
 use object::Endianness;
 use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
@@ -102,12 +102,19 @@ fn needed_versions(path: &Path) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
         return Some(Vec::new());
     };
     // `strings_index`: the string table the section links to.
-    let strings = sections.strings(endian, data, strings_index).ok()?;
+    let strings = sections
+        .section(strings_index)
+        .ok()?
+        .data(endian, data)
+        .ok()?;
     let mut out = Vec::new();
     while let Some((need, mut auxs)) = needs.next().ok()? {
-        let file = need.file(endian, strings).ok()?.to_vec();
+        let file = string_at(strings, need.vn_file.get(endian))?.to_vec();
         while let Some(aux) = auxs.next().ok()? {
-            out.push((file.clone(), aux.name(endian, strings).ok()?.to_vec()));
+            out.push((
+                file.clone(),
+                string_at(strings, aux.vna_name.get(endian))?.to_vec(),
+            ));
         }
     }
     Some(out)
@@ -125,16 +132,30 @@ fn defined_versions(path: &Path) -> Option<Versions> {
     let sections = elf.sections(endian, data).ok()?;
     let (mut defs, strings_index) = sections.gnu_verdef(endian, data).ok()??;
     // `strings_index`: the string table the section links to.
-    let strings = sections.strings(endian, data, strings_index).ok()?;
+    let strings = sections
+        .section(strings_index)
+        .ok()?
+        .data(endian, data)
+        .ok()?;
     let mut out = Vec::new();
     while let Some((_, mut auxs)) = defs.next().ok()? {
         // The first auxiliary entry is the version's own name; the others
         // name its parents.
         if let Some(aux) = auxs.next().ok()? {
-            out.push(aux.name(endian, strings).ok()?.to_vec());
+            out.push(string_at(strings, aux.vda_name.get(endian))?.to_vec());
         }
     }
     Some(out)
+}
+
+/// The NUL-terminated string at `offset` of string table `table`. Not
+/// `object`'s `StringTable`, whose search goes through `memchr`: its first
+/// call runs the CPU feature detection of the standard library (a few
+/// CPUID instructions, each a trap to the hypervisor in a VM), a cost the
+/// launcher adds to every profiled process for a search over a few bytes.
+fn string_at(table: &[u8], offset: u32) -> Option<&[u8]> {
+    let rest = table.get(offset as usize..)?;
+    Some(&rest[..rest.iter().position(|&b| b == 0)?])
 }
 
 /// The loader (PT_INTERP) of the ELF file `path`, if it has one.
