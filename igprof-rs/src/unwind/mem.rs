@@ -69,9 +69,9 @@ impl<T: Zeroable> MmapSlice<T> {
         Self::mapped(len, true)
     }
 
-    /// [`Self::zeroed`] without faulting the pages in: for a large array
-    /// used from its start, whose later pages may never be touched (a
-    /// signal handler may then take the page fault of first use).
+    /// [`Self::zeroed`] without faulting the pages in: for an array whose
+    /// pages may never all be touched (a signal handler may then take the
+    /// page fault of first use).
     pub(crate) fn zeroed_lazy(len: usize) -> Result<Self, MapError> {
         Self::mapped(len, false)
     }

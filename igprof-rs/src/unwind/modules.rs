@@ -167,7 +167,9 @@ impl NameArena {
         }
         if self.used + name.len() > self.cap {
             let cap = name.len().max(64 << 10);
-            self.chunk = MmapSlice::<u8>::zeroed(cap).ok()?.leak().as_mut_ptr() as usize;
+            // Pages are faulted in as names are written, outside signal
+            // context: a process's few paths touch one or two of them.
+            self.chunk = MmapSlice::<u8>::zeroed_lazy(cap).ok()?.leak().as_mut_ptr() as usize;
             self.used = 0;
             self.cap = cap;
         }

@@ -70,7 +70,10 @@ impl ThreadUnwinder {
     /// Outside signal context (maps memory; framehop preallocates its
     /// scratch space with the global allocator).
     pub fn new() -> Result<Self, MapError> {
-        let cache = MmapSlice::zeroed(1)?;
+        // 64 KiB of slots, faulted in as the walks fill them: a short
+        // process or thread touches a few of its 16 pages (each first
+        // touch a minor fault, in a signal handler too), not all at start.
+        let cache = MmapSlice::zeroed_lazy(1)?;
         Ok(ThreadUnwinder {
             cache: UnsafeCell::new(cache),
             hazard: Hazard::claim()?,
