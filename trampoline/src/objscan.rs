@@ -13,7 +13,7 @@
 //! mapping.
 
 use crate::symbols::{load_bias, Symbol};
-use object::{Object, ObjectSection, ObjectSymbol};
+use object::read::elf::{FileHeader, SectionHeader, Sym};
 
 /// What a scan of one object's file found.
 #[derive(Debug, Default)]
@@ -54,34 +54,79 @@ pub fn scan_object(
     let map = Mapped::open(crate::symbols::file_of(path))?;
     let file = object::File::parse(map.bytes()).ok()?;
     let bias = load_bias(&file, base);
+    // Names are read from the string tables' bytes, not through object's
+    // `StringTable`, whose search for a name's end goes through memchr:
+    // its first call runs the standard library's CPU feature detection
+    // (CPUID instructions, each a trap to the hypervisor in a VM: about 2%
+    // of a profiled no-op's time there), which no profiled process needs.
+    let object::File::Elf64(elf) = &file else {
+        return None;
+    };
+    let (endian, data) = (elf.endian(), elf.data());
+    let sections = elf.elf_section_table();
+    let bytes_of = |index: object::SectionIndex| {
+        let header = sections.section(index).ok()?;
+        header.data(endian, data).ok()
+    };
+    let names = elf
+        .elf_header()
+        .shstrndx(endian, data)
+        .ok()
+        .and_then(|i| bytes_of(object::SectionIndex(i as usize)))
+        .unwrap_or_default();
+    let section = |wanted: &[u8]| {
+        sections
+            .iter()
+            .find(|h| string_at(names, h.sh_name(endian)) == Some(wanted))
+    };
     let mut scan = Scan {
-        symtab: file.symbol_table().is_some(),
-        rust: file.section_by_name(".rustc").is_some()
-            || file
-                .section_by_name(".comment")
-                .and_then(|s| s.data().ok())
+        symtab: !elf.elf_symbol_table().is_empty(),
+        rust: section(b".rustc").is_some()
+            || section(b".comment")
+                .and_then(|h| h.data(endian, data).ok())
                 .is_some_and(|d| d.windows(5).any(|w| w == b"rustc")),
         ..Scan::default()
     };
     if tables == Tables::Headers {
         return Some(scan);
     }
-    let local = (tables == Tables::All).then(|| file.symbols());
-    for s in local.into_iter().flatten().chain(file.dynamic_symbols()) {
-        if s.kind() != object::SymbolKind::Text || !s.is_definition() {
+    let local = (tables == Tables::All).then(|| elf.elf_symbol_table());
+    for table in local.into_iter().chain([elf.elf_dynamic_symbol_table()]) {
+        let Some(strings) = bytes_of(table.string_section()) else {
             continue;
+        };
+        for s in table.symbols() {
+            // object's `SymbolKind::Text` and `is_definition` together.
+            let shndx = s.st_shndx(endian);
+            if s.st_type() != object::elf::STT_FUNC
+                || shndx == object::elf::SHN_UNDEF
+                || (shndx >= object::elf::SHN_LORESERVE && shndx != object::elf::SHN_XINDEX)
+            {
+                continue;
+            }
+            let Some(name) =
+                string_at(strings, s.st_name(endian)).and_then(|n| core::str::from_utf8(n).ok())
+            else {
+                continue;
+            };
+            if !wanted(name) || scan.functions.iter().any(|f| f.name == name) {
+                continue;
+            }
+            let size = s.st_size(endian);
+            scan.functions.push(Symbol {
+                name: name.to_string(),
+                addr: s.st_value(endian).wrapping_add(bias),
+                size: (size > 0).then_some(size),
+            });
         }
-        let Ok(name) = s.name() else { continue };
-        if !wanted(name) || scan.functions.iter().any(|f| f.name == name) {
-            continue;
-        }
-        scan.functions.push(Symbol {
-            name: name.to_string(),
-            addr: s.address().wrapping_add(bias),
-            size: (s.size() > 0).then_some(s.size()),
-        });
     }
     Some(scan)
+}
+
+/// The NUL-terminated string at `offset` of string table `table`.
+fn string_at(table: &[u8], offset: u32) -> Option<&[u8]> {
+    let rest = table.get(offset as usize..)?;
+    Some(&rest[..rest.iter().position(|&b| b == 0)?])
 }
 
 /// Whether the loaded object at `base` (the load address of its lowest
