@@ -44,7 +44,8 @@ pub enum Tables {
 /// [`crate::loaded_objects`] gives them: the load address of its lowest
 /// segment, and the loader's path, empty for the main program) for function
 /// definitions whose name `wanted` accepts, in `tables`. None if the file
-/// cannot be opened, mapped or parsed.
+/// cannot be opened, mapped or parsed, or is not ELF64 (no object a 64-bit
+/// process loads is anything else).
 pub fn scan_object(
     path: &str,
     base: u64,
