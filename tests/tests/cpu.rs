@@ -515,9 +515,10 @@ fn sleep_burn_walls(stderr: &str) -> (f64, f64) {
         .lines()
         .find_map(|l| l.strip_prefix("sleep_burn: sleeper "))
         .unwrap_or_else(|| panic!("no sleep_burn line: {stderr}"));
+    // "400 ms, burner 402 ms of wall time": its two numbers.
     let ms: Vec<f64> = line
-        .split(" ms")
-        .filter_map(|p| p.trim_start_matches(", burner ").trim().parse().ok())
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
         .collect();
     assert_eq!(ms.len(), 2, "{line}");
     (ms[0], ms[1])
