@@ -169,6 +169,39 @@ pub fn kill_after_first_line(mut cmd: Command) -> (String, Output) {
     (line, child.wait_with_output().unwrap())
 }
 
+/// Runs `cmd` to its end with its output in files of `dir` (`cmd.out`,
+/// `cmd.err`): how it ended and the CPU time (user and system, seconds)
+/// the process and every descendant it waited for took, from `wait4`.
+#[allow(clippy::zombie_processes, reason = "wait4 below reaps the child")]
+pub fn output_and_cpu(mut cmd: Command, dir: &Path) -> (Output, f64) {
+    use std::os::unix::process::ExitStatusExt;
+    let (out, err) = (dir.join("cmd.out"), dir.join("cmd.err"));
+    let child = cmd
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .expect("start the program");
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value of the plain C struct.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: the pid is this process's child, not yet waited for (the
+    // Child is never waited on after this); both pointers are to locals.
+    let r = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut ru) };
+    assert_eq!(
+        r,
+        child.id() as i32,
+        "wait4: {}",
+        std::io::Error::last_os_error()
+    );
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    let o = Output {
+        status: std::process::ExitStatus::from_raw(status),
+        stdout: std::fs::read(&out).unwrap(),
+        stderr: std::fs::read(&err).unwrap(),
+    };
+    (o, secs(ru.ru_utime) + secs(ru.ru_stime))
+}
+
 /// Runs the launcher (`igprof <args>`) in `dir`.
 pub fn igprof(dir: &Path, args: &[&str]) -> Output {
     igprof_command(dir, args)
