@@ -148,6 +148,87 @@ fn the_program_sees_no_keeper() {
     );
 }
 
+/// The keeper's creation narrows the creating thread's CPU set for an
+/// instant (keeper/affinity.rs): the program and its keeper must both end
+/// up with the set the program was started with, whole or narrowed by the
+/// user (`taskset`).
+#[test]
+fn the_program_and_its_keeper_keep_the_programs_cpu_set() {
+    use std::io::BufRead;
+    let d = scratch("ends_affinity");
+    let ours = cpus_allowed(&std::fs::read_to_string("/proc/self/status").unwrap());
+    if ours.len() < 2 {
+        eprintln!("one CPU: a narrowed set would look the same; not run");
+        return;
+    }
+    let script = "import os, sys\n\
+                  print(sorted(os.sched_getaffinity(0)), flush=True)\n\
+                  sys.stdin.read()\n";
+    let last = ours[ours.len() - 1];
+    for narrowed in [false, true] {
+        let mut c = if narrowed {
+            let mut c = Command::new("taskset");
+            c.args(["-c", &last.to_string()]).arg(launcher());
+            c
+        } else {
+            Command::new(launcher())
+        };
+        let mut child = c
+            .args(["-d", "-pp", "/usr/bin/python3", "-c", script])
+            .current_dir(&d)
+            .env("IGPROF_LIB", lib())
+            .env("IGPROF_CACHE_DIR", test_store())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("taskset (util-linux) and /usr/bin/python3");
+        let mut printed = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut printed)
+            .unwrap();
+        // The keeper's line comes before the program runs, and the keeper
+        // lives as long as the program (which waits for its stdin).
+        let err = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for l in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        let keeper = loop {
+            let Ok(l) = rx.recv_timeout(Duration::from_secs(60)) else {
+                let _ = child.kill();
+                panic!("no `keeper: pid` line on stderr");
+            };
+            if let Some(pid) = l.split("keeper: pid ").nth(1) {
+                break pid.split_whitespace().next().unwrap().to_string();
+            }
+        };
+        let keeper_status = std::fs::read_to_string(format!("/proc/{keeper}/status")).unwrap();
+        drop(child.stdin.take());
+        assert!(child.wait().unwrap().success());
+        let want = if narrowed { vec![last] } else { ours.clone() };
+        assert_eq!(printed.trim(), format!("{want:?}"), "the program's CPU set");
+        assert_eq!(cpus_allowed(&keeper_status), want, "the keeper's CPU set");
+    }
+}
+
+/// The CPUs of a /proc/PID/status's `Cpus_allowed_list` ("0-2,5").
+fn cpus_allowed(status: &str) -> Vec<usize> {
+    let list = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .expect("Cpus_allowed_list in /proc/PID/status")
+        .trim();
+    list.split(',')
+        .flat_map(|r| {
+            let (a, b) = r.split_once('-').unwrap_or((r, r));
+            a.parse::<usize>().unwrap()..=b.parse().unwrap()
+        })
+        .collect()
+}
+
 /// The launcher's run of `args` (every image gets a keeper by default).
 fn kept(d: &Path, args: &[&str]) -> std::process::Output {
     igprof_command(d, args).output().expect("run igprof")

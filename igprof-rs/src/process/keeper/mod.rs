@@ -29,7 +29,10 @@
 //! program's process group or terminal reaches it); it blocks every signal;
 //! it closes every descriptor it got from the program (a pipe's reader
 //! still sees end-of-file when the program ends) except a copy of stderr
-//! when that is a terminal or a regular file, for its one line.
+//! when that is a terminal or a regular file, for its one line. Its
+//! creating thread's CPU set is narrowed to the CPU it runs on for the
+//! instant of one `clone`, and put back before the creator waits
+//! (`affinity`: the intermediate process then runs on that CPU).
 //!
 //! Must never: touch TLS, errno or anything of libc while the program lives
 //! (the keeper runs with its creator's TLS, so it makes raw system calls
@@ -43,6 +46,7 @@ use core::sync::atomic::{AtomicI32, AtomicU32, AtomicUsize, Ordering};
 
 use crate::sys;
 
+mod affinity;
 pub mod facts;
 mod limit;
 mod raw;
@@ -201,6 +205,8 @@ pub fn start() -> Result<i32, &'static str> {
     let spawn_top = (stack as usize + STACK_BYTES + SPAWN_STACK_BYTES) & !15;
     let clone = real_clone();
     let _e = sys::ErrnoGuard::save();
+    // Made on this thread's CPU, it runs there once we wait (affinity.rs).
+    let pinned = affinity::pin();
     // The intermediate process: shares our memory, exit signal 0 (no
     // SIGCHLD to the program), reaped below.
     // SAFETY: spawn runs on its own stack at spawn_top and only makes raw
@@ -216,6 +222,9 @@ pub fn start() -> Result<i32, &'static str> {
             core::ptr::null_mut(),
         )
     };
+    if pinned {
+        affinity::restore();
+    }
     if pid <= 0 {
         return Err("clone refused");
     }
@@ -259,6 +268,8 @@ fn real_clone() -> crate::hook::orig::Clone {
 /// The intermediate process: opens the program's pidfd (the program is
 /// alive: it waits for this process), makes the keeper and exits.
 extern "C" fn spawn(arg: *mut libc::c_void) -> libc::c_int {
+    // The program's CPU set, for the keeper to inherit (affinity.rs).
+    affinity::restore();
     let program = PROGRAM.load(Ordering::Acquire);
     // SAFETY: pidfd_open(pid, 0).
     let fd = unsafe { raw::call(libc::SYS_pidfd_open, [program as usize, 0, 0, 0, 0, 0]) };
