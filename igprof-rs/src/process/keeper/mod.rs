@@ -31,8 +31,9 @@
 //! still sees end-of-file when the program ends) except a copy of stderr
 //! when that is a terminal or a regular file, for its one line. Its
 //! creating thread's CPU set is narrowed to the CPU it runs on for the
-//! instant of one `clone`, and put back before the creator waits
-//! (`affinity`: the intermediate process then runs on that CPU).
+//! instant of one `clone`, and put back before the creator waits: the
+//! intermediate process and the keeper run on that CPU until the program
+//! is gone (`affinity`).
 //!
 //! Must never: touch TLS, errno or anything of libc while the program lives
 //! (the keeper runs with its creator's TLS, so it makes raw system calls
@@ -268,8 +269,6 @@ fn real_clone() -> crate::hook::orig::Clone {
 /// The intermediate process: opens the program's pidfd (the program is
 /// alive: it waits for this process), makes the keeper and exits.
 extern "C" fn spawn(arg: *mut libc::c_void) -> libc::c_int {
-    // The program's CPU set, for the keeper to inherit (affinity.rs).
-    affinity::restore();
     let program = PROGRAM.load(Ordering::Acquire);
     // SAFETY: pidfd_open(pid, 0).
     let fd = unsafe { raw::call(libc::SYS_pidfd_open, [program as usize, 0, 0, 0, 0, 0]) };
@@ -456,6 +455,8 @@ extern "C" fn keep(arg: *mut libc::c_void) -> libc::c_int {
     }
     // Every thread of the program is gone: its memory is this process's
     // alone, and libc may be used (the TLS and errno are a dead thread's).
+    // The dump may run on any CPU the program could (affinity.rs).
+    affinity::restore();
     // SAFETY: closing our own descriptors.
     unsafe {
         libc::close(pidfd);
