@@ -1,5 +1,5 @@
-//! The CPU of the intermediate process and of the keeper while the
-//! program lives: the one its creator runs on at start-up.
+//! The CPU of the intermediate process, and of the keeper for a short
+//! process's life: the one their creator runs on at start-up.
 //!
 //! The creator blocks until the intermediate has made the keeper and
 //! exited. The scheduler places a new process where it sees room: on an
@@ -9,11 +9,15 @@
 //! The keeper then sleeps until the program ends, and is woken where it
 //! last ran, to exit and free the program's memory there. Made with the
 //! creator's CPU as their only one, both run there: the intermediate as
-//! soon as the creator blocks, the keeper whenever that CPU is free, and at
-//! the program's end on the CPU the program often ends on. The creator has
-//! its own CPU set back before it waits; the keeper takes the program's set
-//! back once the program is gone without writing its profile, before it
-//! writes it.
+//! soon as the creator blocks, the keeper whenever that CPU is free, and
+//! at a short program's end on the CPU the program often ends on. The
+//! creator has its own CPU set back before it waits. The keeper takes the
+//! program's set back when it wakes to give the library's code pages back
+//! (`GIVE_BACK_AFTER_NS` into the run: past the life of a build's short
+//! commands, whose cost this is about), so that its watch of a long
+//! program's memory limit runs on whichever of the program's CPUs is
+//! free; and, if the program died before that, before it writes the
+//! dead program's profile.
 //!
 //! Measured (2 virtual CPUs): a profiled shell running `/bin/true` 100
 //! times, the CPU time of every process, keepers included, over 10 runs:
@@ -97,8 +101,8 @@ pub(super) fn pin() -> bool {
 }
 
 /// Gives the calling thread the CPU set [`pin`] saved (nothing if it
-/// saved none): the creator's own, and the keeper's once the program is
-/// gone. Raw system calls only.
+/// saved none): the creator's own, and the keeper's once a short life is
+/// past or the program is gone. Raw system calls only.
 pub(super) fn restore() {
     let n = SAVED_BYTES.load(Ordering::Acquire);
     if n == 0 {

@@ -32,8 +32,8 @@
 //! when that is a terminal or a regular file, for its one line. Its
 //! creating thread's CPU set is narrowed to the CPU it runs on for the
 //! instant of one `clone`, and put back before the creator waits: the
-//! intermediate process and the keeper run on that CPU until the program
-//! is gone (`affinity`).
+//! intermediate process and the keeper run on that CPU for the first
+//! [`GIVE_BACK_AFTER_NS`] (`affinity`).
 //!
 //! Must never: touch TLS, errno or anything of libc while the program lives
 //! (the keeper runs with its creator's TLS, so it makes raw system calls
@@ -439,6 +439,9 @@ extern "C" fn keep(arg: *mut libc::c_void) -> libc::c_int {
         }
         if give_back_at != 0 && monotonic_ns() >= give_back_at {
             give_back_at = 0;
+            // Past a short process's life: the watch of a long one may
+            // run on any of the program's CPUs (affinity.rs).
+            affinity::restore();
             give_back_code();
         }
         if n == 0 || crossed {
@@ -455,7 +458,9 @@ extern "C" fn keep(arg: *mut libc::c_void) -> libc::c_int {
     }
     // Every thread of the program is gone: its memory is this process's
     // alone, and libc may be used (the TLS and errno are a dead thread's).
-    // The dump may run on any CPU the program could (affinity.rs).
+    // The dump may run on any CPU the program could (affinity.rs; a
+    // keeper of a process that ended within GIVE_BACK_AFTER_NS is still
+    // on one).
     affinity::restore();
     // SAFETY: closing our own descriptors.
     unsafe {
