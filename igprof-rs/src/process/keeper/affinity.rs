@@ -47,16 +47,16 @@ use super::raw;
 /// Words of the largest CPU set handled (1024 CPUs, glibc's `cpu_set_t`).
 const WORDS: usize = 16;
 
-/// The creator's CPU set, saved by [`pin`] (the intermediate reads it: it
+/// The creator's CPU set, saved by [`pin`] (the keeper reads it: it
 /// shares this memory).
 static SAVED: [AtomicU64; WORDS] = [const { AtomicU64::new(0) }; WORDS];
 /// Its length in bytes as the kernel gave it; 0 when nothing was pinned.
 static SAVED_BYTES: AtomicUsize = AtomicUsize::new(0);
 
 /// Narrows the calling thread's CPU set to the CPU it runs on, saving the
-/// set for [`restore`]. False (nothing changed) where the set cannot be
-/// read or set (more than 1024 CPUs, a seccomp filter).
-pub(super) fn pin() -> bool {
+/// set for [`restore`]. Nothing changes, and nothing is saved, where the
+/// set cannot be read or set (more than 1024 CPUs, a seccomp filter).
+pub(super) fn pin() {
     SAVED_BYTES.store(0, Ordering::Relaxed);
     let mut set = [0u64; WORDS];
     // SAFETY: sched_getaffinity writes at most the buffer's size.
@@ -67,7 +67,7 @@ pub(super) fn pin() -> bool {
         )
     };
     if n <= 0 || n as usize > WORDS * 8 {
-        return false;
+        return;
     }
     let mut cpu: u32 = 0;
     // SAFETY: getcpu writes one u32 (the node pointer may be null).
@@ -79,7 +79,7 @@ pub(super) fn pin() -> bool {
     };
     let (word, bit) = (cpu as usize / 64, cpu % 64);
     if r != 0 || word >= WORDS || set[word] & (1 << bit) == 0 {
-        return false;
+        return;
     }
     for (s, w) in SAVED.iter().zip(set) {
         s.store(w, Ordering::Relaxed);
@@ -93,11 +93,9 @@ pub(super) fn pin() -> bool {
             [0, n as usize, one.as_ptr() as usize, 0, 0, 0],
         )
     };
-    if r != 0 {
-        return false;
+    if r == 0 {
+        SAVED_BYTES.store(n as usize, Ordering::Release);
     }
-    SAVED_BYTES.store(n as usize, Ordering::Release);
-    true
 }
 
 /// Gives the calling thread the CPU set [`pin`] saved (nothing if it

@@ -207,7 +207,7 @@ pub fn start() -> Result<i32, &'static str> {
     let clone = real_clone();
     let _e = sys::ErrnoGuard::save();
     // Made on this thread's CPU, it runs there once we wait (affinity.rs).
-    let pinned = affinity::pin();
+    affinity::pin();
     // The intermediate process: shares our memory, exit signal 0 (no
     // SIGCHLD to the program), reaped below.
     // SAFETY: spawn runs on its own stack at spawn_top and only makes raw
@@ -223,9 +223,7 @@ pub fn start() -> Result<i32, &'static str> {
             core::ptr::null_mut(),
         )
     };
-    if pinned {
-        affinity::restore();
-    }
+    affinity::restore();
     if pid <= 0 {
         return Err("clone refused");
     }
