@@ -307,19 +307,25 @@ fn a_stale_or_missing_map_gives_one_warning_and_keeps_the_addresses() {
     assert!(err.contains("is cut short"), "{err}");
 }
 
+/// The name containing `part` with the greatest self share in `shares`
+/// (a report's), and that share; it must be there.
+fn named(shares: &BTreeMap<String, f64>, part: &str, report: &str, err: &str) -> (String, f64) {
+    shares
+        .iter()
+        .filter(|(n, _)| n.contains(part))
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(n, s)| (n.clone(), *s))
+        .unwrap_or_else(|| panic!("{part} is not named: {err}\n{report}"))
+}
+
 /// Checks that `name_part` is named in the profile `dir/prof` with at
 /// least the self share perf gives it in the same run, less 5 points.
 fn at_least_perfs_share(dir: &Path, prof: &str, name_part: &str) {
     let (report, err) = analyse(dir, &[prof]);
-    let ours = self_shares(&report);
-    let (name, share) = ours
-        .iter()
-        .filter(|(n, _)| n.contains(name_part))
-        .max_by(|a, b| a.1.total_cmp(b.1))
-        .unwrap_or_else(|| panic!("{name_part} is not named: {err}\n{report}"));
+    let (name, share) = named(&self_shares(&report), name_part, &report, &err);
     let perf = perf_shares(dir);
-    let theirs = perf.get(name).copied().unwrap_or(0.0);
-    assert!(*share >= 30.0, "{name}: {share}%\n{report}");
+    let theirs = perf.get(&name).copied().unwrap_or(0.0);
+    assert!(share >= 30.0, "{name}: {share}%\n{report}");
     assert!(
         theirs - share <= 5.0,
         "{name}: {share}% here, {theirs}% in perf report\n{perf:?}\n{report}"
@@ -341,14 +347,8 @@ fn at_least_perfs_share(dir: &Path, prof: &str, name_part: &str) {
 fn same_split_as_perf(dir: &Path, prof: &str, hot: &str, cold: &str) {
     let (report, err) = analyse(dir, &[prof]);
     let ours = self_shares(&report);
-    let named = |part: &str| {
-        ours.iter()
-            .filter(|(n, _)| n.contains(part))
-            .max_by(|a, b| a.1.total_cmp(b.1))
-            .map(|(n, s)| (n.clone(), *s))
-            .unwrap_or_else(|| panic!("{part} is not named: {err}\n{report}"))
-    };
-    let ((hot, h), (cold, c)) = (named(hot), named(cold));
+    let (hot, h) = named(&ours, hot, &report, &err);
+    let (cold, c) = named(&ours, cold, &report, &err);
     assert!(h >= 30.0, "{hot}: {h}%\n{report}");
     let perf = perf_shares(dir);
     let theirs = |n: &str| perf.get(n).copied().unwrap_or(0.0);
