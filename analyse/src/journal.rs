@@ -189,7 +189,7 @@ impl Tree {
                 }
                 t.funcs[func as usize] = Func {
                     file: f.file,
-                    start: f.file_offset - offset,
+                    start: f.file_offset.wrapping_sub(offset),
                     name: f.name.clone(),
                 };
             }
@@ -197,7 +197,7 @@ impl Tree {
                 continue;
             };
             let file = t.files[f.file as usize].clone();
-            t.at.entry((file, f.start + offset))
+            t.at.entry((file, f.start.wrapping_add(offset)))
                 .or_insert((func, offset));
         }
         for (id, name) in r.counters() {

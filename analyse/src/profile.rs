@@ -550,7 +550,7 @@ impl Profile {
             if flags & DEFINES != 0 {
                 if let Some((path, offset, name)) = defs.next() {
                     let f = FunctionSyms {
-                        def: Some((path, offset - symbol_offset, name)),
+                        def: Some((path, offset.wrapping_sub(symbol_offset), name)),
                         at: FxHashMap::default(),
                     };
                     if inline {
@@ -663,7 +663,12 @@ impl Profile {
         let key = (symbol_offset, return_address);
         if !f.at.contains_key(&key) {
             let start = f.def.as_ref().map_or(0, |d| d.1);
-            let chain = self.resolve_frames(f, resolver, start + symbol_offset, return_address);
+            let chain = self.resolve_frames(
+                f,
+                resolver,
+                start.wrapping_add(symbol_offset),
+                return_address,
+            );
             f.at.insert(key, chain);
         }
         f.at.get(&key).map_or(&[], Vec::as_slice)

@@ -531,6 +531,24 @@ fn recorded_names_are_the_fallback_for_missing_or_changed_objects() {
 }
 
 #[test]
+fn an_address_above_2_63_in_no_object_is_reported_by_its_recorded_name() {
+    // Earlier profilers kept a corrupt return address (above 2^63) as a
+    // frame in no object, written with the address as its offset; the
+    // profiles they wrote still read, with `--inline` and without.
+    let text = "P=(HEX ID=1 N=(node) T=0.001000)\n\
+        C1 FN0=(F0=(<unknown>)+ffffffffffffffff N=(@?0xffffffffffffffff))+0\n\
+        C2 FN1=(F0+7f0000000030 N=(@?0x7f0000000030))+0 V0=(PERF_TICKS):(3,3,3)\n";
+    let d = Dir::new();
+    std::fs::write(d.file("high.txt"), text).unwrap();
+    for extra in [&[][..], &["--inline"][..]] {
+        let out = d.ok(&[extra, &["high.txt"]].concat());
+        let flat = section(&out, "Flat profile (cumulative");
+        assert!(flat.contains(" @?0xffffffffffffffff [2]"), "{flat}");
+        assert!(flat.contains(" @?0x7f0000000030 [3]"), "{flat}");
+    }
+}
+
+#[test]
 fn files_with_different_ids_merge_by_symbol_name() {
     // Two dumps (hex and decimal) number the same functions differently.
     let a = "P=(HEX ID=1 N=(prog) T=0.010000)\n\

@@ -397,6 +397,17 @@ impl<'a> Cursor<'a> {
             })
         }
     }
+    /// An object offset: a possibly negative integer (IgProf's) or any
+    /// unsigned 64-bit one, kept as its two's complement: an address in no
+    /// object is written as its own offset, and earlier profilers wrote
+    /// corrupt return addresses above 2^63 too.
+    fn offset(&mut self, base: u32, expected: &'static str) -> LineResult<i64> {
+        if self.s.get(self.pos) == Some(&b'-') {
+            self.signed(base, expected)
+        } else {
+            self.unsigned(base, expected).map(|v| v as i64)
+        }
+    }
     /// Text up to the first occurrence of `end` (not included); the cursor
     /// moves past `end`.
     fn until(&mut self, end: &'static [u8], expected: &'static str) -> LineResult<&'a [u8]> {
@@ -639,7 +650,7 @@ fn parse_node(t: &mut Tables, base: u32, line: &[u8]) -> LineResult<(u32, u32, b
                 lookup(&t.files, IdKind::File, file_id)?
             };
             c.eat(b"+", "'+<offset in object>' after the file")?;
-            let file_offset = c.signed(base, "the offset in the object file")?;
+            let file_offset = c.offset(base, "the offset in the object file")?;
             c.eat(b" N=(", "' N=(<symbol>)' after the object offset")?;
             let name = c.until(b"))+", "'))+<offset>' after the symbol name")?;
             c.pos -= 1;
@@ -823,6 +834,19 @@ mod tests {
         r.next_node().unwrap();
         assert_eq!(r.function(10).unwrap().name, "operator()");
         assert_eq!(r.file(1), Some("/lib/a (1).so"));
+    }
+
+    #[test]
+    fn an_address_in_no_object_reads_whatever_its_offset() {
+        // The writer gives an address in no object as its own offset.
+        let text = "P=(HEX ID=1f N=(./x) T=0.005000)\n\
+                    C1 FN0=(F0=(<unknown>)+ffffffffffffffff N=(@?0xffffffffffffffff))+0\n\
+                    C1 FN1=(F0+-10 N=(b))+0\n\
+                    C1 FN2=(F0+7fffffffffffffff N=(c))+0\n";
+        let mut r = Reader::new(text.as_bytes(), "t").unwrap();
+        while r.next_node().unwrap().is_some() {}
+        let offsets: Vec<i64> = (0..3).map(|f| r.function(f).unwrap().file_offset).collect();
+        assert_eq!(offsets, [-1, -16, i64::MAX]);
     }
 
     #[test]
