@@ -26,6 +26,10 @@ pub type FramehopCache = CacheAarch64<MustNotAllocateDuringUnwind>;
 /// `bl` leaves the return address in x30 until the callee saves it.
 pub(crate) const RA_IN_LR: bool = true;
 
+/// The end of user space with 52-bit virtual addresses (the largest
+/// Linux configures): no process runs code at or above it.
+pub(crate) const USER_END: usize = 1 << 52;
+
 /// DWARF numbers of the return-address column (x30) and the frame pointer
 /// (x29). Descriptors are not derived from CFI rows directly here:
 /// framehop's AArch64 rules (the return address still in LR, pointer

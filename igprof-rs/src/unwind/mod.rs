@@ -215,4 +215,8 @@ pub enum BrokenFrame {
     /// `pc` lies in no loaded object (JIT code or a corrupt return
     /// address): it is the last entry of the trace.
     NotInAnyObject { pc: usize },
+    /// `pc` is at or above the architecture's end of user space
+    /// (`USER_END`): no process runs code there, so it is a corrupt return
+    /// address read from the stack and is not part of the trace.
+    NotUserCode { pc: usize },
 }

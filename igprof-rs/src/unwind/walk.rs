@@ -325,6 +325,15 @@ impl ThreadUnwinder {
                     end: TraceEnd::Outermost,
                 };
             }
+            if regs.pc >= arch::USER_END {
+                // A corrupt return address (a JIT's frame marker, a stack
+                // slot of data): kept, it would be a frame no object holds,
+                // and an address no profile reader takes as an offset.
+                return Trace {
+                    depth,
+                    end: TraceEnd::Broken(BrokenFrame::NotUserCode { pc: regs.pc }),
+                };
+            }
             let ours = lo <= regs.pc && regs.pc < hi;
             if !(ours && (everywhere || depth == 0)) {
                 if depth == 0 {

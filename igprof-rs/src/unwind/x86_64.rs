@@ -26,6 +26,10 @@ pub type FramehopCache = CacheX86_64<MustNotAllocateDuringUnwind>;
 /// The return address is always on the stack (pushed by `call`).
 pub(crate) const RA_IN_LR: bool = false;
 
+/// The end of user space with 5-level paging (56 bits; 47 with 4 levels):
+/// no process runs code at or above it.
+pub(crate) const USER_END: usize = 1 << 56;
+
 /// DWARF numbers of the return-address column and the frame pointer
 /// (rbp), and whether descriptors are derived from CFI rows directly
 /// ([`descriptor_of_row`]).
