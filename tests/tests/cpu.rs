@@ -170,6 +170,30 @@ fn program_using_sigprof_behaves_the_same_and_is_profiled() {
         for p in profiles(&d) {
             std::fs::remove_file(p).unwrap();
         }
+        // The held signal is delivered by every unblock: a sampler's
+        // signal pending as the profiler resends the held one must not
+        // make the kernel drop it (one unblock in 30 lost it).
+        let o = igprof(
+            &d,
+            &[
+                "-pp",
+                "-i",
+                "1ms",
+                "--sampler",
+                sampler,
+                "./own_sigprof",
+                "cycles",
+            ],
+        );
+        ok(&o);
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout),
+            "cycles=100 wrong=0\n",
+            "{sampler}"
+        );
+        for p in profiles(&d) {
+            std::fs::remove_file(p).unwrap();
+        }
     }
 }
 

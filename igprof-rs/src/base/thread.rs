@@ -233,6 +233,10 @@ pub struct SignalShadow {
     pub blocks: Cell<bool>,
     /// A program-originated sampling signal arrived while it blocked it.
     pub pending: Cell<bool>,
+    /// Program-originated sampling signals that reached this thread's
+    /// handler (held or delivered), wrapping: a resent held signal shows
+    /// here when it arrived.
+    pub arrivals: Cell<u32>,
 }
 
 /// Bytes of a state's walk stack (pages are committed only when touched).

@@ -206,12 +206,28 @@ fn shadow_block_after(how: i32, set_has_signal: bool) -> Option<bool> {
     }
 }
 
-/// The program's (shadow) block of the sampling signal on `t` ends: deliver
-/// what it held back.
+/// Times a held signal is sent again when the kernel dropped it.
+const RESENDS: usize = 4;
+
+/// The program unblocked the sampling signal on `t` (in the shadow; the
+/// thread runs program code, where the signal is never really blocked):
+/// deliver what the block held back, before the unblocking call returns.
+///
+/// A signal below SIGRTMIN is pending at most once per thread: when one of
+/// our samplers' is pending as `tgkill` queues ours (it came during the
+/// system call), the kernel drops ours and says nothing. Both would have
+/// reached the handler as the call returned, so an unchanged count of
+/// arrivals means it was dropped: it is sent again.
 fn end_shadow_block(t: &thread::ThreadState, sig: i32) {
     t.shadow.blocks.set(false);
     if t.shadow.pending.replace(false) {
-        sys::tgkill(t.tid(), sig);
+        for _ in 0..RESENDS {
+            let before = t.shadow.arrivals.get();
+            sys::tgkill(t.tid(), sig);
+            if t.shadow.arrivals.get() != before {
+                break;
+            }
+        }
     }
 }
 
@@ -251,21 +267,42 @@ pub extern "C" fn pthread_sigmask_hook(
 /// A sampling-signal delivery that is not from our samplers: deliver it as
 /// the program set up. Runs in signal context.
 pub fn forward_program_signal(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+    let t = thread::current();
+    if let Some(t) = t {
+        t.shadow
+            .arrivals
+            .set(t.shadow.arrivals.get().wrapping_add(1));
+    }
+    // One held while the handler ran is delivered as the handler returns,
+    // in the same interrupted context, as the kernel delivers a signal
+    // left pending at sigreturn (a `tgkill` here could not be: every
+    // signal is blocked in our handler, and a sampler's pending one would
+    // make the kernel drop it).
+    while deliver(sig, info, uc, t) {}
+}
+
+/// Delivers one program signal as the program set up; true when another
+/// arrived, held, while the program's handler ran.
+fn deliver(
+    sig: i32,
+    info: *mut libc::siginfo_t,
+    uc: *mut libc::c_void,
+    t: Option<&thread::ThreadState>,
+) -> bool {
     let h = PROG_HANDLER.load(Ordering::Acquire);
     if h == libc::SIG_IGN {
-        return;
+        return false;
     }
     if h == libc::SIG_DFL {
         // Default action (terminate; SIGTRAP also dumps core): the profile
         // first, then die the way the program would have.
         crate::process::fatal::die_after_dump(sig);
-        return;
+        return false;
     }
-    let t = thread::current();
     if let Some(t) = t {
         if t.shadow.blocks.get() {
             t.shadow.pending.set(true);
-            return;
+            return false;
         }
     }
     let flags = PROG_FLAGS.load(Ordering::Relaxed);
@@ -309,9 +346,10 @@ pub fn forward_program_signal(sig: i32, info: *mut libc::siginfo_t, uc: *mut lib
     unsafe { sys::rt_sigprocmask(libc::SIG_SETMASK, &saved, core::ptr::null_mut()) };
     // As sigreturn restores the mask from before the handler (where the
     // signal was not blocked), whatever the handler did to it.
-    if let Some(t) = t {
-        end_shadow_block(t, sig);
-    }
+    t.is_some_and(|t| {
+        t.shadow.blocks.set(false);
+        t.shadow.pending.replace(false)
+    })
 }
 
 #[cfg(test)]
