@@ -352,16 +352,25 @@ fn foreign_fork_each_process_writes_its_own_profile() {
             "{name} names its pid {}",
             p.pid
         );
+        // Each work function runs in one process only; where it runs it
+        // is most of the CPU time (qemu's translation of the program's
+        // code on first use, start-up and exit are the rest: more of it on
+        // a busy machine).
         let s = cumulative_shares(&p, "PERF_TICKS");
-        match ["parent_work", "forked_child_work"]
+        let ran: Vec<&str> = ["parent_work", "forked_child_work"]
             .into_iter()
-            .find(|w| share(&s, w) > 80.0)
-        {
-            Some(top) => assert!(
-                by_work.insert(top, name.clone()).is_none(),
-                "two profiles for {top}"
-            ),
-            None => after_failed_exec += 1,
+            .filter(|w| share(&s, w) > 0.0)
+            .collect();
+        match ran[..] {
+            [] => after_failed_exec += 1,
+            [work] => {
+                assert!(share(&s, work) > 50.0, "{name}: {s:?}");
+                assert!(
+                    by_work.insert(work, name.clone()).is_none(),
+                    "two profiles for {work}"
+                )
+            }
+            _ => panic!("{name} has samples of both: {s:?}"),
         }
     }
     assert_eq!(by_work.len(), 2, "parent and forked child: {ps:?}");
