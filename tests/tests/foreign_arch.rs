@@ -171,6 +171,54 @@ fn a_program_of_another_architecture_is_sampled_under_qemu() {
     }
 }
 
+/// Return addresses signed by pointer authentication
+/// (`-mbranch-protection=pac-ret`: the AArch64 builds of most
+/// distributions since 2022) are unwound through, as on CPUs that sign
+/// them (Graviton 3 and later; qemu's `max`). Every sample in the leaf
+/// `spin` (its return address in x30, unsigned) has main > work > hot_*
+/// above it: each of those saved a signed return address.
+#[test]
+fn foreign_signed_return_addresses_are_unwound() {
+    let arch = foreign_arch().0;
+    if arch != "aarch64" {
+        eprintln!("pointer authentication is AArch64's: nothing to check for {arch}");
+        return;
+    }
+    let d = scratch("foreign_pac");
+    cross_build(
+        &d,
+        "cpu_split.c",
+        "cpu_split_pac",
+        &["-mbranch-protection=pac-ret"],
+    );
+    let o = foreign_igprof_command(
+        &d,
+        &["-pp", "-i", "1ms", "-o", "pac.gz", "./cpu_split_pac", "100"],
+    )
+    .env("QEMU_CPU", "max")
+    .output()
+    .unwrap();
+    ok(&o);
+    let p = parse_strict(&read_text(&d.join("pac.gz"))).unwrap();
+    let (mut in_spin, mut whole) = (0, 0);
+    for (path, ticks) in paths(&p, "PERF_TICKS") {
+        if path.last().map(String::as_str) != Some("spin") {
+            continue;
+        }
+        in_spin += ticks;
+        let n = path.len();
+        if n >= 4
+            && path[n - 4] == "main"
+            && path[n - 3] == "work"
+            && path[n - 2].starts_with("hot_")
+        {
+            whole += ticks;
+        }
+    }
+    assert!(in_spin >= 20, "{in_spin} samples in spin");
+    assert_eq!(whole, in_spin, "{:?}", paths(&p, "PERF_TICKS"));
+}
+
 fn share(s: &std::collections::BTreeMap<String, f64>, f: &str) -> f64 {
     s.get(f).copied().unwrap_or(0.0)
 }

@@ -109,6 +109,29 @@ pub(crate) fn capture() -> Regs {
     Regs { pc, sp, fp, lr }
 }
 
+/// A return address without its pointer authentication code. Code built
+/// with `-mbranch-protection=pac-ret` (the AArch64 libraries of most
+/// distributions since 2022) signs the return address before it saves it,
+/// in the bits above the virtual address size, and authenticates it
+/// before it returns; a walk reading it from the stack (or from x30 after
+/// the signing) must strip the code to get the address. `xpaclri` is a
+/// hint (`hint #7`): a no-op on CPUs without pointer authentication,
+/// where no address is signed.
+#[cfg(target_arch = "aarch64")]
+#[inline(always)]
+pub(crate) fn strip_return_address(ra: usize) -> usize {
+    let mut x30 = ra;
+    // SAFETY: xpaclri rewrites x30 only; no memory, stack or flags.
+    unsafe {
+        core::arch::asm!(
+            "hint #7",
+            inout("x30") x30,
+            options(nomem, nostack, preserves_flags, pure)
+        )
+    };
+    x30
+}
+
 pub(crate) fn framehop_regs(r: &Regs) -> UnwindRegsAarch64 {
     UnwindRegsAarch64::new(r.lr as u64, r.sp as u64, r.fp as u64)
 }

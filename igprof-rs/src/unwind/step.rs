@@ -78,15 +78,18 @@ pub(crate) fn apply(
     progresses(regs.sp, cfa, first)?;
     let ra = if d.ra_slot_by_8 == 0 {
         // Still in LR (only ever derived for first frames on AArch64).
-        if cfa == regs.sp && regs.lr == regs.pc {
+        let lr = arch::strip_return_address(regs.lr);
+        if cfa == regs.sp && lr == regs.pc {
             return Err(BrokenFrame::NoProgress {
                 sp: regs.sp,
                 new_sp: cfa,
             });
         }
-        regs.lr
+        lr
     } else {
-        reader.read(cfa.wrapping_add_signed(d.ra_slot_by_8 as isize * 8))?
+        arch::strip_return_address(
+            reader.read(cfa.wrapping_add_signed(d.ra_slot_by_8 as isize * 8))?,
+        )
     };
     if d.fp_slot_by_8 != 0 {
         regs.fp = reader.read_fp(cfa.wrapping_add_signed(d.fp_slot_by_8 as isize * 8))?;
@@ -140,7 +143,7 @@ pub(crate) fn framehop_step(
         Ok(Some(ra)) => {
             let (sp, fp) = arch::framehop_sp_fp(&fregs);
             progresses(regs.sp, sp as usize, first)?;
-            let ra = ra as usize;
+            let ra = arch::strip_return_address(ra as usize);
             *regs = Regs {
                 pc: ra,
                 sp: sp as usize,

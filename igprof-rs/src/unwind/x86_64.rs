@@ -148,6 +148,12 @@ pub(crate) fn capture() -> Regs {
     Regs { pc, sp, fp, lr: 0 }
 }
 
+/// Return addresses are not signed on x86-64.
+#[inline(always)]
+pub(crate) fn strip_return_address(ra: usize) -> usize {
+    ra
+}
+
 pub(crate) fn framehop_regs(r: &Regs) -> UnwindRegsX86_64 {
     UnwindRegsX86_64::new(r.pc as u64, r.sp as u64, r.fp as u64)
 }
