@@ -148,10 +148,11 @@ fn program_using_sigprof_behaves_the_same_and_is_profiled() {
         String::from_utf8_lossy(&plain.stdout)
     );
     for sampler in ["auto", "sigprof", "timer"] {
-        let o = igprof(
-            &d,
-            &["-pp", "-i", "1ms", "--sampler", sampler, "./own_sigprof"],
-        );
+        let run = |extra: &[&str]| {
+            let args = ["-pp", "-i", "1ms", "--sampler", sampler, "./own_sigprof"];
+            igprof(&d, &[&args[..], extra].concat())
+        };
+        let o = run(&[]);
         ok(&o);
         let out = String::from_utf8_lossy(&o.stdout);
         assert!(
@@ -173,18 +174,7 @@ fn program_using_sigprof_behaves_the_same_and_is_profiled() {
         // The held signal is delivered by every unblock: a sampler's
         // signal pending as the profiler resends the held one must not
         // make the kernel drop it (one unblock in 30 lost it).
-        let o = igprof(
-            &d,
-            &[
-                "-pp",
-                "-i",
-                "1ms",
-                "--sampler",
-                sampler,
-                "./own_sigprof",
-                "cycles",
-            ],
-        );
+        let o = run(&["cycles"]);
         ok(&o);
         assert_eq!(
             String::from_utf8_lossy(&o.stdout),
