@@ -1,8 +1,9 @@
 //! AArch64 specifics of the stack walk, mirroring `x86_64.rs`: registers
 //! (pc, sp, x29 as FP, x30 as LR) from a ucontext or from the current
 //! frame, the signal return trampoline and the layout of the signal frame,
-//! and framehop's register type. Descriptors may leave the return address
-//! in LR (a leaf function, an interrupted prologue).
+//! a CFI row's descriptor, pointer authentication's code stripped from a
+//! return address, and framehop's register type. Descriptors may leave the
+//! return address in LR (a leaf function, an interrupted prologue).
 //!
 //! Owns only architecture knowledge; never reads stack memory except
 //! through `StackReader`, never allocates.
@@ -30,17 +31,87 @@ pub(crate) const RA_IN_LR: bool = true;
 /// Linux configures): no process runs code at or above it.
 pub(crate) const USER_END: usize = 1 << 52;
 
-/// DWARF numbers of the return-address column (x30) and the frame pointer
-/// (x29). Descriptors are not derived from CFI rows directly here:
-/// framehop's AArch64 rules (the return address still in LR, pointer
-/// authentication's `negate_ra_state`) are not mirrored, so every
-/// derivation goes through framehop.
-pub(crate) const DWARF: CfiRegs = CfiRegs { ra: 30, fp: 29 };
-pub(crate) const DIRECT_CFI: bool = false;
+/// DWARF numbers of the return-address column (x30), the frame pointer
+/// (x29) and the stack pointer; descriptors are derived from CFI rows
+/// directly ([`descriptor_of_row`]), which also follows pointer
+/// authentication's `negate_ra_state`: framehop (0.16) reads
+/// `.eh_frame` without gimli's AArch64 vendor, so the opcode fails
+/// every row of a function built with `-mbranch-protection=pac-ret`, and
+/// framehop then takes its fallback rule (LR unchanged for an interrupted
+/// PC: a walk that makes no progress).
+pub(crate) const DWARF: CfiRegs = CfiRegs {
+    ra: 30,
+    fp: 29,
+    negate_ra_state: true,
+};
+pub(crate) const DIRECT_CFI: bool = true;
+const DWARF_SP: u64 = 31;
 
-/// Not used (`DIRECT_CFI` is false): framehop derives every descriptor.
-pub(crate) fn descriptor_of_row(_row: &Row, _first: bool) -> Option<Descriptor> {
-    None
+/// The descriptor `step::describe` gets from framehop for a PC whose CFI
+/// row is `row`, for the rows where that is certain; None for the rest
+/// (framehop derives those).
+///
+/// framehop (0.16, `aarch64/dwarf.rs`) turns a row with CFA = sp + off
+/// into SP + 16 * (off / 16) with x29 and x30 restored from their CFA
+/// offsets; x30 without a rule or the same value leaves the return
+/// address in LR (a first frame only; a caller's is an error), undefined
+/// ends the stack in a caller; x29 restored without x30 is an error. A
+/// row with CFA = x29 + off needs both saved. Rows whose offsets framehop
+/// would round are left to framehop.
+pub(crate) fn descriptor_of_row(row: &Row, first: bool) -> Option<Descriptor> {
+    use super::cfi::Rule;
+    use super::descriptor::Kind;
+    use super::step::slot_by_8;
+    let (reg, off) = row.cfa?;
+    let saved = |r: Rule| match r {
+        Rule::Unset | Rule::Undefined | Rule::SameValue => Some(None),
+        Rule::Offset(o) => Some(Some(o)),
+        Rule::Other => None,
+    };
+    let (ra, fp) = (saved(row.ra)?, saved(row.fp)?);
+    match reg {
+        DWARF_SP => {
+            if off < 0 || off % 16 != 0 || off / 16 > i64::from(u16::MAX) {
+                return None;
+            }
+            let fp_slot = match fp {
+                Some(o) => slot_by_8(o)?,
+                None => 0,
+            };
+            let ra_slot = match (ra, row.ra) {
+                (Some(o), _) => slot_by_8(o)?,
+                (None, _) if fp_slot != 0 => return None,
+                (None, Rule::Undefined) if !first => {
+                    return Some(Descriptor::of_kind(Kind::Outermost, first))
+                }
+                (None, _) if first => 0,
+                (None, _) => return None,
+            };
+            Some(Descriptor::new(
+                Kind::CfaSp,
+                off as i32,
+                ra_slot,
+                fp_slot,
+                first,
+            ))
+        }
+        r if r == DWARF.fp => {
+            let (Some(ra), Some(fp)) = (ra, fp) else {
+                return None;
+            };
+            if off < 0 || off % 8 != 0 {
+                return None;
+            }
+            Some(Descriptor::new(
+                Kind::CfaFp,
+                i32::try_from(off).ok()?,
+                slot_by_8(ra)?,
+                slot_by_8(fp)?,
+                first,
+            ))
+        }
+        _ => None,
+    }
 }
 
 /// `__kernel_rt_sigreturn` (vDSO): `mov x8, #139` (rt_sigreturn); `svc #0`.

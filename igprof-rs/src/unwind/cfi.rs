@@ -49,11 +49,15 @@ pub(crate) struct Row {
     pub fp: Rule,
 }
 
-/// The DWARF register numbers a row is read for.
+/// The DWARF register numbers a row is read for, and whether opcode 0x2d
+/// is AArch64's `negate_ra_state` (the return address is signed from here
+/// on, or no longer: where registers are saved does not change, and the
+/// walk strips the code from every return address).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Regs {
     pub ra: u64,
     pub fp: u64,
+    pub negate_ra_state: bool,
 }
 
 /// Rows gimli's storage in framehop holds at once (the current row, the
@@ -124,7 +128,7 @@ fn search_table(hdr: &[u8]) -> Option<(&[u8], usize)> {
 
 /// The start addresses of `m`'s FDEs, from its `.eh_frame_hdr` table
 /// (tests: every FDE is checked against framehop).
-#[cfg(all(test, target_arch = "x86_64"))]
+#[cfg(test)]
 pub(crate) fn fde_starts(m: &ModuleEntry) -> Vec<usize> {
     // SAFETY: as in `row_at`.
     let hdr =
@@ -573,8 +577,9 @@ impl Machine {
             0x2e => {
                 c.uleb()?; // GNU_args_size
             }
-            // set_loc, GNU_window_save / AARCH64_negate_ra_state,
-            // GNU_negative_offset_extended and the rest: framehop's.
+            0x2d if self.regs.negate_ra_state => {}
+            // set_loc, GNU_window_save, GNU_negative_offset_extended and
+            // the rest: framehop's.
             _ => return None,
         }
         Some(None)
@@ -623,7 +628,11 @@ pub fn stats() -> (u64, u64) {
 mod tests {
     use super::*;
 
-    const X86: Regs = Regs { ra: 16, fp: 6 };
+    const X86: Regs = Regs {
+        ra: 16,
+        fp: 6,
+        negate_ra_state: false,
+    };
 
     /// A CIE (absolute pointers, CFA = rsp + 8, return address at CFA-8)
     /// and one FDE for 0x1000..0x1100 with `program`.

@@ -314,7 +314,7 @@ pub(crate) fn is_retired(table: usize) -> bool {
 
 impl ModuleTable {
     /// Every object of the table (tests).
-    #[cfg(all(test, target_arch = "x86_64"))]
+    #[cfg(test)]
     pub(crate) fn entries(&self) -> &[ModuleEntry] {
         self.modules.as_slice()
     }

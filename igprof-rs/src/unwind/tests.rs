@@ -1051,8 +1051,10 @@ fn descriptors_from_real_eh_frame() {
 /// address. Most of them must be answered directly: about 15% of the
 /// addresses lie in the padding between two functions, outside any FDE,
 /// where framehop has a rule of its own and the reader rightly declines;
-/// of the rest, all but a few dozen in 400,000 are read directly.
-#[cfg(target_arch = "x86_64")]
+/// of the rest, all but a few dozen in 400,000 are read directly. On
+/// AArch64 (70% read directly of 198,000 under qemu) a fifth more are
+/// return addresses in code whose return address is still in LR, where no
+/// caller returns and framehop has no rule either.
 #[test]
 fn cfi_rows_give_framehops_descriptors() {
     let libs: Vec<Lib> = [
@@ -1108,7 +1110,11 @@ fn cfi_rows_give_framehops_descriptors() {
     drop(libs);
     eprintln!("{fdes} FDEs, {asked} addresses, {direct} read directly");
     assert!(fdes > 5000, "only {fdes} FDEs checked");
-    assert!(direct * 10 > asked * 8, "{direct} of {asked} read directly");
+    let tenths = if cfg!(target_arch = "aarch64") { 6 } else { 8 };
+    assert!(
+        direct * 10 > asked * tenths,
+        "{direct} of {asked} read directly"
+    );
 }
 
 /// AArch64 unwind rules of hand-written functions with exact CFI.
@@ -1158,6 +1164,27 @@ fn afp_body
     nop
     mov sp, x29
     ldp x29, x30, [sp], 32
+    ret
+    .cfi_endproc
+
+fn apac
+    .cfi_startproc
+    hint #25
+    .cfi_negate_ra_state
+    stp x29, x30, [sp, -32]!
+    .cfi_def_cfa_offset 32
+    .cfi_offset 29, -32
+    .cfi_offset 30, -24
+    mov x29, sp
+fn apac_body
+    nop
+    ldp x29, x30, [sp], 32
+    .cfi_restore 30
+    .cfi_restore 29
+    .cfi_def_cfa_offset 0
+    hint #29
+    .cfi_negate_ra_state
+fn apac_ret
     ret
     .cfi_endproc
 
@@ -1223,6 +1250,27 @@ fn descriptors_from_real_eh_frame() {
             at("afp_body"),
             true,
             Is(d(CfaFp, 32, -3, -4, true)),
+        ),
+        // Pointer authentication (paciasp, autiasp: hints 25 and 29)
+        // toggles the return address's signing state in the CFI
+        // (negate_ra_state), not where it is saved.
+        (
+            "signed return address saved",
+            at("apac_body"),
+            true,
+            Is(d(CfaSp, 32, -3, -4, true)),
+        ),
+        (
+            "signed, as a return address",
+            ret("apac_body"),
+            false,
+            Is(d(CfaSp, 32, -3, -4, false)),
+        ),
+        (
+            "after autiasp",
+            at("apac_ret"),
+            true,
+            Is(d(CfaSp, 0, 0, 0, true)),
         ),
         // framehop reads an undefined LR as "same value" in the first frame
         // and as the end of the stack in a caller.

@@ -33,7 +33,11 @@ pub(crate) const USER_END: usize = 1 << 56;
 /// DWARF numbers of the return-address column and the frame pointer
 /// (rbp), and whether descriptors are derived from CFI rows directly
 /// ([`descriptor_of_row`]).
-pub(crate) const DWARF: CfiRegs = CfiRegs { ra: 16, fp: 6 };
+pub(crate) const DWARF: CfiRegs = CfiRegs {
+    ra: 16,
+    fp: 6,
+    negate_ra_state: false,
+};
 pub(crate) const DIRECT_CFI: bool = true;
 const DWARF_RSP: u64 = 7;
 
