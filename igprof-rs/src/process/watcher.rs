@@ -104,10 +104,16 @@ fn write_snapshot(periodic: bool) {
             mib(near)
         )
     } else {
+        // A note cannot hold parentheses (the header's syntax): what the
+        // usage left out comes last, after a comma.
+        let left_out = if cache_words().is_empty() {
+            ""
+        } else {
+            ", page cache not counted"
+        };
         format!(
-            "at {:.1} MiB{} of its cgroup's {limit:.1} MiB memory limit",
-            mib(near),
-            cache_words()
+            "at {:.1} MiB of its cgroup's {limit:.1} MiB memory limit{left_out}",
+            mib(near)
         )
     };
     if near != 0 && !pressure {
