@@ -15,10 +15,10 @@
 use framehop::aarch64::{CacheAarch64, UnwindRegsAarch64};
 use framehop::MustNotAllocateDuringUnwind;
 
-use super::cfi::{Regs as CfiRegs, Row};
-use super::descriptor::Descriptor;
+use super::cfi::{Regs as CfiRegs, Row, Rule};
+use super::descriptor::{Descriptor, Kind};
 use super::stack::StackReader;
-use super::step::Regs;
+use super::step::{slot_by_8, Regs};
 use super::BrokenFrame;
 
 /// framehop's per-thread scratch space, preallocated.
@@ -44,7 +44,6 @@ pub(crate) const DWARF: CfiRegs = CfiRegs {
     fp: 29,
     negate_ra_state: true,
 };
-pub(crate) const DIRECT_CFI: bool = true;
 const DWARF_SP: u64 = 31;
 
 /// The descriptor `step::describe` gets from framehop for a PC whose CFI
@@ -59,9 +58,6 @@ const DWARF_SP: u64 = 31;
 /// row with CFA = x29 + off needs both saved. Rows whose offsets framehop
 /// would round are left to framehop.
 pub(crate) fn descriptor_of_row(row: &Row, first: bool) -> Option<Descriptor> {
-    use super::cfi::Rule;
-    use super::descriptor::Kind;
-    use super::step::slot_by_8;
     let (reg, off) = row.cfa?;
     let saved = |r: Rule| match r {
         Rule::Unset | Rule::Undefined | Rule::SameValue => Some(None),

@@ -194,9 +194,6 @@ pub(crate) fn describe(
 /// (`cfi.rs`), where the architecture's mapping of the row is certain to
 /// give what framehop would.
 pub(crate) fn direct(table: &ModuleTable, pc: usize, first: bool) -> Option<Descriptor> {
-    if !arch::DIRECT_CFI {
-        return None;
-    }
     // framehop looks a return address up at the call instruction.
     let lookup = if first { pc } else { pc.checked_sub(1)? };
     let m = table.find(lookup)?;

@@ -31,14 +31,13 @@ pub(crate) const RA_IN_LR: bool = false;
 pub(crate) const USER_END: usize = 1 << 56;
 
 /// DWARF numbers of the return-address column and the frame pointer
-/// (rbp), and whether descriptors are derived from CFI rows directly
-/// ([`descriptor_of_row`]).
+/// (rbp) that [`descriptor_of_row`] reads rows for; 0x2d is no opcode of
+/// x86-64's.
 pub(crate) const DWARF: CfiRegs = CfiRegs {
     ra: 16,
     fp: 6,
     negate_ra_state: false,
 };
-pub(crate) const DIRECT_CFI: bool = true;
 const DWARF_RSP: u64 = 7;
 
 /// The descriptor `step::describe` gets from framehop for a PC whose CFI
