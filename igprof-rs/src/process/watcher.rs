@@ -106,10 +106,10 @@ fn write_snapshot(periodic: bool) {
     } else {
         // A note cannot hold parentheses (the header's syntax): what the
         // usage left out comes last, after a comma.
-        let left_out = if cache_words().is_empty() {
-            ""
-        } else {
+        let left_out = if crate::process::keeper::cache_left_out() {
             ", page cache not counted"
+        } else {
+            ""
         };
         format!(
             "at {:.1} MiB of its cgroup's {limit:.1} MiB memory limit{left_out}",
