@@ -879,14 +879,61 @@ fn attach_waits_out_a_thread_holding_the_loader_lock() {
     let id = child.0.id() as i32;
     let before = seen(id);
     for i in 0..3 {
-        let p = attached_for(&d, &mut child.0, &format!("l{i}.gz"), 300, i);
+        let (p, stopped) = longest_stop_during(id, || {
+            attached_for(&d, &mut child.0, &format!("l{i}.gz"), 300, i)
+        });
         assert!(
             under(&p, "MEM_TOTAL", "churn").0 > 0,
             "cycle {i}: the allocating thread's calls are not in the profile"
         );
         assert!(code_as_in_files(id) >= 3, "cycle {i}");
+        // A call waiting for the lock lets the other threads run once it
+        // is seen blocked in a futex (50 ms of looks), not after 2 s.
+        assert!(
+            stopped < std::time::Duration::from_secs(1),
+            "cycle {i}: a thread stayed stopped for {stopped:?}"
+        );
     }
     assert_eq!(seen_with(id, before.threads).fds, before.fds);
+}
+
+/// What `f` returns, and the longest time any thread of `pid` stayed in a
+/// tracing stop meanwhile (`/proc/PID/task/TID/stat`, looked at every
+/// millisecond).
+fn longest_stop_during<T>(pid: i32, f: impl FnOnce() -> T) -> (T, std::time::Duration) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let watch = s.spawn(|| {
+            let mut since: BTreeMap<String, Instant> = BTreeMap::new();
+            let mut longest = Duration::ZERO;
+            while !done.load(Ordering::Acquire) {
+                let now = Instant::now();
+                let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+                    .into_iter()
+                    .flatten();
+                for t in tasks.flatten() {
+                    let tid = t.file_name().to_string_lossy().into_owned();
+                    let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+                    let state = stat
+                        .rsplit_once(')')
+                        .and_then(|(_, r)| r.split_whitespace().next());
+                    if state == Some("t") {
+                        let at = *since.entry(tid).or_insert(now);
+                        longest = longest.max(now - at);
+                    } else {
+                        since.remove(&tid);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            longest
+        });
+        let r = f();
+        done.store(true, Ordering::Release);
+        (r, watch.join().expect("the watching thread panicked"))
+    })
 }
 
 /// The main thread is stopped holding glibc's main arena lock, blocked

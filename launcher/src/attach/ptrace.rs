@@ -650,18 +650,34 @@ impl Stopped {
         let mut deadline = Some(started + CALL_ALONE);
         self.others_ran = false;
         let mut waited_long = false;
+        // Since when the call has been seen blocked in a futex at every
+        // look, the others stopped.
+        let mut blocked_since = None;
         let outcome = loop {
             // While the others run, their stops are served every 20 ms: a
             // thread stopped by a signal would otherwise wait for us, and
-            // the call may be waiting for it.
+            // the call may be waiting for it. While they are stopped, the
+            // call is looked at every FUTEX_LOOK.
             let wait_until = match deadline {
                 Some(d) if self.others_ran => {
                     Some(d.min(Instant::now() + Duration::from_millis(20)))
                 }
+                Some(d) if !waited_long => Some(d.min(Instant::now() + FUTEX_LOOK)),
                 d => d,
             };
             let stop = match wait_for(tid, wait_until) {
-                Ok(s) => s,
+                Ok(s) => {
+                    blocked_since = None;
+                    s
+                }
+                Err(_)
+                    if !self.others_ran
+                        && !waited_long
+                        && deadline.is_some_and(|d| Instant::now() < d)
+                        && !blocked_for(self.pid, tid, &mut blocked_since) =>
+                {
+                    continue;
+                }
                 Err(_) if self.others_ran && deadline.is_some_and(|d| Instant::now() < d) => {
                     self.serve_others(tid);
                     if self.restop_asked() {
@@ -1023,9 +1039,26 @@ const STEP_MOST: Duration = Duration::from_secs(2);
 /// let run (it may wait for a lock one of them holds), when it waits on a
 /// futex then; and how long a call is waited for at most, while it works
 /// with the others stopped, and again once they run (so up to two minutes
-/// in all: the error says how long).
+/// in all: the error says how long). A call seen blocked in a futex at
+/// every look (one each FUTEX_LOOK) for FUTEX_STUCK lets them run sooner:
+/// with every other thread stopped, only one of them can end that wait.
 const CALL_ALONE: Duration = Duration::from_secs(2);
 const CALL_MOST: Duration = Duration::from_secs(60);
+const FUTEX_LOOK: Duration = Duration::from_millis(10);
+const FUTEX_STUCK: Duration = Duration::from_millis(50);
+
+/// Whether thread `tid` of `pid` has been blocked in a futex wait at every
+/// look for [`FUTEX_STUCK`]; `since`: when the looks began to see it so
+/// (cleared by a look that does not).
+fn blocked_for(pid: i32, tid: i32, since: &mut Option<Instant>) -> bool {
+    // Unreadable, it is not taken for a wait here: the call then has the
+    // whole CALL_ALONE.
+    if futex_wait_seen(pid, tid) != Some(true) {
+        *since = None;
+        return false;
+    }
+    since.get_or_insert_with(Instant::now).elapsed() >= FUTEX_STUCK
+}
 
 /// Whether thread `tid` of `pid` is blocked in a futex wait (a lock, or a
 /// condition): `/proc/PID/task/TID/syscall` gives the system call it is
@@ -1033,14 +1066,18 @@ const CALL_MOST: Duration = Duration::from_secs(60);
 /// another thread). Readable by the process's tracer. Where it cannot be
 /// read, a wait is assumed.
 fn waits_on_futex(pid: i32, tid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")) {
-        Ok(s) => s
-            .split_whitespace()
+    futex_wait_seen(pid, tid).unwrap_or(true)
+}
+
+/// [`waits_on_futex`], None where the file cannot be read.
+fn futex_wait_seen(pid: i32, tid: i32) -> Option<bool> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
+    Some(
+        s.split_whitespace()
             .next()
             .and_then(|n| n.parse::<i64>().ok())
             .is_some_and(|n| n == libc::SYS_futex),
-        Err(_) => true,
-    }
+    )
 }
 
 /// The state letter of thread `tid` (`R`, `S`, `D`, `Z`, `t`...), from
