@@ -799,7 +799,7 @@ fn fifty_busy_threads_survive_ten_attach_detach_cycles() {
     }
     assert_eq!(threads(), 51);
     for i in 0..10 {
-        let p = attached_for(&d, child, &format!("t{i}.gz"), 150, i);
+        let (p, _) = attached_for(&d, child, &format!("t{i}.gz"), 150, i);
         assert!(
             under(&p, "PERF_TICKS", "spin").0 > 0,
             "cycle {i}: the spinning threads were not sampled"
@@ -832,7 +832,7 @@ fn attach_to_threads_that_all_allocate() {
     let mut child = started_ready(&d, "attach_all_busy");
     for i in 0..2 {
         let t0 = std::time::Instant::now();
-        let p = attached_for(&d, &mut child.0, &format!("b{i}.gz"), 100, i);
+        let (p, _) = attached_for(&d, &mut child.0, &format!("b{i}.gz"), 100, i);
         // A call that waits for its own thread's lock gives up after a
         // minute.
         assert!(
@@ -849,20 +849,38 @@ fn attach_to_threads_that_all_allocate() {
 
 /// Cycle `cycle` of a test: `child` attached to with `-pp -mp` (the
 /// profile to `out` in `d`), left to run `ms`, detached; it must still
-/// run. Its profile.
-fn attached_for(d: &Path, child: &mut Child, out: &str, ms: u64, cycle: usize) -> Profile {
+/// run. Its profile, and the longer of the times the attach and the
+/// detach said they held the threads stopped.
+fn attached_for(
+    d: &Path,
+    child: &mut Child,
+    out: &str,
+    ms: u64,
+    cycle: usize,
+) -> (Profile, std::time::Duration) {
     let pid = child.id().to_string();
-    ok(&launcher_in(
+    let attach = ok(&launcher_in(
         d,
         &["--attach", &pid, "-pp", "-mp", "-o", out],
     ));
     std::thread::sleep(std::time::Duration::from_millis(ms));
-    ok(&launcher_in(d, &["--detach", &pid]));
+    let detach = ok(&launcher_in(d, &["--detach", &pid]));
     assert!(
         child.try_wait().unwrap().is_none(),
         "the process died in cycle {cycle}"
     );
-    parse_strict(&read_text(&d.join(out))).unwrap()
+    let said = stopped_for(&attach).max(stopped_for(&detach));
+    (parse_strict(&read_text(&d.join(out))).unwrap(), said)
+}
+
+/// The "stopped for N ms" of an attach or detach line in `stderr`.
+fn stopped_for(stderr: &str) -> std::time::Duration {
+    let ms = stderr
+        .split_once("stopped for ")
+        .and_then(|(_, rest)| rest.split_once(" ms"))
+        .and_then(|(n, _)| n.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no 'stopped for N ms' in: {stderr}"));
+    std::time::Duration::from_secs_f64(ms / 1e3)
 }
 
 /// A thread holds the loader's lock 3 s at a time (tests/programs/
@@ -879,7 +897,7 @@ fn attach_waits_out_a_thread_holding_the_loader_lock() {
     let id = child.0.id() as i32;
     let before = seen(id);
     for i in 0..3 {
-        let (p, stopped) = longest_stop_during(id, || {
+        let ((p, said), stopped) = longest_stop_during(id, || {
             attached_for(&d, &mut child.0, &format!("l{i}.gz"), 300, i)
         });
         assert!(
@@ -892,6 +910,12 @@ fn attach_waits_out_a_thread_holding_the_loader_lock() {
         assert!(
             stopped < std::time::Duration::from_secs(1),
             "cycle {i}: a thread stayed stopped for {stopped:?}"
+        );
+        // What the attach and detach lines say leaves out the time the
+        // threads ran during the calls (most of the 3 s the lock is held).
+        assert!(
+            said < std::time::Duration::from_secs(1),
+            "cycle {i}: the lines say the threads were stopped for {said:?}"
         );
     }
     assert_eq!(seen_with(id, before.threads).fds, before.fds);

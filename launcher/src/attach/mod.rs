@@ -410,7 +410,7 @@ fn attach(pid: i32, lib: &[u8], words: &[u8]) -> Result<(Duration, usize, usize)
                 let threads = stopped.thread_count();
                 stopped.release();
                 paused += t.elapsed();
-                return Ok((paused, threads, tried));
+                return Ok((paused.saturating_sub(stopped.ran), threads, tried));
             }
             THREAD_INSIDE | HELD_OFF_AGAIN => {
                 paused += t.elapsed();
@@ -472,7 +472,7 @@ fn detach(pid: i32, lib: &[u8]) -> Result<(), String> {
             eprintln!(
                 "igprof: detached from process {pid} ({} stopped for {:.1} ms)",
                 threads_word(threads),
-                t0.elapsed().as_secs_f64() * 1e3
+                t0.elapsed().saturating_sub(stopped.ran).as_secs_f64() * 1e3
             );
             Ok(())
         }

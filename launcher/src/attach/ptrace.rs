@@ -49,6 +49,11 @@ pub struct Stopped {
     data_at: u64,
     /// Whether the other threads ran during the last call.
     pub others_ran: bool,
+    /// How long the other threads ran during calls, in all (not time they
+    /// were stopped: the attach and detach lines leave it out), and since
+    /// when they run, while they do.
+    pub ran: Duration,
+    ran_from: Option<Instant>,
     /// The profiler library's path as the process maps it, once loaded
     /// (see [`super::caller`]).
     pub library: Option<String>,
@@ -260,6 +265,8 @@ impl Stopped {
             readied: None,
             data_at: 0,
             others_ran: false,
+            ran: Duration::ZERO,
+            ran_from: None,
             library: None,
         };
         s.stop_new_threads()?;
@@ -714,6 +721,7 @@ impl Stopped {
                     // once no more code can be written and every thread
                     // moved out of a patch is where it must go on.
                     self.others_ran = true;
+                    self.ran_from = Some(Instant::now());
                     self.close_gate();
                     for (&t, _) in self.threads.iter().filter(|(&t, _)| t != tid) {
                         let _ = request(libc::PTRACE_CONT, t, 0, 0);
@@ -750,6 +758,9 @@ impl Stopped {
     /// Stops again every thread but `caller`, after they ran during its
     /// call, and those they made meanwhile.
     fn stop_others(&mut self, caller: i32) -> Result<(), String> {
+        if let Some(t) = self.ran_from.take() {
+            self.ran += t.elapsed();
+        }
         let others: Vec<i32> = self
             .threads
             .keys()
@@ -930,7 +941,7 @@ impl Stopped {
     /// [`Stopped::pause`] through a reference; [`Stopped::hold_others`]
     /// stays as it was too.
     pub fn pause_in_place(&mut self, d: Duration) -> Result<(), String> {
-        let (pid, gate, hold) = (self.pid, self.gate, self.hold_others);
+        let (pid, gate, hold, ran) = (self.pid, self.gate, self.hold_others, self.ran);
         let library = self.library.take();
         self.release();
         std::thread::sleep(d);
@@ -938,6 +949,7 @@ impl Stopped {
         s.gate = gate;
         s.hold_others = hold;
         s.library = library;
+        s.ran = ran;
         *self = s;
         Ok(())
     }
