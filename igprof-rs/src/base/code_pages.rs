@@ -25,7 +25,7 @@
 //! when the object has text relocations (its text is then a private copy
 //! too).
 
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// One loadable segment of the library: start and end addresses.
 type Segment = (usize, usize);
@@ -47,6 +47,12 @@ struct Found {
 static SEGMENTS: [(AtomicUsize, AtomicUsize); 8] =
     [const { (AtomicUsize::new(0), AtomicUsize::new(0)) }; 8];
 static SEGMENTS_FOUND: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether [`give_back_again`] has unmapped the pages since start-up, and
+/// whether the final dump asks for it between its steps too
+/// ([`between_steps`]).
+static GIVEN_BACK: AtomicBool = AtomicBool::new(false);
+static STEPS: AtomicBool = AtomicBool::new(false);
 
 /// Finds the library's read-only segments, for [`give_back_again`];
 /// returns their bytes (0 where nothing may be given back: the object not
@@ -102,7 +108,37 @@ pub fn give_back_again() -> usize {
             bytes += end - start;
         }
     }
+    if bytes > 0 {
+        GIVEN_BACK.store(true, Ordering::Relaxed);
+    }
     bytes
+}
+
+/// Whether the pages have been given back since start-up (by the keeper
+/// a little after it, or at its end): the code resident since is what the
+/// run used, and giving it back again costs only the faults of what runs
+/// next.
+pub fn given_back() -> bool {
+    GIVEN_BACK.load(Ordering::Relaxed)
+}
+
+/// The final dump's steps (naming, writing, saving descriptors) each use
+/// code of their own, spread over the library's text, and the kernel maps
+/// 64 KiB around each fault: given back between them, the pages of a step
+/// leave before the next one faults its own in, and the dump's peak is
+/// its largest step's, not their sum. `on` while a final dump runs in a
+/// process whose pages were given back since start-up ([`given_back`]):
+/// a short process's dump would only fault them in again.
+pub fn give_back_between_steps(on: bool) {
+    STEPS.store(on, Ordering::Relaxed);
+}
+
+/// Between two steps of the final dump: gives the pages back where
+/// [`give_back_between_steps`] asked for it.
+pub fn between_steps() {
+    if STEPS.load(Ordering::Relaxed) {
+        give_back_again();
+    }
 }
 
 /// dl_iterate_phdr's callback: fills the [`Found`] of the object whose

@@ -337,6 +337,7 @@ fn write_tree<T: ProfileTree>(
     let addrs = tree.code_addresses();
     let names = crate::output::names::name_all(&addrs, exe);
     stats.naming_ns = crate::sys::thread_cpu_ns() - named_at;
+    crate::base::code_pages::between_steps();
     if crate::base::options::get().debug {
         if names.given_back > 0 {
             crate::igprof_log!(

@@ -119,6 +119,7 @@ fn write_final(reason: &str, by_keeper: bool) -> Option<String> {
                 },
                 r => r.map(|stats| (stats, None)),
             };
+            crate::base::code_pages::between_steps();
             let saved = {
                 let _fsize = crate::base::limits::FsizeGuard::block();
                 crate::unwind::save_descriptors()
@@ -126,15 +127,18 @@ fn write_final(reason: &str, by_keeper: bool) -> Option<String> {
             (dumped, saved)
         };
         let nodes = thread::total_nodes();
-        if nodes >= TINY_DUMP_NODES {
+        let steps = nodes >= TINY_DUMP_NODES || crate::base::code_pages::given_back();
+        if steps {
             // The library's code pages that ran the program's hooks leave
             // the resident set: the dump's own code (most of the library's
             // text, with the kernel's fault-around) takes their place
-            // instead of adding to them (a small cc1's peak: 0.3 MiB less).
-            // Not for a tiny process, whose dump would fault them back in
-            // for no gain worth its time.
+            // instead of adding to them (a small cc1's peak: 0.3 MiB less),
+            // and so between the dump's steps. Not for a tiny process that
+            // never gave them back, whose dump would fault them back in for
+            // no gain worth its time.
             crate::base::code_pages::give_back_again();
         }
+        crate::base::code_pages::give_back_between_steps(steps);
         if (TINY_DUMP_NODES..=SMALL_DUMP_NODES).contains(&nodes) {
             let ahead = DUMP_BYTES_FIXED + nodes * DUMP_BYTES_PER_NODE;
             let r = crate::base::alloc::final_arena(ahead, write);
@@ -148,6 +152,7 @@ fn write_final(reason: &str, by_keeper: bool) -> Option<String> {
             write()
         }
     });
+    crate::base::code_pages::give_back_between_steps(false);
     let opts = crate::base::options::get();
     if opts.debug {
         log_saved_descriptors(&saved);
