@@ -9,9 +9,9 @@ use std::process::Stdio;
 
 use igprof_tests::*;
 
-/// Resident and mapped KiB of the library's mappings that are not
-/// writable (text, read-only data) in process `pid`.
-fn library_read_only_kib(pid: u32) -> (u64, u64) {
+/// Resident and mapped KiB of the library's mappings whose permissions
+/// pass `which` (`r-xp`, `r--p`...) in process `pid`.
+fn library_kib(pid: u32, which: impl Fn(&str) -> bool) -> (u64, u64) {
     let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap();
     let (mut ours, mut rss, mut size) = (false, 0, 0);
     for line in smaps.lines() {
@@ -19,7 +19,7 @@ fn library_read_only_kib(pid: u32) -> (u64, u64) {
         if f.first()
             .is_some_and(|a| a.contains('-') && !a.ends_with(':'))
         {
-            ours = f.len() > 5 && f[5].ends_with("/libigprof.so") && !f[1].contains('w');
+            ours = f.len() > 5 && f[5].ends_with("/libigprof.so") && which(f[1]);
         } else if ours && f[0] == "Size:" {
             size += f[1].parse::<u64>().unwrap();
         } else if ours && f[0] == "Rss:" {
@@ -27,6 +27,25 @@ fn library_read_only_kib(pid: u32) -> (u64, u64) {
         }
     }
     (rss, size)
+}
+
+/// Resident and mapped KiB of the library's mappings that are not
+/// writable (text, read-only data) in process `pid`.
+fn library_read_only_kib(pid: u32) -> (u64, u64) {
+    library_kib(pid, |perms| !perms.contains('w'))
+}
+
+/// Reads `child`'s stderr up to `-d`'s "start-up over:" line, which it
+/// returns.
+fn start_up_line(err: &mut impl BufRead) -> String {
+    let mut line = String::new();
+    while err.read_line(&mut line).unwrap() > 0 {
+        if line.contains("start-up over:") {
+            return line;
+        }
+        line.clear();
+    }
+    panic!("no start-up line")
 }
 
 /// A profiled `sleep` (-pp -mp), looked at once start-up is over: `-d`
@@ -42,19 +61,12 @@ fn start_up_code_leaves_the_resident_set() {
         .spawn()
         .unwrap();
     let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut said = String::new();
-    let mut line = String::new();
-    while err.read_line(&mut line).unwrap() > 0 {
-        if line.contains("start-up over:") {
-            said = line.clone();
-            break;
-        }
-        line.clear();
-    }
+    let said = start_up_line(&mut err);
     // What runs after start-up has faulted its pages back in by now.
     std::thread::sleep(std::time::Duration::from_millis(300));
     // The program's pid is the launcher's (it execs the program).
     let (rss, size) = library_read_only_kib(child.id());
+    let (text_rss, _) = library_kib(child.id(), |perms| perms.contains('x'));
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
     let status = child.wait().unwrap();
@@ -70,19 +82,103 @@ fn start_up_code_leaves_the_resident_set() {
         unmapped >= text_kib,
         "{unmapped} KiB unmapped, text {text_kib} KiB"
     );
-    eprintln!("{rss} of {size} KiB of the library's read-only mappings resident");
+    eprintln!(
+        "{rss} of {size} KiB of the library's read-only mappings resident, {text_rss} of its code"
+    );
     assert!(size >= text_kib, "{size}");
     assert!(rss * 100 < size * 80, "{rss} of {size} KiB resident");
+    // The keeper's watch is all that runs: its code is in the library's
+    // `igprof_hot` section (base/code_pages.rs), two 64 KiB windows at
+    // most (84 KiB measured; 264 KiB before the section).
+    assert!(
+        text_rss <= 192,
+        "{text_rss} KiB of the library's code resident"
+    );
+}
+
+/// sqlite3 inserting rows under `-mp`, looked at once start-up is over:
+/// what its allocations run (hooks, stack memo, walks, live table, the
+/// keeper's watch) lies in the library's `igprof_hot` section, so little
+/// of the library's code is resident while it runs (80 KiB measured;
+/// 452 KiB before the section, the kernel mapping 64 KiB around each
+/// fault in code spread over 1.4 MB).
+#[test]
+fn a_running_programs_hooks_keep_little_code_resident() {
+    let d = scratch("footprint-run");
+    let mut sql = String::from("create table t(a integer, b text);\nbegin;\n");
+    for i in 0..400_000 {
+        sql.push_str(&format!(
+            "insert into t values({i}, 'row {}');\n",
+            i * 7919 % 400_000
+        ));
+    }
+    sql.push_str("commit;\nselect count(*) from t;\n");
+    std::fs::write(d.join("rows.sql"), sql).unwrap();
+    let mut child = igprof_command(
+        &d,
+        &[
+            "-d",
+            "-mp",
+            "-o",
+            "rows.gz",
+            "sqlite3",
+            ":memory:",
+            ".read rows.sql",
+        ],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    start_up_line(&mut err);
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let (text_rss, text_size) = library_kib(child.id(), |perms| perms.contains('x'));
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    assert!(child.wait().unwrap().success(), "{rest}");
+    assert!(
+        text_size > 0,
+        "the run ended before it was looked at: {rest}"
+    );
+    eprintln!("{text_rss} KiB of the library's code resident");
+    assert!(
+        text_rss <= 256,
+        "{text_rss} KiB of the library's code resident"
+    );
+}
+
+/// The library's `igprof_hot` section (base/code_pages.rs) holds what a
+/// long process keeps running, and must stay under the kernel's 64 KiB
+/// fault-around window so that it costs two windows at most.
+#[test]
+fn the_hot_section_fits_a_window() {
+    let text = readelf_of_lib("-SW");
+    let line = text
+        .lines()
+        .find(|l| l.contains(" igprof_hot "))
+        .expect("an igprof_hot section");
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let at = f.iter().position(|w| *w == "igprof_hot").unwrap();
+    // Name, type, address, offset, size.
+    let size = u64::from_str_radix(f[at + 4], 16).unwrap();
+    eprintln!("igprof_hot: {size} bytes");
+    assert!(size > 4096 && size < 64 << 10, "igprof_hot: {size} bytes");
+}
+
+/// What `readelf FLAG` prints of the library.
+fn readelf_of_lib(flag: &str) -> String {
+    let out = std::process::Command::new("readelf")
+        .arg(flag)
+        .arg(lib())
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// The size of the library's executable segment in KiB, from its file.
 fn library_text_kib() -> u64 {
-    let out = std::process::Command::new("readelf")
-        .args(["-lW"])
-        .arg(lib())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = readelf_of_lib("-lW");
     let load = text
         .lines()
         .find(|l| l.trim_start().starts_with("LOAD") && l.contains("R E"))

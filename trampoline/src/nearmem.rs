@@ -30,6 +30,7 @@ struct Page {
 static PAGES: Mutex<Vec<Page>> = Mutex::new(Vec::new());
 
 /// Page size of the host.
+#[link_section = "igprof_hot"]
 pub fn page_size() -> u64 {
     // SAFETY: sysconf has no preconditions.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };

@@ -438,6 +438,7 @@ impl Bump {
 
     /// `size` zeroed bytes aligned to `align` (a power of two <= 4096), or null
     /// when the system is out of memory.
+    #[link_section = "igprof_hot"]
     pub fn alloc(&mut self, size: usize, align: usize) -> *mut u8 {
         let start = (self.cur + align - 1) & !(align - 1);
         if self.cur == 0 || start + size > self.end {

@@ -58,6 +58,7 @@ impl Version {
 /// are missing), v2's `inactive_file` + `active_file`. Shared memory is not
 /// among them (it sits on the anonymous lists). None where either is
 /// missing.
+#[link_section = "igprof_hot"]
 pub fn file_cache(stat: &[u8], version: Version) -> Option<u64> {
     // Whole lines only: a buffer too small for the file ends mid-line.
     let whole = stat.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
@@ -159,6 +160,7 @@ pub fn lowest_limit(
 
 /// The leading decimal number of a file's text (None for "max" and other
 /// text).
+#[link_section = "igprof_hot"]
 pub fn leading_number(text: &[u8]) -> Option<u64> {
     let mut v: u64 = 0;
     let mut any = false;

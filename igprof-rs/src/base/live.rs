@@ -456,6 +456,7 @@ impl LiveMem {
     }
 
     #[inline(never)]
+    #[link_section = "igprof_hot"]
     fn insert_shard(&self, b: Block) -> Result<Option<Block>, LiveError> {
         let mut g = self.shard(b.addr).lock();
         let st = g.st();
@@ -496,6 +497,7 @@ impl LiveMem {
     }
 
     #[inline(never)]
+    #[link_section = "igprof_hot"]
     fn remove_shard(&self, addr: usize) -> Option<Block> {
         let mut g = self.shard(addr).lock();
         let st = g.st();

@@ -58,7 +58,7 @@ pub fn bind_to_libc() {
 // these sources keeps libc's own (its calls would run the fallback loops).
 #[cfg(all(target_arch = "x86_64", panic = "abort"))]
 core::arch::global_asm!(
-    ".pushsection .text.igprof_mem_calls,\"ax\",@progbits",
+    ".pushsection igprof_hot,\"ax\",@progbits",
     ".macro igprof_mem_call name, slot",
     ".globl \\name",
     ".hidden \\name",
@@ -151,7 +151,7 @@ core::arch::global_asm!(
 
 #[cfg(all(target_arch = "aarch64", panic = "abort"))]
 core::arch::global_asm!(
-    ".pushsection .text.igprof_mem_calls,\"ax\",@progbits",
+    ".pushsection igprof_hot,\"ax\",@progbits",
     ".macro igprof_mem_call name, slot",
     ".globl \\name",
     ".hidden \\name",

@@ -40,6 +40,7 @@ const NONE: Walk = Walk {
 /// # Safety
 /// `uc` must be the `ucontext_t` passed to an SA_SIGINFO handler running on
 /// the thread that owns `ts`.
+#[link_section = "igprof_hot"]
 pub unsafe fn from_ucontext(ts: &ThreadState, uc: *const libc::c_void, out: &mut [usize]) -> Walk {
     let bounds = with_current_altstack(*ts.bounds);
     match &ts.unwinder {
@@ -91,6 +92,7 @@ pub fn here(ts: &ThreadState, out: &mut [usize]) -> Walk {
 /// [`here`], recording the stack words the walk reads into `log` (begun by
 /// the caller; see `unwind::ReadLog`).
 #[inline(never)]
+#[link_section = "igprof_hot"]
 pub fn here_logged(
     ts: &ThreadState,
     out: &mut [usize],

@@ -398,6 +398,7 @@ impl CallTree {
         true
     }
 
+    #[link_section = "igprof_hot"]
     fn grow(&mut self, cap: usize) -> bool {
         let bytes = cap * core::mem::size_of::<Slot>();
         let t = self.bump.alloc(bytes, 8) as *mut Slot;
@@ -488,6 +489,7 @@ impl CallTree {
     /// The child of `parent` for `addr`, created if missing (uncharged:
     /// see [`Self::charged`]); null when out of memory.
     #[inline]
+    #[link_section = "igprof_hot"]
     pub(crate) fn child(&mut self, parent: *mut Node, addr: usize) -> *mut Node {
         let h = hash(parent as usize, addr);
         let mut i = h & self.mask;
@@ -538,6 +540,7 @@ impl CallTree {
     /// The node for a stack given leaf first (`trace[0]` = PC), created as
     /// needed. A `truncated` stack hangs under the [`TRUNCATED`] marker.
     /// Null when memory ran out (or nothing is enabled).
+    #[link_section = "igprof_hot"]
     pub fn node_for(&mut self, trace: &[usize], truncated: bool) -> *mut Node {
         if !self.ensure_init() {
             self.failed += 1;

@@ -69,6 +69,7 @@ fn event_sample(
     drop(guard);
 }
 
+#[link_section = "igprof_hot"]
 extern "C" fn handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     let _errno = sys::ErrnoGuard::save();
     // SAFETY: the kernel passes a valid siginfo.

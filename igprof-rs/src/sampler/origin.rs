@@ -196,6 +196,7 @@ fn origin_of(
     }
 }
 
+#[link_section = "igprof_hot"]
 pub(super) fn origin(t: Option<&ThreadState>, code: i32, info: *const libc::siginfo_t) -> Origin {
     // SAFETY: info is the kernel's siginfo for this signal; each field is
     // read only under the code that makes it valid.

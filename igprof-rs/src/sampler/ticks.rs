@@ -30,6 +30,7 @@ pub(super) fn tick_slot() -> usize {
 
 /// Charges `k` PERF ticks to `node`, a node of the calling thread's own
 /// tree (nothing without a tick counter or without ticks).
+#[link_section = "igprof_hot"]
 pub(super) fn charge(node: &crate::base::tree::Node, k: u64) {
     let slot = tick_slot();
     if slot != usize::MAX && k > 0 {
@@ -92,6 +93,7 @@ pub(super) fn sampled_clock_ns() -> u64 {
 /// timers fire late (on the scheduler tick), a wall-clock timer of a thread
 /// that was runnable but not running fires once for several intervals, and
 /// -pu weighs by user time; the totals stay exact either way.
+#[link_section = "igprof_hot"]
 pub(super) fn ticks_for(t: &ThreadState) -> u64 {
     if options::get().perf.is_none() {
         return 0;

@@ -18,6 +18,7 @@ pub fn mmap_anon(len: usize) -> *mut u8 {
 /// Anonymous private read/write mapping of `len` bytes (zero-filled;
 /// faulted in now with `populate`, so that a signal handler never takes the
 /// page faults of first use): its address, or the errno of the failure.
+#[link_section = "igprof_hot"]
 pub fn map_anon(len: usize, populate: bool) -> Result<*mut u8, Errno> {
     let flags =
         libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | if populate { libc::MAP_POPULATE } else { 0 };
@@ -89,6 +90,7 @@ pub fn mmap_anon_huge(len: usize) -> *mut u8 {
 /// filled at random places, whose pages would otherwise each take two
 /// faults (a read maps the zero page, the first write copies it). Does
 /// nothing where the kernel does not have it. Errno is kept.
+#[link_section = "igprof_hot"]
 pub fn populate_write(p: *mut u8, len: usize) {
     const MADV_POPULATE_WRITE: libc::c_long = 23;
     if let Some((start, bytes)) = whole_pages(p, len) {

@@ -15,11 +15,13 @@ use super::mem::{mmap_anon, munmap};
 /// # Safety
 /// `[lo, lo + len)` is mapped read/write, belongs to the caller, and is not
 /// in use by anything else until this returns.
+#[link_section = "igprof_hot"]
 pub unsafe fn run_on_stack<F: FnOnce() -> R, R>(lo: usize, len: usize, f: F) -> R {
     struct Call<F, R> {
         f: Option<F>,
         r: Option<R>,
     }
+    #[link_section = "igprof_hot"]
     extern "C" fn tramp<F: FnOnce() -> R, R>(call: *mut u8) {
         // SAFETY: `call` is the Call passed below, alive for the whole switch.
         let c = unsafe { &mut *(call as *mut Call<F, R>) };

@@ -68,6 +68,7 @@ const MAX_REGISTER: u64 = 128;
 
 /// The row of `lookup` (an address in `m`'s text), when every step to it is
 /// one this reader follows exactly. Async-signal-safe.
+#[link_section = "igprof_hot"]
 pub(crate) fn row_at(m: &ModuleEntry, lookup: usize, regs: Regs) -> Option<Row> {
     if m.eh_frame_hdr.1 == 0 || m.eh_frame.1 == 0 {
         return None;
@@ -89,6 +90,7 @@ pub(crate) fn row_at(m: &ModuleEntry, lookup: usize, regs: Regs) -> Option<Row> 
 /// The address of the FDE whose start is the last one at or below
 /// `lookup`, from `.eh_frame_hdr`'s table (only the `datarel | sdata4`
 /// table every linker writes).
+#[link_section = "igprof_hot"]
 fn fde_for(hdr: &[u8], hdr_addr: usize, lookup: usize) -> Option<usize> {
     let (table, count) = search_table(hdr)?;
     let field = |i: usize, at: usize| table_field(table, hdr_addr, i, at);
@@ -107,6 +109,7 @@ fn fde_for(hdr: &[u8], hdr_addr: usize, lookup: usize) -> Option<usize> {
 
 /// Field `at` (0: the start, 4: the FDE) of entry `i` of the search table
 /// of the header at `hdr_addr`, as an address (`i` below its count).
+#[link_section = "igprof_hot"]
 fn table_field(table: &[u8], hdr_addr: usize, i: usize, at: usize) -> usize {
     let b = &table[i * 8 + at..i * 8 + at + 4];
     hdr_addr.wrapping_add_signed(i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as isize)
@@ -114,6 +117,7 @@ fn table_field(table: &[u8], hdr_addr: usize, i: usize, at: usize) -> usize {
 
 /// `.eh_frame_hdr`'s search table (pairs of 32-bit start and FDE address,
 /// relative to the header) and its number of entries.
+#[link_section = "igprof_hot"]
 fn search_table(hdr: &[u8]) -> Option<(&[u8], usize)> {
     const DATAREL_SDATA4: u8 = 0x3b;
     if hdr.len() < 4 || hdr[0] != 1 || hdr[3] != DATAREL_SDATA4 || hdr[2] & 0x70 != 0 {
@@ -149,12 +153,14 @@ struct Cursor<'a> {
 
 impl Cursor<'_> {
     #[inline(always)]
+    #[link_section = "igprof_hot"]
     fn u8(&mut self) -> Option<u8> {
         let v = *self.b.get(self.at)?;
         self.at += 1;
         Some(v)
     }
 
+    #[link_section = "igprof_hot"]
     fn bytes<const N: usize>(&mut self) -> Option<[u8; N]> {
         let v = self
             .b
@@ -167,6 +173,7 @@ impl Cursor<'_> {
 
     /// An unsigned LEB128 number (most are one byte: inlined).
     #[inline(always)]
+    #[link_section = "igprof_hot"]
     fn uleb(&mut self) -> Option<u64> {
         match self.b.get(self.at) {
             Some(&b) if b < 0x80 => {
@@ -178,6 +185,7 @@ impl Cursor<'_> {
     }
 
     /// A signed LEB128 number.
+    #[link_section = "igprof_hot"]
     fn sleb(&mut self) -> Option<i64> {
         let (v, bits, last) = self.leb()?;
         // The same bits, sign-extended from the last byte's bit 6.
@@ -191,6 +199,7 @@ impl Cursor<'_> {
 
     /// The bits of a LEB128 number, either signedness: (value, how many
     /// bits were read, the last byte).
+    #[link_section = "igprof_hot"]
     fn leb(&mut self) -> Option<(u64, u32, u8)> {
         let (mut v, mut shift) = (0u64, 0u32);
         loop {
@@ -206,6 +215,7 @@ impl Cursor<'_> {
         }
     }
 
+    #[link_section = "igprof_hot"]
     fn skip(&mut self, n: u64) -> Option<()> {
         let to = self.at.checked_add(usize::try_from(n).ok()?)?;
         (to <= self.b.len()).then(|| self.at = to)
@@ -213,6 +223,7 @@ impl Cursor<'_> {
 
     /// A pointer with encoding `enc` (absolute or pc-relative only), the
     /// section starting at `base`.
+    #[link_section = "igprof_hot"]
     fn pointer(&mut self, enc: u8, base: usize) -> Option<u64> {
         let field = base.wrapping_add(self.at) as u64;
         let (v, len) = read_encoded(self.b.get(self.at..)?, enc & 0x0f)?;
@@ -226,6 +237,7 @@ impl Cursor<'_> {
 
     /// The length of a CIE or FDE at the cursor and where it ends (32-bit
     /// lengths only).
+    #[link_section = "igprof_hot"]
     fn entry(&mut self) -> Option<usize> {
         let len = u32::from_le_bytes(self.bytes()?);
         if len == 0 || len == u32::MAX {
@@ -246,6 +258,7 @@ struct Cie {
     program: (usize, usize),
 }
 
+#[link_section = "igprof_hot"]
 fn parse_cie(eh: &[u8], at: usize, regs: Regs) -> Option<Cie> {
     let mut c = Cursor { b: eh, at };
     let end = c.entry()?;
@@ -322,6 +335,7 @@ fn parse_cie(eh: &[u8], at: usize, regs: Regs) -> Option<Cie> {
 
 /// The FDE at offset `at` of `.eh_frame` (mapped at `base`): its program
 /// run to the row of `lookup`.
+#[link_section = "igprof_hot"]
 fn run_fde(eh: &[u8], base: usize, at: usize, lookup: usize, regs: Regs) -> Option<Row> {
     let mut c = Cursor { b: eh, at };
     let end = c.entry()?;
@@ -374,6 +388,7 @@ struct Machine {
 }
 
 impl Machine {
+    #[link_section = "igprof_hot"]
     fn new(regs: Regs, code_align: u64, data_align: i64) -> Self {
         let row = Row {
             cfa: Some((0, 0)),
@@ -394,6 +409,7 @@ impl Machine {
         }
     }
 
+    #[link_section = "igprof_hot"]
     fn set(&mut self, reg: u64, rule: Rule) -> Option<()> {
         if reg >= MAX_REGISTER {
             return None;
@@ -410,6 +426,7 @@ impl Machine {
         Some(())
     }
 
+    #[link_section = "igprof_hot"]
     fn restore(&mut self, reg: u64) -> Option<()> {
         let (ra, fp) = self.initial?;
         if reg >= MAX_REGISTER {
@@ -426,6 +443,7 @@ impl Machine {
     /// Runs the instructions in `span` of `eh`. With `to` = (start,
     /// lookup) (an FDE), stops at the first advance past `lookup`; without
     /// (a CIE), an advance is not followed.
+    #[link_section = "igprof_hot"]
     fn run(&mut self, eh: &[u8], span: (usize, usize), to: Option<(u64, u64)>) -> Option<()> {
         let mut c = Cursor {
             b: eh.get(..span.1)?,
@@ -461,6 +479,7 @@ impl Machine {
     }
 
     /// `n * data_align`.
+    #[link_section = "igprof_hot"]
     fn factored(&self, n: u64) -> Option<i64> {
         i64::try_from(n).ok()?.checked_mul(self.data_align)
     }
@@ -468,6 +487,7 @@ impl Machine {
     /// The opcodes whose high two bits are 0: an advance (its delta in
     /// code units), or a change of the row (None inside Some).
     #[inline(always)]
+    #[link_section = "igprof_hot"]
     fn extended(&mut self, op: u8, c: &mut Cursor) -> Option<Option<u64>> {
         match op {
             0x00 => {}                                                            // nop
@@ -594,6 +614,7 @@ static DIRECT: AtomicU64 = AtomicU64::new(0);
 static DIFFER: AtomicU64 = AtomicU64::new(0);
 
 /// Reads `IGPROF_CFI_CHECK` (outside signal context, before the first walk).
+#[link_section = "igprof_hot"]
 pub(crate) fn init_check() {
     if CHECK.load(Ordering::Relaxed) == CHECK_UNKNOWN {
         let on = std::env::var_os("IGPROF_CFI_CHECK").is_some_and(|v| v == "1");
@@ -603,11 +624,13 @@ pub(crate) fn init_check() {
 
 /// Whether direct answers are checked against framehop.
 #[inline]
+#[link_section = "igprof_hot"]
 pub fn checking() -> bool {
     CHECK.load(Ordering::Relaxed) == 1
 }
 
 /// Counts a direct answer, and whether framehop's differed (when checked).
+#[link_section = "igprof_hot"]
 pub(crate) fn answered(differs: bool) {
     DIRECT.fetch_add(1, Ordering::Relaxed);
     if differs {
@@ -617,6 +640,7 @@ pub(crate) fn answered(differs: bool) {
 
 /// Descriptors derived directly from CFI so far, and of those how many
 /// framehop derived otherwise (counted only with `IGPROF_CFI_CHECK=1`).
+#[link_section = "igprof_hot"]
 pub fn stats() -> (u64, u64) {
     (
         DIRECT.load(Ordering::Relaxed),

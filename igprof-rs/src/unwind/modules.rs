@@ -584,6 +584,7 @@ pub(crate) fn eh_frame_start(hdr: &[u8], hdr_addr: usize) -> Option<usize> {
 
 /// A value of DWARF pointer format `format` (the low nibble of an
 /// encoding) at the start of `b`, and its length.
+#[link_section = "igprof_hot"]
 pub(crate) fn read_encoded(b: &[u8], format: u8) -> Option<(u64, usize)> {
     let le = |n: usize| -> Option<u64> {
         let s = b.get(..n)?;

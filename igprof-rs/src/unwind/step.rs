@@ -50,6 +50,7 @@ fn progresses(sp: usize, new_sp: usize, first: bool) -> Result<(), BrokenFrame> 
 
 /// Unwind one frame with a descriptor (not `Empty`/`Framehop`).
 #[inline(always)]
+#[link_section = "igprof_hot"]
 pub(crate) fn apply(
     d: Descriptor,
     regs: &mut Regs,
@@ -173,6 +174,7 @@ const PROBES: [(u64, u64, u64); 2] = [
 /// `first`, else a return address) by running framehop's rule for that PC
 /// on symbolic registers, twice. `Kind::Framehop` when the rule is not
 /// expressible as a descriptor.
+#[link_section = "igprof_hot"]
 pub(crate) fn describe(
     table: &ModuleTable,
     fh: &mut FramehopCache,
@@ -193,6 +195,7 @@ pub(crate) fn describe(
 /// The descriptor of the frame at `pc` read from its CFI row directly
 /// (`cfi.rs`), where the architecture's mapping of the row is certain to
 /// give what framehop would.
+#[link_section = "igprof_hot"]
 pub(crate) fn direct(table: &ModuleTable, pc: usize, first: bool) -> Option<Descriptor> {
     // framehop looks a return address up at the call instruction.
     let lookup = if first { pc } else { pc.checked_sub(1)? };

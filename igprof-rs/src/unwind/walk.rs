@@ -106,6 +106,7 @@ impl ThreadUnwinder {
     ///
     /// # Safety
     /// As for [`Self::trace_from_ucontext`].
+    #[link_section = "igprof_hot"]
     pub unsafe fn trace_program_from_ucontext(
         &self,
         uc: *const libc::c_void,
@@ -165,6 +166,7 @@ impl ThreadUnwinder {
     /// them.
     /// With a `log` (begun by the caller), the stack words read and the
     /// module table generation used are recorded there.
+    #[link_section = "igprof_hot"]
     pub(crate) fn trace_from_regs_logged(
         &self,
         regs: Regs,
@@ -276,6 +278,7 @@ impl ThreadUnwinder {
         t
     }
 
+    #[link_section = "igprof_hot"]
     fn walk(
         &self,
         table: &ModuleTable,

@@ -245,6 +245,7 @@ pub fn hooked(f: Func) -> bool {
 /// under -mo (none: requested; include: usable size; delta: usable -
 /// requested).
 #[inline]
+#[link_section = "igprof_hot"]
 fn accounted(addr: usize, requested: usize) -> u64 {
     match super::overhead() {
         crate::base::options::MemOverhead::None => requested as u64,
@@ -285,6 +286,7 @@ pub fn replay(
 
 /// A successful allocation of `size` bytes at `p` by the caller.
 #[inline]
+#[link_section = "igprof_hot"]
 fn allocated(p: *mut c_void, size: usize) {
     allocated_fill(p, size, true, None)
 }
@@ -292,6 +294,7 @@ fn allocated(p: *mut c_void, size: usize) {
 /// As [`allocated`]; `fill` says whether -ei/-eu may overwrite the block
 /// (not for calloc and realloc, whose contents the program relies on).
 #[inline(always)]
+#[link_section = "igprof_hot"]
 fn allocated_fill(p: *mut c_void, size: usize, fill: bool, regs: Option<EntryRegs>) {
     allocated_counted(p, size, fill, regs, accounted)
 }
@@ -300,6 +303,7 @@ fn allocated_fill(p: *mut c_void, size: usize, fill: bool, regs: Option<EntryReg
 /// block: [`accounted`] for the hooks; the size as given for a pool block
 /// of the client API (`super::client`), whatever -mo says.
 #[inline(always)]
+#[link_section = "igprof_hot"]
 pub(super) fn allocated_counted(
     p: *mut c_void,
     size: usize,
@@ -321,6 +325,7 @@ pub(super) fn allocated_counted(
 
 /// Records every allocation (exact mode).
 #[inline]
+#[link_section = "igprof_hot"]
 fn allocated_exact(
     p: *mut c_void,
     size: usize,
@@ -351,6 +356,7 @@ fn allocated_exact(
 /// Sampled mode: decides whether the allocation of `size` bytes at `addr`
 /// is recorded, and records it if so.
 #[inline(always)]
+#[link_section = "igprof_hot"]
 fn allocated_sampled(
     addr: usize,
     size: usize,
@@ -375,6 +381,7 @@ fn allocated_sampled(
 
 #[cold]
 #[inline(never)]
+#[link_section = "igprof_hot"]
 fn record_sampled(
     addr: usize,
     size: usize,
@@ -403,6 +410,7 @@ fn record_sampled(
 /// `p` is about to be freed: take it out of the live table. Returns the
 /// block's record (for a realloc that may fail and must put it back).
 #[inline(always)]
+#[link_section = "igprof_hot"]
 fn freeing(p: *mut c_void) -> Option<crate::base::live::Block> {
     freeing_then(p, |b| b)
 }
@@ -411,11 +419,13 @@ fn freeing(p: *mut c_void) -> Option<crate::base::live::Block> {
 /// out (a block returned through memory, 8-byte fields read back as one
 /// 16-byte load, stalls store forwarding on every free).
 #[inline(always)]
+#[link_section = "igprof_hot"]
 pub(super) fn freed(p: *mut c_void) {
     freeing_then(p, |_| ())
 }
 
 #[inline(always)]
+#[link_section = "igprof_hot"]
 fn freeing_then<R>(
     p: *mut c_void,
     keep: impl Fn(Option<crate::base::live::Block>) -> R + Copy,
@@ -431,12 +441,14 @@ fn freeing_then<R>(
 /// Whether the block at `p` may hold a record: not null, and in a sampled
 /// profile one the filter does not rule out.
 #[inline(always)]
+#[link_section = "igprof_hot"]
 fn may_hold_record(p: *mut c_void) -> bool {
     !p.is_null() && (!super::sample::active() || super::sample::may_be_sampled(p as usize))
 }
 
 /// [`freeing_then`] for a block that [`may_hold_record`].
 #[inline(always)]
+#[link_section = "igprof_hot"]
 fn freeing_recorded_then<R>(
     p: *mut c_void,
     keep: impl Fn(Option<crate::base::live::Block>) -> R + Copy,
@@ -466,6 +478,7 @@ fn freeing_recorded_then<R>(
 /// leaves the mark until the thread's next [`via_end`]: its allocations
 /// meanwhile take the general path.
 #[inline]
+#[link_section = "igprof_hot"]
 fn via_begin() {
     site::tls(|h| {
         h.inner.set(0);
@@ -476,6 +489,7 @@ fn via_begin() {
 /// Ends [`via_begin`]: whether the outer hook must record block `r` itself
 /// (false when an inner hook already recorded exactly that block).
 #[inline]
+#[link_section = "igprof_hot"]
 fn via_end(r: *mut c_void) -> bool {
     site::tls(|h| {
         h.outer.set(h.outer.get() & !MEM_VIA);
@@ -485,6 +499,7 @@ fn via_end(r: *mut c_void) -> bool {
 
 /// An allocation hook recorded block `addr`.
 #[inline]
+#[link_section = "igprof_hot"]
 fn via_seen(addr: usize) {
     site::tls(|h| h.inner.set(addr));
 }
@@ -495,6 +510,7 @@ fn via_seen(addr: usize) {
 // replacements of malloc, calloc and realloc): the program's registers at
 // the call follow the real arguments.
 
+#[link_section = "igprof_hot"]
 pub(super) extern "C" fn malloc_with_regs(
     size: usize,
     sp: usize,
@@ -512,6 +528,7 @@ pub(super) extern "C" fn malloc_with_regs(
 /// hooks may pass over before the call: inside a real realloc or an
 /// operator new (`MEM_OUTER`, `MEM_VIA`) the outer hook must see that an
 /// inner one decided, which only the general path tells it.
+#[link_section = "igprof_hot"]
 pub(super) extern "C" fn malloc_sampled_with_regs(
     size: usize,
     sp: usize,
@@ -525,6 +542,7 @@ pub(super) extern "C" fn malloc_sampled_with_regs(
 }
 
 /// Sampled mode's calloc, as [`malloc_sampled_with_regs`].
+#[link_section = "igprof_hot"]
 pub(super) extern "C" fn calloc_sampled_with_regs(
     n: usize,
     m: usize,
@@ -542,11 +560,13 @@ pub(super) extern "C" fn calloc_sampled_with_regs(
 /// it is made (see [`malloc_sampled_with_regs`]): the thread is in none of
 /// our hooks and the sampler counts the bytes off.
 #[inline(always)]
+#[link_section = "igprof_hot"]
 fn passes_over(size: usize) -> bool {
     site::tls_private(|h| h.outer.get() == 0 && super::sample::passes_over(&h.sampler, size))
         .unwrap_or(false)
 }
 
+#[link_section = "igprof_hot"]
 pub(super) extern "C" fn calloc_with_regs(
     n: usize,
     m: usize,
@@ -559,6 +579,7 @@ pub(super) extern "C" fn calloc_with_regs(
     p
 }
 
+#[link_section = "igprof_hot"]
 pub(super) extern "C" fn realloc_with_regs(
     p: *mut c_void,
     size: usize,
@@ -575,6 +596,7 @@ pub(super) extern "C" fn realloc_with_regs(
 /// call; success records the new block as an allocation of `size` bytes
 /// (as IgProf); failure puts the old block back exactly as it was.
 #[inline]
+#[link_section = "igprof_hot"]
 fn reallocate(
     p: *mut c_void,
     size: usize,
@@ -622,6 +644,7 @@ extern "C" fn reallocarray_hook(p: *mut c_void, n: usize, m: usize) -> *mut c_vo
     r
 }
 
+#[link_section = "igprof_hot"]
 extern "C" fn free_hook(p: *mut c_void) {
     free_then_chain(p, chain::free)
 }
@@ -635,6 +658,7 @@ extern "C" fn cfree_hook(p: *mut c_void) {
 /// profile), the others are taken out of the live table first, out of
 /// line.
 #[inline(always)]
+#[link_section = "igprof_hot"]
 fn free_then_chain(p: *mut c_void, original: impl Fn(*mut c_void)) {
     if !may_hold_record(p) || site::inside_front() {
         return original(p);
@@ -645,6 +669,7 @@ fn free_then_chain(p: *mut c_void, original: impl Fn(*mut c_void)) {
 /// [`free_then_chain`] for a block that may hold a record: out of the
 /// live table, then `original`.
 #[inline(never)]
+#[link_section = "igprof_hot"]
 fn free_recorded(p: *mut c_void, original: impl Fn(*mut c_void)) {
     freeing_recorded_then(p, |_| ());
     original(p)
@@ -657,6 +682,7 @@ fn free_recorded(p: *mut c_void, original: impl Fn(*mut c_void)) {
 /// An allocation of `size` bytes made by `call`, recorded unless a hook
 /// inside it already recorded that block.
 #[inline]
+#[link_section = "igprof_hot"]
 fn allocated_via(size: usize, call: impl FnOnce() -> *mut c_void) -> *mut c_void {
     via_begin();
     let p = call();
@@ -702,12 +728,14 @@ extern "C" fn pvalloc_hook(size: usize) -> *mut c_void {
 /// A block returned by an entry point of `fronts` (`fill`: -ei/-eu may
 /// overwrite it; `regs`: the program's at the call, for the stack memo).
 #[inline]
+#[link_section = "igprof_hot"]
 pub(super) fn allocated_by_front(p: *mut c_void, size: usize, fill: bool, regs: EntryRegs) {
     allocated_fill(p, size, fill, Some(regs))
 }
 
 /// A block about to be released by an entry point of `fronts`.
 #[inline]
+#[link_section = "igprof_hot"]
 pub(super) fn freed_by_front(p: *mut c_void) {
     freed(p)
 }
@@ -715,6 +743,7 @@ pub(super) fn freed_by_front(p: *mut c_void) {
 /// A block moved or resized by an entry point of `fronts` (`call` runs
 /// the original), as realloc.
 #[inline]
+#[link_section = "igprof_hot"]
 pub(super) fn reallocated_by_front(
     p: *mut c_void,
     size: usize,
@@ -726,12 +755,14 @@ pub(super) fn reallocated_by_front(
 
 // C++ operators of an allocator that defines them itself (tcmalloc).
 
+#[link_section = "igprof_hot"]
 extern "C" fn new_hook(size: usize) -> *mut c_void {
     // The original may throw: the exception passes through this frame,
     // which has nothing to clean up.
     allocated_via(size, || chain::new(size))
 }
 
+#[link_section = "igprof_hot"]
 extern "C" fn new_array_hook(size: usize) -> *mut c_void {
     allocated_via(size, || chain::new_array(size))
 }
@@ -744,21 +775,25 @@ extern "C" fn new_array_aligned_hook(size: usize, align: usize) -> *mut c_void {
     allocated_via(size, || chain::new_array_aligned(size, align))
 }
 
+#[link_section = "igprof_hot"]
 extern "C" fn delete_hook(p: *mut c_void) {
     freed(p);
     chain::delete(p)
 }
 
+#[link_section = "igprof_hot"]
 extern "C" fn delete_array_hook(p: *mut c_void) {
     freed(p);
     chain::delete_array(p)
 }
 
+#[link_section = "igprof_hot"]
 extern "C" fn delete_sized_hook(p: *mut c_void, n: usize) {
     freed(p);
     chain::delete_sized(p, n)
 }
 
+#[link_section = "igprof_hot"]
 extern "C" fn delete_array_sized_hook(p: *mut c_void, n: usize) {
     freed(p);
     chain::delete_array_sized(p, n)
@@ -818,12 +853,14 @@ pub(super) mod entry {
     macro_rules! stub {
         ($name:ident, $imp:path, one) => {
             #[unsafe(naked)]
+            #[link_section = "igprof_hot"]
             pub extern "C" fn $name() {
                 core::arch::naked_asm!("mov rsi, rsp", "mov rdx, rbp", "xor ecx, ecx", "jmp {imp}", imp = sym $imp)
             }
         };
         ($name:ident, $imp:path, two) => {
             #[unsafe(naked)]
+            #[link_section = "igprof_hot"]
             pub extern "C" fn $name() {
                 core::arch::naked_asm!("mov rdx, rsp", "mov rcx, rbp", "xor r8d, r8d", "jmp {imp}", imp = sym $imp)
             }
@@ -833,12 +870,14 @@ pub(super) mod entry {
     macro_rules! stub {
         ($name:ident, $imp:path, one) => {
             #[unsafe(naked)]
+            #[link_section = "igprof_hot"]
             pub extern "C" fn $name() {
                 core::arch::naked_asm!("mov x1, sp", "mov x2, x29", "mov x3, x30", "b {imp}", imp = sym $imp)
             }
         };
         ($name:ident, $imp:path, two) => {
             #[unsafe(naked)]
+            #[link_section = "igprof_hot"]
             pub extern "C" fn $name() {
                 core::arch::naked_asm!("mov x2, sp", "mov x3, x29", "mov x4, x30", "b {imp}", imp = sym $imp)
             }

@@ -95,17 +95,20 @@ static COUNTS: [Shard; SHARDS] = [const {
 }; SHARDS];
 
 #[inline]
+#[link_section = "igprof_hot"]
 fn bump(c: &AtomicU64) {
     c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
 }
 
 /// Stack memo hits so far, all threads.
+#[link_section = "igprof_hot"]
 pub fn hits() -> u64 {
     COUNTS.iter().map(|s| s.hits.load(Ordering::Relaxed)).sum()
 }
 
 /// Stack memo misses so far (events that walked while the memo was not
 /// resting), all threads.
+#[link_section = "igprof_hot"]
 pub fn misses() -> u64 {
     COUNTS
         .iter()
@@ -122,12 +125,14 @@ static WRONG: AtomicU64 = AtomicU64::new(0);
 
 /// Whether hits are checked (read from the environment at start-up).
 #[inline]
+#[link_section = "igprof_hot"]
 pub fn checking() -> bool {
     CHECK.load(Ordering::Relaxed) == 1
 }
 
 /// Reads `IGPROF_MEMO_CHECK` (module start-up, before any hook is
 /// installed).
+#[link_section = "igprof_hot"]
 pub fn init_check() {
     if CHECK.load(Ordering::Relaxed) == CHECK_UNKNOWN {
         let on = std::env::var_os("IGPROF_MEMO_CHECK").is_some_and(|v| v == "1");
@@ -136,6 +141,7 @@ pub fn init_check() {
 }
 
 /// A checked hit: the memo's node and the walk's.
+#[link_section = "igprof_hot"]
 pub fn checked(memo: *mut Node, walked: *mut Node) {
     CHECKED.fetch_add(1, Ordering::Relaxed);
     if memo != walked {
@@ -144,6 +150,7 @@ pub fn checked(memo: *mut Node, walked: *mut Node) {
 }
 
 /// `-d`: what the check found.
+#[link_section = "igprof_hot"]
 pub fn report_check() {
     if checking() {
         crate::igprof_log!(
@@ -197,12 +204,14 @@ const _: () = assert!(TAGS_BYTES.is_multiple_of(core::mem::align_of::<Slot>()));
 const _: () = assert!((TAGS_BYTES + SLOTS_BYTES).is_multiple_of(core::mem::align_of::<Pool>()));
 
 impl Table {
+    #[link_section = "igprof_hot"]
     fn new() -> Option<Table> {
         let p = crate::sys::mmap_anon(TABLE_BYTES);
         (!p.is_null()).then_some(Table { base: p, head: 0 })
     }
 
     #[inline]
+    #[link_section = "igprof_hot"]
     fn tags(&self, i: usize) -> &[u32; WAYS] {
         // SAFETY: i < SETS; the mapping starts with SETS * WAYS tags,
         // zero-filled, owned by self.
@@ -210,12 +219,14 @@ impl Table {
     }
 
     #[inline]
+    #[link_section = "igprof_hot"]
     fn tags_mut(&mut self, i: usize) -> &mut [u32; WAYS] {
         // SAFETY: as in `tags`, with exclusive access through &mut self.
         unsafe { &mut *(self.base.cast::<u32>().add(i * WAYS) as *mut [u32; WAYS]) }
     }
 
     #[inline]
+    #[link_section = "igprof_hot"]
     fn set(&self, i: usize) -> &[Slot; WAYS] {
         // SAFETY: i < SETS; the SETS * WAYS slots follow the tags (aligned,
         // asserted), zero-filled (a valid, unused Slot), owned by self.
@@ -223,6 +234,7 @@ impl Table {
     }
 
     #[inline]
+    #[link_section = "igprof_hot"]
     fn set_mut(&mut self, i: usize) -> &mut [Slot; WAYS] {
         // SAFETY: as in `set`, with exclusive access through &mut self.
         unsafe {
@@ -231,6 +243,7 @@ impl Table {
     }
 
     #[inline]
+    #[link_section = "igprof_hot"]
     fn pool(&self) -> &Pool {
         // SAFETY: the pool follows the slots in the mapping, suitably
         // aligned (asserted), zero-filled plain data, owned by self.
@@ -238,6 +251,7 @@ impl Table {
     }
 
     #[inline]
+    #[link_section = "igprof_hot"]
     fn pool_mut(&mut self) -> &mut Pool {
         // SAFETY: as in `pool`, with exclusive access through &mut self.
         unsafe { &mut *(self.base.add(TAGS_BYTES + SLOTS_BYTES) as *mut Pool) }
@@ -245,10 +259,12 @@ impl Table {
 
     /// Whether `s`'s words are still in the pool.
     #[inline]
+    #[link_section = "igprof_hot"]
     fn intact(&self, s: &Slot) -> bool {
         self.head - s.start <= POOL as u64
     }
 
+    #[link_section = "igprof_hot"]
     fn clear(&mut self) {
         for i in 0..SETS {
             for s in self.set_mut(i) {
@@ -260,6 +276,7 @@ impl Table {
 }
 
 impl Drop for Table {
+    #[link_section = "igprof_hot"]
     fn drop(&mut self) {
         // SAFETY: the mapping made in `new`, no longer referenced.
         unsafe { crate::sys::munmap(self.base, TABLE_BYTES) };
@@ -285,6 +302,7 @@ pub struct StackMemo {
 /// The set of an event (its stack pointer and return address at the
 /// call), and its tag in the set (never 0).
 #[inline]
+#[link_section = "igprof_hot"]
 fn set_of(sp: usize, ret: usize) -> (usize, u32) {
     let h = (sp ^ ret.rotate_left(17)).wrapping_mul(0x9E37_79B9_7F4A_7C15) as u64;
     ((h >> (64 - SETS.trailing_zeros())) as usize, (h as u32) | 1)
@@ -295,6 +313,7 @@ fn set_of(sp: usize, ret: usize) -> (usize, u32) {
 /// at SP; AArch64: it is in LR and SP is unchanged). `usable` checked that
 /// SP lies in the thread's stack.
 #[inline]
+#[link_section = "igprof_hot"]
 fn caller_frame(r: &EntryRegs) -> (usize, usize) {
     #[cfg(target_arch = "x86_64")]
     {
@@ -313,6 +332,7 @@ fn caller_frame(r: &EntryRegs) -> (usize, usize) {
 /// (return address `ret`) under module table `generation`. Inlined into
 /// the lookup: called out of line, its arguments went through memory.
 #[inline(always)]
+#[link_section = "igprof_hot"]
 fn repeats<const SCAN: bool>(
     s: &Slot,
     r: &EntryRegs,
@@ -354,6 +374,7 @@ fn repeats<const SCAN: bool>(
 
 impl StackMemo {
     /// Maps memory: with the thread's other extras, not in a signal handler.
+    #[link_section = "igprof_hot"]
     pub fn new() -> Self {
         StackMemo {
             owner: core::ptr::null(),
@@ -368,6 +389,7 @@ impl StackMemo {
 
     /// Whether the memo should be consulted for this event.
     #[inline]
+    #[link_section = "igprof_hot"]
     pub fn usable(&mut self, t: &ThreadState, r: &EntryRegs) -> bool {
         if self.rest > 0 {
             self.rest -= 1;
@@ -381,6 +403,7 @@ impl StackMemo {
     /// The way of the set's last hit is tried inline (nearly every hit of
     /// a program that repeats its stacks), the other ways out of line.
     #[inline(always)]
+    #[link_section = "igprof_hot"]
     pub fn lookup(&mut self, t: &ThreadState, r: &EntryRegs) -> Option<*mut Node> {
         if let (true, Some(table)) = (core::ptr::eq(self.owner, t), &self.table) {
             let generation = crate::unwind::generation();
@@ -401,6 +424,7 @@ impl StackMemo {
 
     /// [`Self::lookup`] in the ways of the set other than its last hit's.
     #[inline(never)]
+    #[link_section = "igprof_hot"]
     fn lookup_other_ways(&mut self, t: &ThreadState, r: &EntryRegs) -> Option<*mut Node> {
         if let (true, Some(table)) = (core::ptr::eq(self.owner, t), &self.table) {
             let generation = crate::unwind::generation();
@@ -444,6 +468,7 @@ impl StackMemo {
     /// The record for the walk of an event with registers `r`: its first
     /// program frame must be the caller's, every word it depends on in
     /// the thread's stack above the program's stack pointer.
+    #[link_section = "igprof_hot"]
     pub fn begin(&self, t: &ThreadState, r: &EntryRegs) -> &ReadLog {
         self.log.begin(r.sp, t.bounds.stack.1, caller_frame(r));
         &self.log
@@ -451,6 +476,7 @@ impl StackMemo {
 
     /// Remembers a full walk's result: `node`, reached from registers `r`
     /// by the walk recorded since [`Self::begin`].
+    #[link_section = "igprof_hot"]
     pub fn store(&mut self, t: &ThreadState, r: &EntryRegs, node: *mut Node) {
         let Some(table) = self.table.as_mut() else {
             return;
@@ -506,6 +532,7 @@ impl StackMemo {
 }
 
 impl Default for StackMemo {
+    #[link_section = "igprof_hot"]
     fn default() -> Self {
         Self::new()
     }

@@ -26,6 +26,7 @@ pub const DEFERRED_MAX: usize = 16;
 /// the event's stack, kind, a, b)`.
 pub type Replay = fn(&Guard, *mut Node, u8, usize, u64);
 
+#[link_section = "igprof_hot"]
 fn replay_nothing(_: &Guard, _: *mut Node, _: u8, _: usize, _: u64) {}
 
 /// A hooked event seen while the thread was busy (nested in a signal
@@ -105,6 +106,7 @@ static TLS: crate::base::tls::Slot<HookTls> =
 /// it, inlined: an out-of-line path that took `f` itself made every hook
 /// store `f`'s captures in memory (16 stores an allocation).
 #[inline(always)]
+#[link_section = "igprof_hot"]
 pub fn tls<R>(f: impl FnOnce(&HookTls) -> R) -> R {
     let blank;
     let h: &HookTls = if !thread::tls_is_shared() {
@@ -128,6 +130,7 @@ pub fn tls<R>(f: impl FnOnce(&HookTls) -> R) -> R {
 /// creator's TLS (the caller then takes its general path, through [`tls`]).
 /// For a hook's first test, which must not grow the hook's frame.
 #[inline(always)]
+#[link_section = "igprof_hot"]
 pub fn tls_private<R>(f: impl FnOnce(&HookTls) -> R) -> Option<R> {
     if thread::tls_is_shared() {
         return None;
@@ -144,6 +147,7 @@ pub fn tls_private<R>(f: impl FnOnce(&HookTls) -> R) -> Option<R> {
 /// owner's.
 #[cold]
 #[inline(never)]
+#[link_section = "igprof_hot"]
 fn shared_record() -> Option<&'static HookTls> {
     match which_record() {
         Record::Private(h) => Some(h),
@@ -163,6 +167,7 @@ enum Record {
     Blank,
 }
 
+#[link_section = "igprof_hot"]
 fn which_record() -> Record {
     let Some(t) = thread::current() else {
         return if thread::tls_is_callers() {
@@ -201,6 +206,7 @@ pub static DEFERRED: AtomicU64 = AtomicU64::new(0);
 static LIBC_TEXT: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
 
 /// Remembers libc's text range (start-up, outside signal context).
+#[link_section = "igprof_hot"]
 pub fn init_libc_range() {
     if let Ok(s) = trampoline::find_function("malloc", Some("libc.so.6")) {
         if let Some(m) = crate::unwind::module_of(s.addr as usize) {
@@ -211,6 +217,7 @@ pub fn init_libc_range() {
 }
 
 #[inline]
+#[link_section = "igprof_hot"]
 pub fn in_libc(pc: usize) -> bool {
     pc >= LIBC_TEXT[0].load(Ordering::Relaxed) && pc < LIBC_TEXT[1].load(Ordering::Relaxed)
 }
@@ -219,6 +226,7 @@ pub fn in_libc(pc: usize) -> bool {
 /// first). Returns None (and the reason is counted) when the event must not
 /// be recorded: an inner libc call of one of our hooks, or no memory.
 #[inline]
+#[link_section = "igprof_hot"]
 pub fn caller_node(g: &Guard, h: &HookTls, outer_bit: u8) -> Option<*mut Node> {
     walk_node(g, h, outer_bit, None).map(|(n, _)| n)
 }
@@ -227,6 +235,7 @@ pub fn caller_node(g: &Guard, h: &HookTls, outer_bit: u8) -> Option<*mut Node> {
 /// passed the program's registers: the stack memo answers when the stack
 /// is the same as the previous event's.
 #[inline(always)]
+#[link_section = "igprof_hot"]
 pub fn caller_node_at(g: &Guard, h: &HookTls, r: &super::memo::EntryRegs) -> Option<*mut Node> {
     let t = g.state();
     if h.outer.get() & MEM_OUTER != 0 || h.memo.get().is_null() {
@@ -251,6 +260,7 @@ pub fn caller_node_at(g: &Guard, h: &HookTls, r: &super::memo::EntryRegs) -> Opt
 /// [`caller_node_at`] when the memo has no walk for the event: walks, and
 /// remembers the walk. Out of line, so that a hit runs inlined in the hook.
 #[inline(never)]
+#[link_section = "igprof_hot"]
 fn walk_and_remember(
     g: &Guard,
     h: &HookTls,
@@ -272,6 +282,7 @@ fn walk_and_remember(
 /// what it reads into `log`) and finds its node; returns the node and the
 /// trace depth.
 #[inline]
+#[link_section = "igprof_hot"]
 fn walk_node(
     g: &Guard,
     h: &HookTls,
@@ -324,6 +335,7 @@ pub struct PathCache {
 }
 
 impl PathCache {
+    #[link_section = "igprof_hot"]
     fn new(cap: usize) -> Self {
         PathCache {
             owner: core::ptr::null(),
@@ -336,6 +348,7 @@ impl PathCache {
     /// The node for `trace` (leaf first) in `tree` (as
     /// `CallTree::node_for`), reusing the nodes of the longest outer part
     /// shared with the previous trace.
+    #[link_section = "igprof_hot"]
     fn node_for(
         &mut self,
         t: &'static ThreadState,
@@ -401,6 +414,7 @@ impl PathCache {
 /// stack memo (a program that makes many short threads must not keep
 /// them). An allocation after this (a later thread-local destructor)
 /// makes them again.
+#[link_section = "igprof_hot"]
 pub fn release_thread_extras() {
     thread::paused(|| {
         tls(|h| {
@@ -436,6 +450,7 @@ pub fn release_thread_extras() {
 
 #[cold]
 #[inline(never)]
+#[link_section = "igprof_hot"]
 fn make_thread_extras(_held: &Guard, h: &HookTls) {
     // Inside profiler code, not in our signal handler (hooks only): the
     // global allocator is usable.
@@ -470,6 +485,7 @@ fn make_thread_extras(_held: &Guard, h: &HookTls) {
 /// The thread is marked as recording *before* it takes its guard, so a
 /// signal handler that runs at any point of the recording defers its events.
 #[inline]
+#[link_section = "igprof_hot"]
 pub fn event(kind: u8, a: usize, b: u64, replay: Replay, f: impl FnOnce(&Guard, &HookTls)) {
     let Some(t) = thread::current().or_else(late_thread) else {
         UNKNOWN_THREAD.fetch_add(1, Ordering::Relaxed);
@@ -501,6 +517,7 @@ pub fn event(kind: u8, a: usize, b: u64, replay: Replay, f: impl FnOnce(&Guard, 
 /// hooks passing through meanwhile (registration calls libc).
 #[cold]
 #[inline(never)]
+#[link_section = "igprof_hot"]
 fn late_thread() -> Option<&'static thread::ThreadState> {
     if !crate::base::run::attached() {
         return None;
@@ -519,6 +536,7 @@ fn late_thread() -> Option<&'static thread::ThreadState> {
 
 /// Whether the calling thread is inside a hook (recording an event, or in
 /// a real function a hook called).
+#[link_section = "igprof_hot"]
 pub fn in_hook() -> bool {
     tls(|h| h.outer.get() != 0)
 }
@@ -528,12 +546,14 @@ pub fn in_hook() -> bool {
 /// function a hook called (the allocator's own lock, stdio's). Not for
 /// [`MEM_VIA`] alone, which an exception thrown through an operator new's
 /// hook leaves set until the thread's next allocation.
+#[link_section = "igprof_hot"]
 pub fn may_hold_lock() -> bool {
     tls(|h| h.outer.get() & !MEM_VIA != 0)
 }
 
 /// The thread left a hook by longjmp (a program's signal handler that
 /// interrupted it): it is no longer recording nor inside a real call.
+#[link_section = "igprof_hot"]
 pub fn left_by_jump() {
     tls(|h| {
         h.outer.set(0);
@@ -549,6 +569,7 @@ pub fn left_by_jump() {
 /// Before a longjmp (the registry's `left_by_jump` of every module that
 /// records through this file): a thread inside the profiler (`busy`) or
 /// inside a hook leaves it for good.
+#[link_section = "igprof_hot"]
 pub fn jumped_out(busy: bool) {
     if busy || in_hook() {
         left_by_jump();
@@ -580,6 +601,7 @@ pub static FRONTS_HOOKED: core::sync::atomic::AtomicBool =
 /// `mem::fronts` (its original running): the allocation hooks it reaches
 /// record nothing.
 #[inline(always)]
+#[link_section = "igprof_hot"]
 pub fn inside_front() -> bool {
     FRONTS_HOOKED.load(Ordering::Relaxed) && tls(|h| h.outer.get() & MEM_FRONT != 0)
 }
@@ -592,6 +614,7 @@ pub const CALLS_COUNTING: u8 = 0x04;
 
 /// Runs `f` with `bit` set in the thread's [`HookTls::outer`].
 #[inline]
+#[link_section = "igprof_hot"]
 pub fn with_outer<R>(bit: u8, f: impl FnOnce() -> R) -> R {
     // Nested uses (reallocarray -> realloc) leave the bit as they found it.
     let had = tls(|h| {
@@ -608,6 +631,7 @@ pub fn with_outer<R>(bit: u8, f: impl FnOnce() -> R) -> R {
 /// right now (a signal handler interrupted the holder): such events are
 /// deferred instead.
 #[inline]
+#[link_section = "igprof_hot"]
 pub fn recording() -> bool {
     tls(|h| h.outer.get() & IN_RECORD != 0)
 }
@@ -618,6 +642,7 @@ pub fn recording() -> bool {
 /// Returns None, and queues the event (kind, a, b) for `replay` instead, if
 /// the thread was already recording (this is such a handler).
 #[inline(always)]
+#[link_section = "igprof_hot"]
 pub fn unrecorded<R>(
     kind: u8,
     a: usize,
@@ -645,10 +670,12 @@ pub fn unrecorded<R>(
 
 /// Queues an event without a guard (the free path, which needs no call
 /// tree): only valid while [`recording`] is true.
+#[link_section = "igprof_hot"]
 pub fn defer_now(kind: u8, a: usize, b: u64, replay: Replay) {
     tls(|h| defer_in(h, kind, a, b, replay));
 }
 
+#[link_section = "igprof_hot"]
 fn defer_in(h: &HookTls, kind: u8, a: usize, b: u64, replay: Replay) {
     if let Some(t) = thread::current() {
         defer(t, h, replay, kind, a, b);
@@ -658,6 +685,7 @@ fn defer_in(h: &HookTls, kind: u8, a: usize, b: u64, replay: Replay) {
 }
 
 #[inline(never)]
+#[link_section = "igprof_hot"]
 fn defer(t: &'static ThreadState, h: &HookTls, replay: Replay, kind: u8, a: usize, b: u64) {
     let (head, tail) = (h.head.get(), h.tail.get());
     if tail - head >= DEFERRED_MAX {
@@ -703,6 +731,7 @@ fn defer(t: &'static ThreadState, h: &HookTls, replay: Replay, kind: u8, a: usiz
 
 /// Replays every deferred event through its own replay function.
 #[inline]
+#[link_section = "igprof_hot"]
 pub fn drain(g: &Guard, h: &HookTls) {
     if h.head.get() == h.tail.get() {
         return;
@@ -711,6 +740,7 @@ pub fn drain(g: &Guard, h: &HookTls) {
 }
 
 #[inline(never)]
+#[link_section = "igprof_hot"]
 fn drain_slow(g: &Guard, h: &HookTls) {
     loop {
         core::sync::atomic::compiler_fence(Ordering::SeqCst);

@@ -32,6 +32,7 @@ pub fn set_units() {
 
 /// The resident set in bytes of a `/proc/PID/statm` text (its second
 /// field, in pages).
+#[link_section = "igprof_hot"]
 pub fn statm_rss_bytes(statm: &[u8]) -> Option<u64> {
     let second = statm.iter().position(|b| *b == b' ')? + 1;
     Some(leading_number(&statm[second..])? * PAGE.load(Ordering::Relaxed))

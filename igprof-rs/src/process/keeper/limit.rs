@@ -42,6 +42,7 @@ const REARM_PER_MILLE: u64 = 750;
 
 /// The usage below which the snapshots may be taken again (for the RSS
 /// watch, `limit` is `--snapshot-above`'s threshold).
+#[link_section = "igprof_hot"]
 fn rearm_below(limit: u64) -> u64 {
     limit / 1000 * REARM_PER_MILLE
 }
@@ -52,6 +53,7 @@ pub(super) const MAX_THRESHOLDS: usize = SNAPSHOT_PER_MILLE.len() + SNAPSHOT_BEL
 /// how many there are: each of [`SNAPSHOT_PER_MILLE`], then each of
 /// [`SNAPSHOT_BELOW`] that lies above the one before (a limit above
 /// about 2 GiB).
+#[link_section = "igprof_hot"]
 pub(super) fn thresholds(limit: u64) -> ([u64; MAX_THRESHOLDS], usize) {
     let mut t = [0u64; MAX_THRESHOLDS];
     let mut n = 0;
@@ -339,6 +341,7 @@ pub(super) fn threshold_eventfd(thresholds: &[u64]) -> i32 {
 /// `--snapshot-above` the RSS; None where it cannot be read. `memory.stat`
 /// is read into `room` (the keeper's stack), or with None into
 /// [`STAT_BUF`], and not at all (None) while another thread holds that.
+#[link_section = "igprof_hot"]
 fn read_usage(room: Option<&mut [u8]>) -> Option<u64> {
     if LIMIT.load(Ordering::Acquire) == 0 {
         return None;
@@ -377,6 +380,7 @@ fn read_usage(room: Option<&mut [u8]>) -> Option<u64> {
 }
 
 /// The page cache of the cgroup's `memory.stat`, read into `room`.
+#[link_section = "igprof_hot"]
 fn stat_cache(room: &mut [u8]) -> Option<u64> {
     // SAFETY: STAT_PATH is set (checked by the caller) and was written
     // before LIMIT was published, NUL-terminated.
@@ -406,6 +410,7 @@ fn check_near_limit() {
 
 /// The keeper's look at the usage (its watch): [`check_near`] with a
 /// buffer on its own stack.
+#[link_section = "igprof_hot"]
 pub(super) fn check_near_limit_from_keeper() {
     check_near(Some(&mut [0; STAT_BYTES]))
 }
@@ -413,6 +418,7 @@ pub(super) fn check_near_limit_from_keeper() {
 /// Looks at the usage (`memory.stat` read into `room`, see
 /// [`read_usage`]) and asks the program for a snapshot when it crossed a
 /// threshold: raw system calls only, no allocation.
+#[link_section = "igprof_hot"]
 fn check_near(room: Option<&mut [u8]>) {
     let limit = LIMIT.load(Ordering::Acquire);
     let Some(usage) = read_usage(room) else {

@@ -300,6 +300,7 @@ extern "C" fn spawn(arg: *mut libc::c_void) -> libc::c_int {
 }
 
 /// The keeper process.
+#[link_section = "igprof_hot"]
 extern "C" fn keep(arg: *mut libc::c_void) -> libc::c_int {
     let gen = arg as usize as u32;
     let all: u64 = !0;
@@ -474,6 +475,7 @@ extern "C" fn keep(arg: *mut libc::c_void) -> libc::c_int {
 }
 
 /// CLOCK_MONOTONIC in ns (0 if it fails).
+#[link_section = "igprof_hot"]
 fn monotonic_ns() -> u64 {
     raw::clock_ns(libc::CLOCK_MONOTONIC)
 }
@@ -491,6 +493,7 @@ fn timeline_point(program: i32) -> u64 {
 }
 
 /// Gives the library's code pages back ([`Calls::give_back_code`]).
+#[link_section = "igprof_hot"]
 fn give_back_code() {
     let f = GIVE_BACK.load(Ordering::Acquire);
     if f != 0 {

@@ -17,6 +17,7 @@ pub fn exit(code: i32) -> ! {
 
 /// Reads the start of the file at NUL-terminated `path` into `buf` (raw
 /// system calls); its length, or None when it cannot be read.
+#[link_section = "igprof_hot"]
 pub(super) fn read_file(path: &[u8], buf: &mut [u8]) -> Option<usize> {
     let fd = raw_open(path.as_ptr(), libc::O_RDONLY);
     if fd < 0 {
@@ -29,6 +30,7 @@ pub(super) fn read_file(path: &[u8], buf: &mut [u8]) -> Option<usize> {
 
 /// openat(2) of NUL-terminated `path` with `flags` | O_CLOEXEC, a raw
 /// system call: the descriptor, or a negative errno.
+#[link_section = "igprof_hot"]
 pub(super) fn raw_open(path: *const u8, flags: i32) -> i32 {
     // SAFETY: the callers pass NUL-terminated paths.
     unsafe {
@@ -47,6 +49,7 @@ pub(super) fn raw_open(path: *const u8, flags: i32) -> i32 {
 }
 
 /// close(2) of our own descriptor `fd`, a raw system call.
+#[link_section = "igprof_hot"]
 pub(super) fn raw_close(fd: i32) {
     // SAFETY: closes a descriptor the keeper opened.
     unsafe { call(libc::SYS_close, [fd as usize, 0, 0, 0, 0, 0]) };
@@ -54,6 +57,7 @@ pub(super) fn raw_close(fd: i32) {
 
 /// read(2) of `fd` into `buf` with a raw system call: the bytes read, or
 /// None on an error.
+#[link_section = "igprof_hot"]
 pub(super) fn raw_read(fd: i32, buf: &mut [u8]) -> Option<usize> {
     // SAFETY: reads at most buf.len() bytes into the caller's buffer.
     let n = unsafe {
@@ -66,6 +70,7 @@ pub(super) fn raw_read(fd: i32, buf: &mut [u8]) -> Option<usize> {
 }
 
 /// `clock`'s time in ns, by a raw clock_gettime (0 if it fails).
+#[link_section = "igprof_hot"]
 pub(super) fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
