@@ -547,15 +547,28 @@ fn scan_new(s: &mut Scanned) {
     }
 }
 
-/// Objects that define no allocator family: the dynamic loader, glibc,
-/// the vDSO. (This library is told by its address: [`own_base`].)
+/// Objects that define no allocator family: the dynamic loader, glibc's
+/// libraries (libc's malloc is hooked by name; libpthread and libdl are
+/// loaded in every profiled process, as this library needs them on
+/// glibc 2.28), the vDSO. (This library is told by its address:
+/// [`own_base`].)
 fn skipped(path: &str) -> bool {
     let file = path.rsplit('/').next().unwrap_or(path);
     file.starts_with("ld-linux")
         || file.starts_with("linux-vdso")
         || file.starts_with("linux-gate")
-        || file == "libc.so.6"
+        || GLIBC_LIBRARIES.contains(&file)
 }
+
+/// glibc's own libraries, by their sonames.
+const GLIBC_LIBRARIES: [&str; 6] = [
+    "libc.so.6",
+    "libpthread.so.0",
+    "libdl.so.2",
+    "libm.so.6",
+    "librt.so.1",
+    "libresolv.so.2",
+];
 
 /// Where this library is loaded (its first page), as
 /// `trampoline::loaded_objects` gives an object's base: the profiler's own
@@ -686,6 +699,27 @@ mod tests {
             assert_eq!(Shape::unpack(s.pack()), Some(*s), "{name}");
         }
         assert_eq!(Shape::unpack(0), None);
+    }
+
+    #[test]
+    fn glibcs_libraries_and_the_loader_are_not_scanned() {
+        for path in [
+            "/lib/x86_64-linux-gnu/libpthread.so.0",
+            "/usr/lib/aarch64-linux-gnu/libdl.so.2",
+            "/lib/x86_64-linux-gnu/libc.so.6",
+            "/lib64/ld-linux-x86-64.so.2",
+            "linux-vdso.so.1",
+        ] {
+            assert!(skipped(path), "{path}");
+        }
+        for path in [
+            "",
+            "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",
+            "/opt/app/libmimalloc.so.2",
+            "/usr/lib/libc.so.6.custom",
+        ] {
+            assert!(!skipped(path), "{path}");
+        }
     }
 
     #[test]
