@@ -351,7 +351,8 @@ const RECENT: usize = 1024;
 /// hashed shards only when a newer block takes its slot: most blocks are
 /// freed soon after they are made (83% of perl's frees find their block
 /// among the last 256 made, 90% among 1024), and the shards, megabytes
-/// hashed at random, cost a cache miss per insert and per remove. The
+/// in all, cost a cache miss per insert and per remove of a block with
+/// no recent neighbour (see the module docs). The
 /// cache is emptied into the shards before a second thread exists
 /// ([`LiveMem::flush_recent`]) and is not used after.
 pub struct LiveMem {
