@@ -44,6 +44,20 @@ impl Pagemap {
     }
 }
 
+impl Pagemap {
+    /// Bytes of the pages of `start..end` (page-aligned) present in the
+    /// process; None when they cannot be read.
+    pub fn present_bytes(&self, start: usize, end: usize, page: usize) -> Option<usize> {
+        Some(
+            self.present(start, end, page)?
+                .iter()
+                .filter(|&&p| p)
+                .count()
+                * page,
+        )
+    }
+}
+
 /// The present pages of some read-only ranges before a step (see the
 /// module docs).
 pub struct Fresh<'p> {

@@ -152,10 +152,18 @@ fn write_final(reason: &str, by_keeper: bool) -> Option<String> {
             write()
         }
     });
+    let steps_kib = crate::base::code_pages::steps_resident_kib();
     crate::base::code_pages::give_back_between_steps(false);
     let opts = crate::base::options::get();
     if opts.debug {
         log_saved_descriptors(&saved);
+        if !steps_kib.is_empty() {
+            let kib: Vec<String> = steps_kib.iter().map(|k| k.to_string()).collect();
+            crate::igprof_log!(
+                "final dump: the library's code and read-only data resident at the end of each step: {} KiB",
+                kib.join(", ")
+            );
+        }
     }
     if let Some([_, rss, peak]) = rss_before {
         let [_, rss_after, peak_after] = crate::process::keeper::facts::read(crate::sys::getpid());
