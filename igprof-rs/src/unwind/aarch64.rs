@@ -43,6 +43,8 @@ pub(crate) const DWARF: CfiRegs = CfiRegs {
     ra: 30,
     fp: 29,
     negate_ra_state: true,
+    sp: DWARF_SP,
+    pc: None,
 };
 const DWARF_SP: u64 = 31;
 

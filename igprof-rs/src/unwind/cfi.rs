@@ -10,7 +10,14 @@
 //! tracking only what a descriptor can hold: the CFA's register and offset,
 //! and the rules of the return-address and frame-pointer registers.
 //!
-//! Anything this reader does not follow exactly as gimli does (an
+//! A CFA given by an expression is followed for an interrupted PC where
+//! the expression uses only the stack pointer, the PC, constants and
+//! `plus`/`and`/`ge`/`shl` (the one linkers write for PLT entries: CFA =
+//! rsp + 8, + 8 more from the 11th byte of each 16-byte entry on, after its
+//! `push`): evaluated for that PC, it is a plain offset from the stack
+//! pointer, as framehop's evaluation through gimli finds it.
+//!
+//! Anything this reader does not follow exactly as gimli does (another
 //! expression, a pointer encoding or opcode not handled here, a signal
 //! frame's CIE, an address outside its FDE, a remembered-state stack deeper
 //! than framehop's storage holds) gives None, and the caller asks framehop
@@ -58,6 +65,11 @@ pub(crate) struct Regs {
     pub ra: u64,
     pub fp: u64,
     pub negate_ra_state: bool,
+    /// The stack pointer's number, and the number that names the program
+    /// counter in a CFA expression where framehop gives it one (x86-64's
+    /// return-address column, 16: framehop reads it as the frame's PC).
+    pub sp: u64,
+    pub pc: Option<u64>,
 }
 
 /// Rows gimli's storage in framehop holds at once (the current row, the
@@ -67,9 +79,11 @@ const GIMLI_ROWS: usize = 4;
 const MAX_REGISTER: u64 = 128;
 
 /// The row of `lookup` (an address in `m`'s text), when every step to it is
-/// one this reader follows exactly. Async-signal-safe.
+/// one this reader follows exactly; `pc`: the frame's program counter when
+/// it is an interrupted one (a CFA expression is evaluated only then).
+/// Async-signal-safe.
 #[link_section = "igprof_hot"]
-pub(crate) fn row_at(m: &ModuleEntry, lookup: usize, regs: Regs) -> Option<Row> {
+pub(crate) fn row_at(m: &ModuleEntry, lookup: usize, regs: Regs, pc: Option<u64>) -> Option<Row> {
     if m.eh_frame_hdr.1 == 0 || m.eh_frame.1 == 0 {
         return None;
     }
@@ -84,7 +98,7 @@ pub(crate) fn row_at(m: &ModuleEntry, lookup: usize, regs: Regs) -> Option<Row> 
     };
     let fde = fde_for(hdr, m.eh_frame_hdr.0, lookup)?;
     let fde = fde.checked_sub(m.eh_frame.0).filter(|&o| o < eh.len())?;
-    run_fde(eh, m.eh_frame.0, fde, lookup, regs)
+    run_fde(eh, m.eh_frame.0, fde, lookup, regs, pc)
 }
 
 /// The address of the FDE whose start is the last one at or below
@@ -334,9 +348,16 @@ fn parse_cie(eh: &[u8], at: usize, regs: Regs) -> Option<Cie> {
 }
 
 /// The FDE at offset `at` of `.eh_frame` (mapped at `base`): its program
-/// run to the row of `lookup`.
+/// run to the row of `lookup`, a CFA expression evaluated for `pc`.
 #[link_section = "igprof_hot"]
-fn run_fde(eh: &[u8], base: usize, at: usize, lookup: usize, regs: Regs) -> Option<Row> {
+fn run_fde(
+    eh: &[u8],
+    base: usize,
+    at: usize,
+    lookup: usize,
+    regs: Regs,
+    pc: Option<u64>,
+) -> Option<Row> {
     let mut c = Cursor { b: eh, at };
     let end = c.entry()?;
     let id_at = c.at;
@@ -366,7 +387,79 @@ fn run_fde(eh: &[u8], base: usize, at: usize, lookup: usize, regs: Regs) -> Opti
         GIMLI_ROWS - 1
     };
     m.run(eh, (c.at, end), Some((start, lookup)))?;
+    if let (None, Some(expr), Some(pc)) = (m.row.cfa, m.expr, pc) {
+        m.row.cfa = cfa_of_expression(eh.get(expr.0..expr.1)?, pc, regs);
+    }
     Some(m.row)
+}
+
+/// A value of [`cfa_of_expression`]'s stack: a constant, or the stack
+/// pointer plus a constant.
+#[derive(Clone, Copy)]
+enum Value {
+    Const(u64),
+    Sp(u64),
+}
+
+/// The CFA an expression gives at `pc`, as (the stack pointer's number,
+/// offset), where it is the stack pointer plus a constant computed only
+/// from the stack pointer, the PC, literals and `plus`, `plus_uconst`,
+/// `and`, `ge`, `shl` (gimli's arithmetic: 64-bit, wrapping; `ge` signed;
+/// a shift of 64 or more gives 0); None for anything else.
+#[link_section = "igprof_hot"]
+fn cfa_of_expression(expr: &[u8], pc: u64, regs: Regs) -> Option<(u64, i64)> {
+    let mut stack = [Value::Const(0); 8];
+    let mut n: usize = 0;
+    let mut c = Cursor { b: expr, at: 0 };
+    while c.at < expr.len() {
+        let op = c.u8()?;
+        let v = match op {
+            0x30..=0x4f => Value::Const(u64::from(op - 0x30)), // lit0..lit31
+            0x70..=0x8f => {
+                // breg0..breg31: register + offset
+                let reg = u64::from(op - 0x70);
+                let off = c.sleb()? as u64;
+                if reg == regs.sp {
+                    Value::Sp(off)
+                } else if Some(reg) == regs.pc {
+                    Value::Const(pc.wrapping_add(off))
+                } else {
+                    return None;
+                }
+            }
+            0x23 => {
+                // plus_uconst
+                let k = c.uleb()?;
+                n = n.checked_sub(1)?;
+                match stack[n] {
+                    Value::Const(a) => Value::Const(a.wrapping_add(k)),
+                    Value::Sp(a) => Value::Sp(a.wrapping_add(k)),
+                }
+            }
+            0x1a | 0x22 | 0x24 | 0x2a => {
+                // and, plus, shl, ge
+                n = n.checked_sub(2)?;
+                match (op, stack[n], stack[n + 1]) {
+                    (0x22, Value::Sp(a), Value::Const(b))
+                    | (0x22, Value::Const(a), Value::Sp(b)) => Value::Sp(a.wrapping_add(b)),
+                    (_, Value::Const(a), Value::Const(b)) => Value::Const(match op {
+                        0x1a => a & b,
+                        0x22 => a.wrapping_add(b),
+                        0x24 => a.checked_shl(u32::try_from(b).ok()?).unwrap_or(0),
+                        _ => u64::from(a as i64 >= b as i64),
+                    }),
+                    _ => return None,
+                }
+            }
+            _ => return None,
+        };
+        *stack.get_mut(n)? = v;
+        n += 1;
+    }
+    match stack[..n] {
+        [.., Value::Sp(off)] => Some((regs.sp, off as i64)),
+        _ => None,
+    }
 }
 
 /// The state of a call-frame program being run.
@@ -381,8 +474,12 @@ struct Machine {
     /// Registers (below `MAX_REGISTER`) the CIE gave a rule.
     cie_seen: u128,
     cie_registers: u32,
-    /// Remembered rows (`DW_CFA_remember_state`), at most `capacity`.
-    saved: [Row; GIMLI_ROWS],
+    /// Where in `.eh_frame` the CFA's expression is, while the row's CFA
+    /// is one (`row.cfa` None).
+    expr: Option<(usize, usize)>,
+    /// Remembered rows (`DW_CFA_remember_state`), at most `capacity`, and
+    /// their CFA expressions.
+    saved: [(Row, Option<(usize, usize)>); GIMLI_ROWS],
     depth: usize,
     capacity: usize,
 }
@@ -403,7 +500,8 @@ impl Machine {
             initial: None,
             cie_seen: 0,
             cie_registers: 0,
-            saved: [row; GIMLI_ROWS],
+            expr: None,
+            saved: [(row, None); GIMLI_ROWS],
             depth: 0,
             capacity: 0,
         }
@@ -522,7 +620,7 @@ impl Machine {
                 if self.initial.is_none() || self.depth >= self.capacity {
                     return None;
                 }
-                self.saved[self.depth] = self.row;
+                self.saved[self.depth] = (self.row, self.expr);
                 self.depth += 1;
             }
             0x0b => {
@@ -531,13 +629,14 @@ impl Machine {
                     return None;
                 }
                 self.depth -= 1;
-                self.row = self.saved[self.depth];
+                (self.row, self.expr) = self.saved[self.depth];
             }
             0x0c => {
                 // def_cfa
                 let reg = c.uleb()?;
                 let off = i64::try_from(c.uleb()?).ok()?;
                 self.row.cfa = Some((reg, off));
+                self.expr = None;
             }
             0x0d => {
                 // def_cfa_register
@@ -554,8 +653,10 @@ impl Machine {
             0x0f => {
                 // def_cfa_expression
                 let len = c.uleb()?;
+                let at = c.at;
                 c.skip(len)?;
                 self.row.cfa = None;
+                self.expr = Some((at, c.at));
             }
             0x10 | 0x16 => {
                 // expression, val_expression
@@ -575,6 +676,7 @@ impl Machine {
                 let reg = c.uleb()?;
                 let off = c.sleb()?.checked_mul(self.data_align)?;
                 self.row.cfa = Some((reg, off));
+                self.expr = None;
             }
             0x13 => {
                 // def_cfa_offset_sf
@@ -656,6 +758,8 @@ mod tests {
         ra: 16,
         fp: 6,
         negate_ra_state: false,
+        sp: 7,
+        pc: Some(16),
     };
 
     /// A CIE (absolute pointers, CFA = rsp + 8, return address at CFA-8)
@@ -681,7 +785,7 @@ mod tests {
 
     fn row(eh: &[u8], lookup: usize) -> Option<Row> {
         let fde_at = 4 + u32::from_le_bytes(eh[..4].try_into().unwrap()) as usize;
-        run_fde(eh, eh.as_ptr() as usize, fde_at, lookup, X86)
+        run_fde(eh, eh.as_ptr() as usize, fde_at, lookup, X86, None)
     }
 
     #[test]
@@ -727,6 +831,45 @@ mod tests {
         assert!(row(&section(&[0x42, 0x3f]), 0x1001).is_some());
     }
 
+    /// The CFA expression linkers write for PLT entries (CFA = rsp + 8, + 8
+    /// from the 11th byte of each 16-byte entry on), evaluated for an
+    /// interrupted PC; not for a return address, nor an expression with
+    /// anything else in it.
+    #[test]
+    fn the_plt_entries_cfa_expression_is_read_for_an_interrupted_pc() {
+        // breg7 8; breg16 0; lit15; and; lit11; ge; lit3; shl; plus
+        let plt = [0x77, 8, 0x80, 0, 0x3f, 0x1a, 0x3b, 0x2a, 0x33, 0x24, 0x22];
+        let mut program = vec![0x0f, plt.len() as u8];
+        program.extend(plt);
+        let eh = section(&program);
+        let fde_at = 4 + u32::from_le_bytes(eh[..4].try_into().unwrap()) as usize;
+        let at = |pc: usize, first: bool| {
+            let lookup = if first { pc } else { pc - 1 };
+            run_fde(
+                &eh,
+                eh.as_ptr() as usize,
+                fde_at,
+                lookup,
+                X86,
+                first.then_some(pc as u64),
+            )
+            .map(|r| r.cfa)
+        };
+        for pc in 0x1000..0x1020 {
+            let off = if pc % 16 >= 11 { 16 } else { 8 };
+            assert_eq!(at(pc, true), Some(Some((7, off))), "{pc:#x}");
+        }
+        assert_eq!(at(0x1005, false), Some(None));
+        // rbp instead of rsp; an unknown opcode (deref); one value too few.
+        for bad in [&[0x76, 8][..], &[0x77, 8, 0x06], &[0x77, 8, 0x22]] {
+            let mut program = vec![0x0f, bad.len() as u8];
+            program.extend(bad);
+            let eh = section(&program);
+            let r = run_fde(&eh, eh.as_ptr() as usize, fde_at, 0x1000, X86, Some(0x1000));
+            assert_eq!(r.map(|r| r.cfa), Some(None), "{bad:x?}");
+        }
+    }
+
     /// Damaged sections (bytes of a valid one changed at random, or cut
     /// short) give an answer or None, never a panic or a read outside them.
     #[test]
@@ -752,8 +895,15 @@ mod tests {
                 eh.truncate((next() % eh.len() as u64) as usize + 1);
             }
             for lookup in [0x1000, 0x1005, 0x10ff] {
-                answered +=
-                    run_fde(&eh, eh.as_ptr() as usize, fde_at, lookup, X86).is_some() as u32;
+                answered += run_fde(
+                    &eh,
+                    eh.as_ptr() as usize,
+                    fde_at,
+                    lookup,
+                    X86,
+                    Some(lookup as u64),
+                )
+                .is_some() as u32;
             }
         }
         assert!(answered > 0, "some damage leaves a readable program");

@@ -200,7 +200,8 @@ pub(crate) fn direct(table: &ModuleTable, pc: usize, first: bool) -> Option<Desc
     // framehop looks a return address up at the call instruction.
     let lookup = if first { pc } else { pc.checked_sub(1)? };
     let m = table.find(lookup)?;
-    arch::descriptor_of_row(&cfi::row_at(m, lookup, arch::DWARF)?, first)
+    let row = cfi::row_at(m, lookup, arch::DWARF, first.then_some(pc as u64))?;
+    arch::descriptor_of_row(&row, first)
 }
 
 /// [`describe`] by running framehop's rule for `pc` on two sets of

@@ -37,6 +37,8 @@ pub(crate) const DWARF: CfiRegs = CfiRegs {
     ra: 16,
     fp: 6,
     negate_ra_state: false,
+    sp: DWARF_RSP,
+    pc: Some(16),
 };
 const DWARF_RSP: u64 = 7;
 
