@@ -286,7 +286,7 @@ impl Output {
 }
 
 /// Checks an open file: regular and owned by one of `owners`.
-fn check_owned_file(file: &File, owners: &[u32]) -> Result<(), Error> {
+fn check_owned_file(file: &File, owners: &[u32]) -> Result<u64, Error> {
     let m = file.metadata()?;
     if !m.is_file() {
         return Err(Refusal::NotRegular.into());
@@ -294,7 +294,7 @@ fn check_owned_file(file: &File, owners: &[u32]) -> Result<(), Error> {
     if !owners.contains(&m.uid()) {
         return Err(Refusal::NotOwned { owner: m.uid() }.into());
     }
-    Ok(())
+    Ok(m.len())
 }
 
 /// The regular file `path`, opened to be rewritten in place and emptied:
@@ -537,8 +537,12 @@ impl PrivateDir {
         }
         // SAFETY: a descriptor just opened, owned by nothing else.
         let file = unsafe { File::from_raw_fd(fd) };
-        check_owned_file(&file, &[euid()])?;
-        let mut out = Vec::new();
+        let len = check_owned_file(&file, &[euid()])?;
+        // Room for the whole file and one byte more: one read fills it and
+        // the next says it ended (from an empty vector, read_to_end reads
+        // 32, 32, 64, 128... bytes at a time: seven reads for a 1 KB file).
+        let room = usize::try_from(len).unwrap_or(usize::MAX).min(max);
+        let mut out = Vec::with_capacity(room.saturating_add(1));
         file.take(max as u64).read_to_end(&mut out)?;
         Ok(out)
     }
