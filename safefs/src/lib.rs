@@ -396,7 +396,10 @@ fn open_dir_error(e: io::Error, path: &Path) -> Error {
 /// user, or with `root_too` root as well, and nobody else may write into
 /// it unless `sticky_too` and it is sticky (`/tmp`).
 fn check_dir(fd: &OwnedFd, root_too: bool, sticky_too: bool) -> Result<(), Error> {
-    let m = File::from(fd.try_clone()?).metadata()?;
+    // SAFETY: a File over `fd` for one fstat, never dropped (the
+    // descriptor stays `fd`'s): no duplicate made and closed for it.
+    let m =
+        core::mem::ManuallyDrop::new(unsafe { File::from_raw_fd(fd.as_raw_fd()) }).metadata()?;
     if m.uid() != euid() && !(root_too && m.uid() == 0) {
         return Err(Refusal::NotOwned { owner: m.uid() }.into());
     }
