@@ -155,6 +155,11 @@ pub fn given_back() -> bool {
 /// process whose pages were given back since start-up ([`given_back`]):
 /// a short process's dump would only fault them in again.
 pub fn give_back_between_steps(on: bool) {
+    if on {
+        // A dump's own steps are noted, not those of an earlier one (a
+        // final dump written again after an exec that failed).
+        STEPS_NOTED.store(0, Ordering::Relaxed);
+    }
     STEPS.store(on, Ordering::Relaxed);
 }
 

@@ -42,9 +42,7 @@ impl Pagemap {
         // Bit 63 of an entry: the page is present.
         Some(raw.chunks_exact(8).map(|e| e[7] & 0x80 != 0).collect())
     }
-}
 
-impl Pagemap {
     /// Bytes of the pages of `start..end` (page-aligned) present in the
     /// process; None when they cannot be read.
     pub fn present_bytes(&self, start: usize, end: usize, page: usize) -> Option<usize> {
