@@ -2,9 +2,9 @@
 //! exit status when it fails.
 //!
 //! What it owns: the exec as the shell's was (`file` made absolute as
-//! bash's full_pathname, a file without `#!` run by /bin/sh through
-//! execvp), the message of a failed exec and its status (127 missing, 126
-//! otherwise).
+//! bash's full_pathname, a file without `#!` that the kernel refuses run by
+//! /bin/sh, as glibc's execvp does), the message of a failed exec and its
+//! status (127 missing, 126 otherwise).
 //!
 //! What it must never do: fork, or touch the environment, signal
 //! dispositions or signal mask (what the program inherits is set before).
@@ -18,21 +18,18 @@ use crate::sys::{c_string, stat, write_fd};
 /// Replaces this process with `file` run with `argv`, as the shell's exec
 /// did: a relative `file` made absolute first (bash's full_pathname: its
 /// PWD, one leading "./" dropped), and a file without `#!` the kernel
-/// refuses run by /bin/sh (execvp; `file` always has a '/', so there is no
-/// PATH search). Returns only when the exec fails, with the exit status
+/// refuses run by /bin/sh as `/bin/sh file args...` (glibc's execvp with a
+/// path; musl's, which the static launcher has, does not fall back, so it
+/// is done here). Returns only when the exec fails, with the exit status
 /// to leave with: 127 when the file (or its interpreter) is missing, else 126.
 pub fn exec(file: &[u8], argv: &[&[u8]], pwd: &mut dyn FnMut() -> Vec<u8>) -> libc::c_int {
     let file = full_pathname(file, pwd);
-    let file_c = c_string(&file);
-    let args: Vec<CString> = argv.iter().map(|a| c_string(a)).collect();
-    let mut ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
-    ptrs.push(std::ptr::null());
-    // SAFETY: `file_c` and the strings `ptrs` points to are alive and
-    // NUL-terminated, and `ptrs` ends with a null pointer; execvp only
-    // returns on failure.
-    unsafe { libc::execvp(file_c.as_ptr(), ptrs.as_ptr()) };
-    let e = std::io::Error::last_os_error();
-    let code = e.raw_os_error().unwrap_or(0);
+    let mut code = execv(&file, argv);
+    if code == libc::ENOEXEC {
+        let mut shell_argv: Vec<&[u8]> = vec![SHELL, &file];
+        shell_argv.extend(argv.iter().skip(1));
+        code = execv(SHELL, &shell_argv);
+    }
     let is_dir = stat(&file).is_some_and(|m| m.is_dir());
     let why =
         std::io::Error::from_raw_os_error(if is_dir { libc::EISDIR } else { code }).to_string();
@@ -53,4 +50,21 @@ pub fn exec(file: &[u8], argv: &[&[u8]], pwd: &mut dyn FnMut() -> Vec<u8>) -> li
     } else {
         126
     }
+}
+
+/// The shell a file without `#!` is run by (glibc's `_PATH_BSHELL`).
+const SHELL: &[u8] = b"/bin/sh";
+
+/// execv(2) of `file` with `argv` and this process's environment; returns
+/// only when it fails, with errno.
+fn execv(file: &[u8], argv: &[&[u8]]) -> libc::c_int {
+    let file_c = c_string(file);
+    let args: Vec<CString> = argv.iter().map(|a| c_string(a)).collect();
+    let mut ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    // SAFETY: `file_c` and the strings `ptrs` points to are alive and
+    // NUL-terminated, and `ptrs` ends with a null pointer; execv only
+    // returns on failure.
+    unsafe { libc::execv(file_c.as_ptr(), ptrs.as_ptr()) };
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }

@@ -2,20 +2,19 @@
 //!
 //! What it owns: reading the glibc symbol versions the library requires
 //! (its `.gnu.version_r`), finding the `libc.so.6` the program's loader
-//! will use (the one this launcher runs with when the program has the same
-//! loader, or none; else the one beside the program's loader), reading the
-//! versions that libc and its sibling libraries define (`.gnu.version_d`),
-//! and, only when one is missing, the glibc release of that libc (its
-//! banner, "release version X.Y") for the refusal line. A library that
-//! cannot be loaded would otherwise be skipped by the loader with a message
-//! the user may not see, or stop the program inside the loader, after the
-//! launcher has gone.
+//! will use (in `LD_LIBRARY_PATH`, else beside the program's loader: the
+//! launcher asks no loader, having none when it is built static), reading
+//! the versions that libc and its sibling libraries define
+//! (`.gnu.version_d`), and, only when one is missing, the glibc release of
+//! that libc (its banner, "release version X.Y") for the refusal line. A
+//! library that cannot be loaded would otherwise be skipped by the loader
+//! with a message the user may not see, or stop the program inside the
+//! loader, after the launcher has gone.
 //!
 //! What it must never do: refuse a run on a guess. Anything it cannot read
 //! (no libc found, an ELF file it does not understand) lets the run go on.
-//! It starts no process and reads only the files named above: the
-//! launcher's own loader and libc come from the loader's list of objects
-//! (`dl_iterate_phdr`), not from `/proc/self/maps`.
+//! It starts no process and reads only the files named above (and a
+//! script's `#!` line).
 
 use object::elf::FileHeader64;
 use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
@@ -172,81 +171,63 @@ fn interpreter(path: &Path) -> Option<PathBuf> {
     None
 }
 
-/// What the loader says of this process's own objects: the loader the
-/// launcher runs with (its PT_INTERP, read from the program headers in
-/// memory) and the libc.so.6 it loaded, as the loader named them. No file
-/// is read: `dl_iterate_phdr` walks the loader's own list.
-#[derive(Default)]
-struct Own {
-    interpreter: Option<PathBuf>,
-    libc: Option<PathBuf>,
-}
+/// The loader this system's programs of the launcher's architecture name
+/// (their PT_INTERP), for a program that names none it can read.
+#[cfg(target_arch = "x86_64")]
+const DEFAULT_LOADER: &str = "/lib64/ld-linux-x86-64.so.2";
+#[cfg(target_arch = "aarch64")]
+const DEFAULT_LOADER: &str = "/lib/ld-linux-aarch64.so.1";
 
-fn own() -> Own {
-    unsafe extern "C" fn each(
-        info: *mut libc::dl_phdr_info,
-        _: usize,
-        data: *mut libc::c_void,
-    ) -> libc::c_int {
-        // SAFETY: `data` is the Own passed below and `info` is valid for
-        // the call (dl_iterate_phdr's contract).
-        let (own, info) = unsafe { (&mut *data.cast::<Own>(), &*info) };
-        let name = if info.dlpi_name.is_null() {
-            &[][..]
-        } else {
-            // SAFETY: the loader's NUL-terminated name of the object.
-            unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }.to_bytes()
-        };
-        if name.is_empty() && own.interpreter.is_none() {
-            // The program itself (always first): its PT_INTERP, in memory.
-            // SAFETY: dlpi_phdr points to dlpi_phnum program headers.
-            let phdrs =
-                unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) };
-            if let Some(ph) = phdrs.iter().find(|ph| ph.p_type == libc::PT_INTERP) {
-                let at = (info.dlpi_addr as usize).wrapping_add(ph.p_vaddr as usize);
-                // SAFETY: PT_INTERP lies in a loaded segment of the program
-                // and holds a NUL-terminated path.
-                let path = unsafe { std::ffi::CStr::from_ptr(at as *const libc::c_char) };
-                own.interpreter = Some(PathBuf::from(std::ffi::OsStr::from_bytes(path.to_bytes())));
-            }
-        }
-        let file = name.rsplit(|b| *b == b'/').next().unwrap_or(name);
-        if own.libc.is_none()
-            && (file == b"libc.so.6" || (file.starts_with(b"libc-") && file.ends_with(b".so")))
-        {
-            own.libc = Some(PathBuf::from(std::ffi::OsStr::from_bytes(name)));
-        }
-        0
+/// The loader `program` runs with: its PT_INTERP; for a script, that of
+/// the interpreter its `#!` line names (one level: `#!/usr/bin/env python3`
+/// gives env's, the loader python3 also has on any usual system); else the
+/// system's default loader.
+fn loader_of(program: &Path) -> PathBuf {
+    if let Some(interp) = interpreter(program) {
+        return interp;
     }
-    let mut o = Own::default();
-    // SAFETY: the callback writes only `o`, which outlives the call.
-    unsafe { libc::dl_iterate_phdr(Some(each), (&mut o as *mut Own).cast()) };
-    o
+    let shebang = std::fs::File::open(program).ok().and_then(|f| {
+        use std::io::Read;
+        let mut head = Vec::with_capacity(256);
+        f.take(256).read_to_end(&mut head).ok()?;
+        let line = head.strip_prefix(b"#!")?;
+        let line = &line[..line.iter().position(|&b| b == b'\n')?];
+        let first = line
+            .split(|b| *b == b' ' || *b == b'\t')
+            .find(|w| !w.is_empty())?;
+        interpreter(Path::new(std::ffi::OsStr::from_bytes(first)))
+    });
+    shebang.unwrap_or_else(|| PathBuf::from(DEFAULT_LOADER))
 }
 
-/// Whether two paths name one file (links followed), else whether they
-/// are the same text.
-fn same_file(a: &Path, b: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match (std::fs::metadata(a), std::fs::metadata(b)) {
-        (Ok(x), Ok(y)) => (x.dev(), x.ino()) == (y.dev(), y.ino()),
-        _ => a == b,
-    }
+/// The libc.so.6 that `program` will run with, found as its loader would
+/// without a cache: the first directory of `ld_library_path` that holds
+/// one, else the one in the directory of the program's loader (links
+/// followed: `/lib64/ld-linux-x86-64.so.2` is Debian's
+/// `/usr/lib/x86_64-linux-gnu/` one, Fedora's `/usr/lib64/` one). The
+/// launcher has no loader of its own to ask (its release build is static).
+fn libc_for(program: &Path, ld_library_path: Option<&[u8]>) -> Option<PathBuf> {
+    let in_path = ld_library_path.and_then(|dirs| {
+        dirs.split(|b| *b == b':' || *b == b';')
+            .filter(|d| !d.is_empty())
+            .map(|d| Path::new(std::ffi::OsStr::from_bytes(d)).join("libc.so.6"))
+            .find(|p| p.is_file())
+    });
+    in_path.or_else(|| {
+        let dir = loader_of(program)
+            .canonicalize()
+            .ok()?
+            .parent()?
+            .to_path_buf();
+        Some(dir.join("libc.so.6")).filter(|p| p.is_file())
+    })
 }
 
-/// The libc.so.6 that `program` will run with: this launcher's own when
-/// the program is not an ELF file with a loader (a script: its interpreter
-/// is looked up on this system) or has the launcher's loader; else the one
-/// in the directory of the program's loader, if there is one.
+/// The libc.so.6 that `program` will run with (`LD_LIBRARY_PATH` of this
+/// process, which the exec passes on).
 pub fn program_libc(program: &Path) -> Option<PathBuf> {
-    let own = own();
-    match (interpreter(program), own.interpreter) {
-        (Some(t), Some(o)) if !same_file(&t, &o) => {
-            let dir = t.canonicalize().ok()?.parent()?.to_path_buf();
-            Some(dir.join("libc.so.6")).filter(|p| p.exists())
-        }
-        _ => own.libc,
-    }
+    let ld_library_path = crate::sys::env_set("LD_LIBRARY_PATH");
+    libc_for(program, ld_library_path.as_deref())
 }
 
 /// The glibc release of `libc` from its banner ("... release version
@@ -354,14 +335,30 @@ mod tests {
         assert_eq!(glibc_number(b"GCC_3.0"), None);
     }
 
-    /// This process's own libc defines what the launcher needs from it, and
-    /// its banner names the release getconf reports.
+    /// Whether two paths name one file.
+    fn same_file(a: &Path, b: &Path) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let (a, b) = (std::fs::metadata(a).unwrap(), std::fs::metadata(b).unwrap());
+        (a.dev(), a.ino()) == (b.dev(), b.ino())
+    }
+
+    /// The libc a program of this machine runs with (this test's, as its
+    /// maps show) is found beside its loader, for a script through its `#!`
+    /// interpreter or the default loader, and first in LD_LIBRARY_PATH;
+    /// its versions and banner are read.
     #[test]
     fn the_running_libc_is_found_and_read() {
-        let libc = own().libc.expect("libc.so.6 among the loader's objects");
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let running = maps
+            .lines()
+            .filter_map(crate::sys::maps_line_path)
+            .find(|p| p.rsplit('/').next() == Some("libc.so.6"))
+            .expect("this test runs with a libc.so.6");
+        let exe = std::env::current_exe().unwrap();
+        let libc = libc_for(&exe, None).expect("the libc beside the loader");
+        assert!(same_file(&libc, Path::new(running)), "{libc:?} {running}");
         let defined = defined_versions(&libc).unwrap();
         assert!(defined.iter().any(|d| d == b"GLIBC_2.28"), "{defined:?}");
-        let exe = std::env::current_exe().unwrap();
         assert_eq!(missing(&exe, &libc), None);
         let getconf = std::process::Command::new("getconf")
             .arg("GNU_LIBC_VERSION")
@@ -372,6 +369,23 @@ mod tests {
             format!("glibc {}", release_of(&libc, &defined)),
             want.trim()
         );
-        assert_eq!(program_libc(&exe), Some(libc));
+
+        let d = std::env::temp_dir().join(format!("igprof-launcher-libc-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("lib")).unwrap();
+        std::fs::write(d.join("script"), "#!/bin/sh -e\necho\n").unwrap();
+        std::fs::write(d.join("plain"), "echo\n").unwrap();
+        std::fs::write(d.join("lib/libc.so.6"), "").unwrap();
+        for f in ["script", "plain"] {
+            let found = libc_for(&d.join(f), None).unwrap();
+            assert!(same_file(&found, &libc), "{f}: {found:?}");
+        }
+        let path = [
+            b"/nowhere:".as_slice(),
+            d.join("lib").as_os_str().as_bytes(),
+        ]
+        .concat();
+        assert_eq!(libc_for(&exe, Some(&path)), Some(d.join("lib/libc.so.6")));
+        let _ = std::fs::remove_dir_all(&d);
     }
 }

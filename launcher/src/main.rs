@@ -10,7 +10,8 @@
 //! ([`secure`]) or when it is statically linked ([`elf`]); run under
 //! qemu-user when it is of another machine ([`qemu`]); else libigprof.so is
 //! found here (next to this program, `../lib`, `$CARGO_TARGET_DIR/release`,
-//! or `IGPROF_LIB`), checked against the program's glibc ([`glibc`]), and
+//! the build tree's release directory, or `IGPROF_LIB`), checked against
+//! the program's glibc ([`glibc`]), and
 //! the environment of the exec set: `IGPROF`, `IGPROF_ROOT_PID` (this
 //! process's pid, which the exec keeps) and `LD_PRELOAD` (a sanitizer
 //! runtime the program needs first: [`sanitizers`]), and with `--jit` the
@@ -18,6 +19,12 @@
 //! [`exec`]. `igprof --mark PID` is a command of its own ([`mark`]), and
 //! so are `igprof --attach/--detach/--dump PID` (`attach`, x86-64). Each
 //! reason to refuse, and its line, is a [`refusal::Refusal`].
+//!
+//! Its release build is static, with musl (`--target
+//! <arch>-unknown-linux-musl`): a glibc program's start-up, loader and CPU
+//! detection, would add about 0.8 ms to every profiled run on a VM. So
+//! nothing here may count on glibc: not `std::env::args` (see `main`), not
+//! glibc's `execvp` fallback ([`exec`]), not a loader ([`glibc`]).
 //!
 //! What it must never do: start another process before the exec (its own
 //! cost is added to every profiled run, and to every command of a build
@@ -53,7 +60,7 @@ use elf::{linkage, Linkage};
 use exec::exec;
 use grammar::Request;
 use output::output_place;
-use path::{absolute, bash_pwd, find_in_path, here};
+use path::{absolute, bash_pwd, build_trees, find_in_path, here};
 use refusal::{cat, Refusal};
 use secure::secure_exec;
 use sys::{env_set, executable, is_file, os, stat, write_fd};
@@ -64,17 +71,29 @@ fn refuse(r: Refusal) -> libc::c_int {
     127
 }
 
+/// The C entry point. The arguments come from `argv`, not
+/// `std::env::args_os()`: the standard library fills that from glibc's
+/// call of its initialisers with argc and argv, which musl (the C library
+/// of the launcher's static build) does not make.
 #[cfg(not(test))]
 #[no_mangle]
-pub extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
-    run()
+extern "C" fn main(argc: libc::c_int, argv: *const *const libc::c_char) -> libc::c_int {
+    let n = usize::try_from(argc).unwrap_or(0);
+    let args = (1..n)
+        .map(|i| {
+            // SAFETY: the C start-up's argv holds argc NUL-terminated
+            // strings, alive for the whole process.
+            let arg = unsafe { std::ffi::CStr::from_ptr(*argv.add(i)) };
+            OsString::from(std::ffi::OsStr::from_bytes(arg.to_bytes()))
+        })
+        .collect();
+    run(args)
 }
 
-/// The launcher: returns only when the program is not run, with the
-/// exit status.
+/// The launcher, given its arguments (the program's name left out):
+/// returns only when the program is not run, with the exit status.
 #[cfg_attr(test, allow(dead_code))]
-fn run() -> libc::c_int {
-    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+fn run(args: Vec<OsString>) -> libc::c_int {
     if args.first().is_some_and(|a| a == "--mark") {
         return mark::run(&args[1..]);
     }
@@ -197,8 +216,9 @@ fn launch(
 }
 
 /// libigprof.so: `IGPROF_LIB`, else next to this program, `../lib`,
-/// `$CARGO_TARGET_DIR/release`, or the build tree's release directory;
-/// an absolute path.
+/// `$CARGO_TARGET_DIR/release`, or the release directory of the build tree
+/// this program is in (`target/`, which holds the static launcher in
+/// `<triple>/release/`); an absolute path.
 pub(crate) fn find_lib(pwd: &mut dyn FnMut() -> Vec<u8>) -> Result<Vec<u8>, Refusal> {
     let target_dir = env_set("CARGO_TARGET_DIR");
     let lib = match env_set("IGPROF_LIB") {
@@ -206,7 +226,7 @@ pub(crate) fn find_lib(pwd: &mut dyn FnMut() -> Vec<u8>) -> Result<Vec<u8>, Refu
         Some(l) => return Err(Refusal::NoIgprofLib(l)),
         None => {
             let here = here();
-            let mut candidates = Vec::with_capacity(4);
+            let mut candidates = Vec::with_capacity(5);
             if let Some(h) = &here {
                 candidates.push([h, &b"/libigprof.so"[..]].concat());
                 candidates.push([h, &b"/../lib/libigprof.so"[..]].concat());
@@ -214,9 +234,12 @@ pub(crate) fn find_lib(pwd: &mut dyn FnMut() -> Vec<u8>) -> Result<Vec<u8>, Refu
             if let Some(t) = &target_dir {
                 candidates.push([t, &b"/release/libigprof.so"[..]].concat());
             }
-            // The build tree when this program is not a release build.
+            // The build tree's release library, from a launcher built in
+            // it for another profile or target.
             if let Some(h) = &here {
-                candidates.push([h, &b"/../release/libigprof.so"[..]].concat());
+                for t in build_trees(h) {
+                    candidates.push([&t, &b"/release/libigprof.so"[..]].concat());
+                }
             }
             candidates
                 .into_iter()

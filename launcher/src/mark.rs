@@ -112,7 +112,7 @@ fn mark(args: &[std::ffi::OsString]) -> Result<(i32, i32), String> {
                 ));
             }
             let ts = libc::timespec {
-                tv_sec: left.as_secs() as libc::time_t,
+                tv_sec: left.as_secs() as _,
                 tv_nsec: left.subsec_nanos() as libc::c_long,
             };
             let mut info: libc::siginfo_t = core::mem::zeroed();

@@ -3,8 +3,9 @@
 //!
 //! What it owns: the PATH search of bash's `type -P` ([`find_in_path`],
 //! with bash's default PATH when it is unset), the current directory as
-//! bash's `$PWD` ([`bash_pwd`]), and paths made absolute against it
-//! ([`absolute`], [`full_pathname`]).
+//! bash's `$PWD` ([`bash_pwd`]), paths made absolute against it
+//! ([`absolute`], [`full_pathname`]), and where this program is: its
+//! directory ([`here`]) and the build trees it may be in ([`build_trees`]).
 //!
 //! What it must never do: look at a file's contents or decide whether it
 //! may be run (that is `main`'s, with `secure` and `elf`), or change the
@@ -95,6 +96,13 @@ pub fn find_in_path(
 pub fn here() -> Option<Vec<u8>> {
     let exe = std::env::current_exe().ok()?;
     Some(exe.parent()?.as_os_str().as_bytes().to_vec())
+}
+
+/// The cargo target directories a launcher in directory `here` may be
+/// built in: `here/..` (`target/release/igprof`, `target/debug/igprof`)
+/// and `here/../..` (`target/<triple>/release/igprof`, the static build).
+pub fn build_trees(here: &[u8]) -> [Vec<u8>; 2] {
+    [[here, b"/.."].concat(), [here, b"/../.."].concat()]
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use std::os::unix::ffi::OsStrExt;
 
 use crate::elf::Machine;
 use crate::exec::exec;
-use crate::path::{absolute, find_in_path, here};
+use crate::path::{absolute, build_trees, find_in_path, here};
 use crate::refusal::Refusal;
 use crate::sanitizers;
 use crate::sys::{env_set, is_file, os, stat};
@@ -39,7 +39,7 @@ pub fn launch(
     let triple_lib = [arch, b"-unknown-linux-gnu/release/libigprof.so"].concat();
     let xlib = env_set(machine.lib_var()).or_else(|| {
         let here = here();
-        let mut candidates = Vec::with_capacity(3);
+        let mut candidates = Vec::with_capacity(4);
         if let Some(h) = &here {
             candidates.push([h, &b"/"[..], arch, b"/libigprof.so"].concat());
         }
@@ -47,7 +47,9 @@ pub fn launch(
             candidates.push([t, &b"/"[..], &triple_lib].concat());
         }
         if let Some(h) = &here {
-            candidates.push([h, &b"/../"[..], &triple_lib].concat());
+            for t in build_trees(h) {
+                candidates.push([&t, &b"/"[..], &triple_lib].concat());
+            }
         }
         candidates.into_iter().find(|c| is_file(c))
     });

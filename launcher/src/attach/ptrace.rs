@@ -136,7 +136,19 @@ fn wait_for(tid: i32, deadline: Option<Instant>) -> Result<Stop, String> {
     Ok(Stop::Signal(libc::WSTOPSIG(status)))
 }
 
-fn request(req: libc::c_uint, tid: i32, addr: usize, data: usize) -> Result<(), i32> {
+/// A ptrace request's type in the C library's declaration: glibc's enum
+/// (`c_uint`), musl's `int`.
+#[cfg(not(target_env = "musl"))]
+type Request = libc::c_uint;
+#[cfg(target_env = "musl")]
+type Request = libc::c_int;
+
+/// The kernel's numbers of the signal-mask requests (`libc` declares them
+/// `c_uint` for musl too).
+const PTRACE_GETSIGMASK: Request = 0x420a;
+const PTRACE_SETSIGMASK: Request = 0x420b;
+
+fn request(req: Request, tid: i32, addr: usize, data: usize) -> Result<(), i32> {
     // SAFETY: the requests used here take plain values or pointers to
     // buffers owned by the caller, of the size the request needs.
     let r = unsafe {
@@ -173,22 +185,12 @@ const FAULTS: u64 = (1 << (libc::SIGSEGV - 1))
 
 fn get_sigmask(tid: i32) -> Result<u64, i32> {
     let mut mask = 0u64;
-    request(
-        libc::PTRACE_GETSIGMASK,
-        tid,
-        8,
-        &mut mask as *mut u64 as usize,
-    )?;
+    request(PTRACE_GETSIGMASK, tid, 8, &mut mask as *mut u64 as usize)?;
     Ok(mask)
 }
 
 fn set_sigmask(tid: i32, mask: u64) -> Result<(), i32> {
-    request(
-        libc::PTRACE_SETSIGMASK,
-        tid,
-        8,
-        &mask as *const u64 as usize,
-    )
+    request(PTRACE_SETSIGMASK, tid, 8, &mask as *const u64 as usize)
 }
 
 /// NT_X86_XSTATE: the vector registers, AVX and AVX-512 included.
