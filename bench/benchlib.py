@@ -13,8 +13,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The cargo target directory ($CARGO_TARGET_DIR, else target/).
 TARGET = os.environ.get("CARGO_TARGET_DIR", "target")
 TARGET = TARGET if os.path.isabs(TARGET) else os.path.join(ROOT, TARGET)
-# The launcher (cargo build --release --workspace builds it).
-IGPROF = os.path.join(TARGET, "release", "igprof")
+# The launcher users install: its static build (cargo build --release
+# --target <arch>-unknown-linux-musl -p igprof-launcher; scripts/test builds it).
+LAUNCHER_TRIPLE = f"{os.uname().machine}-unknown-linux-musl"
+IGPROF = os.path.join(TARGET, LAUNCHER_TRIPLE, "release", "igprof")
 
 
 def libigprof(who):
@@ -24,7 +26,7 @@ def libigprof(who):
     if not os.path.exists(lib):
         sys.exit(f"{who}: {lib} missing: run cargo build --release -p igprof-rs")
     if not os.path.exists(IGPROF):
-        sys.exit(f"{who}: {IGPROF} missing: run cargo build --release -p igprof-launcher")
+        sys.exit(f"{who}: {IGPROF} missing: run cargo build --release --target {LAUNCHER_TRIPLE} -p igprof-launcher")
     return lib
 
 

@@ -1,5 +1,5 @@
 //! Helpers for the end-to-end tests in `tests/tests/`: build a C/C++ program
-//! with the system compiler, run it under the launcher (`target/release/igprof`), parse the profile
+//! with the system compiler, run it under the launcher (the static release build), parse the profile
 //! with a strict parser of IgProf's grammar, and name its addresses from the
 //! objects' symbol tables (`nm`), independently of igprof-analyse.
 //!
@@ -38,40 +38,62 @@ pub fn target_dir() -> PathBuf {
     }
 }
 
-/// Runs `cargo build --release [--target TRIPLE] -p igprof-rs -p
-/// igprof-launcher -p igprof-analyse` once per test binary and target: the
+/// The triple of the launcher's static build for this machine.
+pub fn static_triple() -> String {
+    format!("{}-unknown-linux-musl", std::env::consts::ARCH)
+}
+
+/// What a test runs from the release build.
+#[derive(Clone, Copy, PartialEq)]
+enum Build {
+    /// libigprof.so and igprof-analyse, for the host.
+    Host,
+    /// The launcher users install: static, for `static_triple()`.
+    Launcher,
+    /// libigprof.so for [`foreign_arch`].
+    Foreign,
+}
+
+/// Runs `cargo build --release` of `what` once per test binary: the
 /// artefacts the tests run are then those of the sources under test, even
 /// when `cargo test` was not given `--release` (cargo holds no lock on the
 /// release directory while tests run). Panics with cargo's status.
-fn build_release(target: Option<&str>) {
+fn build_release(what: Build) {
     static HOST: std::sync::Once = std::sync::Once::new();
+    static LAUNCHER: std::sync::Once = std::sync::Once::new();
     static FOREIGN: std::sync::Once = std::sync::Once::new();
-    let once = if target.is_some() { &FOREIGN } else { &HOST };
+    let once = match what {
+        Build::Host => &HOST,
+        Build::Launcher => &LAUNCHER,
+        Build::Foreign => &FOREIGN,
+    };
     once.call_once(|| {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let mut c = Command::new(cargo);
         c.current_dir(root())
             .args(["build", "--release", "--quiet"]);
-        match target {
-            Some(t) => c.args(["--target", t, "-p", "igprof-rs"]),
-            None => c.args([
-                "-p",
-                "igprof-rs",
-                "-p",
-                "igprof-launcher",
-                "-p",
-                "igprof-analyse",
-            ]),
+        match what {
+            Build::Host => c.args(["-p", "igprof-rs", "-p", "igprof-analyse"]),
+            Build::Launcher => c.args(["--target", &static_triple(), "-p", "igprof-launcher"]),
+            Build::Foreign => c.args(["--target", &foreign_triple(), "-p", "igprof-rs"]),
         };
         let st = c.status().expect("run cargo");
-        assert!(st.success(), "{c:?} failed: {st}");
+        assert!(
+            st.success(),
+            "{c:?} failed: {st} (scripts/setup adds the rustup targets)"
+        );
     });
 }
 
-/// A release artefact of the host, built first if needed.
-fn release_artefact(name: &str) -> PathBuf {
-    build_release(None);
-    let p = target_dir().join("release").join(name);
+/// A release artefact, built first if needed.
+fn release_artefact(what: Build, name: &str) -> PathBuf {
+    build_release(what);
+    let dir = match what {
+        Build::Host => target_dir().join("release"),
+        Build::Launcher => target_dir().join(static_triple()).join("release"),
+        Build::Foreign => target_dir().join(foreign_triple()).join("release"),
+    };
+    let p = dir.join(name);
     assert!(
         p.exists(),
         "{} is missing after cargo build --release",
@@ -82,12 +104,14 @@ fn release_artefact(name: &str) -> PathBuf {
 
 /// The release libigprof.so.
 pub fn lib() -> PathBuf {
-    release_artefact("libigprof.so")
+    release_artefact(Build::Host, "libigprof.so")
 }
 
-/// The release launcher, target/release/igprof.
+/// The launcher users install: the static release build,
+/// target/<arch>-unknown-linux-musl/release/igprof (target/release/igprof
+/// is the same code linked to glibc, which costs each run glibc's start).
 pub fn launcher() -> PathBuf {
-    release_artefact("igprof")
+    release_artefact(Build::Launcher, "igprof")
 }
 
 /// A fresh scratch directory for one test.
@@ -122,7 +146,7 @@ fn compile(compiler: &str, dir: &Path, src: &str, out: &str, flags: &[&str]) -> 
 
 /// The release igprof-analyse.
 pub fn analyser() -> PathBuf {
-    release_artefact("igprof-analyse")
+    release_artefact(Build::Host, "igprof-analyse")
 }
 
 /// Checks a profile of dlopen_main (main burns in plugin.so's plugin_burn
@@ -206,7 +230,7 @@ pub fn output_and_cpu(mut cmd: Command, dir: &Path) -> (Output, f64) {
 pub fn igprof(dir: &Path, args: &[&str]) -> Output {
     igprof_command(dir, args)
         .output()
-        .expect("run target/release/igprof")
+        .expect("run the launcher")
 }
 
 /// The launcher (`igprof <args>`) in `dir` with the release library, not
@@ -234,15 +258,12 @@ pub fn foreign_arch() -> (&'static str, &'static str, &'static str) {
 /// The release libigprof.so built for [`foreign_arch`] (built first if
 /// needed; scripts/setup installs the rustup target and cross linker).
 pub fn foreign_lib() -> PathBuf {
-    let triple = format!("{}-unknown-linux-gnu", foreign_arch().0);
-    build_release(Some(&triple));
-    let p = target_dir().join(format!("{triple}/release/libigprof.so"));
-    assert!(
-        p.exists(),
-        "{} is missing after cargo build --release",
-        p.display()
-    );
-    p
+    release_artefact(Build::Foreign, "libigprof.so")
+}
+
+/// The glibc triple of [`foreign_arch`].
+fn foreign_triple() -> String {
+    format!("{}-unknown-linux-gnu", foreign_arch().0)
 }
 
 /// Cross-compiles tests/programs/<src> for [`foreign_arch`] into
@@ -277,7 +298,7 @@ pub fn foreign_igprof_command(dir: &Path, args: &[&str]) -> Command {
 pub fn foreign_igprof(dir: &Path, args: &[&str]) -> Output {
     foreign_igprof_command(dir, args)
         .output()
-        .expect("run target/release/igprof")
+        .expect("run the launcher")
 }
 
 /// The profiles (igprof.*.gz) written in `dir`.

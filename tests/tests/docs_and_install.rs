@@ -242,9 +242,13 @@ fn copy_programs(dir: &Path) {
     }
 }
 
-/// `PATH` with the build tree's target/release first.
+/// `PATH` with the build tree's launcher (the static build) and
+/// target/release first.
 fn path_with_build_tree() -> std::ffi::OsString {
-    let mut parts = vec![target_dir().join("release")];
+    let mut parts = vec![
+        launcher().parent().unwrap().to_path_buf(),
+        target_dir().join("release"),
+    ];
     if let Some(p) = std::env::var_os("PATH") {
         parts.extend(std::env::split_paths(&p));
     }

@@ -427,3 +427,48 @@ fn foreign_fork_each_process_writes_its_own_profile() {
     );
     assert_eq!(after_failed_exec, 1, "and after its exec failed: {ps:?}");
 }
+
+/// The launcher's static build for AArch64 (`cargo build --release
+/// --target aarch64-unknown-linux-musl -p igprof-launcher`, which
+/// scripts/test runs) starts under qemu-user and reads its command line
+/// from `main`'s argv (musl fills no `std::env::args`): its usage, a
+/// missing program refused, and an x86-64 program sent to qemu-x86_64,
+/// refused here for the guest root it names.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn the_static_aarch64_launcher_reads_its_command_line_under_qemu() {
+    let triple = "aarch64-unknown-linux-musl";
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let st = Command::new(cargo)
+        .current_dir(root())
+        .args(["build", "--release", "--quiet", "--target", triple])
+        .args(["-p", "igprof-launcher"])
+        .status()
+        .unwrap();
+    assert!(st.success(), "cargo build --target {triple}: {st}");
+    let launcher = target_dir().join(triple).join("release/igprof");
+    let run = |args: &[&str]| {
+        Command::new("qemu-aarch64")
+            .arg(&launcher)
+            .args(args)
+            .env("QEMU_LD_PREFIX", "/igprof-no-such-root")
+            .output()
+            .unwrap()
+    };
+    let o = run(&["-h"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("igprof [options] [--] program"));
+    let o = run(&["-pp", "/igprof-no-such-program"]);
+    assert_eq!(o.status.code(), Some(127));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        "igprof: /igprof-no-such-program: no such file\n"
+    );
+    let o = run(&["-pp", "/bin/true"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(127), "{err}");
+    assert!(
+        err.starts_with("igprof: /bin/true is an x86-64 program: qemu-x86_64 needs its libraries under /igprof-no-such-root"),
+        "{err}"
+    );
+}

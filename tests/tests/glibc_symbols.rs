@@ -1,8 +1,9 @@
-//! The release binaries load on glibc 2.28 and newer: libigprof.so, the
-//! launcher and igprof-analyse as `cargo build --release` makes them (linked
-//! by scripts/zig-linker against glibc 2.28) require no symbol version newer
+//! The release binaries load on glibc 2.28 and newer: libigprof.so and
+//! igprof-analyse as `cargo build --release` makes them (linked by
+//! scripts/zig-linker against glibc 2.28) require no symbol version newer
 //! than GLIBC_2.28, read from their dynamic symbol tables with `object`.
-//! The AArch64 library is checked too (built first if needed).
+//! The AArch64 library is checked too (built first if needed). The
+//! launcher users install is static (musl): it needs no C library at all.
 //!
 //! The check is shown to catch what it looks for on a program linked the
 //! ordinary way against this machine's newer glibc.
@@ -11,7 +12,7 @@
 
 use igprof_tests::{analyser, foreign_lib, launcher, lib, scratch};
 use object::elf::{FileHeader64, STB_WEAK};
-use object::read::elf::{FileHeader, Sym};
+use object::read::elf::{Dyn, FileHeader, ProgramHeader, Sym};
 use object::Endianness;
 use std::path::Path;
 use std::process::Command;
@@ -69,7 +70,7 @@ fn newer_than(path: &Path, oldest: (u32, u32)) -> Vec<String> {
 
 #[test]
 fn release_binaries_need_no_glibc_newer_than_2_28() {
-    let checked = [lib(), launcher(), analyser(), foreign_lib()];
+    let checked = [lib(), analyser(), foreign_lib()];
     let mut bad = Vec::new();
     for p in &checked {
         let newer = newer_than(p, OLDEST_GLIBC);
@@ -82,6 +83,32 @@ fn release_binaries_need_no_glibc_newer_than_2_28() {
         "symbols newer than GLIBC_2.28 (link with scripts/zig-linker, see .cargo/config.toml):\n{}",
         bad.join("\n")
     );
+}
+
+/// The launcher has no loader (PT_INTERP) and needs no shared library
+/// (DT_NEEDED): it runs on any Linux of its architecture, and a profiled
+/// run pays no loader's and no glibc's start-up for it.
+#[test]
+fn the_launcher_needs_no_c_library() {
+    let path = launcher();
+    let data = std::fs::read(&path).unwrap();
+    let elf = FileHeader64::<Endianness>::parse(&*data).unwrap();
+    let endian = elf.endian().unwrap();
+    let mut needed = 0;
+    for ph in elf.program_headers(endian, &*data).unwrap() {
+        assert!(
+            ph.p_type(endian) != object::elf::PT_INTERP,
+            "{} has a loader: not the static build",
+            path.display()
+        );
+        let dynamic: &[object::elf::Dyn64<Endianness>] =
+            ph.dynamic(endian, &*data).unwrap().unwrap_or_default();
+        needed += dynamic
+            .iter()
+            .filter(|d| d.tag32(endian) == Some(object::elf::DT_NEEDED))
+            .count();
+    }
+    assert_eq!(needed, 0, "{} needs shared libraries", path.display());
 }
 
 /// The check finds what it looks for: a program linked by this machine's
