@@ -98,17 +98,41 @@ pub fn here() -> Option<Vec<u8>> {
     Some(exe.parent()?.as_os_str().as_bytes().to_vec())
 }
 
-/// The cargo target directories a launcher in directory `here` may be
-/// built in: `here/..` (`target/release/igprof`, `target/debug/igprof`)
-/// and `here/../..` (`target/<triple>/release/igprof`, the static build).
-pub fn build_trees(here: &[u8]) -> [Vec<u8>; 2] {
-    [[here, b"/.."].concat(), [here, b"/../.."].concat()]
+/// The cargo target directories a launcher in directory `here` (a real
+/// path: [`here`]) may be built in: its parent (`target/release/igprof`,
+/// `target/debug/igprof`) and grandparent (`target/<triple>/release/igprof`,
+/// the static build), without `..` (the path becomes the program's
+/// LD_PRELOAD).
+pub fn build_trees(here: &[u8]) -> Vec<Vec<u8>> {
+    let up = |p: &[u8]| {
+        let parent = &p[..p.iter().rposition(|&b| b == b'/')?];
+        (!parent.is_empty()).then(|| parent.to_vec())
+    };
+    let parent = up(here);
+    let grandparent = parent.as_deref().and_then(up);
+    [parent, grandparent].into_iter().flatten().collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::unix::ffi::OsStringExt;
+
+    #[test]
+    fn build_trees_are_the_parent_and_grandparent() {
+        let t = |h: &str| -> Vec<String> {
+            build_trees(h.as_bytes())
+                .into_iter()
+                .map(|p| String::from_utf8(p).unwrap())
+                .collect()
+        };
+        assert_eq!(
+            t("/w/target/x86_64-unknown-linux-musl/release"),
+            ["/w/target/x86_64-unknown-linux-musl", "/w/target"]
+        );
+        assert_eq!(t("/w/release"), ["/w"]);
+        assert!(t("/bin").is_empty());
+    }
 
     #[test]
     fn path_lookup_is_bash_type_p() {
