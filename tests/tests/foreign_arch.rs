@@ -472,3 +472,35 @@ fn the_static_aarch64_launcher_reads_its_command_line_under_qemu() {
         "{err}"
     );
 }
+
+/// The host's library in a program of the host's architecture run under
+/// qemu-user, as a program of this machine's kind runs on a host of the
+/// other (an x86-64 program on an AArch64 host, whose launcher runs it so).
+/// qemu-user 7.2 (Debian 12's) enters an x86-64 program's signal handlers
+/// with the stack 8 bytes off the ABI's alignment: the sampling handler
+/// realigns it (without that, the program died of SIGSEGV at its first
+/// sample). The program's output and status are its own, and the profile
+/// holds its samples.
+#[test]
+fn a_program_under_qemu_user_of_its_own_architecture_keeps_running() {
+    let d = scratch("qemu_same_arch");
+    let prog = build(&d, "cpu_split.c", "cpu_split", &[]);
+    let plain = Command::new(&prog).arg("20").output().unwrap();
+    assert!(plain.status.success());
+    let o = Command::new(format!("qemu-{}", std::env::consts::ARCH))
+        .args(["-L", "/", "-E", "IGPROF_QEMU_USER=1"])
+        .args(["-E", "IGPROF=-pp -i 1ms -o p.gz"])
+        .arg("-E")
+        .arg(format!("LD_PRELOAD={}", lib().display()))
+        .arg("-E")
+        .arg(format!("IGPROF_CACHE_DIR={}", test_store().display()))
+        .arg(&prog)
+        .arg("20")
+        .current_dir(&d)
+        .output()
+        .unwrap();
+    ok(&o);
+    assert_eq!(o.stdout, plain.stdout);
+    let p = parse_strict(&read_text(&d.join("p.gz"))).unwrap();
+    assert!(total(&p, "PERF_TICKS") > 0, "no sample");
+}

@@ -58,7 +58,7 @@ fn ours(sig: i32) -> bool {
 fn our_action() -> libc::sigaction {
     // SAFETY: a zeroed sigaction is valid; fields set below.
     let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
-    sa.sa_sigaction = handler as *const () as usize;
+    sa.sa_sigaction = entry();
     sa.sa_flags = libc::SA_SIGINFO;
     // Nothing of the program runs on this thread until it dies.
     // SAFETY: sa_mask is a valid sigset_t.
@@ -83,6 +83,9 @@ pub fn install() {
         }
     }
 }
+
+// The handler's entry (a shim that aligns the stack on x86-64).
+crate::sys::signal_entry!(entry, "igprof_fatal_entry", ".text", handler);
 
 extern "C" fn handler(sig: i32, info: *mut libc::siginfo_t, _uc: *mut libc::c_void) {
     // SAFETY: the kernel's siginfo for this signal (SA_SIGINFO).

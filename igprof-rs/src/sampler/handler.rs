@@ -29,7 +29,7 @@ pub fn install_handler() -> Result<(), Errno> {
     }
     // SAFETY: a zeroed sigaction is a valid starting point; fields set below.
     let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
-    sa.sa_sigaction = handler as *const () as usize;
+    sa.sa_sigaction = entry();
     // In a Go program (cgo's `_cgo_topofstack` defined), on the thread's
     // alternate stack: Go runs goroutines on stacks of a few KiB with its
     // heap below, and gives every thread a signal stack big enough. Not
@@ -68,6 +68,9 @@ fn event_sample(
     t.set_in_signal(false);
     drop(guard);
 }
+
+// The handler's entry (a shim that aligns the stack on x86-64), beside it.
+sys::signal_entry!(entry, "igprof_sampler_entry", "igprof_hot", handler);
 
 #[link_section = "igprof_hot"]
 extern "C" fn handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {

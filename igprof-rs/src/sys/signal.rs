@@ -1,11 +1,67 @@
 //! Signals to the library's own threads and masks, by direct system calls
-//! (tgkill, rt_sigprocmask), and signal names for messages.
+//! (tgkill, rt_sigprocmask), signal names for messages, and the entry a
+//! handler is installed at ([`signal_entry`]).
 //!
 //! Must never: send a signal outside this process, or install a handler
 //! (handlers belong to process/signals.rs and the sampler).
 
 use super::errno::{errno, ErrnoGuard};
 use super::task::getpid;
+
+/// Defines `fn $entry() -> usize`: the address a signal action names for
+/// the `SA_SIGINFO` handler `$handler`. On x86-64 that is a shim, the
+/// symbol `$symbol` in section `$section`, which aligns the stack to the
+/// ABI's 16 bytes and calls the handler: qemu-user 7.2 (Debian 12's, which
+/// runs an x86-64 program on an AArch64 host) enters an x86-64 program's
+/// handlers with the stack 8 bytes off, and a handler's aligned vector
+/// stores then fault (the program died of SIGSEGV at its first sample).
+/// Where the stack is aligned the `and` changes nothing: four instructions
+/// a signal. On AArch64, where the architecture keeps sp aligned, it is
+/// the handler itself.
+macro_rules! signal_entry {
+    ($entry:ident, $symbol:literal, $section:literal, $handler:path) => {
+        #[cfg(target_arch = "x86_64")]
+        fn $entry() -> usize {
+            extern "C" {
+                #[link_name = $symbol]
+                fn shim(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_void);
+            }
+            shim as *const () as usize
+        }
+
+        #[cfg(target_arch = "x86_64")]
+        core::arch::global_asm!(
+            concat!(".pushsection ", $section, ",\"ax\",@progbits"),
+            ".p2align 4",
+            concat!(".hidden ", $symbol),
+            concat!(".globl ", $symbol),
+            concat!(".type ", $symbol, ",@function"),
+            concat!($symbol, ":"),
+            ".cfi_startproc",
+            "endbr64",
+            "push rbp",
+            ".cfi_adjust_cfa_offset 8",
+            ".cfi_offset rbp, -16",
+            "mov rbp, rsp",
+            ".cfi_def_cfa_register rbp",
+            "and rsp, -16",
+            "call {handler}",
+            "leave",
+            ".cfi_def_cfa rsp, 8",
+            "ret",
+            ".cfi_endproc",
+            concat!(".size ", $symbol, ", . - ", $symbol),
+            ".popsection",
+            handler = sym $handler,
+        );
+
+        #[cfg(target_arch = "aarch64")]
+        fn $entry() -> usize {
+            $handler as *const () as usize
+        }
+    };
+}
+pub(crate) use signal_entry;
 
 /// Sends `sig` to thread `tid` of this process.
 pub fn tgkill(tid: i32, sig: i32) {
