@@ -39,8 +39,8 @@ IgProf's options (as IgProf spells them):
 /// The usage text's tail: the environment the launcher reads.
 const TAIL: &str = "\
 Environment: IGPROF_LIB=/path/to/libigprof.so overrides the library search
-(next to this program, as in the build tree's target/release, ../lib, then
-$CARGO_TARGET_DIR/release).
+(next to this program, ../lib, $CARGO_TARGET_DIR/release, then target/release
+of the build tree this program is in).
 A program of another architecture (AArch64 on x86-64, or the reverse) runs
 under qemu-user (qemu-<arch> -L $QEMU_LD_PREFIX or /usr/<arch>-linux-gnu)
 with the library built for it: IGPROF_LIB_AARCH64 / IGPROF_LIB_X86_64, else
