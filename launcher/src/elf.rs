@@ -85,6 +85,23 @@ pub fn linkage(path: &[u8]) -> Linkage {
     with_elf(path, |e| elf_linkage(e).unwrap_or(Linkage::Static)).unwrap_or(Linkage::NotElf)
 }
 
+/// The loader (PT_INTERP) the ELF file `path` names, without its NUL;
+/// None when it is not an ELF file or names none.
+pub fn interpreter(path: &[u8]) -> Option<Vec<u8>> {
+    with_elf(path, |e| {
+        let e = e?;
+        let s = e.segments()?.into_iter().find(|s| s.kind == PT_INTERP)?;
+        let interp = e.bytes(s.offset, s.size)?;
+        Some(
+            interp
+                .split(|&b| b == 0)
+                .next()
+                .unwrap_or_default()
+                .to_vec(),
+        )
+    })?
+}
+
 /// `read(elf)` on the ELF file `path`; None when it is not one (or cannot
 /// be opened).
 pub fn with_elf<R>(path: &[u8], read: impl FnOnce(Option<&Elf>) -> R) -> Option<R> {
@@ -254,6 +271,11 @@ mod tests {
             _ => b"/lib64/ld-linux-x86-64.so.2",
         });
         assert_eq!(linkage(b"/bin/true"), Linkage::Dynamic(host));
+        let loader = interpreter(b"/bin/true").expect("/bin/true's loader");
+        assert!(
+            loader.starts_with(b"/") && !loader.contains(&0),
+            "{loader:?}"
+        );
         let d = std::env::temp_dir().join(format!("igprof-launcher-elf-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();

@@ -17,10 +17,10 @@
 //! script's `#!` line).
 
 use object::elf::FileHeader64;
-use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
+use object::read::elf::{FileHeader, SectionHeader};
 use object::Endianness;
 use std::fs::File;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
@@ -159,16 +159,8 @@ fn string_at(table: &[u8], offset: u32) -> Option<&[u8]> {
 
 /// The loader (PT_INTERP) of the ELF file `path`, if it has one.
 fn interpreter(path: &Path) -> Option<PathBuf> {
-    let map = open_elf(path)?;
-    let data = map.bytes();
-    let elf = FileHeader64::<Endianness>::parse(data).ok()?;
-    let endian = elf.endian().ok()?;
-    for ph in elf.program_headers(endian, data).ok()? {
-        if let Some(interp) = ph.interpreter(endian, data).ok()? {
-            return Some(PathBuf::from(std::ffi::OsStr::from_bytes(interp)));
-        }
-    }
-    None
+    let interp = crate::elf::interpreter(path.as_os_str().as_bytes())?;
+    Some(PathBuf::from(std::ffi::OsString::from_vec(interp)))
 }
 
 /// The loader this system's programs of the launcher's architecture name
