@@ -43,7 +43,7 @@ def gperftools_profiler():
 _subreaper = False
 
 
-def _become_subreaper():
+def become_subreaper():
     # PR_SET_CHILD_SUBREAPER (36): a descendant whose parent exits first is
     # re-parented to this process instead of init, so that run_tree can wait
     # for it and its CPU time counts.
@@ -75,7 +75,7 @@ def run_tree(argv, cwd=None, env=None):
     and then for any orphaned descendant; CPU time is the growth of this
     process's RUSAGE_CHILDREN, which holds every reaped descendant. The
     caller must have no other child running."""
-    _become_subreaper()
+    become_subreaper()
     e = dict(os.environ, **(env or {}))
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
             tempfile.NamedTemporaryFile() as rss:

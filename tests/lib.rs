@@ -43,6 +43,11 @@ pub fn static_triple() -> String {
     format!("{}-unknown-linux-musl", std::env::consts::ARCH)
 }
 
+/// The triple of the launcher's static build for [`foreign_arch`].
+fn foreign_static_triple() -> String {
+    format!("{}-unknown-linux-musl", foreign_arch().0)
+}
+
 /// What a test runs from the release build.
 #[derive(Clone, Copy, PartialEq)]
 enum Build {
@@ -52,6 +57,8 @@ enum Build {
     Launcher,
     /// libigprof.so for [`foreign_arch`].
     Foreign,
+    /// The static launcher for [`foreign_arch`].
+    ForeignLauncher,
 }
 
 /// Runs `cargo build --release` of `what` once per test binary: the
@@ -62,10 +69,12 @@ fn build_release(what: Build) {
     static HOST: std::sync::Once = std::sync::Once::new();
     static LAUNCHER: std::sync::Once = std::sync::Once::new();
     static FOREIGN: std::sync::Once = std::sync::Once::new();
+    static FOREIGN_LAUNCHER: std::sync::Once = std::sync::Once::new();
     let once = match what {
         Build::Host => &HOST,
         Build::Launcher => &LAUNCHER,
         Build::Foreign => &FOREIGN,
+        Build::ForeignLauncher => &FOREIGN_LAUNCHER,
     };
     once.call_once(|| {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
@@ -76,6 +85,12 @@ fn build_release(what: Build) {
             Build::Host => c.args(["-p", "igprof-rs", "-p", "igprof-analyse"]),
             Build::Launcher => c.args(["--target", &static_triple(), "-p", "igprof-launcher"]),
             Build::Foreign => c.args(["--target", &foreign_triple(), "-p", "igprof-rs"]),
+            Build::ForeignLauncher => c.args([
+                "--target",
+                &foreign_static_triple(),
+                "-p",
+                "igprof-launcher",
+            ]),
         };
         let st = c.status().expect("run cargo");
         assert!(
@@ -92,6 +107,7 @@ fn release_artefact(what: Build, name: &str) -> PathBuf {
         Build::Host => target_dir().join("release"),
         Build::Launcher => target_dir().join(static_triple()).join("release"),
         Build::Foreign => target_dir().join(foreign_triple()).join("release"),
+        Build::ForeignLauncher => target_dir().join(foreign_static_triple()).join("release"),
     };
     let p = dir.join(name);
     assert!(
@@ -259,6 +275,12 @@ pub fn foreign_arch() -> (&'static str, &'static str, &'static str) {
 /// needed; scripts/setup installs the rustup target and cross linker).
 pub fn foreign_lib() -> PathBuf {
     release_artefact(Build::Foreign, "libigprof.so")
+}
+
+/// The launcher's static build for [`foreign_arch`] (built first if
+/// needed; run it under qemu-user).
+pub fn foreign_launcher() -> PathBuf {
+    release_artefact(Build::ForeignLauncher, "igprof")
 }
 
 /// The glibc triple of [`foreign_arch`].

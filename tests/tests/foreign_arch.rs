@@ -437,16 +437,7 @@ fn foreign_fork_each_process_writes_its_own_profile() {
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn the_static_aarch64_launcher_reads_its_command_line_under_qemu() {
-    let triple = "aarch64-unknown-linux-musl";
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let st = Command::new(cargo)
-        .current_dir(root())
-        .args(["build", "--release", "--quiet", "--target", triple])
-        .args(["-p", "igprof-launcher"])
-        .status()
-        .unwrap();
-    assert!(st.success(), "cargo build --target {triple}: {st}");
-    let launcher = target_dir().join(triple).join("release/igprof");
+    let launcher = foreign_launcher();
     let run = |args: &[&str]| {
         Command::new("qemu-aarch64")
             .arg(&launcher)
