@@ -11,6 +11,7 @@ use mem_support::*;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
 
 /// The Rust program tests/programs/rust_alloc built with `feature` (""
 /// for the system allocator), in a target directory kept between runs.
@@ -19,7 +20,21 @@ fn rust_alloc(feature: &str) -> PathBuf {
 }
 
 /// As [`rust_alloc`], for target `triple` (None: the host).
+///
+/// Built once per test process for each allocator and target, under one
+/// lock: the builds share `target/release/rust_alloc`, which another
+/// test's build would otherwise overwrite between this build and its
+/// copy, and a copy written over a binary another test is running fails
+/// with ETXTBSY. The copy is renamed into place, never written there.
 fn rust_alloc_for(feature: &str, triple: Option<&str>) -> PathBuf {
+    static BUILT: Mutex<Vec<(String, Option<String>, PathBuf)>> = Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((.., exe)) = built
+        .iter()
+        .find(|(f, t, _)| f == feature && t.as_deref() == triple)
+    {
+        return exe.clone();
+    }
     let src = root().join("tests/programs/rust_alloc");
     let target = target_dir().join("test-programs/rust_alloc");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
@@ -46,7 +61,10 @@ fn rust_alloc_for(feature: &str, triple: Option<&str>) -> PathBuf {
         None => target.join("release"),
     };
     let exe = dir.join(format!("rust_alloc-{name}"));
-    std::fs::copy(dir.join("rust_alloc"), &exe).unwrap();
+    let part = dir.join(format!("rust_alloc-{name}.part"));
+    std::fs::copy(dir.join("rust_alloc"), &part).unwrap();
+    std::fs::rename(&part, &exe).unwrap();
+    built.push((feature.to_string(), triple.map(str::to_string), exe.clone()));
     exe
 }
 
