@@ -1,10 +1,11 @@
 //! A Rust program with known work: hot_a does twice hot_b's arithmetic
 //! (CPU shares about 2:1), called in turn CHUNK rounds at a time, the
-//! thread CPU time each took printed to stderr ("rust cpu_ns A B"); churn makes and drops a Vec of
-//! 100 u64 N times (N allocations of 800 bytes through Rust's system
-//! allocator); keep leaks one 1000-byte boxed slice; panics are thrown
-//! through 20 frames and caught PANICS times. Args: N (default 200000),
-//! rounds of hot work (default 300), PANICS (default 1000).
+//! thread CPU time each took printed to stderr ("rust cpu_ns A B"); churn
+//! makes and drops a Vec of 100 u64 N times (N allocations of 800 bytes
+//! through Rust's system allocator); keep leaks one 1000-byte boxed
+//! slice; panics are thrown through 20 frames and caught PANICS times.
+//! Args: N (default 200000), rounds of hot work (default 300), PANICS
+//! (default 1000).
 use std::hint::black_box;
 
 extern "C" {
