@@ -53,6 +53,22 @@ def become_subreaper():
         _subreaper = True
 
 
+def children_cpu():
+    """User + system seconds of every descendant this process has reaped."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def reap_all():
+    """Waits for every remaining child, orphaned descendants included (see
+    become_subreaper), so that their CPU time is in children_cpu()."""
+    while True:
+        try:
+            os.wait4(-1, 0)
+        except ChildProcessError:
+            break
+
+
 class Run:
     """One finished run: exit code (negative: killed by that signal), CPU
     seconds (user+sys of every process of the tree), wall seconds (until the
@@ -85,23 +101,18 @@ def run_tree(argv, cwd=None, env=None):
         # and new memory), whatever it uses itself.
         if TIME:
             argv = [TIME, "-q", "-f", "%M", "-o", rss.name, *argv]
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        before = children_cpu()
         t0 = time.monotonic()
         p = subprocess.Popen(argv, cwd=cwd, env=e, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
         _, status, _ = os.wait4(p.pid, 0)
         wall = time.monotonic() - t0
         p.returncode = os.waitstatus_to_exitcode(status)
-        while True:
-            try:
-                os.wait4(-1, 0)
-            except ChildProcessError:
-                break
+        reap_all()
         try:
             maxrss = int(open(rss.name).read().split()[-1])
         except (ValueError, IndexError):
             maxrss = 0
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        cpu = children_cpu() - before
         out.seek(0)
         err.seek(0)
         return Run(p.returncode, cpu, wall, out.read(), err.read(), maxrss)
