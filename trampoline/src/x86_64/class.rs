@@ -5,7 +5,8 @@
 
 use crate::error::Reason;
 use iced_x86::{
-    Code, ConditionCode, Decoder, DecoderOptions, FlowControl, Instruction, OpKind, Register,
+    Code, ConditionCode, Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind,
+    Register,
 };
 
 /// How an instruction is moved.
@@ -110,6 +111,26 @@ fn unrelocatable(ins: &Instruction, what: impl Into<String>) -> Reason {
     }
 }
 
+/// The name of a branch instruction in a refusal's reason. iced-x86's
+/// `Debug` for `Mnemonic` would name any instruction, but its table of
+/// 1,900 names is relocated data: 30 KiB written at load in every
+/// profiled process, for messages about a handful of branches.
+pub(crate) fn branch_name(m: Mnemonic) -> &'static str {
+    match m {
+        Mnemonic::Loop => "loop",
+        Mnemonic::Loope => "loope",
+        Mnemonic::Loopne => "loopne",
+        Mnemonic::Jrcxz => "jrcxz",
+        Mnemonic::Jecxz => "jecxz",
+        Mnemonic::Jcxz => "jcxz",
+        Mnemonic::Jmp => "jmp",
+        Mnemonic::Call => "call",
+        Mnemonic::Jmpe => "jmpe",
+        Mnemonic::Xbegin => "xbegin",
+        _ => "other",
+    }
+}
+
 /// The relocation class of `ins` (just decoded by `dec`).
 fn classify(ins: &Instruction, dec: &Decoder) -> Result<Class, Reason> {
     let target = ins.near_branch_target();
@@ -143,7 +164,7 @@ fn classify(ins: &Instruction, dec: &Decoder) -> Result<Class, Reason> {
     if has_branch_operand {
         return Err(unrelocatable(
             ins,
-            format!("{:?} branch", ins.mnemonic()).to_lowercase(),
+            format!("{} branch", branch_name(ins.mnemonic())),
         ));
     }
     if ins.is_ip_rel_memory_operand() {

@@ -89,7 +89,7 @@ fn decoded(code: &[u8], addr: u64, plan: &Plan) -> Result<Vec<Taken>, Reason> {
             let class = insn.class.clone()?;
             if let Class::Rel8Only { target } = class {
                 if !inside(target) {
-                    let m = format!("{:?}", insn.ins.mnemonic()).to_lowercase();
+                    let m = super::class::branch_name(insn.ins.mnemonic());
                     return Err(Reason::Unrelocatable {
                         at: insn.ip(),
                         what: format!("{m} to outside the taken bytes"),
