@@ -302,3 +302,39 @@ fn the_final_dumps_steps_keep_little_code_resident() {
         );
     }
 }
+
+/// A library the program links but never runs (libm) keeps none of its
+/// unwind tables resident under the profiler: the module table reads each
+/// new object's `.eh_frame_hdr` header and gives back the pages of its
+/// file that read mapped (the kernel maps 64 KiB around a fault), so the
+/// program's own check of that page (`/proc/self/pagemap`) at its end says
+/// what it says unprofiled. Where the object keeps its unwind tables in an
+/// executable segment (Debian's AArch64 libraries), nothing there is given
+/// back and only the program's own line is checked.
+#[test]
+fn a_library_never_unwound_keeps_its_unwind_tables_out() {
+    let d = scratch("footprint-unwound");
+    let exe = build(
+        &d,
+        "unwound_objects.c",
+        "unwound_objects",
+        &["-Wl,--no-as-needed", "-lm"],
+    );
+    let exe = exe.to_str().unwrap();
+    let stdout = |o: std::process::Output| {
+        ok(&o);
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let bare = stdout(std::process::Command::new(exe).arg("100").output().unwrap());
+    assert!(bare.starts_with("libm eh_frame_hdr: absent"), "{bare}");
+    for mode in [&["-pp"][..], &["-mp"], &["-pp", "-mp", "-fd"]] {
+        let mut args = mode.to_vec();
+        args.extend(["-o", "u.gz", exe, "100"]);
+        let out = stdout(igprof(&d, &args));
+        if bare.contains("read-only segment") {
+            assert_eq!(out, bare, "{mode:?}");
+        } else {
+            assert!(out.starts_with("libm eh_frame_hdr: "), "{mode:?}: {out}");
+        }
+    }
+}

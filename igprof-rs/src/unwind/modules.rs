@@ -8,7 +8,11 @@
 //! Object paths are kept in a never-freed arena, so `ModuleInfo::path`
 //! stays valid after its table is gone. The table's arrays live in `mmap`ed
 //! memory; framehop's per-module objects are made by the crate's global
-//! allocator here, at refresh time, never during a walk.
+//! allocator here, at refresh time, never during a walk. A new object's
+//! `.eh_frame_hdr` is read once (for where `.eh_frame` starts), and the
+//! file pages that read brought into the process are given back
+//! (`base/resident.rs`); an object already in the replaced table keeps
+//! what was read then.
 
 use core::ops::Deref;
 use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
@@ -20,6 +24,7 @@ use super::descriptor::Descriptor;
 use super::hazard::{self, Hazard};
 use super::mem::{MapError, MmapBox, MmapSlice, Zeroable};
 use super::store::{self, Ident, Registry, SaveReport, Stored};
+use crate::base::resident::{Fresh, Pagemap};
 use crate::sys::ErrnoGuard;
 
 /// framehop's unwinder for the host architecture, reading unwind sections in
@@ -239,6 +244,7 @@ pub fn refresh() -> Result<(), RefreshError> {
             old,
             n: 0,
             overflow: false,
+            pagemap: None,
         };
         // SAFETY: the callback only touches `fill` through the data pointer,
         // which outlives the call.
@@ -431,7 +437,20 @@ struct Fill<'a> {
     n: usize,
     /// The objects changed under us, or no memory for a path: retry.
     overflow: bool,
+    /// `/proc/self/pagemap`, opened when a new object's header is read.
+    pagemap: Option<Option<Pagemap>>,
 }
+
+impl Fill<'_> {
+    fn pagemap(&mut self) -> Option<&Pagemap> {
+        self.pagemap.get_or_insert_with(Pagemap::open).as_ref()
+    }
+}
+
+/// How far from a new object's `.eh_frame_hdr` its pages are looked at
+/// before and after the header is read: past the 64 KiB around a fault
+/// that the kernel maps by default.
+const HEADER_READ_REACH: usize = 128 << 10;
 
 /// What one pass over the loaded objects saw.
 #[derive(Clone, Copy, Default, PartialEq, Eq)]
@@ -506,12 +525,41 @@ unsafe extern "C" fn fill_one(
         entry.eh_frame_hdr.0.wrapping_sub(base) as u64,
         entry.eh_frame_hdr.1 as u64,
     ];
-    if entry.eh_frame_hdr.1 != 0 {
+    let known = fill.old.and_then(|t| {
+        t.modules
+            .as_slice()
+            .iter()
+            .find(|m| m.base == base && m.ident == entry.ident && m.ident.build_id_len != 0)
+    });
+    if let Some(m) = known {
+        // The same object as in the table being replaced: its header is
+        // not read again.
+        entry.eh_frame = m.eh_frame;
+    } else if entry.eh_frame_hdr.1 != 0 {
+        // Reading the header faults in the file's pages around it: an
+        // object whose frames are never unwound (most of a program's
+        // libraries) would keep them resident for the whole run. The ones
+        // the program did not have are given back once it is read.
+        let page = crate::sys::page_size();
+        let fresh = fill.pagemap().and_then(|map| {
+            Fresh::around(
+                map,
+                base,
+                phdrs,
+                page,
+                entry.eh_frame_hdr.0,
+                HEADER_READ_REACH,
+            )
+        });
         // SAFETY: PT_GNU_EH_FRAME lies inside a loaded segment.
         let hdr = unsafe {
             core::slice::from_raw_parts(entry.eh_frame_hdr.0 as *const u8, entry.eh_frame_hdr.1)
         };
-        if let Some(start) = eh_frame_start(hdr, entry.eh_frame_hdr.0) {
+        let start = eh_frame_start(hdr, entry.eh_frame_hdr.0);
+        if let Some(fresh) = fresh {
+            fresh.give_back();
+        }
+        if let Some(start) = start {
             // .eh_frame has no program header of its own: it runs at most to
             // the end of the PT_LOAD segment that holds it.
             let seg = phdrs.iter().find(|ph| {
