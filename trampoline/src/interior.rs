@@ -80,6 +80,7 @@ pub fn x86_64_branch_into(code: &[u8], addr: u64, lo: u64, hi: u64) -> Option<In
 /// is taken as the code there.
 pub fn x86_64_branch_before(before: &[u8], end: u64, lo: u64, hi: u64) -> Option<InteriorEntry> {
     use iced_x86::{Decoder, DecoderOptions, FlowControl};
+    crate::x86_64::tables_built();
     let start = end - before.len() as u64;
     for s in 0..before.len().min(16) {
         let mut d = Decoder::with_ip(64, &before[s..], start + s as u64, DecoderOptions::NONE);

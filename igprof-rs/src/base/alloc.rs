@@ -7,7 +7,8 @@
 //! size classes (16 B .. 32 KiB) carved from 256 KiB mmap chunks, each class
 //! behind a spin lock; large blocks are their own mapping. While the final
 //! profile is written ([`final_arena`]), every block comes from one region
-//! instead and nothing is given back.
+//! instead and nothing is given back; so while the instruction decoder
+//! builds its tables ([`tables_region`]), in a region of their own.
 //!
 //! Must never: be called from signal context (the size-class spin locks could
 //! be held by the interrupted code; a debug check aborts if it happens), or
@@ -179,12 +180,47 @@ pub fn final_arena<R>(expected: usize, f: impl FnOnce() -> R) -> R {
 /// Bytes the final dump's region has handed out (0 where it was never
 /// made), for `-d`.
 pub fn final_arena_used() -> usize {
-    let lo = ARENA.lo.load(Ordering::Acquire);
-    if lo == 0 {
-        0
-    } else {
-        ARENA.cur.load(Ordering::Relaxed) - lo
+    ARENA.used()
+}
+
+/// Size of the region of [`tables_region`]: the decoder's tables take
+/// about 0.4 MiB; past the region, blocks come from the size classes.
+/// Under 2 MiB, so that no transparent huge page can back it.
+const TABLES_BYTES: usize = 1 << 20;
+
+/// The instruction decoder's tables' region (see [`tables_region`]).
+static TABLES: Arena = Arena::new();
+
+/// Runs `f` (the instruction decoder building its tables, once in a
+/// process) with every allocation served from a region of its own, each
+/// block its own size: iced-x86 makes about 8,000 blocks it never frees,
+/// 2,300 of them of 72 bytes, which the size classes would hold in blocks
+/// of 128. Its pages are faulted in as it fills (mapped without being
+/// populated). Blocks freed meanwhile are not reused, but for the
+/// region's last one. Where the region cannot be mapped, allocation goes
+/// on as usual.
+pub fn tables_region(f: &mut dyn FnMut()) {
+    if TABLES.lo.load(Ordering::Acquire) == 0 {
+        let p = sys::mmap_anon(TABLES_BYTES);
+        if !p.is_null() {
+            TABLES.set_region(p, TABLES_BYTES);
+        }
     }
+    let was = TABLES
+        .on
+        .swap(TABLES.lo.load(Ordering::Acquire) != 0, Ordering::AcqRel);
+    f();
+    TABLES.on.store(was, Ordering::Release);
+}
+
+/// Bytes the region of [`tables_region`] has handed out, for `-d`.
+pub fn tables_region_used() -> usize {
+    TABLES.used()
+}
+
+/// The region that holds `p`, if one does.
+fn region_of(p: *mut u8) -> Option<&'static Arena> {
+    [&ARENA, &TABLES].into_iter().find(|a| a.holds(p))
 }
 
 impl Arena {
@@ -240,6 +276,16 @@ impl Arena {
                 .cur
                 .compare_exchange(end, new_end, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
+    }
+
+    /// Bytes handed out (0 where the region was never made).
+    fn used(&self) -> usize {
+        let lo = self.lo.load(Ordering::Acquire);
+        if lo == 0 {
+            0
+        } else {
+            self.cur.load(Ordering::Relaxed) - lo
+        }
     }
 
     /// Whether `p` lies in the region.
@@ -309,6 +355,10 @@ unsafe impl GlobalAlloc for IgAlloc {
         if !a.is_null() {
             return a;
         }
+        let a = TABLES.alloc(layout);
+        if !a.is_null() {
+            return a;
+        }
         match class_of(layout.size(), layout.align()) {
             Some(ci) => {
                 let size = 1usize << (ci + MIN_SHIFT);
@@ -352,9 +402,10 @@ unsafe impl GlobalAlloc for IgAlloc {
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        if ARENA.holds(ptr) {
-            // Reused only when it is the region's last block (final_arena).
-            ARENA.resize_last(ptr, layout.size(), 0);
+        if let Some(region) = region_of(ptr) {
+            // Reused only when it is the region's last block (final_arena,
+            // tables_region).
+            region.resize_last(ptr, layout.size(), 0);
             return;
         }
         if LONE.load(Ordering::Relaxed) {
@@ -381,15 +432,17 @@ unsafe impl GlobalAlloc for IgAlloc {
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let old_small = class_of(layout.size(), layout.align());
         let new_small = class_of(new_size, layout.align());
-        // A block in the final dump's region is resized in place where it
-        // is the region's last block; else it, or one that should move
-        // there, is copied to a new block.
-        let in_arena = ARENA.holds(ptr);
-        if in_arena && ARENA.resize_last(ptr, layout.size(), new_size.max(1)) {
+        // A block in a region (the final dump's, the decoder tables') is
+        // resized in place where it is the region's last block; else it, or
+        // one that should move there, is copied to a new block.
+        let region = region_of(ptr);
+        if region.is_some_and(|r| r.resize_last(ptr, layout.size(), new_size.max(1))) {
             return ptr;
         }
-        let in_place =
-            !in_arena && !ARENA.on.load(Ordering::Relaxed) && !LONE.load(Ordering::Relaxed);
+        let in_place = region.is_none()
+            && !ARENA.on.load(Ordering::Relaxed)
+            && !TABLES.on.load(Ordering::Relaxed)
+            && !LONE.load(Ordering::Relaxed);
         match (old_small, new_small) {
             (Some(a), Some(b)) if a == b && in_place => ptr,
             (None, None) if in_place => {
@@ -529,6 +582,37 @@ mod tests {
         unsafe {
             let n = a.alloc(l);
             assert!(!n.is_null() && !ARENA.holds(n), "back to the size classes");
+            a.dealloc(n, l);
+        }
+    }
+
+    #[test]
+    fn the_decoder_tables_region_serves_blocks_while_on() {
+        let a = IgAlloc;
+        let l = Layout::from_size_align(72, 8).unwrap();
+        let mut blocks = [core::ptr::null_mut::<u8>(); 3];
+        tables_region(&mut || {
+            for b in blocks.iter_mut() {
+                // SAFETY: a valid layout.
+                *b = unsafe { a.alloc(l) };
+            }
+        });
+        // (Other tests' threads may allocate from it meanwhile: the blocks
+        // are in order, at least their size apart, not necessarily
+        // adjacent.)
+        assert!(blocks.iter().all(|&b| TABLES.holds(b)), "in the region");
+        assert!(blocks
+            .windows(2)
+            .all(|w| w[1] as usize >= w[0] as usize + 72));
+        // SAFETY: blocks of `l`, used within their size.
+        unsafe {
+            blocks[0].write_bytes(0xab, 72);
+            let grown = a.realloc(blocks[0], l, 4000);
+            assert!(!TABLES.holds(grown), "moved out once the region is off");
+            assert_eq!(*grown.add(71), 0xab, "realloc copies");
+            a.dealloc(grown, Layout::from_size_align(4000, 8).unwrap());
+            let n = a.alloc(l);
+            assert!(!n.is_null() && !TABLES.holds(n), "back to the size classes");
             a.dealloc(n, l);
         }
     }

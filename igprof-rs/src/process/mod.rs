@@ -378,6 +378,9 @@ pub(crate) fn start(raw: &[u8], how: How) -> Result<(), Unprofiled> {
     let guard = main.enter();
     let mut started: Vec<String> = Vec::new();
     let mut running = 0;
+    // A process that must decode (plans not all known) builds the
+    // decoder's tables once, in a region of their own (base/alloc.rs).
+    trampoline::x86_64::on_first_decoder(crate::base::alloc::tables_region);
     let known = crate::hook::plans::load();
     trampoline::batch(|| {
         crate::process::hooks::install_core();
@@ -396,6 +399,13 @@ pub(crate) fn start(raw: &[u8], how: How) -> Result<(), Unprofiled> {
     });
     drop(maps_held);
     save_plans(known);
+    let tables = crate::base::alloc::tables_region_used();
+    if tables > 0 {
+        crate::igprof_debug!(
+            "instruction decoder: {} KiB of tables, built for hooks whose plans were not known",
+            tables >> 10
+        );
+    }
     if running == 0 {
         crate::igprof_log!("nothing left to profile; the program runs unprofiled");
         // No exec hook will say that the next image of this process is a

@@ -3,6 +3,9 @@
 //! Owns: decoding a byte range into instructions (iced-x86, 64-bit mode) and
 //! sorting each into a relocation class. Must never: emit code.
 
+use core::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Once;
+
 use crate::error::Reason;
 use iced_x86::{
     Code, ConditionCode, Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind,
@@ -51,9 +54,42 @@ pub(crate) fn cc_nibble(cc: ConditionCode) -> Option<u8> {
     (cc as u8).checked_sub(1)
 }
 
+/// The caller's wrapper around the moment iced-x86 builds its decoder
+/// tables ([`on_first_decoder`]), as a `fn(&mut dyn FnMut())`; 0: none.
+static FIRST_DECODER: AtomicUsize = AtomicUsize::new(0);
+
+/// Has `wrap` run the first decoding of this process (which builds
+/// iced-x86's decoder tables, once: about 8,000 small blocks from the
+/// global allocator, never freed) so that the caller can serve those
+/// blocks from memory of its own. Takes effect if called before anything
+/// is decoded.
+pub fn on_first_decoder(wrap: fn(&mut dyn FnMut())) {
+    FIRST_DECODER.store(wrap as usize, Ordering::Release);
+}
+
+/// Builds the decoder's tables (through the caller's wrapper) before the
+/// first decoder of the process is made.
+pub(crate) fn tables_built() {
+    static BUILT: Once = Once::new();
+    BUILT.call_once(|| {
+        let mut build = || {
+            let _ = Decoder::with_ip(64, &[0x90], 0, DecoderOptions::NONE).decode();
+        };
+        match FIRST_DECODER.load(Ordering::Acquire) {
+            0 => build(),
+            w => {
+                // SAFETY: only `fn(&mut dyn FnMut())` values are stored.
+                let wrap = unsafe { core::mem::transmute::<usize, fn(&mut dyn FnMut())>(w) };
+                wrap(&mut build)
+            }
+        }
+    });
+}
+
 /// Decode one instruction of `code` at offset `off` (code[0] is at `base`).
 /// `None` when the bytes are not a valid instruction or are cut short.
 pub(crate) fn decode_at(code: &[u8], base: u64, off: usize) -> Option<Insn> {
+    tables_built();
     let bytes = code.get(off..)?;
     let mut dec = Decoder::with_ip(
         64,
@@ -80,6 +116,7 @@ pub(crate) fn sweep(
     base: u64,
     from: usize,
 ) -> impl Iterator<Item = Option<Insn>> + '_ {
+    tables_built();
     let mut dec = Decoder::with_ip(64, code, base, DecoderOptions::NONE);
     let mut off = from;
     core::iter::from_fn(move || {

@@ -21,6 +21,9 @@ mod verify;
 
 use crate::arch::{within, Arch};
 
+pub use class::on_first_decoder;
+pub(crate) use class::tables_built;
+
 /// The x86-64 architecture (unit type implementing [`Arch`]).
 #[derive(Debug, Clone, Copy)]
 pub struct X86_64;
