@@ -27,6 +27,11 @@
 
 use std::os::unix::fs::FileExt;
 
+/// A pagemap entry's bits 63 (the page is present) and 61 (a file page or
+/// shared memory, not a private anonymous copy), in its last byte.
+const PRESENT: u8 = 0x80;
+const FILE: u8 = 0x20;
+
 /// `/proc/self/pagemap`, opened once for a series of steps.
 pub struct Pagemap(std::fs::File);
 
@@ -39,13 +44,24 @@ impl Pagemap {
     /// Whether each page of `start..end` (page-aligned) is present in the
     /// process; None when it cannot be read.
     fn present(&self, start: usize, end: usize, page: usize) -> Option<Vec<bool>> {
+        self.pages_with(start, end, page, PRESENT)
+    }
+
+    /// Whether each page of `start..end` (page-aligned) is present in the
+    /// process as the file's own page (not a private copy that a write
+    /// made); None when they cannot be read.
+    fn present_from_file(&self, start: usize, end: usize, page: usize) -> Option<Vec<bool>> {
+        self.pages_with(start, end, page, PRESENT | FILE)
+    }
+
+    /// Whether the last byte of each page's entry has all the bits of `bits`.
+    fn pages_with(&self, start: usize, end: usize, page: usize, bits: u8) -> Option<Vec<bool>> {
         let n = (end - start) / page;
         let mut raw = vec![0u8; n * 8];
         self.0
             .read_exact_at(&mut raw, (start / page * 8) as u64)
             .ok()?;
-        // Bit 63 of an entry: the page is present.
-        Some(raw.chunks_exact(8).map(|e| e[7] & 0x80 != 0).collect())
+        Some(raw.chunks_exact(8).map(|e| e[7] & bits == bits).collect())
     }
 
     /// Bytes of the pages of `start..end` (page-aligned) present in the
@@ -134,7 +150,9 @@ impl<'p> Fresh<'p> {
         let _e = crate::sys::ErrnoGuard::save();
         let mut bytes = 0;
         for (start, end, before) in &self.ranges {
-            let Some(now) = self.map.present(*start, *end, self.page) else {
+            // Only the file's own pages: a private copy (a page written
+            // since it was mapped) holds what the file does not.
+            let Some(now) = self.map.present_from_file(*start, *end, self.page) else {
                 continue;
             };
             let mut i = 0;
@@ -149,9 +167,10 @@ impl<'p> Fresh<'p> {
                     .take_while(|(n, b)| **n && !**b)
                     .count();
                 let at = start + i * self.page;
-                // SAFETY: whole pages of a read-only, non-executable file
-                // mapping without text relocations (checked in `before`),
-                // which this process faulted in since: dropping them loses
+                // SAFETY: whole pages of a file mapping that is not
+                // writable, in an object without text relocations (checked
+                // where the ranges were noted), present now as the file's
+                // own pages and faulted in since: dropping them loses
                 // nothing, and they read back from the file.
                 let r = unsafe {
                     libc::syscall(libc::SYS_madvise, at, run * self.page, libc::MADV_DONTNEED)
