@@ -525,11 +525,12 @@ unsafe extern "C" fn fill_one(
         entry.eh_frame_hdr.0.wrapping_sub(base) as u64,
         entry.eh_frame_hdr.1 as u64,
     ];
+    // The table being replaced is sorted by text start.
     let known = fill.old.and_then(|t| {
-        t.modules
-            .as_slice()
-            .iter()
-            .find(|m| m.base == base && m.ident == entry.ident && m.ident.build_id_len != 0)
+        let old = t.modules.as_slice();
+        let i = old.binary_search_by_key(&entry.text.0, |m| m.text.0).ok()?;
+        Some(&old[i])
+            .filter(|m| m.base == base && m.ident == entry.ident && m.ident.build_id_len != 0)
     });
     if let Some(m) = known {
         // The same object as in the table being replaced: its header is
