@@ -162,19 +162,7 @@ static ARENA: Arena = Arena::new();
 /// stay valid (the region is never unmapped). Where the region cannot be
 /// mapped, or once it is full, allocation goes on as usual.
 pub fn final_arena<R>(expected: usize, f: impl FnOnce() -> R) -> R {
-    if ARENA.lo.load(Ordering::Acquire) == 0 {
-        let p = sys::mmap_anon(ARENA_BYTES);
-        if !p.is_null() {
-            sys::populate_write(p, expected.min(ARENA_BYTES));
-            ARENA.set_region(p, ARENA_BYTES);
-        }
-    }
-    let was = ARENA
-        .on
-        .swap(ARENA.lo.load(Ordering::Acquire) != 0, Ordering::AcqRel);
-    let r = f();
-    ARENA.on.store(was, Ordering::Release);
-    r
+    ARENA.serving(ARENA_BYTES, expected, f)
 }
 
 /// Bytes the final dump's region has handed out (0 where it was never
@@ -200,17 +188,7 @@ static TABLES: Arena = Arena::new();
 /// region's last one. Where the region cannot be mapped, allocation goes
 /// on as usual.
 pub fn tables_region(f: &mut dyn FnMut()) {
-    if TABLES.lo.load(Ordering::Acquire) == 0 {
-        let p = sys::mmap_anon(TABLES_BYTES);
-        if !p.is_null() {
-            TABLES.set_region(p, TABLES_BYTES);
-        }
-    }
-    let was = TABLES
-        .on
-        .swap(TABLES.lo.load(Ordering::Acquire) != 0, Ordering::AcqRel);
-    f();
-    TABLES.on.store(was, Ordering::Release);
+    TABLES.serving(TABLES_BYTES, 0, f)
 }
 
 /// Bytes the region of [`tables_region`] has handed out, for `-d`.
@@ -231,6 +209,26 @@ impl Arena {
             hi: AtomicUsize::new(0),
             cur: AtomicUsize::new(0),
         }
+    }
+
+    /// Runs `f` with every allocation served from the region (made at
+    /// its first use: `len` bytes, the first `ahead` of them faulted in),
+    /// and as before after it. Where the region cannot be mapped, `f`
+    /// runs with the usual allocation.
+    fn serving<R>(&self, len: usize, ahead: usize, f: impl FnOnce() -> R) -> R {
+        if self.lo.load(Ordering::Acquire) == 0 {
+            let p = sys::mmap_anon(len);
+            if !p.is_null() {
+                sys::populate_write(p, ahead.min(len));
+                self.set_region(p, len);
+            }
+        }
+        let was = self
+            .on
+            .swap(self.lo.load(Ordering::Acquire) != 0, Ordering::AcqRel);
+        let r = f();
+        self.on.store(was, Ordering::Release);
+        r
     }
 
     /// Serves blocks from `len` bytes at `p` once it is on.
