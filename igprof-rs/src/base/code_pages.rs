@@ -123,13 +123,7 @@ pub fn give_back_again() -> usize {
         // written (no text relocations): dropping them loses nothing, and
         // they read back from the file on the next touch, also in a thread
         // running them now.
-        let r = unsafe {
-            crate::sys::raw_syscall(
-                libc::SYS_madvise,
-                [start, end - start, libc::MADV_DONTNEED as usize, 0, 0, 0],
-            )
-        };
-        if r == 0 {
+        if unsafe { crate::sys::madvise(start, end - start, libc::MADV_DONTNEED) } {
             bytes += end - start;
         }
     }

@@ -172,10 +172,7 @@ impl<'p> Fresh<'p> {
                 // where the ranges were noted), present now as the file's
                 // own pages and faulted in since: dropping them loses
                 // nothing, and they read back from the file.
-                let r = unsafe {
-                    libc::syscall(libc::SYS_madvise, at, run * self.page, libc::MADV_DONTNEED)
-                };
-                if r == 0 {
+                if unsafe { crate::sys::madvise(at, run * self.page, libc::MADV_DONTNEED) } {
                     bytes += run * self.page;
                 }
                 i += run;

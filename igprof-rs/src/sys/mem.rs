@@ -36,14 +36,8 @@ pub fn map_anon(len: usize, populate: bool) -> Result<*mut u8, Errno> {
         );
     }
     let p = map(len, flags, -1)?;
-    const MADV_NOHUGEPAGE: libc::c_long = 15;
-    // SAFETY: advice on the mapping just made.
-    unsafe {
-        raw_syscall(
-            libc::SYS_madvise,
-            [p as usize, len, MADV_NOHUGEPAGE as usize, 0, 0, 0],
-        )
-    };
+    // SAFETY: advice on the mapping just made; it changes no contents.
+    unsafe { madvise(p as usize, len, libc::MADV_NOHUGEPAGE) };
     if populate && !populate_write(p, len) {
         // A kernel without MADV_POPULATE_WRITE (before 5.14): a write to
         // each page faults it in.
@@ -149,7 +143,6 @@ pub const HUGE_PAGE: usize = 2 << 20;
 /// (a twentieth of the time), and a fraction of the teardown at exit.
 /// Where they are not, the same as [`mmap_anon`]. Null on failure.
 pub fn mmap_anon_huge(len: usize) -> *mut u8 {
-    const MADV_HUGEPAGE: libc::c_long = 14;
     let raw = mmap_anon(len + HUGE_PAGE);
     if raw.is_null() {
         return raw;
@@ -165,9 +158,8 @@ pub fn mmap_anon_huge(len: usize) -> *mut u8 {
         }
         munmap((start + len) as *mut u8, HUGE_PAGE - head);
     }
-    let _errno = ErrnoGuard::save();
     // SAFETY: advice on our own mapping; a kernel without THP refuses it.
-    unsafe { libc::syscall(libc::SYS_madvise, start, len, MADV_HUGEPAGE) };
+    unsafe { madvise(start, len, libc::MADV_HUGEPAGE) };
     start as *mut u8
 }
 
@@ -179,18 +171,26 @@ pub fn mmap_anon_huge(len: usize) -> *mut u8 {
 /// Returns whether the kernel did it.
 #[link_section = "igprof_hot"]
 pub fn populate_write(p: *mut u8, len: usize) -> bool {
-    const MADV_POPULATE_WRITE: usize = 23;
+    const MADV_POPULATE_WRITE: i32 = 23;
     match whole_pages(p, len) {
         // SAFETY: advice on pages of a mapping of ours; populating changes
-        // no contents (zero pages stay zero). A raw call: errno is kept.
-        Some((start, bytes)) => unsafe {
-            raw_syscall(
-                libc::SYS_madvise,
-                [start, bytes, MADV_POPULATE_WRITE, 0, 0, 0],
-            ) == 0
-        },
+        // no contents (zero pages stay zero).
+        Some((start, bytes)) => unsafe { madvise(start, bytes, MADV_POPULATE_WRITE) },
         None => true,
     }
+}
+
+/// madvise(2) by a raw system call (errno is kept; no libc, so a signal
+/// handler or the keeper may call it): whether the kernel took the
+/// advice.
+///
+/// # Safety
+/// `start..start+len` must be whole pages of a mapping of this process,
+/// and an advice that drops pages (`MADV_DONTNEED`) only where nothing is
+/// lost: memory nothing will read again, or the file's own pages.
+#[link_section = "igprof_hot"]
+pub unsafe fn madvise(start: usize, len: usize, advice: i32) -> bool {
+    raw_syscall(libc::SYS_madvise, [start, len, advice as usize, 0, 0, 0]) == 0
 }
 
 /// The whole pages inside `p..p+len`: their start and length (None if
@@ -215,10 +215,9 @@ pub fn page_size() -> usize {
 /// lies inside a larger region). Errno is kept.
 pub fn discard(p: *mut u8, len: usize) {
     if let Some((start, bytes)) = whole_pages(p, len) {
-        let _e = ErrnoGuard::save();
-        // SAFETY: advice on whole pages of a private mapping of ours that
-        // nothing reads any more.
-        unsafe { libc::syscall(libc::SYS_madvise, start, bytes, libc::MADV_DONTNEED) };
+        // SAFETY: whole pages of a private mapping of ours that nothing
+        // reads any more.
+        unsafe { madvise(start, bytes, libc::MADV_DONTNEED) };
     }
 }
 
