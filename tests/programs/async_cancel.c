@@ -1,20 +1,32 @@
 /* A series of threads cancelled asynchronously at random points (in their
  * own code, in calls the profiler hooks, in the profiler's signal handler's
- * vicinity), then one more thread that burns 200 ms of its own CPU time in
- * burn_thread_ms: it must be sampled like any other. */
+ * vicinity and in the middle of its stack walks), then one more thread that
+ * burns 200 ms of its own CPU time in burn_thread_ms: it must be sampled
+ * like any other. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
 #include <unistd.h>
 #include "burn_ms.h"
 
-static void *victim(void *arg) {
-    (void)arg;
-    pthread_setcanceltype(PTHREAD_CANCEL_ASYNCHRONOUS, NULL);
+/* The victims run 200 calls deep, so that each sample's stack walk is
+ * long and a cancellation often lands in the middle of one. */
+__attribute__((noinline)) static void spin(int depth) {
+    if (depth > 0) {
+        spin(depth - 1);
+        sink++; /* not a tail call: every level keeps its frame */
+        return;
+    }
     for (;;) {
         for (int i = 0; i < 1000; i++) sink = sink * 31 + i;
         close(-1); /* hooked by -fd */
     }
+}
+
+static void *victim(void *arg) {
+    (void)arg;
+    pthread_setcanceltype(PTHREAD_CANCEL_ASYNCHRONOUS, NULL);
+    spin(200);
     return NULL;
 }
 

@@ -41,9 +41,9 @@ pub fn install_handler() -> Result<(), Errno> {
     sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | if go { libc::SA_ONSTACK } else { 0 };
     // Every signal blocked while a sample is taken: a program handler that
     // interrupted it and left by longjmp (SIGALRM timeouts, SIGSEGV
-    // recovery) would leave the thread marked inside the profiler for good.
-    // SAFETY: sa_mask is a valid sigset_t.
-    unsafe { libc::sigfillset(&mut sa.sa_mask) };
+    // recovery) would leave the thread marked inside the profiler for good,
+    // and an asynchronous cancellation would unwind through the walk.
+    sa.sa_mask = sys::handler_mask();
     crate::hook::real_sigaction(signal(), &sa, core::ptr::null_mut()).map_err(Errno)
 }
 

@@ -79,6 +79,31 @@ pub fn thread_alive(tid: i32) -> bool {
     r == 0 || errno() != libc::ESRCH
 }
 
+/// glibc's thread-cancellation signal (the kernel's first real-time
+/// signal, which glibc keeps for itself as SIGCANCEL).
+const SIGCANCEL: usize = 32;
+
+/// Every signal but glibc's SIGSETXID: the mask of a handler that must run
+/// to its end. glibc's `sigfillset` leaves out SIGCANCEL, so a thread that
+/// enabled asynchronous cancellation could be cancelled inside the handler
+/// and unwound through the library's frames (on its walk stack, where the
+/// unwinder found no way back and the program died of SIGSEGV); with it
+/// blocked, the cancellation is acted on where the handler returns to, as
+/// unprofiled. SIGSETXID stays deliverable: a `setuid` in another thread
+/// waits for every thread to take it, and its handler runs no program code.
+pub fn handler_mask() -> libc::sigset_t {
+    // SAFETY: a zeroed sigset_t is a valid set for sigfillset to fill.
+    let mut set: libc::sigset_t = unsafe { core::mem::zeroed() };
+    // SAFETY: set is a valid sigset_t.
+    unsafe { libc::sigfillset(&mut set) };
+    // SAFETY: sigset_t is an array of unsigned longs whose bit (n - 1)
+    // stands for signal n, as the kernel reads it (glibc's sigaddset
+    // refuses its internal signals, so the bit is set directly).
+    let words = unsafe { &mut *(&mut set as *mut libc::sigset_t as *mut [u64; 1]) };
+    words[0] |= 1 << (SIGCANCEL - 1);
+    set
+}
+
 /// rt_sigprocmask(2) directly (bypasses any hook on the libc functions).
 ///
 /// # Safety
@@ -112,5 +137,45 @@ pub fn signal_name(sig: i32) -> &'static str {
         libc::SIGVTALRM => "SIGVTALRM",
         libc::SIGSYS => "SIGSYS",
         _ => "a signal",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn has(set: &libc::sigset_t, sig: usize) -> bool {
+        // SAFETY: sigset_t holds at least one u64 of signal bits.
+        let w = unsafe { *(set as *const libc::sigset_t as *const u64) };
+        w & (1 << (sig - 1)) != 0
+    }
+
+    #[test]
+    fn a_handler_mask_blocks_cancellation_and_leaves_setxid() {
+        let m = handler_mask();
+        assert!(has(&m, SIGCANCEL), "SIGCANCEL must be blocked");
+        assert!(
+            !has(&m, SIGCANCEL + 1),
+            "glibc's SIGSETXID must stay deliverable"
+        );
+        for sig in [
+            libc::SIGPROF,
+            libc::SIGTRAP,
+            libc::SIGALRM,
+            libc::SIGINT,
+            34,
+            64,
+        ] {
+            assert!(has(&m, sig as usize), "signal {sig} must be blocked");
+        }
+        // What the kernel sees: the mask of a thread that blocks it.
+        // SAFETY: valid sets; the thread's mask is restored below.
+        let mut old: libc::sigset_t = unsafe { core::mem::zeroed() };
+        let mut now: libc::sigset_t = unsafe { core::mem::zeroed() };
+        unsafe {
+            rt_sigprocmask(libc::SIG_SETMASK, &m, &mut old);
+            rt_sigprocmask(libc::SIG_SETMASK, &old, &mut now);
+        }
+        assert!(has(&now, SIGCANCEL));
     }
 }
