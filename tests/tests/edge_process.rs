@@ -168,6 +168,17 @@ fn reported(stderr: &[u8], name: &str) -> f64 {
         .unwrap_or_else(|| panic!("no '{name} N' line in stderr: {t}"))
 }
 
+/// A profile's PERF_TICKS stacks of at least `min` ticks, a line each
+/// (outermost caller first), for a failure message.
+fn tick_paths(p: &Profile, min: u64) -> String {
+    paths(p, "PERF_TICKS")
+        .into_iter()
+        .filter(|(_, ticks)| *ticks >= min)
+        .map(|(path, ticks)| format!("{ticks:6} {}", path.join(";")))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 fn uses(mode: &[&str], flag: &str) -> bool {
     mode.contains(&flag)
 }
@@ -802,7 +813,10 @@ fn wall_clock_profiling_never_interrupts_blocking_calls() {
             let ms = reported(&got.stderr, f);
             assert!(
                 (ms * 0.8..=ms * 1.2 + 10.0).contains(&(ticks as f64)),
-                "{f}: {ticks} ticks of 1 ms for {ms} ms of waiting"
+                "{f}: {ticks} ticks of 1 ms for {ms} ms of waiting; the profile's \
+                 stacks of 3 ticks or more:\n{}\nthe run's stderr:\n{}",
+                tick_paths(&p, 3),
+                text(&got.stderr)
             );
         }
     }
