@@ -60,9 +60,9 @@ fn our_action() -> libc::sigaction {
     let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
     sa.sa_sigaction = entry();
     sa.sa_flags = libc::SA_SIGINFO;
-    // Nothing of the program runs on this thread until it dies.
-    // SAFETY: sa_mask is a valid sigset_t.
-    unsafe { libc::sigfillset(&mut sa.sa_mask) };
+    // Nothing of the program runs on this thread until it dies (and no
+    // asynchronous cancellation unwinds out of the profile's writing).
+    sa.sa_mask = sys::handler_mask();
     sa
 }
 
@@ -158,12 +158,9 @@ pub fn die_if_pending() {
         if sig != 0 {
             // Blocked as in our handler: nothing of the program runs on
             // this thread any more.
-            // SAFETY: a full set, for blocking every signal on this thread.
-            unsafe {
-                let mut all: libc::sigset_t = core::mem::zeroed();
-                libc::sigfillset(&mut all);
-                sys::rt_sigprocmask(libc::SIG_BLOCK, &all, core::ptr::null_mut());
-            }
+            let all = sys::handler_mask();
+            // SAFETY: a valid set, for blocking every signal on this thread.
+            unsafe { sys::rt_sigprocmask(libc::SIG_BLOCK, &all, core::ptr::null_mut()) };
             die_after_dump(sig);
         }
     }
