@@ -15,7 +15,13 @@ static sigjmp_buf env;
 static volatile int jumps;
 static volatile int mallocs;
 
-static void on_alarm(int sig) { (void)sig; siglongjmp(env, 1); }
+/* Jumps only while jumps are still wanted: an alarm that fires after the
+ * last one, before the timer is stopped, returns instead (the program
+ * printed "1001 jumps" when one did, unprofiled as well as profiled). */
+static void on_alarm(int sig) {
+    (void)sig;
+    if (jumps <= 1000) siglongjmp(env, 1);
+}
 
 __attribute__((noinline)) static void spin_until_alarm(void) {
     for (;;) {
