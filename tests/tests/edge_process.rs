@@ -823,6 +823,44 @@ fn wall_clock_profiling_never_interrupts_blocking_calls() {
 }
 
 #[test]
+fn a_wait_ended_by_the_programs_own_sigtrap_is_charged_under_pr() {
+    // The program's SIGTRAP is pending when the waiter runs again, so the
+    // kernel drops the SIGTRAP of the waiter's context-switch event: the
+    // 200 ms in pause() must be charged all the same (they were lost).
+    let mode = ["-pr", "-i", "1ms"];
+    let d = dir_for("trap_wakes", "trap_wakes.c", &mode);
+    let got = profiled(&d, &mode, "trap_wakes", &[]);
+    assert_eq!(got.status.code(), Some(0), "{}", text(&got.stderr));
+    assert_eq!(text(&got.stdout), "traps 1\n", "the program's handler");
+    let p = the_profile(&d);
+    let ms = reported(&got.stderr, "waiter");
+    let (ticks, _) = under(&p, "PERF_TICKS", "waiter");
+    let in_pause = ["pause", "__libc_pause"]
+        .map(|f| under(&p, "PERF_TICKS", f).0)
+        .into_iter()
+        .max()
+        .unwrap();
+    let why = || {
+        format!(
+            "the profile's stacks of 3 ticks or more:\n{}\nthe run's stderr:\n{}",
+            tick_paths(&p, 3),
+            text(&got.stderr)
+        )
+    };
+    assert!(
+        (ms * 0.8..=ms * 1.2 + 10.0).contains(&(ticks as f64)),
+        "waiter: {ticks} ticks of 1 ms for {ms} ms; {}",
+        why()
+    );
+    // 20 ms of the wait are in nanosleep, the rest in pause().
+    assert!(
+        in_pause as f64 >= (ms - 20.0) * 0.8,
+        "pause: {in_pause} ticks of the waiter's {ms} ms; {}",
+        why()
+    );
+}
+
+#[test]
 fn periodic_dumps_leave_a_profile_when_the_program_is_killed_by_sigkill() {
     use std::os::unix::process::ExitStatusExt;
     let mode = ["-pp", "--dump-every", "100ms"];

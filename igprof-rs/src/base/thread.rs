@@ -177,6 +177,9 @@ pub struct SamplerClock {
     /// charged (see `sampler::ticks::off_cpu_ticks`).
     pub wall_mark: Cell<u64>,
     pub cpu_mark: Cell<u64>,
+    /// -pr: wall-clock time of the thread's last CPU sample or off-CPU
+    /// charge (see `sampler::ticks::late_off_cpu_ticks_at_sample`).
+    pub sample_wall: Cell<u64>,
     /// Samples since the sampling period was last re-randomised.
     pub since_jitter: Cell<u32>,
     /// Ticks of samples that landed while the thread was inside profiler
@@ -195,6 +198,7 @@ impl SamplerClock {
         SamplerClock {
             wall_mark: Cell::new(0),
             cpu_mark: Cell::new(0),
+            sample_wall: Cell::new(0),
             since_jitter: Cell::new(0),
             pending_ticks: Cell::new(0),
             rng: Cell::new(seed(tid)),

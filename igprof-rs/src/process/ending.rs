@@ -204,6 +204,13 @@ fn write_final(reason: &str, by_keeper: bool) -> Option<String> {
                     ticks as f64 * crate::sampler::tick_seconds() * 1e3
                 );
             }
+            let late = crate::sampler::late_off_cpu();
+            if opts.debug && late > 0 {
+                crate::igprof_log!(
+                    "-pr: {:.0} ms off the CPU charged at a later sample, signal or thread end, not as the thread ran again: a context switch whose SIGTRAP the kernel dropped (as it does while another is pending), or time the thread's CPU clock leaves out",
+                    late as f64 * crate::sampler::tick_seconds() * 1e3
+                );
+            }
             if opts.debug {
                 log_handler_cost(&stats);
                 log_dump_time(&stats);

@@ -15,7 +15,9 @@ use core::sync::atomic::Ordering;
 use super::choice::signal;
 use super::life::rearm;
 use super::origin::{origin, Origin};
-use super::ticks::{charge, off_cpu_ticks, ticks_for};
+use super::ticks::{
+    charge, late_off_cpu_ticks, late_off_cpu_ticks_at_sample, off_cpu_ticks, ticks_for,
+};
 use super::{EventSamples, ProgramSignal, SampleConsumer, CONSUMERS, EVENT_SAMPLES, FORWARD};
 use crate::base::options;
 use crate::base::thread::{self, Guard, ThreadState};
@@ -96,6 +98,16 @@ extern "C" fn handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_voi
         }
         Origin::Stale => return,
         Origin::Program => {
+            // -pr: a signal of the program's own pending when the thread
+            // runs again makes the kernel drop the SIGTRAP of its
+            // context-switch event; the wait is charged here, where the
+            // thread waited, before the program's handler runs.
+            if let Some(t) = t {
+                let late = late_off_cpu_ticks(t);
+                if late > 0 {
+                    take_sample(t, uc, late, handler_clock());
+                }
+            }
             let f = FORWARD.load(Ordering::Acquire);
             if f != 0 {
                 // SAFETY: only ProgramSignal pointers are stored in FORWARD.
@@ -106,22 +118,34 @@ extern "C" fn handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_voi
         }
     };
     let Some(t) = t else { return };
-    // -d: the handler's own CPU time (thread CPU clock, one system call at
-    // each end): wall time would count preemption and the other threads
-    // of a busy machine.
-    let timed = options::debug();
-    let start = if timed { sys::thread_cpu_ns() } else { 0 };
-
+    let start = handler_clock();
     let ticks = if switched {
         off_cpu_ticks(t)
     } else {
         rearm(t);
-        ticks_for(t)
+        ticks_for(t) + late_off_cpu_ticks_at_sample(t)
     };
     if ticks == 0 && switched {
         // Off the CPU for less than what is still owed of an interval.
         return;
     }
+    take_sample(t, uc, ticks, start);
+}
+
+/// -d: the thread's CPU clock as the handler starts, to time it (one
+/// system call at each end; wall time would count preemption and the
+/// other threads of a busy machine). None without -d.
+#[link_section = "igprof_hot"]
+fn handler_clock() -> Option<u64> {
+    options::debug().then(sys::thread_cpu_ns)
+}
+
+/// Charges `ticks` to the stack the signal interrupted (`uc`), or holds
+/// them for the program's stack when the thread is inside the profiler;
+/// nothing while recording is off. `start`: [`handler_clock`] at the
+/// handler's start.
+#[link_section = "igprof_hot"]
+fn take_sample(t: &'static ThreadState, uc: *mut libc::c_void, ticks: u64, start: Option<u64>) {
     if !crate::base::run::recording() {
         // -pd or igprof_disable(): the timers keep their rhythm, nothing
         // is charged.
@@ -141,7 +165,7 @@ extern "C" fn handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_voi
     sample(&guard, uc, ticks);
     t.set_in_signal(false);
     drop(guard);
-    if timed {
+    if let Some(start) = start {
         let ns = sys::thread_cpu_ns().saturating_sub(start);
         t.stats.handler_ns.fetch_add(ns, Ordering::Relaxed);
         super::cost::record(ns);

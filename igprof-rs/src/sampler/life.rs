@@ -11,7 +11,7 @@ use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::choice::{mode, signal};
 use super::perf::{open_event, open_switch_event, release_event, renew_held_event};
-use super::ticks::{charge, next_interval, tick_slot, ticks_for};
+use super::ticks::{charge, late_off_cpu_ticks, next_interval, tick_slot, ticks_for};
 use super::{has_event, timer, COOKIE};
 use crate::base::options::{self, PerfClock, Sampler};
 use crate::base::thread::ThreadState;
@@ -106,14 +106,22 @@ static PERF_UNAVAILABLE: AtomicBool = AtomicBool::new(false);
 /// time after the last one was not. CPU-clock timers may fire only a few
 /// times a second on a loaded machine, which made a thread's total short by
 /// most of its CPU time. A perf event's samples each stand for one period:
-/// nothing is owed there. A thread never sampled has no stack to charge:
-/// its time is counted in [`unsampled`].
+/// nothing is owed there, except under -pr the off-CPU time of a context
+/// switch whose signal never came ([`late_off_cpu_ticks`]), charged the
+/// same way. A thread never sampled has no stack to charge: its time is
+/// counted in [`unsampled`].
 /// Call before [`stop_thread`], on the thread `t` belongs to.
 pub fn charge_tail(t: &'static ThreadState) {
-    if has_event(t) || t.sampler.timer.load(Ordering::Relaxed) < 0 || !crate::base::run::recording()
-    {
+    if !crate::base::run::recording() {
         return;
     }
+    let owed: fn(&ThreadState) -> u64 = if has_event(t) {
+        late_off_cpu_ticks
+    } else if t.sampler.timer.load(Ordering::Relaxed) >= 0 {
+        ticks_for
+    } else {
+        return;
+    };
     // Inside the profiler either way: under this guard, or under the one
     // an outer frame of this thread holds (the exit hooks dump paused). A
     // sample landing meanwhile is held as pending and charged when the
@@ -123,7 +131,7 @@ pub fn charge_tail(t: &'static ThreadState) {
     if tick_slot() == usize::MAX {
         return;
     }
-    let k = ticks_for(t);
+    let k = owed(t);
     if node.is_null() {
         // No timer signal reached the thread: its time is not in the
         // profile, and the final dump says how much.

@@ -96,7 +96,7 @@ pub use life::{charge_tail, forget_inherited, start_thread, stop_thread, unsampl
 pub use origin::mark_fd_ours;
 pub use perf::high_fd_base;
 pub use settle::settle_pending;
-pub use ticks::{set_tick_slot, tick_seconds};
+pub use ticks::{late_off_cpu, set_tick_slot, tick_seconds};
 
 /// Set while the image samples no more (its final profile, an exec, a
 /// detach) until [`allow`]. A thread that was stopped or interrupted

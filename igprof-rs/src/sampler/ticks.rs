@@ -7,7 +7,7 @@
 //! Must never: allocate, lock or make a system call other than reading a
 //! clock (these run in the sampling handler).
 
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use super::has_event;
 use crate::base::options::{self, PerfClock};
@@ -64,10 +64,57 @@ pub(super) fn off_cpu_ticks(t: &ThreadState) -> u64 {
         .saturating_sub(cpu.saturating_sub(t.sampler.clock.cpu_mark.get()));
     t.sampler.clock.wall_mark.set(wall);
     t.sampler.clock.cpu_mark.set(cpu);
+    t.sampler.clock.sample_wall.set(wall);
     let iv = options::get().interval_ns;
     let credit = t.sampler.clock.clock_credit.get() + off;
     t.sampler.clock.clock_credit.set(credit % iv);
     credit / iv
+}
+
+/// -pr with a context-switch event: the off-CPU ticks still owed at a CPU
+/// sample, at a signal of the program's own, or at the thread's end.
+/// Every switch is charged when the thread runs again (its SIGTRAP,
+/// [`off_cpu_ticks`]), so time still owed here is a switch whose signal
+/// never came: the kernel drops a SIGTRAP raised while another is pending
+/// (the program's, or a CPU sample's, due at the same return to user
+/// space: then the thread is where it waited). Charged here, the wait is
+/// counted; 0 for every other sampler, whose ticks already count the time
+/// they stand for.
+pub(super) fn late_off_cpu_ticks(t: &ThreadState) -> u64 {
+    if t.sampler.switch_hold.load(Ordering::Relaxed) == 0 {
+        return 0;
+    }
+    let k = off_cpu_ticks(t);
+    LATE_OFF_CPU_TICKS.fetch_add(k, Ordering::Relaxed);
+    k
+}
+
+/// [`late_off_cpu_ticks`] at a CPU sample, when the thread may have been
+/// off the CPU since its previous CPU sample or off-CPU charge: more than
+/// two intervals of wall time for the one period of CPU time (at most 1.1
+/// intervals) a sample stands for. Otherwise what it may owe is under an
+/// interval, left to the next charge: reading the thread's CPU clock (a
+/// system call) at every sample cost half as much again as the rest of
+/// the handler.
+pub(super) fn late_off_cpu_ticks_at_sample(t: &ThreadState) -> u64 {
+    if t.sampler.switch_hold.load(Ordering::Relaxed) == 0 {
+        return 0;
+    }
+    let wall = sys::fast_monotonic_ns();
+    let gap = wall.saturating_sub(t.sampler.clock.sample_wall.replace(wall));
+    if gap <= 2 * options::get().interval_ns {
+        return 0;
+    }
+    late_off_cpu_ticks(t)
+}
+
+/// Off-CPU ticks charged late ([`late_off_cpu_ticks`]), all threads.
+static LATE_OFF_CPU_TICKS: AtomicU64 = AtomicU64::new(0);
+
+/// -pr: off-CPU ticks charged late because their context switch's signal
+/// never came ([`late_off_cpu_ticks`]; `-d` reports them).
+pub fn late_off_cpu() -> u64 {
+    LATE_OFF_CPU_TICKS.load(Ordering::Relaxed)
 }
 
 /// A perf event samples every `period` ns of thread time (the interval
