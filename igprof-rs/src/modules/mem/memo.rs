@@ -176,7 +176,15 @@ struct Slot {
     len: u32,
     generation: u32,
     fp_used: bool,
+    /// The walk's first word (offset and value), also in the pool: a scan
+    /// of a set's ways rejects a walk on it without reading the pool.
+    first_off: u32,
+    first_val: usize,
 }
+const _: () = assert!(
+    core::mem::size_of::<Slot>() == 64,
+    "a slot is one cache line"
+);
 
 /// The pool of remembered stack words: where each is, in bytes above the
 /// stack pointer at the call, and its value.
@@ -190,7 +198,7 @@ struct Pool {
 /// a mapping of their own, zero-filled and touched only as it is used;
 /// before the slots, one 32-bit tag per slot (a hash of its stack pointer
 /// and return address, 0 when unused), so that a lookup scans a set's 128
-/// bytes of tags instead of its 1792 bytes of slots.
+/// bytes of tags instead of its 2048 bytes of slots.
 struct Table {
     base: *mut u8,
     /// Pool position of the next word stored.
@@ -341,11 +349,16 @@ fn repeats<const SCAN: bool>(
     table: &Table,
     pool: &Pool,
 ) -> bool {
+    // SAFETY: every word was checked when stored to lie in [r.sp, hi) of
+    // this thread's stack (ReadLog's floor and top), which is mapped while
+    // the thread runs at r.sp.
+    let now = |o: u32| unsafe { core::ptr::read_unaligned((r.sp + o as usize) as *const usize) };
     if s.len == 0
         || s.sp != r.sp
         || s.ret != ret
         || (s.fp_used && s.fp != r.fp)
         || s.generation != generation
+        || (SCAN && now(s.first_off) != s.first_val)
         || !table.intact(s)
     {
         return false;
@@ -353,18 +366,13 @@ fn repeats<const SCAN: bool>(
     // The walk's words: one run of the ring (see `store`), compared
     // without a branch per word (nearly every comparison of the last hit's
     // way is a hit). `SCAN`: a search of the other ways, where several
-    // walks may share the registers (cc1: 78% of its lookups get there);
+    // walks may share the registers (cc1: 78% of its lookups get there;
+    // sqlite3's allocation wrapper, called from many places at one depth):
     // the first word (the caller's return address, where walks from one
-    // call site to the allocator usually part) is compared alone first.
+    // call site to the allocator usually part) was compared alone first,
+    // from the slot, which the other checks read already.
     let (at, n) = ((s.start as usize) & (POOL - 1), s.len as usize);
     let (offsets, values) = (&pool.offsets[at..at + n], &pool.values[at..at + n]);
-    // SAFETY: every word was checked when stored to lie in [r.sp, hi) of
-    // this thread's stack (ReadLog's floor and top), which is mapped while
-    // the thread runs at r.sp.
-    let now = |o: u32| unsafe { core::ptr::read_unaligned((r.sp + o as usize) as *const usize) };
-    if SCAN && now(offsets[0]) != values[0] {
-        return false;
-    }
     let diff = offsets
         .iter()
         .zip(values)
@@ -483,7 +491,7 @@ impl StackMemo {
         };
         if !core::ptr::eq(self.owner, t) {
             // A new table is zero-filled already: clearing it would only
-            // fault its 60 KiB of slots in (a short process's first walk).
+            // fault its 68 KiB of slots in (a short process's first walk).
             if !self.owner.is_null() {
                 table.clear();
             }
@@ -528,6 +536,9 @@ impl StackMemo {
         s.node = node;
         s.start = start;
         s.len = words.len() as u32;
+        // Not empty (checked above); in [r.sp, stack end): fits.
+        s.first_off = (words[0].0 - r.sp) as u32;
+        s.first_val = words[0].1;
     }
 }
 
