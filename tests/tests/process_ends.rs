@@ -69,6 +69,85 @@ fn a_process_killed_by_sigkill_leaves_its_profile() {
     check_profile(&p[0], "SIGKILL");
 }
 
+/// The keeper's pid, from the `-d` line that names it.
+fn keeper_pid(stderr: &str) -> i32 {
+    stderr
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("igprof: keeper: pid ")?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no keeper line in {stderr}"))
+}
+
+/// Waits (up to 30 s) for process `pid` to be gone or a zombie.
+fn assert_gone(pid: i32, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat
+            .rsplit(')')
+            .next()
+            .and_then(|r| r.split_whitespace().next());
+        if matches!(state, None | Some("Z") | Some("X")) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: the keeper {pid} is still there: {stat}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A thread of the program killed while it held a lock the keeper's dump
+/// takes: the loader's (inside `dl_iterate_phdr`: every kill) and one of
+/// the live-block table's (inside a memory hook: about every other kill
+/// of four threads that allocate without end). The keeper waited for them
+/// for ever (until its ten-minute limit): no profile, and the program's
+/// memory kept all that time.
+#[test]
+fn a_process_killed_while_holding_a_lock_leaves_its_profile() {
+    let d = scratch("ends_holding");
+    build(&d, "killed_holding.c", "killed_holding", &["-pthread"]);
+    let runs: [(&[&str], &str); 6] = [
+        (&["-pp", "-d"], "loader"),
+        (&["-mp", "-d"], "loader"),
+        (&["-mp", "-d"], "threads"),
+        (&["-mp", "-d"], "threads"),
+        (&["-mp", "-d"], "threads"),
+        (&["-pp", "-mp", "-fd", "-d"], "threads"),
+    ];
+    for (mode, how) in runs {
+        for f in profiles(&d) {
+            std::fs::remove_file(f).unwrap();
+        }
+        let mut args = mode.to_vec();
+        args.extend(["./killed_holding", how]);
+        let (line, out) = kill_after_first_line(igprof_command(&d, &args));
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        let what = format!("{mode:?} {how}");
+        assert_eq!(line, "ready\n", "{what}: {err}");
+        let p = wait_for_profiles(&d, 1);
+        assert_eq!(p.len(), 1, "{what}: no profile; {err}");
+        assert_gone(keeper_pid(&err), &what);
+        let prof = parse_strict(&read_text(&p[0])).unwrap_or_else(|e| panic!("{what}: {e}"));
+        match (how, mode[0]) {
+            ("loader", "-mp") => assert_eq!(
+                under(&prof, "MEM_TOTAL", "kept_alloc"),
+                (100, 6400),
+                "{what}"
+            ),
+            // Named through the objects the keeper lists without the loader.
+            ("loader", _) => assert!(under(&prof, "PERF_TICKS", "spin").0 > 0, "{what}"),
+            _ => assert!(under(&prof, "MEM_TOTAL", "churn").0 >= 400_000, "{what}"),
+        }
+    }
+}
+
 #[test]
 fn crashes_and_raw_exits_leave_their_profile_and_status() {
     let d = setup("ends_crash");

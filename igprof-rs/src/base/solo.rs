@@ -44,6 +44,15 @@ pub fn begin(one_thread: bool) {
     SOLO.store(one_thread, Ordering::SeqCst);
 }
 
+/// The keeper, once every thread of the program is gone (process/keeper/):
+/// it is the only thread left, and a lock a killed thread held is never
+/// let go. The live-block table stops taking its locks (solo), and every
+/// spin lock of the library is taken even when held.
+pub fn program_gone() {
+    SOLO.store(true, Ordering::SeqCst);
+    crate::sys::locks_abandoned();
+}
+
 /// A second thread is about to exist: shared updates become atomic.
 #[inline]
 pub fn leave() {

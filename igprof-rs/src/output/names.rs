@@ -25,7 +25,9 @@
 //! object files.
 //! Everything that reads the loader's memory happens inside the
 //! `dl_iterate_phdr` callback, whose lock keeps each object mapped while it
-//! is read (`dlclose` unmaps only after taking the object off that list).
+//! is read (`dlclose` unmaps only after taking the object off that list);
+//! the keeper, after the program's end, lists the objects from the
+//! unwinder's module table instead, without that lock ([`each_object`]).
 //!
 //! Must never: run in a signal handler or a hook (it allocates, reads
 //! files and calls `dladdr`), call `dladdr`/`dlopen`/`dlclose` inside the
@@ -118,9 +120,7 @@ pub fn name_all(addrs: &[usize], exe: &[u8]) -> Names {
         pagemap: crate::base::resident::Pagemap::open(),
         given_back: 0,
     };
-    // SAFETY: `collect` matches dl_iterate_phdr's callback type and `pass`
-    // outlives the call; the callback only reads the objects it is given.
-    unsafe { libc::dl_iterate_phdr(Some(collect), &mut pass as *mut Pass as *mut libc::c_void) };
+    each_object(collect, &mut pass as *mut Pass as *mut libc::c_void);
     let Pass {
         owner,
         mut syms,
@@ -171,6 +171,31 @@ pub fn name_all(addrs: &[usize], exe: &[u8]) -> Names {
 }
 
 const NO_OBJECT: u32 = u32::MAX;
+
+/// A `dl_iterate_phdr` callback.
+type EachObject =
+    unsafe extern "C" fn(*mut libc::dl_phdr_info, usize, *mut libc::c_void) -> libc::c_int;
+
+/// Calls `cb` with `data` for every loaded object, in the loader's order,
+/// as `dl_iterate_phdr` does (until `cb` returns non-zero). In the keeper's
+/// dump after the program's end, from the unwinder's module table instead
+/// (`unwind::listed_objects`): a thread of the program killed inside
+/// `dl_iterate_phdr` or `dlopen` holds the loader's lock for ever, and the
+/// objects stay mapped with nothing left to unload them.
+fn each_object(cb: EachObject, data: *mut libc::c_void) {
+    if crate::sys::abandoned() {
+        for mut info in crate::unwind::listed_objects() {
+            // SAFETY: a record as dl_iterate_phdr passes it, pointing into
+            // objects that stay loaded; `data` is the caller's.
+            if unsafe { cb(&mut info, core::mem::size_of::<libc::dl_phdr_info>(), data) } != 0 {
+                break;
+            }
+        }
+    } else {
+        // SAFETY: the caller's callback and data, as dl_iterate_phdr takes them.
+        unsafe { libc::dl_iterate_phdr(Some(cb), data) };
+    }
+}
 
 /// State of one `dl_iterate_phdr` pass.
 struct Pass<'a> {
@@ -282,9 +307,7 @@ pub fn object_ranges(exe: &[u8]) -> Vec<(usize, usize, Object)> {
         seen: 0,
         out: Vec::new(),
     };
-    // SAFETY: `each` matches dl_iterate_phdr's callback type and `w`
-    // outlives the call; the callback only reads the objects it is given.
-    unsafe { libc::dl_iterate_phdr(Some(each), &mut w as *mut Walk as *mut libc::c_void) };
+    each_object(each, &mut w as *mut Walk as *mut libc::c_void);
     w.out
 }
 

@@ -63,9 +63,29 @@ pub fn back_off(round: u32) {
     }
 }
 
+/// Set once the calling process is the only one left to touch the
+/// profiler's state and every other holder of a lock is dead: the keeper
+/// after the program's end ([`locks_abandoned`]).
+static ABANDONED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// From now on [`spin_lock`] takes a lock that is held: its holder was a
+/// thread of the program, killed with it (SIGKILL in the middle of a
+/// hook), which will never let it go. For the keeper only, once every
+/// thread of the program is gone.
+pub fn locks_abandoned() {
+    ABANDONED.store(true, core::sync::atomic::Ordering::SeqCst);
+}
+
+/// Whether [`locks_abandoned`] was called: the program is gone, and so is
+/// every thread that held a lock (the loader's too).
+pub fn abandoned() -> bool {
+    ABANDONED.load(core::sync::atomic::Ordering::Relaxed)
+}
+
 /// Takes a spin lock (`false` = free), waiting between attempts as
 /// [`back_off`] says. For the profiler's short critical sections (a few
-/// loads and stores).
+/// loads and stores). After [`locks_abandoned`], a held lock is taken
+/// without waiting.
 pub fn spin_lock(lock: &core::sync::atomic::AtomicBool) {
     use core::sync::atomic::Ordering;
     let mut round = 0u32;
@@ -73,6 +93,10 @@ pub fn spin_lock(lock: &core::sync::atomic::AtomicBool) {
         .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
         .is_err()
     {
+        if ABANDONED.load(Ordering::Relaxed) {
+            lock.store(true, Ordering::Release);
+            return;
+        }
         back_off(round);
         round = round.saturating_add(1);
     }

@@ -77,6 +77,13 @@ pub(crate) struct ModuleEntry {
     pub(crate) ident: Ident,
     /// Its descriptors derived by earlier processes.
     pub(crate) stored: Stored,
+    /// As `dl_iterate_phdr` listed it: its place in the loader's list,
+    /// name (the loader's string) and program headers, all in memory the
+    /// loader keeps while the object is loaded ([`listed_objects`]).
+    order: usize,
+    loader_name: usize,
+    phdr: usize,
+    phnum: usize,
 }
 
 // SAFETY: plain integers; all-zero is a valid (empty) entry.
@@ -392,8 +399,44 @@ impl ModuleEntry {
 /// Adds the descriptors this process derived to the descriptor store (see
 /// `store.rs`). Outside signal context.
 pub fn save_descriptors() -> SaveReport {
-    let state = REFRESH.lock().unwrap_or_else(|e| e.into_inner());
+    let state = if crate::sys::abandoned() {
+        // The keeper after the program's end: a thread killed in a
+        // refresh holds the lock for ever, and the store can wait.
+        match REFRESH.try_lock() {
+            Ok(s) => s,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return SaveReport::default(),
+        }
+    } else {
+        REFRESH.lock().unwrap_or_else(|e| e.into_inner())
+    };
     state.store.save()
+}
+
+/// The loaded objects as `dl_iterate_phdr` listed them at the last
+/// refresh, in its order, as the records it passes its callback (address,
+/// name and program headers; no load counts, no TLS). For the keeper's
+/// dump after the program's end, which must not call the loader: a thread
+/// killed inside `dl_iterate_phdr` or `dlopen` holds the loader's lock for
+/// ever. The objects are still mapped (nothing can unload them), and so
+/// are the loader's strings and headers the records point to.
+pub fn listed_objects() -> Vec<libc::dl_phdr_info> {
+    let mut entries: Vec<ModuleEntry> =
+        with_current(|t| t.modules.as_slice().to_vec()).unwrap_or_default();
+    entries.sort_unstable_by_key(|m| m.order);
+    entries
+        .iter()
+        .map(|m| {
+            // SAFETY: dl_phdr_info is plain data; all-zero is valid (null
+            // pointers, no TLS module).
+            let mut i: libc::dl_phdr_info = unsafe { core::mem::zeroed() };
+            i.dlpi_addr = m.base as _;
+            i.dlpi_name = m.loader_name as *const libc::c_char;
+            i.dlpi_phdr = m.phdr as *const _;
+            i.dlpi_phnum = m.phnum as _;
+            i
+        })
+        .collect()
 }
 
 /// The object containing `pc` in the current table. Async-signal-safe.
@@ -498,6 +541,10 @@ unsafe extern "C" fn fill_one(
     let base = info.dlpi_addr as usize;
     let mut entry = ModuleEntry {
         base,
+        order: fill.n,
+        loader_name: info.dlpi_name as usize,
+        phdr: info.dlpi_phdr as usize,
+        phnum: info.dlpi_phnum as usize,
         ..Default::default()
     };
     let mut text = (usize::MAX, 0usize);

@@ -1530,3 +1530,54 @@ fn objects_are_known_from_the_refresh_after_they_load() {
     );
     assert_eq!(module_of(0), None);
 }
+
+#[test]
+fn listed_objects_are_what_dl_iterate_phdr_lists() {
+    // The keeper names a dead program's addresses from these records
+    // instead of calling the loader: the same objects, order and headers.
+    let _l = TABLE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let path = build_so(
+        "listed",
+        &[("listed.c", "int listed_fn(void) { return 3; }\n")],
+        &["-O2"],
+    );
+    let _lib = Lib::open(&path);
+    type Record = (usize, usize, usize, usize);
+    extern "C" fn each(info: *mut libc::dl_phdr_info, _: usize, data: *mut libc::c_void) -> i32 {
+        // SAFETY: dl_iterate_phdr's record for the call; data is the Vec below.
+        let (i, v) = unsafe { (&*info, &mut *(data as *mut Vec<Record>)) };
+        v.push((
+            i.dlpi_addr as usize,
+            i.dlpi_name as usize,
+            i.dlpi_phdr as usize,
+            i.dlpi_phnum as usize,
+        ));
+        0
+    }
+    // Other tests of this binary load and unload objects meanwhile: the
+    // lists must agree in one of a few tries.
+    let mut tries = Vec::new();
+    for _ in 0..5 {
+        refresh().unwrap();
+        let mut loader: Vec<Record> = Vec::new();
+        // SAFETY: `each` matches the callback type; `loader` outlives the call.
+        unsafe { libc::dl_iterate_phdr(Some(each), (&mut loader as *mut Vec<Record>).cast()) };
+        let listed: Vec<Record> = listed_objects()
+            .iter()
+            .map(|i| {
+                (
+                    i.dlpi_addr as usize,
+                    i.dlpi_name as usize,
+                    i.dlpi_phdr as usize,
+                    i.dlpi_phnum as usize,
+                )
+            })
+            .collect();
+        assert!(loader.len() > 3, "{loader:?}");
+        if listed == loader {
+            return;
+        }
+        tries.push((listed, loader));
+    }
+    panic!("listed objects differ from the loader's: {tries:?}");
+}

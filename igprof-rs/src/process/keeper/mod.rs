@@ -578,6 +578,7 @@ fn after_death(gen: u32, stderr: i32) -> ! {
     let program = PROGRAM.load(Ordering::Acquire);
     sys::stand_for(program);
     crate::base::alloc::owned_by_one_thread();
+    crate::base::solo::program_gone();
     // Descriptors 0-2: what a file opened for the dump must not become.
     let null = c"/dev/null";
     // SAFETY: plain opens and dup2 of our own descriptors.
