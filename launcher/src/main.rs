@@ -33,7 +33,8 @@
 //! `no_main`: Rust's start-up would ignore SIGPIPE, and `Command` would
 //! reset the mask), change any environment variable but those above, or
 //! print anything but the usage (`-h`; no program) and one `igprof: ...`
-//! line on stderr when it refuses to run the program (exit status 127) or
+//! line on stderr when it refuses to run the program (exit status 127, 126
+//! for a file that is not executable, as a shell's) or
 //! the exec fails (126, or 127 when the file is missing).
 #![cfg_attr(not(test), no_main)]
 
@@ -68,7 +69,7 @@ use sys::{env_set, executable, is_file, os, stat, write_fd};
 /// Says why the program is not run; the exit status.
 fn refuse(r: Refusal) -> libc::c_int {
     write_fd(2, &cat(&[b"igprof: ", &r.message(), b"\n"]));
-    127
+    r.status()
 }
 
 /// The C entry point. The arguments come from `argv`, not

@@ -5,13 +5,15 @@
 //! the shell launcher wrote them: what is wrong and what to do, on one line.
 //!
 //! What it must never do: decide anything (the checks are in the modules
-//! that name a reason) or print (`main` writes the line and exits 127).
+//! that name a reason) or print (`main` writes the line and exits with
+//! [`Refusal::status`]).
 
 use crate::elf::Machine;
 use crate::glibc;
 
 /// Why the launcher refuses to run the program: each is one line,
-/// `igprof: <message>`, on stderr, and exit status 127.
+/// `igprof: <message>`, on stderr, and exit status 127 (126 for a file
+/// that is not executable, as a shell).
 #[derive(Debug, PartialEq, Eq)]
 pub enum Refusal {
     /// An option, value or combination the option table refuses (its
@@ -61,6 +63,16 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    /// The exit status the launcher leaves with: a shell's for the same
+    /// program (126 for a file that is there but not executable), 127 for
+    /// everything else.
+    pub fn status(&self) -> libc::c_int {
+        match self {
+            Refusal::NotExecutable(_) => 126,
+            _ => 127,
+        }
+    }
+
     /// The line's text after `igprof: `, as the shell launcher wrote it.
     pub fn message(&self) -> Vec<u8> {
         use Refusal::*;

@@ -151,6 +151,39 @@ fn python_profiles_only_the_phase_it_enables() {
     );
 }
 
+/// A program that cannot be run ends the launcher with a shell's status
+/// for it: 127 for a missing file or command, 126 for a file that is not
+/// executable (a directory too), with one line saying why.
+#[test]
+fn a_program_that_cannot_run_gets_the_shells_exit_status() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = scratch("cannot-run");
+    let plain = d.join("plain.sh");
+    std::fs::write(&plain, "#!/bin/sh\necho ran\n").unwrap();
+    std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::create_dir_all(d.join("dir")).unwrap();
+    for (prog, says) in [
+        ("./plain.sh", "igprof: ./plain.sh: not executable\n"),
+        (
+            "./no-such-program",
+            "igprof: ./no-such-program: no such file\n",
+        ),
+        ("./dir", ""),
+        ("igprof-no-such-command", ""),
+    ] {
+        let shell = std::process::Command::new("sh")
+            .args(["-c", &format!("exec {prog}")])
+            .current_dir(&d)
+            .output()
+            .unwrap();
+        let o = igprof(&d, &["-pp", prog]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), shell.status.code(), "{prog}: {err}");
+        assert!(err.starts_with(says), "{prog}: {err}");
+        assert!(o.stdout.is_empty(), "{prog}: the program ran");
+    }
+}
+
 /// Values the library would refuse are refused by the launcher, before the
 /// program runs: one line naming the option and what to give, exit 127,
 /// and the program (here `touch`, which would leave a file) never started.
