@@ -676,3 +676,32 @@ fn thread_churn_keeps_totals_with_bounded_memory() {
         "worker ticks x interval / workers' CPU time = {ratio:.3} ({ticks} ticks, {cpu_ns} ns)"
     );
 }
+
+/// Threads that each run about 1.4 sampling intervals of CPU, one after
+/// another: their PERF_TICKS add up to the CPU time they took. Each
+/// sample stands for one interval, so what a thread ran after its last
+/// sample is charged as it ends, and what is short of a whole interval is
+/// carried across threads: without that, 100 threads of 7 ms at 5 ms were
+/// charged one interval each or none (about half their time).
+#[test]
+fn short_threads_are_counted_in_full() {
+    let d = scratch("short-threads");
+    build(&d, "short_threads.c", "short_threads", &["-pthread"]);
+    let o = igprof(
+        &d,
+        &["-pp", "-o", "short.gz", "./short_threads", "100", "7"],
+    );
+    let err = ok(&o);
+    let ms: f64 = err
+        .lines()
+        .find_map(|l| l.strip_prefix("threads_ms "))
+        .unwrap_or_else(|| panic!("no threads_ms line: {err}"))
+        .parse()
+        .unwrap();
+    let p = parse_strict(&read_text(&d.join("short.gz"))).unwrap();
+    let got = under(&p, "PERF_TICKS", "work").0 as f64 * 5.0;
+    assert!(
+        (ms * 0.9 - 10.0..=ms * 1.1 + 10.0).contains(&got),
+        "work: PERF_TICKS say {got} ms, the threads ran {ms} ms; {err}"
+    );
+}

@@ -180,6 +180,11 @@ pub struct SamplerClock {
     /// -pr: wall-clock time of the thread's last CPU sample or off-CPU
     /// charge (see `sampler::ticks::late_off_cpu_ticks_at_sample`).
     pub sample_wall: Cell<u64>,
+    /// A perf event's sampler: the thread's CPU time when it started, and
+    /// the ticks its samples were worth since (see
+    /// `sampler::ticks::event_tail`).
+    pub event_cpu_start: Cell<u64>,
+    pub event_ticks: Cell<u64>,
     /// Samples since the sampling period was last re-randomised.
     pub since_jitter: Cell<u32>,
     /// Ticks of samples that landed while the thread was inside profiler
@@ -199,6 +204,8 @@ impl SamplerClock {
             wall_mark: Cell::new(0),
             cpu_mark: Cell::new(0),
             sample_wall: Cell::new(0),
+            event_cpu_start: Cell::new(0),
+            event_ticks: Cell::new(0),
             since_jitter: Cell::new(0),
             pending_ticks: Cell::new(0),
             rng: Cell::new(seed(tid)),

@@ -197,11 +197,13 @@ fn write_final(reason: &str, by_keeper: bool) -> Option<String> {
                     stats.states
                 );
             }
-            let (threads, ticks) = crate::sampler::unsampled();
-            if threads > 0 {
+            let (threads, ns) = crate::sampler::unsampled();
+            // Not for less than an interval in all: a short process's
+            // threads are sampled only by chance, which says nothing new.
+            if threads > 0 && ns as f64 >= crate::sampler::tick_seconds() * 1e9 {
                 crate::igprof_log!(
-                    "{threads} thread(s) ran {:.0} ms but no timer sample reached them (CPU-clock timers fire on the scheduler tick, rarely on a loaded machine): that time is not in the profile",
-                    ticks as f64 * crate::sampler::tick_seconds() * 1e3
+                    "{threads} thread(s) ran {:.0} ms in all but no sample reached them (a thread that runs less than the interval, -i, is sampled only by chance; CPU-clock timers, used where perf events are refused, fire only on the scheduler tick): that time is not in the profile",
+                    ns as f64 / 1e6
                 );
             }
             let late = crate::sampler::late_off_cpu();

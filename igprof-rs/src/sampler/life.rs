@@ -11,7 +11,9 @@ use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::choice::{mode, signal};
 use super::perf::{open_event, open_switch_event, release_event, renew_held_event};
-use super::ticks::{charge, late_off_cpu_ticks, next_interval, tick_slot, ticks_for};
+use super::ticks::{
+    charge, event_tail, late_off_cpu_ticks, next_interval, spill, tick_slot, ticks_for,
+};
 use super::{has_event, timer, COOKIE};
 use crate::base::options::{self, PerfClock, Sampler};
 use crate::base::thread::ThreadState;
@@ -106,7 +108,8 @@ static PERF_UNAVAILABLE: AtomicBool = AtomicBool::new(false);
 /// time after the last one was not. CPU-clock timers may fire only a few
 /// times a second on a loaded machine, which made a thread's total short by
 /// most of its CPU time. A perf event's samples each stand for one period:
-/// nothing is owed there, except under -pr the off-CPU time of a context
+/// what is owed there is the thread's CPU time after its last sample
+/// ([`event_tail`]), and under -pr the off-CPU time of a context
 /// switch whose signal never came ([`late_off_cpu_ticks`]), charged the
 /// same way. A thread never sampled has no stack to charge: its time is
 /// counted in [`unsampled`].
@@ -115,13 +118,10 @@ pub fn charge_tail(t: &'static ThreadState) {
     if !crate::base::run::recording() {
         return;
     }
-    let owed: fn(&ThreadState) -> u64 = if has_event(t) {
-        late_off_cpu_ticks
-    } else if t.sampler.timer.load(Ordering::Relaxed) >= 0 {
-        ticks_for
-    } else {
+    let evented = has_event(t);
+    if !evented && t.sampler.timer.load(Ordering::Relaxed) < 0 {
         return;
-    };
+    }
     // Inside the profiler either way: under this guard, or under the one
     // an outer frame of this thread holds (the exit hooks dump paused). A
     // sample landing meanwhile is held as pending and charged when the
@@ -131,35 +131,41 @@ pub fn charge_tail(t: &'static ThreadState) {
     if tick_slot() == usize::MAX {
         return;
     }
-    let k = owed(t);
+    // Whole intervals owed, and the nanoseconds short of one more.
+    let (k, rest) = if evented {
+        let (whole, rest) = event_tail(t);
+        (whole + late_off_cpu_ticks(t), rest)
+    } else {
+        (ticks_for(t), t.sampler.clock.clock_credit.replace(0))
+    };
     if node.is_null() {
-        // No timer signal reached the thread: its time is not in the
-        // profile, and the final dump says how much.
-        if k > 0 {
+        // No sample reached the thread: its time is not in the profile,
+        // and the final dump says how much.
+        let ns = k * options::get().interval_ns + rest;
+        if ns > 0 {
             UNSAMPLED_THREADS.fetch_add(1, Ordering::Relaxed);
-            UNSAMPLED_TICKS.fetch_add(k, Ordering::Relaxed);
+            UNSAMPLED_NS.fetch_add(ns, Ordering::Relaxed);
         }
     } else {
         // SAFETY: last_sample is a node of this thread's own tree (nodes
         // are never freed), and this thread, inside the profiler, is its
         // only writer now.
-        charge(unsafe { &*node }, k);
+        charge(unsafe { &*node }, k + spill(rest));
     }
     drop(g);
 }
 
 /// Threads that ended (or were ending the process) with sampled-clock time
-/// but no timer sample, and that time in whole intervals.
+/// but no sample, and that time.
 static UNSAMPLED_THREADS: AtomicU64 = AtomicU64::new(0);
-static UNSAMPLED_TICKS: AtomicU64 = AtomicU64::new(0);
+static UNSAMPLED_NS: AtomicU64 = AtomicU64::new(0);
 
-/// How many threads no timer sample ever reached although they ran, and
-/// their time in sampling intervals (not in the profile; see
-/// [`charge_tail`]).
+/// How many threads no sample ever reached although they ran, and their
+/// time in nanoseconds (not in the profile; see [`charge_tail`]).
 pub fn unsampled() -> (u64, u64) {
     (
         UNSAMPLED_THREADS.load(Ordering::Relaxed),
-        UNSAMPLED_TICKS.load(Ordering::Relaxed),
+        UNSAMPLED_NS.load(Ordering::Relaxed),
     )
 }
 

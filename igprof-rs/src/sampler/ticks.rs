@@ -123,6 +123,46 @@ pub fn late_off_cpu() -> u64 {
 pub(super) fn set_event_period(t: &ThreadState, period: u64) {
     t.sampler.clock.clock_seen.set(period);
     t.sampler.clock.clock_credit.set(0);
+    t.sampler.clock.event_cpu_start.set(sys::thread_cpu_ns());
+    t.sampler.clock.event_ticks.set(0);
+}
+
+/// A perf event's tail, at the thread's end: the thread's CPU time since
+/// its event started that its samples' ticks do not hold yet (the time
+/// after its last sample, and what the whole intervals left over), as
+/// (whole intervals, nanoseconds short of one more). Each sample stands
+/// for one period, so without this every thread lost its last part of an
+/// interval: 300 threads of 7 ms each, one sample apiece at 5 ms, had
+/// 0.76 s of their 2.1 s. Nothing for `-pu`, whose event counts user time
+/// only, which the thread's clocks cannot give finely.
+pub(super) fn event_tail(t: &ThreadState) -> (u64, u64) {
+    if options::get().perf == Some(PerfClock::User) {
+        return (0, 0);
+    }
+    let c = &t.sampler.clock;
+    let iv = options::get().interval_ns;
+    let ran = sys::thread_cpu_ns().saturating_sub(c.event_cpu_start.get());
+    let owed = ran.saturating_sub(c.event_ticks.get().saturating_mul(iv));
+    c.event_ticks.set(c.event_ticks.get() + owed / iv);
+    (owed / iv, owed % iv)
+}
+
+/// What ending threads left of an interval, all threads together.
+static SPILLED: AtomicU64 = AtomicU64::new(0);
+
+/// Adds `ns`, an ending thread's time short of a whole interval, to what
+/// ending threads left, and returns the whole intervals that makes: the
+/// remainder is carried across threads as across one thread's samples,
+/// so that many short threads are counted in full (each alone would drop
+/// its part of an interval: 300 threads of 1.4 intervals are 420, not 300).
+pub(super) fn spill(ns: u64) -> u64 {
+    let iv = options::get().interval_ns;
+    let mut k = 0;
+    let _ = SPILLED.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |was| {
+        k = (was + ns) / iv;
+        Some((was + ns) % iv)
+    });
+    k
 }
 
 /// The reading of the clock a POSIX-timer sampler runs on.
@@ -157,6 +197,10 @@ pub(super) fn ticks_for(t: &ThreadState) -> u64 {
     };
     let (ticks, carry) = whole_intervals(t.sampler.clock.clock_credit.get(), elapsed, iv);
     t.sampler.clock.clock_credit.set(carry);
+    if has_event(t) {
+        let c = &t.sampler.clock;
+        c.event_ticks.set(c.event_ticks.get() + ticks);
+    }
     ticks
 }
 
