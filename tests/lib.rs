@@ -725,6 +725,24 @@ pub fn under(p: &Profile, counter: &str, func: &str) -> (u64, u64) {
     (ticks, value)
 }
 
+/// Milliseconds every CPU of this machine lost to its hypervisor so far
+/// (the steal time of /proc/stat; 0 where there is none). A perf
+/// task-clock event times a thread on the CPU by the wall clock, so its
+/// samples count time the hypervisor took while the thread's own CPU clock
+/// does not: a test comparing the two allows for what was stolen meanwhile.
+pub fn steal_ms() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: f64 = stat
+        .lines()
+        .find(|l| l.starts_with("cpu "))
+        .and_then(|l| l.split_whitespace().nth(8))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    // SAFETY: sysconf has no memory preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    ticks * 1000.0 / hz
+}
+
 /// Total ticks of a counter.
 pub fn total(p: &Profile, counter: &str) -> u64 {
     p.nodes

@@ -687,10 +687,12 @@ fn thread_churn_keeps_totals_with_bounded_memory() {
 fn short_threads_are_counted_in_full() {
     let d = scratch("short-threads");
     build(&d, "short_threads.c", "short_threads", &["-pthread"]);
+    let stolen_before = steal_ms();
     let o = igprof(
         &d,
         &["-pp", "-o", "short.gz", "./short_threads", "100", "7"],
     );
+    let stolen = steal_ms() - stolen_before;
     let err = ok(&o);
     let ms: f64 = err
         .lines()
@@ -701,7 +703,7 @@ fn short_threads_are_counted_in_full() {
     let p = parse_strict(&read_text(&d.join("short.gz"))).unwrap();
     let got = under(&p, "PERF_TICKS", "work").0 as f64 * 5.0;
     assert!(
-        (ms * 0.9 - 10.0..=ms * 1.1 + 10.0).contains(&got),
-        "work: PERF_TICKS say {got} ms, the threads ran {ms} ms; {err}"
+        (ms * 0.9 - 10.0..=ms * 1.1 + 10.0 + stolen).contains(&got),
+        "work: PERF_TICKS say {got} ms, the threads ran {ms} ms ({stolen} ms stolen by the hypervisor meanwhile); {err}"
     );
 }

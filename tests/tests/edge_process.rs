@@ -636,7 +636,9 @@ fn a_profile_that_cannot_be_written_where_asked_is_not_lost() {
 fn time_inside_the_hooks_is_charged_to_the_program() {
     let mode = ["-d", "-pp", "-mp", "-fd"];
     let d = dir_for("hook_time", "hook_time.c", &mode);
+    let stolen_before = steal_ms();
     let got = profiled(&d, &mode, "hook_time", &["3000000"]);
+    let stolen = steal_ms() - stolen_before;
     let err = ok(&got);
     let cpu_ms: f64 = err
         .lines()
@@ -648,8 +650,8 @@ fn time_inside_the_hooks_is_charged_to_the_program() {
     let ticks = total(&p, "PERF_TICKS") as f64;
     let profiled_ms = ticks * 5.0;
     assert!(
-        (profiled_ms - cpu_ms).abs() <= cpu_ms * 0.05 + 10.0,
-        "PERF_TICKS say {profiled_ms} ms, the process used {cpu_ms} ms"
+        (profiled_ms - cpu_ms).abs() <= cpu_ms * 0.05 + 10.0 + stolen,
+        "PERF_TICKS say {profiled_ms} ms, the process used {cpu_ms} ms ({stolen} ms stolen by the hypervisor meanwhile)"
     );
     // "wrote ... at exit: N samples, M dropped ..."
     let stats = err
