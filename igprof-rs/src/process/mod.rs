@@ -685,6 +685,9 @@ pub fn after_fork_child() {
     // The parent's samples and events stay with the parent, unless -pk:
     // then the child's profile goes on from the parent's (IgProf's keep).
     let keep = options::get().fork_keep;
+    if !keep {
+        sampler::forget_parent_counts();
+    }
     for t in thread::all() {
         if !keep {
             t.stale.store(true, Ordering::Release);

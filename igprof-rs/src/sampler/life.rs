@@ -160,6 +160,15 @@ pub fn charge_tail(t: &'static ThreadState) {
 static UNSAMPLED_THREADS: AtomicU64 = AtomicU64::new(0);
 static UNSAMPLED_NS: AtomicU64 = AtomicU64::new(0);
 
+/// In a fork child whose profile starts empty (no `-pk`): the parent's
+/// unsampled threads, tail remainders and late off-CPU ticks are the
+/// parent's.
+pub fn forget_parent_counts() {
+    UNSAMPLED_THREADS.store(0, Ordering::Relaxed);
+    UNSAMPLED_NS.store(0, Ordering::Relaxed);
+    super::ticks::forget_carries();
+}
+
 /// How many threads no sample ever reached although they ran, and their
 /// time in nanoseconds (not in the profile; see [`charge_tail`]).
 pub fn unsampled() -> (u64, u64) {

@@ -92,7 +92,9 @@ use crate::base::thread::{Guard, ThreadState};
 
 pub use choice::{choose_sampler, event_delivery, signal};
 pub use handler::{install_handler, interrupted_node, interrupted_node_at};
-pub use life::{charge_tail, forget_inherited, start_thread, stop_thread, unsampled};
+pub use life::{
+    charge_tail, forget_inherited, forget_parent_counts, start_thread, stop_thread, unsampled,
+};
 pub use origin::mark_fd_ours;
 pub use perf::high_fd_base;
 pub use settle::settle_pending;

@@ -150,6 +150,13 @@ pub(super) fn event_tail(t: &ThreadState) -> (u64, u64) {
 /// What ending threads left of an interval, all threads together.
 static SPILLED: AtomicU64 = AtomicU64::new(0);
 
+/// A fork child forgets the parent's remainders and late ticks (see
+/// `life::forget_parent_counts`).
+pub(super) fn forget_carries() {
+    SPILLED.store(0, Ordering::Relaxed);
+    LATE_OFF_CPU_TICKS.store(0, Ordering::Relaxed);
+}
+
 /// Adds `ns`, an ending thread's time short of a whole interval, to what
 /// ending threads left, and returns the whole intervals that makes: the
 /// remainder is carried across threads as across one thread's samples,
