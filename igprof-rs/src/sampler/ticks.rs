@@ -193,7 +193,8 @@ pub(super) fn ticks_for(t: &ThreadState) -> u64 {
         return 0;
     }
     let iv = options::get().interval_ns;
-    let elapsed = if has_event(t) {
+    let evented = has_event(t);
+    let elapsed = if evented {
         // One event period (clock_seen holds it).
         t.sampler.clock.clock_seen.get()
     } else {
@@ -204,7 +205,7 @@ pub(super) fn ticks_for(t: &ThreadState) -> u64 {
     };
     let (ticks, carry) = whole_intervals(t.sampler.clock.clock_credit.get(), elapsed, iv);
     t.sampler.clock.clock_credit.set(carry);
-    if has_event(t) {
+    if evented {
         let c = &t.sampler.clock;
         c.event_ticks.set(c.event_ticks.get() + ticks);
     }
