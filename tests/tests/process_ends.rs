@@ -69,37 +69,25 @@ fn a_process_killed_by_sigkill_leaves_its_profile() {
     check_profile(&p[0], "SIGKILL");
 }
 
-/// The keeper's pid, from the `-d` line that names it.
-fn keeper_pid(stderr: &str) -> i32 {
+/// The keepers' pids, from the `-d` lines that name them.
+fn keeper_pids(stderr: &str) -> Vec<i32> {
     stderr
         .lines()
-        .find_map(|l| {
-            l.strip_prefix("igprof: keeper: pid ")?
-                .split(' ')
-                .next()?
-                .parse()
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("no keeper line in {stderr}"))
+        .filter_map(|l| l.strip_prefix("igprof: keeper: pid "))
+        .map(|l| l.split_whitespace().next().unwrap().parse().unwrap())
+        .collect()
 }
 
-/// Waits (up to 30 s) for process `pid` to be gone or a zombie.
-fn assert_gone(pid: i32, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let state = stat
-            .rsplit(')')
-            .next()
-            .and_then(|r| r.split_whitespace().next());
-        if matches!(state, None | Some("Z") | Some("X")) {
-            return;
+/// Asserts that every process of `pids` is gone (reaped) within `within`.
+fn assert_keepers_gone(pids: &[i32], within: Duration) {
+    let deadline = Instant::now() + within;
+    for pid in pids {
+        // SAFETY: kill(pid, 0) only checks that the process exists.
+        while unsafe { libc::kill(*pid, 0) } == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
         }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: the keeper {pid} is still there: {stat}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
+        // SAFETY: as above.
+        assert_ne!(unsafe { libc::kill(*pid, 0) }, 0, "keeper {pid} still runs");
     }
 }
 
@@ -133,7 +121,9 @@ fn a_process_killed_while_holding_a_lock_leaves_its_profile() {
         assert_eq!(line, "ready\n", "{what}: {err}");
         let p = wait_for_profiles(&d, 1);
         assert_eq!(p.len(), 1, "{what}: no profile; {err}");
-        assert_gone(keeper_pid(&err), &what);
+        let keepers = keeper_pids(&err);
+        assert_eq!(keepers.len(), 1, "{what}: {err}");
+        assert_keepers_gone(&keepers, Duration::from_secs(30));
         let prof = parse_strict(&read_text(&p[0])).unwrap_or_else(|e| panic!("{what}: {e}"));
         match (how, mode[0]) {
             ("loader", "-mp") => assert_eq!(
@@ -756,22 +746,10 @@ fn failed_execs_leave_one_keeper_each_and_none_behind() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
-    let keepers: Vec<i32> = err
-        .lines()
-        .filter_map(|l| l.strip_prefix("igprof: keeper: pid "))
-        .map(|l| l.split_whitespace().next().unwrap().parse().unwrap())
-        .collect();
+    let keepers = keeper_pids(&err);
     // env's keeper, one after each of its two failed execs, true's.
     assert_eq!(keepers.len(), 4, "{err}");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    for pid in &keepers {
-        // SAFETY: kill(pid, 0) only checks that the process exists.
-        while unsafe { libc::kill(*pid, 0) } == 0 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        // SAFETY: as above.
-        assert_ne!(unsafe { libc::kill(*pid, 0) }, 0, "keeper {pid} still runs");
-    }
+    assert_keepers_gone(&keepers, Duration::from_secs(20));
     let ps = profiles(&d);
     assert_eq!(ps.len(), 2, "env's and true's: {ps:?}");
     for p in &ps {
