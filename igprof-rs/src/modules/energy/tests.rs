@@ -643,12 +643,11 @@ fn two_threads_burning_3_to_1_get_energy_3_to_1() {
     let cpu_ratio = ca as f64 / cb as f64;
     eprintln!("A {ua} uJ / {ca} ns CPU, B {ub} uJ / {cb} ns CPU: energy ratio {ratio:.3}, CPU ratio {cpu_ratio:.3}");
     // Each thread burns to a target on its own CPU clock, so the CPU split
-    // is 3:1 however loaded the machine is (preemption stops that clock);
-    // energy must follow the CPU time each thread really used.
-    assert!(
-        (cpu_ratio / 3.0 - 1.0).abs() < 0.01,
-        "CPU ratio {cpu_ratio}"
-    );
+    // is near 3:1 however loaded the machine is (preemption stops that
+    // clock); a thread overshoots its target by its last loop turn, which a
+    // page fault or a slow interval close can stretch to a millisecond or
+    // two. Energy must follow the CPU time each thread really used.
+    assert!((cpu_ratio / 3.0 - 1.0).abs() < 0.1, "CPU ratio {cpu_ratio}");
     assert!(
         (ratio / cpu_ratio - 1.0).abs() < 0.05,
         "energy ratio {ratio}, CPU ratio {cpu_ratio}"
