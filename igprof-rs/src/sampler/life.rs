@@ -210,6 +210,7 @@ const JITTER_EVERY: u32 = 64;
 /// so it is done less often than an ioctl.
 const RENEW_EVERY: u32 = 512;
 /// Re-arms the thread's sampler after one of its samples (signal context).
+#[link_section = "igprof_hot"]
 pub(super) fn rearm(t: &'static ThreadState) {
     if has_event(t) {
         // The perf event keeps sampling by itself; re-randomise its period

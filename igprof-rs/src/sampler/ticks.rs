@@ -42,6 +42,7 @@ pub(super) fn charge(node: &crate::base::tree::Node, k: u64) {
 }
 
 /// The jittered interval of the next sample: the interval +-10%.
+#[link_section = "igprof_hot"]
 pub(super) fn next_interval(t: &ThreadState) -> u64 {
     let base = options::get().interval_ns;
     let spread = base / 5;
@@ -57,6 +58,7 @@ pub(super) fn next_interval(t: &ThreadState) -> u64 {
 /// runnable and waiting) since the last charge: wall time minus the
 /// thread's CPU time (which its task-clock samples count), in whole
 /// intervals with the remainder carried.
+#[link_section = "igprof_hot"]
 pub(super) fn off_cpu_ticks(t: &ThreadState) -> u64 {
     let (wall, cpu) = (sys::monotonic_ns(), sys::thread_cpu_ns());
     let off = wall
@@ -80,6 +82,7 @@ pub(super) fn off_cpu_ticks(t: &ThreadState) -> u64 {
 /// space: then the thread is where it waited). Charged here, the wait is
 /// counted; 0 for every other sampler, whose ticks already count the time
 /// they stand for.
+#[link_section = "igprof_hot"]
 pub(super) fn late_off_cpu_ticks(t: &ThreadState) -> u64 {
     if t.sampler.switch_hold.load(Ordering::Relaxed) == 0 {
         return 0;
@@ -96,6 +99,7 @@ pub(super) fn late_off_cpu_ticks(t: &ThreadState) -> u64 {
 /// interval, left to the next charge: reading the thread's CPU clock (a
 /// system call) at every sample cost half as much again as the rest of
 /// the handler.
+#[link_section = "igprof_hot"]
 pub(super) fn late_off_cpu_ticks_at_sample(t: &ThreadState) -> u64 {
     if t.sampler.switch_hold.load(Ordering::Relaxed) == 0 {
         return 0;

@@ -48,6 +48,7 @@ pub fn fast_monotonic_ns() -> u64 {
 
 /// CPU time of the calling thread in nanoseconds (clock_gettime of
 /// CLOCK_THREAD_CPUTIME_ID: a system call, async-signal-safe).
+#[link_section = "igprof_hot"]
 pub fn thread_cpu_ns() -> u64 {
     syscall_clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
 }

@@ -460,6 +460,7 @@ pub fn perf_enable(fd: i32) -> bool {
 }
 
 /// Changes the sampling period of a perf event (from its next sample on).
+#[link_section = "igprof_hot"]
 pub fn perf_set_period(fd: i32, period_ns: u64) {
     let p = period_ns;
     // SAFETY: ioctl on our own perf descriptor with a valid argument.

@@ -47,6 +47,7 @@ pub fn timer_create_for_thread(
 }
 
 /// Arms `timer` once, `ns` from now (no interval: the handler re-arms).
+#[link_section = "igprof_hot"]
 pub fn timer_arm_once(timer: i32, ns: u64) -> bool {
     let spec = libc::itimerspec {
         it_interval: libc::timespec {
