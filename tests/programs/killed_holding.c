@@ -7,8 +7,13 @@
  *   threads  4 threads allocate and free at `churn` without end; "ready"
  *            once each has made 100,000 allocations: the kill often comes
  *            while one is inside the memory profiler's hooks, holding a
- *            lock of its live-block table. */
+ *            lock of its live-block table.
+ *   dlopen   the main thread loads and unloads libz without end ("ready"
+ *            after 50 rounds): under -fp naming a libz function, the kill
+ *            often comes while the profiler hooks it again, holding the
+ *            table of hooked functions. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <link.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -68,6 +73,21 @@ int main(int argc, char **argv) {
         pthread_join(t[0], 0);
         return 1;
     }
-    fprintf(stderr, "usage: killed_holding loader|threads\n");
+    if (argc > 1 && strcmp(argv[1], "dlopen") == 0) {
+        for (int i = 0; i < 100; i++) kept_alloc();
+        for (unsigned long i = 0;; i++) {
+            void *h = dlopen("libz.so.1", RTLD_NOW);
+            if (!h) {
+                fprintf(stderr, "%s\n", dlerror());
+                return 2;
+            }
+            dlclose(h);
+            if (i == 50) {
+                printf("ready\n");
+                fflush(stdout);
+            }
+        }
+    }
+    fprintf(stderr, "usage: killed_holding loader|threads|dlopen\n");
     return 2;
 }

@@ -101,8 +101,15 @@ fn assert_keepers_gone(pids: &[i32], within: Duration) {
 fn a_process_killed_while_holding_a_lock_leaves_its_profile() {
     let d = scratch("ends_holding");
     build(&d, "killed_holding.c", "killed_holding", &["-pthread"]);
-    let runs: [(&[&str], &str); 6] = [
+    // The table of -fp's hooked functions, held while a dlopen's objects
+    // are searched (the keeper's dump lists the functions never found:
+    // no_such_fn); about one kill in two comes while it is held.
+    let fp: &[&str] = &["-fp:compress2", "-fp:no_such_fn", "-d"];
+    let runs: [(&[&str], &str); 9] = [
         (&["-pp", "-d"], "loader"),
+        (fp, "dlopen"),
+        (fp, "dlopen"),
+        (fp, "dlopen"),
         (&["-mp", "-d"], "loader"),
         (&["-mp", "-d"], "threads"),
         (&["-mp", "-d"], "threads"),
@@ -133,6 +140,10 @@ fn a_process_killed_while_holding_a_lock_leaves_its_profile() {
             ),
             // Named through the objects the keeper lists without the loader.
             ("loader", _) => assert!(under(&prof, "PERF_TICKS", "spin").0 > 0, "{what}"),
+            // compress2 is never called: that a profile was written is
+            // what is checked (the previous library's keeper waited for
+            // the table until its alarm: no profile after 5 of 9 kills).
+            ("dlopen", _) => {}
             _ => assert!(under(&prof, "MEM_TOTAL", "churn").0 >= 400_000, "{what}"),
         }
     }

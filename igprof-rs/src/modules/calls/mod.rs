@@ -294,7 +294,18 @@ fn report() {
     if !PENDING.load(Ordering::Acquire) || SAID_PENDING.swap(true, Ordering::AcqRel) {
         return;
     }
-    let t = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+    // The table is held across a dlopen's re-resolution; a thread killed
+    // there never lets it go, and the keeper writing that process's
+    // profile would wait for it until its alarm (no profile). The lines
+    // are a courtesy: left to a later dump when the table is busy.
+    let t = match TABLE.try_lock() {
+        Ok(t) => t,
+        Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => {
+            SAID_PENDING.store(false, Ordering::Release);
+            return;
+        }
+    };
     // (One hooked before its library was unloaded has been counted.)
     for s in t
         .specs
