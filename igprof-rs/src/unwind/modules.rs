@@ -16,6 +16,7 @@
 
 use core::ops::Deref;
 use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use std::collections::BTreeSet;
 use std::sync::Mutex;
 
 use framehop::{ExplicitModuleSectionInfo, MustNotAllocateDuringUnwind, Unwinder};
@@ -156,11 +157,15 @@ struct RefreshState {
 }
 
 /// Never-freed storage for object paths: a path seen once is kept for the
-/// life of the process (a few KiB for hundreds of objects).
+/// life of the process (a few KiB for hundreds of objects), once however
+/// often its object is loaded again (a program that loads and unloads a
+/// library in a loop kept its path again at each load: 32 bytes a round,
+/// without end).
 struct NameArena {
     chunk: usize,
     used: usize,
     cap: usize,
+    kept: BTreeSet<&'static [u8]>,
 }
 
 impl NameArena {
@@ -169,13 +174,18 @@ impl NameArena {
             chunk: 0,
             used: 0,
             cap: 0,
+            kept: BTreeSet::new(),
         }
     }
 
-    /// Copy `name` into the arena; None if no memory could be mapped.
+    /// Copy `name` into the arena, or the copy made before; None if no
+    /// memory could be mapped.
     fn keep(&mut self, name: &[u8]) -> Option<&'static [u8]> {
         if name.is_empty() {
             return Some(&[]);
+        }
+        if let Some(&kept) = self.kept.get(name) {
+            return Some(kept);
         }
         if self.used + name.len() > self.cap {
             let cap = name.len().max(64 << 10);
@@ -193,6 +203,8 @@ impl NameArena {
         };
         dst.copy_from_slice(name);
         self.used += name.len();
+        let dst: &'static [u8] = dst;
+        self.kept.insert(dst);
         Some(dst)
     }
 }
