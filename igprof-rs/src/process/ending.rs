@@ -261,6 +261,12 @@ fn log_handler_cost(stats: &DumpStats) {
     );
     let (direct, differ) = crate::unwind::direct_cfi_stats();
     crate::igprof_log!("frame descriptors derived from CFI rows directly: {direct}");
+    let repeats = crate::unwind::store::repeats();
+    if repeats > 0 {
+        crate::igprof_log!(
+            "frame descriptors derived again (a dlopen or dlclose empties the caches): {repeats}, kept once for the descriptor store"
+        );
+    }
     if crate::unwind::cfi_checking() {
         crate::igprof_log!(
             "CFI check: {differ} of {direct} direct derivations differ from framehop's"

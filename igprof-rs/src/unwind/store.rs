@@ -157,6 +157,20 @@ static DIR: OnceLock<PathBuf> = OnceLock::new();
 static CHECK: AtomicBool = AtomicBool::new(false);
 static LOG: AtomicPtr<Learned> = AtomicPtr::new(core::ptr::null_mut());
 static LOG_NEXT: AtomicUsize = AtomicUsize::new(0);
+/// Slots of [`SEEN`] (8 KiB).
+const SEEN_SLOTS: usize = 2048;
+/// For a hash of (object, key), the log entries (+ 1) that last logged
+/// keys of that hash, two ways per set:
+/// a descriptor derived again is not logged again. Every dlopen and
+/// dlclose empties the threads' descriptor caches, so a program that
+/// loads libraries as it runs derives its hot descriptors again after
+/// each; logged each time, they filled the log (1.5 MiB resident) with
+/// repeats and left no room for new ones. Lossy (two keys may share a
+/// slot, two threads may log one key at once): a repeat then logged is
+/// merged away by [`Registry::save`].
+static SEEN: [AtomicU32; SEEN_SLOTS] = [const { AtomicU32::new(0) }; SEEN_SLOTS];
+/// Derivations [`SEEN`] kept out of the log (`-d`).
+static REPEATS: AtomicU64 = AtomicU64::new(0);
 
 /// Store descriptors in `dir` (created when first written; a relative
 /// path is taken from the current directory now, not at exit). Call once,
@@ -213,6 +227,24 @@ pub(crate) fn record(object: u32, key: u64, d: Descriptor) {
     if object == 0 || log.is_null() {
         return;
     }
+    // Two ways per set: two keys of one set are both remembered.
+    let set = seen_set(object, key);
+    let ways = &SEEN[set..set + 2];
+    let mut free_way = None;
+    for (w, seen) in ways.iter().enumerate() {
+        let last = seen.load(Ordering::Acquire) as usize;
+        if last == 0 {
+            free_way.get_or_insert(w);
+            continue;
+        }
+        // SAFETY: `last` - 1 < LOG_CAPACITY: an entry of the leaked
+        // mapping claimed by an earlier call.
+        let e = unsafe { &*log.add(last - 1) };
+        if e.object.load(Ordering::Acquire) == object && e.key.load(Ordering::Relaxed) == key {
+            REPEATS.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    }
     let i = LOG_NEXT.fetch_add(1, Ordering::Relaxed);
     if i >= LOG_CAPACITY {
         return;
@@ -224,6 +256,20 @@ pub(crate) fn record(object: u32, key: u64, d: Descriptor) {
     e.desc
         .store(u64::from_le_bytes(encode(d)), Ordering::Relaxed);
     e.object.store(object, Ordering::Release);
+    // A full set gives up the way the key's next hash bit names.
+    let w = free_way.unwrap_or((key as usize >> 1 ^ i) & 1);
+    ways[w].store(i as u32 + 1, Ordering::Release);
+}
+
+/// The first of the two [`SEEN`] slots of `key` of `object`.
+fn seen_set(object: u32, key: u64) -> usize {
+    let h = (key ^ (object as u64) << 40).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (h >> 53) as usize & (SEEN_SLOTS - 2)
+}
+
+/// Descriptors derived again after they were logged, not logged twice.
+pub fn repeats() -> u64 {
+    REPEATS.load(Ordering::Relaxed)
 }
 
 /// The objects this process knows, in the order of their numbers.
