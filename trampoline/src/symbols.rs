@@ -342,7 +342,11 @@ fn elf_fallback(name: &str, version: Option<&str>, lib: Option<&str>) -> Option<
     if version.is_some() {
         return None;
     }
+    let own = own_library_base();
     for (path, base) in loaded_objects() {
+        if Some(base) == own {
+            continue;
+        }
         if let Some(l) = lib {
             let tail_matches = path == l || path.ends_with(&format!("/{l}"));
             if !tail_matches {
@@ -429,7 +433,11 @@ pub fn data_symbols() -> DataSymbols {
     type Parsed = ((String, u64), Arc<DataDefinitions>);
     static CACHE: Mutex<Vec<Parsed>> = Mutex::new(Vec::new());
     let mut all = Vec::new();
+    let own = own_library_base();
     for (path, base) in loaded_objects() {
+        if Some(base) == own {
+            continue;
+        }
         let key = (path.clone(), base);
         let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, d)) = cache.iter().find(|(k, _)| *k == key) {
@@ -484,6 +492,26 @@ pub fn loaded_objects() -> Vec<(String, u64)> {
     // SAFETY: the callback only writes into `out`, which outlives the call.
     unsafe { libc::dl_iterate_phdr(Some(cb), &mut out as *mut _ as *mut c_void) };
     out
+}
+
+/// The base of the shared library this crate is linked into (the
+/// profiler's), None when it is the main program (a test). The file
+/// fallbacks skip it: its functions are never a hook's target nor its
+/// data a program's, and its file (with debug information, 15 MB) was
+/// read whole into memory at each -fp lookup of a name not exported.
+fn own_library_base() -> Option<u64> {
+    let base_of = |addr: usize| {
+        // SAFETY: all-zero is a valid Dl_info (null pointers), which
+        // dladdr only fills.
+        let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
+        // SAFETY: dladdr reads the loader's tables for any address.
+        let found = unsafe { libc::dladdr(addr as *const c_void, &mut info) } != 0;
+        found.then_some(info.dli_fbase as u64)
+    };
+    let own = base_of(own_library_base as *const () as usize)?;
+    // SAFETY: getauxval reads the process's auxiliary vector.
+    let entry = unsafe { libc::getauxval(libc::AT_ENTRY) } as usize;
+    (base_of(entry) != Some(own)).then_some(own)
 }
 
 /// The load address of an object's lowest `PT_LOAD` segment (`dlpi_addr`
