@@ -8,10 +8,12 @@
  *            once each has made 100,000 allocations: the kill often comes
  *            while one is inside the memory profiler's hooks, holding a
  *            lock of its live-block table.
- *   dlopen   the main thread loads and unloads libz without end ("ready"
- *            after 50 rounds): under -fp naming a libz function, the kill
- *            often comes while the profiler hooks it again, holding the
- *            table of hooked functions. */
+ *   dlopen   the main thread makes 100 allocations at `kept_alloc`, then
+ *            loads and unloads libz without end ("ready" after 50 rounds):
+ *            under -fp naming a libz function, the kill often comes while
+ *            the profiler hooks it again, holding the table of hooked
+ *            functions, or inside a dlclose that unmapped libz before the
+ *            profiler's module table heard of it. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <link.h>

@@ -103,10 +103,14 @@ fn a_process_killed_while_holding_a_lock_leaves_its_profile() {
     build(&d, "killed_holding.c", "killed_holding", &["-pthread"]);
     // The table of -fp's hooked functions, held while a dlopen's objects
     // are searched (the keeper's dump lists the functions never found:
-    // no_such_fn); about one kill in two comes while it is held.
-    let fp: &[&str] = &["-fp:compress2", "-fp:no_such_fn", "-d"];
-    let runs: [(&[&str], &str); 9] = [
+    // no_such_fn): about one kill in two comes while it is held. And about
+    // one in seven inside a dlclose, after the loader unmapped libz and
+    // before the module table heard of it: the keeper's naming must not
+    // read it.
+    let fp: &[&str] = &["-mp", "-fp:compress2", "-fp:no_such_fn", "-d"];
+    let runs: [(&[&str], &str); 10] = [
         (&["-pp", "-d"], "loader"),
+        (fp, "dlopen"),
         (fp, "dlopen"),
         (fp, "dlopen"),
         (fp, "dlopen"),
@@ -133,17 +137,13 @@ fn a_process_killed_while_holding_a_lock_leaves_its_profile() {
         assert_keepers_gone(&keepers, Duration::from_secs(30));
         let prof = parse_strict(&read_text(&p[0])).unwrap_or_else(|e| panic!("{what}: {e}"));
         match (how, mode[0]) {
-            ("loader", "-mp") => assert_eq!(
+            ("loader" | "dlopen", "-mp") => assert_eq!(
                 under(&prof, "MEM_TOTAL", "kept_alloc"),
                 (100, 6400),
                 "{what}"
             ),
             // Named through the objects the keeper lists without the loader.
             ("loader", _) => assert!(under(&prof, "PERF_TICKS", "spin").0 > 0, "{what}"),
-            // compress2 is never called: that a profile was written is
-            // what is checked (the previous library's keeper waited for
-            // the table until its alarm: no profile after 5 of 9 kills).
-            ("dlopen", _) => {}
             _ => assert!(under(&prof, "MEM_TOTAL", "churn").0 >= 400_000, "{what}"),
         }
     }

@@ -181,10 +181,15 @@ type EachObject =
 /// dump after the program's end, from the unwinder's module table instead
 /// (`unwind::listed_objects`): a thread of the program killed inside
 /// `dl_iterate_phdr` or `dlopen` holds the loader's lock for ever, and the
-/// objects stay mapped with nothing left to unload them.
+/// objects stay mapped with nothing left to unload them, but for one a
+/// thread killed inside `dlclose` had unmapped before the table heard of
+/// it: left out (reading it killed the keeper, and the profile with it).
 fn each_object(cb: EachObject, data: *mut libc::c_void) {
     if crate::sys::abandoned() {
-        for mut info in crate::unwind::listed_objects() {
+        for mut info in crate::unwind::listed_objects()
+            .into_iter()
+            .filter(still_mapped)
+        {
             // SAFETY: a record as dl_iterate_phdr passes it, pointing into
             // objects that stay loaded; `data` is the caller's.
             if unsafe { cb(&mut info, core::mem::size_of::<libc::dl_phdr_info>(), data) } != 0 {
@@ -195,6 +200,27 @@ fn each_object(cb: EachObject, data: *mut libc::c_void) {
         // SAFETY: the caller's callback and data, as dl_iterate_phdr takes them.
         unsafe { libc::dl_iterate_phdr(Some(cb), data) };
     }
+}
+
+/// Whether the loadable segments of the object `info` describes (and its
+/// program headers) are all mapped.
+fn still_mapped(info: &libc::dl_phdr_info) -> bool {
+    let n = info.dlpi_phnum as usize;
+    let phdr_bytes = n * core::mem::size_of::<libc::Elf64_Phdr>();
+    if info.dlpi_phdr.is_null() || !crate::sys::mapped(info.dlpi_phdr as usize, phdr_bytes) {
+        return false;
+    }
+    // SAFETY: dlpi_phdr points to dlpi_phnum program headers, mapped.
+    let phdrs = unsafe { core::slice::from_raw_parts(info.dlpi_phdr, n) };
+    phdrs
+        .iter()
+        .filter(|p| p.p_type == libc::PT_LOAD && p.p_memsz > 0)
+        .all(|p| {
+            crate::sys::mapped(
+                info.dlpi_addr as usize + p.p_vaddr as usize,
+                p.p_memsz as usize,
+            )
+        })
 }
 
 /// State of one `dl_iterate_phdr` pass.
@@ -851,5 +877,37 @@ mod tests {
             named += g.is_some() as usize;
         }
         assert!(named > 100, "{named} of {} named", rel.len());
+    }
+
+    #[test]
+    fn an_object_unmapped_under_its_record_is_left_out() {
+        let page = crate::sys::page_size();
+        let p = crate::sys::mmap_anon(4 * page) as usize;
+        // Program headers at the start of the first page: one PT_LOAD of
+        // the first two pages, of a base of `p`.
+        let phdr = p as *mut libc::Elf64_Phdr;
+        // SAFETY: the mapping holds two program headers, zeroed.
+        unsafe {
+            (*phdr).p_type = libc::PT_LOAD;
+            (*phdr).p_vaddr = 0;
+            (*phdr).p_memsz = 2 * page as u64;
+        }
+        // SAFETY: all-zero is a valid dl_phdr_info (null pointers).
+        let mut info: libc::dl_phdr_info = unsafe { core::mem::zeroed() };
+        info.dlpi_addr = p as _;
+        info.dlpi_phdr = phdr;
+        info.dlpi_phnum = 1;
+        assert!(still_mapped(&info));
+        // SAFETY: the mapping's second page, used by nothing.
+        unsafe { crate::sys::munmap((p + page) as *mut u8, page) };
+        assert!(!still_mapped(&info));
+        // Its segment mapped but its headers not.
+        info.dlpi_phdr = (p + page) as *const _;
+        assert!(!still_mapped(&info));
+        // SAFETY: the rest of the mapping, used by nothing.
+        unsafe {
+            crate::sys::munmap(p as *mut u8, page);
+            crate::sys::munmap((p + 2 * page) as *mut u8, 2 * page);
+        }
     }
 }

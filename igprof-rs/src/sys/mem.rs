@@ -209,6 +209,36 @@ pub fn page_size() -> usize {
     trampoline::page_size() as usize
 }
 
+/// Whether every page of `start..start + len` is mapped in this process
+/// (`mincore` fails on a range with a hole). Raw system calls: errno is
+/// untouched. For memory of others that may have been unmapped, before it
+/// is read.
+pub fn mapped(start: usize, len: usize) -> bool {
+    let page = page_size();
+    let Some(end) = start.checked_add(len.max(1)) else {
+        return false;
+    };
+    let mut at = start & !(page - 1);
+    let end = (end + page - 1) & !(page - 1);
+    let mut vec = [0u8; 64];
+    while at < end {
+        let pages = ((end - at) / page).min(vec.len());
+        // SAFETY: mincore writes one byte per page asked into `vec`,
+        // which holds `pages` bytes or more; it reads no memory.
+        let r = unsafe {
+            raw_syscall(
+                libc::SYS_mincore,
+                [at, pages * page, vec.as_mut_ptr() as usize, 0, 0, 0],
+            )
+        };
+        if r < 0 {
+            return false;
+        }
+        at += pages * page;
+    }
+    true
+}
+
 /// Gives the whole pages of `p..p+len` back to the kernel
 /// (`MADV_DONTNEED`): they read as zeros if touched again. For memory of
 /// ours that nothing will read any more but that cannot be unmapped (it
@@ -273,6 +303,29 @@ pub fn prefetch(p: *const u8) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_range_with_a_hole_is_not_mapped() {
+        let page = page_size();
+        let p = mmap_anon(200 * page) as usize;
+        assert!(mapped(p, 200 * page));
+        assert!(mapped(p + 10, 1));
+        // SAFETY: one page of the mapping just made, used by nothing.
+        unsafe { munmap((p + 150 * page) as *mut u8, page) };
+        assert!(mapped(p, 150 * page));
+        assert!(
+            !mapped(p, 200 * page),
+            "the hole is past the first 64 pages asked"
+        );
+        assert!(!mapped(p + 150 * page + 8, 8));
+        assert!(mapped(p + 151 * page, 49 * page));
+        assert!(!mapped(usize::MAX - 10, 100));
+        // SAFETY: the rest of the mapping, used by nothing.
+        unsafe {
+            munmap(p as *mut u8, 150 * page);
+            munmap((p + 151 * page) as *mut u8, 49 * page);
+        }
+    }
 
     #[test]
     fn the_selected_huge_page_mode_is_the_bracketed_one() {
