@@ -168,13 +168,20 @@ fn write_final(reason: &str, by_keeper: bool) -> Option<String> {
     if let Some([_, rss, peak]) = rss_before {
         let [_, rss_after, peak_after] = crate::process::keeper::facts::read(crate::sys::getpid());
         let mib = |k: u64| k as f64 / 1024.0;
-        crate::igprof_log!(
-            "final dump: RSS {:.1} -> {:.1} MiB, peak RSS {:.1} -> {:.1} MiB",
-            mib(rss),
-            mib(rss_after),
-            mib(peak),
-            mib(peak_after)
-        );
+        // A keeper writing a dead process's profile reads a zombie's
+        // files: no resident set to speak of.
+        let known = [rss, rss_after, peak, peak_after]
+            .iter()
+            .all(|&k| k != crate::process::keeper::facts::UNKNOWN);
+        if known && !by_keeper {
+            crate::igprof_log!(
+                "final dump: RSS {:.1} -> {:.1} MiB, peak RSS {:.1} -> {:.1} MiB",
+                mib(rss),
+                mib(rss_after),
+                mib(peak),
+                mib(peak_after)
+            );
+        }
     }
     match dumped {
         Ok((stats, instead)) => {
