@@ -24,18 +24,23 @@
 //! the memory hooks with their stack memo, live table and CFI reading,
 //! the library's memcpy/memset) carry `#[link_section = "igprof_hot"]`:
 //! the linker gathers them in one section of under 64 KiB after `.text`,
-//! at most two windows (sqlite3 under -mp or -pp: 104 KiB of the library's
-//! code resident while it runs, 452 KiB under -mp before the section;
+//! at most two windows (sqlite3 under -mp, -pp or -pr: 92 KiB of the
+//! library's code resident while it runs, 452 KiB under -mp before the
+//! section;
 //! tests/tests/footprint.rs). A function that runs on every sample or
 //! allocation belongs there, and so does one that runs every few dozen of
 //! them (re-arming a sampler): one call keeps its whole window resident.
 //! Code of start-up, of the dump and of rare events does not (the section
 //! would outgrow its window). The linker script (`igprof-rs/dump-code.ld`)
-//! also puts there the hot functions' jump tables (LLVM gives each
-//! function's a section `.rodata.<function>`) and the 16-byte constants
-//! (`.rodata.cst16`, 2.4 KiB): in `.rodata` they kept a 64 KiB window of
-//! read-only data resident. Code of other crates (framehop, gimli, core)
-//! cannot be marked so and still costs its windows when it runs.
+//! also puts there the closures and generic instances of the functions
+//! marked (named after them; the attribute does not reach them, and a
+//! build that stops inlining one moves it to `.text`), their jump tables
+//! (LLVM gives each function's a section `.rodata.<function>`), the
+//! 16-byte constants (`.rodata.cst16`, 2.4 KiB) and the statics the hot
+//! code reads, which carry `#[link_section = ".rodata.igprof_hot_data"]`:
+//! in `.rodata` each kept a 64 KiB window of read-only data resident.
+//! Code of other crates (framehop, gimli, core) cannot be marked so and
+//! still costs its windows when it runs.
 //!
 //! The final dump's code (merging, naming, writing, the descriptor store's
 //! save: about 190 KiB, the standard library's formatting and the gzip

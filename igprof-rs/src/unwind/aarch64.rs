@@ -39,7 +39,11 @@ pub(crate) const USER_END: usize = 1 << 52;
 /// every row of a function built with `-mbranch-protection=pac-ret`, and
 /// framehop then takes its fallback rule (LR unchanged for an interrupted
 /// PC: a walk that makes no progress).
-pub(crate) const DWARF: CfiRegs = CfiRegs {
+// A static in the hot code's data (base/code_pages.rs): as a constant,
+// the walk copied it from .rodata at every descriptor derived, which kept
+// a 64 KiB window of read-only data resident.
+#[link_section = ".rodata.igprof_hot_data"]
+pub(crate) static DWARF: CfiRegs = CfiRegs {
     ra: 30,
     fp: 29,
     negate_ra_state: true,

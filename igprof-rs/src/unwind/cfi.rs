@@ -83,7 +83,8 @@ const MAX_REGISTER: u64 = 128;
 /// it is an interrupted one (a CFA expression is evaluated only then).
 /// Async-signal-safe.
 #[link_section = "igprof_hot"]
-pub(crate) fn row_at(m: &ModuleEntry, lookup: usize, regs: Regs, pc: Option<u64>) -> Option<Row> {
+pub(crate) fn row_at(m: &ModuleEntry, lookup: usize, regs: &Regs, pc: Option<u64>) -> Option<Row> {
+    let regs = *regs;
     if m.eh_frame_hdr.1 == 0 || m.eh_frame.1 == 0 {
         return None;
     }

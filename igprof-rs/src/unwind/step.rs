@@ -200,7 +200,7 @@ pub(crate) fn direct(table: &ModuleTable, pc: usize, first: bool) -> Option<Desc
     // framehop looks a return address up at the call instruction.
     let lookup = if first { pc } else { pc.checked_sub(1)? };
     let m = table.find(lookup)?;
-    let row = cfi::row_at(m, lookup, arch::DWARF, first.then_some(pc as u64))?;
+    let row = cfi::row_at(m, lookup, &arch::DWARF, first.then_some(pc as u64))?;
     arch::descriptor_of_row(&row, first)
 }
 

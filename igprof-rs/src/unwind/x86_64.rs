@@ -33,7 +33,11 @@ pub(crate) const USER_END: usize = 1 << 56;
 /// DWARF numbers of the return-address column and the frame pointer
 /// (rbp) that [`descriptor_of_row`] reads rows for; 0x2d is no opcode of
 /// x86-64's.
-pub(crate) const DWARF: CfiRegs = CfiRegs {
+// A static in the hot code's data (base/code_pages.rs): as a constant,
+// the walk copied it from .rodata at every descriptor derived, which kept
+// a 64 KiB window of read-only data resident.
+#[link_section = ".rodata.igprof_hot_data"]
+pub(crate) static DWARF: CfiRegs = CfiRegs {
     ra: 16,
     fp: 6,
     negate_ra_state: false,
