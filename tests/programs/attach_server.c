@@ -8,6 +8,8 @@
  * request "free-old" frees: frees of blocks older than an attach.
  * "spin MS" burns MS ms of the serving thread's CPU time in spin() and
  * answers "spun US" with the CPU time it measured.
+ * "load" loads libz (dlopen) and answers "loaded"; "unload" unloads it
+ * (dlclose) and answers "unloaded".
  * "exec" answers, then execs /bin/true.
  * "quit" ends the process with status 0 after answering.
  *
@@ -15,6 +17,7 @@
  * give reply_buffer N calls of 64 bytes (none live), keep_record N calls
  * of 48 bytes (all live). */
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -84,6 +87,8 @@ __attribute__((noinline)) static long spin(long ms)
     }
 }
 
+static void *plugin;
+
 __attribute__((noinline)) static int handle(int fd, const char *line)
 {
     if (strcmp(line, "quit") == 0) {
@@ -94,6 +99,15 @@ __attribute__((noinline)) static int handle(int fd, const char *line)
         send_all(fd, "exec\n", 5);
         execl("/bin/true", "true", (char *)NULL);
         return -1;
+    }
+    if (strcmp(line, "load") == 0) {
+        plugin = dlopen("libz.so.1", RTLD_NOW);
+        return plugin ? send_all(fd, "loaded\n", 7) : send_all(fd, "no\n", 3);
+    }
+    if (strcmp(line, "unload") == 0) {
+        int r = plugin ? dlclose(plugin) : -1;
+        plugin = NULL;
+        return r == 0 ? send_all(fd, "unloaded\n", 9) : send_all(fd, "no\n", 3);
     }
     if (strcmp(line, "free-old") == 0) {
         for (int i = 0; i < 1000; i++)

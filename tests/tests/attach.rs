@@ -560,6 +560,33 @@ fn pp_samples_a_thread_that_ran_before_the_attach() {
     assert_eq!(a.say("quit"), "bye\n");
 }
 
+/// A library the program loaded, hooked by `-fp` at the attach, then
+/// unloaded by the program (dlclose) before the detach: the detach
+/// restores every other patch and leaves the code as in the files (the
+/// previous library's removal read the unloaded patch site first, faulted,
+/// and left every other hook in place: the detach failed).
+#[test]
+fn a_detach_after_the_program_unloaded_a_hooked_library_restores_the_rest() {
+    let d = built("attach-unloaded");
+    let s = Server::start(&d, &[]);
+    let mut a = s.connect();
+    assert_eq!(a.say("load"), "loaded\n");
+    let pid = s.pid().to_string();
+    ok(&launcher_in(
+        &d,
+        &["--attach", &pid, "-mp", "-fp:compress2", "-o", "fp.gz"],
+    ));
+    a.requests(0, 100);
+    assert_eq!(a.say("unload"), "unloaded\n");
+    ok(&launcher_in(&d, &["--detach", &pid]));
+    assert!(code_as_in_files(s.pid()) > 0);
+    assert_eq!(
+        site(&d.join("fp.gz"), "MEM_TOTAL", "keep_record"),
+        (100, 4_800)
+    );
+    assert_eq!(a.say("quit"), "bye\n");
+}
+
 /// A server attached to with -mp (profile `out`), sent 300 requests, then
 /// `last`, which ends its image (answered with `answer`); its directory.
 fn attached_to_its_end(name: &str, out: &str, last: &str, answer: &str) -> PathBuf {

@@ -431,9 +431,19 @@ pub fn try_remove_all() -> Option<usize> {
     Some(uninstall(&hooks))
 }
 
+/// Whether the code a hook patched is still mapped: a library the program
+/// unloaded (dlclose) took its hooks' patch sites with it, and reading
+/// them faulted (the detach of a process that had unloaded a library
+/// hooked by -fp stopped at the first hook it removed, leaving every
+/// other one in place).
+fn site_mapped(h: &trampoline::Hook) -> bool {
+    let (start, end) = h.patched_range();
+    crate::sys::mapped(start as usize, (end - start) as usize)
+}
+
 fn uninstall(hooks: &[trampoline::Hook]) -> usize {
     let mut failed = 0;
-    for h in hooks.iter().rev() {
+    for h in hooks.iter().rev().filter(|h| site_mapped(h)) {
         if let Err(e) = h.uninstall() {
             crate::igprof_log!("cannot restore {e}");
             failed += 1;
@@ -452,12 +462,13 @@ pub fn restore_all() -> usize {
     };
     if hooks
         .iter()
+        .filter(|h| site_mapped(h))
         .any(|h| move_threads_out(|pc| h.moved_pc(pc), h.patched_range()).is_err())
     {
         return hooks.len();
     }
     let mut failed = 0;
-    for h in hooks.iter() {
+    for h in hooks.iter().filter(|h| site_mapped(h)) {
         if let Err(e) = h.reinstall() {
             crate::igprof_log!("cannot hook again: {e}");
             failed += 1;
