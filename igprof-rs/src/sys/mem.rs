@@ -242,7 +242,10 @@ pub fn mapped(start: usize, len: usize) -> bool {
 /// Gives the whole pages of `p..p+len` back to the kernel
 /// (`MADV_DONTNEED`): they read as zeros if touched again. For memory of
 /// ours that nothing will read any more but that cannot be unmapped (it
-/// lies inside a larger region). Errno is kept.
+/// lies inside a larger region). Errno is kept. In the hot section: a
+/// call tree's lookup table gives its old pages back here as it grows,
+/// while the program runs.
+#[link_section = "igprof_hot"]
 pub fn discard(p: *mut u8, len: usize) {
     if let Some((start, bytes)) = whole_pages(p, len) {
         // SAFETY: whole pages of a private mapping of ours that nothing
