@@ -36,10 +36,13 @@ fn energy_of_a_program_of_another_architecture() {
 /// only) on tmpfs, so that neither the scheduler nor a disk flush stops it;
 /// it measures its own largest pause. A run in which that pause exceeded
 /// 5 ms did not test the profiler (the energy of the pause lands in one
-/// interval, on whichever thread ran in it) and is made again, twice at
-/// most; the assertion names the pause.
+/// interval, on whichever thread ran in it) and is made again, four times
+/// at most, half a second apart (a CI run met three such pauses of
+/// 16-22 ms in a row: hypervisor steal, which stops a real-time thread
+/// too, comes in bursts); the assertion names the pause.
 fn energy_3_to_1(d: &std::path::Path, igprof: impl Fn() -> std::process::Command) {
     const STALL: std::time::Duration = std::time::Duration::from_millis(5);
+    const ATTEMPTS: u32 = 5;
     let name = format!(
         "igprof-tests-{}-{}-fakeroot",
         std::process::id(),
@@ -52,7 +55,7 @@ fn energy_3_to_1(d: &std::path::Path, igprof: impl Fn() -> std::process::Command
     } else {
         d.join(&name)
     };
-    for attempt in 1..=3 {
+    for attempt in 1..=ATTEMPTS {
         let (o, pause) = run_with_fake_counter(&root, igprof());
         let err = ok(&o);
         assert!(err.contains("energy"), "the start-up line names -np: {err}");
@@ -76,11 +79,14 @@ fn energy_3_to_1(d: &std::path::Path, igprof: impl Fn() -> std::process::Command
             break;
         }
         assert!(
-            pause > STALL && attempt < 3,
+            pause > STALL && attempt < ATTEMPTS,
             "energy ratio {ratio:.3} (want 3 +-5%); the fake counter's longest pause \
              was {pause:?}, attempt {attempt}"
         );
         eprintln!("energy ratio {ratio:.3} after a {pause:?} pause of the fake counter: again");
+        // A pause that long is the hypervisor's (a real-time thread):
+        // its steal comes in bursts, which a moment's wait may leave.
+        std::thread::sleep(std::time::Duration::from_millis(500));
     }
     let _ = std::fs::remove_dir_all(&root);
 }
