@@ -725,6 +725,19 @@ pub fn under(p: &Profile, counter: &str, func: &str) -> (u64, u64) {
     (ticks, value)
 }
 
+/// What tests/programs/dlopen_rss.c printed ("rss EARLY END peak PEAK"):
+/// its anonymous resident set after 100 rounds and at the end, and its
+/// peak resident set, in kB.
+pub fn dlopen_rss_kb(stdout: &[u8]) -> [i64; 3] {
+    let text = String::from_utf8_lossy(stdout);
+    let f: Vec<i64> = text
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    f.try_into()
+        .unwrap_or_else(|_| panic!("not dlopen_rss's line: {text:?}"))
+}
+
 /// Milliseconds every CPU of this machine lost to its hypervisor so far
 /// (the steal time of /proc/stat; 0 where there is none). A perf
 /// task-clock event times a thread on the CPU by the wall clock, so its

@@ -630,11 +630,7 @@ fn cpu_default(cpu: &str) -> &'static str {
 fn a_name_no_object_exports_costs_no_memory_to_look_for() {
     let d = scratch("fp_peak");
     build(&d, "dlopen_rss.c", "dlopen_rss", &[]);
-    let peak = |out: &std::process::Output| -> i64 {
-        let text = String::from_utf8_lossy(&out.stdout);
-        let at = text.find("peak ").expect("a peak") + 5;
-        text[at..].trim().parse().unwrap()
-    };
+    let peak = |out: &std::process::Output| -> i64 { dlopen_rss_kb(&out.stdout)[2] };
     let plain = Command::new(d.join("dlopen_rss"))
         .arg("20")
         .current_dir(&d)

@@ -352,12 +352,8 @@ fn a_library_loaded_again_and_again_costs_no_memory_each_time() {
     let d = scratch("store_dlopen");
     build(&d, "dlopen_rss.c", "dlopen_rss", &[]);
     let growth = |out: &[u8]| -> i64 {
-        let text = String::from_utf8_lossy(out);
-        let f: Vec<i64> = text
-            .split_whitespace()
-            .filter_map(|w| w.parse().ok())
-            .collect();
-        f[1] - f[0]
+        let [early, end, _] = dlopen_rss_kb(out);
+        end - early
     };
     for (mode, rounds, more) in [("-mp", "3000", 768), ("-pp", "10000", 160)] {
         let plain = Command::new(d.join("dlopen_rss"))

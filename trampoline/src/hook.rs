@@ -395,8 +395,10 @@ fn replace_bytes<A: Arch>(hook: &Hook, expect: &[u8], new: &[u8]) -> Result<(), 
         addr: hook.target,
         reason,
     };
-    // SAFETY: the patch site is mapped code: prepare read it, and code is
-    // never unmapped while hooked (unloading a hooked library is a misuse).
+    // SAFETY: the patch site is mapped code: prepare read it, and a caller
+    // removing or writing a hook again after the program may have unloaded
+    // its library checks first that its bytes are still mapped (igprof's
+    // hook registry does).
     let now = unsafe { std::slice::from_raw_parts(hook.patch_at as *const u8, expect.len()) };
     if now != expect {
         return Err(e(Reason::PatchChanged { at: hook.patch_at }));

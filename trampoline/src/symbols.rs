@@ -494,24 +494,28 @@ pub fn loaded_objects() -> Vec<(String, u64)> {
     out
 }
 
+/// The base (`dli_fbase`, the first page: what [`loaded_objects`] calls
+/// an object's base) of the loaded object that holds `addr`, if any.
+pub fn object_base_of(addr: usize) -> Option<u64> {
+    // SAFETY: all-zero is a valid Dl_info (null pointers), which dladdr
+    // only fills.
+    let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
+    // SAFETY: dladdr reads the loader's tables for any address.
+    let found = unsafe { libc::dladdr(addr as *const c_void, &mut info) } != 0;
+    let base = info.dli_fbase as u64;
+    (found && base != 0).then_some(base & !0xfff)
+}
+
 /// The base of the shared library this crate is linked into (the
 /// profiler's), None when it is the main program (a test). The file
 /// fallbacks skip it: its functions are never a hook's target nor its
 /// data a program's, and its file (with debug information, 15 MB) was
 /// read whole into memory at each -fp lookup of a name not exported.
 fn own_library_base() -> Option<u64> {
-    let base_of = |addr: usize| {
-        // SAFETY: all-zero is a valid Dl_info (null pointers), which
-        // dladdr only fills.
-        let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
-        // SAFETY: dladdr reads the loader's tables for any address.
-        let found = unsafe { libc::dladdr(addr as *const c_void, &mut info) } != 0;
-        found.then_some(info.dli_fbase as u64)
-    };
-    let own = base_of(own_library_base as *const () as usize)?;
+    let own = object_base_of(own_library_base as *const () as usize)?;
     // SAFETY: getauxval reads the process's auxiliary vector.
     let entry = unsafe { libc::getauxval(libc::AT_ENTRY) } as usize;
-    (base_of(entry) != Some(own)).then_some(own)
+    (object_base_of(entry) != Some(own)).then_some(own)
 }
 
 /// The load address of an object's lowest `PT_LOAD` segment (`dlpi_addr`

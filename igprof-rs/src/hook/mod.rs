@@ -460,15 +460,15 @@ pub fn restore_all() -> usize {
     let Some(_w) = PatchWindow::open() else {
         return hooks.len();
     };
-    if hooks
+    let live: Vec<&trampoline::Hook> = hooks.iter().filter(|h| site_mapped(h)).collect();
+    if live
         .iter()
-        .filter(|h| site_mapped(h))
         .any(|h| move_threads_out(|pc| h.moved_pc(pc), h.patched_range()).is_err())
     {
         return hooks.len();
     }
     let mut failed = 0;
-    for h in hooks.iter().filter(|h| site_mapped(h)) {
+    for h in live {
         if let Err(e) = h.reinstall() {
             crate::igprof_log!("cannot hook again: {e}");
             failed += 1;

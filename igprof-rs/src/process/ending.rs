@@ -96,7 +96,10 @@ pub fn final_dump_by_keeper(how: &str) {
 fn write_final(reason: &str, by_keeper: bool) -> Option<String> {
     let path = output::path::output_path();
     let debug = crate::base::options::get().debug;
-    let rss_before = debug.then(|| crate::process::keeper::facts::read(crate::sys::getpid()));
+    // Not for a keeper writing a dead process's profile: a zombie's files
+    // have no resident set to speak of.
+    let rss_before =
+        (debug && !by_keeper).then(|| crate::process::keeper::facts::read(crate::sys::getpid()));
     // The dump's memory comes at the process's end, often at its peak: the
     // lookup tables of the trees that take no more nodes go first.
     thread::release_lookup_tables(by_keeper);
@@ -168,12 +171,10 @@ fn write_final(reason: &str, by_keeper: bool) -> Option<String> {
     if let Some([_, rss, peak]) = rss_before {
         let [_, rss_after, peak_after] = crate::process::keeper::facts::read(crate::sys::getpid());
         let mib = |k: u64| k as f64 / 1024.0;
-        // A keeper writing a dead process's profile reads a zombie's
-        // files: no resident set to speak of.
         let known = [rss, rss_after, peak, peak_after]
             .iter()
             .all(|&k| k != crate::process::keeper::facts::UNKNOWN);
-        if known && !by_keeper {
+        if known {
             crate::igprof_log!(
                 "final dump: RSS {:.1} -> {:.1} MiB, peak RSS {:.1} -> {:.1} MiB",
                 mib(rss),

@@ -256,7 +256,8 @@ pub(crate) fn record(object: u32, key: u64, d: Descriptor) {
     e.desc
         .store(u64::from_le_bytes(encode(d)), Ordering::Relaxed);
     e.object.store(object, Ordering::Release);
-    // A full set gives up the way the key's next hash bit names.
+    // A full set gives up one of its ways, chosen by a bit of the key and
+    // of the entry's place in the log.
     let w = free_way.unwrap_or((key as usize >> 1 ^ i) & 1);
     ways[w].store(i as u32 + 1, Ordering::Release);
 }

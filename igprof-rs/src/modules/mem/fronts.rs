@@ -576,14 +576,7 @@ const GLIBC_LIBRARIES: [&str; 6] = [
 /// whatever the library's file is called (`IGPROF_LIB` may name a copy;
 /// by its name alone, a renamed copy hooked its own `__rust_alloc`).
 fn own_base() -> Option<u64> {
-    let mut info = core::mem::MaybeUninit::<libc::Dl_info>::zeroed();
-    let probe = own_base as fn() -> Option<u64> as *const c_void;
-    // SAFETY: dladdr fills the Dl_info it is given; the probe is code of
-    // this library.
-    let found = unsafe { libc::dladdr(probe, info.as_mut_ptr()) } != 0;
-    // SAFETY: zero-initialised, and filled where found.
-    let base = unsafe { info.assume_init() }.dli_fbase as u64;
-    (found && base != 0).then_some(base & !0xfff)
+    trampoline::object_base_of(own_base as fn() -> Option<u64> as usize)
 }
 
 fn scan_one(s: &mut Scanned, path: &str, base: u64) {
