@@ -140,6 +140,7 @@ pub struct Ledger {
     untracked: AtomicU64,
     read_errors: AtomicU64,
     carried_over: AtomicU64,
+    stalled_reads: AtomicU64,
     closes: AtomicU64,
 }
 
@@ -185,6 +186,7 @@ impl Ledger {
             untracked: AtomicU64::new(0),
             read_errors: AtomicU64::new(0),
             carried_over: AtomicU64::new(0),
+            stalled_reads: AtomicU64::new(0),
             closes: AtomicU64::new(0),
         }
     }
@@ -240,7 +242,7 @@ impl Ledger {
     /// closing: read the meter and every thread's CPU clock, share the
     /// energy. Returns whether it closed. Async-signal-safe.
     pub fn close_interval(&self) -> Result<bool, ReadError> {
-        self.close_inner(None, monotonic_ns(), &KernelCpuClock, false)
+        self.close_inner(None, monotonic_ns(), &monotonic_ns, &KernelCpuClock, false)
     }
 
     /// Close now whatever the time since the last close (before a dump, so
@@ -248,21 +250,33 @@ impl Ledger {
     /// no thread samples, so that a counter cannot wrap twice unseen).
     /// Returns false only if another close is running. Async-signal-safe.
     pub fn close_now(&self) -> Result<bool, ReadError> {
-        self.close_inner(None, monotonic_ns(), &KernelCpuClock, true)
+        self.close_inner(None, monotonic_ns(), &monotonic_ns, &KernelCpuClock, true)
     }
 
     /// Close with energy given instead of read from the meter (tests, and
     /// replays of recorded readings). Closes unconditionally unless another
     /// close is running.
     pub fn close_with(&self, energy: &Energy, now_wall_ns: u64, clock: &dyn CpuClock) -> bool {
-        self.close_inner(Some(energy), now_wall_ns, clock, true)
+        self.close_inner(Some(energy), now_wall_ns, &monotonic_ns, clock, true)
             .unwrap_or(false)
+    }
+
+    /// Close now reading the meter, with the wall clock `mono` and the
+    /// thread clocks `clock` given (tests that stall a close).
+    #[cfg(test)]
+    pub(crate) fn close_now_timed(
+        &self,
+        mono: &dyn Fn() -> u64,
+        clock: &dyn CpuClock,
+    ) -> Result<bool, ReadError> {
+        self.close_inner(None, mono(), mono, clock, true)
     }
 
     fn close_inner(
         &self,
         given: Option<&Energy>,
         now: u64,
+        mono: &dyn Fn() -> u64,
         clock: &dyn CpuClock,
         force: bool,
     ) -> Result<bool, ReadError> {
@@ -282,24 +296,27 @@ impl Ledger {
         }
         let mut energy = [0.0; DOMAINS];
         let mut result = Ok(true);
-        match (given, st.meter.as_mut()) {
-            (Some(e), _) => energy = *e,
-            (None, Some(m)) => {
-                if let Err(e) = m.read_deltas(&mut energy) {
-                    self.read_errors.fetch_add(1, Ordering::Relaxed);
-                    result = Err(e);
-                }
-            }
-            (None, None) => {}
-        }
         // The interval ends when the meter was read: a closer preempted
         // between the caller's clock reading and the meter's would charge
         // the energy of the time it waited to a shorter interval (and to
         // the threads that ran in it).
-        let now = if given.is_none() {
-            monotonic_ns().max(now)
-        } else {
-            now
+        let now = match (given, st.meter.as_mut()) {
+            (Some(e), _) => {
+                energy = *e;
+                now
+            }
+            (None, Some(m)) => {
+                let read = read_meter(m, mono, &mut energy);
+                if read.rereads > 0 {
+                    self.stalled_reads.fetch_add(1, Ordering::Relaxed);
+                }
+                if let Err(e) = read.result {
+                    self.read_errors.fetch_add(1, Ordering::Relaxed);
+                    result = Err(e);
+                }
+                read.end_ns.max(now)
+            }
+            (None, None) => mono().max(now),
         };
         let wall = now.saturating_sub(st.last_wall_ns);
         st.last_wall_ns = now;
@@ -437,6 +454,7 @@ impl Ledger {
             &self.untracked,
             &self.read_errors,
             &self.carried_over,
+            &self.stalled_reads,
             &self.closes,
         ] {
             c.store(0, Ordering::Relaxed);
@@ -457,6 +475,61 @@ impl Ledger {
     pub fn carried_over(&self) -> u64 {
         self.carried_over.load(Ordering::Relaxed)
     }
+
+    /// Closes whose meter read was stretched by a stall (preemption, a
+    /// stolen virtual CPU) and read again (see [`read_meter`]).
+    pub fn stalled_reads(&self) -> u64 {
+        self.stalled_reads.load(Ordering::Relaxed)
+    }
+}
+
+/// A meter read taking longer than this was stalled: the instant the
+/// counters were sampled is unknown within it. Reads take 1-30 us (a perf
+/// counter, an MSR, a powercap file whose driver asks another CPU).
+const STALLED_READ_NS: u64 = 200_000;
+
+/// Reads of one close at most (the first and its retries).
+const METER_READS: u32 = 4;
+
+struct MeterRead {
+    /// The wall clock just after the last read: the interval's end.
+    end_ns: u64,
+    /// Reads after the first (each one after a stalled read).
+    rereads: u32,
+    result: Result<(), ReadError>,
+}
+
+/// Read the energy since the meter's previous reading into `energy`,
+/// bracketed by the wall clock `mono`. The interval's energy and its wall
+/// time must end at the same instant: energy sampled before a stall and a
+/// wall clock read after it would charge the stall's energy to the next
+/// interval, to whichever threads run then (a closer stalled for 16 ms
+/// gave its own thread 15 ms worth of the other thread's energy). So a
+/// read that took longer than [`STALLED_READ_NS`] is followed by another,
+/// adding the energy of the stall, until one is quick or
+/// [`METER_READS`] were made. A failed read stops there (its energy is
+/// counted by the next successful one).
+fn read_meter(meter: &mut EnergyMeter, mono: &dyn Fn() -> u64, energy: &mut Energy) -> MeterRead {
+    *energy = [0.0; DOMAINS];
+    let mut read = MeterRead {
+        end_ns: 0,
+        rereads: 0,
+        result: Ok(()),
+    };
+    for n in 0..METER_READS {
+        let before = mono();
+        let mut part = [0.0; DOMAINS];
+        read.result = meter.read_deltas(&mut part);
+        read.end_ns = mono();
+        read.rereads = n;
+        for (e, p) in energy.iter_mut().zip(part) {
+            *e += p;
+        }
+        if read.result.is_err() || read.end_ns.saturating_sub(before) <= STALLED_READ_NS {
+            break;
+        }
+    }
+    read
 }
 
 fn add_nj(acc: &[AtomicU64; DOMAINS], joules: &Energy) {

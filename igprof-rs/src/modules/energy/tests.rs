@@ -670,6 +670,72 @@ fn two_threads_burning_3_to_1_get_energy_3_to_1() {
     );
 }
 
+/// A closer stalled just after sampling the meter (preempted, its virtual
+/// CPU stolen) while the other thread runs on: the energy of the stall
+/// belongs to the interval that ends after it, shared by the CPU time
+/// used in it, and each thread's energy still follows its own CPU time.
+#[test]
+fn a_close_stalled_after_its_meter_read_reads_again() {
+    use ledger::{CpuClock, Ledger};
+    use std::cell::Cell;
+    struct Clocks(Cell<u64>, Cell<u64>);
+    impl CpuClock for Clocks {
+        fn thread_cpu_ns(&self, tid: i32) -> Option<u64> {
+            Some(if tid == 1 { self.0.get() } else { self.1.get() })
+        }
+    }
+    const MS: u64 = 1_000_000;
+    let t = Tree::new("stalled-read");
+    t.zone("intel-rapl:0", "package-0", 0, 262_143_328_850);
+    let meter = detect(&t.root()).unwrap();
+    // The package draws 20 W: 20 uJ per microsecond... of fake wall time.
+    let wall = Cell::new(0u64);
+    let advance = |ns: u64| {
+        wall.set(wall.get() + ns);
+        t.energy_uj("intel-rapl:0", 20 * wall.get() / 1000);
+    };
+    let ledger = Ledger::new(
+        Some(meter),
+        SharePolicy::CpuCapacity { cpus: 2 },
+        2,
+        1e-6,
+        0,
+    );
+    let clocks = Clocks(Cell::new(0), Cell::new(0));
+    let (a, b) = (
+        ledger.register_at(1, 0).unwrap(),
+        ledger.register_at(2, 0).unwrap(),
+    );
+    // Align the ledger's wall clock with the fake one.
+    ledger.close_now_timed(&|| wall.get(), &clocks).unwrap();
+    let (mut ua, mut ub) = (ledger.take(a)[0], ledger.take(b)[0]);
+    for interval in 0..10 {
+        // Both threads run for 1 ms.
+        advance(MS);
+        clocks.0.set(clocks.0.get() + MS);
+        clocks.1.set(clocks.1.get() + MS);
+        let calls = Cell::new(0);
+        let mono = || {
+            calls.set(calls.get() + 1);
+            // In the 5th close, A stalls 16 ms just after the meter's
+            // first read (the close's third clock reading): B runs on.
+            if interval == 4 && calls.get() == 3 {
+                advance(16 * MS);
+                clocks.1.set(clocks.1.get() + 16 * MS);
+            }
+            wall.get()
+        };
+        assert!(ledger.close_now_timed(&mono, &clocks).unwrap());
+        ua += ledger.take(a)[0];
+        ub += ledger.take(b)[0];
+    }
+    // 2 CPUs at 20 W: a CPU-millisecond is worth 10 mJ. A used 10 ms, B 26.
+    // Read once, A got 250 mJ (the stall's energy shared in the next close).
+    assert!((ua as f64 / 100_000.0 - 1.0).abs() < 0.01, "A got {ua} uJ");
+    assert!((ub as f64 / 260_000.0 - 1.0).abs() < 0.01, "B got {ub} uJ");
+    assert_eq!(ledger.stalled_reads(), 1);
+}
+
 #[test]
 fn online_cpus_from_the_root() {
     let t = Tree::new("online");
