@@ -147,39 +147,59 @@ impl<'p> Fresh<'p> {
     /// Unmaps the pages of the ranges present now that were not before;
     /// returns their bytes.
     pub fn give_back(self) -> usize {
-        let _e = crate::sys::ErrnoGuard::save();
-        let mut bytes = 0;
-        for (start, end, before) in &self.ranges {
-            // Only the file's own pages: a private copy (a page written
-            // since it was mapped) holds what the file does not.
-            let Some(now) = self.map.present_from_file(*start, *end, self.page) else {
-                continue;
-            };
-            let mut i = 0;
-            while i < now.len() {
-                if !now[i] || before[i] {
-                    i += 1;
-                    continue;
-                }
-                let run = now[i..]
-                    .iter()
-                    .zip(&before[i..])
-                    .take_while(|(n, b)| **n && !**b)
-                    .count();
-                let at = start + i * self.page;
-                // SAFETY: whole pages of a file mapping that is not
-                // writable, in an object without text relocations (checked
-                // where the ranges were noted), present now as the file's
-                // own pages and faulted in since: dropping them loses
-                // nothing, and they read back from the file.
-                if unsafe { crate::sys::madvise(at, run * self.page, libc::MADV_DONTNEED) } {
-                    bytes += run * self.page;
-                }
-                i += run;
-            }
-        }
-        bytes
+        self.ranges
+            .iter()
+            .map(|(start, end, before)| {
+                drop_file_pages(self.map, *start, *end, self.page, |i| before[i])
+            })
+            .sum()
     }
+}
+
+/// Unmaps every page of `start..end` (whole pages of a read-only,
+/// non-executable segment of an object without text relocations, as
+/// [`whole_pages_of_segments`] gives them) that the process has as the
+/// file's own page; returns their bytes. For memory the process will not
+/// read again, or only rarely (a final dump's view of the objects' unwind
+/// tables): they read back from the file if it does.
+pub fn give_back_file_pages(map: &Pagemap, start: usize, end: usize, page: usize) -> usize {
+    drop_file_pages(map, start, end, page, |_| false)
+}
+
+/// Unmaps the pages of `start..end` present as the file's own pages,
+/// except those whose index `keep` says to keep; returns their bytes.
+fn drop_file_pages(
+    map: &Pagemap,
+    start: usize,
+    end: usize,
+    page: usize,
+    keep: impl Fn(usize) -> bool,
+) -> usize {
+    let _e = crate::sys::ErrnoGuard::save();
+    // Only the file's own pages: a private copy (a page written since it
+    // was mapped) holds what the file does not.
+    let Some(now) = map.present_from_file(start, end, page) else {
+        return 0;
+    };
+    let mut bytes = 0;
+    let mut i = 0;
+    while i < now.len() {
+        if !now[i] || keep(i) {
+            i += 1;
+            continue;
+        }
+        let run = (i..now.len()).take_while(|&j| now[j] && !keep(j)).count();
+        let at = start + i * page;
+        // SAFETY: whole pages of a file mapping that is not writable, in an
+        // object without text relocations (the callers' ranges), present
+        // now as the file's own pages: dropping them loses nothing, and
+        // they read back from the file.
+        if unsafe { crate::sys::madvise(at, run * page, libc::MADV_DONTNEED) } {
+            bytes += run * page;
+        }
+        i += run;
+    }
+    bytes
 }
 
 /// Calls `each(start, end)` with the whole pages of each PT_LOAD segment,
@@ -311,6 +331,75 @@ mod tests {
         // The mapping reads the file as before.
         for i in 0..N {
             assert_eq!(read(i), (i % 251) as u8 + 1);
+        }
+        // SAFETY: our mapping, unused from here on.
+        unsafe { libc::munmap(p as *mut libc::c_void, N * page) };
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Every page present as the file's own goes; a page written since it
+    /// was mapped (a private copy) stays with what was written, and the
+    /// others read the file again.
+    #[test]
+    fn file_pages_go_and_a_written_page_stays() {
+        let page = 4096;
+        const N: usize = 32;
+        let dir = std::env::temp_dir().join(format!("igprof-resident-all-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("data");
+        let bytes: Vec<u8> = (0..N * page).map(|i| (i / page) as u8 + 1).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        let f = std::fs::File::open(&path).unwrap();
+        // SAFETY: a fresh read-only private mapping of our own file.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                N * page,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                f.as_raw_fd(),
+                0,
+            )
+        } as usize;
+        assert_ne!(p as *mut libc::c_void, libc::MAP_FAILED);
+        // SAFETY: inside our mapping.
+        let read = |i: usize| unsafe { core::ptr::read_volatile((p + i * page) as *const u8) };
+        let map = Pagemap::open().expect("pagemap");
+        for i in 0..N {
+            assert_eq!(read(i), i as u8 + 1);
+        }
+        let present = |i| map.present(p + i * page, p + (i + 1) * page, page).unwrap()[0];
+        if !present(0) {
+            // qemu-user: the pagemap is the emulator's, not the guest's.
+            eprintln!("no present bits in this process's pagemap: not run");
+            return;
+        }
+        // Page 5 written: a private copy of the file's page.
+        // SAFETY: our mapping; made writable for one write, then read-only.
+        unsafe {
+            assert_eq!(
+                libc::mprotect(
+                    (p + 5 * page) as *mut libc::c_void,
+                    page,
+                    libc::PROT_READ | libc::PROT_WRITE
+                ),
+                0
+            );
+            core::ptr::write_volatile((p + 5 * page) as *mut u8, 0xEE);
+            assert_eq!(
+                libc::mprotect((p + 5 * page) as *mut libc::c_void, page, libc::PROT_READ),
+                0
+            );
+        }
+        let given = give_back_file_pages(&map, p, p + N * page, page);
+        assert_eq!(given, (N - 1) * page);
+        for i in (0..N).filter(|&i| i != 5) {
+            assert!(!present(i), "page {i}: given back");
+        }
+        assert!(present(5), "the written page stays");
+        assert_eq!(read(5), 0xEE);
+        for i in (0..N).filter(|&i| i != 5) {
+            assert_eq!(read(i), i as u8 + 1);
         }
         // SAFETY: our mapping, unused from here on.
         unsafe { libc::munmap(p as *mut libc::c_void, N * page) };

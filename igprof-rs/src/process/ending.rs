@@ -103,6 +103,7 @@ fn write_final(reason: &str, by_keeper: bool) -> Option<String> {
     // The dump's memory comes at the process's end, often at its peak: the
     // lookup tables of the trees that take no more nodes go first.
     thread::release_lookup_tables(by_keeper);
+    let mut unwind_tables_given = 0;
     let (dumped, saved) = thread::paused(|| {
         let write = || {
             // A file that cannot be created where it was asked for (the
@@ -140,6 +141,10 @@ fn write_final(reason: &str, by_keeper: bool) -> Option<String> {
             // never gave them back, whose dump would fault them back in for
             // no gain worth its time.
             crate::base::code_pages::give_back_again();
+            // And the objects' unwind tables, which the dump does not read.
+            if !by_keeper {
+                unwind_tables_given = crate::unwind::give_back_unwind_tables();
+            }
         }
         crate::base::code_pages::give_back_between_steps(steps);
         if (TINY_DUMP_NODES..=SMALL_DUMP_NODES).contains(&nodes) {
@@ -160,6 +165,12 @@ fn write_final(reason: &str, by_keeper: bool) -> Option<String> {
     let opts = crate::base::options::get();
     if opts.debug {
         log_saved_descriptors(&saved);
+        if unwind_tables_given > 0 {
+            crate::igprof_log!(
+                "final dump: {} KiB of the loaded objects' unwind tables given back",
+                unwind_tables_given >> 10
+            );
+        }
         if !steps_kib.is_empty() {
             let kib: Vec<String> = steps_kib.iter().map(|k| k.to_string()).collect();
             crate::igprof_log!(
