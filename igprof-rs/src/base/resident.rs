@@ -265,38 +265,47 @@ fn has_text_relocations(dynamic: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
     use std::os::unix::io::AsRawFd;
+
+    /// A private read-only mapping of a new file of `pages` pages whose
+    /// page `i` holds `byte(i)`, with the directory to remove after.
+    fn mapped_file(
+        name: &str,
+        pages: usize,
+        byte: impl Fn(usize) -> u8,
+    ) -> (usize, std::path::PathBuf) {
+        let page = 4096;
+        let dir = std::env::temp_dir().join(format!("igprof-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("data");
+        let bytes: Vec<u8> = (0..pages * page).map(|i| byte(i / page)).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        let f = std::fs::File::open(&path).unwrap();
+        // SAFETY: a fresh read-only private mapping of our own file.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                pages * page,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        (p as usize, dir)
+    }
 
     /// A file mapped read-only: a page present before the step stays, the
     /// pages the step faulted in go, and the mapping still reads the file.
     #[test]
     fn only_the_pages_a_step_faulted_in_are_given_back() {
         let page = 4096;
-        let dir = std::env::temp_dir().join(format!("igprof-resident-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("data");
-        let mut f = std::fs::File::create(&path).unwrap();
         // A fault maps the cached pages around it (a 64 KiB window, or a
         // whole large folio of the page cache): the step reads pages that
         // are not mapped yet, wherever they are.
         const N: usize = 256;
-        let bytes: Vec<u8> = (0..N * page).map(|i| (i / page % 251) as u8 + 1).collect();
-        f.write_all(&bytes).unwrap();
-        drop(f);
-        let f = std::fs::File::open(&path).unwrap();
-        // SAFETY: a fresh read-only private mapping of our own file.
-        let p = unsafe {
-            libc::mmap(
-                core::ptr::null_mut(),
-                N * page,
-                libc::PROT_READ,
-                libc::MAP_PRIVATE,
-                f.as_raw_fd(),
-                0,
-            )
-        } as usize;
-        assert_ne!(p as *mut libc::c_void, libc::MAP_FAILED);
+        let (p, dir) = mapped_file("resident", N, |i| (i % 251) as u8 + 1);
         let read = |i: usize| unsafe { core::ptr::read_volatile((p + i * page) as *const u8) };
         let map = Pagemap::open().expect("pagemap");
         assert_eq!(read(0), 1);
@@ -344,24 +353,7 @@ mod tests {
     fn file_pages_go_and_a_written_page_stays() {
         let page = 4096;
         const N: usize = 32;
-        let dir = std::env::temp_dir().join(format!("igprof-resident-all-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("data");
-        let bytes: Vec<u8> = (0..N * page).map(|i| (i / page) as u8 + 1).collect();
-        std::fs::write(&path, &bytes).unwrap();
-        let f = std::fs::File::open(&path).unwrap();
-        // SAFETY: a fresh read-only private mapping of our own file.
-        let p = unsafe {
-            libc::mmap(
-                core::ptr::null_mut(),
-                N * page,
-                libc::PROT_READ,
-                libc::MAP_PRIVATE,
-                f.as_raw_fd(),
-                0,
-            )
-        } as usize;
-        assert_ne!(p as *mut libc::c_void, libc::MAP_FAILED);
+        let (p, dir) = mapped_file("resident-all", N, |i| i as u8 + 1);
         // SAFETY: inside our mapping.
         let read = |i: usize| unsafe { core::ptr::read_volatile((p + i * page) as *const u8) };
         let map = Pagemap::open().expect("pagemap");
