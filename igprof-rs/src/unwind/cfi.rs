@@ -717,7 +717,6 @@ static DIRECT: AtomicU64 = AtomicU64::new(0);
 static DIFFER: AtomicU64 = AtomicU64::new(0);
 
 /// Reads `IGPROF_CFI_CHECK` (outside signal context, before the first walk).
-#[link_section = "igprof_hot"]
 pub(crate) fn init_check() {
     if CHECK.load(Ordering::Relaxed) == CHECK_UNKNOWN {
         let on = std::env::var_os("IGPROF_CFI_CHECK").is_some_and(|v| v == "1");
@@ -743,7 +742,6 @@ pub(crate) fn answered(differs: bool) {
 
 /// Descriptors derived directly from CFI so far, and of those how many
 /// framehop derived otherwise (counted only with `IGPROF_CFI_CHECK=1`).
-#[link_section = "igprof_hot"]
 pub fn stats() -> (u64, u64) {
     (
         DIRECT.load(Ordering::Relaxed),

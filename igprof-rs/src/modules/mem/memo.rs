@@ -101,14 +101,12 @@ fn bump(c: &AtomicU64) {
 }
 
 /// Stack memo hits so far, all threads.
-#[link_section = "igprof_hot"]
 pub fn hits() -> u64 {
     COUNTS.iter().map(|s| s.hits.load(Ordering::Relaxed)).sum()
 }
 
 /// Stack memo misses so far (events that walked while the memo was not
 /// resting), all threads.
-#[link_section = "igprof_hot"]
 pub fn misses() -> u64 {
     COUNTS
         .iter()
@@ -132,7 +130,6 @@ pub fn checking() -> bool {
 
 /// Reads `IGPROF_MEMO_CHECK` (module start-up, before any hook is
 /// installed).
-#[link_section = "igprof_hot"]
 pub fn init_check() {
     if CHECK.load(Ordering::Relaxed) == CHECK_UNKNOWN {
         let on = std::env::var_os("IGPROF_MEMO_CHECK").is_some_and(|v| v == "1");
@@ -150,7 +147,6 @@ pub fn checked(memo: *mut Node, walked: *mut Node) {
 }
 
 /// `-d`: what the check found.
-#[link_section = "igprof_hot"]
 pub fn report_check() {
     if checking() {
         crate::igprof_log!(
