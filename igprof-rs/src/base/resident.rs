@@ -17,6 +17,10 @@
 //! around that one read stayed resident in every profiled process (sqlite3:
 //! six libraries, about 150 KiB).
 //!
+//! At a final dump, which unwinds nothing, the pages of every loaded
+//! object's unwind tables that the run's walks read go too
+//! ([`give_back_unwind_tables`]).
+//!
 //! Owns: reading the present bits, and which segments may be given back:
 //! not writable, not executable, whole pages, in an object without text
 //! relocations ([`whole_pages_of_segments`], shared with `code_pages`).
@@ -164,6 +168,79 @@ impl<'p> Fresh<'p> {
 /// tables): they read back from the file if it does.
 pub fn give_back_file_pages(map: &Pagemap, start: usize, end: usize, page: usize) -> usize {
     drop_file_pages(map, start, end, page, |_| false)
+}
+
+/// Unmaps from the process the pages of every loaded object's unwind
+/// tables (`.eh_frame_hdr` to the end of its segment, where `.eh_frame`
+/// follows it) that it has as the file's own pages; returns their bytes.
+/// For a final dump, which unwinds nothing: a `-pp` run reads the tables
+/// of every object its samples fall in, and the kernel maps 64 KiB around
+/// each read, so they hold a few hundred KiB of the process's resident
+/// set (sqlite3: libc's and libsqlite3's, 300 KiB) when the dump's own
+/// memory comes on top of its peak. Pages of a read-only, non-executable
+/// segment only, of objects without text relocations; a page written since
+/// it was mapped stays. The objects are listed by `dl_iterate_phdr`, whose
+/// lock keeps each one mapped while it is looked at (the module table may
+/// still hold one that a thread paused inside `dlclose` unmapped). The
+/// program's own reads of them (an exception thrown after the dump) fault
+/// them back in. Outside signal context.
+pub fn give_back_unwind_tables() -> usize {
+    struct Pass {
+        map: Pagemap,
+        page: usize,
+        bytes: usize,
+    }
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _: usize,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: dl_iterate_phdr passes a valid info for the call; data is
+        // the Pass below.
+        let (info, pass) = unsafe { (&*info, &mut *data.cast::<Pass>()) };
+        if info.dlpi_phdr.is_null() {
+            return 0;
+        }
+        // SAFETY: dlpi_phdr points to dlpi_phnum program headers.
+        let phdrs =
+            unsafe { core::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
+        let base = info.dlpi_addr as usize;
+        let Some(hdr) = phdrs.iter().find(|p| p.p_type == libc::PT_GNU_EH_FRAME) else {
+            return 0;
+        };
+        let Some(seg) = phdrs.iter().find(|p| {
+            p.p_type == libc::PT_LOAD
+                && p.p_vaddr <= hdr.p_vaddr
+                && hdr.p_vaddr < p.p_vaddr + p.p_filesz
+        }) else {
+            return 0;
+        };
+        let page = pass.page;
+        let lo = (base + hdr.p_vaddr as usize).next_multiple_of(page);
+        let hi = (base + (seg.p_vaddr + seg.p_filesz) as usize) & !(page - 1);
+        let map = &pass.map;
+        let mut bytes = 0;
+        whole_pages_of_segments(base, phdrs, libc::PF_W | libc::PF_X, page, |start, end| {
+            let (start, end) = (start.max(lo), end.min(hi));
+            if start < end {
+                bytes += give_back_file_pages(map, start, end, page);
+            }
+        });
+        pass.bytes += bytes;
+        0
+    }
+    let Some(map) = Pagemap::open() else {
+        return 0;
+    };
+    let mut pass = Pass {
+        map,
+        page: crate::sys::page_size(),
+        bytes: 0,
+    };
+    // SAFETY: `each` matches dl_iterate_phdr's callback; the Pass outlives
+    // the call.
+    unsafe { libc::dl_iterate_phdr(Some(each), (&mut pass as *mut Pass).cast()) };
+    pass.bytes
 }
 
 /// Unmaps the pages of `start..end` present as the file's own pages,

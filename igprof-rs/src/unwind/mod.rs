@@ -151,8 +151,7 @@ compile_error!("the unwinder supports x86-64 and AArch64 only");
 pub use cfi::{checking as cfi_checking, stats as direct_cfi_stats};
 pub use mem::MapError;
 pub use modules::{
-    generation, give_back_unwind_tables, listed_objects, module_of, save_descriptors, ModuleInfo,
-    RefreshError,
+    generation, listed_objects, module_of, save_descriptors, ModuleInfo, RefreshError,
 };
 pub use readlog::{ReadLog, CAPACITY as READ_LOG_CAPACITY};
 pub use stack::{StackBounds, StackBoundsError};

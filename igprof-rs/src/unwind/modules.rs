@@ -451,60 +451,6 @@ pub fn listed_objects() -> Vec<libc::dl_phdr_info> {
         .collect()
 }
 
-/// Unmaps from the process the pages of every loaded object's unwind
-/// tables (`.eh_frame_hdr`, `.eh_frame` and what follows it in its
-/// segment) that it has as the file's own pages; returns their bytes.
-/// For a final dump, which unwinds nothing: a `-pp` run reads the tables
-/// of every object its samples fall in, and the kernel maps 64 KiB around
-/// each read, so they hold a few hundred KiB of the process's resident
-/// set (sqlite3: libc's and libsqlite3's, 296 KiB) when the dump's own
-/// memory comes on top of its peak. Pages of a read-only, non-executable
-/// segment only, of objects without text relocations; a page written since
-/// it was mapped stays. The program's own reads of them (an exception
-/// thrown after the dump) fault them back in. Outside signal context.
-pub fn give_back_unwind_tables() -> usize {
-    let Some(map) = Pagemap::open() else {
-        return 0;
-    };
-    let page = crate::sys::page_size();
-    with_current(|t| {
-        let mut bytes = 0;
-        for m in t.modules.as_slice().iter().filter(|m| m.phdr != 0) {
-            let tables = [m.eh_frame_hdr, m.eh_frame]
-                .into_iter()
-                .filter(|&(start, len)| start != 0 && len != 0);
-            let (Some(lo), Some(hi)) = (
-                tables.clone().map(|(start, _)| start).min(),
-                tables.map(|(start, len)| start + len).max(),
-            ) else {
-                continue;
-            };
-            // SAFETY: the loader's program headers of an object in the
-            // current table, which stays loaded while the table is held.
-            let phdrs =
-                unsafe { core::slice::from_raw_parts(m.phdr as *const libc::Elf64_Phdr, m.phnum) };
-            crate::base::resident::whole_pages_of_segments(
-                m.base,
-                phdrs,
-                libc::PF_W | libc::PF_X,
-                page,
-                |start, end| {
-                    let (start, end) = (
-                        start.max(lo.next_multiple_of(page)),
-                        end.min(hi & !(page - 1)),
-                    );
-                    if start < end {
-                        bytes +=
-                            crate::base::resident::give_back_file_pages(&map, start, end, page);
-                    }
-                },
-            );
-        }
-        bytes
-    })
-    .unwrap_or(0)
-}
-
 /// The object containing `pc` in the current table. Async-signal-safe.
 pub fn module_of(pc: usize) -> Option<ModuleInfo> {
     with_current(|t| t.find(pc).map(|m| t.info(m))).flatten()
