@@ -185,6 +185,10 @@ pub struct SamplerClock {
     /// `sampler::ticks::event_tail`).
     pub event_cpu_start: Cell<u64>,
     pub event_ticks: Cell<u64>,
+    /// A perf event's sampler: ticks its samples were worth beyond the
+    /// thread's CPU clock, withheld from the next samples (see
+    /// `sampler::ticks::ticks_for`).
+    pub tick_debt: Cell<u64>,
     /// Samples since the sampling period was last re-randomised.
     pub since_jitter: Cell<u32>,
     /// Ticks of samples that landed while the thread was inside profiler
@@ -206,6 +210,7 @@ impl SamplerClock {
             sample_wall: Cell::new(0),
             event_cpu_start: Cell::new(0),
             event_ticks: Cell::new(0),
+            tick_debt: Cell::new(0),
             since_jitter: Cell::new(0),
             pending_ticks: Cell::new(0),
             rng: Cell::new(seed(tid)),
