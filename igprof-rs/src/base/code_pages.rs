@@ -83,6 +83,20 @@ static SEGMENTS: [(AtomicUsize, AtomicUsize); 8] =
     [const { (AtomicUsize::new(0), AtomicUsize::new(0)) }; 8];
 static SEGMENTS_FOUND: AtomicUsize = AtomicUsize::new(0);
 
+/// The library's load bias and a copy of its program headers, made by
+/// [`find`] ([`own_program_headers`]).
+static OWN_PHDRS: std::sync::OnceLock<(usize, Box<[libc::Elf64_Phdr]>)> =
+    std::sync::OnceLock::new();
+
+/// The library's load bias and a copy of its program headers (None before
+/// [`find`] found them). The loader's lie in the first page of the file,
+/// with the dynamic symbol tables: a final dump that reads them (the
+/// naming lists every object's segments) faults that 64 KiB window back
+/// in, and nothing else of the dump touches it.
+pub fn own_program_headers() -> Option<(usize, &'static [libc::Elf64_Phdr])> {
+    OWN_PHDRS.get().map(|(bias, phdrs)| (*bias, &phdrs[..]))
+}
+
 /// Whether [`give_back_again`] has unmapped the pages since start-up, and
 /// whether the final dump asks for it between its steps too
 /// ([`between_steps`]).
@@ -240,6 +254,7 @@ unsafe extern "C" fn find_in(
         return 0;
     }
     f.found = true;
+    let _ = OWN_PHDRS.set((base, phdrs.into()));
     let (segments, n) = (&mut f.segments, &mut f.n);
     f.refused =
         !super::resident::whole_pages_of_segments(base, phdrs, libc::PF_W, page, |start, end| {

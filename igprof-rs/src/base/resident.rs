@@ -198,7 +198,10 @@ pub fn give_back_unwind_tables() -> usize {
         // SAFETY: dl_iterate_phdr passes a valid info for the call; data is
         // the Pass below.
         let (info, pass) = unsafe { (&*info, &mut *data.cast::<Pass>()) };
-        if info.dlpi_phdr.is_null() {
+        // Not the library's own (its frames are not unwound, and its
+        // headers' page is not read again: see `own_program_headers`).
+        let own = super::code_pages::own_program_headers().map(|(bias, _)| bias);
+        if info.dlpi_phdr.is_null() || own == Some(info.dlpi_addr as usize) {
             return 0;
         }
         // SAFETY: dlpi_phdr points to dlpi_phnum program headers.

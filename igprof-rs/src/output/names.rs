@@ -345,7 +345,21 @@ extern "C" fn collect(info: *mut libc::dl_phdr_info, _size: usize, data: *mut li
     let (info, pass) = unsafe { (&*info, &mut *(data as *mut Pass)) };
     let n = pass.seen;
     pass.seen += 1;
-    // SAFETY: the loader's program headers of a loaded object.
+    // The library's own headers from the copy made at start-up.
+    let own;
+    let info = match crate::base::code_pages::own_program_headers() {
+        Some((bias, phdrs)) if bias == info.dlpi_addr as usize => {
+            own = libc::dl_phdr_info {
+                dlpi_phdr: phdrs.as_ptr(),
+                dlpi_phnum: phdrs.len() as _,
+                ..*info
+            };
+            &own
+        }
+        _ => info,
+    };
+    // SAFETY: the loader's program headers of a loaded object, or the copy
+    // of the library's own.
     let image = unsafe { Image::of(info) };
     let path = object_path(info, n, &pass.main_path);
     let Some(base) = image.map_start(pass.page) else {
