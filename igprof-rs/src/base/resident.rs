@@ -183,12 +183,15 @@ pub fn give_back_file_pages(map: &Pagemap, start: usize, end: usize, page: usize
 /// lock keeps each one mapped while it is looked at (the module table may
 /// still hold one that a thread paused inside `dlclose` unmapped). The
 /// program's own reads of them (an exception thrown after the dump) fault
-/// them back in. Outside signal context.
-pub fn give_back_unwind_tables() -> usize {
+/// them back in. The object loaded at bias `skip` is left alone (the
+/// library's own: its frames are never unwound, and its headers are read
+/// from a copy). Outside signal context.
+pub fn give_back_unwind_tables(skip: Option<usize>) -> usize {
     struct Pass {
         map: Pagemap,
         page: usize,
         bytes: usize,
+        skip: Option<usize>,
     }
     unsafe extern "C" fn each(
         info: *mut libc::dl_phdr_info,
@@ -198,10 +201,7 @@ pub fn give_back_unwind_tables() -> usize {
         // SAFETY: dl_iterate_phdr passes a valid info for the call; data is
         // the Pass below.
         let (info, pass) = unsafe { (&*info, &mut *data.cast::<Pass>()) };
-        // Not the library's own (its frames are not unwound, and its
-        // headers' page is not read again: see `own_program_headers`).
-        let own = super::code_pages::own_program_headers().map(|(bias, _)| bias);
-        if info.dlpi_phdr.is_null() || own == Some(info.dlpi_addr as usize) {
+        if info.dlpi_phdr.is_null() || pass.skip == Some(info.dlpi_addr as usize) {
             return 0;
         }
         // SAFETY: dlpi_phdr points to dlpi_phnum program headers.
@@ -239,6 +239,7 @@ pub fn give_back_unwind_tables() -> usize {
         map,
         page: crate::sys::page_size(),
         bytes: 0,
+        skip,
     };
     // SAFETY: `each` matches dl_iterate_phdr's callback; the Pass outlives
     // the call.

@@ -143,7 +143,9 @@ fn write_final(reason: &str, by_keeper: bool) -> Option<String> {
             crate::base::code_pages::give_back_again();
             // And the objects' unwind tables, which the dump does not read.
             if !by_keeper {
-                unwind_tables_given = crate::base::resident::give_back_unwind_tables();
+                unwind_tables_given = crate::base::resident::give_back_unwind_tables(
+                    crate::base::code_pages::own_program_headers().map(|(bias, _)| bias),
+                );
             }
         }
         crate::base::code_pages::give_back_between_steps(steps);
