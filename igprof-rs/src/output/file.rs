@@ -147,12 +147,19 @@ impl<'f> GzipWriter<'f> {
 }
 
 impl Write for GzipWriter<'_> {
+    /// Takes what fits in the member, ending it when full: the text's
+    /// buffer never grows past a member (grown, it doubled, and in the
+    /// final dump's region the first buffer was not used again: 768 KiB
+    /// for a member of 256).
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.text.extend_from_slice(bytes);
+        let n = bytes
+            .len()
+            .min(self.member.saturating_sub(self.text.len()).max(1));
+        self.text.extend_from_slice(&bytes[..n]);
         if self.text.len() >= self.member {
             self.end_member()?;
         }
-        Ok(bytes.len())
+        Ok(n)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {

@@ -45,7 +45,6 @@ use crate::base::thread;
 pub use error::DumpError;
 pub use file::prepare_for_setuid;
 use file::write_named;
-pub(crate) use merge::HashMap;
 use merge::{Leak, Leaks, Merged};
 pub use resolve::remember_objects;
 use resolve::Naming;

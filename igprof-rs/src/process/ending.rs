@@ -20,7 +20,7 @@ pub fn allow_final_again() {
 
 /// Call-tree nodes up to which the final dump's memory comes from one
 /// region (`alloc::final_arena`): a small cc1 has 19,000
-/// (its dump needs about 3 MiB), cc1plus on a template-heavy file 375,000.
+/// (its dump needs about 2.3 MiB), cc1plus on a template-heavy file 375,000.
 const SMALL_DUMP_NODES: usize = 50_000;
 /// Below this many nodes the region costs more than it saves: zeroing its
 /// first huge page was a third of an empty profile's dump (a profiled
@@ -28,8 +28,10 @@ const SMALL_DUMP_NODES: usize = 50_000;
 const TINY_DUMP_NODES: usize = 1_000;
 /// What a small dump takes from the region, faulted in before it starts:
 /// a part that does not grow with the tree (the compressor's tables, the
-/// writer's buffers) and a part per node. Measured: a small cc1's 27,300
-/// nodes 3.3-3.8 MiB, sqlite3's 2,700 nodes 0.53-0.59 MiB. More would only
+/// writer's buffers) and a part per node. Measured: a small cc1's 19,450
+/// nodes 2.2-2.5 MiB, another's 12,560 2.3 MiB, sqlite3's 2,700 nodes
+/// 0.54 MiB, gcc's 1,200 0.51 MiB (before the names and the text's buffer
+/// were made smaller: 3.1-4.0 MiB for the 19,450). More would only
 /// add to the process's peak RSS (zeroed pages never used); less costs a
 /// page fault per 4 KiB beyond it. The tree's size is a poor guide where
 /// few of its nodes have counts (a fork child's tree is its parent's):
@@ -38,8 +40,8 @@ const TINY_DUMP_NODES: usize = 1_000;
 /// and the rest a step at a time as the dump reaches it took that off them
 /// but added 0.2-0.3 MB to perl's and python3's peaks (a vector's unused
 /// capacity faulted in too), so the guess stays.
-const DUMP_BYTES_FIXED: usize = 256 << 10;
-const DUMP_BYTES_PER_NODE: usize = 128;
+const DUMP_BYTES_FIXED: usize = 288 << 10;
+const DUMP_BYTES_PER_NODE: usize = 96;
 
 /// The end-of-process dump (exit, _exit, abort, kill of self, exec): once.
 pub fn final_dump(reason: &str) -> bool {
