@@ -99,6 +99,9 @@ pub(super) struct GzipWriter<'f> {
     pub(super) member: usize,
     /// The compressor, kept from member to member.
     pub(super) gzip: deflate::Gzip,
+    /// Whether a member was compressed: the rest are too, the compressor
+    /// made (only a profile of one short member is stored).
+    pub(super) compressed: bool,
     pub(super) stream: Option<flate2::write::GzEncoder<&'f std::fs::File>>,
 }
 
@@ -110,6 +113,7 @@ impl<'f> GzipWriter<'f> {
             text: Vec::with_capacity(expected.min(member)),
             member,
             gzip: deflate::Gzip::default(),
+            compressed: false,
             stream: None,
         }
     }
@@ -120,7 +124,12 @@ impl<'f> GzipWriter<'f> {
             return Ok(());
         }
         if self.stream.is_none() {
-            let level = deflate::level_for(self.text.len());
+            let level = if self.compressed {
+                deflate::LEVEL
+            } else {
+                deflate::level_for(self.text.len())
+            };
+            self.compressed |= level != 0;
             if let Some(z) = self.gzip.member(&self.text, level) {
                 let mut f = self.file;
                 f.write_all(z)?;
@@ -255,6 +264,37 @@ mod tests {
                 .unwrap();
             assert_eq!(back, text, "member {member}");
         }
+    }
+
+    #[test]
+    fn only_a_profile_of_one_short_member_is_stored() {
+        use std::io::{Read, Seek};
+        let line = b"C1 FN0+0 V0:(1,2,3)\n";
+        let gzipped = |len: usize, member: usize| {
+            let text: Vec<u8> = line.iter().copied().cycle().take(len).collect();
+            let mut file = unnamed_temp_file();
+            let mut w = GzipWriter::new(&file, 64, member);
+            w.write_all(&text).unwrap();
+            w.finish().unwrap();
+            file.rewind().unwrap();
+            let mut z = Vec::new();
+            file.read_to_end(&mut z).unwrap();
+            let mut back = Vec::new();
+            flate2::read::MultiGzDecoder::new(&z[..])
+                .read_to_end(&mut back)
+                .unwrap();
+            assert_eq!(back, text);
+            z.len()
+        };
+        let short = deflate::STORE_BELOW - 1000;
+        // One short member: stored, as long as its text.
+        assert!(gzipped(short, MEMBER) > short);
+        // The same text after a long member: compressed like the first.
+        let long = deflate::STORE_BELOW + 1000;
+        assert!(
+            gzipped(long + short, long) < 2000,
+            "a short last member is compressed"
+        );
     }
 
     /// An unnamed file in the temporary directory, removed when closed.
