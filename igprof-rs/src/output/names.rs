@@ -79,8 +79,6 @@ pub struct Names {
     owner: Vec<u32>,
     /// Per address: its symbol, when it has one.
     syms: Vec<Option<(Symbol, Source)>>,
-    /// Addresses with an object.
-    named: usize,
     /// Objects whose `.symtab` could not be used, and why (for `-d`).
     pub symtab_errors: Vec<(Vec<u8>, SymtabError)>,
     /// Bytes of the objects' symbol tables that the naming faulted in and
@@ -100,12 +98,12 @@ impl Names {
 
     /// How many addresses were named (with or without a symbol).
     pub fn len(&self) -> usize {
-        self.named
+        self.owner.iter().filter(|&&o| o != NO_OBJECT).count()
     }
 
     /// Whether no address was named.
     pub fn is_empty(&self) -> bool {
-        self.named == 0
+        self.owner.iter().all(|&o| o == NO_OBJECT)
     }
 
     /// As [`Self::get`], with where the symbol came from.
@@ -170,21 +168,18 @@ pub fn name_all(addrs: &[usize], exe: &[u8]) -> Names {
     // their first address.
     let mut index = vec![NO_OBJECT; objects.len()];
     let mut kept = Vec::new();
-    let mut named = 0;
     for o in owner.iter_mut().filter(|o| **o != NO_OBJECT) {
         if index[*o as usize] == NO_OBJECT {
             index[*o as usize] = kept.len() as u32;
             kept.push(objects[*o as usize].clone());
         }
         *o = index[*o as usize];
-        named += 1;
     }
     Names {
         objects: kept,
         addrs: sorted,
         owner,
         syms,
-        named,
         symtab_errors,
         given_back,
     }
