@@ -620,6 +620,57 @@ fn cpu_default(cpu: &str) -> &'static str {
     }
 }
 
+/// `-fp` of a function of a loaded library: the lookup read the library's
+/// file whole into memory (for symbol sizes), and the check for branches
+/// into the patched bytes read every page of it through its mapping; the
+/// program's peak resident set grew by about twice the file's size
+/// (libLLVM, 110 MB: 49 -> 165 MB). Now the file is mapped and only its
+/// symbol tables are read there, and the scan reads the file.
+#[test]
+fn hooking_a_function_of_a_big_library_does_not_make_it_resident() {
+    let lib = "/usr/lib/x86_64-linux-gnu/libcrypto.so.3";
+    if !cfg!(target_arch = "x86_64") || !Path::new(lib).exists() {
+        eprintln!("skipped: no {lib}");
+        return;
+    }
+    let size_kb = std::fs::metadata(lib).unwrap().len() as i64 >> 10;
+    let d = scratch("fp_big_lib");
+    build(&d, "dlopen_peak.c", "dlopen_peak", &[]);
+    let peak = |args: &[&str]| -> (i64, String) {
+        let out = igprof_command(&d, args).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{args:?}: {err}");
+        let kb = text
+            .trim()
+            .strip_prefix("peak ")
+            .and_then(|k| k.parse().ok())
+            .unwrap_or_else(|| panic!("not dlopen_peak's line: {text:?}"));
+        (kb, err)
+    };
+    // The same library and start-up, no symbol lookup.
+    let (unhooked, _) = peak(&["-pp", "-o", "a.gz", "./dlopen_peak", lib]);
+    let (hooked, err) = peak(&[
+        "-d",
+        "-fp:EVP_MD_CTX_new",
+        "-o",
+        "b.gz",
+        "./dlopen_peak",
+        lib,
+    ]);
+    assert!(
+        err.contains("counting the calls of EVP_MD_CTX_new"),
+        "not hooked: {err}"
+    );
+    eprintln!(
+        "peak: {unhooked} kB under -pp, {hooked} kB hooking a function of {lib} ({size_kb} kB)"
+    );
+    assert!(
+        hooked < unhooked + size_kb / 2,
+        "{hooked} kB against {unhooked} kB: the library ({size_kb} kB) was made resident"
+    );
+}
+
 /// `-fp` of a name no loaded object exports: the lookup reads the symbol
 /// tables of the loaded objects' files, and read the profiler's own too,
 /// whole into memory (15 MB with its debug information) at start-up and at

@@ -15,7 +15,7 @@
 //! a signal handler or a hook (it allocates, reads files, takes loader locks).
 
 use crate::error::LookupError;
-use crate::image::{dynsym_named, may_hold, DynEntry, DynIndex, Image};
+use crate::image::{dynsym_named, may_hold, DynEntry, DynIndex, Image, MappedFile};
 use object::{Object, ObjectSymbol};
 use std::collections::HashMap;
 use std::ffi::{c_void, CStr, CString};
@@ -309,7 +309,7 @@ fn object_holding_then(
 /// Sizes from the ELF file's symbol tables: the function symbol whose
 /// run-time address (`bias` + value, `bias` = 0 for ET_EXEC) is `addr`.
 fn file_symbol_size(path: &str, base: u64, addr: u64) -> Option<u64> {
-    let data = std::fs::read(path).ok()?;
+    let data = MappedFile::open(path).ok()?;
     let file = object::File::parse(&*data).ok()?;
     let bias = load_bias(&file, base);
     file.symbols()
@@ -387,7 +387,7 @@ fn text_definitions(path: &str, base: u64) -> Arc<Definitions> {
         return d.clone();
     }
     let mut defs = HashMap::new();
-    if let Ok(data) = std::fs::read(path) {
+    if let Ok(data) = MappedFile::open(path) {
         if let Ok(file) = object::File::parse(&*data) {
             let bias = load_bias(&file, base);
             // The first definition of a name wins (.symtab before .dynsym).
@@ -445,7 +445,7 @@ pub fn data_symbols() -> DataSymbols {
             continue;
         }
         let mut defs = Vec::new();
-        if let Ok(data) = std::fs::read(file_of(&path)) {
+        if let Ok(data) = MappedFile::open(file_of(&path)) {
             if let Ok(file) = object::File::parse(&*data) {
                 let bias = load_bias(&file, base);
                 for s in file.symbols().chain(file.dynamic_symbols()) {

@@ -296,10 +296,7 @@ pub(crate) fn whole_pages_of_segments(
     page: usize,
     mut each: impl FnMut(usize, usize),
 ) -> bool {
-    if phdrs
-        .iter()
-        .any(|ph| ph.p_type == libc::PT_DYNAMIC && has_text_relocations(bias + ph.p_vaddr as usize))
-    {
+    if trampoline::image::text_relocated(bias, phdrs) {
         return false;
     }
     for ph in phdrs
@@ -313,34 +310,6 @@ pub(crate) fn whole_pages_of_segments(
         }
     }
     true
-}
-
-/// Whether the dynamic section at `dynamic` asks for text relocations
-/// (DT_TEXTREL, or DF_TEXTREL in DT_FLAGS): the object's read-only
-/// segments are then private copies, written by the loader.
-fn has_text_relocations(dynamic: usize) -> bool {
-    const DT_TEXTREL: i64 = 22;
-    const DT_FLAGS: i64 = 30;
-    const DF_TEXTREL: u64 = 4;
-    /// An entry of the dynamic section (Elf64_Dyn).
-    #[repr(C)]
-    struct Dyn {
-        d_tag: i64,
-        d_un: u64,
-    }
-    let mut d = dynamic as *const Dyn;
-    loop {
-        // SAFETY: a loaded object's dynamic section, ended by DT_NULL.
-        let e = unsafe { &*d };
-        match e.d_tag {
-            0 => return false,
-            DT_TEXTREL => return true,
-            DT_FLAGS if e.d_un & DF_TEXTREL != 0 => return true,
-            _ => {}
-        }
-        // SAFETY: not yet at DT_NULL, so the next entry exists.
-        d = unsafe { d.add(1) };
-    }
 }
 
 #[cfg(test)]

@@ -461,43 +461,17 @@ impl core::fmt::Display for SymtabError {
 
 /// A whole object file mapped read-only (the loader maps the same file;
 /// a file truncated under a running program faults there as well).
-struct FileMap {
-    ptr: *mut u8,
-    len: usize,
-}
+struct FileMap(trampoline::image::MappedFile);
 
 impl FileMap {
     fn open(path: &[u8]) -> Result<FileMap, SymtabError> {
-        use std::os::fd::AsRawFd;
         use std::os::unix::ffi::OsStrExt;
-        let file = std::fs::File::open(std::ffi::OsStr::from_bytes(path)).map_err(io_err)?;
-        let len = file.metadata().map_err(io_err)?.len() as usize;
-        if len < ELF_HEADER {
+        let map = trampoline::image::MappedFile::open(std::ffi::OsStr::from_bytes(path))
+            .map_err(io_err)?;
+        if map.len() < ELF_HEADER {
             return Err(SymtabError::NotElf);
         }
-        // SAFETY: a new read-only private mapping of an open file; the
-        // result is checked. The descriptor may close once it is mapped.
-        let p = unsafe {
-            libc::mmap(
-                core::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_PRIVATE,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(SymtabError::Read {
-                errno: std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
-            });
-        }
-        Ok(FileMap { ptr: p.cast(), len })
-    }
-
-    fn bytes(&self) -> &[u8] {
-        // SAFETY: the mapping of len readable bytes, owned by self.
-        unsafe { core::slice::from_raw_parts(self.ptr, self.len) }
+        Ok(FileMap(map))
     }
 
     /// `len` bytes at file offset `off`.
@@ -505,17 +479,9 @@ impl FileMap {
         let off = usize::try_from(off).map_err(|_| SymtabError::BadSection { which })?;
         let end = off
             .checked_add(len)
-            .filter(|&e| e <= self.len)
+            .filter(|&e| e <= self.0.len())
             .ok_or(SymtabError::BadSection { which })?;
-        Ok(&self.bytes()[off..end])
-    }
-}
-
-impl Drop for FileMap {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `open`, no longer referenced (every
-        // slice borrows self).
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+        Ok(&self.0[off..end])
     }
 }
 
