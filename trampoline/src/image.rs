@@ -481,6 +481,19 @@ pub fn dynsym_defines(img: &Image, name: &[u8]) -> bool {
     hashed_symbol(img, name, |s| s.st_shndx != SHN_UNDEF).is_some()
 }
 
+/// The function the object defines and exports as `name` (an `STT_FUNC`,
+/// or an `STT_GNU_IFUNC`'s resolver: both text, as the `object` crate
+/// counts them): its run-time start and `st_size`, through the GNU hash
+/// table in memory (None without one).
+pub fn dynsym_function(img: &Image, name: &[u8]) -> Option<(usize, u64)> {
+    const STT_FUNC: u8 = 2;
+    const STT_GNU_IFUNC: u8 = 10;
+    let s = hashed_symbol(img, name, |s| {
+        s.st_shndx != SHN_UNDEF && matches!(s.st_info & 0xf, STT_FUNC | STT_GNU_IFUNC)
+    })?;
+    Some((img.bias.wrapping_add(s.st_value as usize), s.st_size))
+}
+
 /// The dynamic symbol named `name` that `accept` takes, through the GNU
 /// hash table.
 fn hashed_symbol(

@@ -15,7 +15,9 @@
 //! a signal handler or a hook (it allocates, reads files, takes loader locks).
 
 use crate::error::LookupError;
-use crate::image::{dynsym_named, may_hold, DynEntry, DynIndex, Image, MappedFile};
+use crate::image::{
+    dynsym_function, dynsym_named, may_hold, DynEntry, DynIndex, Image, MappedFile,
+};
 use object::{Object, ObjectSymbol};
 use std::collections::HashMap;
 use std::ffi::{c_void, CStr, CString};
@@ -336,22 +338,24 @@ pub(crate) fn load_bias(file: &object::File, base: u64) -> u64 {
 }
 
 /// Search the symbol tables of every loaded object (in load order) for
-/// `name`. Versioned lookups are answered by `dlvsym` only (the fallback
-/// cannot tell symbol versions apart), so they return `None` here.
+/// `name`: first the exported functions ([`exported_function`], in
+/// memory), then each object file's `.symtab` and `.dynsym`. Versioned
+/// lookups are answered by `dlvsym` only (the fallback cannot tell symbol
+/// versions apart), so they return `None` here.
 fn elf_fallback(name: &str, version: Option<&str>, lib: Option<&str>) -> Option<Symbol> {
     if version.is_some() {
         return None;
+    }
+    if let Some(s) = exported_function(name, lib) {
+        return Some(s);
     }
     let own = own_library_base();
     for (path, base) in loaded_objects() {
         if Some(base) == own {
             continue;
         }
-        if let Some(l) = lib {
-            let tail_matches = path == l || path.ends_with(&format!("/{l}"));
-            if !tail_matches {
-                continue;
-            }
+        if lib.is_some_and(|l| !is_lib(&path, l)) {
+            continue;
         }
         let defs = text_definitions(file_of(&path), base);
         if let Some(&(addr, size)) = defs.get(name) {
@@ -363,6 +367,69 @@ fn elf_fallback(name: &str, version: Option<&str>, lib: Option<&str>) -> Option<
         }
     }
     None
+}
+
+/// Whether `path` (a loaded object's name) is the object `lib` names: the
+/// same, or a path ending in it.
+fn is_lib(path: &str, lib: &str) -> bool {
+    path == lib || path.ends_with(&format!("/{lib}"))
+}
+
+/// The first loaded object (in load order; only `lib` when given; never
+/// the profiler's own) that exports function `name`, found through its
+/// GNU hash table in memory. What `dlsym(RTLD_DEFAULT)` misses in a
+/// library loaded with `RTLD_LOCAL` (a plugin) is found here without
+/// reading its file: the file's parsed symbols, kept for later lookups,
+/// took 6.6 MB of the program's memory for libLLVM-14.
+fn exported_function(name: &str, lib: Option<&str>) -> Option<Symbol> {
+    struct Find<'a> {
+        name: &'a str,
+        lib: Option<&'a str>,
+        own: Option<u64>,
+        found: Option<Symbol>,
+    }
+    unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, _: usize, data: *mut c_void) -> i32 {
+        // SAFETY: dl_iterate_phdr passes a valid info; data is our Find.
+        let (info, f) = unsafe { (&*info, &mut *(data as *mut Find)) };
+        if Some(object_base(info)) == f.own {
+            return 0;
+        }
+        if let Some(l) = f.lib {
+            let path = if info.dlpi_name.is_null() {
+                ""
+            } else {
+                // SAFETY: NUL-terminated string owned by the loader.
+                unsafe { CStr::from_ptr(info.dlpi_name) }
+                    .to_str()
+                    .unwrap_or("")
+            };
+            if !is_lib(path, l) {
+                return 0;
+            }
+        }
+        // SAFETY: a loaded object, read only inside this callback.
+        let img = unsafe { Image::of(info) };
+        match dynsym_function(&img, f.name.as_bytes()) {
+            Some((addr, size)) => {
+                f.found = Some(Symbol {
+                    name: f.name.to_string(),
+                    addr: addr as u64,
+                    size: (size > 0).then_some(size),
+                });
+                1
+            }
+            None => 0,
+        }
+    }
+    let mut f = Find {
+        name,
+        lib,
+        own: own_library_base(),
+        found: None,
+    };
+    // SAFETY: the callback matches the type and only touches `f`.
+    unsafe { libc::dl_iterate_phdr(Some(cb), &mut f as *mut Find as *mut c_void) };
+    f.found
 }
 
 /// Function name -> (run-time address, size).
