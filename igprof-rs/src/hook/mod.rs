@@ -431,6 +431,15 @@ pub fn try_remove_all() -> Option<usize> {
     Some(uninstall(&hooks))
 }
 
+/// Forgets the hooks whose patch site is no longer mapped (the program
+/// unloaded their library; after a dlclose). Their records could never be
+/// removed or written again, and a library loaded and unloaded in a loop
+/// added one each round. Their trampolines stay mapped, for a thread
+/// that may still run in one.
+pub fn forget_unmapped() {
+    lock(&HOOKS).retain(site_mapped);
+}
+
 /// Whether the code a hook patched is still mapped: a library the program
 /// unloaded (dlclose) took its hooks' patch sites with it, and reading
 /// them faulted (the detach of a process that had unloaded a library

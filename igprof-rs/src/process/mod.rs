@@ -793,6 +793,7 @@ pub fn modules_changed() {
 /// table, then the modules that act on loaded objects.
 pub fn objects_changed() {
     modules_changed();
+    crate::hook::forget_unmapped();
     if !active() {
         return;
     }
