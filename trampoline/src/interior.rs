@@ -152,7 +152,7 @@ pub fn pointer_into(data: &[u8], addr: u64, lo: u64, hi: u64) -> Option<Interior
 const BEFORE: usize = 144;
 
 /// Bytes of an object's file read at a time ([`scan_file`]).
-const CHUNK: usize = 256 << 10;
+const CHUNK: usize = 64 << 10;
 /// Bytes a chunk shares with the next: the longest pattern searched (an
 /// 8-byte word), so that none is cut in two.
 const OVERLAP: usize = 8;
@@ -220,15 +220,23 @@ fn scan_file(
     exec: bool,
     lo: u64,
     hi: u64,
+    buf: &mut Vec<u8>,
 ) -> Result<Option<InteriorEntry>, ()> {
     use std::os::unix::fs::FileExt;
-    let mut buf = vec![0u8; CHUNK + OVERLAP];
+    // Sized for the segment, up to a chunk, and kept for the next one:
+    // a fresh chunk per segment cost more page faults than the scan (a
+    // small library loaded and hooked in a loop).
+    let want = len.min(CHUNK + OVERLAP);
+    if buf.len() < want {
+        buf.resize(want, 0);
+    }
     let mut done = 0;
     while done < len {
         let n = (len - done).min(CHUNK + OVERLAP);
-        file.read_exact_at(&mut buf[..n], off + done as u64)
+        let chunk = &mut buf[..n];
+        file.read_exact_at(chunk, off + done as u64)
             .map_err(|_| ())?;
-        if let Some(e) = scan(&buf[..n], at + done as u64, exec, lo, hi) {
+        if let Some(e) = scan(chunk, at + done as u64, exec, lo, hi) {
             return Ok(Some(e));
         }
         if n < CHUNK + OVERLAP {
@@ -280,6 +288,7 @@ pub fn interior_entry(addr: u64, lo: u64, hi: u64) -> Option<InteriorEntry> {
             }
         }
         let file = loaded_file(info, &img);
+        let mut buf = Vec::new();
         for ph in img.phdrs() {
             if ph.p_type != libc::PT_LOAD || ph.p_flags & libc::PF_R == 0 || ph.p_memsz == 0 {
                 continue;
@@ -294,6 +303,7 @@ pub fn interior_entry(addr: u64, lo: u64, hi: u64) -> Option<InteriorEntry> {
                     exec,
                     f.lo,
                     f.hi,
+                    &mut buf,
                 )
                 .ok(),
                 _ => None,

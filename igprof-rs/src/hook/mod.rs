@@ -435,9 +435,13 @@ pub fn try_remove_all() -> Option<usize> {
 /// unloaded their library; after a dlclose). Their records could never be
 /// removed or written again, and a library loaded and unloaded in a loop
 /// added one each round. Their trampolines stay mapped, for a thread
-/// that may still run in one.
+/// that may still run in one. A site in an object of the module table
+/// (just refreshed) is kept without asking the kernel: only the others
+/// cost a `mincore`.
 pub fn forget_unmapped() {
-    lock(&HOOKS).retain(site_mapped);
+    lock(&HOOKS).retain(|h| {
+        crate::unwind::module_of(h.patched_range().0 as usize).is_some() || site_mapped(h)
+    });
 }
 
 /// Whether the code a hook patched is still mapped: a library the program
