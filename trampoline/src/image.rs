@@ -331,11 +331,16 @@ pub struct MappedFile {
 }
 
 impl MappedFile {
-    /// The file at `path`, mapped (an empty file: no mapping, no bytes).
+    /// The regular file at `path`, mapped (an empty file: no mapping, no
+    /// bytes).
     pub fn open(path: impl AsRef<std::path::Path>) -> std::io::Result<MappedFile> {
         use std::os::fd::AsRawFd;
         let file = std::fs::File::open(path)?;
-        let len = usize::try_from(file.metadata()?.len()).map_err(std::io::Error::other)?;
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Err(std::io::ErrorKind::InvalidInput.into());
+        }
+        let len = usize::try_from(meta.len()).map_err(std::io::Error::other)?;
         if len == 0 {
             return Ok(MappedFile {
                 ptr: core::ptr::NonNull::dangling().as_ptr(),

@@ -52,8 +52,8 @@ pub fn scan_object(
     tables: Tables,
     wanted: &dyn Fn(&str) -> bool,
 ) -> Option<Scan> {
-    let map = Mapped::open(crate::symbols::file_of(path))?;
-    let file = object::File::parse(map.bytes()).ok()?;
+    let map = crate::image::MappedFile::open(crate::symbols::file_of(path)).ok()?;
+    let file = object::File::parse(&*map).ok()?;
     let bias = load_bias(&file, base);
     // Names are read from the string tables' bytes, not through object's
     // `StringTable`, whose search for a name's end goes through memchr:
@@ -168,61 +168,4 @@ pub fn exports_any(base: u64, names: &[&str]) -> bool {
     // SAFETY: the callback only reads the object and writes `ask`.
     unsafe { libc::dl_iterate_phdr(Some(cb), &mut ask as *mut Ask as *mut libc::c_void) };
     ask.found
-}
-
-/// A file mapped read-only for the length of a scan.
-struct Mapped {
-    ptr: *mut libc::c_void,
-    len: usize,
-}
-
-impl Mapped {
-    fn open(path: &str) -> Option<Mapped> {
-        let c = std::ffi::CString::new(path).ok()?;
-        // SAFETY: a NUL-terminated path; the descriptor is closed below.
-        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
-        if fd < 0 {
-            return None;
-        }
-        // SAFETY: a zeroed stat is a valid out-buffer for fstat.
-        let mut st: libc::stat = unsafe { core::mem::zeroed() };
-        // SAFETY: fd is open; st is writable.
-        let len = if unsafe { libc::fstat(fd, &mut st) } == 0
-            && (st.st_mode & libc::S_IFMT) == libc::S_IFREG
-        {
-            st.st_size as usize
-        } else {
-            0
-        };
-        let ptr = if len == 0 {
-            libc::MAP_FAILED
-        } else {
-            // SAFETY: a private read-only mapping of a regular file we opened.
-            unsafe {
-                libc::mmap(
-                    core::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ,
-                    libc::MAP_PRIVATE,
-                    fd,
-                    0,
-                )
-            }
-        };
-        // SAFETY: our own descriptor; the mapping keeps the file.
-        unsafe { libc::close(fd) };
-        (ptr != libc::MAP_FAILED).then_some(Mapped { ptr, len })
-    }
-
-    fn bytes(&self) -> &[u8] {
-        // SAFETY: a live read-only mapping of `len` bytes, unmapped on drop.
-        unsafe { core::slice::from_raw_parts(self.ptr as *const u8, self.len) }
-    }
-}
-
-impl Drop for Mapped {
-    fn drop(&mut self) {
-        // SAFETY: our mapping, no longer borrowed (bytes() borrows self).
-        unsafe { libc::munmap(self.ptr, self.len) };
-    }
 }

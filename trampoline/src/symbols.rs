@@ -19,7 +19,6 @@ use crate::image::{
     dynsym_function, dynsym_named, may_hold, DynEntry, DynIndex, Image, MappedFile,
 };
 use object::{Object, ObjectSymbol};
-use std::collections::HashMap;
 use std::ffi::{c_void, CStr, CString};
 use std::sync::{Arc, Mutex};
 
@@ -357,13 +356,8 @@ fn elf_fallback(name: &str, version: Option<&str>, lib: Option<&str>) -> Option<
         if lib.is_some_and(|l| !is_lib(&path, l)) {
             continue;
         }
-        let defs = text_definitions(file_of(&path), base);
-        if let Some(&(addr, size)) = defs.get(name) {
-            return Some(Symbol {
-                name: name.to_string(),
-                addr,
-                size: (size > 0).then_some(size),
-            });
+        if let Some(s) = file_definition(&path, base, name) {
+            return Some(s);
         }
     }
     None
@@ -432,48 +426,27 @@ fn exported_function(name: &str, lib: Option<&str>) -> Option<Symbol> {
     f.found
 }
 
-/// Function name -> (run-time address, size).
-type Definitions = HashMap<String, (u64, u64)>;
-
-/// Run-time address and size of every function defined in the symbol
-/// tables of the file at `path` loaded at `base`, parsed once per object:
-/// looking up several names that an object does not export (an allocator's
-/// entry points, C++ operators) would otherwise read and parse the whole
-/// file for each, which every profiled process paid at start-up.
-fn text_definitions(path: &str, base: u64) -> Arc<Definitions> {
-    /// (path, load address) of each object parsed, with its definitions.
-    type Parsed = ((String, u64), Arc<Definitions>);
-    static CACHE: Mutex<Vec<Parsed>> = Mutex::new(Vec::new());
-    let key = (path.to_string(), base);
-    if let Some((_, d)) = CACHE
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter()
-        .find(|(k, _)| *k == key)
-    {
-        return d.clone();
+/// The function `name` defined in the symbol tables (`.symtab`, then
+/// `.dynsym`) of the file of the object loaded at `base` from `path`
+/// (as [`loaded_objects`] gives them), by [`crate::objscan::scan_object`].
+/// The answer is kept per object and name, so that a name looked up again
+/// after each dlopen reads no file twice; the object's other names are
+/// not kept (every function of every object, parsed for a name no object
+/// defines, stayed in the program's memory: 10 MB with libLLVM-14).
+fn file_definition(path: &str, base: u64, name: &str) -> Option<Symbol> {
+    /// (path, load address, name) asked, and the answer.
+    type Answer = ((String, u64, String), Option<Symbol>);
+    static ANSWERS: Mutex<Vec<Answer>> = Mutex::new(Vec::new());
+    let answers = || ANSWERS.lock().unwrap_or_else(|e| e.into_inner());
+    let key = (path.to_string(), base, name.to_string());
+    if let Some((_, a)) = answers().iter().find(|(k, _)| *k == key) {
+        return a.clone();
     }
-    let mut defs = HashMap::new();
-    if let Ok(data) = MappedFile::open(path) {
-        if let Ok(file) = object::File::parse(&*data) {
-            let bias = load_bias(&file, base);
-            // The first definition of a name wins (.symtab before .dynsym).
-            for s in file.symbols().chain(file.dynamic_symbols()) {
-                if s.kind() == object::SymbolKind::Text && s.is_definition() {
-                    if let Ok(n) = s.name() {
-                        defs.entry(n.to_string())
-                            .or_insert((s.address().wrapping_add(bias), s.size()));
-                    }
-                }
-            }
-        }
-    }
-    let d = Arc::new(defs);
-    CACHE
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push((key, d.clone()));
-    d
+    let found =
+        crate::objscan::scan_object(path, base, crate::objscan::Tables::All, &|n| n == name)
+            .and_then(|scan| scan.functions.into_iter().next());
+    answers().push((key, found.clone()));
+    found
 }
 
 /// (run-time start, end, name) of one object's data symbols, by start.
