@@ -171,8 +171,8 @@ fn scan(bytes: &[u8], at: u64, exec: bool, lo: u64, hi: u64) -> Option<InteriorE
 }
 
 /// The object's file, when what it holds is what was loaded: the same
-/// program headers and notes, and no text relocations (its read-only
-/// segments are then the file's bytes).
+/// program headers and notes, a GNU build-id among them, and no text
+/// relocations (its read-only segments are then the file's bytes).
 fn loaded_file(info: &libc::dl_phdr_info, img: &Image) -> Option<std::fs::File> {
     use std::os::unix::fs::FileExt;
     let name = if info.dlpi_name.is_null() {
@@ -186,7 +186,18 @@ fn loaded_file(info: &libc::dl_phdr_info, img: &Image) -> Option<std::fs::File> 
     } else {
         <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(name).as_ref()
     };
-    if crate::image::text_relocated(img.bias, img.phdrs()) {
+    // Without a build-id, a file rebuilt in place could keep the program
+    // headers and differ in code: only a build-id tells.
+    let build_id = img.phdrs().iter().any(|ph| {
+        ph.p_type == libc::PT_NOTE
+            && img
+                .bytes(
+                    img.bias.wrapping_add(ph.p_vaddr as usize),
+                    ph.p_filesz as usize,
+                )
+                .is_some_and(|n| crate::image::build_id_in_notes(n, ph.p_align as usize).is_some())
+    });
+    if !build_id || crate::image::text_relocated(img.bias, img.phdrs()) {
         return None;
     }
     let file = std::fs::File::open(path).ok()?;

@@ -47,6 +47,7 @@ use std::sync::OnceLock;
 use super::descriptor::{Descriptor, Kind};
 use super::mem::{MmapSlice, Zeroable};
 use safefs::PrivateDir;
+pub(crate) use trampoline::image::build_id_in_notes;
 
 /// Changes whenever the file layout changes.
 const MAGIC: [u8; 8] = *b"IGPRUWD1";
@@ -587,30 +588,6 @@ pub(crate) unsafe fn build_id_of(base: usize, phdrs: &[libc::Elf64_Phdr]) -> Opt
             };
             build_id_in_notes(notes, ph.p_align as usize)
         })
-}
-
-/// The GNU build-id in the notes `notes` of a segment aligned to `align`.
-pub(crate) fn build_id_in_notes(notes: &[u8], align: usize) -> Option<&[u8]> {
-    const NT_GNU_BUILD_ID: u32 = 3;
-    let align = if align == 8 { 8 } else { 4 };
-    let word = |at: usize| -> Option<usize> {
-        Some(u32::from_ne_bytes(notes.get(at..at + 4)?.try_into().ok()?) as usize)
-    };
-    let mut at = 0;
-    while at + 12 <= notes.len() {
-        let (namesz, descsz, kind) = (word(at)?, word(at + 4)?, word(at + 8)? as u32);
-        let name_at = at + 12;
-        let desc_at = name_at.checked_add(namesz)?.next_multiple_of(align);
-        let end = desc_at.checked_add(descsz)?;
-        if end > notes.len() {
-            return None;
-        }
-        if kind == NT_GNU_BUILD_ID && notes.get(name_at..name_at + namesz)? == b"GNU\0" {
-            return Some(&notes[desc_at..end]);
-        }
-        at = end.next_multiple_of(align);
-    }
-    None
 }
 
 /// `dir` for the cache directory named by the environment:
