@@ -214,18 +214,96 @@ pub fn aarch64_branch_into(code: &[u8], addr: u64, lo: u64, hi: u64) -> Option<I
 
 /// The first 8-byte-aligned little-endian word of `data` (at run-time
 /// address `addr`) that is an address in `[lo, hi)`.
+///
+/// A word in a small window has the upper 48 bits of `lo` or of `hi - 1`:
+/// on x86-64 eight words are compared on those at a time (SSE2) and only
+/// the ones that match are looked at whole (the data of an object is
+/// mostly other words, its pointers mostly elsewhere).
 pub fn pointer_into(data: &[u8], addr: u64, lo: u64, hi: u64) -> Option<InteriorEntry> {
+    if hi <= lo {
+        return None;
+    }
     let skew = ((8 - (addr & 7)) & 7) as usize;
-    for (k, w) in data.get(skew..)?.chunks_exact(8).enumerate() {
-        let v = u64::from_le_bytes(w.try_into().ok()?);
-        if lo <= v && v < hi {
-            return Some(InteriorEntry::Pointer {
-                at: addr + (skew + 8 * k) as u64,
-                target: v,
-            });
+    let words = data.get(skew..)?;
+    let word_at = |k: usize| -> Option<InteriorEntry> {
+        let v = u64::from_le_bytes(words[8 * k..8 * k + 8].try_into().ok()?);
+        (lo <= v && v < hi).then(|| InteriorEntry::Pointer {
+            at: addr + (skew + 8 * k) as u64,
+            target: v,
+        })
+    };
+    match words_by_upper_bits(words, lo, hi, &word_at) {
+        Ok(found) => Some(found),
+        Err(rest) => (rest..words.len() / 8).find_map(word_at),
+    }
+}
+
+/// The words of [`pointer_into`] eight at a time on their upper 48 bits
+/// (x86-64: SSE2): the pointer found, or the word from which the rest is
+/// to be looked at one by one.
+#[cfg(target_arch = "x86_64")]
+fn words_by_upper_bits(
+    words: &[u8],
+    lo: u64,
+    hi: u64,
+    word_at: &dyn Fn(usize) -> Option<InteriorEntry>,
+) -> Result<InteriorEntry, usize> {
+    use core::arch::x86_64::*;
+    let n = words.len() / 8;
+    let mut k = 0;
+    if hi - lo > 1 << 12 {
+        return Err(k);
+    }
+    // SAFETY: SSE2 is part of x86-64; every load reads words[8k..8k+64],
+    // in bounds while k + 8 <= n.
+    unsafe {
+        // Per word: its low half's upper 16 bits, its high half whole.
+        let keep = _mm_set_epi32(-1, 0xffff_0000u32 as i32, -1, 0xffff_0000u32 as i32);
+        let wanted = |v: u64| {
+            let (low, high) = ((v as u32 & 0xffff_0000) as i32, (v >> 32) as i32);
+            _mm_set_epi32(high, low, high, low)
+        };
+        let (a, b) = (wanted(lo), wanted(hi - 1));
+        // Both halves of a word equal to one of a, b: 0xff in its byte lane
+        // of the mask (a false match, mixing halves of a and b, is looked
+        // at whole and refused).
+        let eq = |j: usize| {
+            let v = _mm_and_si128(
+                _mm_loadu_si128(words.as_ptr().add(8 * j) as *const __m128i),
+                keep,
+            );
+            _mm_or_si128(_mm_cmpeq_epi32(v, a), _mm_cmpeq_epi32(v, b))
+        };
+        while k + 8 <= n {
+            let e = [eq(k), eq(k + 2), eq(k + 4), eq(k + 6)];
+            let any = _mm_or_si128(_mm_or_si128(e[0], e[1]), _mm_or_si128(e[2], e[3]));
+            if _mm_movemask_epi8(any) != 0 {
+                for (i, e) in e.iter().enumerate() {
+                    let m = _mm_movemask_epi8(*e) as u32;
+                    for half in 0..2 {
+                        if (m >> (8 * half)) & 0xff == 0xff {
+                            if let Some(found) = word_at(k + 2 * i + half) {
+                                return Ok(found);
+                            }
+                        }
+                    }
+                }
+            }
+            k += 8;
         }
     }
-    None
+    Err(k)
+}
+
+/// Elsewhere every word is looked at one by one.
+#[cfg(not(target_arch = "x86_64"))]
+fn words_by_upper_bits(
+    _: &[u8],
+    _: u64,
+    _: u64,
+    _: &dyn Fn(usize) -> Option<InteriorEntry>,
+) -> Result<InteriorEntry, usize> {
+    Err(0)
 }
 
 /// Bytes before a function searched for short branches (an 8-bit
@@ -604,6 +682,65 @@ mod tests {
             })
         );
         assert_eq!(aarch64_branch_into(&b, 0x2000, 0x1ff9, 0x2000), None);
+    }
+
+    /// [`pointer_into`] as first written, a word at a time: the reference.
+    fn pointer_into_by_words(data: &[u8], addr: u64, lo: u64, hi: u64) -> Option<InteriorEntry> {
+        let skew = ((8 - (addr & 7)) & 7) as usize;
+        for (k, w) in data.get(skew..)?.chunks_exact(8).enumerate() {
+            let v = u64::from_le_bytes(w.try_into().unwrap());
+            if lo <= v && v < hi {
+                return Some(InteriorEntry::Pointer {
+                    at: addr + (skew + 8 * k) as u64,
+                    target: v,
+                });
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn the_fast_pointer_scan_finds_what_a_word_by_word_one_finds() {
+        // Words that are mostly pointers near the window (same upper 32
+        // bits), some in the window, across a 64 KiB boundary, at every
+        // skew and cut.
+        let base = 0x7f12_3456_0000u64;
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut data = Vec::new();
+        for i in 0..20_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let w = match i % 5 {
+                0 => x,
+                1 => 0,
+                _ => base + (x % 0x4_0000),
+            };
+            data.extend_from_slice(&w.to_le_bytes());
+        }
+        let lo = base + 0xfff8;
+        for (at, v) in [(9_001usize, lo + 3), (15_555, lo + 9), (19_990, lo)] {
+            data[8 * at..8 * at + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        for (lo, hi) in [
+            (lo, lo + 14),
+            (lo + 4, lo + 12),
+            (lo + 1, lo + 2),
+            (base, base + 4096),
+        ] {
+            for cut in [0usize, 1, 3, 8, 13] {
+                for addr in [0x4000u64, 0x4003] {
+                    let d = &data[cut..];
+                    assert_eq!(
+                        pointer_into(d, addr, lo, hi),
+                        pointer_into_by_words(d, addr, lo, hi),
+                        "[{lo:#x}, {hi:#x}) cut {cut} at {addr:#x}"
+                    );
+                }
+            }
+        }
+        assert!(pointer_into(&data, 0x4000, lo, lo + 14).is_some());
+        assert_eq!(pointer_into(&data, 0x4000, lo, lo), None);
     }
 
     #[test]
