@@ -177,8 +177,9 @@ fn with_code<A: Arch, R>(
 }
 
 pub(crate) fn probe_with<A: Arch>(sym: &Symbol) -> Result<Probe, HookError> {
-    let (code, plan) = with_code::<A, _>(sym, |code| {
-        A::plan(code, sym.addr, sym.size, A::NEAR_PATCH_LEN)
+    // From the known plans when they hold these bytes: no decoding.
+    let (code, (plan, record)) = with_code::<A, _>(sym, |code| {
+        plan_for::<A>(sym, code, A::NEAR_PATCH_LEN).map(|(plan, record, _)| (plan, record))
     })
     .map_err(|r| err(sym, r))?;
     let patch_at = sym.addr + plan.keep as u64;
@@ -197,7 +198,8 @@ pub(crate) fn probe_with<A: Arch>(sym: &Symbol) -> Result<Probe, HookError> {
             },
         )
     })?;
-    let out = A::relocate(&code, sym.addr, &plan, tramp).map_err(|r| err(sym, r))?;
+    let out =
+        relocated::<A>(sym, &code, &plan, record.as_deref(), tramp).map_err(|r| err(sym, r))?;
     Ok(Probe {
         plan,
         trampoline_len: out.len(),
