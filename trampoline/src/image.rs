@@ -26,6 +26,44 @@ pub struct Image {
     exec: Vec<bool>,
 }
 
+/// `f` on each loaded object, in the loader's order, until it returns
+/// Some: inside `dl_iterate_phdr`, whose lock keeps every object loaded
+/// while `f` runs (and which the program's other threads wait for to load
+/// or look up a library: `f` should be short).
+pub fn first_object<R>(mut f: impl FnMut(&libc::dl_phdr_info) -> Option<R>) -> Option<R> {
+    struct Walk<'a, R> {
+        f: &'a mut dyn FnMut(&libc::dl_phdr_info) -> Option<R>,
+        out: Option<R>,
+    }
+    unsafe extern "C" fn cb<R>(
+        info: *mut libc::dl_phdr_info,
+        _: usize,
+        data: *mut core::ffi::c_void,
+    ) -> i32 {
+        // SAFETY: dl_iterate_phdr passes a valid info; data is our Walk.
+        let (info, walk) = unsafe { (&*info, &mut *(data as *mut Walk<R>)) };
+        match (walk.f)(info) {
+            Some(r) => {
+                walk.out = Some(r);
+                1
+            }
+            None => 0,
+        }
+    }
+    let mut walk = Walk {
+        f: &mut f,
+        out: None,
+    };
+    // SAFETY: the callback matches the type and only touches `walk`.
+    unsafe {
+        libc::dl_iterate_phdr(
+            Some(cb::<R>),
+            &mut walk as *mut Walk<R> as *mut core::ffi::c_void,
+        )
+    };
+    walk.out
+}
+
 /// Whether `addr` may lie in the object `info` describes: inside the span
 /// from its first loadable segment's page to the end of its last, where
 /// every range [`Image::ranges`] gives lies. Reads only the loader's
@@ -113,14 +151,14 @@ impl Image {
             .to_vec()
     }
 
-    /// The PT_NOTE segments as loaded: (file offset, bytes).
-    pub fn notes(&self) -> Vec<(u64, Vec<u8>)> {
+    /// The PT_NOTE segments as loaded: (file offset, alignment, bytes).
+    pub fn notes(&self) -> Vec<(u64, usize, Vec<u8>)> {
         let mut v = Vec::new();
         for ph in self.phdrs() {
             if ph.p_type == libc::PT_NOTE && ph.p_filesz > 0 && ph.p_filesz <= 1 << 16 {
                 let at = self.bias.wrapping_add(ph.p_vaddr as usize);
                 if let Some(b) = self.bytes(at, ph.p_filesz as usize) {
-                    v.push((ph.p_offset, b.to_vec()));
+                    v.push((ph.p_offset, ph.p_align as usize, b.to_vec()));
                 }
             }
         }

@@ -25,7 +25,6 @@
 //! from a signal handler (it allocates and calls `dl_iterate_phdr`).
 
 use crate::image::Image;
-use core::ffi::c_void;
 
 /// Something that enters `[lo, hi)` from outside the function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -369,57 +368,70 @@ fn scan(bytes: &[u8], at: u64, exec: bool, lo: u64, hi: u64) -> Option<InteriorE
     branch.or_else(|| pointer_into(bytes, at, lo, hi))
 }
 
-/// The object's file, when what it holds is what was loaded: the same
-/// program headers and notes, a GNU build-id among them, and no text
-/// relocations (its read-only segments are then the file's bytes).
-fn loaded_file(info: &libc::dl_phdr_info, img: &Image) -> Option<std::fs::File> {
-    use std::os::unix::fs::FileExt;
-    let name = if info.dlpi_name.is_null() {
-        &[][..]
-    } else {
-        // SAFETY: dlpi_name is NUL-terminated, owned by the loader.
-        unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }.to_bytes()
-    };
-    let path: &std::path::Path = if name.is_empty() {
-        "/proc/self/exe".as_ref()
-    } else {
-        <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(name).as_ref()
-    };
-    // Without a build-id, a file rebuilt in place could keep the program
-    // headers and differ in code: only a build-id tells.
-    let build_id = img.phdrs().iter().any(|ph| {
-        ph.p_type == libc::PT_NOTE
-            && img
-                .bytes(
-                    img.bias.wrapping_add(ph.p_vaddr as usize),
-                    ph.p_filesz as usize,
-                )
-                .is_some_and(|n| crate::image::build_id_in_notes(n, ph.p_align as usize).is_some())
-    });
-    if !build_id || crate::image::text_relocated(img.bias, img.phdrs()) {
-        return None;
-    }
-    let file = std::fs::File::open(path).ok()?;
-    let mut eh = [0u8; 64];
-    file.read_exact_at(&mut eh, 0).ok()?;
-    if eh[..4] != *b"\x7fELF" {
-        return None;
-    }
-    let phoff = u64::from_le_bytes(eh[32..40].try_into().ok()?);
-    let loaded = img.phdr_bytes();
-    let mut phdrs = vec![0u8; loaded.len()];
-    file.read_exact_at(&mut phdrs, phoff).ok()?;
-    if phdrs != loaded {
-        return None;
-    }
-    for (off, bytes) in img.notes() {
-        let mut b = vec![0u8; bytes.len()];
-        file.read_exact_at(&mut b, off).ok()?;
-        if b != bytes {
+/// What tells whether an object's file is the object loaded, copied
+/// from it under the loader's lock: its path, program headers and notes.
+struct LoadedFacts {
+    path: std::path::PathBuf,
+    phdrs: Vec<u8>,
+    /// (file offset, alignment, bytes) of each PT_NOTE segment as loaded.
+    notes: Vec<(u64, usize, Vec<u8>)>,
+}
+
+impl LoadedFacts {
+    /// The facts of `img`, when its file may be read in its place: a GNU
+    /// build-id among its notes (without one, a file rebuilt in place
+    /// could keep the program headers and differ in code) and no text
+    /// relocations (its read-only segments are then the file's bytes).
+    fn of(info: &libc::dl_phdr_info, img: &Image) -> Option<LoadedFacts> {
+        let notes = img.notes();
+        let build_id = notes
+            .iter()
+            .any(|(_, align, n)| crate::image::build_id_in_notes(n, *align).is_some());
+        if !build_id || crate::image::text_relocated(img.bias, img.phdrs()) {
             return None;
         }
+        let name = if info.dlpi_name.is_null() {
+            &[][..]
+        } else {
+            // SAFETY: dlpi_name is NUL-terminated, owned by the loader.
+            unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }.to_bytes()
+        };
+        let path = if name.is_empty() {
+            "/proc/self/exe".into()
+        } else {
+            <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(name).into()
+        };
+        Some(LoadedFacts {
+            path,
+            phdrs: img.phdr_bytes(),
+            notes,
+        })
     }
-    Some(file)
+
+    /// The object's file, when it holds the same program headers and notes.
+    fn open(&self) -> Option<std::fs::File> {
+        use std::os::unix::fs::FileExt;
+        let file = std::fs::File::open(&self.path).ok()?;
+        let mut eh = [0u8; 64];
+        file.read_exact_at(&mut eh, 0).ok()?;
+        if eh[..4] != *b"\x7fELF" {
+            return None;
+        }
+        let phoff = u64::from_le_bytes(eh[32..40].try_into().ok()?);
+        let mut phdrs = vec![0u8; self.phdrs.len()];
+        file.read_exact_at(&mut phdrs, phoff).ok()?;
+        if phdrs != self.phdrs {
+            return None;
+        }
+        for (off, _, bytes) in &self.notes {
+            let mut b = vec![0u8; bytes.len()];
+            file.read_exact_at(&mut b, *off).ok()?;
+            if b != *bytes {
+                return None;
+            }
+        }
+        Some(file)
+    }
 }
 
 /// [`scan`] over `len` bytes of `file` from offset `off` (loaded at
@@ -457,89 +469,119 @@ fn scan_file(
     Ok(None)
 }
 
+/// A read-only segment left to read from the object's file: (file
+/// offset, bytes in the file, run-time address, executable).
+type FileSegment = (u64, usize, u64, bool);
+
 /// Whether code or data of the loaded object holding `addr` enters
 /// `[lo, hi)` (the bytes after a patch's first one) from outside the
 /// function: the first such entry found.
 ///
 /// The segments the program never writes are read from the object's file
-/// when it is the one loaded ([`loaded_file`]), not through the mapping:
+/// when it is the one loaded ([`LoadedFacts`]), not through the mapping:
 /// reading the mapping made every page of the object resident in the
 /// program (`-fp` of one function of libLLVM: its peak resident set 49 ->
-/// 165 MB). The others, and every segment of an object whose file is
-/// not the loaded one, are read in memory.
+/// 165 MB). They are read after `dl_iterate_phdr` returns: its callback
+/// holds the loader's lock, which the program's other threads take to
+/// load a library or to unwind an exception (scanning libLLVM held it
+/// for 50-100 ms a function). The writable segments, and every segment
+/// of an object whose file is not the loaded one, are read in memory,
+/// inside the callback.
 pub fn interior_entry(addr: u64, lo: u64, hi: u64) -> Option<InteriorEntry> {
-    struct Find {
-        addr: usize,
-        lo: u64,
-        hi: u64,
-        found: Option<InteriorEntry>,
-    }
-    unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, _: usize, data: *mut c_void) -> i32 {
-        // SAFETY: dl_iterate_phdr passes a valid info; data is our Find.
-        let (info, f) = unsafe { (&*info, &mut *(data as *mut Find)) };
-        // SAFETY: a loaded object, read only inside this callback.
-        let img = unsafe { Image::of(info) };
-        let segs = img.load_segments();
-        if !segs.iter().any(|&(lo, hi, _)| lo <= f.addr && f.addr < hi) {
-            return 0;
+    let (found, facts, from_file) = in_object(addr as usize, |info, img| {
+        if let Some(near) = branch_before(img, addr as usize, lo, hi) {
+            return (Some(near), None, Vec::new());
         }
-        if cfg!(target_arch = "x86_64") {
-            let near = segs
-                .iter()
-                .find(|&&(lo, hi, exec)| exec && lo <= f.addr && f.addr <= hi)
-                .and_then(|&(lo, _, _)| {
-                    let from = f.addr.saturating_sub(BEFORE).max(lo);
-                    img.bytes(from, f.addr - from)
-                })
-                .and_then(|b| x86_64_branch_before(b, f.addr as u64, f.lo, f.hi));
-            if near.is_some() {
-                f.found = near;
-                return 1;
-            }
-        }
-        let file = loaded_file(info, &img);
-        let mut buf = Vec::new();
-        for ph in img.phdrs() {
-            if ph.p_type != libc::PT_LOAD || ph.p_flags & libc::PF_R == 0 || ph.p_memsz == 0 {
+        let facts = LoadedFacts::of(info, img);
+        let mut from_file: Vec<FileSegment> = Vec::new();
+        for ph in readable_loads(img) {
+            let at = img.bias.wrapping_add(ph.p_vaddr as usize);
+            let exec = ph.p_flags & libc::PF_X != 0;
+            if facts.is_some() && ph.p_flags & libc::PF_W == 0 {
+                // Beyond p_filesz a read-only segment is zeros: nothing to find.
+                from_file.push((ph.p_offset, ph.p_filesz as usize, at as u64, exec));
                 continue;
             }
-            let lo = img.bias.wrapping_add(ph.p_vaddr as usize);
-            let exec = ph.p_flags & libc::PF_X != 0;
-            let from_file = match &file {
-                // Beyond p_filesz a read-only segment is zeros: nothing to find.
-                Some(file) if ph.p_flags & libc::PF_W == 0 => scan_file(
-                    file,
-                    (ph.p_offset, ph.p_filesz as usize, lo as u64),
-                    exec,
-                    f.lo,
-                    f.hi,
-                    &mut buf,
-                )
-                .ok(),
-                _ => None,
-            };
-            let found = match from_file {
-                Some(found) => found,
-                None => img
-                    .bytes(lo, ph.p_memsz as usize)
-                    .and_then(|bytes| scan(bytes, lo as u64, exec, f.lo, f.hi)),
-            };
+            let found = img
+                .bytes(at, ph.p_memsz as usize)
+                .and_then(|bytes| scan(bytes, at as u64, exec, lo, hi));
             if found.is_some() {
-                f.found = found;
-                break;
+                return (found, None, Vec::new());
             }
         }
-        1
+        (None, facts, from_file)
+    })?;
+    if found.is_some() || from_file.is_empty() {
+        return found;
     }
-    let mut f = Find {
-        addr: addr as usize,
-        lo,
-        hi,
-        found: None,
-    };
-    // SAFETY: the callback matches the type and only touches `f`.
-    unsafe { libc::dl_iterate_phdr(Some(cb), &mut f as *mut Find as *mut c_void) };
-    f.found
+    // Outside the loader's lock: the read-only segments from the file.
+    let file = facts.and_then(|f| f.open());
+    let mut buf = Vec::new();
+    let mut unread = Vec::new();
+    for &(off, len, at, exec) in &from_file {
+        match file
+            .as_ref()
+            .map(|file| scan_file(file, (off, len, at), exec, lo, hi, &mut buf))
+        {
+            Some(Ok(Some(found))) => return Some(found),
+            Some(Ok(None)) => {}
+            _ => unread.push(at),
+        }
+    }
+    if unread.is_empty() {
+        return None;
+    }
+    // The file could not be read, or is not the loaded object: those
+    // segments in memory, as for an object without a build-id.
+    in_object(addr as usize, |_, img| {
+        readable_loads(img)
+            .filter(|ph| unread.contains(&(img.bias.wrapping_add(ph.p_vaddr as usize) as u64)))
+            .find_map(|ph| {
+                let at = img.bias.wrapping_add(ph.p_vaddr as usize);
+                let exec = ph.p_flags & libc::PF_X != 0;
+                img.bytes(at, ph.p_memsz as usize)
+                    .and_then(|bytes| scan(bytes, at as u64, exec, lo, hi))
+            })
+    })
+    .flatten()
+}
+
+/// x86-64: a short branch in the bytes just before the function at
+/// `addr` into `[lo, hi)`.
+fn branch_before(img: &Image, addr: usize, lo: u64, hi: u64) -> Option<InteriorEntry> {
+    if !cfg!(target_arch = "x86_64") {
+        return None;
+    }
+    img.load_segments()
+        .iter()
+        .find(|&&(start, end, exec)| exec && start <= addr && addr <= end)
+        .and_then(|&(start, _, _)| {
+            let from = addr.saturating_sub(BEFORE).max(start);
+            img.bytes(from, addr - from)
+        })
+        .and_then(|b| x86_64_branch_before(b, addr as u64, lo, hi))
+}
+
+/// The readable, non-empty PT_LOAD program headers of `img`.
+fn readable_loads(img: &Image) -> impl Iterator<Item = &libc::Elf64_Phdr> {
+    img.phdrs()
+        .iter()
+        .filter(|ph| ph.p_type == libc::PT_LOAD && ph.p_flags & libc::PF_R != 0 && ph.p_memsz > 0)
+}
+
+/// `f` over the loaded object holding `addr`, inside `dl_iterate_phdr`
+/// (the loader's lock held); None when no object holds it.
+fn in_object<R>(addr: usize, f: impl FnOnce(&libc::dl_phdr_info, &Image) -> R) -> Option<R> {
+    let mut f = Some(f);
+    crate::image::first_object(|info| {
+        // SAFETY: a loaded object, read only inside first_object's callback.
+        let img = unsafe { Image::of(info) };
+        img.load_segments()
+            .iter()
+            .any(|&(lo, hi, _)| lo <= addr && addr < hi)
+            .then(|| f.take().map(|f| f(info, &img)))
+            .flatten()
+    })
 }
 
 #[cfg(test)]

@@ -137,35 +137,17 @@ fn string_at(table: &[u8], offset: u32) -> Option<&[u8]> {
 /// names) and without the dynamic loader (a `dlopen` by path allocates in
 /// the loader, which LeakSanitizer reports).
 pub fn exports_any(base: u64, names: &[&str]) -> bool {
-    struct Ask<'a> {
-        base: u64,
-        names: &'a [&'a str],
-        found: bool,
-    }
-    unsafe extern "C" fn cb(
-        info: *mut libc::dl_phdr_info,
-        _: usize,
-        data: *mut libc::c_void,
-    ) -> i32 {
-        // SAFETY: dl_iterate_phdr passes a valid info; data is our Ask.
-        let (info, ask) = unsafe { (&*info, &mut *(data as *mut Ask)) };
-        if crate::symbols::object_base(info) != ask.base {
-            return 0;
+    crate::image::first_object(|info| {
+        if crate::symbols::object_base(info) != base {
+            return None;
         }
-        // SAFETY: a loaded object, read only inside this callback.
+        // SAFETY: a loaded object, read only inside first_object's callback.
         let img = unsafe { crate::image::Image::of(info) };
-        ask.found = ask
-            .names
-            .iter()
-            .any(|n| crate::image::dynsym_defines(&img, n.as_bytes()));
-        1
-    }
-    let mut ask = Ask {
-        base,
-        names,
-        found: false,
-    };
-    // SAFETY: the callback only reads the object and writes `ask`.
-    unsafe { libc::dl_iterate_phdr(Some(cb), &mut ask as *mut Ask as *mut libc::c_void) };
-    ask.found
+        Some(
+            names
+                .iter()
+                .any(|n| crate::image::dynsym_defines(&img, n.as_bytes())),
+        )
+    })
+    .unwrap_or(false)
 }

@@ -16,7 +16,7 @@
 
 use crate::error::LookupError;
 use crate::image::{
-    dynsym_function, dynsym_named, may_hold, DynEntry, DynIndex, Image, MappedFile,
+    dynsym_function, dynsym_named, first_object, may_hold, DynEntry, DynIndex, Image, MappedFile,
 };
 use object::{Object, ObjectSymbol};
 use std::ffi::{c_void, CStr, CString};
@@ -376,19 +376,12 @@ fn is_lib(path: &str, lib: &str) -> bool {
 /// reading its file: the file's parsed symbols, kept for later lookups,
 /// took 6.6 MB of the program's memory for libLLVM-14.
 fn exported_function(name: &str, lib: Option<&str>) -> Option<Symbol> {
-    struct Find<'a> {
-        name: &'a str,
-        lib: Option<&'a str>,
-        own: Option<u64>,
-        found: Option<Symbol>,
-    }
-    unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, _: usize, data: *mut c_void) -> i32 {
-        // SAFETY: dl_iterate_phdr passes a valid info; data is our Find.
-        let (info, f) = unsafe { (&*info, &mut *(data as *mut Find)) };
-        if Some(object_base(info)) == f.own {
-            return 0;
+    let own = own_library_base();
+    first_object(|info| {
+        if Some(object_base(info)) == own {
+            return None;
         }
-        if let Some(l) = f.lib {
+        if let Some(l) = lib {
             let path = if info.dlpi_name.is_null() {
                 ""
             } else {
@@ -398,32 +391,17 @@ fn exported_function(name: &str, lib: Option<&str>) -> Option<Symbol> {
                     .unwrap_or("")
             };
             if !is_lib(path, l) {
-                return 0;
+                return None;
             }
         }
-        // SAFETY: a loaded object, read only inside this callback.
+        // SAFETY: a loaded object, read only inside first_object's callback.
         let img = unsafe { Image::of(info) };
-        match dynsym_function(&img, f.name.as_bytes()) {
-            Some((addr, size)) => {
-                f.found = Some(Symbol {
-                    name: f.name.to_string(),
-                    addr: addr as u64,
-                    size: (size > 0).then_some(size),
-                });
-                1
-            }
-            None => 0,
-        }
-    }
-    let mut f = Find {
-        name,
-        lib,
-        own: own_library_base(),
-        found: None,
-    };
-    // SAFETY: the callback matches the type and only touches `f`.
-    unsafe { libc::dl_iterate_phdr(Some(cb), &mut f as *mut Find as *mut c_void) };
-    f.found
+        dynsym_function(&img, name.as_bytes()).map(|(addr, size)| Symbol {
+            name: name.to_string(),
+            addr: addr as u64,
+            size: (size > 0).then_some(size),
+        })
+    })
 }
 
 /// The function `name` defined in the symbol tables (`.symtab`, then

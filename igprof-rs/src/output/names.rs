@@ -266,8 +266,8 @@ struct FileCheck {
     object: usize,
     bias: usize,
     phdrs: Vec<u8>,
-    /// (file offset, bytes) of each PT_NOTE segment as loaded.
-    notes: Vec<(u64, Vec<u8>)>,
+    /// (file offset, alignment, bytes) of each PT_NOTE segment as loaded.
+    notes: Vec<(u64, usize, Vec<u8>)>,
     /// Indexes into the pass's addresses.
     addrs: Vec<usize>,
 }
@@ -535,7 +535,7 @@ fn symtab_names(
     if phdrs != check.phdrs {
         return Err(SymtabError::Changed);
     }
-    for (off, bytes) in &check.notes {
+    for (off, _, bytes) in &check.notes {
         if map.at(*off, bytes.len(), "a note")? != *bytes {
             return Err(SymtabError::Changed);
         }
