@@ -339,9 +339,9 @@ fn heaptrack_calls(dir: &Path, args: &[String]) -> u64 {
 /// A program's name, its command line, and what writes its input files.
 type Case = (&'static str, Vec<String>, fn(&Path));
 
-#[test]
-fn allocation_calls_equal_heaptracks() {
-    let cases: Vec<Case> = vec![
+/// sqlite3 (SQL), then python3 building a dict of lists.
+fn sqlite3_and_python3() -> Vec<Case> {
+    vec![
         ("sqlite3", argv(&["sqlite3", ":memory:", ".read q.sql"]), write_sql),
         (
             "python3",
@@ -352,8 +352,13 @@ fn allocation_calls_equal_heaptracks() {
             ]),
             no_setup,
         ),
-        ("sort", argv(&["sort", "-n", "nums.txt"]), write_numbers),
-    ];
+    ]
+}
+
+#[test]
+fn allocation_calls_equal_heaptracks() {
+    let mut cases = sqlite3_and_python3();
+    cases.push(("sort", argv(&["sort", "-n", "nums.txt"]), write_numbers));
     let mut failures = Vec::new();
     for (name, args, setup) in cases {
         let d = scratch(&format!("heaptrack-{name}"));
@@ -368,6 +373,60 @@ fn allocation_calls_equal_heaptracks() {
         if ours != theirs {
             failures.push(format!(
                 "{name}: igprof -mp {ours} calls, heaptrack {theirs}"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The stack memo (a remembered walk's node given without walking) checked
+/// on real programs: with `IGPROF_MEMO_CHECK=1` every hit walks too and
+/// `-d` says how many hits would have had another node. sqlite3 calls
+/// malloc from many stacks through one wrapper (the same registers at the
+/// call, so the memo's set holds several walks and picks among them).
+#[test]
+fn the_stack_memo_gives_every_hit_the_node_a_walk_gives() {
+    let mut cases = sqlite3_and_python3();
+    cases.push((
+        "perl",
+        argv(&[
+            "perl",
+            "-e",
+            "my %h; push @{$h{$_ % 1000}}, \"x$_\" for 1..30000; print scalar(keys %h), \"\\n\"",
+        ]),
+        no_setup,
+    ));
+    let mut failures = Vec::new();
+    for (name, args, setup) in cases {
+        let d = scratch(&format!("memo-check-{name}"));
+        setup(&d);
+        let o = Command::new(launcher())
+            .args(["-d", "-mp", "-o", "mp.gz"])
+            .args(&args)
+            .current_dir(&d)
+            .env("IGPROF_LIB", lib())
+            .env("IGPROF_MEMO_CHECK", "1")
+            .env("PYTHONHASHSEED", "0")
+            .env("PERL_HASH_SEED", "0")
+            .output()
+            .unwrap();
+        ok(&o);
+        let err = String::from_utf8_lossy(&o.stderr);
+        let Some((hits, wrong)) = err.lines().find_map(|l| {
+            let rest = l.split("stack memo check: ").nth(1)?;
+            let w: Vec<&str> = rest.split_whitespace().collect();
+            Some((
+                w.first()?.parse::<u64>().ok()?,
+                w.get(4)?.parse::<u64>().ok()?,
+            ))
+        }) else {
+            failures.push(format!("{name}: no memo check line in:\n{err}"));
+            continue;
+        };
+        eprintln!("{name}: {hits} memo hits walked again, {wrong} gave another node");
+        if hits < 100 || wrong != 0 {
+            failures.push(format!(
+                "{name}: {hits} hits checked, {wrong} gave another node"
             ));
         }
     }

@@ -172,6 +172,10 @@ struct Slot {
     len: u32,
     generation: u32,
     fp_used: bool,
+    /// The way that hit after this one last time (a hint: tried first by
+    /// the next lookup that misses this way; a program's allocation
+    /// stacks through one call site come round in the same order).
+    succ: u8,
     /// The walk's first word (offset and value), also in the pool: a scan
     /// of a set's ways rejects a walk on it without reading the pool.
     first_off: u32,
@@ -437,27 +441,36 @@ impl StackMemo {
             let (set, tag) = set_of(r.sp, ret);
             let (tags, slots) = (table.tags(set), table.set(set));
             let last = self.last_hit[set] as usize % WAYS;
-            // The ways whose tag matches, as a bit mask (one vector
-            // compare of the set's tags), tried in order.
+            // The way that followed the last hit's way before, then the
+            // ways whose tag matches, as a bit mask (one vector compare of
+            // the set's tags), tried in order.
+            let succ = slots[last].succ as usize % WAYS;
+            let mut hit = (succ != last
+                && tags[succ] == tag
+                && repeats::<true>(&slots[succ], r, ret, generation, table, pool))
+            .then_some(succ);
             let mut ways = tags
                 .iter()
                 .enumerate()
                 .fold(0u32, |m, (w, &t)| m | (u32::from(t == tag) << w))
-                & !(1 << last);
-            let mut hit = None;
-            while ways != 0 {
+                & !(1 << last)
+                & !(1 << succ);
+            while hit.is_none() && ways != 0 {
                 let w = ways.trailing_zeros() as usize;
                 ways &= ways - 1;
                 if repeats::<true>(&slots[w], r, ret, generation, table, pool) {
                     hit = Some(w);
-                    break;
                 }
             }
             if let Some(w) = hit {
+                let node = slots[w].node;
+                if let Some(table) = self.table.as_mut() {
+                    table.set_mut(set)[last].succ = w as u8;
+                }
                 self.last_hit[set] = w as u8;
                 self.misses = 0;
                 bump(&COUNTS[t.tid() as usize % SHARDS].hits);
-                return Some(slots[w].node);
+                return Some(node);
             }
         }
         self.misses += 1;
@@ -527,6 +540,7 @@ impl StackMemo {
         s.sp = r.sp;
         s.ret = ret;
         s.fp_used = self.log.entry_fp_used();
+        s.succ = way as u8;
         s.fp = r.fp;
         s.generation = self.log.generation();
         s.node = node;
