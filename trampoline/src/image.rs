@@ -26,6 +26,17 @@ pub struct Image {
     exec: Vec<bool>,
 }
 
+/// The path the loader gives the object `info` describes (empty for the
+/// main program and the vDSO).
+pub fn object_name(info: &libc::dl_phdr_info) -> &[u8] {
+    if info.dlpi_name.is_null() {
+        return b"";
+    }
+    // SAFETY: dlpi_name is NUL-terminated, owned by the loader, and lives
+    // as long as the object (`info` borrows from the loader's callback).
+    unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }.to_bytes()
+}
+
 /// `f` on each loaded object, in the loader's order, until it returns
 /// Some: inside `dl_iterate_phdr`, whose lock keeps every object loaded
 /// while `f` runs (and which the program's other threads wait for to load
@@ -874,13 +885,7 @@ mod tests {
     ) -> i32 {
         // SAFETY: dl_iterate_phdr passes a valid info; out is our Vec.
         let (info, out) = unsafe { (&*info, &mut *(out as *mut Vec<DynEntry>)) };
-        let name: &[u8] = if info.dlpi_name.is_null() {
-            b""
-        } else {
-            // SAFETY: dlpi_name is NUL-terminated, owned by the loader.
-            unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }.to_bytes()
-        };
-        if !name.ends_with(b"/libc.so.6") {
+        if !object_name(info).ends_with(b"/libc.so.6") {
             return 0;
         }
         // SAFETY: a loaded object, read inside the callback.
@@ -897,12 +902,7 @@ mod tests {
     ) -> i32 {
         // SAFETY: dl_iterate_phdr passes a valid info; out is our counter.
         let (info, out) = unsafe { (&*info, &mut *(out as *mut usize)) };
-        if info.dlpi_name.is_null()
-            // SAFETY: dlpi_name is NUL-terminated, owned by the loader.
-            || !unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }
-                .to_bytes()
-                .ends_with(b"/libc.so.6")
-        {
+        if !object_name(info).ends_with(b"/libc.so.6") {
             return 0;
         }
         // SAFETY: a loaded object, read inside the callback.

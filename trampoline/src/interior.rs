@@ -390,12 +390,7 @@ impl LoadedFacts {
         if !build_id || crate::image::text_relocated(img.bias, img.phdrs()) {
             return None;
         }
-        let name = if info.dlpi_name.is_null() {
-            &[][..]
-        } else {
-            // SAFETY: dlpi_name is NUL-terminated, owned by the loader.
-            unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }.to_bytes()
-        };
+        let name = crate::image::object_name(info);
         let path = if name.is_empty() {
             "/proc/self/exe".into()
         } else {

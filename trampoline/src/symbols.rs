@@ -16,10 +16,11 @@
 
 use crate::error::LookupError;
 use crate::image::{
-    dynsym_function, dynsym_named, first_object, may_hold, DynEntry, DynIndex, Image, MappedFile,
+    dynsym_function, dynsym_named, first_object, may_hold, object_name, DynEntry, DynIndex, Image,
+    MappedFile,
 };
 use object::{Object, ObjectSymbol};
-use std::ffi::{c_void, CStr, CString};
+use std::ffi::{c_void, CString};
 use std::sync::{Arc, Mutex};
 
 /// A function in the process.
@@ -226,85 +227,56 @@ fn object_holding_then(
     query: Query,
     named: &mut Option<DynEntry>,
 ) -> Option<Arc<Indexed>> {
-    struct Find<'a, 'b> {
-        addr: usize,
-        page: usize,
-        seen: usize,
-        query: Query<'a>,
-        named: &'b mut Option<DynEntry>,
-        found: Option<Arc<Indexed>>,
-    }
-    /// Answers the query on the object (inside the callback).
-    fn answer(img: &Image, o: &Indexed, f: &mut Find) {
-        match f.query {
-            Query::Named(name) => *f.named = dynsym_named(img, name, f.addr),
-            Query::Index => {
-                o.index.get_or_init(|| DynIndex::of(img));
-            }
+    let addr = addr as usize;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+    let mut seen = 0;
+    first_object(|info| {
+        let program = seen == 0;
+        seen += 1;
+        // SAFETY: a loaded object, inside first_object's callback.
+        if !unsafe { may_hold(info, addr, page) } {
+            return None;
         }
-    }
-    unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, _: usize, data: *mut c_void) -> i32 {
-        // SAFETY: dl_iterate_phdr passes a valid info; data is our Find.
-        let (info, f) = unsafe { (&*info, &mut *(data as *mut Find)) };
-        let program = f.seen == 0;
-        f.seen += 1;
-        // SAFETY: a loaded object, inside this callback.
-        if !unsafe { may_hold(info, f.addr, f.page) } {
-            return 0;
-        }
-        // SAFETY: a loaded object, read only inside this callback.
+        // SAFETY: a loaded object, read only inside first_object's callback.
         let img = unsafe { Image::of(info) };
-        let Some(base) = img.map_start(f.page) else {
-            return 0;
-        };
+        let base = img.map_start(page)?;
         if !img
-            .ranges(base, f.page, program)
+            .ranges(base, page, program)
             .iter()
-            .any(|&(lo, hi)| lo <= f.addr && f.addr < hi)
+            .any(|&(lo, hi)| lo <= addr && addr < hi)
         {
-            return 0;
+            return None;
         }
         let key = (img.bias, info.dlpi_phdr as usize);
         let mut cache = INDEXED.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, o)) = cache.iter().find(|(k, _)| *k == key) {
-            let o = o.clone();
-            drop(cache);
-            answer(&img, &o, f);
-            f.found = Some(o);
-            return 1;
-        }
-        let path = if program || info.dlpi_name.is_null() {
-            String::new()
-        } else {
-            // SAFETY: NUL-terminated string owned by the loader.
-            unsafe { CStr::from_ptr(info.dlpi_name) }
-                .to_string_lossy()
-                .into_owned()
+        let o = match cache.iter().find(|(k, _)| *k == key) {
+            Some((_, o)) => o.clone(),
+            None => {
+                let path = if program {
+                    String::new()
+                } else {
+                    String::from_utf8_lossy(object_name(info)).into_owned()
+                };
+                let o = Arc::new(Indexed {
+                    base,
+                    path,
+                    index: std::sync::OnceLock::new(),
+                });
+                cache.push((key, o.clone()));
+                o
+            }
         };
-        let o = Arc::new(Indexed {
-            base,
-            path,
-            index: std::sync::OnceLock::new(),
-        });
-        cache.push((key, o.clone()));
         drop(cache);
-        answer(&img, &o, f);
-        f.found = Some(o);
-        1
-    }
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
-    let mut f = Find {
-        addr: addr as usize,
-        page,
-        seen: 0,
-        query,
-        named,
-        found: None,
-    };
-    // SAFETY: the callback matches the type and only touches `f` and the cache.
-    unsafe { libc::dl_iterate_phdr(Some(cb), &mut f as *mut Find as *mut c_void) };
-    f.found
+        // The question, answered on the object inside the callback.
+        match query {
+            Query::Named(name) => *named = dynsym_named(&img, name, addr),
+            Query::Index => {
+                o.index.get_or_init(|| DynIndex::of(&img));
+            }
+        }
+        Some(o)
+    })
 }
 
 /// Sizes from the ELF file's symbol tables: the function symbol whose
@@ -382,14 +354,7 @@ fn exported_function(name: &str, lib: Option<&str>) -> Option<Symbol> {
             return None;
         }
         if let Some(l) = lib {
-            let path = if info.dlpi_name.is_null() {
-                ""
-            } else {
-                // SAFETY: NUL-terminated string owned by the loader.
-                unsafe { CStr::from_ptr(info.dlpi_name) }
-                    .to_str()
-                    .unwrap_or("")
-            };
+            let path = std::str::from_utf8(object_name(info)).unwrap_or("");
             if !is_lib(path, l) {
                 return None;
             }
@@ -488,27 +453,12 @@ pub fn data_symbols() -> DataSymbols {
 /// (path, load address) of every object in the process, main program first
 /// (its path is empty).
 pub fn loaded_objects() -> Vec<(String, u64)> {
-    unsafe extern "C" fn cb(
-        info: *mut libc::dl_phdr_info,
-        _size: usize,
-        data: *mut c_void,
-    ) -> libc::c_int {
-        // SAFETY: dl_iterate_phdr passes a valid info and our Vec pointer.
-        let (info, out) = unsafe { (&*info, &mut *(data as *mut Vec<(String, u64)>)) };
-        let name = if info.dlpi_name.is_null() {
-            String::new()
-        } else {
-            // SAFETY: NUL-terminated string owned by the loader.
-            unsafe { CStr::from_ptr(info.dlpi_name) }
-                .to_string_lossy()
-                .into_owned()
-        };
+    let mut out = Vec::new();
+    first_object::<()>(|info| {
+        let name = String::from_utf8_lossy(object_name(info)).into_owned();
         out.push((name, object_base(info)));
-        0
-    }
-    let mut out: Vec<(String, u64)> = Vec::new();
-    // SAFETY: the callback only writes into `out`, which outlives the call.
-    unsafe { libc::dl_iterate_phdr(Some(cb), &mut out as *mut _ as *mut c_void) };
+        None
+    });
     out
 }
 
