@@ -77,32 +77,19 @@ pub fn save() -> Result<bool, String> {
 
 /// The GNU build-id of this library, from its own notes.
 fn own_build_id() -> Option<Vec<u8>> {
-    struct Find {
-        addr: usize,
-        id: Option<Vec<u8>>,
-    }
-    extern "C" fn cb(info: *mut libc::dl_phdr_info, _: usize, data: *mut libc::c_void) -> i32 {
-        // SAFETY: dl_iterate_phdr passes a valid info for the call; data is
-        // our Find.
-        let (info, f) = unsafe { (&*info, &mut *(data as *mut Find)) };
-        // SAFETY: a loaded object, inside the callback. Objects' spans do
-        // not overlap, so the one that may hold this function holds it.
-        if !unsafe { trampoline::image::may_hold(info, f.addr, 4096) } {
-            return 0;
+    let addr = own_build_id as *const () as usize;
+    trampoline::image::first_object(|info| {
+        // SAFETY: a loaded object, inside first_object's callback. Objects'
+        // spans do not overlap, so the one that may hold this function
+        // holds it.
+        if !unsafe { trampoline::image::may_hold(info, addr, 4096) } {
+            return None;
         }
-        // SAFETY: the loader's program headers of a loaded object.
-        let phdrs =
-            unsafe { core::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
-        let base = info.dlpi_addr as usize;
-        // SAFETY: the loader's program headers of the object at `base`.
-        f.id = unsafe { store::build_id_of(base, phdrs) }.map(<[u8]>::to_vec);
-        1
-    }
-    let mut f = Find {
-        addr: own_build_id as *const () as usize,
-        id: None,
-    };
-    // SAFETY: the callback matches dl_iterate_phdr's type and only touches `f`.
-    unsafe { libc::dl_iterate_phdr(Some(cb), &mut f as *mut Find as *mut libc::c_void) };
-    f.id.filter(|id| !id.is_empty())
+        // SAFETY: a loaded object, read only inside first_object's callback.
+        let img = unsafe { trampoline::image::Image::of(info) };
+        // SAFETY: the loader's program headers of the object at its bias.
+        Some(unsafe { store::build_id_of(img.bias, img.phdrs()) }.map(<[u8]>::to_vec))
+    })
+    .flatten()
+    .filter(|id| !id.is_empty())
 }

@@ -665,24 +665,16 @@ mod tests {
     /// Every readable segment of every loaded object (but the test program,
     /// whose own text is large), sampled every few bytes.
     fn sample_addresses() -> Vec<usize> {
-        extern "C" fn cb(info: *mut libc::dl_phdr_info, _: usize, data: *mut libc::c_void) -> i32 {
-            // SAFETY: valid info; data is our Vec.
-            unsafe {
-                let v = &mut *(data as *mut Vec<(usize, usize)>);
-                let i = &*info;
-                for k in 0..i.dlpi_phnum as usize {
-                    let ph = &*i.dlpi_phdr.add(k);
-                    if ph.p_type == libc::PT_LOAD {
-                        let lo = i.dlpi_addr as usize + ph.p_vaddr as usize;
-                        v.push((lo, lo + ph.p_memsz as usize));
-                    }
-                }
-            }
-            0
-        }
         let mut segs: Vec<(usize, usize)> = Vec::new();
-        // SAFETY: cb matches the callback type; segs outlives the call.
-        unsafe { libc::dl_iterate_phdr(Some(cb), &mut segs as *mut _ as *mut libc::c_void) };
+        trampoline::image::first_object::<()>(|info| {
+            // SAFETY: a loaded object, read only inside first_object's callback.
+            let img = unsafe { trampoline::image::Image::of(info) };
+            for ph in img.phdrs().iter().filter(|ph| ph.p_type == libc::PT_LOAD) {
+                let lo = info.dlpi_addr as usize + ph.p_vaddr as usize;
+                segs.push((lo, lo + ph.p_memsz as usize));
+            }
+            None
+        });
         let mut v = Vec::new();
         for (lo, hi) in segs {
             let step = ((hi - lo) / 20_000).max(1) | 1;
@@ -818,23 +810,12 @@ mod tests {
         }
         reference.sort();
         // The load bias of this program and its program headers as loaded.
-        extern "C" fn first(i: *mut libc::dl_phdr_info, _: usize, d: *mut libc::c_void) -> i32 {
-            // SAFETY: valid info; d is our Option.
-            unsafe {
-                let i = &*i;
-                let phdrs = core::slice::from_raw_parts(
-                    i.dlpi_phdr as *const u8,
-                    i.dlpi_phnum as usize * core::mem::size_of::<libc::Elf64_Phdr>(),
-                );
-                *(d as *mut Option<(usize, Vec<u8>)>) =
-                    Some((i.dlpi_addr as usize, phdrs.to_vec()));
-            }
-            1
-        }
-        let mut me: Option<(usize, Vec<u8>)> = None;
-        // SAFETY: `first` matches the callback type; `me` outlives the call.
-        unsafe { libc::dl_iterate_phdr(Some(first), &mut me as *mut _ as *mut libc::c_void) };
-        let (bias, phdrs) = me.unwrap();
+        let (bias, phdrs) = trampoline::image::first_object(|info| {
+            // SAFETY: a loaded object, read only inside first_object's callback.
+            let img = unsafe { trampoline::image::Image::of(info) };
+            Some((img.bias, img.phdr_bytes()))
+        })
+        .unwrap();
         let check = FileCheck {
             object: 0,
             bias,

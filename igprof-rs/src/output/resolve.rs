@@ -70,33 +70,25 @@ pub(super) fn with_unloaded<R>(f: impl FnOnce(&mut Vec<Segment>) -> R) -> R {
 /// Before a dlclose (not signal context): remember every loaded object's
 /// segments so that samples in a library unloaded later keep their object.
 pub fn remember_objects() {
-    extern "C" fn cb(info: *mut libc::dl_phdr_info, _size: usize, data: *mut libc::c_void) -> i32 {
-        // SAFETY: dl_iterate_phdr passes valid info; data is our Vec.
-        unsafe {
-            let v = &mut *(data as *mut Vec<Segment>);
-            let i = &*info;
-            if i.dlpi_name.is_null() || *i.dlpi_name == 0 {
-                return 0;
-            }
-            let name = std::ffi::CStr::from_ptr(i.dlpi_name).to_bytes();
-            for k in 0..i.dlpi_phnum as usize {
-                let ph = &*i.dlpi_phdr.add(k);
-                if ph.p_type == libc::PT_LOAD {
-                    let start = i.dlpi_addr as usize + ph.p_vaddr as usize;
-                    v.push((
-                        start,
-                        start + ph.p_memsz as usize,
-                        i.dlpi_addr as usize,
-                        name.to_vec(),
-                    ));
-                }
-            }
-        }
-        0
-    }
     let mut now: Vec<Segment> = Vec::new();
-    // SAFETY: cb matches the callback signature; `now` outlives the call.
-    unsafe { libc::dl_iterate_phdr(Some(cb), &mut now as *mut _ as *mut libc::c_void) };
+    trampoline::image::first_object::<()>(|info| {
+        let name = trampoline::image::object_name(info);
+        if name.is_empty() {
+            return None;
+        }
+        // SAFETY: a loaded object, read only inside first_object's callback.
+        let img = unsafe { trampoline::image::Image::of(info) };
+        for ph in img.phdrs().iter().filter(|ph| ph.p_type == libc::PT_LOAD) {
+            let start = info.dlpi_addr as usize + ph.p_vaddr as usize;
+            now.push((
+                start,
+                start + ph.p_memsz as usize,
+                info.dlpi_addr as usize,
+                name.to_vec(),
+            ));
+        }
+        None
+    });
     with_unloaded(|list| {
         for e in now {
             if !list.contains(&e) {
@@ -245,14 +237,9 @@ pub(super) fn resolve_dladdr(addr: usize, exe: &[u8]) -> Option<Resolved> {
 /// `dladdr` comparison dump keeps what dumps wrote before the index, which
 /// named the vDSO of such a program after the executable.
 pub(super) fn is_main_program(fbase: usize) -> bool {
-    extern "C" fn cb(info: *mut libc::dl_phdr_info, _size: usize, data: *mut libc::c_void) -> i32 {
-        // SAFETY: called by dl_iterate_phdr with valid pointers; first entry is the main program.
-        unsafe { *(data as *mut usize) = (*info).dlpi_addr as usize };
-        1
-    }
-    let mut base: usize = usize::MAX;
-    // SAFETY: cb matches dl_iterate_phdr's callback signature.
-    unsafe { libc::dl_iterate_phdr(Some(cb), &mut base as *mut usize as *mut libc::c_void) };
+    // The first object dl_iterate_phdr reports is the main program.
+    let base =
+        trampoline::image::first_object(|info| Some(info.dlpi_addr as usize)).unwrap_or(usize::MAX);
     // A non-PIE executable has load bias 0 but dladdr reports its lowest mapping.
     base == fbase || base == 0
 }
