@@ -212,6 +212,11 @@ fn hook(
 
 fn main() {
     let pid = std::process::id() as libc::pid_t;
+    // An arena per thread: a worker parked inside malloc holds its arena's
+    // lock, and the main thread allocates while the workers are parked
+    // (glibc's default limit, 8 arenas a CPU, is 8 on one CPU).
+    // SAFETY: mallopt before any other thread exists.
+    unsafe { libc::mallopt(libc::M_ARENA_MAX, 2 * WORKERS as libc::c_int + 2) };
     // SAFETY: installs a handler that touches only atomics and the
     // signal frame; SA_RESTART keeps the workers' open/close uninterrupted.
     unsafe {
