@@ -155,6 +155,16 @@ fn leftovers(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// Asserts that the profiled run under `mode` exited with status 0.
+fn ran(got: &Output, mode: &[&str]) {
+    assert_eq!(
+        got.status.code(),
+        Some(0),
+        "{mode:?}: {}",
+        text(&got.stderr)
+    );
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -181,6 +191,36 @@ fn tick_paths(p: &Profile, min: u64) -> String {
 
 fn uses(mode: &[&str], flag: &str) -> bool {
     mode.contains(&flag)
+}
+
+/// The profiler's own lookups of names a program lacks (cgo's
+/// `_cgo_topofstack`, a sanitizer's callback, an `-fp` function of a
+/// library not loaded yet) must not leave their error in the program's
+/// `dlerror()`: under `-np` its first `dlerror()` returned
+/// "libigprof.so: undefined symbol: _cgo_topofstack".
+#[test]
+fn the_programs_dlerror_says_what_it_says_unprofiled() {
+    let modes: &[&[&str]] = &[
+        &["-pp"],
+        &["-mp"],
+        &["-fd"],
+        &["-np"],
+        &["-ep"],
+        &["-fp:no_such_function"],
+        &["-fp:zlibVersion:libz.so.1"],
+    ];
+    for &mode in modes {
+        let d = dir_for("dlerror_state", "dlerror_state.c", mode);
+        let want = plain(&d, "dlerror_state", &[]);
+        assert!(want.status.success(), "unprofiled run failed");
+        let got = profiled(&d, &[mode, &["-o", "p.gz"]].concat(), "dlerror_state", &[]);
+        ran(&got, mode);
+        assert_eq!(
+            text(&got.stdout),
+            text(&want.stdout),
+            "{mode:?}: dlerror() differs"
+        );
+    }
 }
 
 #[test]
@@ -793,12 +833,7 @@ fn wall_clock_profiling_never_interrupts_blocking_calls() {
     for mode in [&["-pr", "-i", "1ms"][..], &["-pp", "-i", "1ms"][..]] {
         let d = dir_for("blocking", "blocking.c", mode);
         let got = profiled(&d, mode, "blocking", &[]);
-        assert_eq!(
-            got.status.code(),
-            Some(0),
-            "{mode:?}: {}",
-            text(&got.stderr)
-        );
+        ran(&got, mode);
         assert_eq!(
             text(&got.stdout),
             "eintr 0\n",

@@ -553,6 +553,12 @@ pub fn dynsym_named(img: &Image, name: &[u8], addr: usize) -> Option<DynEntry> {
     })
 }
 
+/// Whether the object has a GNU hash table, through which [`dynsym_defines`]
+/// and [`dynsym_function`] ask it.
+pub fn has_gnu_hash(img: &Image) -> bool {
+    DynTables::of(img).is_some_and(|t| t.gnu_hash != 0)
+}
+
 /// Whether the object defines (and exports) a dynamic symbol `name`, found
 /// through its GNU hash table (false without one).
 pub fn dynsym_defines(img: &Image, name: &[u8]) -> bool {

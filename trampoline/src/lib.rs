@@ -70,8 +70,8 @@ pub use error::{HookError, LookupError, Reason};
 pub use hook::{Hook, Prepared, Probe};
 pub use nearmem::page_size;
 pub use symbols::{
-    data_symbols, defined, defined_at, find_function, find_function_versioned, loaded_objects,
-    object_base_of, DataSymbols, Symbol,
+    data_symbols, defined, defined_at, find_function, find_function_versioned, global_symbol,
+    loaded_objects, object_base_of, DataSymbols, Symbol,
 };
 
 /// Runs `f`, a series of installations (a profiler's start-up), paying

@@ -16,11 +16,11 @@
 
 use crate::error::LookupError;
 use crate::image::{
-    dynsym_function, dynsym_named, first_object, may_hold, object_name, DynEntry, DynIndex, Image,
-    MappedFile,
+    dynsym_defines, dynsym_function, dynsym_named, first_object, has_gnu_hash, may_hold,
+    object_name, DynEntry, DynIndex, Image, MappedFile,
 };
 use object::{Object, ObjectSymbol};
-use std::ffi::{c_void, CString};
+use std::ffi::{c_void, CStr, CString};
 use std::sync::{Arc, Mutex};
 
 /// A function in the process.
@@ -74,6 +74,9 @@ fn lookup(name: &str, version: Option<&str>, lib: Option<&str>) -> Result<Symbol
         None => None,
     };
     let handle = match lib {
+        None if !may_define(cname.as_bytes()) => {
+            return elf_fallback(name, version, lib).ok_or_else(not_found);
+        }
         None => libc::RTLD_DEFAULT,
         Some(l) => {
             let cl = CString::new(l).map_err(|_| LookupError::BadName { name: l.into() })?;
@@ -81,6 +84,7 @@ fn lookup(name: &str, version: Option<&str>, lib: Option<&str>) -> Result<Symbol
             // object already present (and takes a reference, released below).
             let h = unsafe { libc::dlopen(cl.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
             if h.is_null() {
+                forget_dl_error();
                 // Perhaps the object is loaded under a path whose tail is `l`.
                 return elf_fallback(name, version, lib)
                     .ok_or(LookupError::LibraryNotLoaded { lib: l.into() });
@@ -100,6 +104,7 @@ fn lookup(name: &str, version: Option<&str>, lib: Option<&str>) -> Result<Symbol
         unsafe { libc::dlclose(handle) };
     }
     if p.is_null() {
+        forget_dl_error();
         return elf_fallback(name, version, lib).ok_or_else(not_found);
     }
     let addr = p as u64;
@@ -108,6 +113,52 @@ fn lookup(name: &str, version: Option<&str>, lib: Option<&str>) -> Result<Symbol
         addr,
         size: size_of_named_function_at(name, addr),
     })
+}
+
+/// `dlsym(RTLD_DEFAULT, name)`, asked only when some loaded object may
+/// define `name` ([`may_define`]): for the profiler's questions about
+/// functions most programs lack (a sanitizer's, cgo's).
+pub fn global_symbol(name: &CStr) -> Option<usize> {
+    if !may_define(name.to_bytes()) {
+        return None;
+    }
+    // SAFETY: a NUL-terminated name looked up in the global scope.
+    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+    if p.is_null() {
+        forget_dl_error();
+    }
+    (!p.is_null()).then_some(p as usize)
+}
+
+/// Whether a loaded object defines a dynamic symbol `name`, asked of each
+/// object's GNU hash table in memory; true as well when an object other
+/// than the vDSO has no such table (then only the loader can tell).
+///
+/// A `dlsym` that fails leaves its error text pending in the thread's
+/// `dlerror` state (allocated with the program's malloc): the program's
+/// next `dlerror()` returned "libigprof.so: undefined symbol:
+/// _cgo_topofstack" under `-np`. Names no object defines are not asked.
+fn may_define(name: &[u8]) -> bool {
+    // SAFETY: getauxval has no preconditions.
+    let vdso = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) };
+    first_object(|info| {
+        if vdso != 0 && object_base(info) == vdso {
+            return None;
+        }
+        // SAFETY: a loaded object, read only inside first_object's callback.
+        let img = unsafe { Image::of(info) };
+        (!has_gnu_hash(&img) || dynsym_defines(&img, name)).then_some(())
+    })
+    .is_some()
+}
+
+/// Clears the error a failed `dlopen`/`dlsym` of the profiler left pending,
+/// so the program's next `dlerror()` does not return it. The failed call
+/// had already cleared whatever error was pending before it (glibc clears
+/// the state at each call), so nothing of the program's is lost here.
+fn forget_dl_error() {
+    // SAFETY: dlerror has no preconditions; its string is not kept.
+    unsafe { libc::dlerror() };
 }
 
 /// Size of the function starting exactly at `addr`: from the dynamic symbol

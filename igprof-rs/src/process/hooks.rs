@@ -82,23 +82,16 @@ pub fn install_core() {
 /// A sanitizer runtime (ASan, LSan, TSan; UBSan with halt_on_error) ends
 /// the process after its reports (LeakSanitizer's at exit, an ASan error)
 /// with a raw exit_group, past the `_exit` hook and the library destructor:
-/// its death callback, called first, writes the profile. dlsym, not a
-/// symbol-table search: most programs have no sanitizer (called inside the
-/// profiler: dlsym of a missing name allocates its error text, which the
-/// program did not ask for). A program that
+/// its death callback, called first, writes the profile. Found as dlsym
+/// finds it, asked only when a loaded object defines the name
+/// ([`trampoline::global_symbol`]: most programs have no sanitizer, and a
+/// failed dlsym leaves its error text for the program's `dlerror()`). A program that
 /// sets its own callback replaces this one (its run then ends without a
 /// profile when the sanitizer ends it).
 fn set_sanitizer_death_callback() {
-    // SAFETY: a NUL-terminated name looked up in the global scope.
-    let f = unsafe {
-        libc::dlsym(
-            libc::RTLD_DEFAULT,
-            c"__sanitizer_set_death_callback".as_ptr(),
-        )
-    };
-    if f.is_null() {
+    let Some(f) = trampoline::global_symbol(c"__sanitizer_set_death_callback") else {
         return;
-    }
+    };
     // SAFETY: the sanitizer interface's
     // `void __sanitizer_set_death_callback(void (*callback)(void))`.
     let set: extern "C" fn(Option<extern "C" fn()>) = unsafe { core::mem::transmute(f) };

@@ -71,8 +71,7 @@ pub fn install() {
 
 /// Whether the program links Go's cgo runtime.
 fn is_go_program() -> bool {
-    // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name.
-    !unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"_cgo_topofstack".as_ptr()) }.is_null()
+    trampoline::global_symbol(c"_cgo_topofstack").is_some()
 }
 
 /// Called by the stub on its own stack, by the first thread to exit: the

@@ -36,10 +36,8 @@ pub fn install_handler() -> Result<(), Errno> {
     // alternate stack: Go runs goroutines on stacks of a few KiB with its
     // heap below, and gives every thread a signal stack big enough. Not
     // elsewhere: a C program's alternate stack may be MINSIGSTKSZ, too small
-    // for a sample. (Start-up, before any hook: the lookup's allocation is
-    // not the program's.)
-    // SAFETY: a NUL-terminated name looked up in the global scope.
-    let go = !unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"_cgo_topofstack".as_ptr()) }.is_null();
+    // for a sample.
+    let go = trampoline::global_symbol(c"_cgo_topofstack").is_some();
     sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | if go { libc::SA_ONSTACK } else { 0 };
     // Every signal blocked while a sample is taken: a program handler that
     // interrupted it and left by longjmp (SIGALRM timeouts, SIGSEGV
