@@ -478,8 +478,9 @@ type FileSegment = (u64, usize, u64, bool);
 /// program (`-fp` of one function of libLLVM: its peak resident set 49 ->
 /// 165 MB). They are read after `dl_iterate_phdr` returns: its callback
 /// holds the loader's lock, which the program's other threads take to
-/// load a library or to unwind an exception (scanning libLLVM held it
-/// for 50-100 ms a function). The writable segments, and every segment
+/// load or look up a library (and to unwind an exception, with a libgcc
+/// older than glibc's `_dl_find_object`; scanning libLLVM held it 42-57 ms
+/// a function). The writable segments, and every segment
 /// of an object whose file is not the loaded one, are read in memory,
 /// inside the callback.
 pub fn interior_entry(addr: u64, lo: u64, hi: u64) -> Option<InteriorEntry> {
@@ -490,16 +491,13 @@ pub fn interior_entry(addr: u64, lo: u64, hi: u64) -> Option<InteriorEntry> {
         let facts = LoadedFacts::of(info, img);
         let mut from_file: Vec<FileSegment> = Vec::new();
         for ph in readable_loads(img) {
-            let at = img.bias.wrapping_add(ph.p_vaddr as usize);
-            let exec = ph.p_flags & libc::PF_X != 0;
             if facts.is_some() && ph.p_flags & libc::PF_W == 0 {
                 // Beyond p_filesz a read-only segment is zeros: nothing to find.
-                from_file.push((ph.p_offset, ph.p_filesz as usize, at as u64, exec));
+                let exec = ph.p_flags & libc::PF_X != 0;
+                from_file.push((ph.p_offset, ph.p_filesz as usize, start_of(img, ph), exec));
                 continue;
             }
-            let found = img
-                .bytes(at, ph.p_memsz as usize)
-                .and_then(|bytes| scan(bytes, at as u64, exec, lo, hi));
+            let found = scan_in_memory(img, ph, lo, hi);
             if found.is_some() {
                 return (found, None, Vec::new());
             }
@@ -530,15 +528,23 @@ pub fn interior_entry(addr: u64, lo: u64, hi: u64) -> Option<InteriorEntry> {
     // segments in memory, as for an object without a build-id.
     in_object(addr as usize, |_, img| {
         readable_loads(img)
-            .filter(|ph| unread.contains(&(img.bias.wrapping_add(ph.p_vaddr as usize) as u64)))
-            .find_map(|ph| {
-                let at = img.bias.wrapping_add(ph.p_vaddr as usize);
-                let exec = ph.p_flags & libc::PF_X != 0;
-                img.bytes(at, ph.p_memsz as usize)
-                    .and_then(|bytes| scan(bytes, at as u64, exec, lo, hi))
-            })
+            .filter(|ph| unread.contains(&start_of(img, ph)))
+            .find_map(|ph| scan_in_memory(img, ph, lo, hi))
     })
     .flatten()
+}
+
+/// The run-time address of the segment `ph` of `img`.
+fn start_of(img: &Image, ph: &libc::Elf64_Phdr) -> u64 {
+    img.bias.wrapping_add(ph.p_vaddr as usize) as u64
+}
+
+/// [`scan`] over the loaded segment `ph` of `img`, read in memory.
+fn scan_in_memory(img: &Image, ph: &libc::Elf64_Phdr, lo: u64, hi: u64) -> Option<InteriorEntry> {
+    let at = start_of(img, ph);
+    let exec = ph.p_flags & libc::PF_X != 0;
+    img.bytes(at as usize, ph.p_memsz as usize)
+        .and_then(|bytes| scan(bytes, at, exec, lo, hi))
 }
 
 /// x86-64: a short branch in the bytes just before the function at
