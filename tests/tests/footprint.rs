@@ -261,6 +261,53 @@ fn a_small_compilers_dump_adds_little_to_its_peak() {
     );
 }
 
+/// A fork child holds its parent's call trees but writes only its own:
+/// its dump's memory is sized by its own nodes. Python builds a tree of a
+/// few thousand nodes, forks, and the child leaves at once (32 nodes of
+/// its own). While the size counted the parent's trees too, the child's
+/// dump faulted in a region of 730 KiB ahead ("its region gave 104 KiB
+/// for 4758 nodes"); with fewer than 1,000 nodes a dump takes no region.
+#[test]
+fn a_fork_childs_dump_is_sized_by_its_own_tree() {
+    let d = scratch("footprint-fork-child");
+    let script = "import os, json\n\
+                  data = json.dumps([{'k': i, 'v': [i] * 3} for i in range(20000)])\n\
+                  pid = os.fork()\n\
+                  if pid == 0:\n    os._exit(0)\n\
+                  os.waitpid(pid, 0)\n\
+                  print(len(data))\n";
+    let out = igprof_command(
+        &d,
+        &["-d", "-mp", "-o", "py.gz", "/usr/bin/python3", "-c", script],
+    )
+    .output()
+    .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    // Each process logs its region's line (if it took one) before its
+    // "nodes merged" line; the child ends before the parent.
+    let mut region_nodes = None;
+    let mut dumps = Vec::new();
+    for line in log.lines().filter_map(|l| l.strip_prefix("igprof: ")) {
+        let num = |w: &str| w.parse::<usize>().ok();
+        if let Some(rest) = line.strip_prefix("final dump: its region gave ") {
+            region_nodes = rest.split_whitespace().nth(3).and_then(num);
+            assert!(region_nodes.is_some(), "{line}");
+        } else if let Some(rest) = line.strip_prefix("dump: ") {
+            if rest.contains("nodes merged") {
+                let merged = rest.split_whitespace().next().and_then(num).unwrap();
+                dumps.push((merged, region_nodes.take()));
+            }
+        }
+    }
+    eprintln!("(nodes merged, nodes the region was sized for) per dump: {dumps:?}");
+    assert_eq!(dumps.len(), 2, "{log}");
+    let (child, parent) = (dumps[0], dumps[1]);
+    assert!(child.0 < 1_000 && parent.0 >= 1_000, "{dumps:?}");
+    assert_eq!(child.1, None, "the child's dump took a region: {dumps:?}");
+    assert!(parent.1.is_some_and(|n| n >= parent.0), "{dumps:?}");
+}
+
 /// The final dump's code is gathered in one section after `.text`
 /// (`igprof_dump`: igprof-rs/dump-code.ld, written by
 /// scripts/dump-code-order), so that each of the dump's steps faults a few

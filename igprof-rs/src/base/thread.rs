@@ -684,9 +684,17 @@ pub fn release_lookup_tables(program_gone: bool) {
     }
 }
 
-/// Call-tree nodes of every thread state (what a dump will merge).
+/// The states a dump merges: all but those a fork child inherited from
+/// its parent (or an attach found from an earlier session), which are
+/// not its own.
+pub fn dumped() -> impl Iterator<Item = &'static ThreadState> {
+    all().filter(|t| !t.stale.load(Ordering::Acquire))
+}
+
+/// Call-tree nodes of the states a dump merges ([`dumped`]): a fork child
+/// holds its parent's trees too, which it never writes.
 pub fn total_nodes() -> usize {
-    all().map(|t| t.tree().len()).sum()
+    dumped().map(|t| t.tree().len()).sum()
 }
 
 impl ThreadState {

@@ -252,9 +252,7 @@ fn dump_locked(path: &str, journal: Option<&journal::Pending>) -> Result<DumpSta
         })
     });
     let mut stats = DumpStats::default();
-    let states: Vec<_> = thread::all()
-        .filter(|t| !t.stale.load(Ordering::Acquire))
-        .collect();
+    let states: Vec<_> = thread::dumped().collect();
     for t in &states {
         stats.samples += t.stats.samples.load(Ordering::Relaxed);
         stats.dropped += t.stats.dropped.load(Ordering::Relaxed);

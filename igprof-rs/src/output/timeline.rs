@@ -153,10 +153,7 @@ pub fn step_ns() -> u64 {
 /// slot `slots[k]` over every live thread's call tree.
 fn sum_counters(slots: &[usize], out: &[AtomicU64]) {
     let mut sums = [0u64; 2 * counters::COUNT];
-    for t in thread::all() {
-        if t.stale.load(Ordering::Acquire) {
-            continue;
-        }
+    for t in thread::dumped() {
         t.tree().for_each_node(|n| {
             for (k, &slot) in slots.iter().enumerate() {
                 let (ticks, value, _) = n.get(slot);

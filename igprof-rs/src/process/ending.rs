@@ -33,13 +33,15 @@ const TINY_DUMP_NODES: usize = 1_000;
 /// 0.54 MiB, gcc's 1,200 0.51 MiB (before the names and the text's buffer
 /// were made smaller: 3.1-4.0 MiB for the 19,450). More would only
 /// add to the process's peak RSS (zeroed pages never used); less costs a
-/// page fault per 4 KiB beyond it. The tree's size is a poor guide where
-/// few of its nodes have counts (a fork child's tree is its parent's):
-/// most of python3's short processes take 30-130 KiB of the 450-850 faulted
-/// in for them (`-d` says what the region gave). Faulting in less ahead
-/// and the rest a step at a time as the dump reaches it took that off them
-/// but added 0.2-0.3 MB to perl's and python3's peaks (a vector's unused
-/// capacity faulted in too), so the guess stays.
+/// page fault per 4 KiB beyond it. The nodes counted are those the dump
+/// writes (`thread::total_nodes`): a fork child also holds its parent's
+/// trees, and when they were counted the children of a shell script (a
+/// pyenv shim's bash under `-mp`) had 450-730 KiB faulted in for dumps
+/// that took 30-170 KiB. A tree whose nodes are mostly uncharged still
+/// takes less than the guess (sqlite3: 290-370 KiB of 541). Faulting in
+/// less ahead and the rest a step at a time as the dump reaches it added
+/// 0.2-0.3 MB to perl's and python3's peaks (a vector's unused capacity
+/// faulted in too), so the guess stays.
 const DUMP_BYTES_FIXED: usize = 288 << 10;
 const DUMP_BYTES_PER_NODE: usize = 96;
 
