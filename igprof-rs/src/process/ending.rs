@@ -27,8 +27,13 @@ const SMALL_DUMP_NODES: usize = 50_000;
 /// no-op's), where the usual allocator takes a few small pages.
 const TINY_DUMP_NODES: usize = 1_000;
 /// What a small dump takes from the region, faulted in before it starts:
-/// a part that does not grow with the tree (the compressor's tables, the
-/// writer's buffers) and a part per node. Measured: a small cc1's 19,450
+/// a part that does not grow with the tree (the writer's buffers) and a
+/// part per node. Not libdeflate's compressor (198 KiB), made only for a
+/// text of 64 KiB or more (`output::deflate::STORE_BELOW`), which a tree
+/// that big overruns the guess with anyway: sqlite3's 2,700 nodes write
+/// 63 KB of text, stored, and took 350 KiB of the region, against 541
+/// KiB faulted in when the compressor was counted (its peak RSS 23.76 ->
+/// 23.49 MB, medians of 6). Measured before: a small cc1's 19,450
 /// nodes 2.2-2.5 MiB, another's 12,560 2.3 MiB, sqlite3's 2,700 nodes
 /// 0.54 MiB, gcc's 1,200 0.51 MiB (before the names and the text's buffer
 /// were made smaller: 3.1-4.0 MiB for the 19,450). More would only
@@ -42,7 +47,7 @@ const TINY_DUMP_NODES: usize = 1_000;
 /// less ahead and the rest a step at a time as the dump reaches it added
 /// 0.2-0.3 MB to perl's and python3's peaks (a vector's unused capacity
 /// faulted in too), so the guess stays.
-const DUMP_BYTES_FIXED: usize = 288 << 10;
+const DUMP_BYTES_FIXED: usize = 96 << 10;
 const DUMP_BYTES_PER_NODE: usize = 96;
 
 /// The end-of-process dump (exit, _exit, abort, kill of self, exec): once.
