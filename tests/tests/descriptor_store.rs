@@ -336,6 +336,60 @@ fn hook_plans_made_by_one_process_serve_the_next() {
     assert_eq!(known4, all, "the damaged file was replaced");
 }
 
+/// A first run's hooks whose plans no earlier run kept are planned by a
+/// planner process (process/planner.rs), so that the instruction
+/// decoder's tables (about 360 KiB on x86-64) never take the program's
+/// memory: `-d` says so and has no "instruction decoder" line; the plans
+/// it keeps are byte for byte those the program makes itself
+/// (`IGPROF_PLANNER=0`, where the tables are built); and the program finds
+/// no child of any kind at `main` (the planner was reaped, it sent no
+/// SIGCHLD).
+#[test]
+fn a_first_runs_hooks_are_planned_in_a_process_of_their_own() {
+    let d = scratch("planner");
+    build(&d, "no_children.c", "no_children", &[]);
+    let first_run = |tag: &str, planner: &str| -> (String, Vec<u8>) {
+        let store = d.join(format!("store-{tag}"));
+        let o = Command::new(launcher())
+            .args(["-mp", "-d", "-o", &format!("{tag}.gz"), "./no_children"])
+            .current_dir(&d)
+            .env("IGPROF_LIB", lib())
+            .env("IGPROF_CACHE_DIR", &store)
+            .env("IGPROF_PLANNER", planner)
+            .output()
+            .expect("run igprof");
+        let err = ok(&o).to_string();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(out, "children: none\n", "{tag}: {err}");
+        let dir = store.join("unwind");
+        let plans = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("plans-")
+            })
+            .unwrap_or_else(|| panic!("{tag}: no plans kept in {}", dir.display()));
+        (err, std::fs::read(plans).unwrap())
+    };
+    let (err, plans) = first_run("planner", "1");
+    let (err_here, plans_here) = first_run("here", "0");
+    let decoder = |e: &str| {
+        e.lines()
+            .any(|l| l.starts_with("igprof: instruction decoder:"))
+    };
+    assert!(decoder(&err_here), "planned here: {err_here}");
+    assert!(!err_here.contains("hook planner:"), "{err_here}");
+    if cfg!(target_arch = "x86_64") {
+        let line = debug_line(&err, "hook planner:", "planner");
+        assert!(line.contains("plans made in a process of its own"), "{err}");
+        assert!(!decoder(&err), "tables built in the program: {err}");
+    }
+    assert_eq!(plans, plans_here, "the planner's plans differ");
+}
+
 /// A program that loads and unloads a library thousands of times, with an
 /// empty store: each dlopen and dlclose empties the threads' descriptor
 /// caches, so the same descriptors are derived again after each; they are

@@ -296,16 +296,43 @@ fn plan_for<A: Arch>(
     patch_len: usize,
 ) -> Result<(Plan, Option<Vec<u8>>, known::Key), Reason> {
     let key = known::key(code, sym.size, patch_len);
-    if let Some((plan, record)) = known::get(&key) {
-        let fits = plan.patch_len == patch_len
-            && plan.keep + plan.taken <= code.len()
-            && plan.taken >= patch_len
-            && A::relocate_known(code, sym.addr, &plan, sym.addr, &record).is_ok();
-        if fits {
-            return Ok((plan, Some(record), key));
+    // Known, or planned by the planner elsewhere (then known), or here.
+    let mut asked = false;
+    loop {
+        if let Some((plan, record)) = known::get(&key) {
+            let fits = plan.patch_len == patch_len
+                && plan.keep + plan.taken <= code.len()
+                && plan.taken >= patch_len
+                && A::relocate_known(code, sym.addr, &plan, sym.addr, &record).is_ok();
+            if fits {
+                return Ok((plan, Some(record), key));
+            }
         }
+        if asked || !known::plan_elsewhere(code, sym.addr, sym.size, patch_len) {
+            break;
+        }
+        asked = true;
     }
     Ok((A::plan(code, sym.addr, sym.size, patch_len)?, None, key))
+}
+
+/// What a [`known::Planner`] runs in its process: the plan and record of
+/// a patch of `patch_len` bytes on `code` (at `addr`, of `size`), as a
+/// table of one entry for [`known::import`]; None where it cannot be
+/// hooked (the process that asked then plans it itself, and says why).
+pub(crate) fn plan_entry<A: Arch>(
+    code: &[u8],
+    addr: u64,
+    size: Option<u64>,
+    patch_len: usize,
+) -> Option<Vec<u8>> {
+    let plan = A::plan(code, addr, size, patch_len).ok()?;
+    let record = A::record(code, addr, &plan)?;
+    Some(known::entry_bytes(
+        known::key(code, size, patch_len),
+        plan,
+        record,
+    ))
 }
 
 /// The trampoline at `tramp`: from the known record, else decoded.

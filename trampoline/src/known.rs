@@ -25,6 +25,7 @@
 
 use std::collections::BTreeMap;
 use std::hash::Hasher;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use crate::arch::Plan;
@@ -103,10 +104,18 @@ pub fn export() -> Option<Vec<u8>> {
         return None;
     }
     t.added = false;
-    let mut out = Vec::with_capacity(16 + t.entries.len() * 64);
+    Some(table_bytes(t.entries.len(), t.entries.iter()))
+}
+
+/// `count` entries in the format [`import`] reads.
+fn table_bytes<'a>(
+    count: usize,
+    entries: impl Iterator<Item = (&'a Key, &'a (Plan, Vec<u8>))>,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16 + count * 64);
     out.extend(MAGIC);
-    out.extend((t.entries.len() as u32).to_le_bytes());
-    for (key, (plan, record)) in &t.entries {
+    out.extend((count as u32).to_le_bytes());
+    for (key, (plan, record)) in entries {
         let at = out.len();
         out.extend(key);
         out.extend([plan.keep as u8, plan.taken as u8, plan.instructions as u8]);
@@ -115,7 +124,48 @@ pub fn export() -> Option<Vec<u8>> {
         let sum = hash(&out[at..]);
         out.extend(sum.to_le_bytes());
     }
-    Some(out)
+    out
+}
+
+/// A table of the one entry `key`, for another process to [`import`].
+pub(crate) fn entry_bytes(key: Key, plan: Plan, record: Vec<u8>) -> Vec<u8> {
+    table_bytes(1, [(&key, &(plan, record))].into_iter())
+}
+
+/// Plans a function's hook in another process, whose tables (the
+/// decoder's) then never take this one's memory: given the bytes, their
+/// run-time address, the symbol's size and the patch length, it returns
+/// what [`crate::plan_entry`] returned there, or None.
+pub type Planner =
+    fn(code: &[u8], addr: u64, size: Option<u64>, patch_len: usize) -> Option<Vec<u8>>;
+
+/// The [`Planner`] asked for plans not in the table (0: none).
+static PLANNER: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets (or, with None, removes) the planner asked before a hook is
+/// planned here.
+pub fn set_planner(p: Option<Planner>) {
+    PLANNER.store(p.map_or(0, |f| f as usize), Ordering::Release);
+}
+
+/// Asks the [`Planner`], if one is set, for the plan of `code`; adds what
+/// it answers as a plan made here (to be kept by the next [`export`]).
+/// Returns whether the table gained the plan.
+pub(crate) fn plan_elsewhere(code: &[u8], addr: u64, size: Option<u64>, patch_len: usize) -> bool {
+    let p = PLANNER.load(Ordering::Acquire);
+    if p == 0 {
+        return false;
+    }
+    // SAFETY: only set_planner stores non-zero values, each a Planner.
+    let planner: Planner = unsafe { core::mem::transmute::<usize, Planner>(p) };
+    let Some(bytes) = planner(code, addr, size, patch_len) else {
+        return false;
+    };
+    let added = import(&bytes);
+    if added > 0 {
+        table().added = true;
+    }
+    added > 0
 }
 
 /// Adds the plans of a table made by [`export`] (of this same build of the

@@ -111,3 +111,10 @@ pub fn prepare_far(target: &Symbol, replacement: *const ()) -> Result<Prepared, 
 pub fn probe(target: &Symbol) -> Result<Probe, HookError> {
     hook::probe_with::<arch::Host>(target)
 }
+
+/// The plan of a patch of `patch_len` bytes on `code` (a function's bytes
+/// as read at `addr`, of `size`), as a table of one entry: what a
+/// [`known::Planner`] answers from the process it plans in.
+pub fn plan_entry(code: &[u8], addr: u64, size: Option<u64>, patch_len: usize) -> Option<Vec<u8>> {
+    hook::plan_entry::<arch::Host>(code, addr, size, patch_len)
+}

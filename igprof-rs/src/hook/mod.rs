@@ -22,6 +22,16 @@ pub mod plans;
 /// The function a `clone()` child runs.
 pub type CloneFn = extern "C" fn(*mut c_void) -> c_int;
 
+/// glibc's clone, past our hook (which would take the profiler's own
+/// processes, the keeper and the planner, for threads of the program).
+pub fn real_clone() -> orig::Clone {
+    orig::clone().unwrap_or_else(|| {
+        // SAFETY: glibc's variadic clone, called with its seven arguments
+        // (see orig::Clone); its code reads no variadic register count.
+        unsafe { core::mem::transmute::<*const (), orig::Clone>(libc::clone as *const ()) }
+    })
+}
+
 /// Chain pointers of the hooked functions (0 = not hooked).
 pub mod orig {
     use super::*;

@@ -15,6 +15,7 @@ pub mod ending;
 pub mod fatal;
 pub mod hooks;
 pub mod keeper;
+mod planner;
 mod raw_exit;
 pub mod signals;
 pub mod watcher;
@@ -382,6 +383,9 @@ pub(crate) fn start(raw: &[u8], how: How) -> Result<(), Unprofiled> {
     // decoder's tables once, in a region of their own (base/alloc.rs).
     trampoline::x86_64::on_first_decoder(crate::base::alloc::tables_region);
     let known = crate::hook::plans::load();
+    // And where plans are not known, a planner process decodes instead,
+    // its tables its own (process/planner.rs).
+    planner::offer(!attach && getenv(b"IGPROF_PLANNER\0") != Some(b"0"));
     trampoline::batch(|| {
         crate::process::hooks::install_core();
         raw_exit::install();
@@ -398,6 +402,10 @@ pub(crate) fn start(raw: &[u8], how: How) -> Result<(), Unprofiled> {
         });
     });
     drop(maps_held);
+    let planned = planner::finish();
+    if let Some(line) = planned.filter(|_| options::get().debug) {
+        crate::igprof_log!("{line}");
+    }
     save_plans(known);
     let tables = crate::base::alloc::tables_region_used();
     if tables > 0 {

@@ -133,6 +133,13 @@ pub fn map_shared_file(fd: i32, len: usize) -> Result<*mut u8, Errno> {
     map(len, libc::MAP_SHARED, fd)
 }
 
+/// An anonymous read/write mapping of `len` bytes shared with the
+/// processes this one makes afterwards (not copied on their fork): its
+/// address, or the errno.
+pub fn map_anon_shared(len: usize) -> Result<*mut u8, Errno> {
+    map(len, libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1)
+}
+
 /// Transparent huge pages' size on x86-64 and on AArch64 with 4 KiB pages.
 pub const HUGE_PAGE: usize = 2 << 20;
 

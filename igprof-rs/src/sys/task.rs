@@ -3,7 +3,8 @@
 //! spin locks backs off ([`back_off`], [`spin_lock`]).
 //!
 //! Must never: cache a thread id (threads come and go; fork copies memory),
-//! or block in the kernel other than by yielding or by a bounded sleep.
+//! or block in the kernel other than by yielding, by a bounded sleep, or
+//! waiting for a child process of the profiler's own ([`reap_own_child`]).
 
 pub fn gettid() -> i32 {
     // SAFETY: gettid has no arguments and cannot fail.
@@ -99,6 +100,36 @@ pub fn spin_lock(lock: &core::sync::atomic::AtomicBool) {
         }
         back_off(round);
         round = round.saturating_add(1);
+    }
+}
+
+/// Reaps `pid`, a process the profiler made with exit signal 0 (hence
+/// `__WCLONE`; the keeper's intermediate, the hook planner), waiting for
+/// it to end unless `nohang`. Returns whether it is gone: reaped here, or
+/// not (or no longer) our child. Leaves errno as it was.
+pub fn reap_own_child(pid: i32, nohang: bool) -> bool {
+    let _e = super::ErrnoGuard::save();
+    let flags = libc::__WCLONE | if nohang { libc::WNOHANG } else { 0 };
+    loop {
+        // SAFETY: wait4 with no status or rusage wanted.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_wait4,
+                pid,
+                core::ptr::null_mut::<libc::c_int>(),
+                flags,
+                core::ptr::null_mut::<libc::rusage>(),
+            )
+        };
+        if r == pid as libc::c_long {
+            return true;
+        }
+        if r == 0 {
+            return false;
+        }
+        if super::errno() != libc::EINTR {
+            return super::errno() == libc::ECHILD;
+        }
     }
 }
 

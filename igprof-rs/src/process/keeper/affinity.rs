@@ -56,7 +56,7 @@ static SAVED_BYTES: AtomicUsize = AtomicUsize::new(0);
 /// Narrows the calling thread's CPU set to the CPU it runs on, saving the
 /// set for [`restore`]. Nothing changes, and nothing is saved, where the
 /// set cannot be read or set (more than 1024 CPUs, a seccomp filter).
-pub(super) fn pin() {
+pub(crate) fn pin() {
     SAVED_BYTES.store(0, Ordering::Relaxed);
     let mut set = [0u64; WORDS];
     // SAFETY: sched_getaffinity writes at most the buffer's size.
@@ -101,7 +101,7 @@ pub(super) fn pin() {
 /// Gives the calling thread the CPU set [`pin`] saved (nothing if it
 /// saved none): the creator's own, and the keeper's once a short life is
 /// past or the program is gone. Raw system calls only.
-pub(super) fn restore() {
+pub(crate) fn restore() {
     let n = SAVED_BYTES.load(Ordering::Acquire);
     if n == 0 {
         return;

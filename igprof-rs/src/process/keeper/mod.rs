@@ -47,7 +47,7 @@ use core::sync::atomic::{AtomicI32, AtomicU32, AtomicUsize, Ordering};
 
 use crate::sys;
 
-mod affinity;
+pub(crate) mod affinity;
 pub mod facts;
 mod limit;
 mod raw;
@@ -204,7 +204,7 @@ pub fn start() -> Result<i32, &'static str> {
     PROGRAM.store(me, Ordering::Release);
     SPAWN_ERRNO.store(0, Ordering::Release);
     let spawn_top = (stack as usize + STACK_BYTES + SPAWN_STACK_BYTES) & !15;
-    let clone = real_clone();
+    let clone = crate::hook::real_clone();
     let _e = sys::ErrnoGuard::save();
     // Made on this thread's CPU, it runs there once we wait (affinity.rs).
     affinity::pin();
@@ -227,22 +227,8 @@ pub fn start() -> Result<i32, &'static str> {
     if pid <= 0 {
         return Err("clone refused");
     }
-    loop {
-        // SAFETY: waits for the child made above (a "clone" child: exit
-        // signal 0, hence __WCLONE); no status wanted.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_wait4,
-                pid,
-                core::ptr::null_mut::<libc::c_int>(),
-                libc::__WCLONE,
-                core::ptr::null_mut::<libc::rusage>(),
-            )
-        };
-        if r >= 0 || sys::errno() != libc::EINTR {
-            break;
-        }
-    }
+    // A "clone" child (exit signal 0); no status wanted.
+    sys::reap_own_child(pid, false);
     match KEEPER.load(Ordering::Acquire) {
         0 => Err(match SPAWN_ERRNO.load(Ordering::Acquire) {
             libc::ENOSYS => "this kernel has no pidfd_open (Linux 5.3)",
@@ -250,18 +236,6 @@ pub fn start() -> Result<i32, &'static str> {
         }),
         k => Ok(k),
     }
-}
-
-/// glibc's clone, past our hook (which would take the keeper for a thread
-/// of the program).
-fn real_clone() -> crate::hook::orig::Clone {
-    crate::hook::orig::clone().unwrap_or_else(|| {
-        // SAFETY: glibc's variadic clone, called with its seven arguments
-        // (see orig::Clone); its code reads no variadic register count.
-        unsafe {
-            core::mem::transmute::<*const (), crate::hook::orig::Clone>(libc::clone as *const ())
-        }
-    })
 }
 
 /// The intermediate process: opens the program's pidfd (the program is
@@ -276,7 +250,7 @@ extern "C" fn spawn(arg: *mut libc::c_void) -> libc::c_int {
     }
     PIDFD.store(fd as i32, Ordering::Release);
     let stack_top = (STACK.load(Ordering::Acquire) + STACK_BYTES) & !15;
-    let clone = real_clone();
+    let clone = crate::hook::real_clone();
     // SAFETY: keep runs on its own stack below ours; glibc's clone touches
     // neither TLS nor errno in the child, and in the parent only on
     // failure, which this process survives by exiting.
