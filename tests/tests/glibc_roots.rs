@@ -7,7 +7,8 @@
 //! in from target/release. Each root runs: cpu_split under -pp, alloc_churn
 //! under -mp, fd_churn under -fd, procs (fork, fork+exec, system()) under
 //! -pp, the root's python3 under -pp and its perl under -mp, and
-//! igprof-analyse on every profile, inside the root.
+//! igprof-analyse on every profile, inside the root; and what dlerror()
+//! says in a program under -pp, -mp and -np.
 //!
 //! Needs root (debootstrap, chroot, mount): skipped with a printed reason
 //! otherwise. What it must never do: leave /proc mounted in a root, or
@@ -120,7 +121,13 @@ fn run_suite(suite: &str, glibc: &str) {
     ] {
         std::fs::copy(&from, work.join("bin").join(b)).unwrap();
     }
-    for p in ["cpu_split", "alloc_churn", "fd_churn", "procs"] {
+    for p in [
+        "cpu_split",
+        "alloc_churn",
+        "fd_churn",
+        "procs",
+        "dlerror_state",
+    ] {
         let src = root().join(format!("tests/programs/{p}.c"));
         std::fs::copy(&src, work.join(format!("src/{p}.c"))).unwrap();
     }
@@ -131,8 +138,22 @@ fn run_suite(suite: &str, glibc: &str) {
     in_root(
         &root_dir,
         "compile the test programs with the root's gcc",
-        "for p in cpu_split alloc_churn fd_churn procs; do gcc -O2 -g -o $p src/$p.c; done",
+        "for p in cpu_split alloc_churn fd_churn procs; do gcc -O2 -g -o $p src/$p.c; done && \
+         gcc -O2 -o dlerror_state src/dlerror_state.c -ldl",
     );
+
+    // The profiler's own failed lookups stay out of the program's
+    // dlerror(): glibc 2.31 has no __libc_single_threaded, whose failed
+    // dlsym the program's first dlerror() reported under -pp and -mp.
+    for mode in ["-pp", "-mp", "-np"] {
+        let plain = in_root(&root_dir, "dlerror_state", "./dlerror_state");
+        let out = in_root(
+            &root_dir,
+            "dlerror_state under the profiler",
+            &format!("igprof {mode} -o dl.gz ./dlerror_state 2>/dev/null"),
+        );
+        assert_eq!(out, plain, "{suite}: dlerror() under {mode}");
+    }
 
     // CPU time: the three hot functions.
     let out = in_root(

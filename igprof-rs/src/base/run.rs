@@ -2,8 +2,8 @@
 //! (and around fork and exec) by `process/`, read by every layer: whether
 //! profiling is on (and recording: `-pd` and its toggles), the process it
 //! started in, the launcher's process, the
-//! program's name and executable, and which exec'd image of its process
-//! this is.
+//! program's name and executable, which exec'd image of its process
+//! this is, and whether the program is a Go one (cgo).
 //!
 //! Also the memory profiler's epoch (`--marks`), which the program
 //! (`igprof_mark()`) and the watcher (`--mark-every`) move on at any time.
@@ -204,4 +204,19 @@ pub fn mark() -> Option<u32> {
         })
         .unwrap_or(0);
     Some((e + 1).min(EPOCH_MAX))
+}
+
+/// Whether the program links Go's cgo runtime (it defines
+/// `_cgo_topofstack`), looked up once.
+pub fn is_go_program() -> bool {
+    /// 0: not looked up yet; 1: no; 2: yes.
+    static GO: AtomicU32 = AtomicU32::new(0);
+    match GO.load(Ordering::Acquire) {
+        0 => {
+            let go = trampoline::global_symbol(c"_cgo_topofstack").is_some();
+            GO.store(1 + go as u32, Ordering::Release);
+            go
+        }
+        v => v == 2,
+    }
 }

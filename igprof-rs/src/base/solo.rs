@@ -28,7 +28,7 @@
 //! Must never: switch back to solo in a process that may have a second
 //! thread, or be left by a thread that is inside a solo update.
 
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 static SOLO: AtomicBool = AtomicBool::new(false);
 
@@ -61,12 +61,21 @@ pub fn leave() {
     }
 }
 
-/// Whether glibc says the process has only ever had one thread.
+/// Whether glibc says the process has only ever had one thread: its
+/// `__libc_single_threaded` (glibc 2.32+; without it, false). The
+/// variable is found once, without a failed `dlsym` where no object
+/// defines it (EL8's glibc 2.28: the error would be left pending for the
+/// program's `dlerror()`).
 pub fn libc_single_threaded() -> bool {
-    // SAFETY: a NUL-terminated symbol name; dlsym takes no lock our hooks need.
-    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__libc_single_threaded".as_ptr()) };
-    // SAFETY: glibc's `char __libc_single_threaded` (2.32+), read only.
-    !p.is_null() && unsafe { core::ptr::read_volatile(p as *const u8) } != 0
+    /// The variable's address; 0: not looked up yet; 1: none.
+    static AT: AtomicUsize = AtomicUsize::new(0);
+    let mut at = AT.load(Ordering::Acquire);
+    if at == 0 {
+        at = trampoline::global_symbol(c"__libc_single_threaded").unwrap_or(1);
+        AT.store(at, Ordering::Release);
+    }
+    // SAFETY: glibc's `char __libc_single_threaded`, read only.
+    at != 1 && unsafe { core::ptr::read_volatile(at as *const u8) } != 0
 }
 
 /// `a += v`, returning the new value.

@@ -40,7 +40,7 @@ const NAMES: [&str; 2] = ["runtime.exit.abi0", "runtime.exit"];
 /// Hooks Go's exit function when the program is a Go program. Start-up,
 /// after the core hooks.
 pub fn install() {
-    if !is_go_program() {
+    if !crate::base::run::is_go_program() {
         return;
     }
     let Some(sym) = NAMES
@@ -67,11 +67,6 @@ pub fn install() {
             "cannot hook Go's exit function ({e}): its profile is written only by --dump-every snapshots"
         ),
     }
-}
-
-/// Whether the program links Go's cgo runtime.
-fn is_go_program() -> bool {
-    trampoline::global_symbol(c"_cgo_topofstack").is_some()
 }
 
 /// Called by the stub on its own stack, by the first thread to exit: the

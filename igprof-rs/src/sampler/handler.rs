@@ -37,7 +37,7 @@ pub fn install_handler() -> Result<(), Errno> {
     // heap below, and gives every thread a signal stack big enough. Not
     // elsewhere: a C program's alternate stack may be MINSIGSTKSZ, too small
     // for a sample.
-    let go = trampoline::global_symbol(c"_cgo_topofstack").is_some();
+    let go = crate::base::run::is_go_program();
     sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | if go { libc::SA_ONSTACK } else { 0 };
     // Every signal blocked while a sample is taken: a program handler that
     // interrupted it and left by longjmp (SIGALRM timeouts, SIGSEGV
