@@ -294,6 +294,12 @@ const DT_STRTAB: i64 = 5;
 const DT_SYMTAB: i64 = 6;
 const DT_STRSZ: i64 = 10;
 const DT_GNU_HASH: i64 = 0x6fff_fef5;
+const DT_VERSYM: i64 = 0x6fff_fff0;
+const DT_VERDEF: i64 = 0x6fff_fffc;
+const DT_VERDEFNUM: i64 = 0x6fff_fffd;
+/// `.gnu.version`'s bit of a symbol version that is not the default one
+/// (`name@VERSION`, not `name@@VERSION`).
+const VERSYM_HIDDEN: u16 = 0x8000;
 const STT_TLS: u8 = 6;
 pub const SHN_UNDEF: u16 = 0;
 pub const SHN_ABS: u16 = 0xfff1;
@@ -578,6 +584,29 @@ pub fn dynsym_function(img: &Image, name: &[u8]) -> Option<(usize, u64)> {
     Some((img.bias.wrapping_add(s.st_value as usize), s.st_size))
 }
 
+/// The function named `name` that the object itself defines, as `dlsym`
+/// on the object's handle finds it there (`version` None: the default
+/// version, `name@@V`, or an unversioned one) or `dlvsym` (`version`: that
+/// version, default or not): its run-time start and `st_size`, through
+/// the GNU hash table in memory. Plain functions only (`dlsym` answers an
+/// IFUNC with its resolver's choice, not the symbol's address); None for
+/// anything else, and without a GNU hash table.
+pub fn versioned_function(
+    img: &Image,
+    name: &[u8],
+    version: Option<&[u8]>,
+) -> Option<(usize, u64)> {
+    const STT_FUNC: u8 = 2;
+    let t = DynTables::of(img)?;
+    if t.gnu_hash == 0 {
+        return None;
+    }
+    let (s, _) = hashed_symbol_in(img, &t, name, |s, ndx| {
+        s.st_shndx != SHN_UNDEF && s.st_info & 0xf == STT_FUNC && t.version_is(img, ndx, version)
+    })?;
+    Some((img.bias.wrapping_add(s.st_value as usize), s.st_size))
+}
+
 /// The dynamic symbol named `name` that `accept` takes, through the GNU
 /// hash table.
 fn hashed_symbol(
@@ -586,6 +615,17 @@ fn hashed_symbol(
     accept: impl Fn(&libc::Elf64_Sym) -> bool,
 ) -> Option<libc::Elf64_Sym> {
     let t = DynTables::of(img)?;
+    hashed_symbol_in(img, &t, name, |s, _| accept(s)).map(|(s, _)| s)
+}
+
+/// [`hashed_symbol`] in the tables `t`, `accept` also given the symbol's
+/// index; returns the symbol and its index.
+fn hashed_symbol_in(
+    img: &Image,
+    t: &DynTables,
+    name: &[u8],
+    accept: impl Fn(&libc::Elf64_Sym, usize) -> bool,
+) -> Option<(libc::Elf64_Sym, usize)> {
     if t.gnu_hash == 0 {
         return None;
     }
@@ -602,11 +642,11 @@ fn hashed_symbol(
         if ch | 1 == h | 1 {
             let s: libc::Elf64_Sym = img.read(t.symtab + ndx as usize * SYM_SIZE)?;
             if considered(&s, true, t.strsz)
-                && accept(&s)
+                && accept(&s, ndx as usize)
                 && img.cstr(t.strtab + s.st_name as usize, t.strsz - s.st_name as usize)
                     == Some(name)
             {
-                return Some(s);
+                return Some((s, ndx as usize));
             }
         }
         if ch & 1 != 0 {
@@ -730,9 +770,64 @@ struct DynTables {
     strsz: usize,
     hash: usize,
     gnu_hash: usize,
+    /// `.gnu.version` and `.gnu.version_d` (0: none) and the latter's
+    /// number of entries.
+    versym: usize,
+    verdef: usize,
+    verdefnum: usize,
+}
+
+/// An entry of `.gnu.version_d` (Elf64_Verdef).
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Verdef {
+    version: u16,
+    flags: u16,
+    ndx: u16,
+    cnt: u16,
+    hash: u32,
+    aux: u32,
+    next: u32,
 }
 
 impl DynTables {
+    /// Whether symbol `ndx` has `version` (None: the default version, or
+    /// no version at all).
+    fn version_is(&self, img: &Image, ndx: usize, version: Option<&[u8]>) -> bool {
+        if self.versym == 0 {
+            return version.is_none();
+        }
+        let Some(v) = img.read::<u16>(self.versym.wrapping_add(ndx.wrapping_mul(2))) else {
+            return false;
+        };
+        match version {
+            None => v & VERSYM_HIDDEN == 0,
+            Some(want) => self.version_name(img, v & !VERSYM_HIDDEN) == Some(want),
+        }
+    }
+
+    /// The name of version index `index`, from `.gnu.version_d` (versions
+    /// the object defines; a symbol it defines has one of them).
+    fn version_name<'i>(&self, img: &'i Image, index: u16) -> Option<&'i [u8]> {
+        let mut at = self.verdef;
+        if at == 0 {
+            return None;
+        }
+        for _ in 0..self.verdefnum.clamp(1, 1 << 16) {
+            let d: Verdef = img.read(at)?;
+            if d.ndx == index {
+                let name: u32 = img.read(at.checked_add(d.aux as usize)?)?;
+                let off = name as usize;
+                return img.cstr(self.strtab.checked_add(off)?, self.strsz.checked_sub(off)?);
+            }
+            if d.next == 0 {
+                return None;
+            }
+            at = at.checked_add(d.next as usize)?;
+        }
+        None
+    }
+
     /// None when the object has no dynamic symbols.
     fn of(img: &Image) -> Option<DynTables> {
         let dynamic = img.phdrs().iter().find(|p| p.p_type == libc::PT_DYNAMIC)?;
@@ -743,6 +838,9 @@ impl DynTables {
             strsz: 0,
             hash: 0,
             gnu_hash: 0,
+            versym: 0,
+            verdef: 0,
+            verdefnum: 0,
         };
         loop {
             let d: Dyn = img.read(at)?;
@@ -753,6 +851,9 @@ impl DynTables {
                 DT_STRSZ => t.strsz = d.val as usize,
                 DT_HASH => t.hash = img.dyn_ptr(d.val),
                 DT_GNU_HASH => t.gnu_hash = img.dyn_ptr(d.val),
+                DT_VERSYM => t.versym = img.dyn_ptr(d.val),
+                DT_VERDEF => t.verdef = img.dyn_ptr(d.val),
+                DT_VERDEFNUM => t.verdefnum = d.val as usize,
                 _ => {}
             }
             at += core::mem::size_of::<Dyn>();

@@ -17,7 +17,7 @@
 use crate::error::LookupError;
 use crate::image::{
     dynsym_defines, dynsym_function, dynsym_named, first_object, has_gnu_hash, may_hold,
-    object_name, DynEntry, DynIndex, Image, MappedFile,
+    object_name, versioned_function, DynEntry, DynIndex, Image, MappedFile,
 };
 use object::{Object, ObjectSymbol};
 use std::ffi::{c_void, CStr, CString};
@@ -79,6 +79,9 @@ fn lookup(name: &str, version: Option<&str>, lib: Option<&str>) -> Result<Symbol
         }
         None => libc::RTLD_DEFAULT,
         Some(l) => {
+            if let Some(s) = in_named_object(name, version, l) {
+                return Ok(s);
+            }
             let cl = CString::new(l).map_err(|_| LookupError::BadName { name: l.into() })?;
             // SAFETY: RTLD_NOLOAD never loads; it only returns a handle to an
             // object already present (and takes a reference, released below).
@@ -112,6 +115,46 @@ fn lookup(name: &str, version: Option<&str>, lib: Option<&str>) -> Result<Symbol
         name: name.to_string(),
         addr,
         size: size_of_named_function_at(name, addr),
+    })
+}
+
+/// Function `name` (of `version`, else the default one) as defined by the
+/// loaded object `lib` itself, read from its tables in memory: what
+/// `dlvsym`/`dlsym` on a `dlopen(lib, RTLD_NOLOAD)` handle give for the
+/// functions the profiler hooks, without that `dlopen`, which allocates
+/// with the program's malloc (at start-up, its heap's first blocks). None
+/// where memory cannot tell (no such object, no GNU hash table, an IFUNC,
+/// a name the object does not define but a dependency may): then the
+/// loader is asked.
+fn in_named_object(name: &str, version: Option<&str>, lib: &str) -> Option<Symbol> {
+    let own = own_library_base();
+    first_object(|info| {
+        if Some(object_base(info)) == own {
+            return None;
+        }
+        let path = std::str::from_utf8(object_name(info)).unwrap_or("");
+        if !is_lib(path, lib) {
+            return None;
+        }
+        // SAFETY: a loaded object, read only inside first_object's callback.
+        let img = unsafe { Image::of(info) };
+        // The first object of that name answers, found or not (as the
+        // loader's handle would be that object).
+        Some(versioned_function(
+            &img,
+            name.as_bytes(),
+            version.map(str::as_bytes),
+        ))
+    })
+    .flatten()
+    .map(|(addr, size)| Symbol {
+        name: name.to_string(),
+        addr: addr as u64,
+        size: if size > 0 {
+            Some(size)
+        } else {
+            size_of_function_at(addr as u64)
+        },
     })
 }
 

@@ -67,3 +67,90 @@ fn errors_name_the_problem() {
         Err(LookupError::BadName { .. })
     ));
 }
+
+/// Every function libc defines, by name and by each of its versions
+/// (`readelf --dyn-syms`: `realpath@@GLIBC_2.3`, `realpath@GLIBC_2.2.5`),
+/// looked up in libc: the address the loader's `dlsym` / `dlvsym` on
+/// libc's handle gives. The lookup reads libc's tables in memory (no
+/// `dlopen`, which allocates with the program's malloc) except for
+/// IFUNCs, which it leaves to the loader; a default version picked
+/// wrongly, or a version name misread, gives another address.
+#[test]
+fn libc_functions_by_name_and_version_are_the_loaders() {
+    // SAFETY: NUL-terminated names; RTLD_NOLOAD loads nothing.
+    let h = unsafe { libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+    assert!(!h.is_null());
+    let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
+    // SAFETY: dladdr of a libc function, into a zeroed Dl_info.
+    assert_ne!(
+        unsafe { libc::dladdr(libc::free as *const _, &mut info) },
+        0
+    );
+    // SAFETY: dladdr's file name is NUL-terminated and lives with libc.
+    let path = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }
+        .to_str()
+        .unwrap();
+    // Under qemu-user (`-L /usr/aarch64-linux-gnu`, see .cargo/config.toml)
+    // the loader's path is the guest's; readelf runs on the host.
+    let name = std::path::Path::new(path)
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap();
+    let host = [
+        path.to_string(),
+        format!("/usr/aarch64-linux-gnu{path}"),
+        format!("/usr/aarch64-linux-gnu/lib/{name}"),
+    ]
+    .into_iter()
+    .find(|p| std::path::Path::new(p).exists())
+    .unwrap_or_else(|| panic!("{path}: no such file here"));
+    let out = std::process::Command::new("readelf")
+        .args(["--dyn-syms", "-W", &host])
+        .output()
+        .expect("readelf");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let (mut by_name, mut by_version, mut hidden) = (0, 0, 0);
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        // Num: Value Size Type Bind Vis Ndx Name
+        if f.len() < 8 || !matches!(f[3], "FUNC" | "IFUNC") || f[6] == "UND" {
+            continue;
+        }
+        let (name, version, default) = match f[7].split_once("@@") {
+            Some((n, v)) => (n, Some(v), true),
+            None => match f[7].split_once('@') {
+                Some((n, v)) => (n, Some(v), false),
+                None => (f[7], None, true),
+            },
+        };
+        let cname = std::ffi::CString::new(name).unwrap();
+        if default {
+            // SAFETY: a live handle and a NUL-terminated name.
+            let want = unsafe { libc::dlsym(h, cname.as_ptr()) } as u64;
+            if want != 0 {
+                let got = find_function(name, Some("libc.so.6")).unwrap();
+                assert_eq!(got.addr, want, "{name}");
+                by_name += 1;
+            }
+        }
+        if let Some(v) = version {
+            let cv = std::ffi::CString::new(v).unwrap();
+            // SAFETY: as above.
+            let want = unsafe { libc::dlvsym(h, cname.as_ptr(), cv.as_ptr()) } as u64;
+            if want != 0 {
+                let got = find_function_versioned(name, v, Some("libc.so.6")).unwrap();
+                assert_eq!(got.addr, want, "{name}@{v}");
+                by_version += 1;
+                hidden += !default as usize;
+            }
+        }
+    }
+    // SAFETY: balances the dlopen above.
+    unsafe { libc::dlclose(h) };
+    eprintln!("{by_name} by name, {by_version} by version ({hidden} not the default)");
+    assert!(
+        by_name > 1000 && by_version > 1000 && hidden > 10,
+        "{by_name} {by_version} {hidden}"
+    );
+}
