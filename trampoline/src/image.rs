@@ -584,6 +584,39 @@ pub fn dynsym_function(img: &Image, name: &[u8]) -> Option<(usize, u64)> {
     Some((img.bias.wrapping_add(s.st_value as usize), s.st_size))
 }
 
+/// Where an object's dynamic symbol tables lie (its hash tables, symbol
+/// table, string table and version table), each as (start, end): what
+/// [`dynsym_names`] and the lookups by name read. A table whose length
+/// the dynamic section does not give runs to the next table's start or,
+/// the last, to the end of its segment.
+pub fn dynamic_table_spans(img: &Image) -> Vec<(usize, usize)> {
+    let Some(t) = DynTables::of(img) else {
+        return Vec::new();
+    };
+    let mut starts: Vec<usize> = [t.gnu_hash, t.hash, t.symtab, t.strtab, t.versym, t.verdef]
+        .into_iter()
+        .filter(|&a| a != 0)
+        .collect();
+    starts.sort_unstable();
+    starts.dedup();
+    starts
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &start)| {
+            let (_, seg_end, _) = *img
+                .segments
+                .iter()
+                .find(|&&(lo, hi, r)| r && lo <= start && start < hi)?;
+            let end = if start == t.strtab {
+                start.saturating_add(t.strsz)
+            } else {
+                starts.get(i + 1).copied().unwrap_or(seg_end)
+            };
+            Some((start, end.min(seg_end)))
+        })
+        .collect()
+}
+
 /// The function named `name` that the object itself defines, as `dlsym`
 /// on the object's handle finds it there (`version` None: the default
 /// version, `name@@V`, or an unversioned one) or `dlvsym` (`version`: that

@@ -36,6 +36,11 @@ use std::os::unix::fs::FileExt;
 const PRESENT: u8 = 0x80;
 const FILE: u8 = 0x20;
 
+/// How far around an address a read can fault file pages in: past the
+/// 64 KiB around a fault that the kernel maps by default
+/// (`fault_around_bytes`).
+pub const FAULT_AROUND: usize = 128 << 10;
+
 /// `/proc/self/pagemap`, opened once for a series of steps.
 pub struct Pagemap(std::fs::File);
 
@@ -91,25 +96,6 @@ pub struct Fresh<'p> {
 }
 
 impl<'p> Fresh<'p> {
-    /// Notes the present pages of the read-only, non-executable PT_LOAD
-    /// segments of the object whose program headers are `phdrs`, loaded at
-    /// `bias`. None where none may be given back.
-    pub fn before(
-        map: &'p Pagemap,
-        bias: usize,
-        phdrs: &[libc::Elf64_Phdr],
-        page: usize,
-    ) -> Option<Fresh<'p>> {
-        let mut ranges = Vec::new();
-        let ok = whole_pages_of_segments(bias, phdrs, libc::PF_W | libc::PF_X, page, |s, e| {
-            ranges.push((s, e))
-        });
-        if !ok {
-            return None;
-        }
-        Self::of_ranges(map, &ranges, page)
-    }
-
     /// Notes the present pages within `reach` bytes of `addr` in the
     /// read-only, non-executable PT_LOAD segment that holds it, in the
     /// object whose program headers are `phdrs`, loaded at `bias`: the
@@ -123,15 +109,44 @@ impl<'p> Fresh<'p> {
         addr: usize,
         reach: usize,
     ) -> Option<Fresh<'p>> {
-        let mut range = None;
+        Self::near(map, bias, phdrs, page, &[(addr, addr)], reach)
+    }
+
+    /// As [`Fresh::around`] for reads anywhere in each of `spans` (start,
+    /// end): the pages within `reach` bytes of a span, in the read-only,
+    /// non-executable segment that holds its start.
+    pub fn near(
+        map: &'p Pagemap,
+        bias: usize,
+        phdrs: &[libc::Elf64_Phdr],
+        page: usize,
+        spans: &[(usize, usize)],
+        reach: usize,
+    ) -> Option<Fresh<'p>> {
+        let mut ranges: Vec<(usize, usize)> = Vec::new();
         let ok = whole_pages_of_segments(bias, phdrs, libc::PF_W | libc::PF_X, page, |s, e| {
-            if s <= addr && addr < e {
-                let lo = addr.saturating_sub(reach) & !(page - 1);
-                range = Some((s.max(lo), e.min(addr.saturating_add(reach) & !(page - 1))));
+            for &(lo, hi) in spans {
+                if s <= lo && lo < e {
+                    let from = lo.saturating_sub(reach) & !(page - 1);
+                    let to = hi.saturating_add(reach) & !(page - 1);
+                    ranges.push((s.max(from), e.min(to)));
+                }
             }
         });
-        let range = range.filter(|&(s, e)| ok && s < e)?;
-        Self::of_ranges(map, &[range], page)
+        ranges.retain(|&(s, e)| s < e);
+        // Spans near each other: one range, each page read once.
+        ranges.sort_unstable();
+        let mut merged: Vec<(usize, usize)> = Vec::with_capacity(ranges.len());
+        for (s, e) in ranges {
+            match merged.last_mut() {
+                Some(last) if s <= last.1 => last.1 = last.1.max(e),
+                _ => merged.push((s, e)),
+            }
+        }
+        if !ok || merged.is_empty() {
+            return None;
+        }
+        Self::of_ranges(map, &merged, page)
     }
 
     /// Notes the present pages of `ranges` (page-aligned, read-only

@@ -503,9 +503,8 @@ impl Fill<'_> {
 }
 
 /// How far from a new object's `.eh_frame_hdr` its pages are looked at
-/// before and after the header is read: past the 64 KiB around a fault
-/// that the kernel maps by default.
-const HEADER_READ_REACH: usize = 128 << 10;
+/// before and after the header is read.
+const HEADER_READ_REACH: usize = crate::base::resident::FAULT_AROUND;
 
 /// What one pass over the loaded objects saw.
 #[derive(Clone, Copy, Default, PartialEq, Eq)]
