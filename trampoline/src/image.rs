@@ -26,6 +26,46 @@ pub struct Image {
     exec: Vec<bool>,
 }
 
+/// A loaded object's program headers and notes as loaded ([`Image::identity`]),
+/// copied so that its file can be checked after the loader's lock is let
+/// go: a file whose program headers and notes (its GNU build-id among
+/// them, when it has one) are the same is the object loaded.
+#[derive(Clone, Debug, Default)]
+pub struct LoadedIdentity {
+    pub phdrs: Vec<u8>,
+    /// (file offset, alignment, bytes) of each PT_NOTE segment.
+    pub notes: Vec<(u64, usize, Vec<u8>)>,
+}
+
+impl LoadedIdentity {
+    /// Whether a file holds the same program headers (at `phoff`, its ELF
+    /// header's `e_phoff`) and notes, where `same(offset, bytes)` says
+    /// whether the file holds `bytes` at `offset` (or why it cannot be
+    /// read).
+    pub fn file_matches<E>(
+        &self,
+        phoff: u64,
+        mut same: impl FnMut(u64, &[u8]) -> Result<bool, E>,
+    ) -> Result<bool, E> {
+        if !same(phoff, &self.phdrs)? {
+            return Ok(false);
+        }
+        for (off, _, bytes) in &self.notes {
+            if !same(*off, bytes)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Whether one of the notes holds a GNU build-id.
+    pub fn has_build_id(&self) -> bool {
+        self.notes
+            .iter()
+            .any(|(_, align, n)| build_id_in_notes(n, *align).is_some())
+    }
+}
+
 /// The path the loader gives the object `info` describes (empty for the
 /// main program and the vDSO).
 pub fn object_name(info: &libc::dl_phdr_info) -> &[u8] {
@@ -160,6 +200,15 @@ impl Image {
         // SAFETY: plain data viewed as bytes.
         unsafe { core::slice::from_raw_parts(p.as_ptr() as *const u8, core::mem::size_of_val(p)) }
             .to_vec()
+    }
+
+    /// What tells whether a file on disk is this object: a copy of its
+    /// program headers and notes as loaded.
+    pub fn identity(&self) -> LoadedIdentity {
+        LoadedIdentity {
+            phdrs: self.phdr_bytes(),
+            notes: self.notes(),
+        }
     }
 
     /// The PT_NOTE segments as loaded: (file offset, alignment, bytes).
@@ -940,6 +989,38 @@ impl DynTables {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A file is the loaded object when its program headers and every note
+    /// are the loaded bytes; one differing byte anywhere, or a read that
+    /// fails, and it is not.
+    #[test]
+    fn a_file_matches_the_loaded_identity_only_byte_for_byte() {
+        let mut file = vec![0u8; 4096];
+        let phdrs: Vec<u8> = (0..112).map(|i| i as u8).collect();
+        let note: Vec<u8> = (0..36).map(|i| 200 - i as u8).collect();
+        file[64..176].copy_from_slice(&phdrs);
+        file[800..836].copy_from_slice(&note);
+        let id = LoadedIdentity {
+            phdrs,
+            notes: vec![(800, 4, note)],
+        };
+        let check = |f: &[u8]| {
+            id.file_matches(64, |off, want| {
+                let off = off as usize;
+                f.get(off..off + want.len())
+                    .map(|b| b == want)
+                    .ok_or("short file")
+            })
+        };
+        assert_eq!(check(&file), Ok(true));
+        for at in [64, 175, 800, 835] {
+            let mut other = file.clone();
+            other[at] ^= 1;
+            assert_eq!(check(&other), Ok(false), "byte {at} changed");
+        }
+        assert_eq!(check(&file[..820]), Err("short file"));
+        assert!(!id.has_build_id(), "no GNU build-id note here");
+    }
 
     #[test]
     fn dynsym_rule_prefers_the_greatest_covering_address_then_first_visited() {

@@ -372,9 +372,7 @@ fn scan(bytes: &[u8], at: u64, exec: bool, lo: u64, hi: u64) -> Option<InteriorE
 /// from it under the loader's lock: its path, program headers and notes.
 struct LoadedFacts {
     path: std::path::PathBuf,
-    phdrs: Vec<u8>,
-    /// (file offset, alignment, bytes) of each PT_NOTE segment as loaded.
-    notes: Vec<(u64, usize, Vec<u8>)>,
+    identity: crate::image::LoadedIdentity,
 }
 
 impl LoadedFacts {
@@ -383,11 +381,8 @@ impl LoadedFacts {
     /// could keep the program headers and differ in code) and no text
     /// relocations (its read-only segments are then the file's bytes).
     fn of(info: &libc::dl_phdr_info, img: &Image) -> Option<LoadedFacts> {
-        let notes = img.notes();
-        let build_id = notes
-            .iter()
-            .any(|(_, align, n)| crate::image::build_id_in_notes(n, *align).is_some());
-        if !build_id || crate::image::text_relocated(img.bias, img.phdrs()) {
+        let identity = img.identity();
+        if !identity.has_build_id() || crate::image::text_relocated(img.bias, img.phdrs()) {
             return None;
         }
         let name = crate::image::object_name(info);
@@ -396,11 +391,7 @@ impl LoadedFacts {
         } else {
             <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(name).into()
         };
-        Some(LoadedFacts {
-            path,
-            phdrs: img.phdr_bytes(),
-            notes,
-        })
+        Some(LoadedFacts { path, identity })
     }
 
     /// The object's file, when it holds the same program headers and notes.
@@ -413,19 +404,11 @@ impl LoadedFacts {
             return None;
         }
         let phoff = u64::from_le_bytes(eh[32..40].try_into().ok()?);
-        let mut phdrs = vec![0u8; self.phdrs.len()];
-        file.read_exact_at(&mut phdrs, phoff).ok()?;
-        if phdrs != self.phdrs {
-            return None;
-        }
-        for (off, _, bytes) in &self.notes {
-            let mut b = vec![0u8; bytes.len()];
-            file.read_exact_at(&mut b, *off).ok()?;
-            if b != *bytes {
-                return None;
-            }
-        }
-        Some(file)
+        let same = self.identity.file_matches(phoff, |off, want| {
+            let mut b = vec![0u8; want.len()];
+            file.read_exact_at(&mut b, off).map(|()| b == want)
+        });
+        same.ok()?.then_some(file)
     }
 }
 

@@ -265,9 +265,7 @@ struct Pass<'a> {
 struct FileCheck {
     object: usize,
     bias: usize,
-    phdrs: Vec<u8>,
-    /// (file offset, alignment, bytes) of each PT_NOTE segment as loaded.
-    notes: Vec<(u64, usize, Vec<u8>)>,
+    identity: trampoline::image::LoadedIdentity,
     /// Indexes into the pass's addresses.
     addrs: Vec<usize>,
 }
@@ -430,8 +428,7 @@ extern "C" fn collect(info: *mut libc::dl_phdr_info, _size: usize, data: *mut li
         pass.files.push(FileCheck {
             object: me,
             bias: image.bias,
-            phdrs: image.phdr_bytes(),
-            notes: image.notes(),
+            identity: image.identity(),
             addrs: unnamed,
         });
     }
@@ -541,14 +538,11 @@ fn symtab_names(
         return Err(SymtabError::NotElf);
     }
     // The file is the loaded object: same program headers and notes.
-    let phdrs = map.at(u64_at(eh, 32), check.phdrs.len(), "the program headers")?;
-    if phdrs != check.phdrs {
+    let same = check.identity.file_matches(u64_at(eh, 32), |off, want| {
+        Ok(map.at(off, want.len(), "the program headers or a note")? == want)
+    })?;
+    if !same {
         return Err(SymtabError::Changed);
-    }
-    for (off, _, bytes) in &check.notes {
-        if map.at(*off, bytes.len(), "a note")? != *bytes {
-            return Err(SymtabError::Changed);
-        }
     }
     let shoff = u64_at(eh, 40);
     let mut shnum = u16_at(eh, 60) as usize;
@@ -829,8 +823,10 @@ mod tests {
         let check = FileCheck {
             object: 0,
             bias,
-            phdrs,
-            notes: Vec::new(),
+            identity: trampoline::image::LoadedIdentity {
+                phdrs,
+                notes: Vec::new(),
+            },
             addrs: Vec::new(),
         };
         let lo = reference.first().unwrap().0;
