@@ -115,6 +115,15 @@ pub fn first_object<R>(mut f: impl FnMut(&libc::dl_phdr_info) -> Option<R>) -> O
     walk.out
 }
 
+/// `f` on every loaded object, in the loader's order, inside
+/// `dl_iterate_phdr` (see [`first_object`]).
+pub fn each_object(mut f: impl FnMut(&libc::dl_phdr_info)) {
+    first_object(|info| {
+        f(info);
+        None::<()>
+    });
+}
+
 /// Whether `addr` may lie in the object `info` describes: inside the span
 /// from its first loadable segment's page to the end of its last, where
 /// every range [`Image::ranges`] gives lies. Reads only the loader's

@@ -65,13 +65,11 @@ use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 /// One loadable segment of the library: start and end addresses.
 type Segment = (usize, usize);
 
-/// What [`find`] collects: the object holding `probe`, its read-only
+/// What [`find`] collects of the library (the object holding [`find`]): its read-only
 /// segments, and whether it may not be given back.
 struct Found {
-    probe: usize,
     segments: [Segment; 8],
     n: usize,
-    found: bool,
     refused: bool,
 }
 
@@ -108,18 +106,42 @@ static STEPS: AtomicBool = AtomicBool::new(false);
 /// found, text relocations). Start-up only (it takes the loader's lock);
 /// advises nothing itself.
 pub fn find() -> usize {
-    let mut f = Found {
-        probe: find as fn() -> usize as usize,
-        segments: [(0, 0); 8],
-        n: 0,
-        found: false,
-        refused: false,
-    };
-    // SAFETY: the callback reads the loader's headers and writes only `f`.
-    unsafe { libc::dl_iterate_phdr(Some(find_in), (&mut f as *mut Found).cast()) };
-    if !f.found || f.refused {
+    let probe = find as fn() -> usize as usize;
+    let page = crate::sys::page_size();
+    let f = trampoline::image::first_object(|info| {
+        // SAFETY: the loader's description of a loaded object, inside the
+        // walk.
+        if !unsafe { trampoline::image::may_hold(info, probe, page) } {
+            return None;
+        }
+        // SAFETY: dlpi_phdr points to dlpi_phnum program headers.
+        let phdrs =
+            unsafe { core::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
+        let base = info.dlpi_addr as usize;
+        let _ = OWN_PHDRS.set((base, phdrs.into()));
+        let mut f = Found {
+            segments: [(0, 0); 8],
+            n: 0,
+            refused: false,
+        };
+        let (segments, n) = (&mut f.segments, &mut f.n);
+        f.refused = !super::resident::whole_pages_of_segments(
+            base,
+            phdrs,
+            libc::PF_W,
+            page,
+            |start, end| {
+                if *n < segments.len() {
+                    segments[*n] = (start, end);
+                    *n += 1;
+                }
+            },
+        );
+        Some(f)
+    });
+    let Some(f) = f.filter(|f| !f.refused) else {
         return 0;
-    }
+    };
     for (slot, &(start, end)) in SEGMENTS.iter().zip(&f.segments[..f.n]) {
         slot.0.store(start, Ordering::Relaxed);
         slot.1.store(end, Ordering::Relaxed);
@@ -233,35 +255,4 @@ pub fn steps_resident_kib() -> Vec<usize> {
         .iter()
         .map(|k| k.load(Ordering::Relaxed))
         .collect()
-}
-
-/// dl_iterate_phdr's callback: fills the [`Found`] of the object whose
-/// loaded segments hold its probe address.
-unsafe extern "C" fn find_in(
-    info: *mut libc::dl_phdr_info,
-    _: usize,
-    data: *mut libc::c_void,
-) -> libc::c_int {
-    // SAFETY: data is the Found passed by find; info is valid for the
-    // call.
-    let (f, info) = unsafe { (&mut *data.cast::<Found>(), &*info) };
-    // SAFETY: dlpi_phdr points to dlpi_phnum program headers.
-    let phdrs = unsafe { core::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
-    let base = info.dlpi_addr as usize;
-    let page = crate::sys::page_size();
-    // SAFETY: the loader's description of a loaded object, inside the call.
-    if !unsafe { trampoline::image::may_hold(info, f.probe, page) } {
-        return 0;
-    }
-    f.found = true;
-    let _ = OWN_PHDRS.set((base, phdrs.into()));
-    let (segments, n) = (&mut f.segments, &mut f.n);
-    f.refused =
-        !super::resident::whole_pages_of_segments(base, phdrs, libc::PF_W, page, |start, end| {
-            if *n < segments.len() {
-                segments[*n] = (start, end);
-                *n += 1;
-            }
-        });
-    1
 }

@@ -202,64 +202,39 @@ pub fn give_back_file_pages(map: &Pagemap, start: usize, end: usize, page: usize
 /// library's own: its frames are never unwound, and its headers are read
 /// from a copy). Outside signal context.
 pub fn give_back_unwind_tables(skip: Option<usize>) -> usize {
-    struct Pass {
-        map: Pagemap,
-        page: usize,
-        bytes: usize,
-        skip: Option<usize>,
-    }
-    unsafe extern "C" fn each(
-        info: *mut libc::dl_phdr_info,
-        _: usize,
-        data: *mut libc::c_void,
-    ) -> libc::c_int {
-        // SAFETY: dl_iterate_phdr passes a valid info for the call; data is
-        // the Pass below.
-        let (info, pass) = unsafe { (&*info, &mut *data.cast::<Pass>()) };
-        if info.dlpi_phdr.is_null() || pass.skip == Some(info.dlpi_addr as usize) {
-            return 0;
+    let Some(map) = Pagemap::open() else {
+        return 0;
+    };
+    let page = crate::sys::page_size();
+    let mut bytes = 0;
+    trampoline::image::each_object(|info| {
+        if info.dlpi_phdr.is_null() || skip == Some(info.dlpi_addr as usize) {
+            return;
         }
         // SAFETY: dlpi_phdr points to dlpi_phnum program headers.
         let phdrs =
             unsafe { core::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
         let base = info.dlpi_addr as usize;
         let Some(hdr) = phdrs.iter().find(|p| p.p_type == libc::PT_GNU_EH_FRAME) else {
-            return 0;
+            return;
         };
         let Some(seg) = phdrs.iter().find(|p| {
             p.p_type == libc::PT_LOAD
                 && p.p_vaddr <= hdr.p_vaddr
                 && hdr.p_vaddr < p.p_vaddr + p.p_filesz
         }) else {
-            return 0;
+            return;
         };
-        let page = pass.page;
         let lo = (base + hdr.p_vaddr as usize).next_multiple_of(page);
         let hi = (base + (seg.p_vaddr + seg.p_filesz) as usize) & !(page - 1);
-        let map = &pass.map;
-        let mut bytes = 0;
         whole_pages_of_segments(base, phdrs, libc::PF_W | libc::PF_X, page, |start, end| {
             let (start, end) = (start.max(lo), end.min(hi));
             if start < end {
-                bytes += give_back_file_pages(map, start, end, page);
+                bytes += give_back_file_pages(&map, start, end, page);
             }
         });
-        pass.bytes += bytes;
-        0
-    }
-    let Some(map) = Pagemap::open() else {
-        return 0;
-    };
-    let mut pass = Pass {
-        map,
-        page: crate::sys::page_size(),
-        bytes: 0,
-        skip,
-    };
-    // SAFETY: `each` matches dl_iterate_phdr's callback; the Pass outlives
-    // the call.
-    unsafe { libc::dl_iterate_phdr(Some(each), (&mut pass as *mut Pass).cast()) };
-    pass.bytes
+    });
+    bytes
 }
 
 /// Unmaps the pages of `start..end` present as the file's own pages,
