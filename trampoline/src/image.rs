@@ -358,7 +358,9 @@ const DT_VERDEFNUM: i64 = 0x6fff_fffd;
 /// `.gnu.version`'s bit of a symbol version that is not the default one
 /// (`name@VERSION`, not `name@@VERSION`).
 const VERSYM_HIDDEN: u16 = 0x8000;
+const STT_FUNC: u8 = 2;
 const STT_TLS: u8 = 6;
+const STT_GNU_IFUNC: u8 = 10;
 pub const SHN_UNDEF: u16 = 0;
 pub const SHN_ABS: u16 = 0xfff1;
 const STB_GLOBAL: u8 = 1;
@@ -634,8 +636,6 @@ pub fn dynsym_defines(img: &Image, name: &[u8]) -> bool {
 /// counts them): its run-time start and `st_size`, through the GNU hash
 /// table in memory (None without one).
 pub fn dynsym_function(img: &Image, name: &[u8]) -> Option<(usize, u64)> {
-    const STT_FUNC: u8 = 2;
-    const STT_GNU_IFUNC: u8 = 10;
     let s = hashed_symbol(img, name, |s| {
         s.st_shndx != SHN_UNDEF && matches!(s.st_info & 0xf, STT_FUNC | STT_GNU_IFUNC)
     })?;
@@ -687,7 +687,6 @@ pub fn versioned_function(
     name: &[u8],
     version: Option<&[u8]>,
 ) -> Option<(usize, u64)> {
-    const STT_FUNC: u8 = 2;
     let t = DynTables::of(img)?;
     if t.gnu_hash == 0 {
         return None;

@@ -127,21 +127,11 @@ fn lookup(name: &str, version: Option<&str>, lib: Option<&str>) -> Result<Symbol
 /// a name the object does not define but a dependency may): then the
 /// loader is asked.
 fn in_named_object(name: &str, version: Option<&str>, lib: &str) -> Option<Symbol> {
-    let own = own_library_base();
-    first_object(|info| {
-        if Some(object_base(info)) == own {
-            return None;
-        }
-        let path = std::str::from_utf8(object_name(info)).unwrap_or("");
-        if !is_lib(path, lib) {
-            return None;
-        }
-        // SAFETY: a loaded object, read only inside first_object's callback.
-        let img = unsafe { Image::of(info) };
-        // The first object of that name answers, found or not (as the
-        // loader's handle would be that object).
+    // The first object of that name answers, found or not (as the
+    // loader's handle would be that object).
+    first_other_object(Some(lib), |img| {
         Some(versioned_function(
-            &img,
+            img,
             name.as_bytes(),
             version.map(str::as_bytes),
         ))
@@ -155,6 +145,26 @@ fn in_named_object(name: &str, version: Option<&str>, lib: &str) -> Option<Symbo
         } else {
             size_of_function_at(addr as u64)
         },
+    })
+}
+
+/// `f` on each loaded object but the profiler's own (only those `lib`
+/// names, when given: [`is_lib`]), in load order, until it answers; inside
+/// [`first_object`]'s walk.
+fn first_other_object<R>(lib: Option<&str>, mut f: impl FnMut(&Image) -> Option<R>) -> Option<R> {
+    let own = own_library_base();
+    first_object(|info| {
+        if Some(object_base(info)) == own {
+            return None;
+        }
+        if let Some(l) = lib {
+            let path = std::str::from_utf8(object_name(info)).unwrap_or("");
+            if !is_lib(path, l) {
+                return None;
+            }
+        }
+        // SAFETY: a loaded object, read only inside first_object's callback.
+        f(&unsafe { Image::of(info) })
     })
 }
 
@@ -442,20 +452,8 @@ fn is_lib(path: &str, lib: &str) -> bool {
 /// reading its file: the file's parsed symbols, kept for later lookups,
 /// took 6.6 MB of the program's memory for libLLVM-14.
 fn exported_function(name: &str, lib: Option<&str>) -> Option<Symbol> {
-    let own = own_library_base();
-    first_object(|info| {
-        if Some(object_base(info)) == own {
-            return None;
-        }
-        if let Some(l) = lib {
-            let path = std::str::from_utf8(object_name(info)).unwrap_or("");
-            if !is_lib(path, l) {
-                return None;
-            }
-        }
-        // SAFETY: a loaded object, read only inside first_object's callback.
-        let img = unsafe { Image::of(info) };
-        dynsym_function(&img, name.as_bytes()).map(|(addr, size)| Symbol {
+    first_other_object(lib, |img| {
+        dynsym_function(img, name.as_bytes()).map(|(addr, size)| Symbol {
             name: name.to_string(),
             addr: addr as u64,
             size: (size > 0).then_some(size),

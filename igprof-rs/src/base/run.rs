@@ -209,14 +209,6 @@ pub fn mark() -> Option<u32> {
 /// Whether the program links Go's cgo runtime (it defines
 /// `_cgo_topofstack`), looked up once.
 pub fn is_go_program() -> bool {
-    /// 0: not looked up yet; 1: no; 2: yes.
-    static GO: AtomicU32 = AtomicU32::new(0);
-    match GO.load(Ordering::Acquire) {
-        0 => {
-            let go = trampoline::global_symbol(c"_cgo_topofstack").is_some();
-            GO.store(1 + go as u32, Ordering::Release);
-            go
-        }
-        v => v == 2,
-    }
+    static GO: OnceLock<bool> = OnceLock::new();
+    *GO.get_or_init(|| trampoline::global_symbol(c"_cgo_topofstack").is_some())
 }

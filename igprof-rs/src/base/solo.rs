@@ -28,7 +28,7 @@
 //! Must never: switch back to solo in a process that may have a second
 //! thread, or be left by a thread that is inside a solo update.
 
-use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 static SOLO: AtomicBool = AtomicBool::new(false);
 
@@ -67,15 +67,11 @@ pub fn leave() {
 /// defines it (EL8's glibc 2.28: the error would be left pending for the
 /// program's `dlerror()`).
 pub fn libc_single_threaded() -> bool {
-    /// The variable's address; 0: not looked up yet; 1: none.
-    static AT: AtomicUsize = AtomicUsize::new(0);
-    let mut at = AT.load(Ordering::Acquire);
-    if at == 0 {
-        at = trampoline::global_symbol(c"__libc_single_threaded").unwrap_or(1);
-        AT.store(at, Ordering::Release);
-    }
+    /// The variable's address, if glibc has it.
+    static AT: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    let at = *AT.get_or_init(|| trampoline::global_symbol(c"__libc_single_threaded"));
     // SAFETY: glibc's `char __libc_single_threaded`, read only.
-    at != 1 && unsafe { core::ptr::read_volatile(at as *const u8) } != 0
+    at.is_some_and(|p| unsafe { core::ptr::read_volatile(p as *const u8) } != 0)
 }
 
 /// `a += v`, returning the new value.
