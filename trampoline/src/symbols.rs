@@ -20,7 +20,7 @@ use crate::image::{
     object_name, versioned_function, DynEntry, DynIndex, Image, MappedFile,
 };
 use object::{Object, ObjectSymbol};
-use std::ffi::{c_void, CStr, CString};
+use std::ffi::{CStr, CString};
 use std::sync::{Arc, Mutex};
 
 /// A function in the process.
@@ -555,15 +555,16 @@ pub fn loaded_objects() -> Vec<(String, u64)> {
 }
 
 /// The base (`dli_fbase`, the first page: what [`loaded_objects`] calls
-/// an object's base) of the loaded object that holds `addr`, if any.
+/// an object's base) of the loaded object that holds `addr`, if any. Read
+/// from the program headers: `dladdr` would also look for the nearest
+/// symbol, a scan of the object's whole symbol table (28,900 entries in
+/// cc1, which exports its functions).
 pub fn object_base_of(addr: usize) -> Option<u64> {
-    // SAFETY: all-zero is a valid Dl_info (null pointers), which dladdr
-    // only fills.
-    let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
-    // SAFETY: dladdr reads the loader's tables for any address.
-    let found = unsafe { libc::dladdr(addr as *const c_void, &mut info) } != 0;
-    let base = info.dli_fbase as u64;
-    (found && base != 0).then_some(base & !0xfff)
+    let page = crate::nearmem::page_size() as usize;
+    first_object(|info| {
+        // SAFETY: a loaded object, inside first_object's callback.
+        unsafe { may_hold(info, addr, page) }.then(|| object_base(info))
+    })
 }
 
 /// The base of the shared library this crate is linked into (the
@@ -571,11 +572,15 @@ pub fn object_base_of(addr: usize) -> Option<u64> {
 /// fallbacks skip it: its functions are never a hook's target nor its
 /// data a program's, and its file (with debug information, 15 MB) was
 /// read whole into memory at each -fp lookup of a name not exported.
+/// Found once: objects do not move.
 fn own_library_base() -> Option<u64> {
-    let own = object_base_of(own_library_base as *const () as usize)?;
-    // SAFETY: getauxval reads the process's auxiliary vector.
-    let entry = unsafe { libc::getauxval(libc::AT_ENTRY) } as usize;
-    (object_base_of(entry) != Some(own)).then_some(own)
+    static OWN: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *OWN.get_or_init(|| {
+        let own = object_base_of(own_library_base as *const () as usize)?;
+        // SAFETY: getauxval reads the process's auxiliary vector.
+        let entry = unsafe { libc::getauxval(libc::AT_ENTRY) } as usize;
+        (object_base_of(entry) != Some(own)).then_some(own)
+    })
 }
 
 /// The load address of an object's lowest `PT_LOAD` segment (`dlpi_addr`

@@ -154,3 +154,45 @@ fn libc_functions_by_name_and_version_are_the_loaders() {
         "{by_name} {by_version} {hidden}"
     );
 }
+
+/// `object_base_of`, read from program headers, names the object `dladdr`
+/// names (its `dli_fbase`) for a function of the program, of libc, of the
+/// loader and of the vDSO, and no object for an address outside them.
+#[test]
+fn object_base_of_is_dladdrs_base() {
+    fn dladdr_base(addr: usize) -> Option<u64> {
+        // SAFETY: all-zero is a valid Dl_info, which dladdr only fills.
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        // SAFETY: dladdr reads the loader's tables for any address.
+        let found = unsafe { libc::dladdr(addr as *const libc::c_void, &mut info) } != 0;
+        (found && !info.dli_fbase.is_null()).then_some(info.dli_fbase as u64 & !0xfff)
+    }
+    // SAFETY: getauxval reads the process's auxiliary vector.
+    let (entry, vdso) = unsafe {
+        (
+            libc::getauxval(libc::AT_ENTRY) as usize,
+            libc::getauxval(libc::AT_SYSINFO_EHDR) as usize,
+        )
+    };
+    let here = object_base_of_is_dladdrs_base as fn() as usize;
+    let malloc = libc::malloc as *const () as usize;
+    // SAFETY: dlsym with a NUL-terminated name.
+    let loader = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"_dl_find_object".as_ptr()) } as usize;
+    let mut addrs = vec![entry, here, malloc, here + 1];
+    if loader != 0 {
+        addrs.push(loader);
+    }
+    if vdso != 0 {
+        addrs.push(vdso + 0x100);
+    }
+    for a in addrs {
+        let ours = trampoline::object_base_of(a);
+        assert!(ours.is_some(), "{a:#x}: no object");
+        assert_eq!(ours, dladdr_base(a), "{a:#x}");
+    }
+    let stack = 0u8;
+    assert_eq!(
+        trampoline::object_base_of(&stack as *const u8 as usize),
+        None
+    );
+}
