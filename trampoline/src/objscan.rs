@@ -40,6 +40,72 @@ pub enum Tables {
     All,
 }
 
+/// A function's name as a scan meets it: where it starts in its string
+/// table, its end not yet found. A large program's names are mostly ones
+/// no caller wants (node's 184,000 symbols: 12.8 MB of C++ names), so a
+/// caller tells most of them apart by their first bytes, and only a name
+/// that passes is measured (its NUL found) and checked as UTF-8.
+#[derive(Clone, Copy)]
+pub struct Name<'a> {
+    /// The string table from the name's first byte on.
+    tail: &'a [u8],
+}
+
+impl<'a> Name<'a> {
+    pub fn new(tail: &'a [u8]) -> Self {
+        Name { tail }
+    }
+
+    /// Whether the name starts with `prefix` (which holds no NUL), read
+    /// without finding the name's end.
+    #[inline]
+    pub fn starts_with(&self, prefix: &[u8]) -> bool {
+        self.tail.starts_with(prefix)
+    }
+
+    /// Whether the name is `name` (which holds no NUL).
+    #[inline]
+    pub fn is(&self, name: &str) -> bool {
+        self.tail.starts_with(name.as_bytes()) && self.tail.get(name.len()) == Some(&0)
+    }
+
+    /// Its first byte (None for an empty name).
+    #[inline]
+    pub fn first(&self) -> Option<u8> {
+        self.tail.first().copied().filter(|&b| b != 0)
+    }
+
+    /// The whole name, if it is NUL-terminated inside its table and UTF-8.
+    pub fn get(&self) -> Option<&'a str> {
+        let end = nul_at(self.tail)?;
+        core::str::from_utf8(&self.tail[..end]).ok()
+    }
+}
+
+/// The position of the first NUL byte of `s`, eight bytes at a time (the
+/// bytes of a table of long names; not memchr: see `scan_object`).
+fn nul_at(s: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let mut chunks = s.chunks_exact(8);
+    let mut at = 0;
+    for c in chunks.by_ref() {
+        let v = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+        // The lowest byte set in `zero` is the first zero byte of `v`
+        // (a borrow only carries into bytes above a zero one).
+        let zero = v.wrapping_sub(ONES) & !v & HIGHS;
+        if zero != 0 {
+            return Some(at + (zero.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    chunks
+        .remainder()
+        .iter()
+        .position(|&b| b == 0)
+        .map(|p| at + p)
+}
+
 /// Scans the file of the object loaded at `base` from `path` (both as
 /// [`crate::loaded_objects`] gives them: the load address of its lowest
 /// segment, and the loader's path, empty for the main program) for function
@@ -50,7 +116,7 @@ pub fn scan_object(
     path: &str,
     base: u64,
     tables: Tables,
-    wanted: &dyn Fn(&str) -> bool,
+    wanted: &dyn Fn(Name<'_>) -> bool,
 ) -> Option<Scan> {
     let map = crate::image::MappedFile::open(crate::symbols::file_of(path)).ok()?;
     let file = object::File::parse(&*map).ok()?;
@@ -105,12 +171,17 @@ pub fn scan_object(
             {
                 continue;
             }
-            let Some(name) =
-                string_at(strings, s.st_name(endian)).and_then(|n| core::str::from_utf8(n).ok())
-            else {
+            let Some(tail) = strings.get(s.st_name(endian) as usize..) else {
                 continue;
             };
-            if !wanted(name) || scan.functions.iter().any(|f| f.name == name) {
+            let name = Name::new(tail);
+            if !wanted(name) {
+                continue;
+            }
+            let Some(name) = name.get() else {
+                continue;
+            };
+            if scan.functions.iter().any(|f| f.name == name) {
                 continue;
             }
             let size = s.st_size(endian);
@@ -127,7 +198,7 @@ pub fn scan_object(
 /// The NUL-terminated string at `offset` of string table `table`.
 fn string_at(table: &[u8], offset: u32) -> Option<&[u8]> {
     let rest = table.get(offset as usize..)?;
-    Some(&rest[..rest.iter().position(|&b| b == 0)?])
+    Some(&rest[..nul_at(rest)?])
 }
 
 /// Whether the loaded object at `base` (the load address of its lowest
@@ -150,4 +221,47 @@ pub fn exports_any(base: u64, names: &[&str]) -> bool {
         )
     })
     .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nul_at_finds_the_first_nul_as_a_byte_search_does() {
+        // Every length up to 40 and every NUL position (or none), with
+        // bytes around NUL (0x01, 0x80, 0xff) that a word-at-a-time test
+        // could mistake for it.
+        for len in 0..40 {
+            for nul in (0..=len).chain([usize::MAX]) {
+                for fill in [0x01u8, 0x80, 0xff, b'a'] {
+                    let mut s = vec![fill; len];
+                    if nul < len {
+                        s[nul] = 0;
+                        if nul + 1 < len {
+                            s[nul + 1] = 0;
+                        }
+                    }
+                    assert_eq!(
+                        nul_at(&s),
+                        s.iter().position(|&b| b == 0),
+                        "{len} {nul} {fill}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_name_is_read_up_to_its_nul() {
+        let table = b"mi_malloc\0_Z3foov\0broken";
+        let n = Name::new(&table[..]);
+        assert!(n.starts_with(b"mi_"));
+        assert!(n.is("mi_malloc"));
+        assert!(!n.is("mi_mall"));
+        assert_eq!(n.get(), Some("mi_malloc"));
+        assert_eq!(Name::new(&table[10..]).get(), Some("_Z3foov"));
+        assert_eq!(Name::new(&table[18..]).get(), None);
+        assert_eq!(Name::new(&table[9..]).first(), None);
+    }
 }

@@ -478,7 +478,7 @@ fn file_definition(path: &str, base: u64, name: &str) -> Option<Symbol> {
         return a.clone();
     }
     let found =
-        crate::objscan::scan_object(path, base, crate::objscan::Tables::All, &|n| n == name)
+        crate::objscan::scan_object(path, base, crate::objscan::Tables::All, &|n| n.is(name))
             .and_then(|scan| scan.functions.into_iter().next());
     answers().push((key, found.clone()));
     found

@@ -26,6 +26,7 @@ use std::sync::Mutex;
 use super::hooks;
 use super::memo::EntryRegs;
 use super::site::{self, MEM_FRONT};
+use trampoline::objscan::Name;
 
 /// Where an entry point's size is among its (up to four) arguments.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -327,25 +328,27 @@ const MARKERS: &[&str] = &[
     "__rust_dealloc",
 ];
 
-/// Cheap first test of a symbol name during a scan: most names of a large
-/// object (Python's thousands of `_Py*`) fail on their first bytes, before
-/// any table is searched.
-fn may_be_entry(name: &str) -> bool {
-    let b = name.as_bytes();
-    let candidate = match b.first() {
-        Some(b'm') => b.starts_with(b"mi_") || b.ends_with(b"allocx"),
-        Some(b't') => b.starts_with(b"tc_"),
-        Some(b'j') => b.starts_with(b"je_"),
+/// A scan's test of a symbol name: most names of a large object (Python's
+/// thousands of `_Py*`, node's C++ names) fail on their first bytes, read
+/// before the name's end is found or any table is searched.
+fn may_be_entry(name: Name<'_>) -> bool {
+    let allocx = || name.get().is_some_and(|n| n.ends_with("allocx"));
+    let candidate = match name.first() {
+        Some(b'm') => name.starts_with(b"mi_") || allocx(),
+        Some(b't') => name.starts_with(b"tc_"),
+        Some(b'j') => name.starts_with(b"je_"),
         Some(b'_') => {
-            b.starts_with(b"_RNv") && b.ends_with(b"alloc")
-                || b.starts_with(b"_RNv") && b.ends_with(b"_zeroed")
-                || b.starts_with(b"__rust_")
-                || b.starts_with(b"_rjem_")
+            name.starts_with(b"_RNv")
+                && name
+                    .get()
+                    .is_some_and(|n| n.ends_with("alloc") || n.ends_with("_zeroed"))
+                || name.starts_with(b"__rust_")
+                || name.starts_with(b"_rjem_")
         }
-        Some(b'r' | b'x' | b's' | b'd') => b.ends_with(b"allocx"),
+        Some(b'r' | b'x' | b's' | b'd') => allocx(),
         _ => false,
     };
-    candidate && shape_of(name).is_some()
+    candidate && name.get().is_some_and(|n| shape_of(n).is_some())
 }
 
 // ---- the hooked entry points ----
@@ -745,7 +748,15 @@ mod tests {
         );
         assert_eq!(shape_of("mi_new"), None);
         assert_eq!(shape_of("tc_deletearray"), Some((Family::Tcmalloc, FREE0)));
-        assert!(!may_be_entry("main"));
+        let name = |s: &'static str| Name::new(s.as_bytes());
+        assert!(!may_be_entry(name("main\0")));
+        assert!(!may_be_entry(name("mi_\0")));
+        assert!(may_be_entry(name("mi_malloc\0_Z3foov\0")));
+        assert!(may_be_entry(name("mallocx\0")));
+        assert!(may_be_entry(name("__rust_alloc\0")));
+        assert!(!may_be_entry(name("_ZN4node5AllocEm\0")));
+        // Not NUL-terminated in its table: no name.
+        assert!(!may_be_entry(name("mi_malloc")));
     }
 
     #[test]

@@ -253,7 +253,7 @@ fn allocator_definitions(malloc: u64, names: &[&str]) -> Option<Vec<trampoline::
         .max_by_key(|(_, base)| *base)?;
     let scan =
         trampoline::objscan::scan_object(&path, base, trampoline::objscan::Tables::All, &|n| {
-            names.contains(&n)
+            names.iter().any(|&w| n.is(w))
         })?;
     Some(scan.functions)
 }
