@@ -179,6 +179,7 @@ fn take_sample(t: &'static ThreadState, uc: *mut libc::c_void, ticks: u64, start
 /// `uc` must be the `ucontext_t` the kernel passed to this thread's
 /// `SA_SIGINFO` handler for the signal being handled, and `g` the guard of
 /// the thread that handles it.
+#[link_section = "igprof_hot"]
 pub unsafe fn interrupted_node(g: &Guard, uc: *mut libc::c_void) -> *mut crate::base::tree::Node {
     // SAFETY: as the caller guarantees.
     unsafe { interrupted_node_at(g, uc, None) }
@@ -190,6 +191,7 @@ pub unsafe fn interrupted_node(g: &Guard, uc: *mut libc::c_void) -> *mut crate::
 ///
 /// # Safety
 /// As [`interrupted_node`].
+#[link_section = "igprof_hot"]
 pub unsafe fn interrupted_node_at(
     g: &Guard,
     uc: *mut libc::c_void,
@@ -219,6 +221,8 @@ pub unsafe fn interrupted_node_at(
     }
     node
 }
+
+#[link_section = "igprof_hot"]
 fn sample(g: &Guard, uc: *mut libc::c_void, k: u64) {
     let t = g.state();
     // SAFETY: uc is the context the kernel gave our handler (`handler`),
