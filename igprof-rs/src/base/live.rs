@@ -70,6 +70,12 @@ struct ShardState {
 
 struct Shard {
     lock: AtomicBool,
+    /// The slot array's address with log2 of its capacity in the low bits
+    /// (0: no array), stored with the lock held whenever the array
+    /// changes; read without the lock, and only to prefetch
+    /// ([`LiveMem::prefetch_insert`]): a stale value costs a useless
+    /// prefetch, never a wrong answer.
+    hint: AtomicUsize,
     state: UnsafeCell<ShardState>,
 }
 
@@ -116,6 +122,7 @@ impl Shard {
     const fn new() -> Self {
         Shard {
             lock: AtomicBool::new(false),
+            hint: AtomicUsize::new(0),
             state: UnsafeCell::new(ShardState {
                 slots: null_mut(),
                 mask: 0,
@@ -153,7 +160,22 @@ impl ShardGuard<'_> {
         // SAFETY: the lock is held for the guard's lifetime (or the process is solo).
         unsafe { &mut *self.shard.state.get() }
     }
+
+    /// [`ShardState::grow`], publishing the new array in the shard's hint.
+    fn grow(&mut self) -> bool {
+        let grown = self.st().grow();
+        if grown {
+            let st = self.st();
+            let hint = st.slots as usize | (st.mask + 1).trailing_zeros() as usize;
+            self.shard.hint.store(hint, Ordering::Relaxed);
+        }
+        grown
+    }
 }
+
+/// Bits of a shard's hint that hold log2 of its capacity: the array
+/// starts a page (mmap), and a capacity is below 2^64.
+const HINT_LOG2: usize = 63;
 
 impl Drop for ShardGuard<'_> {
     #[inline]
@@ -403,7 +425,13 @@ impl LiveMem {
         // and it holds no other reference into `recent` (every use is one
         // call deep, and a signal handler that interrupts it defers its
         // events: module docs).
-        Some(unsafe { &mut (*self.recent.get())[(mix(addr) >> SHARD_BITS) & (RECENT - 1)] })
+        Some(unsafe { &mut (*self.recent.get())[self.recent_index(addr)] })
+    }
+
+    /// The recent-cache slot that `addr` takes.
+    #[inline(always)]
+    fn recent_index(&self, addr: usize) -> usize {
+        (mix(addr) >> SHARD_BITS) & (RECENT - 1)
     }
 
     /// Bytes of the shards' slot arrays (each mapped and populated whole
@@ -472,12 +500,13 @@ impl LiveMem {
             } else {
                 (st.mask + 1) * 2
             };
-            if !st.grow() {
+            if !g.grow() {
                 return Err(LiveError::OutOfMemory {
                     wanted_slots: wanted,
                 });
             }
         }
+        let st = g.st();
         st.place(b);
         st.len += 1;
         Ok(None)
@@ -495,6 +524,74 @@ impl LiveMem {
             }
         }
         self.remove_shard(addr)
+    }
+
+    /// Starts loading the table slot that [`LiveMem::insert`] of `addr`
+    /// will probe first, for a caller with work to do before inserting
+    /// (the allocation's stack walk): the probe's cache miss, most of an
+    /// insert into megabytes of table, then overlaps that work. While the
+    /// process is solo the slot is the one of the recent block that `addr`
+    /// will move to the shards, if any. Reads only; safe anywhere the
+    /// table may be used.
+    #[inline(always)]
+    pub fn prefetch_insert(&self, addr: usize) {
+        let target = match self.recent_addr(addr) {
+            Some(older) if older == 0 || older == addr => return,
+            Some(older) => older,
+            None => addr,
+        };
+        self.prefetch_home(target);
+    }
+
+    /// As [`LiveMem::prefetch_insert`], for [`LiveMem::remove`] of `addr`
+    /// (nothing while the recent cache holds it).
+    #[inline(always)]
+    pub fn prefetch_remove(&self, addr: usize) {
+        if self.recent_addr(addr) != Some(addr) {
+            self.prefetch_home(addr);
+        }
+    }
+
+    /// The address in `addr`'s recent-cache slot (0: none), while solo;
+    /// read with a volatile load through a raw pointer, so that a signal
+    /// handler which interrupts an update of the slot reads a stale value
+    /// and nothing else.
+    #[inline(always)]
+    fn recent_addr(&self, addr: usize) -> Option<usize> {
+        if !self.solo() {
+            return None;
+        }
+        let i = self.recent_index(addr);
+        // SAFETY: i < RECENT; a read of this thread's own static data.
+        let stored =
+            unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*self.recent.get())[i].addr)) };
+        Some(stored ^ HIDE)
+    }
+
+    /// Where the home slot of `addr` is, as its shard's hint says (None:
+    /// the shard has no array).
+    #[inline(always)]
+    fn hinted_home(&self, addr: usize) -> Option<usize> {
+        let hint = self.shard(addr).hint.load(Ordering::Relaxed);
+        if hint == 0 {
+            return None;
+        }
+        let mask = (1usize << (hint & HINT_LOG2)) - 1;
+        let slots = hint & !HINT_LOG2;
+        Some(slots.wrapping_add(home(addr, mask) * core::mem::size_of::<Block>()))
+    }
+
+    /// Prefetches the home slot of `addr` in its shard and the line after
+    /// it, as the shard's hint gives the array.
+    #[inline(always)]
+    fn prefetch_home(&self, addr: usize) {
+        let Some(at) = self.hinted_home(addr) else {
+            return;
+        };
+        sys::prefetch(at as *const u8);
+        // A probe goes on through the following slots of its cluster (and
+        // a removal shifts them back), often into the next cache line.
+        sys::prefetch(at.wrapping_add(64) as *const u8);
     }
 
     #[inline(never)]
@@ -601,6 +698,7 @@ impl LiveMem {
             st.slots = null_mut();
             st.mask = 0;
             st.len = 0;
+            s.hint.store(0, Ordering::Relaxed);
             s.lock.store(false, Ordering::Release);
         }
     }
@@ -725,6 +823,62 @@ mod tests {
             always_solo: true,
             ..LiveMem::new()
         }))
+    }
+
+    /// The slot a probe for `addr` starts at, as the shard's array is.
+    fn actual_home(t: &LiveMem, addr: usize) -> Option<usize> {
+        let mut g = t.shard(addr).lock();
+        let st = g.st();
+        (!st.slots.is_null())
+            .then(|| st.slots as usize + home(addr, st.mask) * core::mem::size_of::<Block>())
+    }
+
+    #[test]
+    fn the_prefetch_hint_follows_each_shards_array() {
+        let t: &LiveMem = Box::leak(Box::new(LiveMem::new()));
+        let node = 0x10 as *const Node;
+        let addrs: Vec<usize> = (0..40_000).map(|i| 0x7f00_0000_0000 + i * 48).collect();
+        assert_eq!(t.hinted_home(addrs[0]), None);
+        for (i, &a) in addrs.iter().enumerate() {
+            t.insert_shard(Block {
+                addr: a,
+                size: 1,
+                node,
+            })
+            .unwrap();
+            // Every shard's array grows several times on the way.
+            if i % 997 == 0 {
+                for &b in &addrs[..=i] {
+                    assert_eq!(t.hinted_home(b), actual_home(t, b), "block {b:#x}");
+                }
+            }
+        }
+        for &a in &addrs {
+            assert!(t.hinted_home(a).is_some());
+            assert_eq!(t.hinted_home(a), actual_home(t, a));
+        }
+        t.reset();
+        assert!(addrs.iter().all(|&a| t.hinted_home(a).is_none()));
+    }
+
+    #[test]
+    fn an_insert_prefetches_for_the_block_it_moves_to_the_shards() {
+        let t = solo_table();
+        let node = 0x10 as *const Node;
+        let a = 0x5555_0000_0010usize;
+        // Another address with the same recent slot.
+        let b = (1..100_000)
+            .map(|i| a + i * 16)
+            .find(|&b| t.recent_index(b) == t.recent_index(a))
+            .unwrap();
+        assert_eq!(t.recent_addr(a), Some(0));
+        t.insert(a, 1, node).unwrap();
+        assert_eq!(t.recent_addr(b), Some(a), "b's insert would move a");
+        t.insert(b, 1, node).unwrap();
+        assert_eq!(t.recent_addr(a), Some(b));
+        assert!(t.get(a).is_some() && actual_home(t, a) == t.hinted_home(a));
+        assert_eq!(t.remove(b).map(|x| x.addr), Some(b));
+        assert_eq!(t.recent_addr(b), Some(0));
     }
 
     #[test]

@@ -226,6 +226,19 @@ pub fn on_alloc_sampled(_held: &Guard, node: *mut Node, addr: usize, stored: u64
 /// change no counter; the header note and `-d` say how many.
 pub static FREED_FROM_BEFORE: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
 
+/// The live table's first probe for [`on_alloc`] of `addr` starts loading
+/// now, while the caller walks the stack (a hint: changes nothing).
+#[inline(always)]
+pub fn expect_alloc(addr: usize) {
+    LIVE.prefetch_insert(addr);
+}
+
+/// As [`expect_alloc`], for [`on_free`] of `addr`.
+#[inline(always)]
+pub fn expect_free(addr: usize) {
+    LIVE.prefetch_remove(addr);
+}
+
 /// Block `addr` is being freed: forget it and release it from the stack
 /// that allocated it. Returns what was recorded (None if untracked).
 #[inline(always)]

@@ -334,6 +334,7 @@ fn allocated_exact(
     count: fn(usize, usize) -> u64,
 ) {
     let addr = p as usize;
+    account::expect_alloc(addr);
     let _e = ErrnoGuard::save();
     let bytes = count(addr, size);
     site::event(KIND_ALLOC, addr, bytes, replay, |g, h| {
@@ -671,6 +672,7 @@ fn free_then_chain(p: *mut c_void, original: impl Fn(*mut c_void)) {
 #[inline(never)]
 #[link_section = "igprof_hot"]
 fn free_recorded(p: *mut c_void, original: impl Fn(*mut c_void)) {
+    account::expect_free(p as usize);
     freeing_recorded_then(p, |_| ());
     original(p)
 }
