@@ -422,7 +422,20 @@ fn freeing(p: *mut c_void) -> Option<crate::base::live::Block> {
 #[inline(always)]
 #[link_section = "igprof_hot"]
 pub(super) fn freed(p: *mut c_void) {
-    freeing_then(p, |_| ())
+    if may_hold_record(p) && !site::inside_front() {
+        forget_recorded(p)
+    }
+}
+
+/// Takes block `p`, which [`may_hold_record`], out of the live table: the
+/// body of every free that needs no record back, out of line so that the
+/// hooks that free (free, cfree, the operator deletes, an allocator's
+/// free found by `fronts`) share one copy in the hot section.
+#[inline(never)]
+#[link_section = "igprof_hot"]
+fn forget_recorded(p: *mut c_void) {
+    account::expect_free(p as usize);
+    freeing_recorded_then(p, |_| ())
 }
 
 #[inline(always)]
@@ -672,8 +685,7 @@ fn free_then_chain(p: *mut c_void, original: impl Fn(*mut c_void)) {
 #[inline(never)]
 #[link_section = "igprof_hot"]
 fn free_recorded(p: *mut c_void, original: impl Fn(*mut c_void)) {
-    account::expect_free(p as usize);
-    freeing_recorded_then(p, |_| ());
+    forget_recorded(p);
     original(p)
 }
 
