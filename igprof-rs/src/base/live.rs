@@ -162,8 +162,13 @@ impl ShardGuard<'_> {
     }
 
     /// [`ShardState::grow`], publishing the new array in the shard's hint.
-    fn grow(&mut self) -> bool {
-        let grown = self.st().grow();
+    /// Rare (a shard doubles), so out of line; in the hot section all the
+    /// same, as a running program's shards keep growing.
+    #[cold]
+    #[inline(never)]
+    #[link_section = "igprof_hot"]
+    fn grow(&mut self, first: &FirstPages) -> bool {
+        let grown = self.st().grow(first);
         if grown {
             let st = self.st();
             let hint = st.slots as usize | (st.mask + 1).trailing_zeros() as usize;
@@ -186,6 +191,94 @@ impl Drop for ShardGuard<'_> {
     }
 }
 
+/// A table's first arrays for its shards: one page each, all mapped by one
+/// system call on the table's first insert into any shard, instead of one
+/// mapping per shard (64 mmap calls and 64 mappings in every program that
+/// keeps more than a few blocks). A shard takes the next page when it
+/// first needs an array (backed then, by a write: one fault), and gives
+/// it back (`MADV_DONTNEED`) when it outgrows it.
+struct FirstPages {
+    base: AtomicPtr<u8>,
+    /// Pages handed out: at most [`SHARDS`], as a shard takes one only
+    /// while it has no array, and has one until [`LiveMem::reset`], which
+    /// starts over.
+    taken: AtomicUsize,
+}
+
+impl FirstPages {
+    const fn new() -> Self {
+        FirstPages {
+            base: AtomicPtr::new(null_mut()),
+            taken: AtomicUsize::new(0),
+        }
+    }
+
+    /// Bytes of a first array's page: a page, or more where
+    /// [`INITIAL_CAP`] slots do not fit one.
+    fn stride() -> usize {
+        let page = sys::page_size();
+        (INITIAL_CAP * core::mem::size_of::<Block>()).div_ceil(page) * page
+    }
+
+    /// A zeroed array of [`INITIAL_CAP`] slots for a shard (its lock
+    /// held), its pages backed, or None if memory is refused.
+    fn take(&self) -> Option<*mut Block> {
+        let stride = Self::stride();
+        let mut base = self.base.load(Ordering::Acquire);
+        if base.is_null() {
+            let ours = sys::map_anon(SHARDS * stride, false).ok()?;
+            base = match self.base.compare_exchange(
+                null_mut(),
+                ours,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => ours,
+                Err(theirs) => {
+                    // Another shard's first insert mapped them meanwhile.
+                    // SAFETY: our own mapping, never published.
+                    unsafe { sys::munmap(ours, SHARDS * stride) };
+                    theirs
+                }
+            };
+        }
+        let i = self.taken.fetch_add(1, Ordering::Relaxed);
+        if i >= SHARDS {
+            return None;
+        }
+        let array = base.wrapping_add(i * stride);
+        for at in (0..stride).step_by(sys::page_size()) {
+            // SAFETY: a page of this shard's part of the mapping, zero: a
+            // write of zero backs it (a probe's read first would map the
+            // zero page and fault again on the first store).
+            unsafe { core::ptr::write_volatile(array.add(at), 0) };
+        }
+        Some(array as *mut Block)
+    }
+
+    /// Gives back the memory of an outgrown array of `cap` slots.
+    fn give_back(&self, slots: *mut Block, cap: usize) {
+        let stride = Self::stride();
+        let base = self.base.load(Ordering::Acquire) as usize;
+        let at = slots as usize;
+        if base != 0 && at >= base && at < base + SHARDS * stride {
+            // SAFETY: the page(s) this shard took; its slots have moved
+            // and nothing reads them again.
+            unsafe { sys::madvise(at, stride, libc::MADV_DONTNEED) };
+        } else {
+            // SAFETY: the array is ours alone (lock held) and no longer used.
+            unsafe { sys::munmap(slots as *mut u8, cap * core::mem::size_of::<Block>()) };
+        }
+    }
+
+    /// In a forked child: the parent's pages are abandoned (copies of its
+    /// slots, as its other arrays are).
+    fn reset(&self) {
+        self.base.store(null_mut(), Ordering::Release);
+        self.taken.store(0, Ordering::Relaxed);
+    }
+}
+
 impl ShardState {
     #[inline]
     fn slot(&mut self, i: usize) -> &mut Block {
@@ -199,7 +292,7 @@ impl ShardState {
         unsafe { *self.slots.add(i) }
     }
 
-    fn grow(&mut self) -> bool {
+    fn grow(&mut self, first: &FirstPages) -> bool {
         let old_cap = if self.slots.is_null() {
             0
         } else {
@@ -213,7 +306,12 @@ impl ShardState {
         let bytes = cap * core::mem::size_of::<Block>();
         // Populated: probes read before they write, and a rehash touches
         // every page (one fault per page instead of two).
-        let new = sys::map_anon(bytes, true).unwrap_or(core::ptr::null_mut()) as *mut Block;
+        let new = match old_cap {
+            0 => first.take(),
+            _ => None,
+        };
+        let new =
+            new.unwrap_or_else(|| sys::map_anon(bytes, true).unwrap_or(null_mut()) as *mut Block);
         if new.is_null() {
             return false;
         }
@@ -228,13 +326,7 @@ impl ShardState {
             }
         }
         if !old.is_null() {
-            // SAFETY: the old array is ours alone (lock held) and no longer used.
-            unsafe {
-                sys::munmap(
-                    old as *mut u8,
-                    (old_mask + 1) * core::mem::size_of::<Block>(),
-                )
-            };
+            first.give_back(old, old_mask + 1);
         }
         true
     }
@@ -379,6 +471,7 @@ const RECENT: usize = 1024;
 /// ([`LiveMem::flush_recent`]) and is not used after.
 pub struct LiveMem {
     shards: [Shard; SHARDS],
+    first: FirstPages,
     recent: UnsafeCell<[Block; RECENT]>,
     /// Tests: behave as in a solo process whatever the process is.
     always_solo: bool,
@@ -398,6 +491,7 @@ impl LiveMem {
     pub const fn new() -> Self {
         LiveMem {
             shards: [const { Shard::new() }; SHARDS],
+            first: FirstPages::new(),
             recent: UnsafeCell::new([RECENT_EMPTY; RECENT]),
             always_solo: false,
         }
@@ -500,7 +594,7 @@ impl LiveMem {
             } else {
                 (st.mask + 1) * 2
             };
-            if !g.grow() {
+            if !g.grow(&self.first) {
                 return Err(LiveError::OutOfMemory {
                     wanted_slots: wanted,
                 });
@@ -701,6 +795,7 @@ impl LiveMem {
             s.hint.store(0, Ordering::Relaxed);
             s.lock.store(false, Ordering::Release);
         }
+        self.first.reset();
     }
 }
 
@@ -859,6 +954,65 @@ mod tests {
         }
         t.reset();
         assert!(addrs.iter().all(|&a| t.hinted_home(a).is_none()));
+    }
+
+    #[test]
+    fn every_shards_first_array_is_a_page_of_one_mapping() {
+        let t: &LiveMem = Box::leak(Box::new(LiveMem::new()));
+        let node = 0x10 as *const Node;
+        let arrays = |t: &LiveMem| -> Vec<usize> {
+            t.shards
+                .iter()
+                .map(|s| {
+                    // SAFETY: no other thread uses this table.
+                    unsafe { (*s.state.get()).slots as usize }
+                })
+                .collect()
+        };
+        // One block per shard: no shard grows past its first array.
+        let mut a = 0x7f00_0000_0000usize;
+        while t.shards.iter().any(|s| s.hint.load(Ordering::Relaxed) == 0) {
+            t.insert_shard(Block {
+                addr: a,
+                size: 1,
+                node,
+            })
+            .unwrap();
+            a += 512;
+        }
+        let base = t.first.base.load(Ordering::Relaxed) as usize;
+        let stride = FirstPages::stride();
+        let mut first = arrays(t);
+        first.sort();
+        let expected: Vec<usize> = (0..SHARDS).map(|i| base + i * stride).collect();
+        assert_eq!(first, expected);
+        // Growing moves every shard out of it; every block stays found.
+        let mut all = Vec::new();
+        for i in 0..20_000usize {
+            let b = 0x7e00_0000_0000 + i * 48;
+            t.insert_shard(Block {
+                addr: b,
+                size: 1,
+                node,
+            })
+            .unwrap();
+            all.push(b);
+        }
+        assert!(arrays(t)
+            .iter()
+            .all(|&x| x < base || x >= base + SHARDS * stride));
+        assert!(all.iter().all(|&b| t.get(b).is_some()));
+        // A forked child's table starts over with pages of its own.
+        t.reset();
+        assert!(t.first.base.load(Ordering::Relaxed).is_null());
+        t.insert_shard(Block {
+            addr: a,
+            size: 1,
+            node,
+        })
+        .unwrap();
+        assert_eq!(t.get(a).map(|b| b.addr), Some(a));
+        assert_eq!(t.first.taken.load(Ordering::Relaxed), 1);
     }
 
     #[test]
