@@ -422,12 +422,12 @@ fn freeing(p: *mut c_void) -> Option<crate::base::live::Block> {
 #[inline(always)]
 #[link_section = "igprof_hot"]
 pub(super) fn freed(p: *mut c_void) {
-    if may_hold_record(p) && !site::inside_front() {
+    if must_take_out(p) {
         forget_recorded(p)
     }
 }
 
-/// Takes block `p`, which [`may_hold_record`], out of the live table: the
+/// Takes block `p`, which [`must_take_out`] says, out of the live table: the
 /// body of every free that needs no record back, out of line so that the
 /// hooks that free (free, cfree, the operator deletes, an allocator's
 /// free found by `fronts`) share one copy in the hot section.
@@ -444,23 +444,25 @@ fn freeing_then<R>(
     p: *mut c_void,
     keep: impl Fn(Option<crate::base::live::Block>) -> R + Copy,
 ) -> R {
-    if !may_hold_record(p) || site::inside_front() {
-        // Never recorded: nothing to take out. (Inside an allocator entry
-        // point of `fronts`, that one took it out.)
+    if !must_take_out(p) {
         return keep(None);
     }
     freeing_recorded_then(p, keep)
 }
 
-/// Whether the block at `p` may hold a record: not null, and in a sampled
-/// profile one the filter does not rule out.
+/// Whether a free of the block at `p` must take it out of the live table:
+/// it may hold a record (not null, and in a sampled profile one the filter
+/// does not rule out), and the thread is not inside an allocator entry
+/// point of `fronts` (that one takes it out).
 #[inline(always)]
 #[link_section = "igprof_hot"]
-fn may_hold_record(p: *mut c_void) -> bool {
-    !p.is_null() && (!super::sample::active() || super::sample::may_be_sampled(p as usize))
+fn must_take_out(p: *mut c_void) -> bool {
+    !p.is_null()
+        && (!super::sample::active() || super::sample::may_be_sampled(p as usize))
+        && !site::inside_front()
 }
 
-/// [`freeing_then`] for a block that [`may_hold_record`].
+/// [`freeing_then`] for a block that [`must_take_out`] says.
 #[inline(always)]
 #[link_section = "igprof_hot"]
 fn freeing_recorded_then<R>(
@@ -674,7 +676,7 @@ extern "C" fn cfree_hook(p: *mut c_void) {
 #[inline(always)]
 #[link_section = "igprof_hot"]
 fn free_then_chain(p: *mut c_void, original: impl Fn(*mut c_void)) {
-    if !may_hold_record(p) || site::inside_front() {
+    if !must_take_out(p) {
         return original(p);
     }
     free_recorded(p, original)
