@@ -144,6 +144,29 @@ pub fn build(dir: &Path, src: &str, out: &str, flags: &[&str]) -> PathBuf {
     compile(compiler, dir, src, out, flags)
 }
 
+/// tests/programs/jemalloc_static.c linked with jemalloc's static library
+/// (x86-64: scripts/setup installs libjemalloc-dev), built in `dir`.
+pub fn build_jemalloc_static(dir: &Path) -> PathBuf {
+    let lib = "/usr/lib/x86_64-linux-gnu/libjemalloc.a";
+    assert!(
+        Path::new(lib).exists(),
+        "{lib} is missing: scripts/setup installs libjemalloc-dev"
+    );
+    build(
+        dir,
+        "jemalloc_static.c",
+        "jemalloc_static",
+        &[
+            "-fno-builtin",
+            "-Wl,--whole-archive",
+            lib,
+            "-Wl,--no-whole-archive",
+            "-lm",
+            "-lstdc++",
+        ],
+    )
+}
+
 /// Compiles tests/programs/<src> with `compiler` (-O2 -g, pthread and dl).
 fn compile(compiler: &str, dir: &Path, src: &str, out: &str, flags: &[&str]) -> PathBuf {
     let outp = dir.join(out);

@@ -414,20 +414,7 @@ fn stripped_allocators_are_named_in_one_line() {
     // jemalloc linked statically: its exported names (malloc, calloc,
     // realloc, posix_memalign, aligned_alloc) are still seen; the calls of
     // the mallocx family are not.
-    let lib = "/usr/lib/x86_64-linux-gnu/libjemalloc.a";
-    let je = build(
-        &d,
-        "jemalloc_static.c",
-        "jemalloc_static",
-        &[
-            "-fno-builtin",
-            "-Wl,--whole-archive",
-            lib,
-            "-Wl,--no-whole-archive",
-            "-lm",
-            "-lstdc++",
-        ],
-    );
+    let je = build_jemalloc_static(&d);
     let (full, bare, truth) = both(&je, "jemalloc_static_stripped");
     let family: u64 = truth
         .iter()

@@ -435,3 +435,64 @@ fn a_library_loaded_again_and_again_costs_no_memory_each_time() {
         }
     }
 }
+
+/// The allocator scan's symbol table reads kept between processes
+/// (igprof-rs/src/modules/mem/scanned.rs): a program built with its
+/// symbols and no allocator of its own has its `.symtab` read by the first
+/// process only (`-d`: "1 symbol table(s) known to hold none" after), with
+/// the same profile; one with a statically linked allocator (jemalloc,
+/// x86-64) is read and hooked by every process, never listed.
+#[test]
+fn a_symbol_table_without_allocators_is_read_by_the_first_process_only() {
+    let d = scratch("scans");
+    build(&d, "mem_family.c", "mem_family", &["-fno-builtin"]);
+    let store = d.join("store");
+    let run = |exe: &str, tag: &str| -> (u64, u64, (u64, u64)) {
+        let o = Command::new(launcher())
+            .args(["-mp", "-d", "-o", &format!("{tag}.gz"), exe])
+            .current_dir(&d)
+            .env("IGPROF_LIB", lib())
+            .env("IGPROF_CACHE_DIR", &store)
+            .output()
+            .expect("run igprof");
+        let err = ok(&o).to_string();
+        let line = debug_line(&err, "allocator entry points:", tag);
+        let p = parse_strict(&read_text(&d.join(format!("{tag}.gz")))).unwrap();
+        let calls = p
+            .nodes
+            .iter()
+            .flat_map(|n| n.values.iter())
+            .filter(|v| v.counter == "MEM_TOTAL")
+            .fold((0, 0), |t, v| (t.0 + v.ticks, t.1 + v.value));
+        (
+            number_before(line, " symbol table(s) known"),
+            number_before(line, " hooked in all"),
+            calls,
+        )
+    };
+    let (known, hooked, first) = run("./mem_family", "first");
+    assert_eq!((known, hooked), (0, 0), "first");
+    assert!(first.0 > 0, "first: no allocation seen");
+    let listed = std::fs::read_dir(store.join("unwind")).unwrap().any(|e| {
+        e.unwrap()
+            .file_name()
+            .to_string_lossy()
+            .starts_with("scans-")
+    });
+    assert!(listed, "the program's build-id kept");
+    let (known, hooked, second) = run("./mem_family", "second");
+    assert_eq!((known, hooked), (1, 0), "second");
+    assert_eq!(second, first, "the same allocations, calls and bytes");
+
+    if !cfg!(target_arch = "x86_64") {
+        return;
+    }
+    build_jemalloc_static(&d);
+    for tag in ["jemalloc-first", "jemalloc-second"] {
+        let (known, hooked, calls) = run("./jemalloc_static", tag);
+        assert!(
+            known == 0 && hooked > 0 && calls.0 > 0,
+            "{tag}: {known} known, {hooked} hooked, {calls:?}"
+        );
+    }
+}

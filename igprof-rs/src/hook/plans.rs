@@ -24,12 +24,16 @@ use crate::unwind::store;
 /// directory. Found once, for [`load`] and [`save`] alike.
 fn file() -> Option<&'static str> {
     static FILE: OnceLock<Option<String>> = OnceLock::new();
-    FILE.get_or_init(|| {
-        store::dir()?;
-        let id = own_build_id()?;
-        Some(format!("plans-{}", store::hex(&id)))
-    })
-    .as_deref()
+    FILE.get_or_init(|| own_file("plans")).as_deref()
+}
+
+/// `<prefix>-<build-id of this library>`, the name of a table of the
+/// store's directory that only this build of the library may read; None
+/// when the store is off or the library has no build-id.
+pub(crate) fn own_file(prefix: &str) -> Option<String> {
+    store::dir()?;
+    let id = own_build_id()?;
+    Some(format!("{prefix}-{}", store::hex(&id)))
 }
 
 /// The most bytes a plans table is read up to (a table of every hook of

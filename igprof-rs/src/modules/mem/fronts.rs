@@ -502,11 +502,15 @@ fn replacement(i: usize) -> *const () {
 struct Scanned {
     objects: Vec<(String, u64)>,
     hooked: crate::hook::Hooked,
+    /// Objects whose symbol tables were not read, an earlier process
+    /// having found no entry point there (`scanned`).
+    known_empty: usize,
 }
 
 static SCANNED: Mutex<Scanned> = Mutex::new(Scanned {
     objects: Vec::new(),
     hooked: crate::hook::Hooked::new(),
+    known_empty: 0,
 });
 
 /// Start-up: scans every loaded object. `hooked` holds the addresses the
@@ -541,10 +545,16 @@ fn scan_new(s: &mut Scanned) {
         scanned += 1;
         scan_one(s, &path, base);
     }
+    if let Err(e) = super::scanned::save() {
+        crate::igprof_debug!(
+            "memory: could not keep the objects found without allocator entry points: {e}"
+        );
+    }
     if scanned > 0 {
         crate::igprof_debug!(
-            "memory: allocator entry points: {scanned} object(s) scanned in {:.2} ms, {} hooked in all",
+            "memory: allocator entry points: {scanned} object(s) scanned in {:.2} ms ({} symbol table(s) known to hold none), {} hooked in all",
             (crate::sys::monotonic_ns() - t0) as f64 / 1e6,
+            s.known_empty,
             USED.load(Ordering::Relaxed)
         );
     }
@@ -611,7 +621,17 @@ fn scan_one(s: &mut Scanned, path: &str, base: u64) {
         .filter_map(|f| shape_of(&f.name))
         .any(|(family, _)| complete(family, &scan.functions));
     let likely = path.is_empty() || scan.rust || allocator;
+    // An object whose symbol table an earlier process read: read only if
+    // it held entry points (they must be hooked in this process too).
+    let mut symtab_id = None;
     if !exported && likely && scan.symtab {
+        if let Some(id) = scan.build_id.take() {
+            if super::scanned::holds_none(&id) {
+                s.known_empty += 1;
+                return;
+            }
+            symtab_id = Some(id);
+        }
         match scan_object(path, base, Tables::All, &wanted) {
             Some(all) => scan = all,
             None => return,
@@ -626,6 +646,9 @@ fn scan_one(s: &mut Scanned, path: &str, base: u64) {
             families += 1;
             hook_one(s, f, shape);
         }
+    }
+    if let (Some(id), 0) = (symtab_id, families) {
+        super::scanned::remember(&id);
     }
     if scan.symtab || families > 0 {
         return;

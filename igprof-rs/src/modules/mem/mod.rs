@@ -33,6 +33,7 @@ pub mod journal;
 pub mod memo;
 pub mod rss;
 pub mod sample;
+pub mod scanned;
 pub mod site;
 pub mod spans;
 
