@@ -154,9 +154,12 @@ pub fn scan_object(
             || section(b".comment")
                 .and_then(|h| h.data(endian, data).ok())
                 .is_some_and(|d| d.windows(5).any(|w| w == b"rustc")),
-        build_id: section(b".note.gnu.build-id")
-            .and_then(|h| h.data(endian, data).ok())
-            .and_then(gnu_build_id),
+        build_id: section(b".note.gnu.build-id").and_then(|h| {
+            let notes = h.data(endian, data).ok()?;
+            crate::image::build_id_in_notes(notes, h.sh_addralign(endian) as usize)
+                .filter(|id| !id.is_empty())
+                .map(<[u8]>::to_vec)
+        }),
         ..Scan::default()
     };
     if tables == Tables::Headers {
@@ -198,17 +201,6 @@ pub fn scan_object(
         }
     }
     Some(scan)
-}
-
-/// The build-id of a `.note.gnu.build-id` section: its one note, of type
-/// 3 (NT_GNU_BUILD_ID) and name "GNU".
-fn gnu_build_id(note: &[u8]) -> Option<Vec<u8>> {
-    let word = |at: usize| Some(u32::from_le_bytes(note.get(at..at + 4)?.try_into().ok()?));
-    let (name_len, desc_len, kind) = (word(0)?, word(4)? as usize, word(8)?);
-    if name_len != 4 || kind != 3 || note.get(12..16)? != b"GNU\0" || desc_len == 0 {
-        return None;
-    }
-    note.get(16..16 + desc_len).map(<[u8]>::to_vec)
 }
 
 /// The NUL-terminated string at `offset` of string table `table`.
