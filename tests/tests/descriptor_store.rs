@@ -343,11 +343,15 @@ fn hook_plans_made_by_one_process_serve_the_next() {
 /// it keeps are byte for byte those the program makes itself
 /// (`IGPROF_PLANNER=0`, where the tables are built); and the program finds
 /// no child of any kind at `main` (the planner was reaped, it sent no
-/// SIGCHLD).
+/// SIGCHLD) and the CPU set it was started with (the program's thread
+/// keeps one CPU while the planner lives).
 #[test]
 fn a_first_runs_hooks_are_planned_in_a_process_of_their_own() {
     let d = scratch("planner");
     build(&d, "no_children.c", "no_children", &[]);
+    let bare = Command::new(d.join("no_children")).output().unwrap();
+    let expected = String::from_utf8_lossy(&bare.stdout).to_string();
+    assert!(expected.starts_with("children: none\ncpus: "), "{expected}");
     let first_run = |tag: &str, planner: &str| -> (String, Vec<u8>) {
         let store = d.join(format!("store-{tag}"));
         let o = Command::new(launcher())
@@ -360,7 +364,7 @@ fn a_first_runs_hooks_are_planned_in_a_process_of_their_own() {
             .expect("run igprof");
         let err = ok(&o).to_string();
         let out = String::from_utf8_lossy(&o.stdout);
-        assert_eq!(out, "children: none\n", "{tag}: {err}");
+        assert_eq!(out, expected, "{tag}: {err}");
         let dir = store.join("unwind");
         let plans = std::fs::read_dir(&dir)
             .unwrap()

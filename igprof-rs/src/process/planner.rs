@@ -18,12 +18,15 @@
 //! bytes to plan in the shared mapping and answers there.
 //!
 //! What it costs, measured on a first run of `/bin/true` under `-mp` (29
-//! hooks to plan; 2 virtual CPUs): the start-up batch 1.6 -> 3.0 ms wall
-//! (the clone 0.13-0.15 ms, its end and reaping 0.2-0.36 ms, a question
-//! and its answer two context switches, the pages both processes then
-//! write copied); sqlite3 under `-mp` (200,000 inserts), peak RSS 23.91 ->
-//! 23.44 MB (medians of 5, unprofiled 21.6). Runs whose plans are all
-//! known (every run after the first with the same library) make none.
+//! hooks to plan; 2 virtual CPUs; `bench/noop-cost`, 200 alternating
+//! rounds, `IGPROF_CACHE_DIR=none`): 2.35 ms CPU and 2.42 ms wall through
+//! the launcher, against 1.96 / 1.96 ms with the plans made in the program
+//! (`IGPROF_PLANNER=0`) and 1.62 / 1.64 ms with them known (the clone
+//! 0.05-0.07 ms, its end and reaping 0.06 ms, the 29 questions 0.5 ms, the
+//! first of them building the decoder's tables, the pages both processes
+//! then write copied); sqlite3 under `-mp` (200,000 inserts), peak RSS
+//! 23.91 -> 23.44 MB (medians of 5, unprofiled 21.6). Runs whose plans are
+//! all known (every run after the first with the same library) make none.
 //!
 //! Must never: be made while the process has other threads (its copy of
 //! memory could hold a lock that one of them held) or outside the
@@ -84,6 +87,8 @@ static PID: AtomicI32 = AtomicI32::new(0);
 /// The pid of the process that made it, for the planner to notice that
 /// its creator is gone.
 static CREATOR: AtomicI32 = AtomicI32::new(0);
+/// This thread's CPU set is narrowed to one CPU until [`unpin`].
+static PINNED: AtomicBool = AtomicBool::new(false);
 /// A planner was tried in this batch (made or not): no second one.
 static TRIED: AtomicBool = AtomicBool::new(false);
 /// Plans it answered, and the time spent waiting for them (`-d`).
@@ -128,6 +133,7 @@ pub fn finish() -> Option<String> {
         reap(pid, false);
         ENDED_NS.store(sys::monotonic_ns() - started, Ordering::Release);
     }
+    unpin();
     unmap();
     let n = ANSWERED_COUNT.load(Ordering::Acquire);
     let why = WHY[WHY_NOT.load(Ordering::Acquire).min(WHY.len() - 1)];
@@ -232,9 +238,13 @@ fn make() -> bool {
     let top = (stack as usize + STACK_BYTES) & !15;
     let clone = crate::hook::real_clone();
     let _e = sys::ErrnoGuard::save();
-    // Made with this thread's CPU as its only one: each question and its
-    // answer are then two context switches, not a wake-up of another
-    // (virtual) CPU each (50 us a question here).
+    // This thread and the planner keep this thread's CPU as their only one
+    // until the planner is reaped (`finish`, `give_up`): each question and
+    // its answer are then two context switches. With the program's thread
+    // free to move, the scheduler woke it on the other CPU at an answer in
+    // about one run in three here, and each question then woke a halted
+    // virtual CPU: 300-400 us a question, 5-12 ms for a batch of 29 that
+    // takes 0.5 ms on one CPU.
     super::keeper::affinity::pin();
     let started = sys::monotonic_ns();
     // No CLONE_VM: a copy of this process; exit signal 0: no SIGCHLD, so
@@ -253,12 +263,13 @@ fn make() -> bool {
         )
     };
     MADE_NS.store(sys::monotonic_ns() - started, Ordering::Release);
-    super::keeper::affinity::restore();
     if pid <= 0 {
+        super::keeper::affinity::restore();
         unmap();
         return not(3);
     }
     PID.store(pid, Ordering::Release);
+    PINNED.store(true, Ordering::Release);
     true
 }
 
@@ -306,7 +317,16 @@ fn give_up() {
     if pid > 0 {
         reap(pid, true);
     }
+    unpin();
     unmap();
+}
+
+/// Gives this thread back the CPU set it had before the planner was made
+/// (once: the planner was made with it pinned, and is reaped).
+fn unpin() {
+    if PINNED.swap(false, Ordering::AcqRel) {
+        super::keeper::affinity::restore();
+    }
 }
 
 fn unmap() {
