@@ -46,6 +46,9 @@ pub type LeaksFn = fn(&mut dyn FnMut(*const Node, usize, u64, u64));
 pub type SyntheticFn = fn(&mut dyn FnMut(&'static str, usize, u64, u64));
 /// The (ticks, value, peak) the dump writes for counter `slot` of a node,
 /// when the module stores that counter in another form; None otherwise.
+/// Asked of charged nodes only: the dump takes an uncharged node's values
+/// as all zero, so a form must never give one a value (a module that
+/// keeps a value for a node charges it).
 pub type DumpValueFn = fn(&Node, usize) -> Option<(u64, u64, u64)>;
 
 /// Why a module did not start ([`Module::start`]): the run goes on

@@ -216,6 +216,10 @@ impl Merged {
     }
 
     pub(super) fn add(&mut self, into: u32, from: &Node, merges: &[Merge]) {
+        // All zero, in every form (`modules::DumpValueFn`).
+        if !from.is_charged() {
+            return;
+        }
         for (s, merge) in merges.iter().enumerate() {
             // A module may store a counter in another form than it is written.
             let stored = self.stored_forms.iter().find_map(|f| f(from, s));

@@ -156,7 +156,10 @@ impl<'t> ProfileTree for Single<'t> {
     fn values(&self, id: SingleId<'t>, out: &mut [(u64, u64, u64)]) -> bool {
         match id {
             SingleId::Tree(n) => {
-                if !n.is_charged() && self.stored_forms.is_empty() {
+                // An uncharged node's values are all zero, in every form
+                // (`modules::DumpValueFn`): most nodes of a call tree
+                // (14,000 of a small cc1's 19,500) are only callers.
+                if !n.is_charged() {
                     return false;
                 }
                 let mut any = false;
