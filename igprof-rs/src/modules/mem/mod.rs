@@ -303,7 +303,8 @@ pub fn leaks(f: &mut dyn FnMut(*const Node, usize, u64, u64)) {
         // Marked as recording so that a signal handler's free on this
         // thread is deferred instead of waiting for a shard we hold.
         site::with_outer(site::IN_RECORD, || account::LIVE.for_each(|b| v.push(*b)));
-        v.sort_unstable_by_key(|b| b.addr);
+        // In the live table's order: the dump sorts every module's by
+        // node, counter and address (`output::merge::Leaks`).
         for b in v {
             // Sampled: the bytes the block stands for, so the LK sizes of
             // a stack add up to its MEM_LIVE.
