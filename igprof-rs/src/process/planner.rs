@@ -246,6 +246,7 @@ fn make() -> bool {
     // virtual CPU: 300-400 us a question, 5-12 ms for a batch of 29 that
     // takes 0.5 ms on one CPU.
     super::keeper::affinity::pin();
+    PINNED.store(true, Ordering::Release);
     let started = sys::monotonic_ns();
     // No CLONE_VM: a copy of this process; exit signal 0: no SIGCHLD, so
     // reaped with __WCLONE.
@@ -264,12 +265,11 @@ fn make() -> bool {
     };
     MADE_NS.store(sys::monotonic_ns() - started, Ordering::Release);
     if pid <= 0 {
-        super::keeper::affinity::restore();
+        unpin();
         unmap();
         return not(3);
     }
     PID.store(pid, Ordering::Release);
-    PINNED.store(true, Ordering::Release);
     true
 }
 
@@ -322,7 +322,7 @@ fn give_up() {
 }
 
 /// Gives this thread back the CPU set it had before the planner was made
-/// (once: the planner was made with it pinned, and is reaped).
+/// (once: the planner was reaped, or could not be made).
 fn unpin() {
     if PINNED.swap(false, Ordering::AcqRel) {
         super::keeper::affinity::restore();
