@@ -653,6 +653,13 @@ fn thread_churn_keeps_totals_with_bounded_memory() {
         states <= 16,
         "{states} thread states for at most 5 threads at once"
     );
+    // Every thread is made by pthread_create: none of their events, nor
+    // the profiler's own while a thread registers (pthread_getattr_np
+    // allocates), is an event on a thread the profiler does not know.
+    assert!(
+        err.contains("on threads unknown to the profiler: 0;"),
+        "events on unknown threads among 1,100 pthreads: {err}"
+    );
     let p = parse_strict(&read_text(&d.join("churn.gz"))).unwrap();
     // Exact: every allocation of every worker, under the function that made it.
     let (n, total) = under(&p, "MEM_TOTAL", "allocator");

@@ -409,6 +409,15 @@ pub fn register_current(max_depth: usize) -> Option<&'static ThreadState> {
     t
 }
 
+/// Whether the calling thread is registering its state: its stack's
+/// bounds come from `pthread_getattr_np`, which allocates, and the hooks
+/// it reaches pass those calls through as the profiler's own, not as a
+/// thread the profiler does not know.
+#[inline]
+pub fn registering() -> bool {
+    REGISTERING.with(|r| r.get())
+}
+
 /// Set while the calling thread registers its state.
 // SAFETY: a Cell<bool> is valid all-zero and needs no drop; byte 8 of the
 // area is this slot's only (CURRENT holds bytes 0-7).
@@ -465,7 +474,11 @@ pub fn register_unsampled(max_depth: usize) -> Option<&'static ThreadState> {
     if let Some(t) = current() {
         return Some(t);
     }
+    // Its hooks pass through while it asks libc for its stack (see
+    // `registering`).
+    REGISTERING.with(|r| r.set(true));
     let bounds = crate::unwind::StackBounds::for_current_thread().unwrap_or_default();
+    REGISTERING.with(|r| r.set(false));
     new_state(max_depth, true, false, bounds)
 }
 

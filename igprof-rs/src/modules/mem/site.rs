@@ -488,7 +488,7 @@ fn make_thread_extras(_held: &Guard, h: &HookTls) {
 #[link_section = "igprof_hot"]
 pub fn event(kind: u8, a: usize, b: u64, replay: Replay, f: impl FnOnce(&Guard, &HookTls)) {
     let Some(t) = thread::current().or_else(late_thread) else {
-        UNKNOWN_THREAD.fetch_add(1, Ordering::Relaxed);
+        unknown_thread();
         return;
     };
     tls(|h| {
@@ -510,6 +510,17 @@ pub fn event(kind: u8, a: usize, b: u64, replay: Replay, f: impl FnOnce(&Guard, 
         drop(g);
         h.outer.set(h.outer.get() & !IN_RECORD);
     })
+}
+
+/// An event on a thread with no state: counted, unless it is the
+/// profiler's own call while the thread registers.
+#[cold]
+#[inline(never)]
+#[link_section = "igprof_hot"]
+fn unknown_thread() {
+    if !thread::registering() {
+        UNKNOWN_THREAD.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// A thread that ran before the library was loaded into its process
