@@ -19,8 +19,9 @@
 //!   exists and, with `#anchor`, one of its headings.
 //!
 //! Needs the release build (`cargo build --release --workspace`; the
-//! user guide's AArch64 example also needs `cargo build --release --target
-//! aarch64-unknown-linux-gnu -p igprof-rs`, which scripts/test builds).
+//! user guide's AArch64 example and the install also need `cargo build
+//! --release --target aarch64-unknown-linux-gnu -p igprof-rs`, which
+//! scripts/test builds, and the install test too when it is missing).
 
 use igprof_tests::*;
 use std::collections::BTreeSet;
@@ -460,6 +461,12 @@ fn install_into_a_fresh_prefix_then_profile_outside_the_build_tree() {
         "{err}"
     );
 
+    // The other architecture's library is built first (foreign_lib builds
+    // it if needed): the install copies what is built, and this test must
+    // not build it between an install and the check of what it copied.
+    let foreign = foreign_arch().0;
+    let _ = foreign_lib();
+
     // Twice: the second run replaces the same files.
     let mut listing = Vec::new();
     for _ in 0..2 {
@@ -468,12 +475,9 @@ fn install_into_a_fresh_prefix_then_profile_outside_the_build_tree() {
         for f in ["bin/igprof", "bin/igprof-analyse", "lib/libigprof.so"] {
             assert!(prefix.join(f).is_file(), "{f} not installed");
         }
-        let foreign = foreign_arch().0;
-        if foreign_lib().exists() {
-            assert!(prefix.join(format!("lib/{foreign}/libigprof.so")).is_file());
-            // Where the launcher looks for it: <arch>/ next to itself.
-            assert!(prefix.join(format!("bin/{foreign}/libigprof.so")).is_file());
-        }
+        assert!(prefix.join(format!("lib/{foreign}/libigprof.so")).is_file());
+        // Where the launcher looks for it: <arch>/ next to itself.
+        assert!(prefix.join(format!("bin/{foreign}/libigprof.so")).is_file());
         listing.push(String::from_utf8_lossy(&o.stdout).into_owned());
     }
     assert_eq!(listing[0], listing[1]);
