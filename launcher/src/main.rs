@@ -43,7 +43,6 @@ use std::os::unix::ffi::OsStrExt;
 
 #[cfg(target_arch = "x86_64")]
 mod attach;
-mod elf;
 mod exec;
 mod glibc;
 mod grammar;
@@ -54,8 +53,9 @@ mod path;
 mod qemu;
 mod refusal;
 mod sanitizers;
-mod secure;
 mod sys;
+
+use igprof_execfile::{elf, secure};
 
 use elf::{linkage, Linkage};
 use exec::exec;

@@ -15,7 +15,8 @@ use std::borrow::Cow;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
-use crate::sys::os;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 
 /// The machines whose programs the launcher tells apart (by their loader).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,7 +106,7 @@ pub fn interpreter(path: &[u8]) -> Option<Vec<u8>> {
 /// `read(elf)` on the ELF file `path`; None when it is not one (or cannot
 /// be opened).
 pub fn with_elf<R>(path: &[u8], read: impl FnOnce(Option<&Elf>) -> R) -> Option<R> {
-    let f = File::open(os(path)).ok()?;
+    let f = File::open(OsStr::from_bytes(path)).ok()?;
     // The header, program headers, loader path and dynamic section sit in
     // the first pages of any linker's output: usually this one read is all.
     let mut head = [0u8; 4096];
@@ -276,7 +277,7 @@ mod tests {
             loader.starts_with(b"/") && !loader.contains(&0),
             "{loader:?}"
         );
-        let d = std::env::temp_dir().join(format!("igprof-launcher-elf-{}", std::process::id()));
+        let d = std::env::temp_dir().join(format!("igprof-execfile-elf-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         let p = |n: &str| d.join(n).into_os_string().into_vec();

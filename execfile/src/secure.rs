@@ -11,7 +11,8 @@
 
 use std::os::unix::fs::MetadataExt;
 
-use crate::sys::{c_string, stat};
+use std::ffi::{CString, OsStr};
+use std::os::unix::ffi::OsStrExt;
 
 /// Whether exec'ing `p` would put the process in the loader's
 /// secure-execution mode (AT_SECURE), and why: a set-user-ID file owned by
@@ -21,8 +22,8 @@ use crate::sys::{c_string, stat};
 /// nosuid, or no_new_privs set on this process (both inherited by the
 /// exec).
 pub fn secure_exec(p: &[u8]) -> Option<[&'static [u8]; 2]> {
-    let m = stat(p)?;
-    let c = c_string(p);
+    let m = std::fs::metadata(OsStr::from_bytes(p)).ok()?;
+    let c = CString::new(p).ok()?;
     // SAFETY: no arguments are read; returns 0 or 1.
     if unsafe { libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) } == 1 {
         return None;
