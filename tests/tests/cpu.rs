@@ -297,6 +297,87 @@ fn exec_in_place_keeps_both_images_profiles() {
     assert_eq!(dominant(second[0]), "second_image_work", "{ps:?}");
 }
 
+/// An exec into a program the profile cannot go with says so in one line,
+/// naming the program, the reason and where the profile until the exec
+/// is; the program runs as it does unprofiled. Statically linked (no loader
+/// to preload the library), an environment without IGPROF, and (as root,
+/// who can make the file) a set-user-ID file of another user.
+#[test]
+fn an_exec_the_profile_cannot_follow_is_named_with_its_reason() {
+    let d = scratch("unfollowed");
+    build(&d, "endings.c", "dynamic_prog", &[]);
+    build(&d, "endings.c", "static_prog", &["-static"]);
+    let shell = |cmd: &str| {
+        std::process::Command::new("sh")
+            .args(["-c", cmd])
+            .current_dir(&d)
+            .output()
+            .unwrap()
+    };
+    let mut cases = vec![
+        (
+            "exec ./static_prog _exit",
+            "sh (pid",
+            "execs ./static_prog, which is statically linked",
+        ),
+        (
+            "exec env -i ./dynamic_prog _exit",
+            "env (pid",
+            "execs ./dynamic_prog with an environment that has no IGPROF",
+        ),
+    ];
+    // SAFETY: a plain query of this process's effective user.
+    if unsafe { libc::geteuid() } == 0 {
+        std::fs::copy(d.join("dynamic_prog"), d.join("suid_prog")).unwrap();
+        let st = std::process::Command::new("sh")
+            .args(["-c", "chown nobody suid_prog && chmod u+s suid_prog"])
+            .current_dir(&d)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        cases.push((
+            "exec ./suid_prog _exit",
+            "sh (pid",
+            "execs ./suid_prog, which is set-user-ID: the loader does not preload",
+        ));
+    }
+    for (i, (cmd, who, what)) in cases.into_iter().enumerate() {
+        let bare = shell(cmd);
+        let out = format!("p{i}.gz");
+        let o = igprof(&d, &["-pp", "-o", &out, "sh", "-c", cmd]);
+        assert_eq!(o.status.code(), bare.status.code(), "{cmd}");
+        assert_eq!(o.stdout, bare.stdout, "{cmd}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        let line = err
+            .lines()
+            .find(|l| l.contains(what))
+            .unwrap_or_else(|| panic!("{cmd}: no line saying '{what}':\n{err}"));
+        assert!(line.starts_with("igprof: ") && line.contains(who), "{line}");
+        // The image that exec'd wrote its profile, which the line names; the
+        // program that followed wrote none.
+        let (before, rest) = line.rsplit_once("the profile until the exec is ").unwrap();
+        assert!(before.contains("it runs unprofiled"), "{line}");
+        let written = std::path::Path::new(rest);
+        assert!(written.to_string_lossy().contains(".exec"), "{line}");
+        parse_strict(&read_text(written)).unwrap_or_else(|e| panic!("{line}: {e}"));
+        assert!(
+            !d.join(&out).exists(),
+            "{cmd}: {out} written by an unprofiled image"
+        );
+    }
+    // An exec the profile goes with says nothing of the kind.
+    let o = igprof(
+        &d,
+        &["-pp", "-o", "q.gz", "sh", "-c", "exec ./dynamic_prog _exit"],
+    );
+    assert_eq!(o.status.code(), Some(3));
+    assert!(
+        !String::from_utf8_lossy(&o.stderr).contains("execs"),
+        "{o:?}"
+    );
+    assert!(d.join("q.gz").exists());
+}
+
 #[test]
 fn target_filter_profiles_only_matching_programs() {
     let d = scratch("target");

@@ -257,6 +257,16 @@ extern "C" fn execve_hook(
     crate::process::before_exec();
     // SAFETY: envp is the program's argument, as execve(2) takes it.
     let env = thread::paused(|| unsafe { crate::process::exec_env(envp) });
+    if !path.is_null() {
+        // SAFETY: execve's path, a NUL-terminated string (or null, which
+        // the exec refuses).
+        let p = unsafe { core::ffi::CStr::from_ptr(path) }.to_bytes();
+        aside(|| {
+            if let Some(why) = crate::process::unprofiled_exec(p, env.is_some()) {
+                crate::process::say_unprofiled_exec(p, &why);
+            }
+        });
+    }
     let envp = env.as_ref().map_or(envp, |e| e.as_ptr());
     // SAFETY: forward, with the environment extended as exec_env says.
     let r = unsafe { real(path, argv, envp) };

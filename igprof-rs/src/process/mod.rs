@@ -123,6 +123,51 @@ pub unsafe fn exec_env(envp: *const *const libc::c_char) -> Option<ExecEnv> {
     })
 }
 
+/// Why the image an exec of `path` makes will run unprofiled, if it will:
+/// the file is statically linked (no loader to preload the library), the
+/// exec puts it in the loader's secure-execution mode (which ignores
+/// LD_PRELOAD), or the program execs it with an environment that does not
+/// ask for a profile (`profiled_env` false: no `IGPROF=`). None when it
+/// will be profiled, or when `path` is not a file this process may
+/// execute (a candidate of execvp's search that the exec will refuse).
+pub fn unprofiled_exec(path: &[u8], profiled_env: bool) -> Option<String> {
+    use igprof_execfile::{elf, secure};
+    let c = std::ffi::CString::new(path).ok()?;
+    // SAFETY: a NUL-terminated path alive for the call, only read.
+    if unsafe { libc::faccessat(libc::AT_FDCWD, c.as_ptr(), libc::X_OK, libc::AT_EACCESS) } != 0 {
+        return None;
+    }
+    if !profiled_env {
+        return Some(" with an environment that has no IGPROF (the program cleared it)".into());
+    }
+    if elf::linkage(path) == elf::Linkage::Static {
+        return Some(
+            ", which is statically linked: libigprof.so can only be preloaded into dynamically linked programs"
+                .into(),
+        );
+    }
+    let [what, advice] = secure::secure_exec(path)?;
+    Some(format!(
+        ", which is {}: the loader does not preload libigprof.so into it ({})",
+        String::from_utf8_lossy(what),
+        String::from_utf8_lossy(advice)
+    ))
+}
+
+/// One line for an exec whose image runs unprofiled ([`unprofiled_exec`]
+/// says `why`), after this image wrote its profile: the user who looks for
+/// the profile of the program that followed learns why there is none, and
+/// where this image's is.
+pub fn say_unprofiled_exec(path: &[u8], why: &str) {
+    crate::igprof_log!(
+        "{} (pid {}) execs {}{why}; it runs unprofiled, and the profile until the exec is {}",
+        crate::base::log::Bytes(&info().program),
+        sys::getpid(),
+        crate::base::log::Bytes(path),
+        output_path()
+    );
+}
+
 /// The new image's environment, as a plan over `env`'s entries: the ones
 /// that stay (all but a previous `IGPROF_EXEC_OF=`) and the entry to add
 /// (`IGPROF_EXEC_OF=<pid>.<gen>`, NUL-terminated); None when `env` does
