@@ -300,8 +300,9 @@ fn exec_in_place_keeps_both_images_profiles() {
 /// An exec into a program the profile cannot go with says so in one line,
 /// naming the program, the reason and where the profile until the exec
 /// is; the program runs as it does unprofiled. Statically linked (no loader
-/// to preload the library), an environment without IGPROF, and (as root,
-/// who can make the file) a set-user-ID file of another user.
+/// to preload the library), an environment without IGPROF or whose
+/// LD_PRELOAD no longer names the library, and (as root, who can make the
+/// file) a set-user-ID file of another user.
 #[test]
 fn an_exec_the_profile_cannot_follow_is_named_with_its_reason() {
     let d = scratch("unfollowed");
@@ -324,6 +325,11 @@ fn an_exec_the_profile_cannot_follow_is_named_with_its_reason() {
             "exec env -i ./dynamic_prog _exit",
             "env (pid",
             "execs ./dynamic_prog with an environment that has no IGPROF",
+        ),
+        (
+            "exec env -u LD_PRELOAD ./dynamic_prog _exit",
+            "env (pid",
+            "execs ./dynamic_prog with an LD_PRELOAD that no longer names libigprof.so",
         ),
     ];
     // SAFETY: a plain query of this process's effective user.
@@ -365,17 +371,25 @@ fn an_exec_the_profile_cannot_follow_is_named_with_its_reason() {
             "{cmd}: {out} written by an unprofiled image"
         );
     }
-    // An exec the profile goes with says nothing of the kind.
-    let o = igprof(
-        &d,
-        &["-pp", "-o", "q.gz", "sh", "-c", "exec ./dynamic_prog _exit"],
-    );
-    assert_eq!(o.status.code(), Some(3));
-    assert!(
-        !String::from_utf8_lossy(&o.stderr).contains("execs"),
-        "{o:?}"
-    );
-    assert!(d.join("q.gz").exists());
+    // An exec the profile goes with says nothing of the kind: as it was,
+    // or preloading the library through another name for the same file.
+    std::os::unix::fs::symlink(lib(), d.join("alias.so")).unwrap();
+    for (i, cmd) in [
+        "exec ./dynamic_prog _exit",
+        "LD_PRELOAD=./alias.so exec ./dynamic_prog _exit",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let out = format!("q{i}.gz");
+        let o = igprof(&d, &["-pp", "-o", &out, "sh", "-c", cmd]);
+        assert_eq!(o.status.code(), Some(3), "{cmd}");
+        assert!(
+            !String::from_utf8_lossy(&o.stderr).contains("execs"),
+            "{cmd}: {o:?}"
+        );
+        assert!(d.join(&out).exists(), "{cmd}");
+    }
 }
 
 #[test]

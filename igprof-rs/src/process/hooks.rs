@@ -262,7 +262,7 @@ extern "C" fn execve_hook(
         // the exec refuses).
         let p = unsafe { core::ffi::CStr::from_ptr(path) }.to_bytes();
         aside(|| {
-            if let Some(why) = crate::process::unprofiled_exec(p, env.is_some()) {
+            if let Some(why) = crate::process::unprofiled_exec(p, env.as_ref()) {
                 crate::process::say_unprofiled_exec(p, &why);
             }
         });

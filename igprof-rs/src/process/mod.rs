@@ -87,6 +87,8 @@ const EXEC_OF: &[u8] = b"IGPROF_EXEC_OF=";
 pub struct ExecEnv {
     _entry: Vec<u8>,
     ptrs: Vec<*const libc::c_char>,
+    /// Whether its LD_PRELOAD still names this library.
+    pub preloads_us: bool,
 }
 
 impl ExecEnv {
@@ -114,31 +116,71 @@ pub unsafe fn exec_env(envp: *const *const libc::c_char) -> Option<ExecEnv> {
         bytes.push(core::ffi::CStr::from_ptr(e).to_bytes());
     }
     let (keep, entry) = exec_env_plan(&bytes, sys::getpid(), run::exec_generation() + 1)?;
+    let preloads_us = preloads_us(&bytes);
     let mut ptrs: Vec<*const libc::c_char> = keep.into_iter().map(|i| all[i]).collect();
     ptrs.push(entry.as_ptr() as *const libc::c_char);
     ptrs.push(core::ptr::null());
     Some(ExecEnv {
         _entry: entry,
         ptrs,
+        preloads_us,
     })
+}
+
+/// Whether the environment `env` preloads this library: an element of its
+/// `LD_PRELOAD` (separated by colons or spaces, as the loader reads it) is
+/// the path the loader loaded this library from, or the same file. True
+/// when this library's path is not known (nothing to compare with).
+fn preloads_us(env: &[&[u8]]) -> bool {
+    let Some(ours) = crate::unwind::module_of(preloads_us as *const () as usize) else {
+        return true;
+    };
+    let Some(list) = env.iter().find_map(|e| e.strip_prefix(b"LD_PRELOAD=")) else {
+        return false;
+    };
+    let id = |p: &[u8]| {
+        use std::os::unix::ffi::OsStrExt;
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(std::ffi::OsStr::from_bytes(p))
+            .ok()
+            .map(|m| (m.dev(), m.ino()))
+    };
+    let mut named = list
+        .split(|&b| b == b':' || b == b' ')
+        .filter(|p| !p.is_empty());
+    if named.clone().any(|p| p == ours.path) {
+        return true;
+    }
+    let our_id = id(ours.path);
+    our_id.is_some() && named.any(|p| id(p) == our_id)
 }
 
 /// Why the image an exec of `path` makes will run unprofiled, if it will:
 /// the file is statically linked (no loader to preload the library), the
 /// exec puts it in the loader's secure-execution mode (which ignores
 /// LD_PRELOAD), or the program execs it with an environment that does not
-/// ask for a profile (`profiled_env` false: no `IGPROF=`). None when it
-/// will be profiled, or when `path` is not a file this process may
-/// execute (a candidate of execvp's search that the exec will refuse).
-pub fn unprofiled_exec(path: &[u8], profiled_env: bool) -> Option<String> {
+/// ask for a profile (`env`: None without `IGPROF=`) or no longer
+/// preloads this library. None when it will be profiled, or when `path`
+/// is not a file this process may execute (a candidate of execvp's search
+/// that the exec will refuse).
+pub fn unprofiled_exec(path: &[u8], env: Option<&ExecEnv>) -> Option<String> {
     use igprof_execfile::{elf, secure};
     let c = std::ffi::CString::new(path).ok()?;
     // SAFETY: a NUL-terminated path alive for the call, only read.
     if unsafe { libc::faccessat(libc::AT_FDCWD, c.as_ptr(), libc::X_OK, libc::AT_EACCESS) } != 0 {
         return None;
     }
-    if !profiled_env {
-        return Some(" with an environment that has no IGPROF (the program cleared it)".into());
+    match env {
+        None => {
+            return Some(" with an environment that has no IGPROF (the program cleared it)".into())
+        }
+        Some(e) if !e.preloads_us => {
+            return Some(
+                " with an LD_PRELOAD that no longer names libigprof.so (the program changed it)"
+                    .into(),
+            )
+        }
+        Some(_) => {}
     }
     if elf::linkage(path) == elf::Linkage::Static {
         return Some(
