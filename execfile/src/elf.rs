@@ -12,7 +12,9 @@
 //! the headers need (at most 1 MiB past the first page), or map or run it.
 
 use std::borrow::Cow;
+use std::ffi::CStr;
 use std::fs::File;
+use std::os::fd::FromRawFd;
 use std::os::unix::fs::FileExt;
 
 use std::ffi::OsStr;
@@ -86,6 +88,29 @@ pub fn linkage(path: &[u8]) -> Linkage {
     with_elf(path, |e| elf_linkage(e).unwrap_or(Linkage::Static)).unwrap_or(Linkage::NotElf)
 }
 
+/// [`linkage`] without allocating (for a child that `vfork` made, which
+/// shares its parent's memory): None when that cannot tell, because the
+/// program headers or the loader's path lie past the file's first page
+/// (no linker puts them there) or the file cannot be opened.
+pub fn linkage_no_alloc(path: &CStr) -> Option<Linkage> {
+    // SAFETY: a NUL-terminated path, only read; the descriptor returned is
+    // owned by the File below, which closes it.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: `fd` was just opened here and nothing else owns it.
+    let f = unsafe { File::from_raw_fd(fd) };
+    let mut head = [0u8; 4096];
+    let n = read_at(&f, 0, &mut head);
+    if !head[..n].starts_with(b"\x7fELF") {
+        return Some(Linkage::NotElf);
+    }
+    let mut e = Elf::new(&f, &head[..n])?;
+    e.alloc = false;
+    elf_linkage(Some(&e))
+}
+
 /// The loader (PT_INTERP) the ELF file `path` names, without its NUL;
 /// None when it is not an ELF file or names none.
 pub fn interpreter(path: &[u8]) -> Option<Vec<u8>> {
@@ -137,6 +162,9 @@ pub struct Elf<'a> {
     pub head: &'a [u8],
     pub wide: bool,
     pub big: bool,
+    /// Whether bytes past `head` may be read into memory allocated for
+    /// them (else they are not read: [`linkage_no_alloc`]).
+    pub alloc: bool,
 }
 
 pub const PT_LOAD: u64 = 1;
@@ -166,7 +194,13 @@ impl<'a> Elf<'a> {
             2 => true,
             _ => return None,
         };
-        Some(Elf { f, head, wide, big })
+        Some(Elf {
+            f,
+            head,
+            wide,
+            big,
+            alloc: true,
+        })
     }
 
     /// `len` bytes at `off`: from the first read when it holds them.
@@ -175,7 +209,7 @@ impl<'a> Elf<'a> {
         if end <= self.head.len() as u64 {
             return Some(self.head[off as usize..end as usize].into());
         }
-        if len > 1 << 20 {
+        if len > 1 << 20 || !self.alloc {
             return None;
         }
         let mut v = vec![0; len as usize];
@@ -202,6 +236,15 @@ impl<'a> Elf<'a> {
     /// The program headers; None when they cannot be read (also when
     /// their entry size is too small for one).
     pub fn segments(&self) -> Option<Vec<Segment>> {
+        let (table, entsize) = self.segment_table()?;
+        table
+            .chunks_exact(entsize)
+            .map(|ph| self.segment(ph))
+            .collect()
+    }
+
+    /// The program header table's bytes and the size of an entry.
+    fn segment_table(&self) -> Option<(Cow<'_, [u8]>, usize)> {
         let head = self.head;
         let phoff = self.word(head, 32, 28)?;
         let (entsize, count) = match self.wide {
@@ -211,18 +254,17 @@ impl<'a> Elf<'a> {
         if entsize < if self.wide { 56 } else { 32 } {
             return None;
         }
-        let table = self.bytes(phoff, entsize * count)?;
-        table
-            .chunks_exact(entsize as usize)
-            .map(|ph| {
-                Some(Segment {
-                    kind: self.uint(ph, 0, 4)?,
-                    offset: self.word(ph, 8, 4)?,
-                    vaddr: self.word(ph, 16, 8)?,
-                    size: self.word(ph, 32, 16)?,
-                })
-            })
-            .collect()
+        Some((self.bytes(phoff, entsize * count)?, entsize as usize))
+    }
+
+    /// The program header `ph` (one entry of the table).
+    fn segment(&self, ph: &[u8]) -> Option<Segment> {
+        Some(Segment {
+            kind: self.uint(ph, 0, 4)?,
+            offset: self.word(ph, 8, 4)?,
+            vaddr: self.word(ph, 16, 8)?,
+            size: self.word(ph, 32, 16)?,
+        })
     }
 
     /// The entries (tag, value) of the dynamic section `dynamic` before
@@ -230,30 +272,80 @@ impl<'a> Elf<'a> {
     pub fn dynamic(&self, dynamic: &Segment) -> Option<Vec<(u64, u64)>> {
         let entries = self.bytes(dynamic.offset, dynamic.size)?;
         let mut v = Vec::new();
-        for d in entries.chunks_exact(if self.wide { 16 } else { 8 }) {
-            match (self.word(d, 0, 0)?, self.word(d, 8, 4)?) {
+        for d in entries.chunks_exact(self.dyn_size()) {
+            match self.dyn_entry(d)? {
                 (0, _) => break,
                 e => v.push(e),
             }
         }
         Some(v)
     }
+
+    fn dyn_size(&self) -> usize {
+        if self.wide {
+            16
+        } else {
+            8
+        }
+    }
+
+    /// One dynamic entry (tag, value).
+    fn dyn_entry(&self, d: &[u8]) -> Option<(u64, u64)> {
+        Some((self.word(d, 0, 0)?, self.word(d, 8, 4)?))
+    }
+
+    /// Whether the dynamic section `dynamic` has an entry tagged `tag`
+    /// before its DT_NULL, read through a buffer on the stack (nothing
+    /// allocated, wherever the section lies).
+    fn dynamic_has(&self, dynamic: &Segment, tag: u64) -> Option<bool> {
+        let size = self.dyn_size();
+        let mut buf = [0u8; 512];
+        let mut at = dynamic.offset;
+        let end = dynamic.offset.checked_add(dynamic.size)?;
+        while at + size as u64 <= end {
+            let want = ((end - at) as usize).min(buf.len()) / size * size;
+            let n = read_at(self.f, at, &mut buf[..want]) / size * size;
+            if n == 0 {
+                return None;
+            }
+            for d in buf[..n].chunks_exact(size) {
+                match self.dyn_entry(d)? {
+                    (0, _) => return Some(false),
+                    (t, _) if t == tag => return Some(true),
+                    _ => {}
+                }
+            }
+            at += n as u64;
+        }
+        Some(false)
+    }
 }
 
 /// The linkage of ELF file `e` (None: an unknown class or byte order);
 /// None when its headers cannot be read (readelf would fail: the shell
 /// launcher then called the program statically linked).
+/// Nothing is allocated unless the program headers or the loader's path
+/// lie past `e.head` (and `e.alloc` allows it).
 fn elf_linkage(e: Option<&Elf>) -> Option<Linkage> {
     let e = e?;
-    let segments = e.segments()?;
-    if let Some(s) = segments.iter().find(|s| s.kind == PT_INTERP) {
+    let (table, entsize) = e.segment_table()?;
+    let find = |kind: u64| -> Option<Option<Segment>> {
+        for ph in table.chunks_exact(entsize) {
+            let s = e.segment(ph)?;
+            if s.kind == kind {
+                return Some(Some(s));
+            }
+        }
+        Some(None)
+    };
+    if let Some(s) = find(PT_INTERP)? {
         let interp = e.bytes(s.offset, s.size)?;
         return Some(Linkage::Dynamic(Machine::of_loader(&interp)));
     }
-    let Some(dynamic) = segments.iter().find(|s| s.kind == PT_DYNAMIC) else {
+    let Some(dynamic) = find(PT_DYNAMIC)? else {
         return Some(Linkage::Static);
     };
-    Some(match e.dynamic(dynamic)?.iter().any(|d| d.0 == DT_NEEDED) {
+    Some(match e.dynamic_has(&dynamic, DT_NEEDED)? {
         true => Linkage::Dynamic(None),
         false => Linkage::Static,
     })
@@ -281,18 +373,23 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         let p = |n: &str| d.join(n).into_os_string().into_vec();
+        // The same answer without allocating, where it can tell.
+        let no_alloc = |n: &str| linkage_no_alloc(&std::ffi::CString::new(p(n)).unwrap());
         std::fs::write(
             d.join("script"),
             "#!/bin/sh\nexec /lib/ld-linux-aarch64.so.1\n",
         )
         .unwrap();
         assert_eq!(linkage(&p("script")), Linkage::NotElf);
+        assert_eq!(no_alloc("script"), Some(Linkage::NotElf));
         assert_eq!(linkage(&p("missing")), Linkage::NotElf);
+        assert_eq!(no_alloc("missing"), None);
         // An ELF whose headers cannot be read: readelf failed on it, and
         // the shell launcher refused it as statically linked.
         let t = std::fs::read("/bin/true").unwrap();
         std::fs::write(d.join("cut"), &t[..40]).unwrap();
         assert_eq!(linkage(&p("cut")), Linkage::Static);
+        assert_eq!(no_alloc("cut"), None);
         std::fs::write(
             d.join("main.c"),
             "#include <stdio.h>\nint main(void) { return puts(\"x\") < 0; }\n",
@@ -309,16 +406,20 @@ mod tests {
         };
         assert!(cc(&[], "dynamic"), "cc");
         assert_eq!(linkage(&p("dynamic")), Linkage::Dynamic(host));
+        assert_eq!(no_alloc("dynamic"), Some(Linkage::Dynamic(host)));
         // Without a static libc (no libc.a) there is nothing to check.
         if cc(&["-static"], "static") {
             assert_eq!(linkage(&p("static")), Linkage::Static);
+            assert_eq!(no_alloc("static"), Some(Linkage::Static));
         }
         if cc(&["-static-pie"], "static-pie") {
             assert_eq!(linkage(&p("static-pie")), Linkage::Static);
+            assert_eq!(no_alloc("static-pie"), Some(Linkage::Static));
         }
         // A shared library has no loader but needs libc (puts): not refused.
         if cc(&["-shared", "-fPIC"], "lib.so") {
             assert_eq!(linkage(&p("lib.so")), Linkage::Dynamic(None));
+            assert_eq!(no_alloc("lib.so"), Some(Linkage::Dynamic(None)));
         }
         let _ = std::fs::remove_dir_all(&d);
     }

@@ -9,10 +9,7 @@
 //! owner's set-user-ID file, root and file capabilities), or change any
 //! id or attribute.
 
-use std::os::unix::fs::MetadataExt;
-
-use std::ffi::{CString, OsStr};
-use std::os::unix::ffi::OsStrExt;
+use std::ffi::{CStr, CString};
 
 /// Whether exec'ing `p` would put the process in the loader's
 /// secure-execution mode (AT_SECURE), and why: a set-user-ID file owned by
@@ -22,8 +19,17 @@ use std::os::unix::ffi::OsStrExt;
 /// nosuid, or no_new_privs set on this process (both inherited by the
 /// exec).
 pub fn secure_exec(p: &[u8]) -> Option<[&'static [u8]; 2]> {
-    let m = std::fs::metadata(OsStr::from_bytes(p)).ok()?;
-    let c = CString::new(p).ok()?;
+    secure_exec_c(&CString::new(p).ok()?)
+}
+
+/// [`secure_exec`] of a NUL-terminated path, allocating nothing (a child
+/// that `vfork` made, which shares its parent's memory, may ask).
+pub fn secure_exec_c(c: &CStr) -> Option<[&'static [u8]; 2]> {
+    // SAFETY: a zeroed stat is a valid out-buffer; `c` is NUL-terminated.
+    let mut m: libc::stat = unsafe { core::mem::zeroed() };
+    if unsafe { libc::stat(c.as_ptr(), &mut m) } != 0 {
+        return None;
+    }
     // SAFETY: no arguments are read; returns 0 or 1.
     if unsafe { libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) } == 1 {
         return None;
@@ -35,15 +41,15 @@ pub fn secure_exec(p: &[u8]) -> Option<[&'static [u8]; 2]> {
     }
     // SAFETY: plain queries of this process's ids.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-    let mode = m.mode();
-    if mode & libc::S_ISUID != 0 && m.uid() != uid {
+    let mode = m.st_mode;
+    if mode & libc::S_ISUID != 0 && m.st_uid != uid {
         return Some([
             b"set-user-ID",
             b"run igprof as the file's owner, or profile a copy: cp drops the bit",
         ]);
     }
     // Without group execute permission the bit means mandatory locking.
-    if mode & libc::S_ISGID != 0 && mode & libc::S_IXGRP != 0 && m.gid() != gid {
+    if mode & libc::S_ISGID != 0 && mode & libc::S_IXGRP != 0 && m.st_gid != gid {
         return Some([
             b"set-group-ID",
             b"run igprof with the file's group as real group, or profile a copy: cp drops the bit",

@@ -371,6 +371,40 @@ fn an_exec_the_profile_cannot_follow_is_named_with_its_reason() {
             "{cmd}: {out} written by an unprofiled image"
         );
     }
+    // From a child that posix_spawn made (sharing its parent's memory
+    // until the exec): the same line, naming no profile (it has none).
+    build(&d, "spawner.c", "spawner", &[]);
+    let bare = std::process::Command::new(d.join("spawner"))
+        .args(["./static_prog", "_exit"])
+        .current_dir(&d)
+        .output()
+        .unwrap();
+    assert_eq!(bare.stdout, b"child status 3\n");
+    let o = igprof(
+        &d,
+        &[
+            "-pp",
+            "-mp",
+            "-fd",
+            "-o",
+            "s.gz",
+            "./spawner",
+            "./static_prog",
+            "_exit",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(o.stdout, bare.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    let line = err
+        .lines()
+        .find(|l| l.contains("execs ./static_prog, which is statically linked"))
+        .unwrap_or_else(|| panic!("posix_spawn: no line:\n{err}"));
+    assert!(
+        line.starts_with("igprof: ./spawner (pid ") && line.ends_with("; it runs unprofiled"),
+        "{line}"
+    );
+    parse_strict(&read_text(&d.join("s.gz"))).unwrap();
     // An exec the profile goes with says nothing of the kind: as it was,
     // or preloading the library through another name for the same file.
     std::os::unix::fs::symlink(lib(), d.join("alias.so")).unwrap();

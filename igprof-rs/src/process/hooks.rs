@@ -248,25 +248,22 @@ extern "C" fn execve_hook(
     envp: *const *const c_char,
 ) -> c_int {
     let real = orig::execve().expect("execve hook without chain");
-    // In a vfork/posix_spawn child (shared memory, different pid) or inside
-    // the profiler: just exec.
-    if thread::is_busy() || !crate::process::is_own_process() {
+    if thread::is_busy() {
+        // SAFETY: plain forward.
+        return unsafe { real(path, argv, envp) };
+    }
+    if !crate::process::is_own_process() {
+        // A child that vfork or posix_spawn made (shared memory, another
+        // pid): nothing but the exec, and a line if the program it runs
+        // cannot be profiled (the check allocates nothing).
+        aside(|| say_if_unprofiled(path, envp, None));
         // SAFETY: plain forward.
         return unsafe { real(path, argv, envp) };
     }
     crate::process::before_exec();
     // SAFETY: envp is the program's argument, as execve(2) takes it.
     let env = thread::paused(|| unsafe { crate::process::exec_env(envp) });
-    if !path.is_null() {
-        // SAFETY: execve's path, a NUL-terminated string (or null, which
-        // the exec refuses).
-        let p = unsafe { core::ffi::CStr::from_ptr(path) }.to_bytes();
-        aside(|| {
-            if let Some(why) = crate::process::unprofiled_exec(p, env.as_ref()) {
-                crate::process::say_unprofiled_exec(p, &why);
-            }
-        });
-    }
+    aside(|| say_if_unprofiled(path, envp, Some(&crate::output::path::output_path())));
     let envp = env.as_ref().map_or(envp, |e| e.as_ptr());
     // SAFETY: forward, with the environment extended as exec_env says.
     let r = unsafe { real(path, argv, envp) };
@@ -274,6 +271,21 @@ extern "C" fn execve_hook(
     crate::process::exec_failed();
     drop(e);
     r
+}
+
+/// The line for an exec of `path` (with environment `envp`) whose image
+/// will run unprofiled, if it will; `profile`: where this image's profile
+/// was written before the exec. Allocates nothing but what `profile` is.
+fn say_if_unprofiled(path: *const c_char, envp: *const *const c_char, profile: Option<&str>) {
+    if path.is_null() {
+        return;
+    }
+    // SAFETY: execve's path, a NUL-terminated string.
+    let p = unsafe { core::ffi::CStr::from_ptr(path) };
+    // SAFETY: envp as execve(2) takes it (null or null-terminated).
+    if let Some(why) = unsafe { crate::process::unprofiled_exec(p, envp) } {
+        crate::process::say_unprofiled_exec(p.to_bytes(), why, profile);
+    }
 }
 
 /// Runs profiler code from a hook: the program's errno is kept and hooks

@@ -87,8 +87,6 @@ const EXEC_OF: &[u8] = b"IGPROF_EXEC_OF=";
 pub struct ExecEnv {
     _entry: Vec<u8>,
     ptrs: Vec<*const libc::c_char>,
-    /// Whether its LD_PRELOAD still names this library.
-    pub preloads_us: bool,
 }
 
 impl ExecEnv {
@@ -116,34 +114,108 @@ pub unsafe fn exec_env(envp: *const *const libc::c_char) -> Option<ExecEnv> {
         bytes.push(core::ffi::CStr::from_ptr(e).to_bytes());
     }
     let (keep, entry) = exec_env_plan(&bytes, sys::getpid(), run::exec_generation() + 1)?;
-    let preloads_us = preloads_us(&bytes);
     let mut ptrs: Vec<*const libc::c_char> = keep.into_iter().map(|i| all[i]).collect();
     ptrs.push(entry.as_ptr() as *const libc::c_char);
     ptrs.push(core::ptr::null());
     Some(ExecEnv {
         _entry: entry,
         ptrs,
-        preloads_us,
     })
 }
 
-/// Whether the environment `env` preloads this library: an element of its
-/// `LD_PRELOAD` (separated by colons or spaces, as the loader reads it) is
-/// the path the loader loaded this library from, or the same file. True
-/// when this library's path is not known (nothing to compare with).
-fn preloads_us(env: &[&[u8]]) -> bool {
+/// Why the image an exec makes will run unprofiled ([`unprofiled_exec`]);
+/// displayed as the end of a sentence naming the exec.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnprofiledExec {
+    /// The environment has no `IGPROF=` (the program cleared it).
+    NoIgprof,
+    /// Its `LD_PRELOAD` does not name this library (the program changed it).
+    NotPreloaded,
+    /// The file is statically linked: no loader to preload the library.
+    Static,
+    /// The exec is in the loader's secure-execution mode, which ignores
+    /// LD_PRELOAD: why, and what to do (`igprof_execfile::secure`).
+    Secure([&'static [u8]; 2]),
+}
+
+impl core::fmt::Display for UnprofiledExec {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        use crate::base::log::Bytes;
+        match self {
+            UnprofiledExec::NoIgprof => {
+                f.write_str(" with an environment that has no IGPROF (the program cleared it)")
+            }
+            UnprofiledExec::NotPreloaded => f.write_str(
+                " with an LD_PRELOAD that no longer names libigprof.so (the program changed it)",
+            ),
+            UnprofiledExec::Static => f.write_str(
+                ", which is statically linked: libigprof.so can only be preloaded into dynamically linked programs",
+            ),
+            UnprofiledExec::Secure([what, advice]) => write!(
+                f,
+                ", which is {}: the loader does not preload libigprof.so into it ({})",
+                Bytes(what),
+                Bytes(advice)
+            ),
+        }
+    }
+}
+
+/// Why the image an exec of `path` with environment `envp` makes will run
+/// unprofiled, if it will; None when it will be profiled, or when `path`
+/// is not a file this process may execute (a candidate of execvp's search
+/// that the exec will refuse). Allocates nothing: a child that `vfork`
+/// made (`posix_spawn`'s) asks too, in its parent's memory.
+///
+/// # Safety
+/// `envp` is null or a null-terminated array of NUL-terminated strings.
+pub unsafe fn unprofiled_exec(
+    path: &core::ffi::CStr,
+    envp: *const *const libc::c_char,
+) -> Option<UnprofiledExec> {
+    use igprof_execfile::{elf, secure};
+    // SAFETY: a NUL-terminated path alive for the call, only read.
+    let may_run =
+        unsafe { libc::faccessat(libc::AT_FDCWD, path.as_ptr(), libc::X_OK, libc::AT_EACCESS) }
+            == 0;
+    if !may_run {
+        return None;
+    }
+    let (mut igprof, mut preload) = (false, None);
+    let mut i = 0;
+    while !envp.is_null() {
+        // SAFETY: the caller's null-terminated array.
+        let e = unsafe { *envp.add(i) };
+        if e.is_null() {
+            break;
+        }
+        // SAFETY: a NUL-terminated string of that array.
+        let e = unsafe { core::ffi::CStr::from_ptr(e) }.to_bytes();
+        igprof |= e.starts_with(b"IGPROF=");
+        if let Some(v) = e.strip_prefix(b"LD_PRELOAD=") {
+            preload = Some(v);
+        }
+        i += 1;
+    }
+    if !igprof {
+        return Some(UnprofiledExec::NoIgprof);
+    }
+    if !preload.is_some_and(preloads_us) {
+        return Some(UnprofiledExec::NotPreloaded);
+    }
+    if elf::linkage_no_alloc(path) == Some(elf::Linkage::Static) {
+        return Some(UnprofiledExec::Static);
+    }
+    secure::secure_exec_c(path).map(UnprofiledExec::Secure)
+}
+
+/// Whether an `LD_PRELOAD` value names this library: one of its elements
+/// (separated by colons or spaces, as the loader reads them) is the path
+/// the loader loaded it from, or the same file. True when this library's
+/// path is not known. Allocates nothing.
+fn preloads_us(list: &[u8]) -> bool {
     let Some(ours) = crate::unwind::module_of(preloads_us as *const () as usize) else {
         return true;
-    };
-    let Some(list) = env.iter().find_map(|e| e.strip_prefix(b"LD_PRELOAD=")) else {
-        return false;
-    };
-    let id = |p: &[u8]| {
-        use std::os::unix::ffi::OsStrExt;
-        use std::os::unix::fs::MetadataExt;
-        std::fs::metadata(std::ffi::OsStr::from_bytes(p))
-            .ok()
-            .map(|m| (m.dev(), m.ino()))
     };
     let mut named = list
         .split(|&b| b == b':' || b == b' ')
@@ -151,63 +223,39 @@ fn preloads_us(env: &[&[u8]]) -> bool {
     if named.clone().any(|p| p == ours.path) {
         return true;
     }
-    let our_id = id(ours.path);
-    our_id.is_some() && named.any(|p| id(p) == our_id)
+    let our_id = file_id(ours.path);
+    our_id.is_some() && named.any(|p| file_id(p) == our_id)
 }
 
-/// Why the image an exec of `path` makes will run unprofiled, if it will:
-/// the file is statically linked (no loader to preload the library), the
-/// exec puts it in the loader's secure-execution mode (which ignores
-/// LD_PRELOAD), or the program execs it with an environment that does not
-/// ask for a profile (`env`: None without `IGPROF=`) or no longer
-/// preloads this library. None when it will be profiled, or when `path`
-/// is not a file this process may execute (a candidate of execvp's search
-/// that the exec will refuse).
-pub fn unprofiled_exec(path: &[u8], env: Option<&ExecEnv>) -> Option<String> {
-    use igprof_execfile::{elf, secure};
-    let c = std::ffi::CString::new(path).ok()?;
-    // SAFETY: a NUL-terminated path alive for the call, only read.
-    if unsafe { libc::faccessat(libc::AT_FDCWD, c.as_ptr(), libc::X_OK, libc::AT_EACCESS) } != 0 {
-        return None;
-    }
-    match env {
-        None => {
-            return Some(" with an environment that has no IGPROF (the program cleared it)".into())
-        }
-        Some(e) if !e.preloads_us => {
-            return Some(
-                " with an LD_PRELOAD that no longer names libigprof.so (the program changed it)"
-                    .into(),
-            )
-        }
-        Some(_) => {}
-    }
-    if elf::linkage(path) == elf::Linkage::Static {
-        return Some(
-            ", which is statically linked: libigprof.so can only be preloaded into dynamically linked programs"
-                .into(),
-        );
-    }
-    let [what, advice] = secure::secure_exec(path)?;
-    Some(format!(
-        ", which is {}: the loader does not preload libigprof.so into it ({})",
-        String::from_utf8_lossy(what),
-        String::from_utf8_lossy(advice)
-    ))
+/// (device, inode) of the file at `path`, through a NUL-terminated copy on
+/// the stack; None for a path too long for it or a file stat cannot see.
+fn file_id(path: &[u8]) -> Option<(u64, u64)> {
+    let mut c = [0u8; libc::PATH_MAX as usize];
+    c.get_mut(..path.len())?.copy_from_slice(path);
+    let c = core::ffi::CStr::from_bytes_until_nul(&c).ok()?;
+    // SAFETY: a zeroed stat is a valid out-buffer.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: `c` is NUL-terminated; `st` is valid for the kernel to fill.
+    (unsafe { libc::stat(c.as_ptr(), &mut st) } == 0).then_some((st.st_dev, st.st_ino))
 }
 
-/// One line for an exec whose image runs unprofiled ([`unprofiled_exec`]
-/// says `why`), after this image wrote its profile: the user who looks for
-/// the profile of the program that followed learns why there is none, and
-/// where this image's is.
-pub fn say_unprofiled_exec(path: &[u8], why: &str) {
-    crate::igprof_log!(
-        "{} (pid {}) execs {}{why}; it runs unprofiled, and the profile until the exec is {}",
+/// One line for an exec of `path` whose image runs unprofiled (`why`): the
+/// user who looks for the profile of the program that followed learns why
+/// there is none. `profile`: where this image's profile until the exec was
+/// written (None in a child that `vfork` made, which has none of its own).
+/// Allocates nothing.
+pub fn say_unprofiled_exec(path: &[u8], why: UnprofiledExec, profile: Option<&str>) {
+    let (program, pid, path) = (
         crate::base::log::Bytes(&info().program),
         sys::getpid(),
         crate::base::log::Bytes(path),
-        output_path()
     );
+    match profile {
+        Some(p) => crate::igprof_log!(
+            "{program} (pid {pid}) execs {path}{why}; it runs unprofiled, and the profile until the exec is {p}"
+        ),
+        None => crate::igprof_log!("{program} (pid {pid}) execs {path}{why}; it runs unprofiled"),
+    }
 }
 
 /// The new image's environment, as a plan over `env`'s entries: the ones
