@@ -116,12 +116,43 @@ fn fit(p: &Page, near: u64, reach: u64, len: u64, align: u64) -> Option<u64> {
 
 /// Map a fresh page (or several, for `len` > one page) within reach of `near`.
 fn new_page_near(near: u64, reach: u64, len: u64) -> Result<Page, Reason> {
+    new_page_near_with(near, reach, len, || {
+        maps::read_self().map_err(|e| Reason::Protect(e.raw_os_error().unwrap_or(0)))
+    })
+}
+
+/// Space kept away from, on each side of a range the kernel refused as
+/// already mapped: the mapping there was missing from the snapshot, and
+/// may be larger than the range asked for.
+const REFUSED_MARGIN: u64 = 1 << 20;
+
+/// [`new_page_near`] with the process's mappings from `read_maps`. A
+/// snapshot of the maps can miss mappings made after it was read: the
+/// library's own allocator maps memory while the maps are parsed, and the
+/// kernel puts a new mapping in the same gap nearest the libraries that
+/// this search prefers. A range the kernel refuses (EEXIST) is therefore
+/// kept away from, with [`REFUSED_MARGIN`] around it, in the searches
+/// that follow, whether or not a fresh snapshot shows what is there.
+fn new_page_near_with(
+    near: u64,
+    reach: u64,
+    len: u64,
+    mut read_maps: impl FnMut() -> Result<std::sync::Arc<Vec<maps::Mapping>>, Reason>,
+) -> Result<Page, Reason> {
     let page = page_size();
     let size = len.div_ceil(page) * page;
     let low = mmap_min_addr();
+    let mut refused: Vec<maps::Mapping> = Vec::new();
     for _attempt in 0..8 {
-        let map = maps::read_self().map_err(|e| Reason::Protect(e.raw_os_error().unwrap_or(0)))?;
-        let Some(addr) = maps::free_near(&map, near, reach, size, page, low) else {
+        let map = read_maps()?;
+        let found = if refused.is_empty() {
+            maps::free_near(&map, near, reach, size, page, low)
+        } else {
+            let mut all: Vec<maps::Mapping> = map.iter().chain(&refused).cloned().collect();
+            all.sort_by_key(|m| m.start);
+            maps::free_near(&all, near, reach, size, page, low)
+        };
+        let Some(addr) = found else {
             return Err(Reason::NoMemoryInReach { near, reach });
         };
         // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping; a
@@ -139,8 +170,16 @@ fn new_page_near(near: u64, reach: u64, len: u64) -> Result<Page, Reason> {
         if p == libc::MAP_FAILED {
             let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
             if errno == libc::EEXIST {
+                refused.push(maps::Mapping {
+                    start: addr.saturating_sub(REFUSED_MARGIN) & !(page - 1),
+                    end: addr.saturating_add(size + REFUSED_MARGIN),
+                    read: false,
+                    write: false,
+                    exec: false,
+                    path: String::new(),
+                });
                 maps::invalidate();
-                continue; // raced with another mapping; re-read the map
+                continue;
             }
             return Err(Reason::Protect(errno));
         }
@@ -210,6 +249,58 @@ pub fn would_place(near: u64, reach: u64, len: u64, align: u64) -> Option<u64> {
 mod tests {
     use super::*;
     use crate::arch::Host;
+
+    /// A snapshot of the maps that misses a mapping made after it was read
+    /// (as the library's allocator makes while the maps are parsed) and
+    /// misses it again at every re-read: the refused range is kept away
+    /// from, and a page is found beside it.
+    #[test]
+    fn a_mapping_every_snapshot_misses_is_kept_away_from() {
+        let page = page_size();
+        let near = a_mapping_every_snapshot_misses_is_kept_away_from as *const () as u64;
+        let low = mmap_min_addr();
+        // Where the search would go, mapped behind the snapshot's back (other
+        // tests' threads map memory too: a few tries).
+        let (stale, target, hidden) = (0..20)
+            .find_map(|_| {
+                let stale = maps::read_self().unwrap();
+                let target = maps::free_near(&stale, near, Host::NEAR_REACH, 4 * page, page, low)?;
+                // SAFETY: a fresh anonymous mapping where no mapping is.
+                let hidden = unsafe {
+                    libc::mmap(
+                        target as *mut libc::c_void,
+                        (4 * page) as usize,
+                        libc::PROT_READ,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                        -1,
+                        0,
+                    )
+                };
+                (hidden as u64 == target).then_some((stale, target, hidden))
+            })
+            .expect("the test's own mapping where the search would go");
+        let mut reads = 0;
+        let got = new_page_near_with(near, Host::NEAR_REACH, 64, || {
+            reads += 1;
+            Ok(stale.clone())
+        });
+        let got = got.expect("a page beside the hidden mapping");
+        assert!(
+            reads >= 2,
+            "the refused range was tried first ({reads} reads)"
+        );
+        assert!(
+            got.base + got.len <= target || got.base >= target + 4 * page,
+            "{:#x} overlaps the hidden mapping at {target:#x}",
+            got.base
+        );
+        assert!(within(near, got.base, Host::NEAR_REACH));
+        // SAFETY: both mappings were made here and nothing uses them.
+        unsafe {
+            libc::munmap(got.base as *mut libc::c_void, got.len as usize);
+            libc::munmap(hidden, (4 * page) as usize);
+        }
+    }
 
     /// Many pieces share one page, each aligned and within reach, and the
     /// page is read+execute (not writable) once written.
