@@ -2,13 +2,18 @@
 //! (safefs), gzipped by libdeflate a member of 256 KiB of text at a time,
 //! under the file-size limit's guard.
 //!
-//! Owns the output's creation ([`create_output`]), the gzip writer and the
-//! file prepared before a privilege drop ([`prepare_for_setuid`]).
+//! Owns the output's creation ([`create_output`]), the gzip writer, the
+//! file prepared before a privilege drop ([`prepare_for_setuid`]) and the
+//! name of the temporary being written ([`remove_unfinished`]).
 //!
-//! Must never: write a partial file under the final name, or write through
-//! a link planted at the name.
+//! Must never: write a partial file under the final name, write through a
+//! link planted at the name, or leave a temporary behind (a process killed
+//! while it wrote one leaves it to the keeper to remove).
 
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicUsize, Ordering};
 use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use igprof_format::write::{IoSink, WriteError};
@@ -30,6 +35,7 @@ pub(super) fn write_named<T: ProfileTree>(
     complete: Option<&dyn Fn(u64)>,
 ) -> Result<(), DumpError> {
     let out = create_output(path)?;
+    let _named = UNFINISHED.name(out.written_path(Path::new(path)), Path::new(path));
     let written = {
         let _fsize = crate::base::limits::FsizeGuard::block();
         write_file(out.file(), gzip, merged, naming)
@@ -48,6 +54,92 @@ pub(super) fn write_named<T: ProfileTree>(
         path: path.to_string(),
         errno: e.raw_os_error().unwrap_or(0),
     })
+}
+
+/// The temporary a dump of this process is writing, by name (0 bytes:
+/// none), in the process's memory, which the keeper shares: a process
+/// killed while it wrote its profile (SIGKILL from a parent that ends its
+/// children, as chromium does) leaves the file to the keeper, which writes
+/// the profile itself and removes the temporary ([`remove_unfinished`]).
+/// Dumps of a process do not overlap (`DUMPING`), so one name is enough.
+struct Unfinished {
+    len: AtomicUsize,
+    path: UnsafeCell<[u8; libc::PATH_MAX as usize]>,
+}
+
+// SAFETY: `path` is written only by the one dump under way, before `len`
+// is published (release), and read only after an acquire of `len` by the
+// keeper, once the writer is dead.
+unsafe impl Sync for Unfinished {}
+
+static UNFINISHED: Unfinished = Unfinished::new();
+
+/// While alive: its [`Unfinished`] names the file being written.
+struct Named<'a>(Option<&'a Unfinished>);
+
+impl Unfinished {
+    const fn new() -> Self {
+        Unfinished {
+            len: AtomicUsize::new(0),
+            path: UnsafeCell::new([0; libc::PATH_MAX as usize]),
+        }
+    }
+
+    /// Names `written` until the guard is dropped, when it is a temporary
+    /// (not `dest`, a device or a file written in place, which are never
+    /// removed).
+    fn name<'a>(&'a self, written: &Path, dest: &Path) -> Named<'a> {
+        let b = written.as_os_str().as_bytes();
+        if written == dest || b.len() >= libc::PATH_MAX as usize {
+            return Named(None);
+        }
+        // SAFETY: no other dump is under way (see the type's docs), and the
+        // keeper reads the buffer only after `len` says it is complete.
+        unsafe {
+            let buf = &mut *self.path.get();
+            buf[..b.len()].copy_from_slice(b);
+            buf[b.len()] = 0;
+        }
+        self.len.store(b.len(), Ordering::Release);
+        Named(Some(self))
+    }
+
+    /// Removes the named file, if one is named (its writer dead; a raw
+    /// system call: nothing of libc).
+    fn remove(&self) {
+        if self.len.swap(0, Ordering::AcqRel) == 0 {
+            return;
+        }
+        // SAFETY: a NUL-terminated path (see `name`); unlinkat only reads
+        // it.
+        unsafe {
+            crate::sys::raw_syscall(
+                libc::SYS_unlinkat,
+                [
+                    libc::AT_FDCWD as usize,
+                    self.path.get() as usize,
+                    0,
+                    0,
+                    0,
+                    0,
+                ],
+            );
+        }
+    }
+}
+
+impl Drop for Named<'_> {
+    fn drop(&mut self) {
+        if let Some(u) = self.0 {
+            u.len.store(0, Ordering::Release);
+        }
+    }
+}
+
+/// In the keeper, the process's threads gone: removes the temporary a dump
+/// of theirs was writing, if one was.
+pub fn remove_unfinished() {
+    UNFINISHED.remove();
 }
 
 /// Streams the merged profile into `file`, gzipped or plain.
@@ -236,6 +328,30 @@ pub fn prepare_for_setuid(uid: libc::uid_t) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A dump that died while it wrote its temporary leaves it named, and
+    /// the keeper's removal takes it away; a finished dump (its guard
+    /// dropped) names nothing, and a file written in place is never named.
+    #[test]
+    fn a_dead_dumps_temporary_is_removed_and_nothing_else() {
+        let d = std::env::temp_dir().join(format!("igprof-unfinished-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let (dest, tmp) = (d.join("p.gz"), d.join("p.gz.1234.tmp"));
+        let u = Unfinished::new();
+        std::fs::write(&tmp, "partial").unwrap();
+        std::mem::forget(u.name(&tmp, &dest));
+        u.remove();
+        assert!(!tmp.exists(), "the dead dump's temporary removed");
+        std::fs::write(&tmp, "partial").unwrap();
+        drop(u.name(&tmp, &dest));
+        u.remove();
+        assert!(tmp.exists(), "a finished dump's name is forgotten");
+        std::fs::write(&dest, "in place").unwrap();
+        std::mem::forget(u.name(&dest, &dest));
+        u.remove();
+        assert!(dest.exists(), "a file written in place is never removed");
+        let _ = std::fs::remove_dir_all(&d);
+    }
 
     #[test]
     fn gzip_writer_writes_members_that_read_back_as_one_text() {

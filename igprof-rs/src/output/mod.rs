@@ -194,6 +194,7 @@ pub fn keep_snapshot(path: &str) {
 /// In the keeper: a dump the program's threads were writing when they
 /// died will never finish.
 pub fn forget_unfinished_dump() {
+    file::remove_unfinished();
     set_snapshot_why(None);
     DUMPING.store(false, Ordering::Release);
 }
