@@ -1295,3 +1295,43 @@ fn the_library_needs_only_libc_and_exports_no_unwinder() {
         );
     }
 }
+
+/// A child forked with every signal blocked, as a program about to exec
+/// forks, that resets every handler by raw system calls and then unblocks
+/// (by a raw call, or by sigprocmask as chromium's children do) lives on
+/// under samplers that fire at every page fault or every millisecond: it
+/// is not sampled before it execs. A child that unblocks with sigprocmask,
+/// its handlers left alone, is sampled from there: its 300 ms of work are
+/// in its profile (under burn_ms: child_burn calls it as a tail call).
+#[test]
+fn a_child_forked_with_signals_blocked_is_sampled_once_it_unblocks_them() {
+    let modes: [&[&str]; 3] = [&["-pf"], &["-pp", "-i", "1ms"], &["-e", "page-faults"]];
+    for how in ["raw", "reset"] {
+        for mode in modes {
+            let d = dir_for("fork_blocked", "fork_blocked.c", mode);
+            let want = plain(&d, "fork_blocked", &[how]);
+            assert_eq!(text(&want.stdout), "child exit 0\n", "{how} unprofiled");
+            let got = profiled(&d, mode, "fork_blocked", &[how]);
+            ran(&got, mode);
+            assert_eq!(got.stdout, want.stdout, "{how} under {mode:?}");
+        }
+    }
+    let mode: &[&str] = &["-pp", "-i", "1ms"];
+    let d = dir_for("fork_blocked", "fork_blocked.c", &["-pp", "libc"]);
+    let got = profiled(&d, mode, "fork_blocked", &["libc"]);
+    ran(&got, mode);
+    assert_eq!(text(&got.stdout), "child exit 0\n");
+    let ps = profiles(&d);
+    assert_eq!(ps.len(), 2, "the parent's and the child's: {ps:?}");
+    let ticks: u64 = ps
+        .iter()
+        .map(|p| {
+            let prof = parse_strict(&read_text(p)).unwrap();
+            under(&prof, "PERF_TICKS", "burn_ms").0
+        })
+        .sum();
+    assert!(
+        (200..=400).contains(&ticks),
+        "{ticks} ticks of 1 ms under burn_ms, which the child runs for 300 ms"
+    );
+}

@@ -43,8 +43,6 @@ struct Program {
     argv: Vec<String>,
     setup: fn(&Path),
     min_profiles: usize,
-    /// Options of the modes not run on it, and why.
-    not_under: &'static [(&'static str, &'static str)],
 }
 
 fn argv(v: &[&str]) -> Vec<String> {
@@ -168,21 +166,18 @@ fn programs() -> Vec<Program> {
             setup: no_setup,
             // The interpreter and the pool's two workers.
             min_profiles: 3,
-            not_under: &[],
         },
         Program {
             name: "perl",
             argv: argv(&["perl", "-e", PERL]),
             setup: no_setup,
             min_profiles: 1,
-            not_under: &[],
         },
         Program {
             name: "sqlite3",
             argv: argv(&["sqlite3", ":memory:", ".read q.sql"]),
             setup: write_sql,
             min_profiles: 1,
-            not_under: &[],
         },
         Program {
             name: "g++",
@@ -190,7 +185,6 @@ fn programs() -> Vec<Program> {
             setup: write_cpp,
             // The driver, cc1plus and as.
             min_profiles: 3,
-            not_under: &[],
         },
         Program {
             name: "make",
@@ -198,7 +192,6 @@ fn programs() -> Vec<Program> {
             setup: write_project,
             // make, and a shell, cc, cc1 and as for each of the 9 files.
             min_profiles: 10,
-            not_under: &[],
         },
         Program {
             name: "bash",
@@ -210,7 +203,6 @@ fn programs() -> Vec<Program> {
             ]),
             setup: write_numbers,
             min_profiles: 4,
-            not_under: &[],
         },
     ];
     if installed("node") {
@@ -225,7 +217,6 @@ fn programs() -> Vec<Program> {
             ]),
             setup: no_setup,
             min_profiles: 1,
-            not_under: &[],
         });
     }
     if installed("chromium") {
@@ -244,12 +235,6 @@ fn programs() -> Vec<Program> {
             // The launcher script, the browser, its crash handlers, and
             // the GPU, network and renderer processes.
             min_profiles: 5,
-            not_under: &[(
-                "-pf",
-                "a sample at every page fault: chromium's children reset every \
-                 signal handler by raw system calls between fork and exec, and \
-                 die of the SIGTRAP of a fault there (docs/user-guide.md)",
-            )],
         });
     }
     v
@@ -356,9 +341,6 @@ fn real_programs_behave_the_same_and_leave_their_profiles() {
             String::from_utf8_lossy(&want.stderr)
         );
         for &mode in MODES {
-            if p.not_under.iter().any(|(o, _)| mode.contains(o)) {
-                continue;
-            }
             for what in check(&p, mode, &want) {
                 failures.push(format!("{} {}: {what}", p.name, mode.join(" ")));
             }

@@ -844,9 +844,13 @@ pub fn after_fork_child() {
             f()
         }
     });
+    // The program's view of the sampling signal on the forking thread,
+    // which the child's thread keeps.
+    let blocked = thread::current().is_some_and(|t| t.shadow.blocks.get());
     thread::detach_current();
     LIVE_THREADS.store(1, Ordering::Release);
     if let Some(t) = thread::register_current(options::get().max_depth) {
+        t.shadow.blocks.set(blocked);
         // SAFETY: THREAD_KEY exists (created in init); t is never freed.
         unsafe {
             libc::pthread_setspecific(THREAD_KEY, t as *const ThreadState as *const libc::c_void)
@@ -870,6 +874,30 @@ pub fn after_fork_child() {
             drop(g);
         }
         start_keeper();
+        if blocked {
+            // Forked with the sampling signal blocked (in the program's
+            // view): a program about to exec blocks every signal around
+            // fork, and its child may reset every handler to the default
+            // and unblock by raw system calls before the exec (chromium's
+            // do), where a sample would end it. The child samples from
+            // the moment it unblocks the signal through the library.
+            SAMPLING_DEFERRED.store(true, Ordering::Release);
+        } else {
+            restart_thread(t);
+        }
+    }
+}
+
+/// Set in a forked child whose sampling waits for the program to unblock
+/// the sampling signal ([`after_fork_child`]).
+static SAMPLING_DEFERRED: AtomicBool = AtomicBool::new(false);
+
+/// The program unblocked the sampling signal on thread `t` (through the
+/// library): a forked child whose sampling was deferred samples now, if
+/// the signal still reaches the library's handler (a child that reset
+/// every handler by raw system calls, to exec next, stays unsampled).
+pub(crate) fn sampling_signal_unblocked(t: &'static ThreadState) {
+    if SAMPLING_DEFERRED.swap(false, Ordering::AcqRel) && sampler::handler_installed() {
         restart_thread(t);
     }
 }

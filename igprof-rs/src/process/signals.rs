@@ -186,7 +186,10 @@ fn mask_common(
         }
         match (t, wants_block) {
             (Some(t), Some(true)) => t.shadow.blocks.set(true),
-            (Some(t), Some(false)) => end_shadow_block(t, sig),
+            (Some(t), Some(false)) => {
+                end_shadow_block(t, sig);
+                crate::process::sampling_signal_unblocked(t);
+            }
             _ => {}
         }
     }

@@ -47,6 +47,19 @@ pub fn install_handler() -> Result<(), Errno> {
     crate::hook::real_sigaction(signal(), &sa, core::ptr::null_mut()).map_err(Errno)
 }
 
+/// Whether the sampling signal's real action is still our handler: a
+/// program may have reset it by a raw `rt_sigaction` system call, which
+/// no hook sees (chromium's children between fork and exec).
+pub fn handler_installed() -> bool {
+    if signal() == 0 {
+        return false;
+    }
+    // SAFETY: a zeroed sigaction is a valid out-buffer.
+    let mut old: libc::sigaction = unsafe { core::mem::zeroed() };
+    crate::hook::real_sigaction(signal(), core::ptr::null(), &mut old).is_ok()
+        && old.sa_sigaction == entry()
+}
+
 /// An `-e` event's sample: charged by its module unless recording is off
 /// or the thread is inside the profiler.
 fn event_sample(

@@ -91,7 +91,7 @@ use std::sync::OnceLock;
 use crate::base::thread::{Guard, ThreadState};
 
 pub use choice::{choose_sampler, event_delivery, signal};
-pub use handler::{install_handler, interrupted_node, interrupted_node_at};
+pub use handler::{handler_installed, install_handler, interrupted_node, interrupted_node_at};
 pub use life::{
     charge_tail, forget_inherited, forget_parent_counts, start_thread, stop_thread, unsampled,
 };
