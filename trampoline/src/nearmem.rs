@@ -130,7 +130,8 @@ const REFUSED_MARGIN: u64 = 1 << 20;
 /// snapshot of the maps can miss mappings made after it was read: the
 /// library's own allocator maps memory while the maps are parsed, and the
 /// kernel puts a new mapping in the same gap nearest the libraries that
-/// this search prefers. A range the kernel refuses (EEXIST) is therefore
+/// this search prefers. A range the kernel refuses (EEXIST, or a mapping
+/// placed elsewhere where the flag is taken as a hint) is therefore
 /// kept away from, with [`REFUSED_MARGIN`] around it, in the searches
 /// that follow, whether or not a fresh snapshot shows what is there.
 fn new_page_near_with(
@@ -167,17 +168,20 @@ fn new_page_near_with(
                 0,
             )
         };
+        let refuse = |refused: &mut Vec<maps::Mapping>| {
+            refused.push(maps::Mapping {
+                start: addr.saturating_sub(REFUSED_MARGIN) & !(page - 1),
+                end: addr.saturating_add(size + REFUSED_MARGIN),
+                read: false,
+                write: false,
+                exec: false,
+                path: String::new(),
+            })
+        };
         if p == libc::MAP_FAILED {
             let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
             if errno == libc::EEXIST {
-                refused.push(maps::Mapping {
-                    start: addr.saturating_sub(REFUSED_MARGIN) & !(page - 1),
-                    end: addr.saturating_add(size + REFUSED_MARGIN),
-                    read: false,
-                    write: false,
-                    exec: false,
-                    path: String::new(),
-                });
+                refuse(&mut refused);
                 maps::invalidate();
                 continue;
             }
@@ -189,9 +193,12 @@ fn new_page_near_with(
             maps::invalidate();
         }
         if p as u64 != addr {
-            // Old kernels ignore MAP_FIXED_NOREPLACE and treat it as a hint.
+            // Old kernels and qemu-user ignore MAP_FIXED_NOREPLACE and
+            // treat it as a hint, which they do not take where something
+            // is mapped: as refused.
             // SAFETY: unmapping the mapping we just created.
             unsafe { libc::munmap(p, size as usize) };
+            refuse(&mut refused);
             continue;
         }
         return Ok(Page {
@@ -250,10 +257,9 @@ mod tests {
     use super::*;
     use crate::arch::Host;
 
-    /// A snapshot of the maps that misses a mapping made after it was read
-    /// (as the library's allocator makes while the maps are parsed) and
-    /// misses it again at every re-read: the refused range is kept away
-    /// from, and a page is found beside it.
+    /// Reads of the maps that miss a mapping (as the library's allocator
+    /// makes one while the maps are parsed) at every read: the refused
+    /// range is kept away from, and a page is found beside it.
     #[test]
     fn a_mapping_every_snapshot_misses_is_kept_away_from() {
         let page = page_size();
@@ -261,7 +267,7 @@ mod tests {
         let low = mmap_min_addr();
         // Where the search would go, mapped behind the snapshot's back (other
         // tests' threads map memory too: a few tries).
-        let (stale, target, hidden) = (0..20)
+        let (_, target, hidden) = (0..20)
             .find_map(|_| {
                 let stale = maps::read_self().unwrap();
                 let target = maps::free_near(&stale, near, Host::NEAR_REACH, 4 * page, page, low)?;
@@ -279,10 +285,14 @@ mod tests {
                 (hidden as u64 == target).then_some((stale, target, hidden))
             })
             .expect("the test's own mapping where the search would go");
+        // Every read misses the hidden mapping, and sees what else was
+        // mapped meanwhile (other tests' threads place pages near here too).
         let mut reads = 0;
         let got = new_page_near_with(near, Host::NEAR_REACH, 64, || {
             reads += 1;
-            Ok(stale.clone())
+            let mut m = (*maps::read_self().unwrap()).clone();
+            m.retain(|x| !(x.start <= target && target < x.end));
+            Ok(std::sync::Arc::new(m))
         });
         let got = got.expect("a page beside the hidden mapping");
         assert!(
