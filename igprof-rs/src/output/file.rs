@@ -142,6 +142,11 @@ pub fn remove_unfinished() {
     UNFINISHED.remove();
 }
 
+/// In a fork child: no temporary of this process is being written.
+pub fn forget_unfinished() {
+    UNFINISHED.len.store(0, Ordering::Release);
+}
+
 /// Streams the merged profile into `file`, gzipped or plain.
 pub(super) fn write_file<T: ProfileTree>(
     file: &std::fs::File,

@@ -56,6 +56,9 @@ static DUMPING: AtomicBool = AtomicBool::new(false);
 pub fn reset_after_fork() {
     resolve::reset_after_fork();
     DUMPING.store(false, Ordering::Release);
+    // The temporary a parent's thread was writing is the parent's: the
+    // child's keeper must never remove it.
+    file::forget_unfinished();
     KEPT_COUNT.store(0, Ordering::Relaxed);
     timeline::reset_after_fork();
 }
