@@ -12,7 +12,8 @@
 //!   destination, exclusively (`O_CREAT|O_EXCL`, which never follows a link
 //!   and never reuses a file that exists), then renamed over the
 //!   destination, which replaces a link there instead of writing through it
-//!   ([`Output`], [`Temp`]);
+//!   ([`Output`], [`Temp`]); the temporaries a killed writer left are found
+//!   by that name's pattern ([`remove_temporaries_of`]);
 //! - what is not a regular file (`/dev/null`, `/dev/stdout`, a FIFO: links
 //!   to them included) is written in place, since a rename would replace the
 //!   device or pipe itself ([`open_special`]);
@@ -152,6 +153,45 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     let mut s: OsString = path.as_os_str().to_owned();
     s.push(suffix);
     PathBuf::from(s)
+}
+
+/// Removes the temporaries [`Temp::beside`] made for `dest` and left
+/// behind (`<dest>.<16 hex digits>.tmp` in its directory: a writer killed
+/// before it renamed or removed its file); returns how many. Only for a
+/// `dest` that one writer alone uses (a temporary of another writer under
+/// way would go too). Links and other files are left alone.
+pub fn remove_temporaries_of(dest: &Path) -> usize {
+    let (Some(dir), Some(name)) = (dest.parent(), dest.file_name()) else {
+        return 0;
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let name = name.as_bytes();
+    let mut removed = 0;
+    for e in entries.flatten() {
+        let f = e.file_name();
+        let f = f.as_bytes();
+        let is_ours = f.len() == name.len() + 1 + 16 + 4
+            && f.starts_with(name)
+            && f[name.len()] == b'.'
+            && f[name.len() + 1..name.len() + 17]
+                .iter()
+                .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+            && f.ends_with(b".tmp");
+        if is_ours
+            && e.file_type().is_ok_and(|t| t.is_file())
+            && std::fs::remove_file(e.path()).is_ok()
+        {
+            removed += 1;
+        }
+    }
+    removed
 }
 
 /// How many unpredictable names are tried before giving up (each one
@@ -609,6 +649,33 @@ mod tests {
         let v = dir.join("victim");
         std::fs::write(&v, b"precious").unwrap();
         v
+    }
+
+    #[test]
+    fn left_temporaries_of_one_destination_are_removed() {
+        let d = tempfile::tempdir().unwrap();
+        let dest = d.path().join("p.7.gz");
+        let t = Temp::beside(&dest, 0o600).unwrap();
+        let left = t.path().to_path_buf();
+        std::mem::forget(t);
+        for other in [
+            "p.7.gz.tmp",
+            "p.7.gz.0123456789ABCDEF.tmp",
+            "p.8.gz.0123456789abcdef.tmp",
+            "p.7.gz",
+        ] {
+            std::fs::write(d.path().join(other), "x").unwrap();
+        }
+        assert_eq!(remove_temporaries_of(&dest), 1);
+        assert!(!left.exists());
+        for other in [
+            "p.7.gz.tmp",
+            "p.7.gz.0123456789ABCDEF.tmp",
+            "p.8.gz.0123456789abcdef.tmp",
+            "p.7.gz",
+        ] {
+            assert!(d.path().join(other).exists(), "{other} kept");
+        }
     }
 
     #[test]

@@ -246,9 +246,10 @@ fn programs() -> Vec<Program> {
             // The launcher script, the browser, its crash handlers, and
             // the GPU, network and renderer processes.
             min_profiles: 5,
-            // On a loaded machine, about one run in ten: one child leaves an
-            // empty temporary and no profile (killed as its final dump
-            // began, and its keeper wrote none); not yet understood.
+            // On a loaded machine, rarely: a child killed as its final dump
+            // began left an empty temporary (before its keeper also
+            // removed every temporary of the child's profile name), once
+            // with no profile at all (no keeper wrote one); not understood.
             leftover_known: Some("a chromium child killed as its final dump began"),
         });
     }

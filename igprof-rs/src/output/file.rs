@@ -137,9 +137,15 @@ impl Drop for Named<'_> {
 }
 
 /// In the keeper, the process's threads gone: removes the temporary a dump
-/// of theirs was writing, if one was.
+/// of theirs was writing, if one was, and any other temporary of this
+/// process's profile name (a dump killed before it named its file:
+/// nothing else writes under that name, which holds the pid).
 pub fn remove_unfinished() {
     UNFINISHED.remove();
+    let dest = path::output_path();
+    if !path::is_device_or_pipe(dest.as_bytes()) {
+        safefs::remove_temporaries_of(Path::new(&dest));
+    }
 }
 
 /// In a fork child: no temporary of this process is being written.
