@@ -267,10 +267,10 @@ mod tests {
         let low = mmap_min_addr();
         // Where the search would go, mapped behind the snapshot's back (other
         // tests' threads map memory too: a few tries).
-        let (_, target, hidden) = (0..20)
+        let (target, hidden) = (0..20)
             .find_map(|_| {
-                let stale = maps::read_self().unwrap();
-                let target = maps::free_near(&stale, near, Host::NEAR_REACH, 4 * page, page, low)?;
+                let now = maps::read_self().unwrap();
+                let target = maps::free_near(&now, near, Host::NEAR_REACH, 4 * page, page, low)?;
                 // SAFETY: a fresh anonymous mapping where no mapping is.
                 let hidden = unsafe {
                     libc::mmap(
@@ -282,7 +282,7 @@ mod tests {
                         0,
                     )
                 };
-                (hidden as u64 == target).then_some((stale, target, hidden))
+                (hidden as u64 == target).then_some((target, hidden))
             })
             .expect("the test's own mapping where the search would go");
         // Every read misses the hidden mapping, and sees what else was
