@@ -994,14 +994,21 @@ fn kill_with_keeper_after_growspin(d: &Path, flags: &[&str]) -> (PathBuf, String
 
 /// The fork child's profile in `d`, the one profile beside prof.gz and
 /// its journal: the child's final profile left no journal of its own.
+/// Files named `prof.gz.*` are the parent's: a snapshot on memory
+/// pressure (a loaded machine) may be under way when the test kills the
+/// parent and its keeper, leaving its temporary (`prof.gz.<16 hex>.tmp`,
+/// `prof.gz.journal.tmp`), which nothing can remove after SIGKILL.
 fn child_profile(d: &Path, err: &str) -> PathBuf {
-    let names: Vec<String> = std::fs::read_dir(d)
+    let all: Vec<String> = std::fs::read_dir(d)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("prof") && n != "prof.gz" && n != "prof.gz.journal")
+        .collect();
+    let names: Vec<&String> = all
+        .iter()
+        .filter(|n| n.starts_with("prof") && *n != "prof.gz" && !n.starts_with("prof.gz."))
         .collect();
     let [child] = names.as_slice() else {
-        panic!("{names:?}: {err}")
+        panic!("not one child profile among {all:?}: {err}")
     };
     assert!(!child.contains("journal"), "{names:?}");
     d.join(child)
