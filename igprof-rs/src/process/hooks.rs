@@ -256,14 +256,14 @@ extern "C" fn execve_hook(
         // A child that vfork or posix_spawn made (shared memory, another
         // pid): nothing but the exec, and a line if the program it runs
         // cannot be profiled (the check allocates nothing).
-        aside(|| say_if_unprofiled(path, envp, None));
+        aside(|| say_if_unprofiled(path, envp, false));
         // SAFETY: plain forward.
         return unsafe { real(path, argv, envp) };
     }
     crate::process::before_exec();
     // SAFETY: envp is the program's argument, as execve(2) takes it.
     let env = thread::paused(|| unsafe { crate::process::exec_env(envp) });
-    aside(|| say_if_unprofiled(path, envp, Some(&crate::output::path::output_path())));
+    aside(|| say_if_unprofiled(path, envp, true));
     let envp = env.as_ref().map_or(envp, |e| e.as_ptr());
     // SAFETY: forward, with the environment extended as exec_env says.
     let r = unsafe { real(path, argv, envp) };
@@ -274,9 +274,10 @@ extern "C" fn execve_hook(
 }
 
 /// The line for an exec of `path` (with environment `envp`) whose image
-/// will run unprofiled, if it will; `profile`: where this image's profile
-/// was written before the exec. Allocates nothing but what `profile` is.
-fn say_if_unprofiled(path: *const c_char, envp: *const *const c_char, profile: Option<&str>) {
+/// will run unprofiled, if it will; `own_process`: not a vfork or
+/// posix_spawn child, so the line names where this image's profile was
+/// written before the exec. Allocates nothing unless it names it.
+fn say_if_unprofiled(path: *const c_char, envp: *const *const c_char, own_process: bool) {
     if path.is_null() {
         return;
     }
@@ -284,7 +285,8 @@ fn say_if_unprofiled(path: *const c_char, envp: *const *const c_char, profile: O
     let p = unsafe { core::ffi::CStr::from_ptr(path) };
     // SAFETY: envp as execve(2) takes it (null or null-terminated).
     if let Some(why) = unsafe { crate::process::unprofiled_exec(p, envp) } {
-        crate::process::say_unprofiled_exec(p.to_bytes(), why, profile);
+        let profile = own_process.then(crate::output::path::output_path);
+        crate::process::say_unprofiled_exec(p.to_bytes(), why, profile.as_deref());
     }
 }
 
