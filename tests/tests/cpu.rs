@@ -50,6 +50,64 @@ fn cpu_split_50_30_20_at_1ms() {
     within(&s, "main", 100.0, 1.5);
 }
 
+/// A process without CAP_PERFMON where `perf_event_paranoid` is 2 (a user
+/// who is not root; here root with an empty capability bounding set) may
+/// count user mode only: -pu samples with sigtrap perf events (the probe
+/// used to ask for kernel mode too, and fell back to SIGPROF), and -pp,
+/// which counts kernel mode, says why it samples with timers and what -pu
+/// offers.
+#[test]
+fn without_cap_perfmon_pu_samples_with_sigtrap_events_and_pp_says_why_not() {
+    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap();
+    if paranoid.trim() != "2" {
+        eprintln!(
+            "perf_event_paranoid is {}, not 2: nothing to check",
+            paranoid.trim()
+        );
+        return;
+    }
+    let d = scratch("no_perfmon");
+    build(&d, "cpu_split.c", "cpu_split", &[]);
+    let run = |mode: &str| {
+        let o = std::process::Command::new("setpriv")
+            .args([
+                "--bounding-set=-all",
+                "--inh-caps=-all",
+                "--ambient-caps=-all",
+                "--",
+            ])
+            .arg(launcher())
+            .args([
+                mode,
+                "-d",
+                "-i",
+                "1ms",
+                "-o",
+                &format!("p{mode}.gz"),
+                "./cpu_split",
+                "300",
+            ])
+            .current_dir(&d)
+            .env("IGPROF_LIB", lib())
+            .env("IGPROF_CACHE_DIR", test_store())
+            .output()
+            .unwrap();
+        let err = ok(&o);
+        let p = parse_strict(&read_text(&d.join(format!("p{mode}.gz")))).unwrap();
+        (err, total(&p, "PERF_TICKS"))
+    };
+    let (err, n) = run("-pu");
+    assert!(err.contains("igprof: sampler sigtrap"), "{err}");
+    assert!(n > 600, "too few samples: {n}");
+    let (err, n) = run("-pp");
+    assert!(
+        err.contains("perf_event_paranoid 2 allows counting kernel mode only with CAP_PERFMON")
+            && err.contains("-pu samples user-mode time with perf events"),
+        "{err}"
+    );
+    assert!(n > 600, "the timers' samples stand for the CPU time: {n}");
+}
+
 #[test]
 fn sixteen_threads_each_get_their_share() {
     let d = scratch("threads");

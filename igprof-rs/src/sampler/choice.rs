@@ -36,12 +36,42 @@ pub(super) fn mode() -> Sampler {
 }
 
 /// Whether a sigtrap task-clock event opens on the calling thread (Linux
-/// 5.13+, perf events allowed): the errno otherwise.
+/// 5.13+, perf events allowed) as this process's samplers will open
+/// theirs: counting kernel mode for -pp and -pr, user mode only for -pu
+/// and for `-e` alone (which only asks whether sigtrap events exist; its
+/// events choose their own modes). The errno otherwise.
 fn probe_sigtrap() -> Result<(), Errno> {
     let how = PerfDelivery::Sigtrap { cookie: COOKIE };
-    let (fd, ring) = sys::perf_task_clock_open(sys::gettid(), 1_000_000_000, false, how, 0)?;
+    let perf = options::get().perf;
+    let user_only = matches!(perf, Some(PerfClock::User) | None);
+    let (fd, ring) = sys::perf_task_clock_open(sys::gettid(), 1_000_000_000, user_only, how, 0)?;
     sys::perf_close(fd, ring);
     Ok(())
+}
+
+/// Why a task-clock event was refused with errno `e`, in words (`-d`'s
+/// line on the sampler, and the line saying that timers sample instead).
+pub(super) fn task_clock_refusal(e: Errno) -> String {
+    let perf = options::get().perf;
+    let user_only = perf == Some(PerfClock::User);
+    let hint = if perf == Some(PerfClock::Cpu) {
+        "; -pu samples user-mode time with perf events"
+    } else {
+        ""
+    };
+    match e.0 {
+        libc::ENOSYS => "not implemented here (qemu-user has no perf events)".into(),
+        libc::EACCES | libc::EPERM if user_only => format!(
+            "refused: perf_event_paranoid {} allows none, or a seccomp filter refuses them",
+            sys::perf_event_paranoid()
+        ),
+        libc::EACCES | libc::EPERM => format!(
+            "refused: perf_event_paranoid {} allows counting kernel mode only with CAP_PERFMON (or a seccomp filter refuses perf events){hint}",
+            sys::perf_event_paranoid()
+        ),
+        libc::EINVAL => "refused its attributes (EINVAL: sigtrap events need Linux 5.13+)".into(),
+        _ => "failed".into(),
+    }
 }
 
 /// How the `-e` events of this process signal their threads: SIGTRAP
@@ -94,7 +124,8 @@ pub fn choose_sampler() {
             Err(e) => {
                 if o.sampler == Sampler::Sigtrap || o.debug {
                     crate::igprof_log!(
-                        "sigtrap perf events are not available (errno {e}, Linux 5.13+ needed); sampling with SIGPROF"
+                        "sigtrap perf events: {} (errno {e}); sampling with SIGPROF",
+                        task_clock_refusal(e)
                     );
                 }
                 Sampler::Sigprof

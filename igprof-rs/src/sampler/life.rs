@@ -87,14 +87,10 @@ fn no_perf_events(e: Errno, wall: bool) {
     } else {
         "CPU-clock POSIX timers, at most one sample per scheduler tick"
     };
-    let why = match e.0 {
-        libc::ENOSYS => "not implemented here (qemu-user has no perf events)",
-        libc::EACCES | libc::EPERM => {
-            "refused: perf_event_paranoid above 2, or a seccomp filter, allows none"
-        }
-        _ => "failed",
-    };
-    crate::igprof_log!("perf_event_open(task-clock) {why} (errno {e}): sampling with {timers}");
+    crate::igprof_log!(
+        "perf_event_open(task-clock) {} (errno {e}): sampling with {timers}",
+        super::choice::task_clock_refusal(e)
+    );
 }
 
 /// Set once a thread's perf event could not be opened: later threads

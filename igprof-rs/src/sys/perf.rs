@@ -11,6 +11,13 @@ use core::ffi::c_void;
 use super::errno::Errno;
 use super::io::move_fd_up;
 
+/// `/proc/sys/kernel/perf_event_paranoid`, for messages ("?" if unread).
+pub fn perf_event_paranoid() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
 /// `struct perf_event_attr`, 136 bytes (PERF_ATTR_SIZE_VER8): the fields
 /// igprof sets by name, the rest zero. `size` tells the kernel how much of
 /// it to read (a shorter, older layout such as [`PERF_ATTR_SIZE_VER0`] is

@@ -6,12 +6,7 @@
 
 use crate::sys::PerfEventKind;
 
-/// `/proc/sys/kernel/perf_event_paranoid`, for messages.
-pub(super) fn paranoid() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "?".into())
-}
+pub(super) use crate::sys::perf_event_paranoid as paranoid;
 
 /// Why an event does not open, and what would let it (one line's end).
 pub(super) fn open_refusal(e: i32, kind: &PerfEventKind) -> String {
