@@ -283,6 +283,26 @@ pub fn igprof_command(dir: &Path, args: &[&str]) -> Command {
     c
 }
 
+/// [`igprof_command`] run by root without any capability (`setpriv` with
+/// empty bounding, inheritable and ambient sets): permission checks and
+/// `perf_event_paranoid` apply to it as to a user who is not root, while
+/// the test's files (root's) stay its own.
+pub fn igprof_without_caps(dir: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new("setpriv");
+    c.args([
+        "--bounding-set=-all",
+        "--inh-caps=-all",
+        "--ambient-caps=-all",
+        "--",
+    ])
+    .arg(launcher())
+    .args(args)
+    .current_dir(dir)
+    .env("IGPROF_LIB", lib())
+    .env("IGPROF_CACHE_DIR", test_store());
+    c
+}
+
 /// The other architecture whose programs run here under qemu-user (see
 /// the launcher, launcher/src/main.rs): its name as in `IGPROF_LIB_<ARCH>` and target triples,
 /// and its C and C++ cross compilers (scripts/setup installs them).

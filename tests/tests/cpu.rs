@@ -69,31 +69,15 @@ fn without_cap_perfmon_pu_samples_with_sigtrap_events_and_pp_says_why_not() {
     let d = scratch("no_perfmon");
     build(&d, "cpu_split.c", "cpu_split", &[]);
     let run = |mode: &str| {
-        let o = std::process::Command::new("setpriv")
-            .args([
-                "--bounding-set=-all",
-                "--inh-caps=-all",
-                "--ambient-caps=-all",
-                "--",
-            ])
-            .arg(launcher())
-            .args([
-                mode,
-                "-d",
-                "-i",
-                "1ms",
-                "-o",
-                &format!("p{mode}.gz"),
-                "./cpu_split",
-                "300",
-            ])
-            .current_dir(&d)
-            .env("IGPROF_LIB", lib())
-            .env("IGPROF_CACHE_DIR", test_store())
-            .output()
-            .unwrap();
+        let name = format!("p{mode}.gz");
+        let o = igprof_without_caps(
+            &d,
+            &[mode, "-d", "-i", "1ms", "-o", &name, "./cpu_split", "300"],
+        )
+        .output()
+        .unwrap();
         let err = ok(&o);
-        let p = parse_strict(&read_text(&d.join(format!("p{mode}.gz")))).unwrap();
+        let p = parse_strict(&read_text(&d.join(&name))).unwrap();
         (err, total(&p, "PERF_TICKS"))
     };
     let (err, n) = run("-pu");

@@ -336,6 +336,45 @@ fn hook_plans_made_by_one_process_serve_the_next() {
     assert_eq!(known4, all, "the damaged file was replaced");
 }
 
+/// A store that cannot be used (here a path under a regular file, refused
+/// at start-up; or one that cannot be made, as under a daemon user's home
+/// `/nonexistent`) is said once for a run, by the process the user
+/// started, with what it costs and what to set; not with
+/// `IGPROF_CACHE_DIR=none`, nor where the store can be written.
+#[test]
+fn a_store_that_cannot_be_kept_is_said_once() {
+    let d = scratch("plans_unkept");
+    std::fs::write(d.join("file"), b"").unwrap();
+    // Root without its capabilities (setpriv) is refused a directory of
+    // mode 0500, as a user is.
+    let ro = d.join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    std::fs::set_permissions(&ro, std::os::unix::fs::PermissionsExt::from_mode(0o500)).unwrap();
+    let run = |store: &Path| {
+        let o = igprof_without_caps(
+            &d,
+            &["-mp", "-o", "p.gz", "/bin/sh", "-c", "/bin/true; /bin/true"],
+        )
+        .env("IGPROF_CACHE_DIR", store)
+        .output()
+        .expect("run igprof");
+        ok(&o)
+    };
+    let line = "the store of hook plans and unwind descriptors cannot be kept (";
+    for store in [d.join("file/store"), ro.join("store")] {
+        let err = run(&store);
+        assert_eq!(err.matches(line).count(), 1, "{}: {err}", store.display());
+        assert!(
+            err.contains("IGPROF_CACHE_DIR names a writable directory"),
+            "{err}"
+        );
+    }
+    for store in [Path::new("none"), &d.join("store")] {
+        let err = run(store);
+        assert!(!err.contains(line), "{}: {err}", store.display());
+    }
+}
+
 /// A first run's hooks whose plans no earlier run kept are planned by a
 /// planner process (process/planner.rs), so that the instruction
 /// decoder's tables (about 360 KiB on x86-64) never take the program's

@@ -304,8 +304,8 @@ fn the_descriptor_store_is_used_only_in_the_users_own_private_directory() {
             assert_unchanged(&o);
             let err = stderr(&o);
             assert!(
-                err.lines().any(|l| l.contains("descriptor store")
-                    && l.contains("not used")
+                err.lines().any(|l| l
+                    .contains("the store of hook plans and unwind descriptors cannot be kept")
                     && l.contains(why)),
                 "{case} {}: {err}",
                 store.display()
@@ -320,7 +320,7 @@ fn the_descriptor_store_is_used_only_in_the_users_own_private_directory() {
             }
         }
         // HOME of another user (root under sudo keeps the user's HOME): no
-        // directory is made in it, the store is off and -d says why.
+        // directory is made in it, the store is off and a line says why.
         let home = base.join(format!("{case}-home"));
         std::fs::create_dir(&home).unwrap();
         chown(&home, PLANTER);
@@ -340,8 +340,8 @@ fn the_descriptor_store_is_used_only_in_the_users_own_private_directory() {
         );
         assert_unchanged(&o);
         assert!(
-            stderr(&o).lines().any(|l| l.contains("descriptor store")
-                && l.contains("not used")
+            stderr(&o).lines().any(|l| l
+                .contains("the store of hook plans and unwind descriptors cannot be kept")
                 && l.contains("belongs to another user")),
             "{case}: {}",
             stderr(&o)

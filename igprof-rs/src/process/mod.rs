@@ -352,22 +352,33 @@ fn after_leave() {
 }
 
 /// Keeps the plans of the functions hooked at start-up that were not
-/// known (`known` were read); says what it did under `-d`.
+/// known (`known` were read); says what it did under `-d`, and without it
+/// when they cannot be kept: a store in an unwritable place (a daemon's
+/// user whose home is `/nonexistent`) made every process plan its hooks
+/// again, unseen.
 fn save_plans(known: usize) {
     let saved = {
         let _fsize = crate::base::limits::FsizeGuard::block();
         crate::hook::plans::save()
     };
-    if options::get().debug {
-        match saved {
-            Ok(wrote) => crate::igprof_log!(
-                "hook plans: {known} known from earlier runs, {} in all{}",
-                trampoline::known::len(),
-                if wrote { ", saved" } else { "" }
-            ),
-            Err(e) => crate::igprof_log!("hook plans: not saved: {e}"),
-        }
+    match saved {
+        Ok(wrote) if options::get().debug => crate::igprof_log!(
+            "hook plans: {known} known from earlier runs, {} in all{}",
+            trampoline::known::len(),
+            if wrote { ", saved" } else { "" }
+        ),
+        Ok(_) => {}
+        Err(e) => say_store_unkept(format_args!("{e}")),
     }
+}
+
+/// Says that the store (hook plans, unwind descriptors) cannot be kept,
+/// `why`, what that costs and what to set (once for a run: start-up's
+/// lines are said by the process the user started).
+fn say_store_unkept(why: core::fmt::Arguments) {
+    crate::igprof_log!(
+        "the store of hook plans and unwind descriptors cannot be kept ({why}): every process plans its hooks and derives its descriptors again, about 1 ms more each; IGPROF_CACHE_DIR names a writable directory for it (none: no store, and no line)"
+    );
 }
 
 /// The library constructor's work. Never panics into the program.
@@ -495,10 +506,7 @@ pub(crate) fn start(raw: &[u8], how: How) -> Result<(), Unprofiled> {
     init_thread_key();
     if let Some(dir) = crate::unwind::store::dir_from_env(|k| std::env::var_os(k)) {
         if let Err(e) = crate::unwind::store::configure(dir.clone()) {
-            crate::igprof_debug!(
-                "descriptor store {} not used ({e}); every descriptor is derived here",
-                dir.display()
-            );
+            say_store_unkept(format_args!("{}: {e}", dir.display()));
         }
     }
     crate::base::trace::modules_changed();
