@@ -160,6 +160,12 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
 /// before it renamed or removed its file); returns how many. Only for a
 /// `dest` that one writer alone uses (a temporary of another writer under
 /// way would go too). Links and other files are left alone.
+///
+/// The directory is read with `getdents64` into a buffer on the stack,
+/// not through the C library's directory stream: the caller may be a
+/// process whose program died while a thread held the C library
+/// allocator's lock (the profiler's keeper), and `opendir` allocates with
+/// it (waiting for ever).
 pub fn remove_temporaries_of(dest: &Path) -> usize {
     let (Some(dir), Some(name)) = (dest.parent(), dest.file_name()) else {
         return 0;
@@ -169,29 +175,95 @@ pub fn remove_temporaries_of(dest: &Path) -> usize {
     } else {
         dir
     };
-    let Ok(entries) = std::fs::read_dir(dir) else {
+    let Ok(dir) = CString::new(dir.as_os_str().as_bytes()) else {
         return 0;
     };
+    // SAFETY: open(2) of a NUL-terminated path.
+    let fd = unsafe {
+        libc::open(
+            dir.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return 0;
+    }
+    // SAFETY: a descriptor just opened, owned here.
+    let dir = unsafe { OwnedFd::from_raw_fd(fd) };
     let name = name.as_bytes();
     let mut removed = 0;
-    for e in entries.flatten() {
-        let f = e.file_name();
-        let f = f.as_bytes();
-        let is_ours = f.len() == name.len() + 1 + 16 + 4
-            && f.starts_with(name)
-            && f[name.len()] == b'.'
-            && f[name.len() + 1..name.len() + 17]
-                .iter()
-                .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
-            && f.ends_with(b".tmp");
-        if is_ours
-            && e.file_type().is_ok_and(|t| t.is_file())
-            && std::fs::remove_file(e.path()).is_ok()
-        {
-            removed += 1;
+    // Aligned for the records' 8-byte fields.
+    let mut buf = [0u64; 1024];
+    loop {
+        // SAFETY: getdents64 into `buf`, of the size given.
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_getdents64,
+                dir.as_raw_fd(),
+                buf.as_mut_ptr(),
+                core::mem::size_of_val(&buf),
+            )
+        };
+        if n <= 0 {
+            break;
+        }
+        // SAFETY: the kernel wrote `n` bytes of records into `buf`.
+        let bytes = unsafe { core::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n as usize) };
+        let mut at = 0;
+        while at + DIRENT_NAME <= bytes.len() {
+            // struct linux_dirent64: d_ino (8), d_off (8), d_reclen (2),
+            // d_type (1), d_name (NUL-terminated).
+            let reclen = u16::from_ne_bytes([bytes[at + 16], bytes[at + 17]]) as usize;
+            if reclen == 0 || at + reclen > bytes.len() {
+                break;
+            }
+            let d_type = bytes[at + 18];
+            let entry = &bytes[at + DIRENT_NAME..at + reclen];
+            at += reclen;
+            let Some(len) = entry.iter().position(|&b| b == 0) else {
+                continue;
+            };
+            if !is_temporary_of(&entry[..len], name) {
+                continue;
+            }
+            // The name with its NUL, in the record.
+            let f = entry.as_ptr().cast::<libc::c_char>();
+            let regular = match d_type {
+                libc::DT_REG => true,
+                libc::DT_UNKNOWN => {
+                    // SAFETY: fstatat(2) of a NUL-terminated name relative
+                    // to our descriptor, into a zeroed stat, no link followed.
+                    unsafe {
+                        let mut st: libc::stat = core::mem::zeroed();
+                        libc::fstatat(dir.as_raw_fd(), f, &mut st, libc::AT_SYMLINK_NOFOLLOW) == 0
+                            && st.st_mode & libc::S_IFMT == libc::S_IFREG
+                    }
+                }
+                _ => false,
+            };
+            // SAFETY: unlinkat(2) of a NUL-terminated name relative to our
+            // descriptor.
+            if regular && unsafe { libc::unlinkat(dir.as_raw_fd(), f, 0) } == 0 {
+                removed += 1;
+            }
         }
     }
     removed
+}
+
+/// Where a `linux_dirent64` record's name starts.
+const DIRENT_NAME: usize = 19;
+
+/// Whether file name `f` is a temporary [`Temp::beside`] makes for a
+/// destination named `name`: `<name>.<16 lowercase hex digits>.tmp`.
+fn is_temporary_of(f: &[u8], name: &[u8]) -> bool {
+    f.len() == name.len() + 1 + 16 + 4
+        && f.starts_with(name)
+        && f[name.len()] == b'.'
+        && f[name.len() + 1..name.len() + 17]
+            .iter()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+        && f.ends_with(b".tmp")
 }
 
 /// How many unpredictable names are tried before giving up (each one

@@ -13,7 +13,13 @@
  *            under -fp naming a libz function, the kill often comes while
  *            the profiler hooks it again, holding the table of hooked
  *            functions, or inside a dlclose that unmapped libz before the
- *            profiler's module table heard of it. */
+ *            profiler's module table heard of it.
+ *   arena    the main thread allocates and frees blocks of 1-60 KB (above
+ *            glibc's per-thread cache) without end ("ready" after 100,000),
+ *            an idle second thread making glibc's allocator take its
+ *            locks: the kill often comes while it holds the main arena's lock,
+ *            which the C library's own allocating calls in the keeper
+ *            (opendir, fopen) would wait for. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <link.h>
@@ -59,6 +65,28 @@ __attribute__((noinline)) static void *churn(void *arg) {
     return 0;
 }
 
+__attribute__((noinline)) static void arena_churn(void) {
+    void *slots[16] = {0};
+    for (unsigned long i = 0;; i++) {
+        int j = i % 16;
+        free(slots[j]);
+        slots[j] = malloc((i * 7919) % 60000 + 1100);
+        if (i == 100000) {
+            printf("ready\n");
+            fflush(stdout);
+        }
+    }
+}
+
+static void *sleeper(void *arg) {
+    (void)arg;
+    for (;;) {
+        struct timespec t = {1, 0};
+        nanosleep(&t, 0);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "loader") == 0) {
         for (int i = 0; i < 100; i++) kept_alloc();
@@ -90,6 +118,12 @@ int main(int argc, char **argv) {
             }
         }
     }
-    fprintf(stderr, "usage: killed_holding loader|threads|dlopen\n");
+    if (argc > 1 && strcmp(argv[1], "arena") == 0) {
+        /* A second thread, idle: glibc's allocator takes its locks. */
+        pthread_t idle;
+        pthread_create(&idle, 0, sleeper, 0);
+        arena_churn();
+    }
+    fprintf(stderr, "usage: killed_holding loader|threads|dlopen|arena\n");
     return 2;
 }
