@@ -748,6 +748,34 @@ fn total_value(p: &Profile, counter: &str) -> u64 {
         .sum()
 }
 
+/// Each failed exec's new keeper takes the stack of the one before, which
+/// exited when told the image ended: a hundred failed execs mapped a
+/// hundred 8 MiB stacks (843 MB of address space, which a program under
+/// `ulimit -v` runs out of: pyenv's shims under 100 MB could no longer
+/// write their profiles).
+#[test]
+fn a_hundred_failed_execs_keep_no_stack_behind() {
+    let d = scratch("ends_exec_stacks");
+    build(&d, "exec_fails.c", "exec_fails", &[]);
+    let vm = |o: &std::process::Output| -> u64 {
+        String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
+    };
+    let plain = Command::new(d.join("exec_fails"))
+        .arg("100")
+        .output()
+        .unwrap();
+    let got = igprof_command(&d, &["-pp", "-o", "p.gz", "./exec_fails", "100"])
+        .output()
+        .unwrap();
+    let err = ok(&got);
+    let (bare, profiled) = (vm(&plain), vm(&got));
+    assert!(
+        profiled < bare + (64 << 10),
+        "VmSize {profiled} kB profiled, {bare} kB bare: {err}"
+    );
+    parse_strict(&read_text(&d.join("p.gz"))).unwrap();
+}
+
 /// An exec that fails (execvp trying each PATH directory) starts one new
 /// keeper for the image that goes on, and every keeper is gone once the
 /// process has exec'd and ended: no keeper writes a profile for an image

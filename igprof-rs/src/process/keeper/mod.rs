@@ -185,11 +185,13 @@ pub fn start() -> Result<i32, &'static str> {
     if me == 1 || subreaper != 0 {
         return Err("the program adopts orphans (an init or a subreaper): it would see the keeper");
     }
-    // A keeper of an earlier generation may still run on the old stack
-    // (an exec that failed): a new one gets a new stack. A fork child's
-    // copy of the parent's is free.
+    // After an exec that failed, the keeper of the ended generation was
+    // told to go (image_ended): its stack is free once it has, else a new
+    // one is mapped (and the old one stays, 8 MiB of address space). A
+    // fork child's copy of the parent's is free.
     let old = STACK.load(Ordering::Acquire);
-    let stack = if old != 0 && GEN.load(Ordering::Acquire) == ENDED.load(Ordering::Acquire) {
+    let ended = GEN.load(Ordering::Acquire) == ENDED.load(Ordering::Acquire);
+    let stack = if old != 0 && ended && PROGRAM.load(Ordering::Acquire) == me && !exited(k) {
         sys::mmap_anon(STACK_BYTES + SPAWN_STACK_BYTES)
     } else if old != 0 {
         old as *mut u8
@@ -272,6 +274,34 @@ extern "C" fn spawn(arg: *mut libc::c_void) -> libc::c_int {
     }
     0
 }
+
+/// Whether keeper `pid`, told to go, has exited (it runs no more on its
+/// stack), waiting for it up to [`EXIT_WAIT_MS`]: it wakes and exits in
+/// well under a millisecond. False when that cannot be known (no pidfd
+/// before Linux 5.3; its pid reused by another process).
+fn exited(pid: i32) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: pidfd_open(2) of a pid; the descriptor is closed below.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+    if fd < 0 {
+        // Gone and reaped already.
+        return sys::Errno::last().0 == libc::ESRCH;
+    }
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll(2) of one pollfd on this stack; close(2) of our pidfd.
+    let gone = unsafe { libc::poll(&mut p, 1, EXIT_WAIT_MS) } == 1;
+    sys::close(fd);
+    gone
+}
+
+/// How long an exec that failed waits for the old keeper to exit.
+const EXIT_WAIT_MS: i32 = 100;
 
 /// The keeper process.
 #[link_section = "igprof_hot"]
