@@ -159,6 +159,85 @@ fn a_process_killed_while_holding_a_lock_leaves_its_profile() {
     }
 }
 
+/// The keeper's limit on its dump (a lock held by a killed thread would
+/// stop it for ever: after ten minutes SIGALRM ends it) needs SIGALRM's
+/// default action. The keeper's handlers are copies of the program's,
+/// among them the profiler's own for fatal signals; it reset SIGALRM
+/// through signal(), which is the profiler's hook and kept that handler:
+/// at the limit it ran the fatal-signal dump, which waited for the dump
+/// under way, and the keeper never ended (seen 55 minutes on). Seen here
+/// from /proc while the keeper's dump waits to open a FIFO that nobody
+/// reads yet; then the profile is read from it.
+#[test]
+fn the_keepers_dump_is_limited_by_sigalrms_default_action() {
+    let d = scratch("ends_keeper_alarm");
+    build(&d, "killed_holding.c", "killed_holding", &["-pthread"]);
+    let fifo = d.join("p.fifo");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo(3) of a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let err_path = d.join("stderr.txt");
+    let mut child = igprof_command(
+        &d,
+        &["-mp", "-d", "-o", "p.fifo", "./killed_holding", "threads"],
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::fs::File::create(&err_path).unwrap())
+    .spawn()
+    .unwrap();
+    use std::io::BufRead;
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "ready\n");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let err = std::fs::read_to_string(&err_path).unwrap();
+    let keepers = keeper_pids(&err);
+    let [keeper] = keepers[..] else {
+        panic!("one keeper: {err}")
+    };
+    // Its dump waits for a reader of the FIFO.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let wchan = format!("/proc/{keeper}/wchan");
+    let waiting = || std::fs::read_to_string(&wchan).is_ok_and(|w| w.trim() == "wait_for_partner");
+    while !waiting() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        waiting(),
+        "the keeper's dump does not wait for the FIFO: {err}"
+    );
+    let status = std::fs::read_to_string(format!("/proc/{keeper}/status")).unwrap();
+    let mask = |field: &str| {
+        let hex = status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .unwrap_or_else(|| panic!("{field}: {status}"));
+        u64::from_str_radix(hex.trim(), 16).unwrap()
+    };
+    let alrm = 1u64 << (libc::SIGALRM - 1);
+    assert_eq!(
+        mask("SigCgt:") & alrm,
+        0,
+        "SIGALRM caught in the keeper: {status}"
+    );
+    assert_eq!(
+        mask("SigBlk:") & alrm,
+        0,
+        "SIGALRM blocked in the keeper: {status}"
+    );
+    assert_eq!(
+        mask("SigIgn:") & alrm,
+        0,
+        "SIGALRM ignored in the keeper: {status}"
+    );
+    let prof = parse_strict(&read_text(&fifo)).unwrap();
+    assert!(under(&prof, "MEM_TOTAL", "churn").0 >= 400_000);
+    assert_keepers_gone(&keepers, Duration::from_secs(30));
+}
+
 #[test]
 fn crashes_and_raw_exits_leave_their_profile_and_status() {
     let d = setup("ends_crash");

@@ -600,15 +600,33 @@ fn after_death(gen: u32, stderr: i32) -> ! {
         }
     }
     // A lock held by a killed thread would stop the dump for ever: the
-    // alarm ends the keeper then (its default action; this process's
-    // handlers are copies of the program's, so reset it first).
-    // SAFETY: SIG_DFL for SIGALRM, then unblock it; alarm has no preconditions.
+    // alarm ends the keeper then (its default action). This process's
+    // handlers are copies of the program's, the profiler's own for fatal
+    // signals among them, so it is reset first, by system calls: the C
+    // library's signal() and pthread_sigmask() are the profiler's hooks,
+    // which keep that handler in place (SIGALRM then ran the fatal-signal
+    // dump, which waited for the dump under way: the keeper never ended).
+    let alrm: u64 = 1 << (libc::SIGALRM - 1);
+    // struct kernel_sigaction: handler (SIG_DFL), flags, restorer, mask.
+    let dfl = [libc::SIG_DFL, 0, 0, 0];
+    // SAFETY: rt_sigaction(SIGALRM, SIG_DFL) and rt_sigprocmask(UNBLOCK)
+    // from structs on this stack; alarm has no preconditions.
     unsafe {
-        libc::signal(libc::SIGALRM, libc::SIG_DFL);
-        let mut set: libc::sigset_t = core::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGALRM);
-        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, core::ptr::null_mut());
+        raw::call(
+            libc::SYS_rt_sigaction,
+            [libc::SIGALRM as usize, dfl.as_ptr() as usize, 0, 8, 0, 0],
+        );
+        raw::call(
+            libc::SYS_rt_sigprocmask,
+            [
+                libc::SIG_UNBLOCK as usize,
+                &alrm as *const u64 as usize,
+                0,
+                8,
+                0,
+                0,
+            ],
+        );
         libc::alarm(DUMP_LIMIT_S as u32);
     }
     let why = how_it_ended(program);
