@@ -37,6 +37,18 @@ pub enum DumpError {
     },
 }
 
+impl DumpError {
+    /// Whether the dump found no descriptor left for its file (the
+    /// program holds every one its limits allow): a process with one
+    /// more, such as the keeper, can still write it.
+    pub fn out_of_descriptors(&self) -> bool {
+        matches!(
+            self,
+            DumpError::Create { errno, .. } if *errno == libc::EMFILE || *errno == libc::ENFILE
+        )
+    }
+}
+
 impl core::fmt::Display for DumpError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {

@@ -67,12 +67,16 @@ pub fn final_dump(reason: &str) -> bool {
     }
     let written = write_final(reason, false);
     let execing = crate::base::run::execing();
-    if let Some(path) = written.as_deref().filter(|_| !execing) {
+    if let (Ok(path), false) = (written.as_deref(), execing) {
         after_final_dump(path);
+    }
+    if written.as_ref().is_err_and(|left| *left) {
+        // The keeper writes it once the process has ended.
+        return false;
     }
     // Written or not, the image has said what became of its profile.
     crate::process::keeper::image_ended(execing);
-    written.is_some()
+    written.is_ok()
 }
 
 /// Each module's `after_final_dump` with the final profile's path.
@@ -94,15 +98,18 @@ pub fn final_dump_by_keeper(how: &str) {
     }
     FINAL_DONE.store(true, Ordering::Release);
     output::forget_unfinished_dump();
-    if let Some(path) = write_final(&format!("{how}, by the keeper"), true) {
+    if let Ok(path) = write_final(&format!("{how}, by the keeper"), true) {
         after_final_dump(&path);
     }
 }
 
 /// Writes the final profile (see [`final_dump`]); `by_keeper`: the
 /// keeper's dump, the program's threads gone, with one line even without
-/// `-d`. Returns where it was written.
-fn write_final(reason: &str, by_keeper: bool) -> Option<String> {
+/// `-d`. Returns where it was written, else whether it was left to the
+/// keeper: a process that ends holding every descriptor its limit allows
+/// has none for the file, and its keeper, which holds few, writes the
+/// profile once the process has ended.
+fn write_final(reason: &str, by_keeper: bool) -> Result<String, bool> {
     let path = output::path::output_path();
     let debug = crate::base::options::get().debug;
     // Not for a keeper writing a dead process's profile: a zombie's files
@@ -247,11 +254,22 @@ fn write_final(reason: &str, by_keeper: bool) -> Option<String> {
                 log_handler_cost(&stats);
                 log_dump_time(&stats);
             }
-            Some(path)
+            Ok(path)
+        }
+        Err(e)
+            if e.out_of_descriptors()
+                && !by_keeper
+                && !crate::base::run::execing()
+                && crate::process::keeper::leave_final_dump() =>
+        {
+            crate::igprof_log!(
+                "could not write the profile at {reason}: {e}; its keeper writes it once the process has ended"
+            );
+            Err(true)
         }
         Err(e) => {
             crate::igprof_log!("could not write the profile at {reason}: {e}");
-            None
+            Err(false)
         }
     }
 }

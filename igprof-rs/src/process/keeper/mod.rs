@@ -629,7 +629,7 @@ fn after_death(gen: u32, stderr: i32) -> ! {
         );
         libc::alarm(DUMP_LIMIT_S as u32);
     }
-    let why = how_it_ended(program);
+    let why = how_it_ended(program, LEFT.load(Ordering::Acquire) == gen);
     if ENDED.load(Ordering::Acquire) < gen {
         let f = FINAL_DUMP.load(Ordering::Acquire);
         if f != 0 {
@@ -643,8 +643,10 @@ fn after_death(gen: u32, stderr: i32) -> ! {
 }
 
 /// How the program ended, from its zombie's /proc/PID/stat (the exit code,
-/// the last field) while its parent has not reaped it yet.
-fn how_it_ended(pid: i32) -> String {
+/// the last field) while its parent has not reaped it yet; `left`: the
+/// image left its profile to the keeper as it exited (so it ran its exit
+/// handlers).
+fn how_it_ended(pid: i32, left: bool) -> String {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let code = stat
         .rsplit(' ')
@@ -652,6 +654,10 @@ fn how_it_ended(pid: i32) -> String {
         .and_then(|f| f.trim().parse::<i32>().ok());
     match code {
         Some(c) if c & 0x7f != 0 => format!("death by {}", sys::signal_name(c & 0x7f)),
+        Some(c) if left => format!(
+            "exit status {} (the process had no descriptor left for it)",
+            (c >> 8) & 0xff
+        ),
         Some(c) => format!("exit status {} without exit handlers", (c >> 8) & 0xff),
         None => "its end".to_string(),
     }
@@ -668,6 +674,21 @@ pub fn image_ended(exec: bool) {
         // stray SIGCHLD is ignored by default and harmless to a handler.
         unsafe { libc::syscall(libc::SYS_kill, k, libc::SIGCHLD) };
     }
+}
+
+/// The generation whose image left its final profile to its keeper
+/// ([`leave_final_dump`]; 0: none).
+static LEFT: AtomicU32 = AtomicU32::new(0);
+
+/// The image cannot write its final profile (no descriptor left) and is
+/// ending: its keeper, if one watches, writes it once the process has
+/// ended. Whether one will.
+pub fn leave_final_dump() -> bool {
+    if !watching() {
+        return false;
+    }
+    LEFT.store(GEN.load(Ordering::Acquire), Ordering::Release);
+    true
 }
 
 /// Whether a keeper watches this image (it writes the profile if the
