@@ -229,6 +229,40 @@ fn prints_as_unprofiled(name: &str, modes: &[&[&str]], what: &str) {
     }
 }
 
+/// A program started with descriptor 2 closed (a daemon, `2>&-`) that
+/// opens a file of its own gets number 2 for it: the profiler's lines must
+/// not go there. They did (every `-d` line, and any warning at exit): the
+/// check that descriptor 2 is still the stderr the program started with
+/// had nothing to compare with and let every line through.
+#[test]
+fn a_closed_stderr_reused_by_the_program_gets_no_line_of_ours() {
+    let d = scratch("stderr_reuse");
+    build(&d, "stderr_reuse.c", "stderr_reuse", &[]);
+    for mode in [&["-mp", "-d"][..], &["-pp", "-fd", "-d"]] {
+        let _ = std::fs::remove_file(d.join("p.gz"));
+        let o = Command::new("/bin/sh")
+            .args(["-c", "exec 2>&-; exec \"$@\"", "sh"])
+            .arg(launcher())
+            .args(mode)
+            .args(["-o", "p.gz", "./stderr_reuse", "out.txt"])
+            .current_dir(&d)
+            .env("IGPROF_LIB", lib())
+            .env("IGPROF_CACHE_DIR", test_store())
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{mode:?}");
+        assert_eq!(
+            std::fs::read_to_string(d.join("out.txt")).unwrap(),
+            "fd 2\n",
+            "{mode:?}: the program's file"
+        );
+        let p = parse_strict(&read_text(&d.join("p.gz"))).unwrap();
+        if mode[0] == "-mp" {
+            assert_eq!(under(&p, "MEM_TOTAL", "allocate").0, 1000);
+        }
+    }
+}
+
 /// The C library's heap when `main` starts is the program's: the
 /// profiler's start-up allocates nothing in it (its own memory comes from
 /// mmap). Finding the hooked functions with `dlopen(libc.so.6,

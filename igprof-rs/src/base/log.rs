@@ -141,15 +141,26 @@ fn fd2_id() -> Option<(u64, u64)> {
     (r == 0).then_some((st.st_dev, st.st_ino))
 }
 
+/// Set when descriptor 2 was closed at start-up (a daemon's, `2>&-`): no
+/// line is written then, since the number may become a file of the
+/// program's.
+static STDERR_CLOSED: AtomicBool = AtomicBool::new(false);
+
 /// Remembers what descriptor 2 is (constructor, before the program runs).
 pub fn remember_stderr() {
-    if let Some((dev, ino)) = fd2_id() {
-        STDERR_ID[0].store(dev, Ordering::Relaxed);
-        STDERR_ID[1].store(ino, Ordering::Release);
+    match fd2_id() {
+        Some((dev, ino)) => {
+            STDERR_ID[0].store(dev, Ordering::Relaxed);
+            STDERR_ID[1].store(ino, Ordering::Release);
+        }
+        None => STDERR_CLOSED.store(true, Ordering::Release),
     }
 }
 
 fn stderr_is_ours() -> bool {
+    if STDERR_CLOSED.load(Ordering::Acquire) {
+        return false;
+    }
     let ino = STDERR_ID[1].load(Ordering::Acquire);
     if ino == 0 {
         // Not remembered (messages before start-up): stderr as it is.
