@@ -175,21 +175,9 @@ pub fn remove_temporaries_of(dest: &Path) -> usize {
     } else {
         dir
     };
-    let Ok(dir) = CString::new(dir.as_os_str().as_bytes()) else {
+    let Ok(dir) = open_dir_fd(None, dir, 0) else {
         return 0;
     };
-    // SAFETY: open(2) of a NUL-terminated path.
-    let fd = unsafe {
-        libc::open(
-            dir.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return 0;
-    }
-    // SAFETY: a descriptor just opened, owned here.
-    let dir = unsafe { OwnedFd::from_raw_fd(fd) };
     let name = name.as_bytes();
     let mut removed = 0;
     // Aligned for the records' 8-byte fields.
