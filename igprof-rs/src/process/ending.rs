@@ -70,7 +70,7 @@ pub fn final_dump(reason: &str) -> bool {
     if let (Ok(path), false) = (written.as_deref(), execing) {
         after_final_dump(path);
     }
-    if written.as_ref().is_err_and(|left| *left) {
+    if let Err(Unwritten::LeftToKeeper) = written {
         // The keeper writes it once the process has ended.
         return false;
     }
@@ -103,13 +103,20 @@ pub fn final_dump_by_keeper(how: &str) {
     }
 }
 
+/// Why [`write_final`] wrote no profile.
+enum Unwritten {
+    /// The process holds every descriptor its limit allows: none for the
+    /// file. Its keeper, which holds few, writes the profile once the
+    /// process has ended.
+    LeftToKeeper,
+    /// Said in a line; no profile.
+    Lost,
+}
+
 /// Writes the final profile (see [`final_dump`]); `by_keeper`: the
 /// keeper's dump, the program's threads gone, with one line even without
-/// `-d`. Returns where it was written, else whether it was left to the
-/// keeper: a process that ends holding every descriptor its limit allows
-/// has none for the file, and its keeper, which holds few, writes the
-/// profile once the process has ended.
-fn write_final(reason: &str, by_keeper: bool) -> Result<String, bool> {
+/// `-d`. Returns where it was written.
+fn write_final(reason: &str, by_keeper: bool) -> Result<String, Unwritten> {
     let path = output::path::output_path();
     let debug = crate::base::options::get().debug;
     // Not for a keeper writing a dead process's profile: a zombie's files
@@ -265,11 +272,11 @@ fn write_final(reason: &str, by_keeper: bool) -> Result<String, bool> {
             crate::igprof_log!(
                 "could not write the profile at {reason}: {e}; its keeper writes it once the process has ended"
             );
-            Err(true)
+            Err(Unwritten::LeftToKeeper)
         }
         Err(e) => {
             crate::igprof_log!("could not write the profile at {reason}: {e}");
-            Err(false)
+            Err(Unwritten::Lost)
         }
     }
 }

@@ -283,11 +283,11 @@ fn exited(pid: i32) -> bool {
     if pid <= 0 {
         return false;
     }
-    // SAFETY: pidfd_open(2) of a pid; the descriptor is closed below.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+    // SAFETY: pidfd_open(pid, 0); the descriptor is closed below.
+    let fd = unsafe { raw::call(libc::SYS_pidfd_open, [pid as usize, 0, 0, 0, 0, 0]) } as i32;
     if fd < 0 {
         // Gone and reaped already.
-        return sys::Errno::last().0 == libc::ESRCH;
+        return fd == -libc::ESRCH;
     }
     let mut p = libc::pollfd {
         fd,
