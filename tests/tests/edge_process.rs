@@ -846,7 +846,7 @@ fn a_program_that_refuses_perf_events_to_itself_is_still_sampled() {
         let err = text(&got.stderr);
         // The fallback is said, once.
         assert_eq!(
-            err.matches("perf_event_open(task-clock) refused: ").count(),
+            err.matches("perf_event_open(task-clock): refused").count(),
             1,
             "{mode:?}: {err}"
         );

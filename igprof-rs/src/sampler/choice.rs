@@ -50,38 +50,18 @@ fn probe_sigtrap() -> Result<(), Errno> {
 }
 
 /// Why a task-clock event was refused with errno `e`, in words (`-d`'s
-/// line on the sampler, and the line saying that timers sample instead).
+/// line on the sampler, and the line saying that timers sample instead):
+/// [`sys::perf_open_refusal`] for the clock the samplers count, and where
+/// kernel mode alone was refused to `-pp`, that `-pu` would sample.
 pub(super) fn task_clock_refusal(e: Errno) -> String {
-    refusal_words(e.0, &sys::perf_event_paranoid(), options::get().perf)
-}
-
-/// [`task_clock_refusal`] for `perf_event_paranoid` `paranoid` (as read)
-/// and the clock the samplers count. A refusal where the paranoid level
-/// allows what was asked is a seccomp filter's (a container's: EPERM).
-fn refusal_words(e: i32, paranoid: &str, perf: Option<PerfClock>) -> String {
-    let user_only = perf == Some(PerfClock::User);
-    let level = paranoid.parse::<i32>().ok();
-    match e {
-        libc::ENOSYS => "not implemented here (qemu-user has no perf events)".into(),
-        libc::EACCES | libc::EPERM => match level {
-            Some(p) if p >= 3 => format!(
-                "refused: perf_event_paranoid {p} allows none without CAP_PERFMON"
-            ),
-            Some(2) if !user_only => format!(
-                "refused: perf_event_paranoid 2 allows counting kernel mode only with CAP_PERFMON{}",
-                if perf == Some(PerfClock::Cpu) {
-                    "; -pu samples user-mode time with perf events"
-                } else {
-                    ""
-                }
-            ),
-            Some(p) => format!(
-                "refused by a seccomp filter (a container's?): perf_event_paranoid {p} allows it"
-            ),
-            None => format!("refused (perf_event_paranoid unreadable: {paranoid})"),
-        },
-        libc::EINVAL => "refused its attributes (EINVAL: sigtrap events need Linux 5.13+)".into(),
-        _ => "failed".into(),
+    let rights = sys::PerfRights::of_this_process();
+    let perf = options::get().perf;
+    let kernel_mode = !matches!(perf, Some(PerfClock::User) | None);
+    let words = sys::perf_open_refusal(e.0, kernel_mode, &rights);
+    if perf == Some(PerfClock::Cpu) && rights.refused_kernel_mode(e.0) {
+        format!("{words}; -pu samples user-mode time with perf events")
+    } else {
+        words
     }
 }
 
@@ -135,7 +115,7 @@ pub fn choose_sampler() {
             Err(e) => {
                 if o.sampler == Sampler::Sigtrap || o.debug {
                     crate::igprof_log!(
-                        "sigtrap perf events: {} (errno {e}); sampling with SIGPROF",
+                        "sigtrap perf events: {}; sampling with SIGPROF",
                         task_clock_refusal(e)
                     );
                 }
@@ -158,46 +138,5 @@ pub fn choose_sampler() {
             _ => "timer",
         };
         crate::igprof_log!("sampler {name} (signal {sig})");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_refusal_names_the_paranoid_level_or_a_seccomp_filter() {
-        let cpu = Some(PerfClock::Cpu);
-        let user = Some(PerfClock::User);
-        let kernel = refusal_words(libc::EACCES, "2", cpu);
-        assert!(
-            kernel.contains(
-                "perf_event_paranoid 2 allows counting kernel mode only with CAP_PERFMON; -pu"
-            ),
-            "{kernel}"
-        );
-        let wall = refusal_words(libc::EACCES, "2", Some(PerfClock::Real));
-        assert!(wall.ends_with("only with CAP_PERFMON"), "{wall}");
-        for (p, clock) in [("3", user), ("4", cpu)] {
-            let none = refusal_words(libc::EACCES, p, clock);
-            assert_eq!(
-                none,
-                format!("refused: perf_event_paranoid {p} allows none without CAP_PERFMON")
-            );
-        }
-        for (p, clock) in [("2", user), ("1", cpu), ("-1", cpu)] {
-            let filter = refusal_words(libc::EPERM, p, clock);
-            assert!(
-                filter.starts_with("refused by a seccomp filter"),
-                "{filter}"
-            );
-            assert!(
-                filter.ends_with(&format!("perf_event_paranoid {p} allows it")),
-                "{filter}"
-            );
-        }
-        assert!(refusal_words(libc::EPERM, "?", cpu).contains("unreadable"));
-        assert!(refusal_words(libc::ENOSYS, "2", cpu).contains("qemu-user"));
-        assert!(refusal_words(libc::EINVAL, "2", cpu).contains("5.13"));
     }
 }

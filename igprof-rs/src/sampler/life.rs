@@ -88,7 +88,7 @@ fn no_perf_events(e: Errno, wall: bool) {
         "CPU-clock POSIX timers, at most one sample per scheduler tick"
     };
     crate::igprof_log!(
-        "perf_event_open(task-clock) {} (errno {e}): sampling with {timers}",
+        "perf_event_open(task-clock): {}; sampling with {timers}",
         super::choice::task_clock_refusal(e)
     );
 }

@@ -18,6 +18,70 @@ pub fn perf_event_paranoid() -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
+/// What decides whether this process may open perf events: the
+/// `perf_event_paranoid` level as read ("?" if unread) and whether its
+/// effective capabilities hold CAP_PERFMON (or CAP_SYS_ADMIN, which
+/// implies it), which no level refuses.
+pub struct PerfRights {
+    pub paranoid: String,
+    pub perfmon: bool,
+}
+
+impl PerfRights {
+    /// This process's, read from /proc (not in signal context).
+    pub fn of_this_process() -> PerfRights {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        PerfRights {
+            paranoid: perf_event_paranoid(),
+            perfmon: cap_eff(&status).is_some_and(|c| c & (1 << 38 | 1 << 21) != 0),
+        }
+    }
+
+    /// Whether errno `e` of perf_event_open is perf_event_paranoid 2
+    /// refusing kernel mode to a process without CAP_PERFMON: the same
+    /// event counting user mode only would open.
+    pub fn refused_kernel_mode(&self, e: i32) -> bool {
+        matches!(e, libc::EACCES | libc::EPERM) && !self.perfmon && self.paranoid == "2"
+    }
+}
+
+/// The effective capability set of a /proc/PID/status text.
+fn cap_eff(status: &str) -> Option<u64> {
+    let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
+    u64::from_str_radix(hex.trim(), 16).ok()
+}
+
+/// Why perf_event_open refused an event with errno `e`, in words a user
+/// can act on (the end of the one line that names the event);
+/// `kernel_mode`: whether the event counts kernel mode. A refusal that
+/// neither the paranoid level nor a missing CAP_PERFMON explains is a
+/// seccomp filter's (a container's) or a security module's.
+pub fn perf_open_refusal(e: i32, kernel_mode: bool, rights: &PerfRights) -> String {
+    let paranoid = &rights.paranoid;
+    match e {
+        libc::ENOSYS => "not implemented here (ENOSYS: no perf events; qemu-user has none)".into(),
+        libc::EACCES | libc::EPERM if rights.perfmon => "refused by a seccomp filter (a container's?) or a security module: this process has CAP_PERFMON".into(),
+        libc::EACCES | libc::EPERM => match paranoid.parse::<i32>() {
+            Ok(p) if p >= 3 => format!(
+                "refused: perf_event_paranoid {p} allows none without CAP_PERFMON (sysctl kernel.perf_event_paranoid=2 allows user mode)"
+            ),
+            Ok(2) if kernel_mode => "refused: perf_event_paranoid 2 allows counting kernel mode only with CAP_PERFMON (or sysctl kernel.perf_event_paranoid=1)".into(),
+            Ok(p) => format!(
+                "refused by a seccomp filter (a container's?) or a security module: perf_event_paranoid {p} allows it"
+            ),
+            Err(_) => format!(
+                "refused (perf_event_paranoid unreadable: {paranoid}): CAP_PERFMON allows it"
+            ),
+        },
+        libc::ENOENT | libc::ENODEV | libc::EOPNOTSUPP => format!(
+            "not supported here (errno {e}: this machine's PMU does not count it, or the PMU cannot sample; virtual machines often have no hardware PMU)"
+        ),
+        libc::EINVAL => "the kernel refused its attributes (EINVAL: a term out of range, or a kernel without sigtrap perf events, Linux 5.13+)".into(),
+        libc::EMFILE | libc::ENFILE => format!("no descriptor left (errno {e})"),
+        _ => format!("perf_event_open failed (errno {e})"),
+    }
+}
+
 /// `struct perf_event_attr`, 136 bytes (PERF_ATTR_SIZE_VER8): the fields
 /// igprof sets by name, the rest zero. `size` tells the kernel how much of
 /// it to read (a shorter, older layout such as [`PERF_ATTR_SIZE_VER0`] is
@@ -309,6 +373,12 @@ pub fn sigtrap_attr(kind: &PerfEventKind, period: u64, cookie: u64) -> PerfEvent
 }
 
 impl PerfEventKind {
+    /// Why this event did not open with errno `e`
+    /// ([`perf_open_refusal`] for its mode and this process's rights).
+    pub fn refusal(&self, e: i32) -> String {
+        perf_open_refusal(e, !self.exclude_kernel, &PerfRights::of_this_process())
+    }
+
     /// The attr flags of the privilege levels this kind leaves out.
     fn exclude_flags(&self) -> u64 {
         let bit = |on: bool, flag: u64| if on { flag } else { 0 };
@@ -488,6 +558,98 @@ pub fn perf_close(fd: i32, ring: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn rights(paranoid: &str, perfmon: bool) -> PerfRights {
+        PerfRights {
+            paranoid: paranoid.into(),
+            perfmon,
+        }
+    }
+
+    #[test]
+    fn a_refusal_names_the_paranoid_level_or_what_else_refused_it() {
+        for e in [libc::EACCES, libc::EPERM] {
+            let kernel = perf_open_refusal(e, true, &rights("2", false));
+            assert!(
+                kernel.starts_with(
+                    "refused: perf_event_paranoid 2 allows counting kernel mode only with CAP_PERFMON"
+                ),
+                "{kernel}"
+            );
+            assert!(rights("2", false).refused_kernel_mode(e));
+            assert!(!rights("2", true).refused_kernel_mode(e));
+            for (p, kernel_mode) in [("3", false), ("4", true)] {
+                let none = perf_open_refusal(e, kernel_mode, &rights(p, false));
+                assert!(
+                    none.starts_with(&format!(
+                        "refused: perf_event_paranoid {p} allows none without CAP_PERFMON"
+                    )),
+                    "{none}"
+                );
+                assert!(!rights(p, false).refused_kernel_mode(e));
+            }
+            for (p, kernel_mode) in [("2", false), ("1", true), ("-1", true)] {
+                let filter = perf_open_refusal(e, kernel_mode, &rights(p, false));
+                assert!(
+                    filter.starts_with("refused by a seccomp filter"),
+                    "{filter}"
+                );
+                assert!(
+                    filter.ends_with(&format!("perf_event_paranoid {p} allows it")),
+                    "{filter}"
+                );
+            }
+            // CAP_PERFMON: no level refuses it.
+            for p in ["2", "3", "?"] {
+                let filter = perf_open_refusal(e, true, &rights(p, true));
+                assert!(
+                    filter.starts_with("refused by a seccomp filter")
+                        && filter.ends_with("this process has CAP_PERFMON"),
+                    "{filter}"
+                );
+            }
+            let unread = perf_open_refusal(e, true, &rights("?", false));
+            assert!(unread.contains("unreadable: ?"), "{unread}");
+        }
+        assert!(!rights("2", false).refused_kernel_mode(libc::EINVAL));
+        let none = rights("2", false);
+        for e in [libc::ENOENT, libc::ENODEV, libc::EOPNOTSUPP] {
+            let s = perf_open_refusal(e, false, &none);
+            assert!(
+                s.starts_with(&format!("not supported here (errno {e}:")),
+                "{s}"
+            );
+        }
+        assert!(perf_open_refusal(libc::ENOSYS, true, &none).contains("qemu-user"));
+        assert!(perf_open_refusal(libc::EINVAL, true, &none).contains("Linux 5.13+"));
+        for e in [libc::EMFILE, libc::ENFILE] {
+            assert_eq!(
+                perf_open_refusal(e, false, &none),
+                format!("no descriptor left (errno {e})")
+            );
+        }
+        assert_eq!(
+            perf_open_refusal(libc::EBUSY, false, &none),
+            format!("perf_event_open failed (errno {})", libc::EBUSY)
+        );
+    }
+
+    #[test]
+    fn capabilities_are_read_from_cap_eff() {
+        let status = "Name:\tx\nCapInh:\t0000000000000000\nCapEff:\t000001ffffffffff\n";
+        assert_eq!(cap_eff(status), Some(0x1ff_ffff_ffff));
+        assert_eq!(cap_eff("CapEff:\t0000000000000000\n"), Some(0));
+        assert_eq!(cap_eff("Name: x\n"), None);
+    }
+
+    #[test]
+    fn paranoid_is_the_sysctl_or_a_question_mark() {
+        let p = perf_event_paranoid();
+        match std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid") {
+            Ok(s) => assert_eq!(p, s.trim()),
+            Err(_) => assert_eq!(p, "?"),
+        }
+    }
 
     /// The bytes of a sampling event's attr, field by field at the offsets
     /// of include/uapi/linux/perf_event.h (`struct perf_event_attr`,

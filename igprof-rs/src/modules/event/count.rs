@@ -150,7 +150,7 @@ pub fn register(o: &crate::base::options::Options, mut next: usize) {
             match sys::perf_counter_open(&kind, sys::gettid(), -1) {
                 Ok(fd) => sys::close(fd),
                 Err(e) => {
-                    say(&super::refusal::open_refusal(e.0, &kind));
+                    say(&kind.refusal(e.0));
                     continue;
                 }
             }

@@ -60,7 +60,7 @@ use crate::base::options::Options;
 use crate::base::thread::{Guard, ThreadState};
 use crate::base::tree::Node;
 use crate::sampler;
-use crate::sys::PerfEventKind;
+use crate::sys::{self, PerfEventKind, PerfRights};
 
 /// The ring of a thread's IBS event: control page and 8 data pages (32
 /// KiB, some 300 samples between two reads).
@@ -256,19 +256,17 @@ fn hardware_plan(
     })
 }
 
-/// Why an IBS event did not open (errno `e`), and what would allow it.
-pub(super) fn refusal(e: i32, kind: &PerfEventKind, paranoid: &str) -> String {
+/// Why an IBS event did not open (errno `e`), and what would allow it,
+/// for a process with `rights`.
+pub(super) fn refusal(e: i32, kind: &PerfEventKind, rights: &PerfRights) -> String {
     match e {
-        libc::EACCES | libc::EPERM if !kind.exclude_kernel => format!(
-            "not allowed: this kernel has no IBS software filter (swfilt, Linux 6.14+) to sample user mode only, and sampling kernel mode too needs perf_event_paranoid <= 1 (it is {paranoid}) or CAP_PERFMON"
-        ),
-        libc::EACCES | libc::EPERM => format!(
-            "not allowed (perf_event_paranoid is {paranoid}): needs perf_event_paranoid <= 2 or CAP_PERFMON"
-        ),
+        libc::EACCES | libc::EPERM if !kind.exclude_kernel && rights.refused_kernel_mode(e) => {
+            "refused: this kernel has no IBS software filter (swfilt, Linux 6.14+) to sample user mode only, and perf_event_paranoid 2 allows kernel mode only with CAP_PERFMON (or sysctl kernel.perf_event_paranoid=1)".into()
+        }
         libc::ENOENT | libc::EINVAL | libc::EOPNOTSUPP => format!(
             "the kernel refused a per-thread IBS event (errno {e}): per-thread IBS needs Linux 6.2+ (before, only system-wide IBS, which needs CAP_PERFMON)"
         ),
-        _ => super::refusal::open_refusal(e, kind),
+        _ => sys::perf_open_refusal(e, !kind.exclude_kernel, rights),
     }
 }
 
@@ -695,6 +693,14 @@ mod tests {
         trees.join(machine)
     }
 
+    /// A process without CAP_PERFMON at perf_event_paranoid `paranoid`.
+    fn rights(paranoid: &str) -> PerfRights {
+        PerfRights {
+            paranoid: paranoid.into(),
+            perfmon: false,
+        }
+    }
+
     fn plan(word: &str, machine: &str, vendor: &str) -> Result<Plan, String> {
         hardware_plan(
             word,
@@ -724,8 +730,8 @@ mod tests {
         assert_eq!(p.ibs.encoding, Encoding::Extended);
         assert_eq!(p.ibs.source, Source::Ring);
         // Refused even so: the paranoid level is said.
-        let e = refusal(libc::EACCES, &p.kind, "3");
-        assert!(e.contains("perf_event_paranoid is 3"), "{e}");
+        let e = refusal(libc::EACCES, &p.kind, &rights("3"));
+        assert!(e.contains("perf_event_paranoid 3 allows none"), "{e}");
     }
 
     #[test]
@@ -735,17 +741,17 @@ mod tests {
         assert_eq!(p.kind.config2, 0);
         assert!(!p.kind.exclude_kernel);
         assert_eq!(p.ibs.encoding, Encoding::Legacy);
-        let e = refusal(libc::EACCES, &p.kind, "2");
+        let e = refusal(libc::EACCES, &p.kind, &rights("2"));
         assert!(
             e.contains("no IBS software filter (swfilt, Linux 6.14+)"),
             "{e}"
         );
         assert!(
-            e.contains("perf_event_paranoid <= 1 (it is 2) or CAP_PERFMON"),
+            e.contains("perf_event_paranoid 2 allows kernel mode only with CAP_PERFMON"),
             "{e}"
         );
         // A kernel before per-thread IBS.
-        let e = refusal(libc::ENOENT, &p.kind, "-1");
+        let e = refusal(libc::ENOENT, &p.kind, &rights("-1"));
         assert!(e.contains("per-thread IBS needs Linux 6.2+"), "{e}");
         // A term this PMU does not have.
         let e = plan("-ibs:ldlat=128", "amd", "AuthenticAMD").err().unwrap();

@@ -12,7 +12,6 @@
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use super::record::{counted_since, existing, record, sampled_node, PerThread};
-use super::refusal::open_refusal;
 use super::table::{events, fasync_kind, Charge, Event, MAX_EVENTS, OFF, SLOTS};
 use super::{count, faults, ibs};
 use crate::base::thread::{self, ThreadState};
@@ -209,7 +208,7 @@ pub(super) fn open_all(t: &'static ThreadState) {
                     "-e {}: cannot open it on thread {}: {}; that thread is not sampled for it",
                     ev.text,
                     t.tid(),
-                    open_refusal(e, &ev.kind)
+                    ev.kind.refusal(e)
                 );
             }
         }

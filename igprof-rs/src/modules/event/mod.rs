@@ -50,7 +50,6 @@ mod faults;
 mod ibs;
 mod life;
 mod record;
-mod refusal;
 mod report;
 mod ring;
 mod samples;

@@ -10,7 +10,6 @@
 
 use core::sync::atomic::Ordering;
 
-use super::refusal::{open_refusal, paranoid};
 use super::table::{events, fasync_kind, kind_of, Charge, Event, EVENTS, MAX_EVENTS, OFF};
 use super::{count, ibs};
 use crate::base::counters::{self, EVENT_IDS};
@@ -128,7 +127,7 @@ pub(super) fn ibs_events(o: &Options, v: &mut Vec<Event>) {
             crate::igprof_log!(
                 "{}: {}; running without it",
                 p.text,
-                ibs::refusal(e, &p.kind, &paranoid())
+                ibs::refusal(e, &p.kind, &sys::PerfRights::of_this_process())
             );
             continue;
         }
@@ -176,7 +175,7 @@ pub(super) fn named_profilers(o: &Options, v: &mut Vec<Event>) {
             kind.exclude_kernel = true;
             crate::igprof_debug!(
                 "{flag}: {name} counted in user mode only (perf_event_paranoid {})",
-                paranoid()
+                sys::perf_event_paranoid()
             );
         }
         if let Err(why) = check_opens(&mut kind, false, 1) {
@@ -229,7 +228,7 @@ pub(super) fn check_opens(
     Err(if counts {
         "its PMU can count it but not sample it (EINVAL for a sampling period)".into()
     } else {
-        open_refusal(e, kind)
+        kind.refusal(e)
     })
 }
 
