@@ -92,6 +92,51 @@ fn without_cap_perfmon_pu_samples_with_sigtrap_events_and_pp_says_why_not() {
     assert!(n > 600, "the timers' samples stand for the CPU time: {n}");
 }
 
+/// A program under a debugger: gdb stops it at every SIGTRAP, which
+/// sigtrap perf events send at every sample, and passes SIGPROF on. A
+/// traced process samples with SIGPROF and says why; its profile is as
+/// full. (tests/programs/tracer.c stands for the debugger and counts the
+/// signals that stopped the program.)
+#[test]
+fn a_traced_program_is_sampled_with_sigprof_not_sigtrap() {
+    let d = scratch("traced");
+    build(&d, "cpu_split.c", "cpu_split", &[]);
+    build(&d, "tracer.c", "tracer", &[]);
+    // -d: the traced process is not the one the user started, whose
+    // start-up lines alone are said otherwise.
+    let o = igprof(
+        &d,
+        &["-pp", "-d", "-i", "1ms", "./tracer", "./cpu_split", "300"],
+    );
+    let err = ok(&o);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("SIGTRAP 0\n"), "{out}\n{err}");
+    let profs: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("SIGPROF "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(profs > 100, "{out}");
+    assert!(
+        err.contains("igprof: traced by process ")
+            && err.contains("(tracer): samples come by SIGPROF"),
+        "{err}"
+    );
+    let traced = profiles(&d)
+        .into_iter()
+        .find(|p| p.to_string_lossy().contains("igprof.cpu_split."))
+        .unwrap_or_else(|| panic!("no profile of cpu_split: {:?}", profiles(&d)));
+    let p = parse_strict(&read_text(&traced)).unwrap();
+    let n = total(&p, "PERF_TICKS");
+    assert!(n > 600, "too few samples: {n}");
+    within(
+        &cumulative_shares(&p, "PERF_TICKS"),
+        "hot_a",
+        50.0,
+        sampling_tolerance(50.0, n),
+    );
+}
+
 #[test]
 fn sixteen_threads_each_get_their_share() {
     let d = scratch("threads");

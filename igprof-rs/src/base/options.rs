@@ -78,7 +78,8 @@ pub enum PerfClock {
 /// How the sampling signal is delivered (`--sampler`; see the `perf` module).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Sampler {
-    /// sigtrap when the kernel has it (5.13+), else sigprof, else timer.
+    /// sigtrap when the kernel has it (5.13+), else sigprof, else timer;
+    /// sigprof in a process a debugger traces (which stops at SIGTRAP).
     Auto,
     /// A task-clock perf event that raises SIGTRAP itself (attr.sigtrap).
     Sigtrap,

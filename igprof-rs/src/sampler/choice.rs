@@ -78,6 +78,23 @@ pub fn event_delivery() -> Option<PerfDelivery> {
     }
 }
 
+/// Whether no process traces this one. A debugger (gdb, lldb) stops the
+/// program at every SIGTRAP it is sent, and sigtrap perf events send one
+/// per sample; SIGPROF it passes on without stopping or printing (gdb's
+/// default). So a traced process's automatic choice is SIGPROF (through
+/// a ring; -pr: POSIX timers), said in one line. A tracer that attaches
+/// later is not seen (`--sampler sigprof` then).
+fn not_under_a_tracer() -> bool {
+    let Some((pid, comm)) = sys::tracer() else {
+        return true;
+    };
+    crate::igprof_log!(
+        "traced by process {pid}{}: samples come by SIGPROF, which debuggers pass on (perf events' SIGTRAP would stop the program at each one)",
+        if comm.is_empty() { String::new() } else { format!(" ({comm})") }
+    );
+    false
+}
+
 /// Chooses the sampler and its signal (constructor, before the handler is
 /// installed and before any hook): `--sampler`, else sigtrap when a probe
 /// event on this thread opens, else sigprof. -pr always uses timers.
@@ -88,8 +105,11 @@ pub fn choose_sampler() {
         // sigtrap events (or --sampler sigprof/timer) wake a ring that
         // sends SIGPROF; no timer of ours runs.
         if o.samples_events() {
-            let trap =
-                matches!(o.sampler, Sampler::Auto | Sampler::Sigtrap) && probe_sigtrap().is_ok();
+            let trap = match o.sampler {
+                Sampler::Auto => not_under_a_tracer() && probe_sigtrap().is_ok(),
+                Sampler::Sigtrap => probe_sigtrap().is_ok(),
+                _ => false,
+            };
             let (mode, sig) = if trap {
                 (Sampler::Sigtrap, libc::SIGTRAP)
             } else {
@@ -102,8 +122,12 @@ pub fn choose_sampler() {
     }
     // -pr samples with sigtrap events too (CPU time, plus off-CPU time
     // charged after each context switch: see the module doc); with any
-    // other sampler it uses wall-clock POSIX timers.
+    // other sampler it uses wall-clock POSIX timers. A traced process
+    // (a debugger's) samples with SIGPROF: see [`not_under_a_tracer`].
+    let traced = o.sampler == Sampler::Auto && !not_under_a_tracer();
     let want = match (o.perf, o.sampler) {
+        (Some(PerfClock::Real), Sampler::Auto) if traced => Sampler::Timer,
+        (_, Sampler::Auto) if traced => Sampler::Sigprof,
         (_, Sampler::Auto) => Sampler::Sigtrap,
         (Some(PerfClock::Real), Sampler::Sigtrap) => Sampler::Sigtrap,
         (Some(PerfClock::Real), _) => Sampler::Timer,

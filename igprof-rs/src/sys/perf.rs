@@ -30,10 +30,10 @@ pub struct PerfRights {
 impl PerfRights {
     /// This process's, read from /proc (not in signal context).
     pub fn of_this_process() -> PerfRights {
-        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let eff = super::own_status("CapEff").and_then(|h| u64::from_str_radix(&h, 16).ok());
         PerfRights {
             paranoid: perf_event_paranoid(),
-            perfmon: cap_eff(&status).is_some_and(|c| c & (1 << 38 | 1 << 21) != 0),
+            perfmon: eff.is_some_and(|c| c & (1 << 38 | 1 << 21) != 0),
         }
     }
 
@@ -43,12 +43,6 @@ impl PerfRights {
     pub fn refused_kernel_mode(&self, e: i32) -> bool {
         matches!(e, libc::EACCES | libc::EPERM) && !self.perfmon && self.paranoid == "2"
     }
-}
-
-/// The effective capability set of a /proc/PID/status text.
-fn cap_eff(status: &str) -> Option<u64> {
-    let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
-    u64::from_str_radix(hex.trim(), 16).ok()
 }
 
 /// Why perf_event_open refused an event with errno `e`, in words a user
@@ -632,14 +626,6 @@ mod tests {
             perf_open_refusal(libc::EBUSY, false, &none),
             format!("perf_event_open failed (errno {})", libc::EBUSY)
         );
-    }
-
-    #[test]
-    fn capabilities_are_read_from_cap_eff() {
-        let status = "Name:\tx\nCapInh:\t0000000000000000\nCapEff:\t000001ffffffffff\n";
-        assert_eq!(cap_eff(status), Some(0x1ff_ffff_ffff));
-        assert_eq!(cap_eff("CapEff:\t0000000000000000\n"), Some(0));
-        assert_eq!(cap_eff("Name: x\n"), None);
     }
 
     #[test]

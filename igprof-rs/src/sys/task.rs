@@ -6,6 +6,31 @@
 //! or block in the kernel other than by yielding, by a bounded sleep, or
 //! waiting for a child process of the profiler's own ([`reap_own_child`]).
 
+/// Field `name` of this process's /proc/self/status ("CapEff",
+/// "TracerPid"), trimmed; None where unreadable. Not in signal context.
+pub fn own_status(name: &str) -> Option<String> {
+    status_field(&std::fs::read_to_string("/proc/self/status").ok()?, name)
+}
+
+/// Field `name` of a /proc/PID/status text.
+pub fn status_field(status: &str, name: &str) -> Option<String> {
+    status.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        (k == name).then(|| v.trim().to_string())
+    })
+}
+
+/// The process tracing this one (a debugger, strace) and its name
+/// (/proc/PID/comm, "" if unreadable), if one does.
+pub fn tracer() -> Option<(i32, String)> {
+    let pid = own_status("TracerPid")?
+        .parse::<i32>()
+        .ok()
+        .filter(|&p| p > 0)?;
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    Some((pid, comm.trim().to_string()))
+}
+
 pub fn gettid() -> i32 {
     // SAFETY: gettid has no arguments and cannot fail.
     unsafe { libc::syscall(libc::SYS_gettid) as i32 }
@@ -138,6 +163,22 @@ mod tests {
     use super::*;
     use core::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
+
+    #[test]
+    fn status_fields_are_found_by_their_whole_name() {
+        let status =
+            "Name:\tx\nTracerPid:\t0\nCapInh:\t0000000000000000\nCapEff:\t000001ffffffffff\n";
+        assert_eq!(
+            status_field(status, "CapEff").as_deref(),
+            Some("000001ffffffffff")
+        );
+        assert_eq!(status_field(status, "TracerPid").as_deref(), Some("0"));
+        assert_eq!(status_field(status, "Cap"), None);
+        assert_eq!(status_field("Name: x\n", "CapEff"), None);
+        // This test process's own: traced (by a debugger) or not.
+        let pid: i32 = own_status("TracerPid").unwrap().parse().unwrap();
+        assert_eq!(tracer().map(|t| t.0), (pid > 0).then_some(pid));
+    }
 
     /// What `igprof --attach` reads to tell a call that waits for another
     /// thread from one that works: a waiter for a spin lock whose holder
