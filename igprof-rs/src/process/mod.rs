@@ -493,7 +493,7 @@ pub(crate) fn start(raw: &[u8], how: How) -> Result<(), Unprofiled> {
     crate::output::timeline::prepare();
     keeper::facts::set_units();
 
-    sampler::choose_sampler();
+    sampler::choose_sampler(attach);
     if attach {
         signals::adopt_program_action();
     }

@@ -98,15 +98,19 @@ fn not_under_a_tracer() -> bool {
 /// Chooses the sampler and its signal (constructor, before the handler is
 /// installed and before any hook): `--sampler`, else sigtrap when a probe
 /// event on this thread opens, else sigprof. -pr always uses timers.
-pub fn choose_sampler() {
+/// `attaching`: `igprof --attach` is loading the library, and the tracer
+/// is the launcher itself, for the attach only.
+pub fn choose_sampler(attaching: bool) {
     let o = options::get();
+    // Asked only where a sampling signal is chosen (a tracer is said).
+    let traced = || o.sampler == Sampler::Auto && !attaching && !not_under_a_tracer();
     if !o.needs_timers() {
         // -e alone: its events raise SIGTRAP, or where the kernel has no
         // sigtrap events (or --sampler sigprof/timer) wake a ring that
         // sends SIGPROF; no timer of ours runs.
         if o.samples_events() {
             let trap = match o.sampler {
-                Sampler::Auto => not_under_a_tracer() && probe_sigtrap().is_ok(),
+                Sampler::Auto => !traced() && probe_sigtrap().is_ok(),
                 Sampler::Sigtrap => probe_sigtrap().is_ok(),
                 _ => false,
             };
@@ -124,7 +128,7 @@ pub fn choose_sampler() {
     // charged after each context switch: see the module doc); with any
     // other sampler it uses wall-clock POSIX timers. A traced process
     // (a debugger's) samples with SIGPROF: see [`not_under_a_tracer`].
-    let traced = o.sampler == Sampler::Auto && !not_under_a_tracer();
+    let traced = traced();
     let want = match (o.perf, o.sampler) {
         (Some(PerfClock::Real), Sampler::Auto) if traced => Sampler::Timer,
         (_, Sampler::Auto) if traced => Sampler::Sigprof,
