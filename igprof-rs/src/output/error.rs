@@ -13,6 +13,8 @@ use igprof_format::write::WriteError;
 pub enum DumpError {
     NotProfiling,
     Busy,
+    /// A snapshot asked for once the final profile's dump had begun.
+    Ending,
     Create {
         path: String,
         errno: i32,
@@ -54,6 +56,7 @@ impl core::fmt::Display for DumpError {
         match self {
             DumpError::NotProfiling => write!(f, "profiling is not active in this process"),
             DumpError::Busy => write!(f, "another dump is being written"),
+            DumpError::Ending => write!(f, "the process is ending: its final profile is written"),
             DumpError::Create { path, errno } => {
                 write!(f, "cannot create {path}: {}", OsError(*errno))
             }

@@ -52,6 +52,24 @@ use view::{ProfileTree, Single};
 
 static DUMPING: AtomicBool = AtomicBool::new(false);
 
+/// Set when the final profile's dump begins (an exit's, an exec's): no
+/// snapshot starts after it. One begun after the final profile was
+/// written would replace it, or be cut short by the process's end and
+/// leave its temporaries beside it (`PROFILE.journal.tmp`).
+static FINAL_BEGUN: AtomicBool = AtomicBool::new(false);
+
+/// The final profile's dump begins (see [`FINAL_BEGUN`]); before its
+/// [`dump_after_others`], so that a snapshot taking the dump after it
+/// sees this.
+pub fn final_begins() {
+    FINAL_BEGUN.store(true, Ordering::Release);
+}
+
+/// In a fork child, or after an exec that failed: snapshots again.
+pub fn final_undone() {
+    FINAL_BEGUN.store(false, Ordering::Release);
+}
+
 /// In a fork child: no dump is in progress in this process.
 pub fn reset_after_fork() {
     resolve::reset_after_fork();
@@ -127,11 +145,21 @@ pub fn dump_snapshot(path: &str, why: &str) -> Result<DumpStats, DumpError> {
 }
 
 fn dump_as(path: &str, why: Option<&str>) -> Result<DumpStats, DumpError> {
-    if !crate::base::run::active() {
-        return Err(DumpError::NotProfiling);
-    }
     if DUMPING.swap(true, Ordering::AcqRel) {
         return Err(DumpError::Busy);
+    }
+    // Read with the dump taken: a snapshot that takes it after the final
+    // dump let it go sees FINAL_BEGUN.
+    let refused = if why.is_some() && FINAL_BEGUN.load(Ordering::Acquire) {
+        Some(DumpError::Ending)
+    } else if !crate::base::run::active() {
+        Some(DumpError::NotProfiling)
+    } else {
+        None
+    };
+    if let Some(e) = refused {
+        DUMPING.store(false, Ordering::Release);
+        return Err(e);
     }
     set_snapshot_why(why);
     // A program that lowered RLIMIT_AS may leave no room for the dump's
@@ -382,6 +410,19 @@ mod tests {
     use crate::base::counters::{self, CounterId};
     use crate::base::tree::CallTree;
     use crate::base::tree::TRUNCATED;
+
+    #[test]
+    fn no_snapshot_starts_once_the_final_dump_has_begun() {
+        final_begins();
+        let r = dump_snapshot("/nonexistent/p.gz", "periodic");
+        final_undone();
+        assert!(matches!(r, Err(DumpError::Ending)), "{r:?}");
+        // Otherwise refused here only because this test process profiles
+        // nothing; the dump is free again either way.
+        let r = dump_snapshot("/nonexistent/p.gz", "periodic");
+        assert!(matches!(r, Err(DumpError::NotProfiling)), "{r:?}");
+        assert!(!DUMPING.load(Ordering::Acquire));
+    }
 
     #[test]
     fn threads_merge_by_path_with_each_counters_rule() {

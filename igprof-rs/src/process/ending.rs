@@ -16,6 +16,7 @@ static FINAL_DONE: AtomicBool = AtomicBool::new(false);
 /// final profile again when it ends.
 pub fn allow_final_again() {
     FINAL_DONE.store(false, Ordering::Release);
+    output::final_undone();
 }
 
 /// Call-tree nodes up to which the final dump's memory comes from one
@@ -55,6 +56,7 @@ pub fn final_dump(reason: &str) -> bool {
     if !crate::base::run::active() || FINAL_DONE.swap(true, Ordering::AcqRel) {
         return false;
     }
+    output::final_begins();
     // The process is ending: the ending thread's time since its last
     // sample is charged, then sampling stops so the profile ends here (and
     // no sample lands in the dump itself).

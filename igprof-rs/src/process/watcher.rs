@@ -146,6 +146,7 @@ fn write_snapshot(periodic: bool) {
             }
         }
         Ok(_) => crate::igprof_debug!("dump written to {path}"),
+        Err(e @ output::DumpError::Ending) => crate::igprof_debug!("no snapshot: {e}"),
         Err(e) => crate::igprof_log!("requested dump failed: {e}"),
     }
 }
