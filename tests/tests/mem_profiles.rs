@@ -200,6 +200,35 @@ fn allocations_in_signal_handlers_are_all_counted() {
     assert_no_profiler_frames(&p, "mem_signal");
 }
 
+/// The same on four threads at once, each with a timer of its own:
+/// handlers interrupt hooks on several threads at the same moment, and
+/// each deferred event still gets its stack (the unwinders that walk them
+/// are spares shared by the process, a free one taken per walk: with one
+/// spare, some had none and went under the truncation marker). A few of
+/// the handlers' events are not recorded at all on several threads (up to
+/// 9 of about 3,000 in a third of the runs, `-d`'s "events not recorded",
+/// as before the spares): allowed here, and said in docs/benchmarks.md.
+#[test]
+fn allocations_in_signal_handlers_of_four_threads_keep_their_stacks() {
+    let (_d, out, err, p) = run("signal4", "mem_signal.c", &["-mp", "-d"], &["500000", "4"]);
+    let hits = signal_hits(&out);
+    assert!(hits > 100, "the timers fired: {hits}");
+    let total = sites(&p, "MEM_TOTAL");
+    assert_eq!(site(&total, "churn").calls, 4 * 500_000, "the loops");
+    let handler = site(&total, "in_handler").calls;
+    assert!(
+        handler <= hits && handler + hits / 100 >= hits,
+        "{handler} handler allocations of {hits}; stderr: {err}"
+    );
+    assert_eq!(
+        site(&total, "@igprof_stack_truncated").calls,
+        0,
+        "every deferred allocation with its stack"
+    );
+    assert_eq!(site(&sites(&p, "MEM_LIVE"), "in_handler").bytes, 0);
+    assert_no_profiler_frames(&p, "mem_signal");
+}
+
 #[test]
 fn thread_destructors_dlopen_and_fork() {
     let d = scratch("lifecycle");

@@ -156,6 +156,7 @@ pub fn reset_after_fork() {
     if !crate::base::run::fork_keeps_tables() {
         LIVE.reset();
     }
+    crate::modules::mem::site::spare_after_fork();
 }
 
 /// Slots, live table, hooks (start-up, guard held).

@@ -265,6 +265,7 @@ fn after_fork_child() {
         account::reset_after_fork();
     }
     site::tls(|h| sample::after_fork_child(&h.sampler));
+    site::spare_after_fork();
 }
 
 // ---- the dump writer's view ----

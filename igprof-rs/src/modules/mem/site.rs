@@ -12,10 +12,11 @@
 //! Must never: allocate, lock, or leave `errno` changed.
 
 use core::cell::Cell;
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 use crate::base::thread::{self, Guard, ThreadState};
 use crate::base::tree::Node;
+use crate::unwind::ThreadUnwinder;
 
 /// Stack depth kept for an event deferred from a signal handler.
 pub const DEFERRED_DEPTH: usize = 64;
@@ -66,12 +67,11 @@ pub struct HookTls {
     queue: Cell<*mut [Deferred; DEFERRED_MAX]>,
     head: Cell<usize>,
     tail: Cell<usize>,
-    /// A second unwinder for events deferred while the thread's own one
-    /// may be mid-walk (made on the thread's first recorded event).
-    nested: Cell<*const crate::unwind::ThreadUnwinder>,
-    /// Nodes of the previous event's stack (made with `nested`).
+    /// Nodes of the previous event's stack (made on the thread's first
+    /// recorded event).
     paths: Cell<*mut PathCache>,
-    /// The previous allocation's stack, registers and node (made with `nested`).
+    /// The previous allocation's stack, registers and node (made with
+    /// `paths`).
     memo: Cell<*mut super::memo::StackMemo>,
     /// The block the last recorded allocation returned (see
     /// `hooks::via_begin`): an outer hook whose original allocated through
@@ -87,7 +87,6 @@ const HOOK_TLS_INIT: HookTls = HookTls {
     queue: Cell::new(core::ptr::null_mut()),
     head: Cell::new(0),
     tail: Cell::new(0),
-    nested: Cell::new(core::ptr::null()),
     paths: Cell::new(core::ptr::null_mut()),
     memo: Cell::new(core::ptr::null_mut()),
     inner: Cell::new(0),
@@ -290,7 +289,7 @@ fn walk_node(
     log: Option<&crate::unwind::ReadLog>,
 ) -> Option<(*mut Node, usize)> {
     let t = g.state();
-    if h.nested.get().is_null() {
+    if h.memo.get().is_null() {
         make_thread_extras(g, h);
     }
     // SAFETY: the owner thread (the guard is of its current state); the
@@ -410,15 +409,14 @@ impl PathCache {
     }
 }
 
-/// At thread exit: frees the thread's second unwinder, path cache and
-/// stack memo (a program that makes many short threads must not keep
-/// them). An allocation after this (a later thread-local destructor)
-/// makes them again.
+/// At thread exit: frees the thread's path cache and stack memo (a
+/// program that makes many short threads must not keep them). An
+/// allocation after this (a later thread-local destructor) makes them
+/// again.
 #[link_section = "igprof_hot"]
 pub fn release_thread_extras() {
     thread::paused(|| {
         tls(|h| {
-            let n = h.nested.replace(core::ptr::null());
             let p = h.paths.replace(core::ptr::null_mut());
             let m = h.memo.replace(core::ptr::null_mut());
             // The queue goes too when nothing waits in it (an event deferred
@@ -431,9 +429,6 @@ pub fn release_thread_extras() {
             // SAFETY: each was made by Box::into_raw in make_thread_extras on
             // this thread and is no longer referenced (pointers cleared).
             unsafe {
-                if !n.is_null() {
-                    drop(Box::from_raw(n as *mut crate::unwind::ThreadUnwinder));
-                }
                 if !p.is_null() {
                     drop(Box::from_raw(p));
                 }
@@ -457,9 +452,7 @@ fn make_thread_extras(_held: &Guard, h: &HookTls) {
     // On a stack of its own: these are large values, built before they are
     // boxed, and the thread's stack may be 16 KiB.
     crate::sys::with_big_stack(|| {
-        if let Ok(u) = crate::unwind::ThreadUnwinder::new() {
-            h.nested.set(Box::into_raw(Box::new(u)));
-        }
+        make_spare();
         let cap = thread::current().map_or(0, |t| t.trace_cap);
         h.paths.set(Box::into_raw(Box::new(PathCache::new(cap))));
         h.memo
@@ -469,6 +462,85 @@ fn make_thread_extras(_held: &Guard, h: &HookTls) {
                 .set(Box::into_raw(Box::new([NO_EVENT; DEFERRED_MAX])));
         }
     });
+}
+
+/// The unwinders that walk the stack of a deferred event (a hooked call
+/// in a signal handler that interrupted its thread's own walk), shared by
+/// the process: a thread deferring takes a free one ([`SPARE_HELD_BY`])
+/// for the walk. The n-th thread to record makes the n-th, up to
+/// [`SPARES`] (outside signal context), so that as many threads as have
+/// recorded can defer at once. One for each thread cost every thread
+/// 21 KiB (framehop's cache) for events few threads ever have. With more
+/// than [`SPARES`] threads deferring at the same moment, one that finds
+/// none free keeps no stack for its event (counted under the truncation
+/// marker).
+const SPARES: usize = 8;
+static SPARE: [AtomicPtr<ThreadUnwinder>; SPARES] =
+    [const { AtomicPtr::new(core::ptr::null_mut()) }; SPARES];
+/// The thread id holding each of [`SPARE`]; 0 when it is free.
+static SPARE_HELD_BY: [AtomicI32; SPARES] = [const { AtomicI32::new(0) }; SPARES];
+/// Spares claimed for making (the threads that recorded, up to SPARES).
+static SPARES_CLAIMED: AtomicUsize = AtomicUsize::new(0);
+
+/// One more spare, while there are fewer than [`SPARES`] (a thread's
+/// first recorded event).
+#[cold]
+#[inline(never)]
+fn make_spare() {
+    let i = SPARES_CLAIMED.fetch_add(1, Ordering::Relaxed);
+    if i >= SPARES {
+        SPARES_CLAIMED.store(SPARES, Ordering::Relaxed);
+        return;
+    }
+    if let Ok(u) = ThreadUnwinder::new() {
+        SPARE[i].store(Box::into_raw(Box::new(u)), Ordering::Release);
+    }
+}
+
+/// A free spare for thread `tid` (its index and itself), if one is made
+/// and free. Signal context.
+#[link_section = "igprof_hot"]
+fn take_spare(tid: i32) -> Option<(usize, &'static ThreadUnwinder)> {
+    for (i, s) in SPARE.iter().enumerate() {
+        let p = s.load(Ordering::Acquire);
+        if !p.is_null()
+            && SPARE_HELD_BY[i]
+                .compare_exchange(0, tid, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        {
+            // SAFETY: never freed once made, and held by this thread alone
+            // until `give_back_spare(i)`.
+            return Some((i, unsafe { &*p }));
+        }
+    }
+    None
+}
+
+#[link_section = "igprof_hot"]
+fn give_back_spare(i: usize) {
+    SPARE_HELD_BY[i].store(0, Ordering::Release);
+}
+
+/// Frees the spares held by threads for which `held(tid)` says so,
+/// abandoning their walks: a thread that left one by longjmp, or in a fork
+/// child the parent's threads (none of them is in it).
+fn abandon_spares(held: impl Fn(i32) -> bool) {
+    for (i, s) in SPARE.iter().enumerate() {
+        let p = s.load(Ordering::Acquire);
+        let by = SPARE_HELD_BY[i].load(Ordering::Acquire);
+        if !p.is_null() && by != 0 && held(by) {
+            // SAFETY: never freed once made; its holder is outside any
+            // walk of it (gone, or left it by longjmp).
+            unsafe { &*p }.abandon_walk();
+            give_back_spare(i);
+        }
+    }
+}
+
+/// In a fork child: a thread of the parent that held a spare is not in
+/// it.
+pub fn spare_after_fork() {
+    abandon_spares(|_| true);
 }
 
 /// Records an event of kind `kind` with arguments (a, b) now, or later
@@ -566,15 +638,12 @@ pub fn may_hold_lock() -> bool {
 /// interrupted it): it is no longer recording nor inside a real call.
 #[link_section = "igprof_hot"]
 pub fn left_by_jump() {
-    tls(|h| {
-        h.outer.set(0);
-        let nested = h.nested.get();
-        if !nested.is_null() {
-            // SAFETY: the thread's own second unwinder, made with its first
-            // recorded event and freed only at its exit.
-            unsafe { &*nested }.abandon_walk();
-        }
-    });
+    tls(|h| h.outer.set(0));
+    // A handler that jumped out of a deferred event's walk.
+    if let Some(t) = thread::current() {
+        let me = t.tid();
+        abandon_spares(|by| by == me);
+    }
 }
 
 /// Before a longjmp (the registry's `left_by_jump` of every module that
@@ -716,11 +785,7 @@ fn defer(t: &'static ThreadState, h: &HookTls, replay: Replay, kind: u8, a: usiz
     e.kind = kind;
     e.a = a;
     e.b = b;
-    let nested = h.nested.get();
-    if nested.is_null() {
-        e.depth = 0;
-        e.truncated = true;
-    } else {
+    if let Some((i, spare)) = take_spare(t.tid()) {
         // A handler that interrupted a walk runs on the walk stack, where
         // its own frames are: the walk reads there too, then through the
         // interrupted walk's frames (the profiler's, left out) back to the
@@ -731,10 +796,13 @@ fn defer(t: &'static ThreadState, h: &HookTls, replay: Replay, kind: u8, a: usiz
         if t.walk_stack != 0 && walk.0 <= sp && sp < walk.1 && bounds.altstack == (0, 0) {
             bounds.altstack = walk;
         }
-        // SAFETY: the nested unwinder belongs to this thread and is never freed.
-        let w = unsafe { &*nested }.trace_program_here(&bounds, &mut e.trace);
+        let w = spare.trace_program_here(&bounds, &mut e.trace);
+        give_back_spare(i);
         e.depth = w.depth as u8;
         e.truncated = w.truncated() || w.depth == 0;
+    } else {
+        e.depth = 0;
+        e.truncated = true;
     }
     core::sync::atomic::compiler_fence(Ordering::SeqCst);
     h.tail.set(tail + 1);
