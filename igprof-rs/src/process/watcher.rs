@@ -201,15 +201,7 @@ pub fn start() {
     // signal arriving between its creation and its first instruction would
     // otherwise run the program's handler on it. A new thread inherits the
     // creator's mask, so block all here and restore after.
-    // SAFETY: valid sigset pointers; raw syscall, so the program's
-    // sigprocmask shadow is untouched.
-    let mut saved: libc::sigset_t = unsafe { core::mem::zeroed() };
-    // SAFETY: as above.
-    unsafe {
-        let mut all: libc::sigset_t = core::mem::zeroed();
-        libc::sigfillset(&mut all);
-        sys::rt_sigprocmask(libc::SIG_SETMASK, &all, &mut saved);
-    }
+    let blocked = sys::AllSignalsBlocked::new();
     // SAFETY: watcher matches the start-routine ABI; no attributes.
     let r = unsafe {
         match real {
@@ -219,8 +211,7 @@ pub fn start() {
             }
         }
     };
-    // SAFETY: restores the mask saved above.
-    unsafe { sys::rt_sigprocmask(libc::SIG_SETMASK, &saved, core::ptr::null_mut()) };
+    drop(blocked);
     if r == 0 {
         RUNNING.store(1, Ordering::Release);
         // SAFETY: th is a valid thread we never join.

@@ -116,6 +116,38 @@ pub unsafe fn rt_sigprocmask(
     libc::syscall(libc::SYS_rt_sigprocmask, how, set, old, 8) as i32
 }
 
+/// Every signal blocked on the calling thread until dropped, then the mask
+/// it had: by raw system calls, so the program's sigprocmask shadow is
+/// untouched. A signal sent meanwhile waits, and is delivered at the drop.
+pub struct AllSignalsBlocked(libc::sigset_t);
+
+impl AllSignalsBlocked {
+    pub fn new() -> Self {
+        // SAFETY: all-zero is a valid sigset; sigfillset and rt_sigprocmask
+        // get valid pointers.
+        unsafe {
+            let mut all: libc::sigset_t = core::mem::zeroed();
+            libc::sigfillset(&mut all);
+            let mut saved: libc::sigset_t = core::mem::zeroed();
+            rt_sigprocmask(libc::SIG_SETMASK, &all, &mut saved);
+            AllSignalsBlocked(saved)
+        }
+    }
+}
+
+impl Default for AllSignalsBlocked {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for AllSignalsBlocked {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask saved in `new`.
+        unsafe { rt_sigprocmask(libc::SIG_SETMASK, &self.0, core::ptr::null_mut()) };
+    }
+}
+
 /// The name of a signal for messages ("SIGTERM"), or "a signal".
 pub fn signal_name(sig: i32) -> &'static str {
     match sig {

@@ -449,6 +449,11 @@ pub fn release_thread_extras() {
 fn make_thread_extras(_held: &Guard, h: &HookTls) {
     // Inside profiler code, not in our signal handler (hooks only): the
     // global allocator is usable.
+    // A signal handler that allocates meanwhile would find no queue to
+    // defer its event to (the thread's first recorded event is under way):
+    // its signal waits until they exist (once per thread, a few hundred
+    // microseconds).
+    let _blocked = crate::sys::AllSignalsBlocked::new();
     // On a stack of its own: these are large values, built before they are
     // boxed, and the thread's stack may be 16 KiB.
     crate::sys::with_big_stack(|| {
