@@ -78,7 +78,7 @@ pub fn event_delivery() -> Option<PerfDelivery> {
     }
 }
 
-/// Whether no process traces this one. A debugger (gdb, lldb) stops the
+/// Whether no process traces this one. A debugger (gdb) stops the
 /// program at every SIGTRAP it is sent, and sigtrap perf events send one
 /// per sample; SIGPROF it passes on without stopping or printing (gdb's
 /// default). So a traced process's automatic choice is SIGPROF (through
