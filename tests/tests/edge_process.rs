@@ -1369,3 +1369,53 @@ fn a_child_forked_with_signals_blocked_is_sampled_once_it_unblocks_them() {
         "{ticks} ticks of 1 ms under burn_ms, which the child runs for 300 ms"
     );
 }
+
+/// A program that makes its parent its tracer (an anti-debugging check:
+/// ptrace(PTRACE_TRACEME) with no debugger there) is stopped for good by
+/// any signal sent to it afterwards: sampling ends at that call, said in
+/// one line, and the program runs to its end as unprofiled (before, the
+/// first sample stopped it and its parent waited for ever).
+#[test]
+fn a_program_that_calls_ptrace_traceme_runs_to_its_end() {
+    use std::os::unix::process::ExitStatusExt;
+    let d = scratch("traceme");
+    build(&d, "traceme.c", "traceme", &[]);
+    for mode in [
+        &["-pp", "-i", "1ms"][..],
+        &["-pp", "-e", "task-clock/100000"],
+    ] {
+        let mut args = mode.to_vec();
+        args.extend(["./traceme", "300"]);
+        // To files, not pipes: a stopped program would hold a pipe open.
+        let (out, err) = (d.join("out"), d.join("err"));
+        let mut child = igprof_command(&d, &args)
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(std::fs::File::create(&err).unwrap())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        let status = loop {
+            // The test is the program's parent, so its tracer: a stop is
+            // reported here.
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "{mode:?}: still running"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        if status.stopped_signal().is_some() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let err = std::fs::read_to_string(&err).unwrap();
+        assert_eq!(status.code(), Some(0), "{mode:?}: {status:?}; {err}");
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "traceme 0\n");
+        assert!(
+            err.contains("ptrace(PTRACE_TRACEME): sampling ends here"),
+            "{mode:?}: {err}"
+        );
+    }
+}

@@ -60,6 +60,10 @@ pub mod orig {
     pub type SetId1 = unsafe extern "C" fn(libc::uid_t) -> c_int;
     pub type SetId2 = unsafe extern "C" fn(libc::uid_t, libc::uid_t) -> c_int;
     pub type SetId3 = unsafe extern "C" fn(libc::uid_t, libc::uid_t, libc::uid_t) -> c_int;
+    /// glibc's variadic `ptrace`, called with its request and the three
+    /// words it may read.
+    pub type Ptrace =
+        unsafe extern "C" fn(c_int, libc::pid_t, *mut c_void, *mut c_void) -> libc::c_long;
     /// glibc's variadic `clone`, called with all seven arguments (the last
     /// three are read by the kernel only when `flags` asks for them).
     pub type Clone = unsafe extern "C" fn(
@@ -114,6 +118,7 @@ pub mod orig {
         seteuid, SETEUID, SetId1;
         setreuid, SETREUID, SetId2;
         setresuid, SETRESUID, SetId3;
+        ptrace, PTRACE, Ptrace;
     }
 }
 

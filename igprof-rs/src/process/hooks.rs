@@ -1,8 +1,8 @@
 //! The core hooks, installed with trampolines (trampoline/): thread creation,
 //! fork, exec, the signal functions, the ways a process ends (_exit, abort,
-//! kill/raise of itself), longjmp out of profiler code, dlopen/dlclose, and
-//! the setuid family (a process
-//! that gives up its privileges must still be able to write its profile).
+//! kill/raise of itself), longjmp out of profiler code, dlopen/dlclose, the
+//! setuid family (a process that gives up its privileges must still be
+//! able to write its profile), and ptrace(PTRACE_TRACEME).
 //!
 //! Owns the list of core hooks (their chain pointers are `hook::orig`). Every
 //! replacement passes straight through when the calling thread is already
@@ -22,7 +22,7 @@ use crate::sys;
 /// run continues without that hook.
 pub fn install_core() {
     use orig::*;
-    let list: [(&'static str, *const (), Core); 20] = [
+    let list: [(&'static str, *const (), Core); 21] = [
         (
             "sigaction",
             crate::process::signals::sigaction_hook as *const (),
@@ -68,6 +68,7 @@ pub fn install_core() {
         ("seteuid", seteuid_hook as *const (), Core::SETEUID),
         ("setreuid", setreuid_hook as *const (), Core::SETREUID),
         ("setresuid", setresuid_hook as *const (), Core::SETRESUID),
+        ("ptrace", ptrace_hook as *const (), Core::PTRACE),
     ];
     for (name, f, slot) in list {
         if let Err(e) = install(name, f, slot) {
@@ -469,6 +470,35 @@ extern "C" fn setreuid_hook(ruid: libc::uid_t, euid: libc::uid_t) -> c_int {
     before_setuid(euid);
     // SAFETY: plain forward.
     unsafe { real(ruid, euid) }
+}
+
+/// ptrace(PTRACE_TRACEME): the program makes its parent its tracer (an
+/// anti-debugging check does, with no debugger there), which then stops
+/// it at every signal it is sent and waits for the parent to resume it: a
+/// sampling signal would stop it for good. Sampling ends here, before the
+/// call (a signal already pending is delivered untraced), and one line
+/// says so.
+extern "C" fn ptrace_hook(
+    req: c_int,
+    pid: libc::pid_t,
+    addr: *mut c_void,
+    data: *mut c_void,
+) -> libc::c_long {
+    let real = orig::ptrace().expect("ptrace hook without chain");
+    if req == libc::PTRACE_TRACEME as c_int
+        && crate::sampler::signal() != 0
+        && !thread::is_busy()
+        && crate::process::is_own_process()
+    {
+        aside(|| {
+            crate::process::stop_sampling();
+            crate::igprof_log!(
+                "ptrace(PTRACE_TRACEME): sampling ends here (its tracer, the parent, would stop the program at every sampling signal)"
+            );
+        });
+    }
+    // SAFETY: plain forward of the four words glibc's ptrace reads.
+    unsafe { real(req, pid, addr, data) }
 }
 
 extern "C" fn setresuid_hook(ruid: libc::uid_t, euid: libc::uid_t, suid: libc::uid_t) -> c_int {
