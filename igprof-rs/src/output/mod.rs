@@ -52,20 +52,27 @@ use view::{ProfileTree, Single};
 
 static DUMPING: AtomicBool = AtomicBool::new(false);
 
-/// Set when the final profile's dump begins (an exit's, an exec's): no
-/// snapshot starts after it. One begun after the final profile was
-/// written would replace it, or be cut short by the process's end and
-/// leave its temporaries beside it (`PROFILE.journal.tmp`).
+/// Set when the image's final profile is begun (an exit's, an exec's,
+/// the keeper's): it is written once, and no snapshot starts after it.
+/// One begun after the final profile was written would replace it, or be
+/// cut short by the process's end and leave its temporaries beside it
+/// (`PROFILE.journal.tmp`).
 static FINAL_BEGUN: AtomicBool = AtomicBool::new(false);
 
 /// The final profile's dump begins (see [`FINAL_BEGUN`]); before its
 /// [`dump_after_others`], so that a snapshot taking the dump after it
-/// sees this.
-pub fn final_begins() {
-    FINAL_BEGUN.store(true, Ordering::Release);
+/// sees this. Returns whether it had begun already.
+pub fn final_begins() -> bool {
+    FINAL_BEGUN.swap(true, Ordering::AcqRel)
 }
 
-/// In a fork child, or after an exec that failed: snapshots again.
+/// Whether the final profile has been begun (see [`FINAL_BEGUN`]).
+pub fn final_begun() -> bool {
+    FINAL_BEGUN.load(Ordering::Acquire)
+}
+
+/// In a fork child, or after an exec that failed: the image writes its
+/// final profile again when it ends, and snapshots until then.
 pub fn final_undone() {
     FINAL_BEGUN.store(false, Ordering::Release);
 }
@@ -150,7 +157,7 @@ fn dump_as(path: &str, why: Option<&str>) -> Result<DumpStats, DumpError> {
     }
     // Read with the dump taken: a snapshot that takes it after the final
     // dump let it go sees FINAL_BEGUN.
-    let refused = if why.is_some() && FINAL_BEGUN.load(Ordering::Acquire) {
+    let refused = if why.is_some() && final_begun() {
         Some(DumpError::Ending)
     } else if !crate::base::run::active() {
         Some(DumpError::NotProfiling)

@@ -5,17 +5,12 @@
 //! Must never: write a second final profile for one image, or write one
 //! from a process that is not ours (`run::is_own_process`).
 
-use core::sync::atomic::{AtomicBool, Ordering};
-
 use crate::base::thread;
 use crate::output::{self, DumpStats};
-
-static FINAL_DONE: AtomicBool = AtomicBool::new(false);
 
 /// In a fork child, or after an exec that failed: the process writes its
 /// final profile again when it ends.
 pub fn allow_final_again() {
-    FINAL_DONE.store(false, Ordering::Release);
     output::final_undone();
 }
 
@@ -53,10 +48,9 @@ const DUMP_BYTES_PER_NODE: usize = 96;
 
 /// The end-of-process dump (exit, _exit, abort, kill of self, exec): once.
 pub fn final_dump(reason: &str) -> bool {
-    if !crate::base::run::active() || FINAL_DONE.swap(true, Ordering::AcqRel) {
+    if !crate::base::run::active() || output::final_begins() {
         return false;
     }
-    output::final_begins();
     // The process is ending: the ending thread's time since its last
     // sample is charged, then sampling stops so the profile ends here (and
     // no sample lands in the dump itself).
@@ -98,7 +92,7 @@ pub fn final_dump_by_keeper(how: &str) {
     if !crate::base::run::active() {
         return;
     }
-    FINAL_DONE.store(true, Ordering::Release);
+    output::final_begins();
     output::forget_unfinished_dump();
     if let Ok(path) = write_final(&format!("{how}, by the keeper"), true) {
         after_final_dump(&path);
@@ -288,10 +282,7 @@ fn write_final(reason: &str, by_keeper: bool) -> Result<String, Unwritten> {
 /// hold what a dump needs): says so, unless the keeper will write it.
 /// Signal context.
 pub fn final_dump_from_signal(sig: i32) {
-    if crate::base::run::active()
-        && !FINAL_DONE.load(Ordering::Acquire)
-        && !crate::process::keeper::watching()
-    {
+    if crate::base::run::active() && !output::final_begun() && !crate::process::keeper::watching() {
         crate::igprof_log!(
             "{} (default action) ends the process; no profile written",
             crate::sys::signal_name(sig)
